@@ -1,0 +1,176 @@
+package clustermap
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+)
+
+func reg(uuid string, role pb.Role, addr string, id uint64) *pb.Command {
+	return &pb.Command{NowUnixMs: 1000, Op: &pb.Command_Register{Register: &pb.RegisterNode{Uuid: uuid, Role: role, Addr: addr, RequestedId: id}}}
+}
+
+func vol(name string, replicas int32, parts ...*pb.NewPartition) *pb.Command {
+	return &pb.Command{NowUnixMs: 2000, Op: &pb.Command_CreateVolume{CreateVolume: &pb.CreateVolume{Name: name, Replicas: replicas, SlotCount: 8, Partitions: parts}}}
+}
+
+func part(kind pb.PartitionKind, replicas ...uint64) *pb.NewPartition {
+	return &pb.NewPartition{Kind: kind, Replicas: replicas}
+}
+
+const (
+	meta = pb.PartitionKind_PARTITION_KIND_META
+	data = pb.PartitionKind_PARTITION_KIND_DATA
+)
+
+// cluster returns a map with meta nodes 1-3 and data nodes 4-6.
+func cluster(t *testing.T) *State {
+	t.Helper()
+	s := New()
+	cmds := []*pb.Command{
+		{Op: &pb.Command_Init{Init: &pb.InitCluster{ClusterId: "c1"}}},
+		reg("m1", pb.Role_ROLE_META, "a:1", 0), reg("m2", pb.Role_ROLE_META, "a:2", 0), reg("m3", pb.Role_ROLE_META, "a:3", 0),
+		reg("d1", pb.Role_ROLE_DATA, "a:4", 0), reg("d2", pb.Role_ROLE_DATA, "a:5", 0), reg("d3", pb.Role_ROLE_DATA, "a:6", 0),
+	}
+	for _, c := range cmds {
+		if _, err := s.Apply(c); err != nil {
+			t.Fatalf("apply %v: %v", c, err)
+		}
+	}
+	return s
+}
+
+func TestApply(t *testing.T) {
+	tests := []struct {
+		name      string
+		cmd       *pb.Command
+		wantErr   error
+		wantRes   any
+		wantEpoch uint64 // epoch after the command; the base cluster is at 7
+	}{
+		{"re-init same id is a no-op", &pb.Command{Op: &pb.Command_Init{Init: &pb.InitCluster{ClusterId: "c1"}}}, nil, nil, 7},
+		{"re-init other id", &pb.Command{Op: &pb.Command_Init{Init: &pb.InitCluster{ClusterId: "c2"}}}, ErrConflict, nil, 7},
+		{"new node gets next id", reg("m4", pb.Role_ROLE_META, "a:7", 0), nil, uint64(7), 8},
+		{"re-register unchanged keeps id and epoch", reg("m1", pb.Role_ROLE_META, "a:1", 0), nil, uint64(1), 7},
+		{"re-register new address bumps epoch", reg("m1", pb.Role_ROLE_META, "a:9", 1), nil, uint64(1), 8},
+		{"duplicate requested id", reg("zz", pb.Role_ROLE_META, "a:8", 2), ErrExists, nil, 7},
+		{"uuid claims another id", reg("m1", pb.Role_ROLE_META, "a:1", 3), ErrConflict, nil, 7},
+		{"role changes", reg("m1", pb.Role_ROLE_DATA, "a:1", 0), ErrConflict, nil, 7},
+		{"address of a live node", reg("zz", pb.Role_ROLE_DATA, "a:4", 0), ErrConflict, nil, 7},
+		{"master cannot register", reg("zz", pb.Role_ROLE_MASTER, "a:8", 0), ErrInvalid, nil, 7},
+		{"missing uuid", reg("", pb.Role_ROLE_META, "a:8", 0), ErrInvalid, nil, 7},
+		{"volume", vol("v1", 3, part(meta, 1, 2, 3), part(data, 4, 5, 6)), nil, uint64(1), 8},
+		{"bad volume name", vol("-v", 3, part(meta, 1, 2, 3), part(data, 4, 5, 6)), ErrInvalid, nil, 7},
+		{"volume name with slash", vol("a/b", 3, part(meta, 1, 2, 3), part(data, 4, 5, 6)), ErrInvalid, nil, 7},
+		{"meta partition on data node", vol("v1", 3, part(meta, 1, 2, 4), part(data, 4, 5, 6)), ErrInvalid, nil, 7},
+		{"replica twice", vol("v1", 3, part(meta, 1, 1, 2), part(data, 4, 5, 6)), ErrInvalid, nil, 7},
+		{"unknown replica", vol("v1", 3, part(meta, 1, 2, 99), part(data, 4, 5, 6)), ErrNotFound, nil, 7},
+		{"wrong replica count", vol("v1", 3, part(meta, 1, 2), part(data, 4, 5, 6)), ErrInvalid, nil, 7},
+		{"no data partition", vol("v1", 3, part(meta, 1, 2, 3)), ErrInvalid, nil, 7},
+		{"delete missing volume", &pb.Command{Op: &pb.Command_DeleteVolume{DeleteVolume: &pb.DeleteVolume{Name: "nope"}}}, ErrNotFound, nil, 7},
+		{"node down", &pb.Command{Op: &pb.Command_SetNodeState{SetNodeState: &pb.SetNodeState{NodeId: 2, State: pb.NodeState_NODE_STATE_DOWN}}}, nil, nil, 8},
+		{"node state unchanged", &pb.Command{Op: &pb.Command_SetNodeState{SetNodeState: &pb.SetNodeState{NodeId: 2, State: pb.NodeState_NODE_STATE_ALIVE}}}, nil, nil, 7},
+		{"unknown node state", &pb.Command{Op: &pb.Command_SetNodeState{SetNodeState: &pb.SetNodeState{NodeId: 2}}}, ErrInvalid, nil, 7},
+		{"empty command", &pb.Command{}, ErrInvalid, nil, 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := cluster(t)
+			before, _ := s.Marshal()
+			res, err := s.Apply(tt.cmd)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				after, _ := s.Marshal()
+				if !bytes.Equal(before, after) {
+					t.Fatalf("failed command changed the map")
+				}
+			}
+			if tt.wantRes != nil && res != tt.wantRes {
+				t.Fatalf("result = %v, want %v", res, tt.wantRes)
+			}
+			if got := s.Map().Epoch; got != tt.wantEpoch {
+				t.Fatalf("epoch = %d, want %d", got, tt.wantEpoch)
+			}
+		})
+	}
+}
+
+func TestCreateVolumeLayout(t *testing.T) {
+	s := cluster(t)
+	_, err := s.Apply(vol("v", 3, part(meta, 1, 2, 3), part(meta, 2, 3, 1), part(meta, 3, 1, 2), part(data, 4, 5, 6)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := s.VolumeByName("v")
+	if len(v.MetaPartitions) != 3 || len(v.DataPartitions) != 1 {
+		t.Fatalf("partitions: %v %v", v.MetaPartitions, v.DataPartitions)
+	}
+	wantSlots := []uint64{1, 1, 1, 2, 2, 2, 3, 3}
+	for i, o := range v.SlotOwners {
+		if o != wantSlots[i] {
+			t.Fatalf("slot owners %v, want %v", v.SlotOwners, wantSlots)
+		}
+	}
+	ranges := [][2]uint64{{1, InodeRangeStep}, {InodeRangeStep + 1, 2 * InodeRangeStep}, {2*InodeRangeStep + 1, 0}}
+	for i, id := range v.MetaPartitions {
+		p := s.Map().Partitions[id]
+		if p.InodeStart != ranges[i][0] || p.InodeEnd != ranges[i][1] {
+			t.Fatalf("mp %d range [%d,%d], want %v", id, p.InodeStart, p.InodeEnd, ranges[i])
+		}
+	}
+	if got := len(s.PartitionsOf(4)); got != 1 {
+		t.Fatalf("node 4 hosts %d partitions, want 1", got)
+	}
+	if _, err := s.Apply(vol("v", 3, part(meta, 1, 2, 3), part(data, 4, 5, 6))); !errors.Is(err, ErrExists) {
+		t.Fatalf("second create: %v", err)
+	}
+	if _, err := s.Apply(&pb.Command{Op: &pb.Command_DeleteVolume{DeleteVolume: &pb.DeleteVolume{Name: "v"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Map().Partitions) != 0 || len(s.Map().Volumes) != 0 {
+		t.Fatalf("delete left %d partitions, %d volumes", len(s.Map().Partitions), len(s.Map().Volumes))
+	}
+}
+
+func TestDeterministicSnapshot(t *testing.T) {
+	a, b := cluster(t), cluster(t)
+	for _, s := range []*State{a, b} {
+		if _, err := s.Apply(vol("v", 3, part(meta, 1, 2, 3), part(data, 4, 5, 6), part(data, 5, 6, 4))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ba, _ := a.Marshal()
+	bb, _ := b.Marshal()
+	if !bytes.Equal(ba, bb) {
+		t.Fatal("equal command sequences produced different snapshots")
+	}
+	c := New()
+	if err := c.Unmarshal(ba); err != nil {
+		t.Fatal(err)
+	}
+	bc, _ := c.Marshal()
+	if !bytes.Equal(ba, bc) {
+		t.Fatal("snapshot round trip changed the map")
+	}
+	if _, err := c.Apply(reg("m9", pb.Role_ROLE_META, "a:99", 0)); err != nil {
+		t.Fatalf("apply after restore: %v", err)
+	}
+	if err := c.Unmarshal([]byte{0xff, 0xff}); err == nil {
+		t.Fatal("garbage snapshot accepted")
+	}
+}
+
+func TestValidateVolumeName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"default": true, "a": true, "A-1_b.c": true, "": false, ".x": false, "x y": false,
+		"x/y": false, string(make([]byte, 64)): false, "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij123": true,
+	} {
+		if err := ValidateVolumeName(name); (err == nil) != ok {
+			t.Errorf("ValidateVolumeName(%q) = %v, want ok=%v", name, err, ok)
+		}
+	}
+}
