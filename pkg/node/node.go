@@ -1,0 +1,422 @@
+// Package node is the shell of a meta or data node process: it owns the data
+// dir, keeps the node's identity, registers with the master, sends a heartbeat
+// with utilization every interval, and learns which partitions the map assigns to
+// it. The partition roles (meta partitions, extent store) run inside this shell.
+//
+// A node registers once and keeps its id and cluster id in its data dir; a node
+// restarted on the same dir comes back as the same node. The master refuses a dir
+// that belongs to another cluster, and a node id that another node holds.
+package node
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/daemon"
+	"github.com/cairnfs/cairn/pkg/masterclient"
+)
+
+// Config configures a node.
+type Config struct {
+	Role    pb.Role
+	DataDir string
+	// Listen is the gRPC listen address; Advertise, if set, is the address given to
+	// the master (for a listen address such as 0.0.0.0:7100).
+	Listen, Advertise string
+	Zone              string
+	Masters           []string
+	MetricsAddr       string
+	// NodeID, if not 0, asks the master for this id on first registration.
+	NodeID            uint64
+	HeartbeatInterval time.Duration
+	// CapacityBytes overrides the capacity reported (0: the data dir's file system).
+	CapacityBytes uint64
+	Logger        *slog.Logger
+}
+
+// Node is a running node.
+type Node struct {
+	cfg       Config
+	log       *slog.Logger
+	lock      *daemon.DirLock
+	id        daemon.Identity
+	masters   *masterclient.Client
+	grpc      *grpc.Server
+	telemetry *daemon.Telemetry
+	addr      string
+
+	mu         sync.Mutex
+	registered bool
+	assigned   []*pb.Partition
+	lastEpoch  uint64
+
+	fatal chan error
+	stop  chan struct{}
+	wg    sync.WaitGroup
+
+	heartbeats, heartbeatErrors prometheus.Counter
+}
+
+// RoleName is the lower-case name of a role, as used in identity files and CLI.
+func RoleName(r pb.Role) string { return strings.ToLower(strings.TrimPrefix(r.String(), "ROLE_")) }
+
+// Start takes the data dir, listens and starts registering in the background.
+// Errors the node cannot recover from (a foreign data dir, an id held by another
+// node) arrive on Fatal.
+func Start(cfg Config) (_ *Node, err error) {
+	if cfg.Role != pb.Role_ROLE_META && cfg.Role != pb.Role_ROLE_DATA {
+		return nil, fmt.Errorf("node role must be meta or data, not %v", cfg.Role)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = time.Second
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, fatal: make(chan error, 1), stop: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			n.closeAll()
+		}
+	}()
+	if n.masters, err = masterclient.New(cfg.Masters); err != nil {
+		return nil, err
+	}
+	if n.lock, err = daemon.LockDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	if err = n.loadIdentity(); err != nil {
+		return nil, err
+	}
+	if err = n.loadAssigned(); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	n.addr = cfg.Advertise
+	if n.addr == "" {
+		n.addr = ln.Addr().String()
+	}
+	if n.telemetry, err = daemon.StartTelemetry(cfg.MetricsAddr, n.health); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	n.registerMetrics()
+	n.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(daemon.UnaryMetrics(n.telemetry.Registry)))
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(n.grpc, hs)
+	n.wg.Add(2)
+	go func() {
+		defer n.wg.Done()
+		if err := n.grpc.Serve(ln); err != nil {
+			n.log.Error("grpc server stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.run()
+	}()
+	n.log.Info("node started", "role", RoleName(cfg.Role), "addr", n.addr, "metrics", n.telemetry.Addr(), "masters", cfg.Masters)
+	return n, nil
+}
+
+// Fatal delivers an error after which the node cannot go on.
+func (n *Node) Fatal() <-chan error { return n.fatal }
+
+// ID is the node id the master gave, or 0 before the first registration.
+func (n *Node) ID() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.id.NodeID
+}
+
+// Assigned returns the partitions the map assigns to this node, as last heard.
+func (n *Node) Assigned() []*pb.Partition {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.assigned)
+}
+
+// Stop deregisters nothing (the master follows liveness), stops serving and
+// releases the data dir. Idempotent.
+func (n *Node) Stop() {
+	select {
+	case <-n.stop:
+		return
+	default:
+		close(n.stop)
+	}
+	n.grpc.GracefulStop()
+	n.wg.Wait()
+	n.closeAll()
+	n.log.Info("node stopped", "id", n.ID())
+}
+
+func (n *Node) closeAll() {
+	if n.telemetry != nil {
+		n.telemetry.Close()
+	}
+	if n.masters != nil {
+		n.masters.Close()
+	}
+	n.lock.Unlock()
+}
+
+func (n *Node) health() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.registered {
+		return errors.New("not registered with a master")
+	}
+	return nil
+}
+
+func (n *Node) loadIdentity() error {
+	role := RoleName(n.cfg.Role)
+	id, ok, err := daemon.LoadIdentity(n.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		n.id = daemon.Identity{Role: role, UUID: daemon.NewUUID(), NodeID: n.cfg.NodeID}
+		return daemon.SaveIdentity(n.cfg.DataDir, n.id)
+	}
+	if err := id.CheckRole(n.cfg.DataDir, role); err != nil {
+		return err
+	}
+	if n.cfg.NodeID != 0 && id.NodeID != 0 && id.NodeID != n.cfg.NodeID {
+		return fmt.Errorf("data dir %s belongs to node %d, not %d", n.cfg.DataDir, id.NodeID, n.cfg.NodeID)
+	}
+	n.id = id
+	return nil
+}
+
+const assignedFile = "partitions.json"
+
+func (n *Node) loadAssigned() error {
+	b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, assignedFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read assigned partitions: %w", err)
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("data dir %s: corrupt %s: %w", n.cfg.DataDir, assignedFile, err)
+	}
+	for _, r := range raw {
+		p := &pb.Partition{}
+		if err := protojson.Unmarshal(r, p); err != nil {
+			return fmt.Errorf("data dir %s: corrupt %s: %w", n.cfg.DataDir, assignedFile, err)
+		}
+		n.assigned = append(n.assigned, p)
+	}
+	return nil
+}
+
+// saveAssigned records the assignment so that a restarted node knows its
+// partitions before it reaches a master.
+func (n *Node) saveAssigned(ps []*pb.Partition) error {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		b, err := protojson.Marshal(p)
+		if err != nil {
+			return err
+		}
+		parts[i] = string(b)
+	}
+	return daemon.WriteFileAtomic(filepath.Join(n.cfg.DataDir, assignedFile), []byte("["+strings.Join(parts, ",\n")+"]\n"))
+}
+
+func (n *Node) run() {
+	t := time.NewTicker(n.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		n.mu.Lock()
+		registered := n.registered
+		n.mu.Unlock()
+		var err error
+		if !registered {
+			err = n.register()
+		} else {
+			err = n.heartbeat()
+		}
+		if err != nil {
+			if fatalError(err) {
+				select {
+				case n.fatal <- err:
+				default:
+				}
+				return
+			}
+			n.heartbeatErrors.Inc()
+			n.log.Warn("master unreachable", "err", err)
+		}
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// fatalError tells the master's refusals (which retrying cannot fix) from
+// unavailability (which it can).
+func fatalError(err error) bool {
+	switch status.Code(err) {
+	case codes.FailedPrecondition, codes.AlreadyExists, codes.InvalidArgument:
+		return true
+	}
+	return false
+}
+
+func (n *Node) register() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := &pb.RegisterRequest{
+		ClusterId: n.id.ClusterID, Uuid: n.id.UUID, Role: n.cfg.Role, Addr: n.addr, Zone: n.cfg.Zone, NodeId: n.id.NodeID,
+	}
+	var resp *pb.RegisterResponse
+	err := n.masters.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.Register(ctx, req, o...)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.id.NodeID != resp.NodeId || n.id.ClusterID != resp.ClusterId {
+		n.id.NodeID, n.id.ClusterID = resp.NodeId, resp.ClusterId
+		if err := daemon.SaveIdentity(n.cfg.DataDir, n.id); err != nil {
+			return fmt.Errorf("save identity: %w", err)
+		}
+	}
+	n.registered = true
+	n.log.Info("registered", "node", resp.NodeId, "cluster", resp.ClusterId)
+	return nil
+}
+
+func (n *Node) heartbeat() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	n.mu.Lock()
+	req := &pb.HeartbeatRequest{
+		NodeId: n.id.NodeID, Uuid: n.id.UUID, Usage: n.usage(), Pid: int32(os.Getpid()),
+		MetricsAddr: n.telemetry.Addr(),
+	}
+	req.Hostname, _ = os.Hostname()
+	for _, p := range n.assigned {
+		req.Partitions = append(req.Partitions, &pb.PartitionReport{Id: p.Id})
+	}
+	n.mu.Unlock()
+	var resp *pb.HeartbeatResponse
+	err := n.masters.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.Heartbeat(ctx, req, o...)
+		return err
+	})
+	if status.Code(err) == codes.NotFound {
+		n.mu.Lock()
+		n.registered = false
+		n.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	n.heartbeats.Inc()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.lastEpoch = resp.Epoch
+	if !samePartitions(n.assigned, resp.Assigned) {
+		if err := n.saveAssigned(resp.Assigned); err != nil {
+			return fmt.Errorf("save assignment: %w", err)
+		}
+		n.log.Info("partition assignment changed", "epoch", resp.Epoch, "partitions", len(resp.Assigned))
+		n.assigned = resp.Assigned
+	}
+	return nil
+}
+
+func samePartitions(a, b []*pb.Partition) bool {
+	return slices.EqualFunc(a, b, func(x, y *pb.Partition) bool {
+		return x.Id == y.Id && slices.Equal(x.Replicas, y.Replicas) && x.InodeEnd == y.InodeEnd
+	})
+}
+
+// usage reports the data dir's file system and the machine's memory.
+func (n *Node) usage() *pb.Usage {
+	u := &pb.Usage{MemUtil: memUtil()}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(n.cfg.DataDir, &st); err == nil {
+		u.CapacityBytes = st.Blocks * uint64(st.Bsize)
+		u.UsedBytes = (st.Blocks - st.Bavail) * uint64(st.Bsize)
+	}
+	if n.cfg.CapacityBytes > 0 {
+		u.CapacityBytes = n.cfg.CapacityBytes
+		u.UsedBytes = min(u.UsedBytes, u.CapacityBytes)
+	}
+	return u
+}
+
+// memUtil is 1 - MemAvailable/MemTotal from /proc/meminfo, or 0 if unknown.
+func memUtil() float64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var total, avail float64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(fields[1], 64)
+		switch fields[0] {
+		case "MemTotal:":
+			total = v
+		case "MemAvailable:":
+			avail = v
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	return 1 - avail/total
+}
+
+func (n *Node) registerMetrics() {
+	n.heartbeats = prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_node_heartbeats_total", Help: "Heartbeats the master accepted."})
+	n.heartbeatErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_node_heartbeat_errors_total", Help: "Registrations or heartbeats that failed."})
+	assigned := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_node_assigned_partitions", Help: "Partitions the cluster map assigns to this node."}, func() float64 {
+		return float64(len(n.Assigned()))
+	})
+	n.telemetry.Registry.MustRegister(n.heartbeats, n.heartbeatErrors, assigned)
+}
