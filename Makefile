@@ -1,0 +1,54 @@
+# Cairn build, run and test entry points. `make up` and `make test` are the two
+# commands a newcomer needs on a fresh Debian machine with Go; each installs what
+# it needs first.
+
+GO            ?= go
+BIN           := bin/cairn
+TOOLS         := $(CURDIR)/bin/tools
+STATICCHECK   := $(TOOLS)/staticcheck
+STATICCHECK_VERSION := v0.8.2
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+# Integration tests run real processes; one package at a time keeps 2 cores sane.
+TEST_FLAGS    ?= -race -p 1 -timeout 15m
+
+.PHONY: build up test deps vet lint unit bench proto clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/cairn
+
+## up: build and run a whole local cluster in the foreground (Ctrl-C stops it).
+up: build
+	./$(BIN) up
+
+## deps: what the tests need beyond Go itself.
+deps: $(STATICCHECK)
+
+$(STATICCHECK):
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+vet:
+	@test -z "$$(gofmt -l cmd pkg)" || { echo "gofmt needed:"; gofmt -l cmd pkg; exit 1; }
+	$(GO) vet ./...
+
+lint: deps
+	$(STATICCHECK) ./...
+
+## test: everything CI runs: formatting, vet, staticcheck, unit and integration
+## tests with the race detector.
+test: deps build vet lint
+	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test $(TEST_FLAGS) ./...
+
+## bench: the benchmarks (not part of CI).
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/multiraft/ ./pkg/placement/
+
+proto:
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	command -v protoc >/dev/null || { apt-get update -qq && apt-get install -y -qq protobuf-compiler; }
+	cd pkg/clusterpb && PATH=$(TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative cluster.proto
+	cd pkg/multiraft/transportpb && PATH=$(TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative transport.proto
+
+clean:
+	rm -rf bin

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/daemon"
+	"github.com/cairnfs/cairn/pkg/master"
+	"github.com/cairnfs/cairn/pkg/node"
+)
+
+func newLogger(cmd *cobra.Command, level string) (*slog.Logger, error) {
+	l, err := daemon.NewLogger(os.Stderr, level)
+	if err != nil {
+		return nil, usageError{err, cmd}
+	}
+	return l, nil
+}
+
+// waitForSignal blocks until SIGINT or SIGTERM, or until fatal delivers.
+func waitForSignal(fatal <-chan error) error {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	select {
+	case <-sig:
+		return nil
+	case err := <-fatal:
+		return err
+	}
+}
+
+func newMasterCmd() *cobra.Command {
+	var (
+		id                     uint64
+		peers                  []string
+		listen, dataDir, mAddr string
+		logLevel               string
+		downAfter, outAfter    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "master",
+		Short: "Run a master (resource manager) replica",
+		Long: `Run one replica of the master, the Raft-replicated resource manager that keeps
+the cluster map: nodes and their liveness, volumes, and partitions with their
+replica sets. Run 1 master for a dev cluster or 3 for production; every replica
+gets the same --peers list and its own --id.`,
+		Example: `  # a single master
+  cairn master --data-dir /var/lib/cairn/master
+
+  # replica 2 of three
+  cairn master --id 2 --peers 1=10.0.0.1:17000,2=10.0.0.2:17000,3=10.0.0.3:17000 --data-dir /var/lib/cairn/master`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(cmd, logLevel)
+			if err != nil {
+				return err
+			}
+			peerMap, err := master.ParsePeers(peers)
+			if err != nil {
+				return usageError{err, cmd}
+			}
+			if _, ok := peerMap[id]; !ok {
+				return usagef(cmd, "--id %d is not in --peers %v", id, peers)
+			}
+			s, err := master.Start(master.Config{
+				ID: id, Peers: peerMap, Listen: listen, DataDir: dataDir, MetricsAddr: mAddr,
+				DownAfter: downAfter, OutAfter: outAfter, Logger: log.With("role", "master", "id", id),
+			})
+			if err != nil {
+				return err
+			}
+			defer s.Stop()
+			return waitForSignal(nil)
+		},
+	}
+	f := cmd.Flags()
+	f.Uint64Var(&id, "id", 1, "this master's Raft id (a key of --peers)")
+	f.StringSliceVar(&peers, "peers", []string{"1=127.0.0.1:17000"}, "all masters as ID=HOST:PORT, comma-separated")
+	f.StringVar(&listen, "listen", "", "address to listen on (default: this master's --peers address)")
+	f.StringVar(&dataDir, "data-dir", "./cairn-data/master", "directory for the master's Raft log and map")
+	f.StringVar(&mAddr, "metrics-addr", "127.0.0.1:17001", "address of the /metrics and /healthz endpoint")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.DurationVar(&downAfter, "down-after", 10*time.Second, "mark a node down after this long without heartbeats")
+	f.DurationVar(&outAfter, "out-after", 10*time.Minute, "mark a down node out after this much longer")
+	return cmd
+}
+
+func newNodeCmd(role string) *cobra.Command {
+	var (
+		listen, advertise, dataDir, mAddr, zone, logLevel string
+		masters                                           []string
+		nodeID, capacity                                  uint64
+		heartbeat                                         time.Duration
+	)
+	pbRole, what, port := pb.Role_ROLE_META, "meta node: hosts meta partitions (inodes and dentries)", 17100
+	if role == "data" {
+		pbRole, what, port = pb.Role_ROLE_DATA, "data node: hosts data partitions (file contents)", 17200
+	}
+	cmd := &cobra.Command{
+		Use:   role,
+		Short: "Run a " + what,
+		Long: fmt.Sprintf(`Run a %s.
+
+The node registers with the masters, keeps its identity in --data-dir (a restarted
+node comes back as the same node), sends a heartbeat with its utilization every
+--heartbeat, and hosts the partitions the cluster map assigns to it.`, what),
+		Example: fmt.Sprintf("  cairn %s --master 10.0.0.1:17000,10.0.0.2:17000,10.0.0.3:17000 --listen 10.0.0.5:%d --data-dir /var/lib/cairn/%s", role, port, role),
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(cmd, logLevel)
+			if err != nil {
+				return err
+			}
+			if len(masters) == 0 {
+				return usagef(cmd, "--master is required")
+			}
+			n, err := node.Start(node.Config{
+				Role: pbRole, DataDir: dataDir, Listen: listen, Advertise: advertise, Zone: zone,
+				Masters: masters, MetricsAddr: mAddr, NodeID: nodeID, HeartbeatInterval: heartbeat,
+				CapacityBytes: capacity, Logger: log.With("role", role),
+			})
+			if err != nil {
+				return err
+			}
+			defer n.Stop()
+			return waitForSignal(n.Fatal())
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&masters, "master", []string{"127.0.0.1:17000"}, "master addresses, comma-separated")
+	f.StringVar(&listen, "listen", fmt.Sprintf("127.0.0.1:%d", port), "address to listen on")
+	f.StringVar(&advertise, "advertise", "", "address to give the master (default: the listen address)")
+	f.StringVar(&dataDir, "data-dir", "./cairn-data/"+role, "directory for the node's state")
+	f.StringVar(&mAddr, "metrics-addr", fmt.Sprintf("127.0.0.1:%d", port+1), "address of the /metrics and /healthz endpoint")
+	f.StringVar(&zone, "zone", "", "failure-domain label; replicas of a partition go to different zones")
+	f.Uint64Var(&nodeID, "node-id", 0, "ask for this node id on first registration (default: assigned)")
+	f.Uint64Var(&capacity, "capacity", 0, "capacity in bytes to report (default: the data dir's file system)")
+	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+)
+
+// statusReport is the stable JSON shape of `cairn status --json`.
+type statusReport struct {
+	ClusterID  string            `json:"cluster_id"`
+	Epoch      uint64            `json:"epoch"`
+	Leader     string            `json:"leader"`
+	Nodes      []statusNode      `json:"nodes"`
+	Volumes    []statusVolume    `json:"volumes"`
+	Partitions []statusPartition `json:"partitions"`
+}
+
+type statusNode struct {
+	ID              uint64  `json:"id"`
+	Role            string  `json:"role"`
+	Address         string  `json:"address"`
+	State           string  `json:"state"`
+	Leader          bool    `json:"leader"`
+	Pid             int32   `json:"pid,omitempty"`
+	Zone            string  `json:"zone,omitempty"`
+	MetricsAddress  string  `json:"metrics_address,omitempty"`
+	CapacityBytes   uint64  `json:"capacity_bytes,omitempty"`
+	UsedBytes       uint64  `json:"used_bytes,omitempty"`
+	MemUtil         float64 `json:"mem_util,omitempty"`
+	Partitions      int     `json:"partitions"`
+	LastHeartbeatMs int64   `json:"last_heartbeat_ms_ago,omitempty"`
+}
+
+type statusVolume struct {
+	ID             uint64 `json:"id"`
+	Name           string `json:"name"`
+	MetaPartitions int    `json:"meta_partitions"`
+	DataPartitions int    `json:"data_partitions"`
+	Replicas       int32  `json:"replicas"`
+	CapacityBytes  uint64 `json:"capacity_bytes"`
+	Health         string `json:"health"`
+}
+
+type statusPartition struct {
+	ID            uint64   `json:"id"`
+	Volume        string   `json:"volume"`
+	Kind          string   `json:"kind"`
+	Replicas      []uint64 `json:"replicas"`
+	ReplicasAlive int      `json:"replicas_alive"`
+	Health        string   `json:"health"`
+}
+
+func newStatusCmd() *cobra.Command {
+	var (
+		cf         clusterFlags
+		asJSON     bool
+		partitions bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster at a glance",
+		Long: `Show the masters and which one leads, every node with its liveness and
+utilization, the volumes, and the health of their partitions. --json prints the
+same for scripts: a "nodes" list whose entries have role (master, meta, data),
+address, state (alive, down, out), leader and pid (for processes on this host),
+plus "volumes" and "partitions".`,
+		Example: `  cairn status
+  cairn status --data-dir /tmp/c1 --json
+  cairn status --master 10.0.0.1:17000`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := cf.context()
+			defer cancel()
+			st, err := c.Status(ctx)
+			if err != nil {
+				return err
+			}
+			r := buildReport(st, time.Now())
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(r)
+			}
+			printReport(cmd, r, partitions)
+			return nil
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	cmd.Flags().BoolVar(&partitions, "partitions", false, "list every partition")
+	return cmd
+}
+
+func stateString(s pb.NodeState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "NODE_STATE_"))
+}
+
+func roleString(r pb.Role) string { return strings.ToLower(strings.TrimPrefix(r.String(), "ROLE_")) }
+
+func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
+	host, _ := os.Hostname()
+	m := st.Map
+	r := statusReport{ClusterID: m.ClusterId, Epoch: m.Epoch}
+	for _, ms := range st.Masters {
+		n := statusNode{ID: ms.Id, Role: "master", Address: ms.Addr, State: "down", Leader: ms.Leader, MetricsAddress: ms.MetricsAddr}
+		if ms.Pid != 0 {
+			n.State = "alive"
+			if ms.Hostname == host {
+				n.Pid = ms.Pid
+			}
+		}
+		if ms.Leader {
+			r.Leader = ms.Addr
+		}
+		r.Nodes = append(r.Nodes, n)
+	}
+	alive := map[uint64]bool{}
+	for _, ns := range st.Nodes {
+		nd := ns.Node
+		n := statusNode{
+			ID: nd.Id, Role: roleString(nd.Role), Address: nd.Addr, State: stateString(nd.State), Zone: nd.Zone,
+			MetricsAddress: ns.MetricsAddr, Partitions: len(ns.Partitions),
+		}
+		if ns.Hostname == host {
+			n.Pid = ns.Pid
+		}
+		if u := ns.Usage; u != nil {
+			n.CapacityBytes, n.UsedBytes, n.MemUtil = u.CapacityBytes, u.UsedBytes, u.MemUtil
+		}
+		if ns.LastHeartbeatUnixMs > 0 {
+			n.LastHeartbeatMs = now.UnixMilli() - ns.LastHeartbeatUnixMs
+		}
+		alive[nd.Id] = nd.State == pb.NodeState_NODE_STATE_ALIVE
+		r.Nodes = append(r.Nodes, n)
+	}
+	volHealth := map[uint64]string{}
+	for _, p := range m.Partitions {
+		sp := statusPartition{ID: p.Id, Kind: strings.ToLower(strings.TrimPrefix(p.Kind.String(), "PARTITION_KIND_")), Replicas: p.Replicas}
+		if v := m.Volumes[p.VolumeId]; v != nil {
+			sp.Volume = v.Name
+		}
+		for _, id := range p.Replicas {
+			if alive[id] {
+				sp.ReplicasAlive++
+			}
+		}
+		sp.Health = partitionHealth(sp.ReplicasAlive, len(p.Replicas))
+		volHealth[p.VolumeId] = worse(volHealth[p.VolumeId], sp.Health)
+		r.Partitions = append(r.Partitions, sp)
+	}
+	sort.Slice(r.Partitions, func(i, j int) bool { return r.Partitions[i].ID < r.Partitions[j].ID })
+	for _, v := range m.Volumes {
+		r.Volumes = append(r.Volumes, statusVolume{
+			ID: v.Id, Name: v.Name, MetaPartitions: len(v.MetaPartitions), DataPartitions: len(v.DataPartitions),
+			Replicas: v.Replicas, CapacityBytes: v.CapacityBytes, Health: worse("healthy", volHealth[v.Id]),
+		})
+	}
+	sort.Slice(r.Volumes, func(i, j int) bool { return r.Volumes[i].Name < r.Volumes[j].Name })
+	return r
+}
+
+// partitionHealth: healthy with every replica alive, degraded with a majority,
+// unavailable without one (a Raft group cannot commit).
+func partitionHealth(alive, total int) string {
+	switch {
+	case alive == total:
+		return "healthy"
+	case alive > total/2:
+		return "degraded"
+	}
+	return "unavailable"
+}
+
+func worse(a, b string) string {
+	rank := map[string]int{"": 0, "healthy": 1, "degraded": 2, "unavailable": 3}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
+
+func printReport(cmd *cobra.Command, r statusReport, partitions bool) {
+	out := cmd.OutOrStdout()
+	leader := r.Leader
+	if leader == "" {
+		leader = "(none)"
+	}
+	fmt.Fprintf(out, "cluster %s  epoch %d  master leader %s\n\n", r.ClusterID, r.Epoch, leader)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tROLE\tADDRESS\tSTATE\tPID\tZONE\tDISK USED\tMEM\tPARTITIONS")
+	for _, n := range r.Nodes {
+		role := n.Role
+		if n.Leader {
+			role += "*"
+		}
+		pid, disk, mem, parts := "-", "-", "-", "-"
+		if n.Pid != 0 {
+			pid = fmt.Sprint(n.Pid)
+		}
+		if n.CapacityBytes > 0 {
+			disk = fmt.Sprintf("%s/%s", humanBytes(n.UsedBytes), humanBytes(n.CapacityBytes))
+			mem = fmt.Sprintf("%.0f%%", n.MemUtil*100)
+		}
+		if n.Role != "master" {
+			parts = fmt.Sprint(n.Partitions)
+		}
+		zone := n.Zone
+		if zone == "" {
+			zone = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, role, n.Address, n.State, pid, zone, disk, mem, parts)
+	}
+	tw.Flush()
+	fmt.Fprintln(out, "(* master leader)")
+	fmt.Fprintln(out)
+	if len(r.Volumes) == 0 {
+		fmt.Fprintln(out, "no volumes")
+	} else {
+		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "VOLUME\tID\tMETA PARTITIONS\tDATA PARTITIONS\tREPLICAS\tHEALTH")
+		for _, v := range r.Volumes {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", v.Name, v.ID, v.MetaPartitions, v.DataPartitions, v.Replicas, v.Health)
+		}
+		tw.Flush()
+	}
+	counts := map[string]int{}
+	for _, p := range r.Partitions {
+		counts[p.Health]++
+	}
+	fmt.Fprintf(out, "\npartitions: %d healthy, %d degraded, %d unavailable\n", counts["healthy"], counts["degraded"], counts["unavailable"])
+	if partitions {
+		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "PARTITION\tVOLUME\tKIND\tREPLICAS\tHEALTH")
+		for _, p := range r.Partitions {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\n", p.ID, p.Volume, p.Kind, p.Replicas, p.Health)
+		}
+		tw.Flush()
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairnfs/cairn/pkg/localcluster"
+)
+
+func newUpCmd() *cobra.Command {
+	var (
+		dataDir, volume, logLevel string
+		masters, metas, datas     int
+		ready                     time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run a whole local cluster in the foreground",
+		Long: `Run a whole Cairn cluster on this machine: masters, 3 meta nodes and 3 data
+nodes as child processes on loopback ports, with every byte of state under
+--data-dir and each process's log in <data-dir>/<process>/cairn.log. Volume
+'default' is created on first start.
+
+Ctrl-C (or SIGTERM) stops every process cleanly. Running 'cairn up' again on the
+same --data-dir restarts the same cluster with its state; 'cairn status' and the
+other admin commands find it through --data-dir.`,
+		Example: `  cairn up
+  cairn up --data-dir /tmp/c1 --masters 3`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if masters < 0 || metas < 0 || datas < 0 {
+				return usagef(cmd, "process counts cannot be negative")
+			}
+			if masters > 0 && masters%2 == 0 {
+				return usagef(cmd, "--masters must be odd (a Raft majority), not %d", masters)
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the cairn binary: %w", err)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			start := time.Now()
+			c, err := localcluster.Start(ctx, localcluster.Options{
+				DataDir: dataDir, Masters: masters, Metas: metas, Datas: datas, Binary: self,
+				Volume: volume, Ready: ready, Out: cmd.OutOrStdout(), LogLevel: logLevel,
+			})
+			if err != nil {
+				return err
+			}
+			defer func() {
+				fmt.Fprintln(cmd.OutOrStdout(), "stopping the cluster...")
+				c.Stop()
+				fmt.Fprintln(cmd.OutOrStdout(), "stopped; state is kept in", c.Dir())
+			}()
+			printCluster(cmd, c, time.Since(start))
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case name := <-c.Exited():
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s stopped: %s\nthe rest of the cluster keeps running; Ctrl-C stops it\n", name, c.ExitReason(name))
+				}
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", "./cairn-data", "directory holding all of the cluster's state and logs")
+	f.IntVar(&masters, "masters", 0, "number of masters for a new cluster: 1 or 3 (default 1)")
+	f.IntVar(&metas, "metas", 0, "number of meta nodes for a new cluster (default 3)")
+	f.IntVar(&datas, "datas", 0, "number of data nodes for a new cluster (default 3)")
+	f.StringVar(&volume, "volume", "default", "volume to create if missing (empty: none)")
+	f.DurationVar(&ready, "ready-timeout", 60*time.Second, "how long to wait for the cluster to come up")
+	f.StringVar(&logLevel, "log-level", "info", "log level of the cluster's processes")
+	return cmd
+}
+
+func printCluster(cmd *cobra.Command, c *localcluster.Cluster, took time.Duration) {
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "\nCairn is up: all nodes alive after %.1fs\n\n", took.Seconds())
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROCESS\tPID\tADDRESS\tMETRICS\tLOG")
+	for _, p := range c.Layout().Procs {
+		fmt.Fprintf(tw, "%s\t%d\t%s\thttp://%s/metrics\t%s\n", p.Name, c.Pid(p.Name), p.Addr, p.MetricsAddr, c.LogPath(p))
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "\nData dir: %s\nStatus:   cairn status --data-dir %s\nStop:     Ctrl-C (state is kept; run 'cairn up' again to restart)\n", c.Dir(), c.Dir())
+}

@@ -1,0 +1,162 @@
+// Package localcluster runs a whole Cairn cluster on one machine as child
+// processes of `cairn up`: masters, meta nodes and data nodes on loopback ports,
+// all state under one data dir, stopped together.
+//
+// The first run picks free ports and writes them to <data-dir>/cluster.json; later
+// runs reuse them, because Raft peers and registered nodes are known by address.
+// Admin commands find the cluster through the same file.
+package localcluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// LayoutFile is the name of the layout file in a cluster's data dir.
+const LayoutFile = "cluster.json"
+
+// ErrNoCluster is returned by LoadLayout for a dir without a cluster.
+var ErrNoCluster = errors.New("no cairn up cluster")
+
+// Proc is one process of the cluster.
+type Proc struct {
+	Name        string `json:"name"` // e.g. "meta-2"; also its dir under the data dir
+	Role        string `json:"role"` // master, meta or data
+	ID          uint64 `json:"id"`   // Raft id of a master; requested node id otherwise
+	Addr        string `json:"addr"`
+	MetricsAddr string `json:"metrics_addr"`
+}
+
+// Layout is the processes of a local cluster and their fixed ports.
+type Layout struct {
+	Version int    `json:"version"`
+	Procs   []Proc `json:"procs"`
+}
+
+// NewLayout allocates loopback ports for masters, metas and datas processes.
+func NewLayout(masters, metas, datas int) (*Layout, error) {
+	if masters < 1 || masters%2 == 0 {
+		return nil, fmt.Errorf("--masters must be odd and at least 1 (a Raft majority), not %d", masters)
+	}
+	if metas < 1 || datas < 1 {
+		return nil, fmt.Errorf("need at least one meta and one data node")
+	}
+	l := &Layout{Version: 1}
+	add := func(role string, n int) error {
+		for i := 1; i <= n; i++ {
+			ports, err := freePorts(2)
+			if err != nil {
+				return err
+			}
+			l.Procs = append(l.Procs, Proc{
+				Name: role + "-" + strconv.Itoa(i), Role: role, ID: uint64(i),
+				Addr: ports[0], MetricsAddr: ports[1],
+			})
+		}
+		return nil
+	}
+	for _, r := range []struct {
+		role string
+		n    int
+	}{{"master", masters}, {"meta", metas}, {"data", datas}} {
+		if err := add(r.role, r.n); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// freePorts asks the kernel for n distinct free loopback ports. They are free now;
+// a process started right after binds them.
+func freePorts(n int) ([]string, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	var out []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	return out, nil
+}
+
+// LoadLayout reads dir's layout; ErrNoCluster if dir has none.
+func LoadLayout(dir string) (*Layout, error) {
+	b, err := os.ReadFile(filepath.Join(dir, LayoutFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w in %s", ErrNoCluster, dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read cluster layout: %w", err)
+	}
+	var l Layout
+	if err := json.Unmarshal(b, &l); err != nil {
+		return nil, fmt.Errorf("%s in %s is corrupt: %w", LayoutFile, dir, err)
+	}
+	if l.Version != 1 || len(l.Masters()) == 0 {
+		return nil, fmt.Errorf("%s in %s: unsupported version %d or no masters", LayoutFile, dir, l.Version)
+	}
+	return &l, nil
+}
+
+// Save writes the layout into dir.
+func (l *Layout) Save(dir string) error {
+	b, err := json.MarshalIndent(l, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, LayoutFile+".tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write cluster layout: %w", err)
+	}
+	return os.Rename(tmp, filepath.Join(dir, LayoutFile))
+}
+
+// Masters returns the master processes.
+func (l *Layout) Masters() []Proc { return l.byRole("master") }
+
+// Count returns how many processes have role.
+func (l *Layout) Count(role string) int { return len(l.byRole(role)) }
+
+func (l *Layout) byRole(role string) []Proc {
+	var out []Proc
+	for _, p := range l.Procs {
+		if p.Role == role {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// MasterAddrs lists the masters' gRPC addresses.
+func (l *Layout) MasterAddrs() []string {
+	var out []string
+	for _, p := range l.Masters() {
+		out = append(out, p.Addr)
+	}
+	return out
+}
+
+// PeersFlag is the --peers value every master of the layout is started with.
+func (l *Layout) PeersFlag() string {
+	s := ""
+	for i, p := range l.Masters() {
+		if i > 0 {
+			s += ","
+		}
+		s += strconv.FormatUint(p.ID, 10) + "=" + p.Addr
+	}
+	return s
+}

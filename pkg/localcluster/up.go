@@ -1,0 +1,417 @@
+package localcluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/daemon"
+	"github.com/cairnfs/cairn/pkg/masterclient"
+)
+
+// Options configures Up.
+type Options struct {
+	DataDir string
+	// Masters, Metas and Datas size a new cluster; 0 takes the layout's (or the
+	// default 1/3/3). A value that differs from an existing layout is an error.
+	Masters, Metas, Datas int
+	// Binary is the cairn executable to start the children from.
+	Binary string
+	// Volume is created if missing once the cluster is up ("" for none).
+	Volume string
+	// Ready is how long to wait for all processes to be up.
+	Ready time.Duration
+	Out   io.Writer
+	// LogLevel is passed to the children.
+	LogLevel string
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	opts   Options
+	dir    string
+	layout *Layout
+	lock   *daemon.DirLock
+	client *masterclient.Client
+
+	mu       sync.Mutex
+	children map[string]*child
+	stopping bool
+	exited   chan string
+}
+
+type child struct {
+	proc Proc
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start brings the cluster up: locks the data dir, starts every process, waits
+// until a master leads and every node is alive, and creates the volume. On
+// error every child started so far is stopped.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	if opts.Ready <= 0 {
+		opts.Ready = 60 * time.Second
+	}
+	if opts.LogLevel == "" {
+		opts.LogLevel = "info"
+	}
+	dir, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts, dir: dir, children: map[string]*child{}, exited: make(chan string, 64)}
+	if err := checkDataDir(dir); err != nil {
+		return nil, err
+	}
+	if c.lock, err = daemon.LockDir(dir); err != nil {
+		if errors.Is(err, daemon.ErrDirInUse) {
+			return nil, fmt.Errorf("another cairn up is running on %s (%v)", dir, err)
+		}
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if c.layout, err = c.loadOrCreateLayout(); err != nil {
+		return nil, err
+	}
+	if err := c.checkPorts(); err != nil {
+		return nil, err
+	}
+	if c.client, err = masterclient.New(c.layout.MasterAddrs()); err != nil {
+		return nil, err
+	}
+	for _, p := range c.layout.Procs {
+		if err := c.startChild(p); err != nil {
+			return nil, err
+		}
+	}
+	fmt.Fprintf(c.opts.Out, "started %d masters, %d meta nodes, %d data nodes; waiting for them to be ready...\n",
+		c.layout.Count("master"), c.layout.Count("meta"), c.layout.Count("data"))
+	rctx, cancel := context.WithTimeout(ctx, opts.Ready)
+	defer cancel()
+	if err := c.waitReady(rctx); err != nil {
+		return nil, err
+	}
+	if opts.Volume != "" {
+		if err := c.ensureVolume(rctx, opts.Volume); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// checkDataDir refuses a dir that exists, holds files, and is not a cluster's.
+func checkDataDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, LayoutFile)); err == nil {
+		return nil
+	}
+	for _, e := range entries {
+		if e.Name() != "LOCK" {
+			return fmt.Errorf("data dir %s is not empty and holds no Cairn cluster (no %s); choose another --data-dir", dir, LayoutFile)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) loadOrCreateLayout() (*Layout, error) {
+	l, err := LoadLayout(c.dir)
+	if err == nil {
+		for _, want := range []struct {
+			role string
+			n    int
+		}{{"master", c.opts.Masters}, {"meta", c.opts.Metas}, {"data", c.opts.Datas}} {
+			if want.n != 0 && want.n != l.Count(want.role) {
+				return nil, fmt.Errorf("the cluster in %s has %d %s processes, not %d; use another --data-dir for a different shape", c.dir, l.Count(want.role), want.role, want.n)
+			}
+		}
+		return l, nil
+	}
+	if !errors.Is(err, ErrNoCluster) {
+		return nil, err
+	}
+	l, err = NewLayout(orDefault(c.opts.Masters, 1), orDefault(c.opts.Metas, 3), orDefault(c.opts.Datas, 3))
+	if err != nil {
+		return nil, err
+	}
+	return l, l.Save(c.dir)
+}
+
+func orDefault(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// checkPorts fails early, naming the process, when a port of the layout is taken.
+func (c *Cluster) checkPorts() error {
+	for _, p := range c.layout.Procs {
+		for _, a := range []string{p.Addr, p.MetricsAddr} {
+			ln, err := net.Listen("tcp", a)
+			if err != nil {
+				return fmt.Errorf("port %s of %s is in use by another program; stop it or use another --data-dir", a, p.Name)
+			}
+			ln.Close()
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) args(p Proc) []string {
+	dir := filepath.Join(c.dir, p.Name)
+	common := []string{"--data-dir", dir, "--metrics-addr", p.MetricsAddr, "--log-level", c.opts.LogLevel}
+	switch p.Role {
+	case "master":
+		return append([]string{"master", "--id", fmt.Sprint(p.ID), "--peers", c.layout.PeersFlag()}, common...)
+	default:
+		return append([]string{p.Role, "--listen", p.Addr, "--master", strings.Join(c.layout.MasterAddrs(), ",")}, common...)
+	}
+}
+
+// LogPath is where a process's output goes.
+func (c *Cluster) LogPath(p Proc) string { return filepath.Join(c.dir, p.Name, "cairn.log") }
+
+func (c *Cluster) startChild(p Proc) error {
+	if err := os.MkdirAll(filepath.Join(c.dir, p.Name), 0o755); err != nil {
+		return fmt.Errorf("%s: %w", p.Name, err)
+	}
+	logf, err := os.OpenFile(c.LogPath(p), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("%s log: %w", p.Name, err)
+	}
+	cmd := exec.Command(c.opts.Binary, c.args(p)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Own process group: Ctrl-C in the terminal reaches only cairn up, which stops
+	// the children in order. Pdeathsig: children die with a killed cairn up.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	// Children read no CAIRN_* settings meant for cairn up itself.
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "CAIRN_") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	ch := &child{proc: p, cmd: cmd, done: make(chan struct{})}
+	c.mu.Lock()
+	c.children[p.Name] = ch
+	c.mu.Unlock()
+	go func() {
+		ch.err = cmd.Wait()
+		logf.Close()
+		close(ch.done)
+		c.mu.Lock()
+		stopping := c.stopping
+		c.mu.Unlock()
+		if !stopping {
+			select {
+			case c.exited <- p.Name:
+			default:
+			}
+		}
+	}()
+	return nil
+}
+
+// Exited delivers the name of a child that ended while the cluster was running.
+func (c *Cluster) Exited() <-chan string { return c.exited }
+
+// ExitReason describes how a child ended, with the tail of its log.
+func (c *Cluster) ExitReason(name string) string {
+	c.mu.Lock()
+	ch := c.children[name]
+	c.mu.Unlock()
+	if ch == nil {
+		return "unknown process"
+	}
+	<-ch.done
+	reason := "exited"
+	if ch.err != nil {
+		reason = ch.err.Error()
+	}
+	return fmt.Sprintf("%s (%s); log %s:\n%s", reason, name, c.LogPath(ch.proc), tail(c.LogPath(ch.proc), 5))
+}
+
+func tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, "  "+sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (c *Cluster) waitReady(ctx context.Context) error {
+	want := c.layout.Count("meta") + c.layout.Count("data")
+	last := ""
+	for {
+		select {
+		case name := <-c.exited:
+			return fmt.Errorf("%s stopped while the cluster was starting: %s", name, c.ExitReason(name))
+		default:
+		}
+		msg, ready := c.readiness(ctx, want)
+		if ready {
+			return nil
+		}
+		if msg != last {
+			fmt.Fprintf(c.opts.Out, "  %s\n", msg)
+			last = msg
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster not ready after %s: %s (logs under %s)", c.opts.Ready, msg, c.dir)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) readiness(ctx context.Context, want int) (string, bool) {
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := c.client.Status(sctx)
+	if err != nil {
+		return "waiting for a master leader", false
+	}
+	alive := 0
+	for _, n := range st.Nodes {
+		if n.Node.State == pb.NodeState_NODE_STATE_ALIVE && n.LastHeartbeatUnixMs > 0 {
+			alive++
+		}
+	}
+	mastersUp := 0
+	for _, m := range st.Masters {
+		if m.Pid != 0 {
+			mastersUp++
+		}
+	}
+	if alive < want || mastersUp < len(c.layout.Masters()) {
+		return fmt.Sprintf("%d/%d masters up, %d/%d nodes alive", mastersUp, len(c.layout.Masters()), alive, want), false
+	}
+	return "all nodes alive", true
+}
+
+func (c *Cluster) ensureVolume(ctx context.Context, name string) error {
+	err := c.client.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) error {
+		_, err := m.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: name}, o...)
+		return err
+	})
+	if status.Code(err) == codes.AlreadyExists {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create volume %q: %w", name, err)
+	}
+	fmt.Fprintf(c.opts.Out, "created volume %q\n", name)
+	return nil
+}
+
+// Layout returns the cluster's processes.
+func (c *Cluster) Layout() *Layout { return c.layout }
+
+// Dir is the absolute data dir.
+func (c *Cluster) Dir() string { return c.dir }
+
+// Pid returns a child's process id, or 0.
+func (c *Cluster) Pid(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch := c.children[name]; ch != nil && ch.cmd.Process != nil {
+		return ch.cmd.Process.Pid
+	}
+	return 0
+}
+
+// Stop stops the nodes, then the masters (so nodes are not marked down while
+// the masters still run), each with SIGTERM and SIGKILL after a grace period,
+// and releases the data dir. Idempotent.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
+	for _, roles := range [][]string{{"data", "meta"}, {"master"}} {
+		var wg sync.WaitGroup
+		for _, ch := range c.childrenOf(roles...) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				stopChild(ch, 10*time.Second)
+			}()
+		}
+		wg.Wait()
+	}
+	if c.client != nil {
+		c.client.Close()
+	}
+	c.lock.Unlock()
+}
+
+func (c *Cluster) childrenOf(roles ...string) []*child {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*child
+	for _, ch := range c.children {
+		for _, r := range roles {
+			if ch.proc.Role == r {
+				out = append(out, ch)
+			}
+		}
+	}
+	return out
+}
+
+func stopChild(ch *child, grace time.Duration) {
+	select {
+	case <-ch.done:
+		return
+	default:
+	}
+	_ = ch.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-ch.done:
+	case <-time.After(grace):
+		_ = ch.cmd.Process.Kill()
+		<-ch.done
+	}
+}

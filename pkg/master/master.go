@@ -1,0 +1,436 @@
+// Package master is the resource manager: a Raft-replicated process that keeps
+// the cluster map (nodes, volumes, partitions, epoch), registers nodes and
+// follows their heartbeats, marks silent nodes down and then out, and places new
+// partitions on the least-utilized nodes.
+//
+// Every change to the map is a command through the master's Raft group (one group
+// on the multi-raft host), so it survives the loss of a minority of masters and
+// the restart of all of them. Heartbeat contents (utilization, reported
+// partitions) are soft state kept only by the leader: they change every second,
+// are re-sent within a second to a new leader, and would only bloat the log.
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/cairnfs/cairn/pkg/clustermap"
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/daemon"
+	"github.com/cairnfs/cairn/pkg/masterclient"
+	"github.com/cairnfs/cairn/pkg/multiraft"
+)
+
+// groupID is the master's only Raft group.
+const groupID multiraft.GroupID = 1
+
+// Config configures one master replica.
+type Config struct {
+	// ID is this master's Raft id, a key of Peers.
+	ID uint64
+	// Peers maps every master's Raft id to its gRPC address. All masters of a
+	// cluster are started with the same map.
+	Peers map[uint64]string
+	// Listen is the address to listen on; empty means Peers[ID].
+	Listen      string
+	DataDir     string
+	MetricsAddr string
+	// DownAfter is how long a node may miss heartbeats before it is marked down;
+	// OutAfter how long it may stay down before it is marked out.
+	DownAfter time.Duration
+	OutAfter  time.Duration
+	// TickInterval is the Raft tick; elections take 10 ticks.
+	TickInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// ParsePeers parses "1=host:port,2=host:port".
+func ParsePeers(specs []string) (map[uint64]string, error) {
+	peers := map[uint64]string{}
+	for _, spec := range specs {
+		for _, p := range strings.Split(spec, ",") {
+			p = strings.TrimSpace(p)
+			if p == "" {
+				continue
+			}
+			idStr, addr, ok := strings.Cut(p, "=")
+			id, err := strconv.ParseUint(idStr, 10, 64)
+			if !ok || err != nil || id == 0 || addr == "" {
+				return nil, fmt.Errorf("peer %q: want ID=HOST:PORT with ID >= 1", p)
+			}
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return nil, fmt.Errorf("peer %q: %w", p, err)
+			}
+			if _, dup := peers[id]; dup {
+				return nil, fmt.Errorf("peer id %d given twice", id)
+			}
+			peers[id] = addr
+		}
+	}
+	return peers, nil
+}
+
+// Server is a running master.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	lock      *daemon.DirLock
+	db        *pebble.DB
+	host      *multiraft.Host
+	transport *multiraft.GRPCTransport
+	grpc      *grpc.Server
+	telemetry *daemon.Telemetry
+	fsm       *fsm
+	metrics   *metrics
+	hostname  string
+	// peerClient pings the other masters for status; it never follows leaders.
+	peerClient *masterclient.Client
+
+	mu          sync.Mutex
+	soft        map[uint64]*nodeSoft // by node id; leader only
+	leaderSince time.Time            // zero when not leader
+	createMu    sync.Mutex           // serializes volume placement
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// nodeSoft is what the leader knows from a node's latest heartbeat.
+type nodeSoft struct {
+	last        time.Time
+	usage       *pb.Usage
+	pid         int32
+	hostname    string
+	metricsAddr string
+	partitions  []*pb.PartitionReport
+}
+
+// Start opens the data dir, joins the master Raft group and serves. It returns
+// once the server listens; leadership comes later.
+func Start(cfg Config) (_ *Server, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DownAfter <= 0 {
+		cfg.DownAfter = 10 * time.Second
+	}
+	if cfg.OutAfter <= 0 {
+		cfg.OutAfter = 10 * time.Minute
+	}
+	if _, ok := cfg.Peers[cfg.ID]; !ok {
+		return nil, fmt.Errorf("master id %d is not among the peers %v", cfg.ID, cfg.Peers)
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = cfg.Peers[cfg.ID]
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, fsm: newFSM(), soft: map[uint64]*nodeSoft{}, stop: make(chan struct{})}
+	s.hostname, _ = os.Hostname()
+	addrs := make([]string, 0, len(cfg.Peers))
+	for _, a := range cfg.Peers {
+		addrs = append(addrs, a)
+	}
+	if s.peerClient, err = masterclient.New(addrs); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.closeAll()
+		}
+	}()
+
+	if s.lock, err = daemon.LockDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	if err = s.checkIdentity(); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	if s.db, err = pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{}); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("open master store: %w", err)
+	}
+	s.transport = multiraft.NewGRPCTransport(multiraft.NodeID(cfg.ID), s.resolve, s.log)
+	s.host, err = multiraft.NewHost(multiraft.Config{
+		NodeID:       multiraft.NodeID(cfg.ID),
+		DB:           s.db,
+		Transport:    s.transport,
+		TickInterval: cfg.TickInterval,
+		Logger:       s.log,
+	})
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("raft host: %w", err)
+	}
+	s.transport.SetHost(s.host)
+	peers := make([]multiraft.NodeID, 0, len(cfg.Peers))
+	for id := range cfg.Peers {
+		peers = append(peers, multiraft.NodeID(id))
+	}
+	sort.Slice(peers, func(i, j int) bool { return peers[i] < peers[j] })
+	if err = s.host.AddGroup(groupID, peers, s.fsm, multiraft.GroupOptions{}); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("master raft group: %w", err)
+	}
+
+	if s.telemetry, err = daemon.StartTelemetry(cfg.MetricsAddr, s.health); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s.metrics = newMetrics(s.telemetry.Registry, s)
+	s.fsm.onApply = func(epoch uint64) { s.metrics.epoch.Set(float64(epoch)) }
+
+	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(daemon.UnaryMetrics(s.telemetry.Registry)))
+	pb.RegisterMasterServer(s.grpc, &service{s: s})
+	s.transport.Register(s.grpc)
+	s.host.Start()
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpc.Serve(ln); err != nil {
+			s.log.Error("grpc server stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.leaderLoop()
+	}()
+	s.log.Info("master started", "id", cfg.ID, "addr", cfg.Listen, "metrics", s.telemetry.Addr(), "peers", cfg.Peers)
+	return s, nil
+}
+
+func (s *Server) checkIdentity() error {
+	id, ok, err := daemon.LoadIdentity(s.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return daemon.SaveIdentity(s.cfg.DataDir, daemon.Identity{Role: "master", NodeID: s.cfg.ID, UUID: daemon.NewUUID()})
+	}
+	if err := id.CheckRole(s.cfg.DataDir, "master"); err != nil {
+		return err
+	}
+	if id.NodeID != s.cfg.ID {
+		return fmt.Errorf("data dir %s belongs to master %d, not %d", s.cfg.DataDir, id.NodeID, s.cfg.ID)
+	}
+	return nil
+}
+
+// MetricsAddr is where /metrics and /healthz are served.
+func (s *Server) MetricsAddr() string { return s.telemetry.Addr() }
+
+// Stop stops serving, leaves the Raft group and closes the store. Idempotent.
+func (s *Server) Stop() {
+	select {
+	case <-s.stop:
+		return
+	default:
+		close(s.stop)
+	}
+	if s.grpc != nil {
+		done := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			s.grpc.Stop()
+		}
+	}
+	s.wg.Wait()
+	s.closeAll()
+	s.log.Info("master stopped", "id", s.cfg.ID)
+}
+
+func (s *Server) closeAll() {
+	if s.peerClient != nil {
+		s.peerClient.Close()
+	}
+	if s.transport != nil {
+		s.transport.Close()
+	}
+	if s.host != nil {
+		s.host.Stop()
+	}
+	if s.db != nil {
+		if err := s.db.Close(); err != nil {
+			s.log.Error("close master store", "err", err)
+		}
+	}
+	if s.telemetry != nil {
+		s.telemetry.Close()
+	}
+	s.lock.Unlock()
+}
+
+func (s *Server) resolve(id multiraft.NodeID) (string, bool) {
+	a, ok := s.cfg.Peers[uint64(id)]
+	return a, ok
+}
+
+func (s *Server) health() error {
+	st, err := s.host.Status(groupID)
+	if err != nil {
+		return err
+	}
+	if st.Leader == 0 {
+		return errors.New("no master leader")
+	}
+	return nil
+}
+
+// leader reports whether this master leads, and the leader's address if known.
+func (s *Server) leader() (bool, string, multiraft.GroupStatus) {
+	st, err := s.host.Status(groupID)
+	if err != nil {
+		return false, "", st
+	}
+	return st.IsLeader, s.cfg.Peers[uint64(st.Leader)], st
+}
+
+// propose replicates cmd and returns its Apply result.
+func (s *Server) propose(ctx context.Context, cmd *pb.Command) (any, error) {
+	cmd.NowUnixMs = time.Now().UnixMilli()
+	data, err := marshalCommand(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return s.host.Propose(ctx, groupID, data)
+}
+
+// leaderLoop does the leader's periodic duties: initialise a new cluster and
+// follow node liveness.
+func (s *Server) leaderLoop() {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		isLeader, _, st := s.leader()
+		s.metrics.isLeader.Set(b2f(isLeader))
+		s.metrics.term.Set(float64(st.Term))
+		s.mu.Lock()
+		if !isLeader {
+			s.leaderSince = time.Time{}
+			clear(s.soft)
+			s.mu.Unlock()
+			continue
+		}
+		if s.leaderSince.IsZero() {
+			// A new leader has no heartbeat history: every node gets a full
+			// DownAfter from now before it can be marked down.
+			s.leaderSince = time.Now()
+			s.log.Info("became master leader", "term", st.Term)
+		}
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.leaderDuties(ctx)
+		cancel()
+	}
+}
+
+func (s *Server) leaderDuties(ctx context.Context) {
+	var clusterID string
+	s.fsm.read(func(st *clustermap.State) { clusterID = st.Map().ClusterId })
+	if clusterID == "" {
+		id := daemon.NewUUID()
+		if _, err := s.propose(ctx, &pb.Command{Op: &pb.Command_Init{Init: &pb.InitCluster{ClusterId: id}}}); err != nil {
+			s.log.Warn("initialise cluster", "err", err)
+			return
+		}
+		s.log.Info("cluster initialised", "cluster_id", id)
+	}
+	for _, ch := range s.livenessChanges(time.Now()) {
+		_, err := s.propose(ctx, &pb.Command{Op: &pb.Command_SetNodeState{SetNodeState: ch}})
+		if err != nil {
+			s.log.Warn("mark node", "node", ch.NodeId, "state", ch.State, "err", err)
+			continue
+		}
+		s.log.Info("node state changed", "node", ch.NodeId, "state", stateName(ch.State))
+	}
+}
+
+// livenessChanges decides which nodes to mark down or out at now (Ceph §5.4):
+// alive nodes silent for DownAfter go down, down nodes silent for OutAfter more
+// go out. Time starts at the later of the last heartbeat and this master's
+// election, so a fresh leader never condemns nodes it has not heard from yet.
+func (s *Server) livenessChanges(now time.Time) []*pb.SetNodeState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*pb.SetNodeState
+	s.fsm.read(func(st *clustermap.State) {
+		for id, n := range st.Map().Nodes {
+			last := s.leaderSince
+			if soft := s.soft[id]; soft != nil && soft.last.After(last) {
+				last = soft.last
+			}
+			silent := now.Sub(last)
+			switch n.State {
+			case pb.NodeState_NODE_STATE_ALIVE:
+				if silent > s.cfg.DownAfter {
+					out = append(out, &pb.SetNodeState{NodeId: id, State: pb.NodeState_NODE_STATE_DOWN})
+				}
+			case pb.NodeState_NODE_STATE_DOWN:
+				since := time.UnixMilli(n.StateChangedUnixMs)
+				if since.Before(s.leaderSince) {
+					since = s.leaderSince
+				}
+				if silent > s.cfg.DownAfter && now.Sub(since) > s.cfg.OutAfter {
+					out = append(out, &pb.SetNodeState{NodeId: id, State: pb.NodeState_NODE_STATE_OUT})
+				}
+			}
+		}
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeId < out[j].NodeId })
+	return out
+}
+
+func stateName(s pb.NodeState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "NODE_STATE_"))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+type metrics struct {
+	epoch    prometheus.Gauge
+	isLeader prometheus.Gauge
+	term     prometheus.Gauge
+}
+
+func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
+	m := &metrics{
+		epoch:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_master_map_epoch", Help: "Epoch of the cluster map applied on this master."}),
+		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_master_is_leader", Help: "1 if this master is the Raft leader."}),
+		term:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_master_raft_term", Help: "Current Raft term of the master group."}),
+	}
+	nodes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_master_nodes", Help: "Registered meta and data nodes."}, func() float64 {
+		var n int
+		s.fsm.read(func(st *clustermap.State) { n = len(st.Map().Nodes) })
+		return float64(n)
+	})
+	reg.MustRegister(m.epoch, m.isLeader, m.term, nodes)
+	return m
+}

@@ -1,0 +1,379 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnfs/cairn/pkg/clustermap"
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/daemon"
+	"github.com/cairnfs/cairn/pkg/masterclient"
+	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/placement"
+)
+
+// Defaults for a new volume; CFS starts a volume with 3 meta and 10 data
+// partitions and grows it when they fill.
+const (
+	DefaultMetaPartitions = 3
+	DefaultDataPartitions = 10
+	DefaultReplicas       = 3
+	maxReplicas           = 7
+)
+
+type service struct {
+	pb.UnimplementedMasterServer
+	s *Server
+}
+
+func marshalCommand(cmd *pb.Command) ([]byte, error) {
+	b, err := proto.Marshal(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("encode command: %w", err)
+	}
+	return b, nil
+}
+
+// requireLeader answers followers' callers with the leader's address, and makes
+// sure the leader's map includes everything committed before the call (a read
+// barrier), so reads from the leader are linearizable.
+func (v *service) requireLeader(ctx context.Context) error {
+	isLeader, addr, _ := v.s.leader()
+	if !isLeader {
+		return masterclient.NotLeaderError(ctx, addr)
+	}
+	if err := v.s.host.ReadIndex(ctx, groupID); err != nil {
+		return toStatus(err)
+	}
+	return nil
+}
+
+// toStatus maps map and Raft errors to gRPC codes a client can act on.
+func toStatus(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, clustermap.ErrExists):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, clustermap.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, clustermap.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, clustermap.ErrConflict):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, multiraft.ErrNotLeader), errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func (v *service) Ping(ctx context.Context, _ *pb.PingRequest) (*pb.PingResponse, error) {
+	isLeader, addr, st := v.s.leader()
+	return &pb.PingResponse{
+		Id: v.s.cfg.ID, Leader: isLeader, LeaderId: uint64(st.Leader), LeaderAddr: addr, Term: st.Term,
+		Pid: int32(os.Getpid()), Hostname: v.s.hostname, Addr: v.s.cfg.Peers[v.s.cfg.ID], MetricsAddr: v.s.telemetry.Addr(),
+	}, nil
+}
+
+func (v *service) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.RegisterResponse, error) {
+	if err := v.requireLeader(ctx); err != nil {
+		return nil, err
+	}
+	var clusterID string
+	v.s.fsm.read(func(st *clustermap.State) { clusterID = st.Map().ClusterId })
+	switch {
+	case clusterID == "":
+		return nil, status.Error(codes.Unavailable, "the cluster is still initialising")
+	case req.ClusterId != "" && req.ClusterId != clusterID:
+		return nil, status.Errorf(codes.FailedPrecondition, "node data dir belongs to cluster %s, but this is cluster %s", req.ClusterId, clusterID)
+	}
+	res, err := v.s.propose(ctx, &pb.Command{Op: &pb.Command_Register{Register: &pb.RegisterNode{
+		Uuid: req.Uuid, Role: req.Role, Addr: req.Addr, Zone: req.Zone, RequestedId: req.NodeId,
+	}}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	id := res.(uint64)
+	v.s.mu.Lock()
+	v.s.soft[id] = &nodeSoft{last: time.Now()}
+	v.s.mu.Unlock()
+	var epoch uint64
+	v.s.fsm.read(func(st *clustermap.State) { epoch = st.Map().Epoch })
+	v.s.log.Info("node registered", "node", id, "role", req.Role, "addr", req.Addr)
+	return &pb.RegisterResponse{ClusterId: clusterID, NodeId: id, Epoch: epoch}, nil
+}
+
+func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
+	if isLeader, addr, _ := v.s.leader(); !isLeader {
+		return nil, masterclient.NotLeaderError(ctx, addr)
+	}
+	var (
+		node     *pb.Node
+		assigned []*pb.Partition
+		epoch    uint64
+	)
+	v.s.fsm.read(func(st *clustermap.State) {
+		if n, ok := st.Map().Nodes[req.NodeId]; ok && n.Uuid == req.Uuid {
+			node = proto.Clone(n).(*pb.Node)
+			for _, p := range st.PartitionsOf(req.NodeId) {
+				assigned = append(assigned, proto.Clone(p).(*pb.Partition))
+			}
+		}
+		epoch = st.Map().Epoch
+	})
+	if node == nil {
+		return nil, status.Errorf(codes.NotFound, "node %d (%s) is not registered; register again", req.NodeId, req.Uuid)
+	}
+	v.s.mu.Lock()
+	v.s.soft[req.NodeId] = &nodeSoft{
+		last: time.Now(), usage: req.Usage, pid: req.Pid, hostname: req.Hostname,
+		metricsAddr: req.MetricsAddr, partitions: req.Partitions,
+	}
+	v.s.mu.Unlock()
+	if node.State != pb.NodeState_NODE_STATE_ALIVE {
+		_, err := v.s.propose(ctx, &pb.Command{Op: &pb.Command_SetNodeState{SetNodeState: &pb.SetNodeState{NodeId: node.Id, State: pb.NodeState_NODE_STATE_ALIVE}}})
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		v.s.log.Info("node state changed", "node", node.Id, "state", "alive")
+	}
+	return &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned}, nil
+}
+
+func (v *service) GetMap(ctx context.Context, _ *pb.GetMapRequest) (*pb.GetMapResponse, error) {
+	if err := v.requireLeader(ctx); err != nil {
+		return nil, err
+	}
+	var m *pb.ClusterMap
+	v.s.fsm.read(func(st *clustermap.State) { m = st.Clone() })
+	return &pb.GetMapResponse{Map: m}, nil
+}
+
+func (v *service) volumeResponse(name string) (*pb.VolumeResponse, error) {
+	var resp *pb.VolumeResponse
+	v.s.fsm.read(func(st *clustermap.State) {
+		vol := st.VolumeByName(name)
+		if vol == nil {
+			return
+		}
+		resp = &pb.VolumeResponse{Volume: proto.Clone(vol).(*pb.Volume), Epoch: st.Map().Epoch}
+		for _, ids := range [][]uint64{vol.MetaPartitions, vol.DataPartitions} {
+			for _, id := range ids {
+				resp.Partitions = append(resp.Partitions, proto.Clone(st.Map().Partitions[id]).(*pb.Partition))
+			}
+		}
+	})
+	if resp == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", name)
+	}
+	return resp, nil
+}
+
+func (v *service) GetVolume(ctx context.Context, req *pb.VolumeRequest) (*pb.VolumeResponse, error) {
+	if err := v.requireLeader(ctx); err != nil {
+		return nil, err
+	}
+	return v.volumeResponse(req.Name)
+}
+
+func (v *service) ListVolumes(ctx context.Context, _ *pb.ListVolumesRequest) (*pb.ListVolumesResponse, error) {
+	if err := v.requireLeader(ctx); err != nil {
+		return nil, err
+	}
+	resp := &pb.ListVolumesResponse{}
+	v.s.fsm.read(func(st *clustermap.State) {
+		for _, vol := range st.Map().Volumes {
+			resp.Volumes = append(resp.Volumes, proto.Clone(vol).(*pb.Volume))
+		}
+		resp.Epoch = st.Map().Epoch
+	})
+	sort.Slice(resp.Volumes, func(i, j int) bool { return resp.Volumes[i].Name < resp.Volumes[j].Name })
+	return resp, nil
+}
+
+func (v *service) DeleteVolume(ctx context.Context, req *pb.VolumeRequest) (*pb.DeleteVolumeResponse, error) {
+	if err := v.requireLeader(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := v.s.propose(ctx, &pb.Command{Op: &pb.Command_DeleteVolume{DeleteVolume: &pb.DeleteVolume{Name: req.Name}}}); err != nil {
+		return nil, toStatus(err)
+	}
+	var epoch uint64
+	v.s.fsm.read(func(st *clustermap.State) { epoch = st.Map().Epoch })
+	v.s.log.Info("volume deleted", "volume", req.Name)
+	return &pb.DeleteVolumeResponse{Epoch: epoch}, nil
+}
+
+func (v *service) CreateVolume(ctx context.Context, req *pb.CreateVolumeRequest) (*pb.VolumeResponse, error) {
+	if err := clustermap.ValidateVolumeName(req.Name); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := v.requireLeader(ctx); err != nil {
+		return nil, err
+	}
+	metas, datas, replicas := int(req.MetaPartitions), int(req.DataPartitions), int(req.Replicas)
+	if metas == 0 {
+		metas = DefaultMetaPartitions
+	}
+	if datas == 0 {
+		datas = DefaultDataPartitions
+	}
+	if replicas == 0 {
+		replicas = DefaultReplicas
+	}
+	if replicas > maxReplicas || metas+datas > clustermap.MaxPartitionsPerOp {
+		return nil, status.Errorf(codes.InvalidArgument, "at most %d replicas and %d partitions per volume", maxReplicas, clustermap.MaxPartitionsPerOp)
+	}
+	// One placement at a time: each sees the partitions the previous one added.
+	v.s.createMu.Lock()
+	defer v.s.createMu.Unlock()
+	parts, err := v.s.placePartitions(req.Name, metas, datas, replicas)
+	if err != nil {
+		return nil, err
+	}
+	_, err = v.s.propose(ctx, &pb.Command{Op: &pb.Command_CreateVolume{CreateVolume: &pb.CreateVolume{
+		Name: req.Name, CapacityBytes: req.CapacityBytes, Replicas: int32(replicas), Partitions: parts,
+	}}})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	v.s.log.Info("volume created", "volume", req.Name, "meta_partitions", metas, "data_partitions", datas, "replicas", replicas)
+	return v.volumeResponse(req.Name)
+}
+
+// placePartitions chooses replica sets for a new volume's partitions among the
+// alive nodes of each role that have reported usage, weighting by free capacity
+// and utilization (CFS §2.3.1). Each choice counts the partitions chosen before
+// it, so one volume spreads over the nodes instead of piling onto the emptiest.
+func (s *Server) placePartitions(volume string, metas, datas, replicas int) ([]*pb.NewPartition, error) {
+	var out []*pb.NewPartition
+	for _, kind := range []struct {
+		kind  pb.PartitionKind
+		role  pb.Role
+		count int
+		name  string
+	}{
+		{pb.PartitionKind_PARTITION_KIND_META, pb.Role_ROLE_META, metas, "meta"},
+		{pb.PartitionKind_PARTITION_KIND_DATA, pb.Role_ROLE_DATA, datas, "data"},
+	} {
+		cands := s.candidates(kind.role)
+		if len(cands) < replicas {
+			return nil, status.Errorf(codes.FailedPrecondition, "need %d alive %s nodes for %d replicas, have %d", replicas, kind.name, replicas, len(cands))
+		}
+		index := map[uint64]int{}
+		for i, c := range cands {
+			index[c.ID] = i
+		}
+		for i := 0; i < kind.count; i++ {
+			ids, err := placement.Choose(placementKey(volume, kind.name, i), cands, replicas)
+			if err != nil {
+				return nil, status.Errorf(codes.FailedPrecondition, "place %s partition %d of volume %q: %v", kind.name, i, volume, err)
+			}
+			for _, id := range ids {
+				cands[index[id]].Partitions++
+			}
+			out = append(out, &pb.NewPartition{Kind: kind.kind, Replicas: ids})
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) candidates(role pb.Role) []placement.Candidate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []placement.Candidate
+	s.fsm.read(func(st *clustermap.State) {
+		counts := map[uint64]int{}
+		for _, p := range st.Map().Partitions {
+			for _, r := range p.Replicas {
+				counts[r]++
+			}
+		}
+		for id, n := range st.Map().Nodes {
+			soft := s.soft[id]
+			if n.Role != role || n.State != pb.NodeState_NODE_STATE_ALIVE || soft == nil || soft.usage == nil {
+				continue
+			}
+			out = append(out, placement.Candidate{
+				ID: id, Zone: n.Zone, CapacityBytes: soft.usage.CapacityBytes, UsedBytes: soft.usage.UsedBytes,
+				MemUtil: soft.usage.MemUtil, Partitions: counts[id],
+			})
+		}
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func placementKey(volume, kind string, i int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%s\x00%d", volume, kind, i)
+	return h.Sum64()
+}
+
+func (v *service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if err := v.requireLeader(ctx); err != nil {
+		return nil, err
+	}
+	resp := &pb.StatusResponse{}
+	v.s.mu.Lock()
+	v.s.fsm.read(func(st *clustermap.State) {
+		resp.Map = st.Clone()
+		for id := range st.Map().Nodes {
+			ns := &pb.NodeStatus{Node: resp.Map.Nodes[id]}
+			if soft := v.s.soft[id]; soft != nil {
+				ns.Usage, ns.Pid, ns.Hostname, ns.MetricsAddr = soft.usage, soft.pid, soft.hostname, soft.metricsAddr
+				ns.LastHeartbeatUnixMs = soft.last.UnixMilli()
+				ns.Partitions = soft.partitions
+			}
+			resp.Nodes = append(resp.Nodes, ns)
+		}
+	})
+	v.s.mu.Unlock()
+	sort.Slice(resp.Nodes, func(i, j int) bool { return resp.Nodes[i].Node.Id < resp.Nodes[j].Node.Id })
+	resp.LeaderId = v.s.cfg.ID
+	resp.Masters = v.s.pingMasters(ctx)
+	return resp, nil
+}
+
+// pingMasters asks every master who it is, in parallel; a master that does not
+// answer within a second is listed with only its id and address.
+func (s *Server) pingMasters(ctx context.Context) []*pb.PingResponse {
+	ids := make([]uint64, 0, len(s.cfg.Peers))
+	for id := range s.cfg.Peers {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	out := make([]*pb.PingResponse, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		if id == s.cfg.ID {
+			out[i], _ = (&service{s: s}).Ping(ctx, nil)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = &pb.PingResponse{Id: id, Addr: s.cfg.Peers[id]}
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			if r, err := s.peerClient.Ping(pctx, s.cfg.Peers[id]); err == nil {
+				out[i] = r
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
