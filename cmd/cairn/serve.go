@@ -72,7 +72,7 @@ gets the same --peers list and its own --id.`,
 			}
 			s, err := master.Start(master.Config{
 				ID: id, Peers: peerMap, Listen: listen, DataDir: dataDir, MetricsAddr: mAddr,
-				DownAfter: downAfter, OutAfter: outAfter, Logger: log.With("role", "master", "id", id),
+				DownAfter: downAfter, OutAfter: outAfter, Logger: log.With("role", "master"),
 			})
 			if err != nil {
 				return err

@@ -11,10 +11,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // LayoutFile is the name of the layout file in a cluster's data dir.
@@ -47,14 +49,22 @@ func NewLayout(masters, metas, datas int) (*Layout, error) {
 		return nil, fmt.Errorf("need at least one meta and one data node")
 	}
 	l := &Layout{Version: 1}
+	// Masters are Raft ids 1..n; meta and data nodes share one id space, so meta
+	// nodes get 1..metas and data nodes follow.
+	nodeID := uint64(0)
 	add := func(role string, n int) error {
 		for i := 1; i <= n; i++ {
 			ports, err := freePorts(2)
 			if err != nil {
 				return err
 			}
+			id := uint64(i)
+			if role != "master" {
+				nodeID++
+				id = nodeID
+			}
 			l.Procs = append(l.Procs, Proc{
-				Name: role + "-" + strconv.Itoa(i), Role: role, ID: uint64(i),
+				Name: role + "-" + strconv.Itoa(i), Role: role, ID: id,
 				Addr: ports[0], MetricsAddr: ports[1],
 			})
 		}
@@ -71,9 +81,15 @@ func NewLayout(masters, metas, datas int) (*Layout, error) {
 	return l, nil
 }
 
-// freePorts asks the kernel for n distinct free loopback ports. They are free now;
-// a process started right after binds them.
+// freePorts finds n distinct free loopback ports below the kernel's ephemeral
+// range. Ports from the ephemeral range (what ":0" gives) are also handed out to
+// outgoing connections, so one picked now could be taken by some client before
+// the child process binds it; ports below the range are only taken by listeners.
 func freePorts(n int) ([]string, error) {
+	lo, hi := 20000, ephemeralLow()
+	if hi-lo < 1000 {
+		lo, hi = 10000, 20000
+	}
 	var lns []net.Listener
 	defer func() {
 		for _, ln := range lns {
@@ -81,15 +97,36 @@ func freePorts(n int) ([]string, error) {
 		}
 	}()
 	var out []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 1000 {
+			return nil, fmt.Errorf("no free loopback port found in %d-%d", lo, hi)
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
+			continue
 		}
 		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
+		out = append(out, addr)
 	}
 	return out, nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	v, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return v
 }
 
 // LoadLayout reads dir's layout; ErrNoCluster if dir has none.

@@ -194,7 +194,7 @@ func (c *Cluster) args(p Proc) []string {
 	case "master":
 		return append([]string{"master", "--id", fmt.Sprint(p.ID), "--peers", c.layout.PeersFlag()}, common...)
 	default:
-		return append([]string{p.Role, "--listen", p.Addr, "--master", strings.Join(c.layout.MasterAddrs(), ",")}, common...)
+		return append([]string{p.Role, "--listen", p.Addr, "--node-id", fmt.Sprint(p.ID), "--master", strings.Join(c.layout.MasterAddrs(), ",")}, common...)
 	}
 }
 

@@ -16,7 +16,6 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
-	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/multiraft"
 	"github.com/cairnfs/cairn/pkg/placement"
@@ -256,8 +255,8 @@ func (v *service) CreateVolume(ctx context.Context, req *pb.CreateVolumeRequest)
 
 // placePartitions chooses replica sets for a new volume's partitions among the
 // alive nodes of each role that have reported usage, weighting by free capacity
-// and utilization (CFS §2.3.1). Each choice counts the partitions chosen before
-// it, so one volume spreads over the nodes instead of piling onto the emptiest.
+// and utilization (CFS §2.3.1). Each partition has its own straw2 key, so one
+// volume's partitions spread over the nodes in proportion to their weights.
 func (s *Server) placePartitions(volume string, metas, datas, replicas int) ([]*pb.NewPartition, error) {
 	var out []*pb.NewPartition
 	for _, kind := range []struct {
@@ -273,17 +272,10 @@ func (s *Server) placePartitions(volume string, metas, datas, replicas int) ([]*
 		if len(cands) < replicas {
 			return nil, status.Errorf(codes.FailedPrecondition, "need %d alive %s nodes for %d replicas, have %d", replicas, kind.name, replicas, len(cands))
 		}
-		index := map[uint64]int{}
-		for i, c := range cands {
-			index[c.ID] = i
-		}
 		for i := 0; i < kind.count; i++ {
 			ids, err := placement.Choose(placementKey(volume, kind.name, i), cands, replicas)
 			if err != nil {
 				return nil, status.Errorf(codes.FailedPrecondition, "place %s partition %d of volume %q: %v", kind.name, i, volume, err)
-			}
-			for _, id := range ids {
-				cands[index[id]].Partitions++
 			}
 			out = append(out, &pb.NewPartition{Kind: kind.kind, Replicas: ids})
 		}

@@ -111,6 +111,9 @@ func startUp(t *testing.T, dir string, args ...string) *upProc {
 	}
 	readyc := make(chan struct{})
 	go func() {
+		// done closes only after the last line is read, so a failure report
+		// shows everything cairn up printed.
+		defer close(u.done)
 		sc := bufio.NewScanner(pr)
 		once := sync.Once{}
 		for sc.Scan() {
@@ -125,7 +128,6 @@ func startUp(t *testing.T, dir string, args ...string) *upProc {
 	go func() {
 		cmd.Wait()
 		pw.Close()
-		close(u.done)
 	}()
 	t.Cleanup(func() { u.stop() })
 	select {
