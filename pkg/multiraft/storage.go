@@ -56,6 +56,9 @@ func entryKey(g GroupID, index uint64) []byte {
 	return binary.BigEndian.AppendUint64(k, index)
 }
 
+// entryIndexOf returns the index in an entry key.
+func entryIndexOf(key []byte) uint64 { return binary.BigEndian.Uint64(key[groupPrefixLen+1:]) }
+
 // groupSpan returns [start, end) covering every key of group g: kinds are
 // ASCII letters, all below 0xff.
 func groupSpan(g GroupID) (start, end []byte) {
@@ -127,6 +130,12 @@ type storage struct {
 	group  GroupID
 	cur    logState
 	staged *logState // nil when nothing is staged
+
+	// latestConf returns the group's latest applied configuration (nil:
+	// unknown). freshWanted asks the host to take a new snapshot: raft wanted
+	// one and the stored one predates a membership change.
+	latestConf  func() *raftpb.ConfState
+	freshWanted bool
 }
 
 var _ raft.Storage = (*storage)(nil)
@@ -170,14 +179,14 @@ func loadStorage(db *pebble.DB, g GroupID) (st *storage, exists bool, err error)
 	defer it.Close()
 	if it.First() {
 		exists = true
-		first := binary.BigEndian.Uint64(it.Key()[groupPrefixLen+1:])
+		first := entryIndexOf(it.Key())
 		if first != st.cur.snap.GetIndex()+1 {
 			return nil, false, fmt.Errorf("group %d: log starts at %d but snapshot is at %d", g, first, st.cur.snap.GetIndex())
 		}
 		if !it.Last() {
 			return nil, false, fmt.Errorf("group %d: scan log: %w", g, errors.Join(it.Error(), errors.New("last entry vanished")))
 		}
-		last := binary.BigEndian.Uint64(it.Key()[groupPrefixLen+1:])
+		last := entryIndexOf(it.Key())
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return nil, false, fmt.Errorf("group %d: read entry %d: %w", g, last, err)
@@ -238,7 +247,7 @@ func (s *storage) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	var size uint64
 	next := lo
 	for ok := it.First(); ok; ok = it.Next() {
-		idx := binary.BigEndian.Uint64(it.Key()[groupPrefixLen+1:])
+		idx := entryIndexOf(it.Key())
 		if idx != next {
 			return nil, fmt.Errorf("group %d: log hole: want entry %d, found %d", s.group, next, idx)
 		}
@@ -296,22 +305,38 @@ func (s *storage) FirstIndex() (uint64, error) { return s.cur.snap.GetIndex() + 
 
 // Snapshot implements raft.Storage: it returns the stored snapshot, the one the
 // log starts after. Raft calls it to catch up a follower whose next entry was
-// truncated; the stored one always suffices because every entry after it is
-// still in the log, and returning it costs a DB read instead of serializing
-// the state machine for each attempt.
+// truncated. The stored one suffices because every entry after it is still in
+// the log, and returning it costs a DB read instead of serializing the state
+// machine on each attempt (and keeps state-machine calls on the processing
+// loop: raft may call Snapshot from inside Propose).
+//
+// The exception is a stored snapshot older than the latest membership change:
+// a replica added since is not in its ConfState, and raft on the receiving
+// side rightly refuses a snapshot that does not include it. Then Snapshot
+// reports ErrSnapshotTemporarilyUnavailable and asks the host for a fresh
+// snapshot, which the loop takes at the end of the round; raft asks again on
+// the follower's next heartbeat response.
 func (s *storage) Snapshot() (*raftpb.Snapshot, error) {
 	meta := proto.Clone(s.cur.snap).(*raftpb.SnapshotMetadata)
 	if meta.GetIndex() == 0 {
 		return raftpb.EnsureSnapshot(&raftpb.Snapshot{Metadata: meta}), nil
 	}
-	data, found, err := getValue(s.db, kindKey(s.group, kindSnapData))
-	if err != nil {
-		return nil, fmt.Errorf("group %d: read snapshot data: %w", s.group, err)
+	if s.latestConf != nil {
+		if cs := s.latestConf(); cs != nil && !confEqual(cs, meta.GetConfState()) {
+			s.freshWanted = true
+			return nil, raft.ErrSnapshotTemporarilyUnavailable
+		}
 	}
-	if !found {
-		return nil, fmt.Errorf("group %d: snapshot %d has no data in the DB", s.group, meta.GetIndex())
+	data, err := s.snapshotData()
+	if err != nil {
+		return nil, err
 	}
 	return &raftpb.Snapshot{Data: data, Metadata: meta}, nil
+}
+
+// confEqual compares configurations, ignoring member order.
+func confEqual(a, b *raftpb.ConfState) bool {
+	return a.Equivalent(b) == nil
 }
 
 // snapshotData reads the stored snapshot's data.
@@ -335,6 +360,31 @@ func (s *storage) next() *logState {
 		s.staged = &c
 	}
 	return s.staged
+}
+
+// checkReady verifies that rd's snapshot and entries fit the stored log,
+// before anything of rd is staged.
+func (s *storage) checkReady(rd *raft.Ready) error {
+	snap, last := s.cur.snap.GetIndex(), s.cur.lastIndex
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		idx := rd.Snapshot.GetMetadata().GetIndex()
+		if idx <= snap {
+			return fmt.Errorf("received snapshot %d is not newer than stored snapshot %d", idx, snap)
+		}
+		snap, last = idx, idx
+	}
+	if n := len(rd.Entries); n > 0 {
+		first := rd.Entries[0].GetIndex()
+		if first <= snap || first > last+1 {
+			return fmt.Errorf("append [%d, %d] does not fit log (snapshot %d, last %d)", first, rd.Entries[n-1].GetIndex(), snap, last)
+		}
+		for i, e := range rd.Entries {
+			if e.GetIndex() != first+uint64(i) {
+				return fmt.Errorf("append: entry %d out of sequence at %d", e.GetIndex(), first+uint64(i))
+			}
+		}
+	}
+	return nil
 }
 
 // stageReady adds the persistent parts of rd to b, in the order raft requires:

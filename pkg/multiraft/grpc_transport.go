@@ -1,0 +1,353 @@
+package multiraft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnfs/cairn/pkg/multiraft/transportpb"
+)
+
+// GRPCTransport is the Transport between hosts over gRPC: one long-lived
+// client stream (transportpb.Transport/Stream) per peer, fed by a bounded
+// per-peer queue and one sender goroutine per peer, which reconnects with
+// exponential backoff and re-resolves the peer's address on every attempt
+// (addresses may change). Inbound streams are served by the caller's
+// *grpc.Server (see Register) and handed to the host with Host.Deliver.
+//
+// A batch larger than the wire limit (WithMaxMessageBytes, default 3.5 MiB,
+// under gRPC's default 4 MiB receive limit) is split into several stream
+// messages, each a valid batch. A single raft message is never split, so the
+// server's grpc.MaxRecvMsgSize must admit the largest one: the largest
+// state-machine snapshot, or MaxSizePerMsg of entries.
+type GRPCTransport struct {
+	self       NodeID
+	resolve    func(NodeID) (string, bool)
+	log        *slog.Logger
+	dialOpts   []grpc.DialOption
+	queueLen   int
+	maxBytes   int
+	backoffMin time.Duration
+	backoffMax time.Duration
+
+	host atomic.Pointer[Host]
+
+	ctx    context.Context // canceled by Close; parent of every stream
+	cancel context.CancelFunc
+	mu     sync.Mutex // guards peers and closed
+	peers  map[NodeID]*grpcPeer
+	closed bool
+	wg     sync.WaitGroup // sender goroutines
+
+	sent, dropped, sendErrors, received, malformed, undelivered atomic.Uint64
+}
+
+type grpcPeer struct {
+	id NodeID
+	q  chan *Batch
+}
+
+// TransportOption configures a GRPCTransport.
+type TransportOption func(*GRPCTransport)
+
+// WithDialOptions sets the options for dialing peers, credentials included.
+// Without it the transport dials without TLS.
+func WithDialOptions(opts ...grpc.DialOption) TransportOption {
+	return func(t *GRPCTransport) { t.dialOpts = append([]grpc.DialOption(nil), opts...) }
+}
+
+// WithQueueBatches bounds the batches queued per peer (default 256); Send
+// drops batches beyond it, and raft retransmits.
+func WithQueueBatches(n int) TransportOption {
+	return func(t *GRPCTransport) {
+		if n > 0 {
+			t.queueLen = n
+		}
+	}
+}
+
+// WithMaxMessageBytes sets the size above which a batch is split into several
+// stream messages (default 3.5 MiB).
+func WithMaxMessageBytes(n int) TransportOption {
+	return func(t *GRPCTransport) {
+		if n > 0 {
+			t.maxBytes = n
+		}
+	}
+}
+
+// WithBackoff sets the reconnect backoff range (default 50ms to 2s).
+func WithBackoff(minDelay, maxDelay time.Duration) TransportOption {
+	return func(t *GRPCTransport) {
+		if minDelay > 0 && maxDelay >= minDelay {
+			t.backoffMin, t.backoffMax = minDelay, maxDelay
+		}
+	}
+}
+
+// NewGRPCTransport creates the transport of host self. resolve maps a peer to
+// its current gRPC address; it is called from the sender goroutines before
+// each connection attempt and must be safe for concurrent use. log may be
+// nil. Call SetHost and Register before traffic flows; Close stops it.
+func NewGRPCTransport(self NodeID, resolve func(NodeID) (string, bool), log *slog.Logger, opts ...TransportOption) *GRPCTransport {
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &GRPCTransport{
+		self:       self,
+		resolve:    resolve,
+		log:        log.With("node", uint64(self), "component", "raft-transport"),
+		dialOpts:   []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		queueLen:   256,
+		maxBytes:   3<<20 + 1<<19,
+		backoffMin: 50 * time.Millisecond,
+		backoffMax: 2 * time.Second,
+		ctx:        ctx,
+		cancel:     cancel,
+		peers:      make(map[NodeID]*grpcPeer),
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+// SetHost sets the host inbound batches are delivered to. Batches arriving
+// before it is set are dropped.
+func (t *GRPCTransport) SetHost(h *Host) { t.host.Store(h) }
+
+// Register registers the transport's service on s, the process's gRPC server.
+func (t *GRPCTransport) Register(s *grpc.Server) {
+	transportpb.RegisterTransportServer(s, &grpcService{t: t})
+}
+
+// Send queues b for its peer without blocking; it drops b when the peer's
+// queue is full or the transport is closed.
+func (t *GRPCTransport) Send(b *Batch) {
+	if b == nil || b.To == 0 || b.To == t.self {
+		return
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		t.dropped.Add(1)
+		return
+	}
+	p := t.peers[b.To]
+	if p == nil {
+		p = &grpcPeer{id: b.To, q: make(chan *Batch, t.queueLen)}
+		t.peers[b.To] = p
+		t.wg.Add(1)
+		go t.runPeer(p)
+	}
+	t.mu.Unlock()
+	select {
+	case p.q <- b:
+	default:
+		t.dropped.Add(1)
+	}
+}
+
+// Close stops every sender goroutine and closes their connections, and waits.
+// Inbound streams end when their peers or the gRPC server close them; batches
+// they still carry are dropped. Idempotent.
+func (t *GRPCTransport) Close() {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	t.cancel()
+	t.mu.Unlock()
+	t.wg.Wait()
+}
+
+// TransportStats are a GRPCTransport's counters.
+type TransportStats struct {
+	// BatchesSent went out on a stream; BatchesDropped were dropped for a
+	// full queue or a closed transport; SendErrors are streams that broke.
+	BatchesSent, BatchesDropped, SendErrors uint64
+	// BatchesReceived were delivered to the host; Malformed raft messages or
+	// misaddressed batches were dropped; Undelivered arrived before SetHost.
+	BatchesReceived, Malformed, Undelivered uint64
+}
+
+// Stats returns the transport's counters.
+func (t *GRPCTransport) Stats() TransportStats {
+	return TransportStats{
+		BatchesSent: t.sent.Load(), BatchesDropped: t.dropped.Load(), SendErrors: t.sendErrors.Load(),
+		BatchesReceived: t.received.Load(), Malformed: t.malformed.Load(), Undelivered: t.undelivered.Load(),
+	}
+}
+
+// runPeer owns the connection and stream to one peer.
+func (t *GRPCTransport) runPeer(p *grpcPeer) {
+	defer t.wg.Done()
+	var (
+		conn    *grpc.ClientConn
+		addr    string
+		backoff = t.backoffMin
+		failing bool // log a broken peer once, not on every retry
+	)
+	defer func() {
+		if conn != nil {
+			_ = conn.Close()
+		}
+	}()
+	for t.ctx.Err() == nil {
+		a, ok := t.resolve(p.id)
+		var err error
+		switch {
+		case !ok:
+			err = fmt.Errorf("no address for node %d", p.id)
+		case conn == nil || a != addr:
+			if conn != nil {
+				_ = conn.Close()
+				conn = nil
+			}
+			conn, err = grpc.NewClient(a, t.dialOpts...)
+			if err != nil {
+				conn = nil
+				err = fmt.Errorf("dial node %d at %s: %w", p.id, a, err)
+			} else {
+				addr = a
+			}
+		}
+		if err == nil {
+			var sentAny bool
+			sentAny, err = t.stream(conn, p)
+			if sentAny {
+				backoff = t.backoffMin
+				failing = false
+			}
+		}
+		if t.ctx.Err() != nil {
+			return
+		}
+		t.sendErrors.Add(1)
+		if !failing {
+			t.log.Warn("raft stream to peer broken; retrying with backoff", "peer", uint64(p.id), "addr", addr, "err", err)
+			failing = true
+		}
+		// Full jitter keeps peers that broke together from retrying together.
+		d := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, t.backoffMax)
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+// stream sends p's queued batches on one stream until it breaks or the
+// transport closes.
+func (t *GRPCTransport) stream(conn *grpc.ClientConn, p *grpcPeer) (sentAny bool, err error) {
+	ctx, cancel := context.WithCancel(t.ctx)
+	defer cancel()
+	s, err := transportpb.NewTransportClient(conn).Stream(ctx)
+	if err != nil {
+		return false, fmt.Errorf("open stream to node %d: %w", p.id, err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return sentAny, ctx.Err()
+		case b := <-p.q:
+			pb, err := encodeBatch(b)
+			if err != nil {
+				t.log.Error("dropping unencodable batch", "peer", uint64(p.id), "err", err)
+				continue
+			}
+			for _, part := range splitWire(pb, t.maxBytes) {
+				if err := s.Send(part); err != nil {
+					// Send reports io.EOF for a broken stream; the
+					// cause comes from CloseAndRecv.
+					if _, rerr := s.CloseAndRecv(); rerr != nil && !errors.Is(rerr, io.EOF) {
+						err = rerr
+					}
+					return sentAny, fmt.Errorf("send to node %d: %w", p.id, err)
+				}
+			}
+			t.sent.Add(1)
+			sentAny = true
+		}
+	}
+}
+
+// splitWire splits pb into batches of at most limit bytes each (but never
+// splits a raft message). Heartbeats go in the first part.
+func splitWire(pb *transportpb.Batch, limit int) []*transportpb.Batch {
+	if proto.Size(pb) <= limit {
+		return []*transportpb.Batch{pb}
+	}
+	newPart := func() *transportpb.Batch {
+		return &transportpb.Batch{From: pb.GetFrom(), To: pb.GetTo(), Incarnation: pb.GetIncarnation()}
+	}
+	cur := newPart()
+	cur.Heartbeats = pb.GetHeartbeats()
+	size := proto.Size(cur)
+	var parts []*transportpb.Batch
+	for _, m := range pb.GetMessages() {
+		// A repeated field costs the message plus a tag and a length.
+		ms := proto.Size(m) + 1 + protowire.SizeVarint(uint64(proto.Size(m)))
+		if size+ms > limit && (len(cur.Messages) > 0 || len(cur.Heartbeats) > 0) {
+			parts = append(parts, cur)
+			cur = newPart()
+			size = proto.Size(cur)
+		}
+		cur.Messages = append(cur.Messages, m)
+		size += ms
+	}
+	return append(parts, cur)
+}
+
+// grpcService serves inbound streams.
+type grpcService struct {
+	transportpb.UnimplementedTransportServer
+	t *GRPCTransport
+}
+
+func (s *grpcService) Stream(stream grpc.ClientStreamingServer[transportpb.Batch, transportpb.Ack]) error {
+	t := s.t
+	for {
+		pb, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(&transportpb.Ack{})
+		}
+		if err != nil {
+			return err
+		}
+		if t.ctx.Err() != nil {
+			return status.Error(codes.Unavailable, "raft transport closed")
+		}
+		b, bad := decodeBatch(pb)
+		t.malformed.Add(uint64(bad))
+		if b.To != t.self || b.From == 0 {
+			t.malformed.Add(1)
+			continue
+		}
+		h := t.host.Load()
+		if h == nil {
+			t.undelivered.Add(1)
+			continue
+		}
+		t.received.Add(1)
+		h.Deliver(b)
+	}
+}
