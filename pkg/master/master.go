@@ -194,6 +194,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.metrics = newMetrics(s.telemetry.Registry, s)
+	s.telemetry.Registry.MustRegister(multiraft.NewCollector(s.host))
 	s.fsm.onApply = func(epoch uint64) { s.metrics.epoch.Set(float64(epoch)) }
 
 	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(daemon.UnaryMetrics(s.telemetry.Registry)))

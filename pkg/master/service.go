@@ -239,7 +239,7 @@ func (v *service) CreateVolume(ctx context.Context, req *pb.CreateVolumeRequest)
 	// One placement at a time: each sees the partitions the previous one added.
 	v.s.createMu.Lock()
 	defer v.s.createMu.Unlock()
-	parts, err := v.s.placePartitions(req.Name, metas, datas, replicas)
+	parts, err := v.s.placePartitions(ctx, req.Name, metas, datas, replicas)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +257,7 @@ func (v *service) CreateVolume(ctx context.Context, req *pb.CreateVolumeRequest)
 // alive nodes of each role that have reported usage, weighting by free capacity
 // and utilization (CFS §2.3.1). Each partition has its own straw2 key, so one
 // volume's partitions spread over the nodes in proportion to their weights.
-func (s *Server) placePartitions(volume string, metas, datas, replicas int) ([]*pb.NewPartition, error) {
+func (s *Server) placePartitions(ctx context.Context, volume string, metas, datas, replicas int) ([]*pb.NewPartition, error) {
 	var out []*pb.NewPartition
 	for _, kind := range []struct {
 		kind  pb.PartitionKind
@@ -268,7 +268,7 @@ func (s *Server) placePartitions(volume string, metas, datas, replicas int) ([]*
 		{pb.PartitionKind_PARTITION_KIND_META, pb.Role_ROLE_META, metas, "meta"},
 		{pb.PartitionKind_PARTITION_KIND_DATA, pb.Role_ROLE_DATA, datas, "data"},
 	} {
-		cands := s.candidates(kind.role)
+		cands := s.awaitCandidates(ctx, kind.role, replicas)
 		if len(cands) < replicas {
 			return nil, status.Errorf(codes.FailedPrecondition, "need %d alive %s nodes for %d replicas, have %d", replicas, kind.name, replicas, len(cands))
 		}
@@ -283,10 +283,32 @@ func (s *Server) placePartitions(volume string, metas, datas, replicas int) ([]*
 	return out, nil
 }
 
-func (s *Server) candidates(role pb.Role) []placement.Candidate {
+// awaitCandidates returns the placement candidates of role. Right after an
+// election the new leader has heard no heartbeats yet, so nodes the map says are
+// alive have no usage; it waits for them (they report within a heartbeat
+// interval) rather than refuse the request.
+func (s *Server) awaitCandidates(ctx context.Context, role pb.Role, want int) []placement.Candidate {
+	deadline := time.After(2 * time.Second)
+	for {
+		cands, unheard := s.candidates(role)
+		if len(cands) >= want || unheard == 0 {
+			return cands
+		}
+		select {
+		case <-ctx.Done():
+			return cands
+		case <-deadline:
+			return cands
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// candidates returns the alive nodes of role that have reported usage, and how
+// many alive nodes have not reported yet.
+func (s *Server) candidates(role pb.Role) (out []placement.Candidate, unheard int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []placement.Candidate
 	s.fsm.read(func(st *clustermap.State) {
 		counts := map[uint64]int{}
 		for _, p := range st.Map().Partitions {
@@ -295,8 +317,12 @@ func (s *Server) candidates(role pb.Role) []placement.Candidate {
 			}
 		}
 		for id, n := range st.Map().Nodes {
+			if n.Role != role || n.State != pb.NodeState_NODE_STATE_ALIVE {
+				continue
+			}
 			soft := s.soft[id]
-			if n.Role != role || n.State != pb.NodeState_NODE_STATE_ALIVE || soft == nil || soft.usage == nil {
+			if soft == nil || soft.usage == nil {
+				unheard++
 				continue
 			}
 			out = append(out, placement.Candidate{
@@ -306,7 +332,7 @@ func (s *Server) candidates(role pb.Role) []placement.Candidate {
 		}
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
+	return out, unheard
 }
 
 func placementKey(volume, kind string, i int) uint64 {

@@ -1,0 +1,71 @@
+package multiraft
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Collector exports a host's counters to Prometheus. It reads Stats on every
+// scrape, so it costs nothing between scrapes.
+type Collector struct {
+	h *Host
+}
+
+// NewCollector returns a collector for h; register it once per host.
+func NewCollector(h *Host) *Collector { return &Collector{h: h} }
+
+var (
+	descCounters = map[string]*prometheus.Desc{}
+	counterNames = []struct{ name, help string }{
+		{"rounds", "Processing rounds run."},
+		{"sync_commits", "Synced Pebble batches written (one per round that needed durability, whatever the group count)."},
+		{"batches_sent", "Transport batches sent (at most one per peer per round)."},
+		{"messages_sent", "Raft messages sent in full form."},
+		{"heartbeats_sent", "Coalesced heartbeats and heartbeat responses sent."},
+		{"batches_received", "Transport batches received and processed."},
+		{"dropped_inbox_full", "Inbound batches dropped because the inbox was full."},
+		{"dropped_malformed", "Inbound batches, messages or heartbeats dropped as malformed."},
+		{"entries_applied", "Log entries applied to state machines."},
+		{"snapshots_taken", "Snapshots taken for log truncation."},
+		{"peers_down", "Peers declared dead by the node-level liveness rule."},
+	}
+	descGroups   = prometheus.NewDesc("cairn_raft_groups", "Raft groups on this host.", nil, nil)
+	descQuiesced = prometheus.NewDesc("cairn_raft_groups_quiesced", "Raft groups on this host that are quiesced.", nil, nil)
+	descPerPeer  = prometheus.NewDesc("cairn_raft_peer_batches_sent_total", "Transport batches sent, by peer node.", []string{"peer"}, nil)
+)
+
+func init() {
+	for _, c := range counterNames {
+		descCounters[c.name] = prometheus.NewDesc("cairn_raft_"+c.name+"_total", c.help, nil, nil)
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range descCounters {
+		ch <- d
+	}
+	ch <- descGroups
+	ch <- descQuiesced
+	ch <- descPerPeer
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.h.Stats()
+	values := map[string]uint64{
+		"rounds": s.Rounds, "sync_commits": s.SyncCommits, "batches_sent": s.BatchesSent,
+		"messages_sent": s.MessagesSent, "heartbeats_sent": s.HeartbeatsSent, "batches_received": s.BatchesReceived,
+		"dropped_inbox_full": s.DroppedInboxFull, "dropped_malformed": s.DroppedMalformed,
+		"entries_applied": s.EntriesApplied, "snapshots_taken": s.SnapshotsTaken, "peers_down": s.PeersDown,
+	}
+	for name, v := range values {
+		ch <- prometheus.MustNewConstMetric(descCounters[name], prometheus.CounterValue, float64(v))
+	}
+	ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(s.Groups))
+	ch <- prometheus.MustNewConstMetric(descQuiesced, prometheus.GaugeValue, float64(s.GroupsQuiesced))
+	for peer, n := range s.BatchesSentPerPeer {
+		ch <- prometheus.MustNewConstMetric(descPerPeer, prometheus.CounterValue, float64(n), strconv.FormatUint(uint64(peer), 10))
+	}
+}
