@@ -18,7 +18,7 @@ func newUpCmd() *cobra.Command {
 	var (
 		dataDir, volume, logLevel string
 		masters, metas, datas     int
-		ready                     time.Duration
+		ready, downAfter          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -50,7 +50,7 @@ other admin commands find it through --data-dir.`,
 			start := time.Now()
 			c, err := localcluster.Start(ctx, localcluster.Options{
 				DataDir: dataDir, Masters: masters, Metas: metas, Datas: datas, Binary: self,
-				Volume: volume, Ready: ready, Out: cmd.OutOrStdout(), LogLevel: logLevel,
+				Volume: volume, Ready: ready, Out: cmd.OutOrStdout(), LogLevel: logLevel, DownAfter: downAfter,
 			})
 			if err != nil {
 				return err
@@ -79,6 +79,7 @@ other admin commands find it through --data-dir.`,
 	f.StringVar(&volume, "volume", "default", "volume to create if missing (empty: none)")
 	f.DurationVar(&ready, "ready-timeout", 60*time.Second, "how long to wait for the cluster to come up")
 	f.StringVar(&logLevel, "log-level", "info", "log level of the cluster's processes")
+	f.DurationVar(&downAfter, "down-after", 0, "mark a node down after this long without heartbeats (default: the master's 10s)")
 	return cmd
 }
 

@@ -39,6 +39,8 @@ type Options struct {
 	Out   io.Writer
 	// LogLevel is passed to the children.
 	LogLevel string
+	// DownAfter, if set, is passed to the masters (--down-after).
+	DownAfter time.Duration
 }
 
 // Cluster is a running local cluster.
@@ -192,7 +194,11 @@ func (c *Cluster) args(p Proc) []string {
 	common := []string{"--data-dir", dir, "--metrics-addr", p.MetricsAddr, "--log-level", c.opts.LogLevel}
 	switch p.Role {
 	case "master":
-		return append([]string{"master", "--id", fmt.Sprint(p.ID), "--peers", c.layout.PeersFlag()}, common...)
+		args := append([]string{"master", "--id", fmt.Sprint(p.ID), "--peers", c.layout.PeersFlag()}, common...)
+		if c.opts.DownAfter > 0 {
+			args = append(args, "--down-after", c.opts.DownAfter.String())
+		}
+		return args
 	default:
 		return append([]string{p.Role, "--listen", p.Addr, "--node-id", fmt.Sprint(p.ID), "--master", strings.Join(c.layout.MasterAddrs(), ",")}, common...)
 	}

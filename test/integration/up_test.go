@@ -236,3 +236,54 @@ func TestConfigPrecedence(t *testing.T) {
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// TestNodeMarkedDown kills a data node and checks that the master marks it down
+// and reports its partitions degraded, while the cluster keeps serving.
+func TestNodeMarkedDown(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cd")
+	up := startUp(t, dir, "--down-after", "2s")
+	st := getStatus(t, dir)
+	victim := st.Nodes[len(st.Nodes)-1]
+	if victim.Role != "data" || !pidAlive(victim.Pid) {
+		t.Fatalf("expected a live data node last: %+v", victim)
+	}
+	if err := syscall.Kill(victim.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st = getStatus(t, dir)
+		state := ""
+		for _, n := range st.Nodes {
+			if n.Role == "data" && n.ID == victim.ID {
+				state = n.State
+			}
+		}
+		if state == "down" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d still %q 20s after kill -9", victim.ID, state)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	degraded := 0
+	for _, p := range st.Partitions {
+		for _, r := range p.Replicas {
+			if r == victim.ID {
+				if p.Health != "degraded" {
+					t.Fatalf("partition %d on the dead node is %s", p.ID, p.Health)
+				}
+				degraded++
+			}
+		}
+	}
+	if degraded == 0 {
+		t.Fatal("the dead node held no partitions")
+	}
+	if !strings.Contains(up.output(), "data-") || !strings.Contains(up.output(), "stopped") {
+		t.Fatalf("cairn up did not report the dead child:\n%s", up.output())
+	}
+	mustCairn(t, "volume", "create", "after-loss", "--data-dir", dir, "--replicas", "2")
+	up.stop()
+}
