@@ -87,7 +87,7 @@ plus "volumes" and "partitions".`,
 			defer cancel()
 			st, err := c.Status(ctx)
 			if err != nil {
-				return err
+				return plainError(err)
 			}
 			r := buildReport(st, time.Now())
 			if asJSON {

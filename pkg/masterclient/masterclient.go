@@ -138,7 +138,7 @@ func (c *Client) Do(ctx context.Context, call func(ctx context.Context, m pb.Mas
 				c.mu.Unlock()
 				return nil
 			}
-			lastErr = fmt.Errorf("master %s: %w", addr, err)
+			lastErr = fmt.Errorf("master %s: %s", addr, describe(err))
 			switch status.Code(err) {
 			case codes.FailedPrecondition:
 				if l := trailer.Get(LeaderTrailer); len(l) > 0 {
@@ -152,7 +152,7 @@ func (c *Client) Do(ctx context.Context, call func(ctx context.Context, m pb.Mas
 				return err
 			case codes.Unavailable, codes.DeadlineExceeded:
 				if ctx.Err() != nil {
-					return fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
+					return fmt.Errorf("no master leader reachable at %s (%v); is the cluster running?", strings.Join(c.Addrs(), ","), lastErr)
 				}
 				continue
 			default:
@@ -161,7 +161,7 @@ func (c *Client) Do(ctx context.Context, call func(ctx context.Context, m pb.Mas
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no master leader reachable at %s: %w", strings.Join(c.Addrs(), ","), lastErr)
+			return fmt.Errorf("no master leader reachable at %s (%v); is the cluster running?", strings.Join(c.Addrs(), ","), lastErr)
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, backoffMax)
@@ -185,4 +185,15 @@ func (c *Client) Status(ctx context.Context) (*pb.StatusResponse, error) {
 		return err
 	})
 	return resp, err
+}
+
+// describe shortens a gRPC transport error to what a user can act on.
+func describe(err error) string {
+	msg := status.Convert(err).Message()
+	for _, known := range []string{"connection refused", "no route to host", "i/o timeout", "context deadline exceeded"} {
+		if strings.Contains(msg, known) {
+			return known
+		}
+	}
+	return msg
 }
