@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -122,16 +123,19 @@ node comes back as the same node), sends a heartbeat with its utilization every
 			if len(masters) == 0 {
 				return usagef(cmd, "--master is required")
 			}
-			n, err := node.Start(node.Config{
+			// Ctrl-C while waiting for a master to register with ends the wait.
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			n, err := node.Start(ctx, node.Config{
 				Role: pbRole, DataDir: dataDir, Listen: listen, Advertise: advertise, Zone: zone,
 				Masters: masters, MetricsAddr: mAddr, NodeID: nodeID, HeartbeatInterval: heartbeat,
 				CapacityBytes: capacity, Logger: log.With("role", role),
 			})
+			stop()
 			if err != nil {
-				return err
+				return plainError(err)
 			}
 			defer n.Stop()
-			return waitForSignal(n.Fatal())
+			return plainError(waitForSignal(n.Fatal()))
 		},
 	}
 	f := cmd.Flags()

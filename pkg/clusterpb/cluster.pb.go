@@ -1445,7 +1445,10 @@ type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// The partitions the map assigns to this node.
-	Assigned      []*Partition `protobuf:"bytes,2,rep,name=assigned,proto3" json:"assigned,omitempty"`
+	Assigned []*Partition `protobuf:"bytes,2,rep,name=assigned,proto3" json:"assigned,omitempty"`
+	// Addresses of every node that holds a replica of an assigned partition, so
+	// that replicas can reach each other.
+	NodeAddrs     map[uint64]string `protobuf:"bytes,3,rep,name=node_addrs,json=nodeAddrs,proto3" json:"node_addrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1490,6 +1493,13 @@ func (x *HeartbeatResponse) GetEpoch() uint64 {
 func (x *HeartbeatResponse) GetAssigned() []*Partition {
 	if x != nil {
 		return x.Assigned
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetNodeAddrs() map[uint64]string {
+	if x != nil {
+		return x.NodeAddrs
 	}
 	return nil
 }
@@ -2355,10 +2365,15 @@ const file_cluster_proto_rawDesc = "" +
 	"partitions\x12\x10\n" +
 	"\x03pid\x18\x05 \x01(\x05R\x03pid\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x12!\n" +
-	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"_\n" +
+	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xed\x01\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x124\n" +
-	"\bassigned\x18\x02 \x03(\v2\x18.cairn.cluster.PartitionR\bassigned\"\x0f\n" +
+	"\bassigned\x18\x02 \x03(\v2\x18.cairn.cluster.PartitionR\bassigned\x12N\n" +
+	"\n" +
+	"node_addrs\x18\x03 \x03(\v2/.cairn.cluster.HeartbeatResponse.NodeAddrsEntryR\tnodeAddrs\x1a<\n" +
+	"\x0eNodeAddrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0f\n" +
 	"\rGetMapRequest\"=\n" +
 	"\x0eGetMapResponse\x12+\n" +
 	"\x03map\x18\x01 \x01(\v2\x19.cairn.cluster.ClusterMapR\x03map\"\xbe\x01\n" +
@@ -2449,7 +2464,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_cluster_proto_goTypes = []any{
 	(Role)(0),                    // 0: cairn.cluster.Role
 	(NodeState)(0),               // 1: cairn.cluster.NodeState
@@ -2487,6 +2502,7 @@ var file_cluster_proto_goTypes = []any{
 	nil,                          // 33: cairn.cluster.ClusterMap.NodesEntry
 	nil,                          // 34: cairn.cluster.ClusterMap.VolumesEntry
 	nil,                          // 35: cairn.cluster.ClusterMap.PartitionsEntry
+	nil,                          // 36: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
@@ -2508,42 +2524,43 @@ var file_cluster_proto_depIdxs = []int32{
 	16, // 16: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
 	17, // 17: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
 	5,  // 18: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
-	6,  // 19: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
-	4,  // 20: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
-	5,  // 21: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
-	4,  // 22: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
-	3,  // 23: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
-	16, // 24: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
-	17, // 25: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
-	6,  // 26: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
-	30, // 27: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
-	29, // 28: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
-	3,  // 29: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
-	4,  // 30: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
-	5,  // 31: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
-	14, // 32: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
-	18, // 33: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
-	20, // 34: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
-	22, // 35: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
-	23, // 36: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
-	25, // 37: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
-	23, // 38: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
-	31, // 39: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
-	28, // 40: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	15, // 41: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	19, // 42: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	21, // 43: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	24, // 44: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	24, // 45: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	26, // 46: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	27, // 47: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	32, // 48: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	29, // 49: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	41, // [41:50] is the sub-list for method output_type
-	32, // [32:41] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	36, // 19: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	6,  // 20: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
+	4,  // 21: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
+	5,  // 22: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
+	4,  // 23: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
+	3,  // 24: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
+	16, // 25: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
+	17, // 26: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
+	6,  // 27: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
+	30, // 28: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
+	29, // 29: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
+	3,  // 30: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
+	4,  // 31: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
+	5,  // 32: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
+	14, // 33: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
+	18, // 34: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
+	20, // 35: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
+	22, // 36: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
+	23, // 37: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
+	25, // 38: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
+	23, // 39: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
+	31, // 40: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
+	28, // 41: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
+	15, // 42: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	19, // 43: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	21, // 44: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	24, // 45: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	24, // 46: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	26, // 47: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	27, // 48: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	32, // 49: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	29, // 50: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	42, // [42:51] is the sub-list for method output_type
+	33, // [33:42] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -2564,7 +2581,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

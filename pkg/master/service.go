@@ -124,11 +124,17 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		assigned []*pb.Partition
 		epoch    uint64
 	)
+	addrs := map[uint64]string{}
 	v.s.fsm.read(func(st *clustermap.State) {
 		if n, ok := st.Map().Nodes[req.NodeId]; ok && n.Uuid == req.Uuid {
 			node = proto.Clone(n).(*pb.Node)
 			for _, p := range st.PartitionsOf(req.NodeId) {
 				assigned = append(assigned, proto.Clone(p).(*pb.Partition))
+				for _, r := range p.Replicas {
+					if peer, ok := st.Map().Nodes[r]; ok {
+						addrs[r] = peer.Addr
+					}
+				}
 			}
 		}
 		epoch = st.Map().Epoch
@@ -149,7 +155,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		}
 		v.s.log.Info("node state changed", "node", node.Id, "state", "alive")
 	}
-	return &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned}, nil
+	return &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs}, nil
 }
 
 func (v *service) GetMap(ctx context.Context, _ *pb.GetMapRequest) (*pb.GetMapResponse, error) {

@@ -11,10 +11,10 @@ package node
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,6 +37,7 @@ import (
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/masterclient"
+	"github.com/cairnfs/cairn/pkg/multiraft"
 )
 
 // Config configures a node.
@@ -53,7 +55,36 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// CapacityBytes overrides the capacity reported (0: the data dir's file system).
 	CapacityBytes uint64
+	// TickInterval is the Raft tick of the node's partitions (default 100ms).
+	TickInterval time.Duration
+	// NewPartitions builds the role's partition host; nil hosts nothing (the
+	// node still registers and reports its assignment).
+	NewPartitions func(env Env) (PartitionHost, error)
 	Logger        *slog.Logger
+}
+
+// Env is what a role's partition host gets from the node.
+type Env struct {
+	NodeID   uint64
+	DataDir  string
+	DB       *pebble.DB      // the node's store, shared with the Raft host
+	Raft     *multiraft.Host // hosts the partitions' Raft groups
+	GRPC     *grpc.Server    // register the role's services here (before serving)
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
+	// Resolve maps a node id to its address, as last heard from the master.
+	Resolve func(id uint64) (string, bool)
+}
+
+// PartitionHost is the part of a role that hosts partitions.
+type PartitionHost interface {
+	// Assign receives the node's whole assignment when it changes, and once at
+	// start from the copy kept in the data dir. It must be idempotent.
+	Assign(assigned []*pb.Partition) error
+	// Report says what the node tells the master about its partitions.
+	Report() []*pb.PartitionReport
+	// Close stops the partitions; the node closes the Raft host and store after.
+	Close() error
 }
 
 // Node is a running node.
@@ -67,10 +98,14 @@ type Node struct {
 	telemetry *daemon.Telemetry
 	addr      string
 
+	db        *pebble.DB
+	raft      *multiraft.Host
+	transport *multiraft.GRPCTransport
+	parts     PartitionHost
+
 	mu         sync.Mutex
 	registered bool
-	assigned   []*pb.Partition
-	lastEpoch  uint64
+	assignment *pb.HeartbeatResponse // last assignment heard, kept in the data dir
 
 	fatal chan error
 	stop  chan struct{}
@@ -82,10 +117,12 @@ type Node struct {
 // RoleName is the lower-case name of a role, as used in identity files and CLI.
 func RoleName(r pb.Role) string { return strings.ToLower(strings.TrimPrefix(r.String(), "ROLE_")) }
 
-// Start takes the data dir, listens and starts registering in the background.
-// Errors the node cannot recover from (a foreign data dir, an id held by another
-// node) arrive on Fatal.
-func Start(cfg Config) (_ *Node, err error) {
+// Start takes the data dir, registers with the master if this is the node's
+// first start (waiting until a master answers or ctx ends), opens the node's
+// store and Raft host, and serves. A restarted node serves at once and
+// re-registers in the background. Errors the node cannot recover from later (a
+// foreign data dir, an id held by another node) arrive on Fatal.
+func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Role != pb.Role_ROLE_META && cfg.Role != pb.Role_ROLE_DATA {
 		return nil, fmt.Errorf("node role must be meta or data, not %v", cfg.Role)
 	}
@@ -95,9 +132,13 @@ func Start(cfg Config) (_ *Node, err error) {
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = time.Second
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, fatal: make(chan error, 1), stop: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger, fatal: make(chan error, 1), stop: make(chan struct{}), assignment: &pb.HeartbeatResponse{}}
+	var ln net.Listener
 	defer func() {
 		if err != nil {
+			if ln != nil {
+				ln.Close()
+			}
 			n.closeAll()
 		}
 	}()
@@ -110,11 +151,10 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err = n.loadIdentity(); err != nil {
 		return nil, err
 	}
-	if err = n.loadAssigned(); err != nil {
+	if err = n.loadAssignment(); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
+	if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	n.addr = cfg.Advertise
@@ -122,13 +162,17 @@ func Start(cfg Config) (_ *Node, err error) {
 		n.addr = ln.Addr().String()
 	}
 	if n.telemetry, err = daemon.StartTelemetry(cfg.MetricsAddr, n.health); err != nil {
-		ln.Close()
 		return nil, err
 	}
 	n.registerMetrics()
-	n.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(daemon.UnaryMetrics(n.telemetry.Registry)))
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(n.grpc, hs)
+	if n.id.NodeID == 0 {
+		if err = n.registerUntilDone(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err = n.openPartitions(); err != nil {
+		return nil, err
+	}
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
@@ -140,8 +184,72 @@ func Start(cfg Config) (_ *Node, err error) {
 		defer n.wg.Done()
 		n.run()
 	}()
-	n.log.Info("node started", "role", RoleName(cfg.Role), "addr", n.addr, "metrics", n.telemetry.Addr(), "masters", cfg.Masters)
+	n.log.Info("node started", "node", n.id.NodeID, "role", RoleName(cfg.Role), "addr", n.addr, "metrics", n.telemetry.Addr(), "masters", cfg.Masters)
 	return n, nil
+}
+
+// registerUntilDone registers, retrying while no master answers.
+func (n *Node) registerUntilDone(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := n.register()
+		if err == nil {
+			return nil
+		}
+		if fatalError(err) {
+			return err
+		}
+		n.log.Warn("waiting for a master to register with", "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("register with the master: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// openPartitions opens the node's store and Raft host, lets the role build its
+// partition host, and registers the gRPC services.
+func (n *Node) openPartitions() (err error) {
+	if n.db, err = pebble.Open(filepath.Join(n.cfg.DataDir, "db"), &pebble.Options{}); err != nil {
+		return fmt.Errorf("open node store: %w", err)
+	}
+	resolve := func(id uint64) (string, bool) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		a, ok := n.assignment.NodeAddrs[id]
+		return a, ok
+	}
+	n.transport = multiraft.NewGRPCTransport(multiraft.NodeID(n.id.NodeID), func(id multiraft.NodeID) (string, bool) { return resolve(uint64(id)) }, n.log)
+	n.raft, err = multiraft.NewHost(multiraft.Config{
+		NodeID: multiraft.NodeID(n.id.NodeID), DB: n.db, Transport: n.transport,
+		TickInterval: n.cfg.TickInterval, Logger: n.log,
+	})
+	if err != nil {
+		return fmt.Errorf("raft host: %w", err)
+	}
+	n.transport.SetHost(n.raft)
+	n.telemetry.Registry.MustRegister(multiraft.NewCollector(n.raft))
+	n.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(daemon.UnaryMetrics(n.telemetry.Registry)))
+	healthpb.RegisterHealthServer(n.grpc, health.NewServer())
+	n.transport.Register(n.grpc)
+	if n.cfg.NewPartitions != nil {
+		n.parts, err = n.cfg.NewPartitions(Env{
+			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, GRPC: n.grpc,
+			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve,
+		})
+		if err != nil {
+			return fmt.Errorf("%s partitions: %w", RoleName(n.cfg.Role), err)
+		}
+	}
+	n.raft.Start()
+	if n.parts != nil {
+		if err := n.parts.Assign(n.Assigned()); err != nil {
+			return fmt.Errorf("open assigned partitions: %w", err)
+		}
+	}
+	return nil
 }
 
 // Fatal delivers an error after which the node cannot go on.
@@ -158,11 +266,11 @@ func (n *Node) ID() uint64 {
 func (n *Node) Assigned() []*pb.Partition {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return slices.Clone(n.assigned)
+	return slices.Clone(n.assignment.Assigned)
 }
 
-// Stop deregisters nothing (the master follows liveness), stops serving and
-// releases the data dir. Idempotent.
+// Stop stops serving, closes the partitions, the Raft host and the store, and
+// releases the data dir. The master notices the silence. Idempotent.
 func (n *Node) Stop() {
 	select {
 	case <-n.stop:
@@ -170,13 +278,31 @@ func (n *Node) Stop() {
 	default:
 		close(n.stop)
 	}
-	n.grpc.GracefulStop()
+	if n.grpc != nil {
+		n.grpc.GracefulStop()
+	}
 	n.wg.Wait()
 	n.closeAll()
 	n.log.Info("node stopped", "id", n.ID())
 }
 
 func (n *Node) closeAll() {
+	if n.parts != nil {
+		if err := n.parts.Close(); err != nil {
+			n.log.Error("close partitions", "err", err)
+		}
+	}
+	if n.transport != nil {
+		n.transport.Close()
+	}
+	if n.raft != nil {
+		n.raft.Stop()
+	}
+	if n.db != nil {
+		if err := n.db.Close(); err != nil {
+			n.log.Error("close node store", "err", err)
+		}
+	}
 	if n.telemetry != nil {
 		n.telemetry.Close()
 	}
@@ -215,42 +341,33 @@ func (n *Node) loadIdentity() error {
 	return nil
 }
 
-const assignedFile = "partitions.json"
+const assignmentFile = "assignment.json"
 
-func (n *Node) loadAssigned() error {
-	b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, assignedFile))
+func (n *Node) loadAssignment() error {
+	b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, assignmentFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("read assigned partitions: %w", err)
+		return fmt.Errorf("read assignment: %w", err)
 	}
-	var raw []json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return fmt.Errorf("data dir %s: corrupt %s: %w", n.cfg.DataDir, assignedFile, err)
+	a := &pb.HeartbeatResponse{}
+	if err := protojson.Unmarshal(b, a); err != nil {
+		return fmt.Errorf("data dir %s: corrupt %s: %w", n.cfg.DataDir, assignmentFile, err)
 	}
-	for _, r := range raw {
-		p := &pb.Partition{}
-		if err := protojson.Unmarshal(r, p); err != nil {
-			return fmt.Errorf("data dir %s: corrupt %s: %w", n.cfg.DataDir, assignedFile, err)
-		}
-		n.assigned = append(n.assigned, p)
-	}
+	n.assignment = a
 	return nil
 }
 
-// saveAssigned records the assignment so that a restarted node knows its
-// partitions before it reaches a master.
-func (n *Node) saveAssigned(ps []*pb.Partition) error {
-	parts := make([]string, len(ps))
-	for i, p := range ps {
-		b, err := protojson.Marshal(p)
-		if err != nil {
-			return err
-		}
-		parts[i] = string(b)
+// saveAssignment records the assignment and peer addresses so that a restarted
+// node opens its partitions and reaches their replicas before it reaches a
+// master.
+func (n *Node) saveAssignment(a *pb.HeartbeatResponse) error {
+	b, err := protojson.MarshalOptions{Multiline: true}.Marshal(a)
+	if err != nil {
+		return err
 	}
-	return daemon.WriteFileAtomic(filepath.Join(n.cfg.DataDir, assignedFile), []byte("["+strings.Join(parts, ",\n")+"]\n"))
+	return daemon.WriteFileAtomic(filepath.Join(n.cfg.DataDir, assignmentFile), append(b, '\n'))
 }
 
 func (n *Node) run() {
@@ -325,16 +442,18 @@ func (n *Node) register() error {
 func (n *Node) heartbeat() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	n.mu.Lock()
 	req := &pb.HeartbeatRequest{
 		NodeId: n.id.NodeID, Uuid: n.id.UUID, Usage: n.usage(), Pid: int32(os.Getpid()),
 		MetricsAddr: n.telemetry.Addr(),
 	}
 	req.Hostname, _ = os.Hostname()
-	for _, p := range n.assigned {
-		req.Partitions = append(req.Partitions, &pb.PartitionReport{Id: p.Id})
+	if n.parts != nil {
+		req.Partitions = n.parts.Report()
+	} else {
+		for _, p := range n.Assigned() {
+			req.Partitions = append(req.Partitions, &pb.PartitionReport{Id: p.Id})
+		}
 	}
-	n.mu.Unlock()
 	var resp *pb.HeartbeatResponse
 	err := n.masters.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) (err error) {
 		resp, err = m.Heartbeat(ctx, req, o...)
@@ -351,14 +470,24 @@ func (n *Node) heartbeat() error {
 	}
 	n.heartbeats.Inc()
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.lastEpoch = resp.Epoch
-	if !samePartitions(n.assigned, resp.Assigned) {
-		if err := n.saveAssigned(resp.Assigned); err != nil {
-			return fmt.Errorf("save assignment: %w", err)
+	changed := !samePartitions(n.assignment.Assigned, resp.Assigned) || !maps.Equal(n.assignment.NodeAddrs, resp.NodeAddrs)
+	if changed {
+		n.assignment = resp
+	} else {
+		n.assignment.Epoch = resp.Epoch
+	}
+	n.mu.Unlock()
+	if !changed {
+		return nil
+	}
+	if err := n.saveAssignment(resp); err != nil {
+		return fmt.Errorf("save assignment: %w", err)
+	}
+	n.log.Info("partition assignment changed", "epoch", resp.Epoch, "partitions", len(resp.Assigned))
+	if n.parts != nil {
+		if err := n.parts.Assign(resp.Assigned); err != nil {
+			return fmt.Errorf("apply assignment: %w", err)
 		}
-		n.log.Info("partition assignment changed", "epoch", resp.Epoch, "partitions", len(resp.Assigned))
-		n.assigned = resp.Assigned
 	}
 	return nil
 }
