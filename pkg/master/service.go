@@ -16,9 +16,9 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
-	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/multiraft"
 	"github.com/cairnfs/cairn/pkg/placement"
+	"github.com/cairnfs/cairn/pkg/redirect"
 )
 
 // Defaults for a new volume; CFS starts a volume with 3 meta and 10 data
@@ -49,7 +49,7 @@ func marshalCommand(cmd *pb.Command) ([]byte, error) {
 func (v *service) requireLeader(ctx context.Context) error {
 	isLeader, addr, _ := v.s.leader()
 	if !isLeader {
-		return masterclient.NotLeaderError(ctx, addr)
+		return redirect.NotLeader(ctx, "the master group", addr)
 	}
 	if err := v.s.host.ReadIndex(ctx, groupID); err != nil {
 		return toStatus(err)
@@ -117,7 +117,7 @@ func (v *service) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 
 func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
 	if isLeader, addr, _ := v.s.leader(); !isLeader {
-		return nil, masterclient.NotLeaderError(ctx, addr)
+		return nil, redirect.NotLeader(ctx, "the master group", addr)
 	}
 	var (
 		node     *pb.Node

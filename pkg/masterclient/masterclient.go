@@ -20,20 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/redirect"
 )
-
-// LeaderTrailer is the gRPC trailer in which a follower names the leader.
-const LeaderTrailer = "cairn-leader"
-
-// NotLeaderError builds the error a follower returns; leaderAddr may be empty when
-// no leader is known.
-func NotLeaderError(ctx context.Context, leaderAddr string) error {
-	if leaderAddr == "" {
-		return status.Error(codes.Unavailable, "no master leader is elected yet")
-	}
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(LeaderTrailer, leaderAddr))
-	return status.Errorf(codes.FailedPrecondition, "not the master leader; the leader is %s", leaderAddr)
-}
 
 // Client is safe for concurrent use.
 type Client struct {
@@ -139,17 +127,15 @@ func (c *Client) Do(ctx context.Context, call func(ctx context.Context, m pb.Mas
 				return nil
 			}
 			lastErr = fmt.Errorf("master %s: %s", addr, describe(err))
-			switch status.Code(err) {
-			case codes.FailedPrecondition:
-				if l := trailer.Get(LeaderTrailer); len(l) > 0 {
-					if _, err := c.conn(l[0]); err == nil {
-						c.mu.Lock()
-						c.leader = l[0]
-						c.mu.Unlock()
-					}
-					continue
+			if leader, ok := redirect.Leader(err, trailer); ok {
+				if _, err := c.conn(leader); err == nil {
+					c.mu.Lock()
+					c.leader = leader
+					c.mu.Unlock()
 				}
-				return err
+				continue
+			}
+			switch status.Code(err) {
 			case codes.Unavailable, codes.DeadlineExceeded:
 				if ctx.Err() != nil {
 					return fmt.Errorf("no master leader reachable at %s (%v); is the cluster running?", strings.Join(c.Addrs(), ","), lastErr)

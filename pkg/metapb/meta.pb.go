@@ -1875,6 +1875,650 @@ func (x *Batch) GetTxns() []*Txn {
 	return nil
 }
 
+type TxnRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	Txn           *Txn                   `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnRequest) Reset() {
+	*x = TxnRequest{}
+	mi := &file_meta_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnRequest) ProtoMessage() {}
+
+func (x *TxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
+func (*TxnRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *TxnRequest) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *TxnRequest) GetTxn() *Txn {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+type TxnResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *TxnResult             `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnResponse) Reset() {
+	*x = TxnResponse{}
+	mi := &file_meta_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnResponse) ProtoMessage() {}
+
+func (x *TxnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
+func (*TxnResponse) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *TxnResponse) GetResult() *TxnResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+type LookupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	Parent        uint64                 `protobuf:"varint,2,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupRequest) Reset() {
+	*x = LookupRequest{}
+	mi := &file_meta_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupRequest) ProtoMessage() {}
+
+func (x *LookupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
+func (*LookupRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LookupRequest) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *LookupRequest) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *LookupRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type LookupResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Errno         int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
+	Dentry        *Dentry                `protobuf:"bytes,2,opt,name=dentry,proto3" json:"dentry,omitempty"`
+	Inode         *Inode                 `protobuf:"bytes,3,opt,name=inode,proto3" json:"inode,omitempty"` // set when the inode lives on the same partition
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupResponse) Reset() {
+	*x = LookupResponse{}
+	mi := &file_meta_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupResponse) ProtoMessage() {}
+
+func (x *LookupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
+func (*LookupResponse) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *LookupResponse) GetErrno() int32 {
+	if x != nil {
+		return x.Errno
+	}
+	return 0
+}
+
+func (x *LookupResponse) GetDentry() *Dentry {
+	if x != nil {
+		return x.Dentry
+	}
+	return nil
+}
+
+func (x *LookupResponse) GetInode() *Inode {
+	if x != nil {
+		return x.Inode
+	}
+	return nil
+}
+
+type GetInodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInodeRequest) Reset() {
+	*x = GetInodeRequest{}
+	mi := &file_meta_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInodeRequest) ProtoMessage() {}
+
+func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInodeRequest.ProtoReflect.Descriptor instead.
+func (*GetInodeRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetInodeRequest) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *GetInodeRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+type GetInodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Errno         int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
+	Inode         *Inode                 `protobuf:"bytes,2,opt,name=inode,proto3" json:"inode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInodeResponse) Reset() {
+	*x = GetInodeResponse{}
+	mi := &file_meta_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInodeResponse) ProtoMessage() {}
+
+func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInodeResponse.ProtoReflect.Descriptor instead.
+func (*GetInodeResponse) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetInodeResponse) GetErrno() int32 {
+	if x != nil {
+		return x.Errno
+	}
+	return 0
+}
+
+func (x *GetInodeResponse) GetInode() *Inode {
+	if x != nil {
+		return x.Inode
+	}
+	return nil
+}
+
+type ReadDirRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	Parent        uint64                 `protobuf:"varint,2,opt,name=parent,proto3" json:"parent,omitempty"`
+	After         string                 `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"` // resume after this name ("" from the start)
+	Limit         uint32                 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Plus          bool                   `protobuf:"varint,5,opt,name=plus,proto3" json:"plus,omitempty"` // also return the inodes that live on this partition
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadDirRequest) Reset() {
+	*x = ReadDirRequest{}
+	mi := &file_meta_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadDirRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadDirRequest) ProtoMessage() {}
+
+func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadDirRequest.ProtoReflect.Descriptor instead.
+func (*ReadDirRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ReadDirRequest) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *ReadDirRequest) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *ReadDirRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *ReadDirRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ReadDirRequest) GetPlus() bool {
+	if x != nil {
+		return x.Plus
+	}
+	return false
+}
+
+type ReadDirResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dentries      []*Dentry              `protobuf:"bytes,1,rep,name=dentries,proto3" json:"dentries,omitempty"`
+	Inodes        []*Inode               `protobuf:"bytes,2,rep,name=inodes,proto3" json:"inodes,omitempty"`
+	More          bool                   `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadDirResponse) Reset() {
+	*x = ReadDirResponse{}
+	mi := &file_meta_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadDirResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadDirResponse) ProtoMessage() {}
+
+func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadDirResponse.ProtoReflect.Descriptor instead.
+func (*ReadDirResponse) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ReadDirResponse) GetDentries() []*Dentry {
+	if x != nil {
+		return x.Dentries
+	}
+	return nil
+}
+
+func (x *ReadDirResponse) GetInodes() []*Inode {
+	if x != nil {
+		return x.Inodes
+	}
+	return nil
+}
+
+func (x *ReadDirResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+type PartitionStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	TopNames      uint32                 `protobuf:"varint,2,opt,name=top_names,json=topNames,proto3" json:"top_names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionStatsRequest) Reset() {
+	*x = PartitionStatsRequest{}
+	mi := &file_meta_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionStatsRequest) ProtoMessage() {}
+
+func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionStatsRequest.ProtoReflect.Descriptor instead.
+func (*PartitionStatsRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PartitionStatsRequest) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *PartitionStatsRequest) GetTopNames() uint32 {
+	if x != nil {
+		return x.TopNames
+	}
+	return 0
+}
+
+type NameCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NameCount) Reset() {
+	*x = NameCount{}
+	mi := &file_meta_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NameCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NameCount) ProtoMessage() {}
+
+func (x *NameCount) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NameCount.ProtoReflect.Descriptor instead.
+func (*NameCount) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *NameCount) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NameCount) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type PartitionStatsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Inodes        uint64                 `protobuf:"varint,1,opt,name=inodes,proto3" json:"inodes,omitempty"`
+	Dentries      uint64                 `protobuf:"varint,2,opt,name=dentries,proto3" json:"dentries,omitempty"`
+	Orphans       uint64                 `protobuf:"varint,3,opt,name=orphans,proto3" json:"orphans,omitempty"`
+	TopNames      []*NameCount           `protobuf:"bytes,4,rep,name=top_names,json=topNames,proto3" json:"top_names,omitempty"`
+	MaxIno        uint64                 `protobuf:"varint,5,opt,name=max_ino,json=maxIno,proto3" json:"max_ino,omitempty"`
+	AppliedIndex  uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionStatsResponse) Reset() {
+	*x = PartitionStatsResponse{}
+	mi := &file_meta_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionStatsResponse) ProtoMessage() {}
+
+func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionStatsResponse.ProtoReflect.Descriptor instead.
+func (*PartitionStatsResponse) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PartitionStatsResponse) GetInodes() uint64 {
+	if x != nil {
+		return x.Inodes
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetDentries() uint64 {
+	if x != nil {
+		return x.Dentries
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetOrphans() uint64 {
+	if x != nil {
+		return x.Orphans
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetTopNames() []*NameCount {
+	if x != nil {
+		return x.TopNames
+	}
+	return nil
+}
+
+func (x *PartitionStatsResponse) GetMaxIno() uint64 {
+	if x != nil {
+		return x.MaxIno
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
@@ -2012,7 +2656,50 @@ const file_meta_proto_rawDesc = "" +
 	"\aresults\x18\x04 \x03(\v2\x14.cairn.meta.OpResultR\aresults\"C\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ns\x18\x01 \x01(\x03R\x05nowNs\x12#\n" +
-	"\x04txns\x18\x02 \x03(\v2\x0f.cairn.meta.TxnR\x04txns*\xc9\x01\n" +
+	"\x04txns\x18\x02 \x03(\v2\x0f.cairn.meta.TxnR\x04txns\"R\n" +
+	"\n" +
+	"TxnRequest\x12!\n" +
+	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12!\n" +
+	"\x03txn\x18\x02 \x01(\v2\x0f.cairn.meta.TxnR\x03txn\"<\n" +
+	"\vTxnResponse\x12-\n" +
+	"\x06result\x18\x01 \x01(\v2\x15.cairn.meta.TxnResultR\x06result\"^\n" +
+	"\rLookupRequest\x12!\n" +
+	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x16\n" +
+	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"{\n" +
+	"\x0eLookupResponse\x12\x14\n" +
+	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12*\n" +
+	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12'\n" +
+	"\x05inode\x18\x03 \x01(\v2\x11.cairn.meta.InodeR\x05inode\"F\n" +
+	"\x0fGetInodeRequest\x12!\n" +
+	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\"Q\n" +
+	"\x10GetInodeResponse\x12\x14\n" +
+	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12'\n" +
+	"\x05inode\x18\x02 \x01(\v2\x11.cairn.meta.InodeR\x05inode\"\x8b\x01\n" +
+	"\x0eReadDirRequest\x12!\n" +
+	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x16\n" +
+	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x12\n" +
+	"\x04plus\x18\x05 \x01(\bR\x04plus\"\x80\x01\n" +
+	"\x0fReadDirResponse\x12.\n" +
+	"\bdentries\x18\x01 \x03(\v2\x12.cairn.meta.DentryR\bdentries\x12)\n" +
+	"\x06inodes\x18\x02 \x03(\v2\x11.cairn.meta.InodeR\x06inodes\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"W\n" +
+	"\x15PartitionStatsRequest\x12!\n" +
+	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x1b\n" +
+	"\ttop_names\x18\x02 \x01(\rR\btopNames\"5\n" +
+	"\tNameCount\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\xd8\x01\n" +
+	"\x16PartitionStatsResponse\x12\x16\n" +
+	"\x06inodes\x18\x01 \x01(\x04R\x06inodes\x12\x1a\n" +
+	"\bdentries\x18\x02 \x01(\x04R\bdentries\x12\x18\n" +
+	"\aorphans\x18\x03 \x01(\x04R\aorphans\x122\n" +
+	"\ttop_names\x18\x04 \x03(\v2\x15.cairn.meta.NameCountR\btopNames\x12\x17\n" +
+	"\amax_ino\x18\x05 \x01(\x04R\x06maxIno\x12#\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex*\xc9\x01\n" +
 	"\bFileType\x12\x15\n" +
 	"\x11FILE_TYPE_UNKNOWN\x10\x00\x12\x15\n" +
 	"\x11FILE_TYPE_REGULAR\x10\x01\x12\x17\n" +
@@ -2032,7 +2719,13 @@ const file_meta_proto_rawDesc = "" +
 	"\rSETATTR_MTIME\x10 \x12\x15\n" +
 	"\x11SETATTR_ATIME_NOW\x10@\x12\x16\n" +
 	"\x11SETATTR_MTIME_NOW\x10\x80\x01\x12\x12\n" +
-	"\rSETATTR_CTIME\x10\x80\x02B%Z#github.com/cairnfs/cairn/pkg/metapbb\x06proto3"
+	"\rSETATTR_CTIME\x10\x80\x022\xe7\x02\n" +
+	"\bMetaNode\x126\n" +
+	"\x03Txn\x12\x16.cairn.meta.TxnRequest\x1a\x17.cairn.meta.TxnResponse\x12?\n" +
+	"\x06Lookup\x12\x19.cairn.meta.LookupRequest\x1a\x1a.cairn.meta.LookupResponse\x12E\n" +
+	"\bGetInode\x12\x1b.cairn.meta.GetInodeRequest\x1a\x1c.cairn.meta.GetInodeResponse\x12B\n" +
+	"\aReadDir\x12\x1a.cairn.meta.ReadDirRequest\x1a\x1b.cairn.meta.ReadDirResponse\x12W\n" +
+	"\x0ePartitionStats\x12!.cairn.meta.PartitionStatsRequest\x1a\".cairn.meta.PartitionStatsResponseB%Z#github.com/cairnfs/cairn/pkg/metapbb\x06proto3"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -2047,37 +2740,48 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_meta_proto_goTypes = []any{
-	(FileType)(0),         // 0: cairn.meta.FileType
-	(SetattrValid)(0),     // 1: cairn.meta.SetattrValid
-	(*ExtentKey)(nil),     // 2: cairn.meta.ExtentKey
-	(*Inode)(nil),         // 3: cairn.meta.Inode
-	(*Dentry)(nil),        // 4: cairn.meta.Dentry
-	(*CreateInode)(nil),   // 5: cairn.meta.CreateInode
-	(*CreateDentry)(nil),  // 6: cairn.meta.CreateDentry
-	(*DeleteDentry)(nil),  // 7: cairn.meta.DeleteDentry
-	(*ReplaceDentry)(nil), // 8: cairn.meta.ReplaceDentry
-	(*Setattr)(nil),       // 9: cairn.meta.Setattr
-	(*Link)(nil),          // 10: cairn.meta.Link
-	(*TouchDir)(nil),      // 11: cairn.meta.TouchDir
-	(*Evict)(nil),         // 12: cairn.meta.Evict
-	(*SetXattr)(nil),      // 13: cairn.meta.SetXattr
-	(*RemoveXattr)(nil),   // 14: cairn.meta.RemoveXattr
-	(*AppendExtents)(nil), // 15: cairn.meta.AppendExtents
-	(*Fence)(nil),         // 16: cairn.meta.Fence
-	(*Unfence)(nil),       // 17: cairn.meta.Unfence
-	(*SetRange)(nil),      // 18: cairn.meta.SetRange
-	(*Op)(nil),            // 19: cairn.meta.Op
-	(*Txn)(nil),           // 20: cairn.meta.Txn
-	(*OpResult)(nil),      // 21: cairn.meta.OpResult
-	(*TxnResult)(nil),     // 22: cairn.meta.TxnResult
-	(*Batch)(nil),         // 23: cairn.meta.Batch
-	nil,                   // 24: cairn.meta.Inode.XattrsEntry
+	(FileType)(0),                  // 0: cairn.meta.FileType
+	(SetattrValid)(0),              // 1: cairn.meta.SetattrValid
+	(*ExtentKey)(nil),              // 2: cairn.meta.ExtentKey
+	(*Inode)(nil),                  // 3: cairn.meta.Inode
+	(*Dentry)(nil),                 // 4: cairn.meta.Dentry
+	(*CreateInode)(nil),            // 5: cairn.meta.CreateInode
+	(*CreateDentry)(nil),           // 6: cairn.meta.CreateDentry
+	(*DeleteDentry)(nil),           // 7: cairn.meta.DeleteDentry
+	(*ReplaceDentry)(nil),          // 8: cairn.meta.ReplaceDentry
+	(*Setattr)(nil),                // 9: cairn.meta.Setattr
+	(*Link)(nil),                   // 10: cairn.meta.Link
+	(*TouchDir)(nil),               // 11: cairn.meta.TouchDir
+	(*Evict)(nil),                  // 12: cairn.meta.Evict
+	(*SetXattr)(nil),               // 13: cairn.meta.SetXattr
+	(*RemoveXattr)(nil),            // 14: cairn.meta.RemoveXattr
+	(*AppendExtents)(nil),          // 15: cairn.meta.AppendExtents
+	(*Fence)(nil),                  // 16: cairn.meta.Fence
+	(*Unfence)(nil),                // 17: cairn.meta.Unfence
+	(*SetRange)(nil),               // 18: cairn.meta.SetRange
+	(*Op)(nil),                     // 19: cairn.meta.Op
+	(*Txn)(nil),                    // 20: cairn.meta.Txn
+	(*OpResult)(nil),               // 21: cairn.meta.OpResult
+	(*TxnResult)(nil),              // 22: cairn.meta.TxnResult
+	(*Batch)(nil),                  // 23: cairn.meta.Batch
+	(*TxnRequest)(nil),             // 24: cairn.meta.TxnRequest
+	(*TxnResponse)(nil),            // 25: cairn.meta.TxnResponse
+	(*LookupRequest)(nil),          // 26: cairn.meta.LookupRequest
+	(*LookupResponse)(nil),         // 27: cairn.meta.LookupResponse
+	(*GetInodeRequest)(nil),        // 28: cairn.meta.GetInodeRequest
+	(*GetInodeResponse)(nil),       // 29: cairn.meta.GetInodeResponse
+	(*ReadDirRequest)(nil),         // 30: cairn.meta.ReadDirRequest
+	(*ReadDirResponse)(nil),        // 31: cairn.meta.ReadDirResponse
+	(*PartitionStatsRequest)(nil),  // 32: cairn.meta.PartitionStatsRequest
+	(*NameCount)(nil),              // 33: cairn.meta.NameCount
+	(*PartitionStatsResponse)(nil), // 34: cairn.meta.PartitionStatsResponse
+	nil,                            // 35: cairn.meta.Inode.XattrsEntry
 }
 var file_meta_proto_depIdxs = []int32{
 	0,  // 0: cairn.meta.Inode.type:type_name -> cairn.meta.FileType
-	24, // 1: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
+	35, // 1: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
 	2,  // 2: cairn.meta.Inode.extents:type_name -> cairn.meta.ExtentKey
 	0,  // 3: cairn.meta.Dentry.type:type_name -> cairn.meta.FileType
 	0,  // 4: cairn.meta.CreateInode.type:type_name -> cairn.meta.FileType
@@ -2104,11 +2808,29 @@ var file_meta_proto_depIdxs = []int32{
 	4,  // 25: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
 	21, // 26: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
 	20, // 27: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	20, // 28: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
+	22, // 29: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
+	4,  // 30: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
+	3,  // 31: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
+	3,  // 32: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
+	4,  // 33: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
+	3,  // 34: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
+	33, // 35: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
+	24, // 36: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	26, // 37: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	28, // 38: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	30, // 39: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	32, // 40: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	25, // 41: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	27, // 42: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	29, // 43: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	31, // 44: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	34, // 45: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	41, // [41:46] is the sub-list for method output_type
+	36, // [36:41] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -2138,9 +2860,9 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   34,
 			NumExtensions: 0,
-			NumServices:   0,
+			NumServices:   1,
 		},
 		GoTypes:           file_meta_proto_goTypes,
 		DependencyIndexes: file_meta_proto_depIdxs,
