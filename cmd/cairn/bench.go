@@ -708,7 +708,7 @@ timing), alternately, and print how much throughput the framework loses
 				return enc.Encode(res)
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "WORKLOAD\tDIRECT MiB/s (median)\tFRAMEWORK MiB/s (median)\tDIFFERENCE\t\n")
+			fmt.Fprintf(tw, "WORKLOAD\tDIRECT MiB/s (median)\tFRAMEWORK MiB/s (median)\tDIFFERENCE (median of paired rounds)\t\n")
 			for _, r := range res {
 				fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%+.1f%%\t\n", r.Workload, r.DirectMedian, r.FrameworkMedian, -r.DifferencePct)
 			}

@@ -14,6 +14,7 @@ import (
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/master"
+	"github.com/cairnfs/cairn/pkg/metanode"
 	"github.com/cairnfs/cairn/pkg/node"
 )
 
@@ -128,7 +129,7 @@ node comes back as the same node), sends a heartbeat with its utilization every
 			n, err := node.Start(ctx, node.Config{
 				Role: pbRole, DataDir: dataDir, Listen: listen, Advertise: advertise, Zone: zone,
 				Masters: masters, MetricsAddr: mAddr, NodeID: nodeID, HeartbeatInterval: heartbeat,
-				CapacityBytes: capacity, Logger: log.With("role", role),
+				CapacityBytes: capacity, Logger: log.With("role", role), NewPartitions: partitionsOf(role),
 			})
 			stop()
 			if err != nil {
@@ -150,4 +151,12 @@ node comes back as the same node), sends a heartbeat with its utilization every
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
+}
+
+// partitionsOf is the partition host of a node role.
+func partitionsOf(role string) func(node.Env) (node.PartitionHost, error) {
+	if role == "meta" {
+		return metanode.NewFactory(metanode.Options{})
+	}
+	return nil // data partitions arrive with the data path
 }

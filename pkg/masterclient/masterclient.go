@@ -11,13 +11,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/redirect"
@@ -25,9 +20,9 @@ import (
 
 // Client is safe for concurrent use.
 type Client struct {
+	pool   *redirect.Pool
 	mu     sync.Mutex
 	addrs  []string
-	conns  map[string]*grpc.ClientConn
 	leader string
 }
 
@@ -44,17 +39,12 @@ func New(addrs []string) (*Client, error) {
 	if len(clean) == 0 {
 		return nil, errors.New("no master address given")
 	}
-	return &Client{addrs: clean, conns: map[string]*grpc.ClientConn{}}, nil
+	return &Client{addrs: clean, pool: redirect.NewPool()}, nil
 }
 
 // Close closes all connections.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for a, cc := range c.conns {
-		cc.Close()
-		delete(c.conns, a)
-	}
+	c.pool.Close()
 	return nil
 }
 
@@ -65,28 +55,11 @@ func (c *Client) Addrs() []string {
 	return slices.Clone(c.addrs)
 }
 
-func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cc, ok := c.conns[addr]; ok {
-		return cc, nil
-	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("master %s: %w", addr, err)
-	}
-	c.conns[addr] = cc
-	if !slices.Contains(c.addrs, addr) {
-		c.addrs = append(c.addrs, addr)
-	}
-	return cc, nil
-}
-
 // order lists the addresses to try: the last known leader first.
 func (c *Client) order() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.addrs))
+	out := make([]string, 0, len(c.addrs)+1)
 	if c.leader != "" {
 		out = append(out, c.leader)
 	}
@@ -98,65 +71,29 @@ func (c *Client) order() []string {
 	return out
 }
 
-const (
-	perTryTimeout = 3 * time.Second
-	backoffMin    = 50 * time.Millisecond
-	backoffMax    = time.Second
-)
-
 // Do runs call against the leader. Errors that mean "ask someone else" (not
 // leader, unreachable, no leader yet) are retried until ctx ends; any other error
 // is returned at once, as the server said it.
 func (c *Client) Do(ctx context.Context, call func(ctx context.Context, m pb.MasterClient, opts ...grpc.CallOption) error) error {
-	backoff := backoffMin
-	var lastErr error
-	for {
-		for _, addr := range c.order() {
-			cc, err := c.conn(addr)
-			if err != nil {
-				return err
-			}
-			var trailer metadata.MD
-			tctx, cancel := context.WithTimeout(ctx, perTryTimeout)
-			err = call(tctx, pb.NewMasterClient(cc), grpc.Trailer(&trailer))
-			cancel()
-			if err == nil {
-				c.mu.Lock()
-				c.leader = addr
-				c.mu.Unlock()
-				return nil
-			}
-			lastErr = fmt.Errorf("master %s: %s", addr, describe(err))
-			if leader, ok := redirect.Leader(err, trailer); ok {
-				if _, err := c.conn(leader); err == nil {
-					c.mu.Lock()
-					c.leader = leader
-					c.mu.Unlock()
-				}
-				continue
-			}
-			switch status.Code(err) {
-			case codes.Unavailable, codes.DeadlineExceeded:
-				if ctx.Err() != nil {
-					return fmt.Errorf("no master leader reachable at %s (%v); is the cluster running?", strings.Join(c.Addrs(), ","), lastErr)
-				}
-				continue
-			default:
-				return err
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("no master leader reachable at %s (%v); is the cluster running?", strings.Join(c.Addrs(), ","), lastErr)
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, backoffMax)
+	leader, err := redirect.Call(ctx, c.pool, c.order(), func(ctx context.Context, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		return call(ctx, pb.NewMasterClient(cc), opts...)
+	})
+	var nl *redirect.NoLeaderError
+	if errors.As(err, &nl) {
+		return fmt.Errorf("no master leader reachable at %s (%v); is the cluster running?", strings.Join(c.Addrs(), ","), nl.Last)
 	}
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.leader = leader
+	c.mu.Unlock()
+	return nil
 }
 
 // Ping asks one specific master who it is, without following the leader.
 func (c *Client) Ping(ctx context.Context, addr string) (*pb.PingResponse, error) {
-	cc, err := c.conn(addr)
+	cc, err := c.pool.Conn(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -171,15 +108,4 @@ func (c *Client) Status(ctx context.Context) (*pb.StatusResponse, error) {
 		return err
 	})
 	return resp, err
-}
-
-// describe shortens a gRPC transport error to what a user can act on.
-func describe(err error) string {
-	msg := status.Convert(err).Message()
-	for _, known := range []string{"connection refused", "no route to host", "i/o timeout", "context deadline exceeded"} {
-		if strings.Contains(msg, known) {
-			return known
-		}
-	}
-	return msg
 }

@@ -1,0 +1,127 @@
+// Package metaclient calls the leaders of meta partitions. It remembers each
+// partition's leader, starts there, follows redirects, and moves on to the other
+// replicas when a node is unreachable, until the caller's deadline.
+//
+// A Txn retried after an ambiguous failure (the leader died after the proposal)
+// may find its own effect: a create then answers EEXIST. Callers that need
+// exactly-once semantics make their Txns idempotent.
+package metaclient
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/redirect"
+)
+
+// Client is safe for concurrent use.
+type Client struct {
+	pool    *redirect.Pool
+	resolve func(node uint64) (string, bool)
+
+	mu      sync.Mutex
+	leaders map[uint64]string // partition -> address of its last known leader
+}
+
+// New returns a client that reaches nodes through pool and finds node addresses
+// with resolve.
+func New(pool *redirect.Pool, resolve func(node uint64) (string, bool)) *Client {
+	return &Client{pool: pool, resolve: resolve, leaders: map[uint64]string{}}
+}
+
+// candidates lists where to call for p: its last known leader, then its
+// replicas in the map's order.
+func (c *Client) candidates(p *pb.Partition) []string {
+	c.mu.Lock()
+	leader := c.leaders[p.Id]
+	c.mu.Unlock()
+	out := make([]string, 0, len(p.Replicas)+1)
+	if leader != "" {
+		out = append(out, leader)
+	}
+	for _, r := range p.Replicas {
+		if a, ok := c.resolve(r); ok && a != leader {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Call runs fn against p's leader.
+func (c *Client) Call(ctx context.Context, p *pb.Partition, fn func(ctx context.Context, m metapb.MetaNodeClient, opts ...grpc.CallOption) error) error {
+	addr, err := redirect.Call(ctx, c.pool, c.candidates(p), func(ctx context.Context, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		return fn(ctx, metapb.NewMetaNodeClient(cc), opts...)
+	})
+	if err != nil {
+		return fmt.Errorf("meta partition %d: %w", p.Id, err)
+	}
+	c.mu.Lock()
+	c.leaders[p.Id] = addr
+	c.mu.Unlock()
+	return nil
+}
+
+// Leader returns the address that last answered for partition id.
+func (c *Client) Leader(id uint64) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leaders[id]
+}
+
+// Txn applies txn on p and returns its result (whose errno may be non-zero).
+func (c *Client) Txn(ctx context.Context, p *pb.Partition, txn *metapb.Txn) (*metapb.TxnResult, error) {
+	var resp *metapb.TxnResponse
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.Txn(ctx, &metapb.TxnRequest{PartitionId: p.Id, Txn: txn}, o...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Result, nil
+}
+
+// Lookup finds (parent, name) on p.
+func (c *Client) Lookup(ctx context.Context, p *pb.Partition, parent uint64, name string) (*metapb.LookupResponse, error) {
+	var resp *metapb.LookupResponse
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.Lookup(ctx, &metapb.LookupRequest{PartitionId: p.Id, Parent: parent, Name: name}, o...)
+		return err
+	})
+	return resp, err
+}
+
+// GetInode reads inode ino from its home partition p.
+func (c *Client) GetInode(ctx context.Context, p *pb.Partition, ino uint64) (*metapb.GetInodeResponse, error) {
+	var resp *metapb.GetInodeResponse
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.GetInode(ctx, &metapb.GetInodeRequest{PartitionId: p.Id, Ino: ino}, o...)
+		return err
+	})
+	return resp, err
+}
+
+// ReadDir lists p's share of directory parent after the name after.
+func (c *Client) ReadDir(ctx context.Context, p *pb.Partition, parent uint64, after string, limit uint32, plus bool) (*metapb.ReadDirResponse, error) {
+	var resp *metapb.ReadDirResponse
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.ReadDir(ctx, &metapb.ReadDirRequest{PartitionId: p.Id, Parent: parent, After: after, Limit: limit, Plus: plus}, o...)
+		return err
+	})
+	return resp, err
+}
+
+// Stats returns p's statistics with its k most frequent names.
+func (c *Client) Stats(ctx context.Context, p *pb.Partition, k uint32) (*metapb.PartitionStatsResponse, error) {
+	var resp *metapb.PartitionStatsResponse
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.PartitionStats(ctx, &metapb.PartitionStatsRequest{PartitionId: p.Id, TopNames: k}, o...)
+		return err
+	})
+	return resp, err
+}

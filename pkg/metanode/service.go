@@ -1,0 +1,176 @@
+package metanode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cairnfs/cairn/pkg/metapartition"
+	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/redirect"
+)
+
+// Limits on what one call may ask for.
+const (
+	maxOpsPerTxn  = 64
+	maxReadDir    = 4096
+	defaultLimit  = 1024
+	maxStatsNames = 1024
+)
+
+type service struct {
+	metapb.UnimplementedMetaNodeServer
+	h *Host
+}
+
+// leaderOf returns the partition if this node leads it, else the error that
+// sends the caller to the leader.
+func (s *service) leaderOf(ctx context.Context, id uint64) (*partition, error) {
+	p := s.h.partition(id)
+	if p == nil {
+		return nil, status.Errorf(codes.NotFound, "meta partition %d is not on this node", id)
+	}
+	st, err := s.h.env.Raft.Status(multiraft.GroupID(id))
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "meta partition %d: %v", id, err)
+	}
+	if !st.IsLeader {
+		addr, _ := s.h.env.Resolve(uint64(st.Leader))
+		return nil, redirect.NotLeader(ctx, fmt.Sprintf("meta partition %d", id), addr)
+	}
+	return p, nil
+}
+
+// readable is leaderOf plus a read barrier: the partition has applied every
+// write acknowledged before this call.
+func (s *service) readable(ctx context.Context, id uint64) (*partition, error) {
+	p, err := s.leaderOf(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.h.env.Raft.ReadIndex(ctx, multiraft.GroupID(id)); err != nil {
+		return nil, raftStatus(id, err)
+	}
+	return p, nil
+}
+
+// raftStatus maps replication errors to codes clients retry on.
+func raftStatus(id uint64, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Errorf(codes.DeadlineExceeded, "meta partition %d: %v", id, err)
+	case errors.Is(err, errQueueFull):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	}
+	return status.Errorf(codes.Unavailable, "meta partition %d: %v", id, err)
+}
+
+func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnResponse, error) {
+	if n := len(req.GetTxn().GetOps()); n == 0 || n > maxOpsPerTxn {
+		return nil, status.Errorf(codes.InvalidArgument, "a transaction has 1 to %d operations, not %d", maxOpsPerTxn, n)
+	}
+	p, err := s.leaderOf(ctx, req.PartitionId)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.merger.submit(ctx, req.Txn)
+	if err != nil {
+		if errors.Is(err, multiraft.ErrNotLeader) {
+			// Leadership moved while the request waited: send the caller on.
+			return nil, s.redirectAfter(ctx, req.PartitionId, err)
+		}
+		return nil, raftStatus(req.PartitionId, err)
+	}
+	return &metapb.TxnResponse{Result: res}, nil
+}
+
+func (s *service) redirectAfter(ctx context.Context, id uint64, err error) error {
+	var nl *multiraft.NotLeaderError
+	if errors.As(err, &nl) {
+		addr, _ := s.h.env.Resolve(uint64(nl.Leader))
+		return redirect.NotLeader(ctx, fmt.Sprintf("meta partition %d", id), addr)
+	}
+	return raftStatus(id, err)
+}
+
+func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metapb.LookupResponse, error) {
+	p, err := s.readable(ctx, req.PartitionId)
+	if err != nil {
+		return nil, err
+	}
+	resp := &metapb.LookupResponse{}
+	p.sm.read(func(mp *metapartition.Partition) {
+		d, ino, e := mp.Lookup(req.Parent, req.Name)
+		resp.Errno, resp.Dentry, resp.Inode = int32(e), d, ino
+	})
+	return resp, nil
+}
+
+func (s *service) GetInode(ctx context.Context, req *metapb.GetInodeRequest) (*metapb.GetInodeResponse, error) {
+	p, err := s.readable(ctx, req.PartitionId)
+	if err != nil {
+		return nil, err
+	}
+	resp := &metapb.GetInodeResponse{}
+	p.sm.read(func(mp *metapartition.Partition) {
+		ino, e := mp.GetInode(req.Ino)
+		resp.Errno, resp.Inode = int32(e), ino
+	})
+	return resp, nil
+}
+
+func (s *service) ReadDir(ctx context.Context, req *metapb.ReadDirRequest) (*metapb.ReadDirResponse, error) {
+	limit := int(req.Limit)
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	limit = min(limit, maxReadDir)
+	p, err := s.readable(ctx, req.PartitionId)
+	if err != nil {
+		return nil, err
+	}
+	resp := &metapb.ReadDirResponse{}
+	p.sm.read(func(mp *metapartition.Partition) {
+		// One more than asked tells whether the listing goes on.
+		ds := mp.ReadDir(req.Parent, req.After, limit+1)
+		if len(ds) > limit {
+			ds, resp.More = ds[:limit], true
+		}
+		resp.Dentries = ds
+		if req.Plus {
+			for _, d := range ds {
+				if ino, e := mp.GetInode(d.Ino); e == 0 {
+					resp.Inodes = append(resp.Inodes, ino)
+				}
+			}
+		}
+	})
+	return resp, nil
+}
+
+func (s *service) PartitionStats(ctx context.Context, req *metapb.PartitionStatsRequest) (*metapb.PartitionStatsResponse, error) {
+	p, err := s.readable(ctx, req.PartitionId)
+	if err != nil {
+		return nil, err
+	}
+	k := min(int(req.TopNames), maxStatsNames)
+	resp := &metapb.PartitionStatsResponse{}
+	p.sm.read(func(mp *metapartition.Partition) {
+		st := mp.Stats(k)
+		resp.Inodes, resp.Dentries, resp.Orphans = uint64(st.Inodes), uint64(st.Dentries), uint64(st.Orphans)
+		resp.MaxIno = mp.MaxIno()
+		for _, nc := range st.TopNames {
+			resp.TopNames = append(resp.TopNames, &metapb.NameCount{Name: nc.Name, Count: uint64(nc.Count)})
+		}
+	})
+	if st, err := s.h.env.Raft.Status(multiraft.GroupID(req.PartitionId)); err == nil {
+		resp.AppliedIndex = st.Applied
+	}
+	return resp, nil
+}

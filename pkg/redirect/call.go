@@ -1,0 +1,136 @@
+package redirect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// ErrNoLeader is matched (errors.Is) by Call's error when ctx ended before any
+// candidate answered as leader; the error is a *NoLeaderError.
+var ErrNoLeader = errors.New("no leader reachable")
+
+// NoLeaderError says which candidates were tried and the last failure seen.
+type NoLeaderError struct {
+	Candidates []string
+	Last       error
+}
+
+func (e *NoLeaderError) Error() string {
+	return fmt.Sprintf("no leader reachable at %s (%v)", strings.Join(e.Candidates, ","), e.Last)
+}
+
+// Is makes errors.Is(err, ErrNoLeader) hold.
+func (e *NoLeaderError) Is(target error) bool { return target == ErrNoLeader }
+
+// Pool keeps one client connection per address. Safe for concurrent use.
+type Pool struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// NewPool returns an empty pool; connections are made lazily.
+func NewPool() *Pool { return &Pool{conns: map[string]*grpc.ClientConn{}} }
+
+// Conn returns the connection to addr, creating it on first use.
+func (p *Pool) Conn(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cc, ok := p.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", addr, err)
+	}
+	p.conns[addr] = cc
+	return cc, nil
+}
+
+// Close closes every connection.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for a, cc := range p.conns {
+		cc.Close()
+		delete(p.conns, a)
+	}
+}
+
+// Retry bounds of Call.
+const (
+	perTryTimeout = 3 * time.Second
+	backoffMin    = 20 * time.Millisecond
+	backoffMax    = time.Second
+)
+
+// Call runs call against the leader among candidates (tried in order, so put
+// the last known leader first) and returns the address that answered. A
+// redirect is followed at once; an unreachable candidate, "no leader yet" or a
+// per-try timeout moves on to the next, with bounded backoff between rounds,
+// until ctx ends. Any other error is the server's answer and is returned as is.
+func Call(ctx context.Context, pool *Pool, candidates []string, call func(ctx context.Context, cc *grpc.ClientConn, opts ...grpc.CallOption) error) (string, error) {
+	if len(candidates) == 0 {
+		return "", &NoLeaderError{Last: errors.New("no address to call")}
+	}
+	backoff := backoffMin
+	var lastErr error
+	for {
+		queue := append([]string(nil), candidates...)
+		for hops := 0; len(queue) > 0 && hops < 2*len(candidates)+4; hops++ {
+			addr := queue[0]
+			queue = queue[1:]
+			cc, err := pool.Conn(addr)
+			if err != nil {
+				return "", err
+			}
+			var trailer metadata.MD
+			tctx, cancel := context.WithTimeout(ctx, perTryTimeout)
+			err = call(tctx, cc, grpc.Trailer(&trailer))
+			cancel()
+			if err == nil {
+				return addr, nil
+			}
+			lastErr = fmt.Errorf("%s: %s", addr, Describe(err))
+			if leader, ok := Leader(err, trailer); ok {
+				queue = append([]string{leader}, queue...)
+				continue
+			}
+			switch status.Code(err) {
+			case codes.Unavailable, codes.DeadlineExceeded, codes.NotFound:
+				// NotFound: this node does not host the partition (any more).
+				if ctx.Err() != nil {
+					return "", &NoLeaderError{Candidates: candidates, Last: lastErr}
+				}
+				continue
+			}
+			return "", err
+		}
+		select {
+		case <-ctx.Done():
+			return "", &NoLeaderError{Candidates: candidates, Last: lastErr}
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, backoffMax)
+	}
+}
+
+// Describe shortens a gRPC error to what a user can act on.
+func Describe(err error) string {
+	msg := status.Convert(err).Message()
+	for _, known := range []string{"connection refused", "no route to host", "i/o timeout", "context deadline exceeded"} {
+		if strings.Contains(msg, known) {
+			return known
+		}
+	}
+	return msg
+}
