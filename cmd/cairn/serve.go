@@ -98,6 +98,7 @@ gets the same --peers list and its own --id.`,
 func newNodeCmd(role string) *cobra.Command {
 	var (
 		listen, advertise, dataDir, mAddr, zone, logLevel string
+		dataListen, dataAdvertise                         string
 		masters                                           []string
 		nodeID, capacity                                  uint64
 		heartbeat                                         time.Duration
@@ -128,6 +129,7 @@ node comes back as the same node), sends a heartbeat with its utilization every
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			n, err := node.Start(ctx, node.Config{
 				Role: pbRole, DataDir: dataDir, Listen: listen, Advertise: advertise, Zone: zone,
+				DataListen: dataListen, DataAdvertise: dataAdvertise,
 				Masters: masters, MetricsAddr: mAddr, NodeID: nodeID, HeartbeatInterval: heartbeat,
 				CapacityBytes: capacity, Logger: log.With("role", role), NewPartitions: partitionsOf(role),
 			})
@@ -147,6 +149,10 @@ node comes back as the same node), sends a heartbeat with its utilization every
 	f.StringVar(&mAddr, "metrics-addr", fmt.Sprintf("127.0.0.1:%d", port+1), "address of the /metrics and /healthz endpoint")
 	f.StringVar(&zone, "zone", "", "failure-domain label; replicas of a partition go to different zones")
 	f.Uint64Var(&nodeID, "node-id", 0, "ask for this node id on first registration (default: assigned)")
+	if role == "data" {
+		f.StringVar(&dataListen, "data-listen", fmt.Sprintf("127.0.0.1:%d", port+2), "address of the data-path protocol")
+		f.StringVar(&dataAdvertise, "data-advertise", "", "data-path address to give the master (default: the --data-listen address)")
+	}
 	f.Uint64Var(&capacity, "capacity", 0, "capacity in bytes to report (default: the data dir's file system)")
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

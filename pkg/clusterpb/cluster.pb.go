@@ -195,6 +195,7 @@ type Node struct {
 	State              NodeState              `protobuf:"varint,6,opt,name=state,proto3,enum=cairn.cluster.NodeState" json:"state,omitempty"`
 	RegisteredUnixMs   int64                  `protobuf:"varint,7,opt,name=registered_unix_ms,json=registeredUnixMs,proto3" json:"registered_unix_ms,omitempty"`
 	StateChangedUnixMs int64                  `protobuf:"varint,8,opt,name=state_changed_unix_ms,json=stateChangedUnixMs,proto3" json:"state_changed_unix_ms,omitempty"`
+	DataAddr           string                 `protobuf:"bytes,9,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"` // data nodes: the framed data-path protocol
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -283,6 +284,13 @@ func (x *Node) GetStateChangedUnixMs() int64 {
 		return x.StateChangedUnixMs
 	}
 	return 0
+}
+
+func (x *Node) GetDataAddr() string {
+	if x != nil {
+		return x.DataAddr
+	}
+	return ""
 }
 
 // Volume is a named file system made of meta and data partitions.
@@ -774,6 +782,7 @@ type RegisterNode struct {
 	Addr          string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
 	Zone          string                 `protobuf:"bytes,4,opt,name=zone,proto3" json:"zone,omitempty"`
 	RequestedId   uint64                 `protobuf:"varint,5,opt,name=requested_id,json=requestedId,proto3" json:"requested_id,omitempty"` // 0: assign one
+	DataAddr      string                 `protobuf:"bytes,6,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -841,6 +850,13 @@ func (x *RegisterNode) GetRequestedId() uint64 {
 		return x.RequestedId
 	}
 	return 0
+}
+
+func (x *RegisterNode) GetDataAddr() string {
+	if x != nil {
+		return x.DataAddr
+	}
+	return ""
 }
 
 type SetNodeState struct {
@@ -1074,7 +1090,8 @@ type RegisterRequest struct {
 	Role          Role                   `protobuf:"varint,3,opt,name=role,proto3,enum=cairn.cluster.Role" json:"role,omitempty"`
 	Addr          string                 `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"`
 	Zone          string                 `protobuf:"bytes,5,opt,name=zone,proto3" json:"zone,omitempty"`
-	NodeId        uint64                 `protobuf:"varint,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // 0 on first registration
+	NodeId        uint64                 `protobuf:"varint,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`      // 0 on first registration
+	DataAddr      string                 `protobuf:"bytes,7,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"` // data nodes: the framed data-path protocol
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1149,6 +1166,13 @@ func (x *RegisterRequest) GetNodeId() uint64 {
 		return x.NodeId
 	}
 	return 0
+}
+
+func (x *RegisterRequest) GetDataAddr() string {
+	if x != nil {
+		return x.DataAddr
+	}
+	return ""
 }
 
 type RegisterResponse struct {
@@ -1447,8 +1471,9 @@ type HeartbeatResponse struct {
 	// The partitions the map assigns to this node.
 	Assigned []*Partition `protobuf:"bytes,2,rep,name=assigned,proto3" json:"assigned,omitempty"`
 	// Addresses of every node that holds a replica of an assigned partition, so
-	// that replicas can reach each other.
+	// that replicas can reach each other (gRPC, and the data path for data nodes).
 	NodeAddrs     map[uint64]string `protobuf:"bytes,3,rep,name=node_addrs,json=nodeAddrs,proto3" json:"node_addrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	NodeDataAddrs map[uint64]string `protobuf:"bytes,4,rep,name=node_data_addrs,json=nodeDataAddrs,proto3" json:"node_data_addrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1500,6 +1525,13 @@ func (x *HeartbeatResponse) GetAssigned() []*Partition {
 func (x *HeartbeatResponse) GetNodeAddrs() map[uint64]string {
 	if x != nil {
 		return x.NodeAddrs
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetNodeDataAddrs() map[uint64]string {
+	if x != nil {
+		return x.NodeDataAddrs
 	}
 	return nil
 }
@@ -2243,7 +2275,7 @@ var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\rcluster.proto\x12\rcairn.cluster\"\x8c\x02\n" +
+	"\rcluster.proto\x12\rcairn.cluster\"\xa9\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12'\n" +
@@ -2252,7 +2284,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x04zone\x18\x05 \x01(\tR\x04zone\x12.\n" +
 	"\x05state\x18\x06 \x01(\x0e2\x18.cairn.cluster.NodeStateR\x05state\x12,\n" +
 	"\x12registered_unix_ms\x18\a \x01(\x03R\x10registeredUnixMs\x121\n" +
-	"\x15state_changed_unix_ms\x18\b \x01(\x03R\x12stateChangedUnixMs\"\x8a\x02\n" +
+	"\x15state_changed_unix_ms\x18\b \x01(\x03R\x12stateChangedUnixMs\x12\x1b\n" +
+	"\tdata_addr\x18\t \x01(\tR\bdataAddr\"\x8a\x02\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -2307,13 +2340,14 @@ const file_cluster_proto_rawDesc = "" +
 	"\x02op\",\n" +
 	"\vInitCluster\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x01 \x01(\tR\tclusterId\"\x96\x01\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\"\xb3\x01\n" +
 	"\fRegisterNode\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12'\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x13.cairn.cluster.RoleR\x04role\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\tR\x04addr\x12\x12\n" +
 	"\x04zone\x18\x04 \x01(\tR\x04zone\x12!\n" +
-	"\frequested_id\x18\x05 \x01(\x04R\vrequestedId\"W\n" +
+	"\frequested_id\x18\x05 \x01(\x04R\vrequestedId\x12\x1b\n" +
+	"\tdata_addr\x18\x06 \x01(\tR\bdataAddr\"W\n" +
 	"\fSetNodeState\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.cairn.cluster.NodeStateR\x05state\"\\\n" +
@@ -2330,7 +2364,7 @@ const file_cluster_proto_rawDesc = "" +
 	"partitions\x18\x05 \x03(\v2\x1b.cairn.cluster.NewPartitionR\n" +
 	"partitions\"\"\n" +
 	"\fDeleteVolume\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xae\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xcb\x01\n" +
 	"\x0fRegisterRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -2338,7 +2372,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x04role\x18\x03 \x01(\x0e2\x13.cairn.cluster.RoleR\x04role\x12\x12\n" +
 	"\x04addr\x18\x04 \x01(\tR\x04addr\x12\x12\n" +
 	"\x04zone\x18\x05 \x01(\tR\x04zone\x12\x17\n" +
-	"\anode_id\x18\x06 \x01(\x04R\x06nodeId\"`\n" +
+	"\anode_id\x18\x06 \x01(\x04R\x06nodeId\x12\x1b\n" +
+	"\tdata_addr\x18\a \x01(\tR\bdataAddr\"`\n" +
 	"\x10RegisterResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
@@ -2365,13 +2400,17 @@ const file_cluster_proto_rawDesc = "" +
 	"partitions\x12\x10\n" +
 	"\x03pid\x18\x05 \x01(\x05R\x03pid\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x12!\n" +
-	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xed\x01\n" +
+	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\x8c\x03\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x124\n" +
 	"\bassigned\x18\x02 \x03(\v2\x18.cairn.cluster.PartitionR\bassigned\x12N\n" +
 	"\n" +
-	"node_addrs\x18\x03 \x03(\v2/.cairn.cluster.HeartbeatResponse.NodeAddrsEntryR\tnodeAddrs\x1a<\n" +
+	"node_addrs\x18\x03 \x03(\v2/.cairn.cluster.HeartbeatResponse.NodeAddrsEntryR\tnodeAddrs\x12[\n" +
+	"\x0fnode_data_addrs\x18\x04 \x03(\v23.cairn.cluster.HeartbeatResponse.NodeDataAddrsEntryR\rnodeDataAddrs\x1a<\n" +
 	"\x0eNodeAddrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
+	"\x12NodeDataAddrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0f\n" +
 	"\rGetMapRequest\"=\n" +
@@ -2464,7 +2503,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_cluster_proto_goTypes = []any{
 	(Role)(0),                    // 0: cairn.cluster.Role
 	(NodeState)(0),               // 1: cairn.cluster.NodeState
@@ -2503,6 +2542,7 @@ var file_cluster_proto_goTypes = []any{
 	nil,                          // 34: cairn.cluster.ClusterMap.VolumesEntry
 	nil,                          // 35: cairn.cluster.ClusterMap.PartitionsEntry
 	nil,                          // 36: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	nil,                          // 37: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
@@ -2525,42 +2565,43 @@ var file_cluster_proto_depIdxs = []int32{
 	17, // 17: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
 	5,  // 18: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
 	36, // 19: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	6,  // 20: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
-	4,  // 21: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
-	5,  // 22: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
-	4,  // 23: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
-	3,  // 24: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
-	16, // 25: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
-	17, // 26: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
-	6,  // 27: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
-	30, // 28: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
-	29, // 29: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
-	3,  // 30: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
-	4,  // 31: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
-	5,  // 32: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
-	14, // 33: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
-	18, // 34: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
-	20, // 35: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
-	22, // 36: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
-	23, // 37: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
-	25, // 38: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
-	23, // 39: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
-	31, // 40: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
-	28, // 41: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	15, // 42: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	19, // 43: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	21, // 44: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	24, // 45: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	24, // 46: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	26, // 47: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	27, // 48: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	32, // 49: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	29, // 50: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	42, // [42:51] is the sub-list for method output_type
-	33, // [33:42] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	37, // 20: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	6,  // 21: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
+	4,  // 22: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
+	5,  // 23: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
+	4,  // 24: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
+	3,  // 25: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
+	16, // 26: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
+	17, // 27: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
+	6,  // 28: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
+	30, // 29: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
+	29, // 30: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
+	3,  // 31: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
+	4,  // 32: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
+	5,  // 33: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
+	14, // 34: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
+	18, // 35: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
+	20, // 36: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
+	22, // 37: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
+	23, // 38: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
+	25, // 39: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
+	23, // 40: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
+	31, // 41: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
+	28, // 42: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
+	15, // 43: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	19, // 44: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	21, // 45: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	24, // 46: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	24, // 47: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	26, // 48: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	27, // 49: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	32, // 50: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	29, // 51: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	43, // [43:52] is the sub-list for method output_type
+	34, // [34:43] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -2581,7 +2622,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

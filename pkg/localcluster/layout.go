@@ -32,6 +32,7 @@ type Proc struct {
 	ID          uint64 `json:"id"`   // Raft id of a master; requested node id otherwise
 	Addr        string `json:"addr"`
 	MetricsAddr string `json:"metrics_addr"`
+	DataAddr    string `json:"data_addr,omitempty"` // data nodes: the data-path protocol
 }
 
 // Layout is the processes of a local cluster and their fixed ports.
@@ -54,7 +55,7 @@ func NewLayout(masters, metas, datas int) (*Layout, error) {
 	nodeID := uint64(0)
 	add := func(role string, n int) error {
 		for i := 1; i <= n; i++ {
-			ports, err := freePorts(2)
+			ports, err := freePorts(3)
 			if err != nil {
 				return err
 			}
@@ -67,6 +68,9 @@ func NewLayout(masters, metas, datas int) (*Layout, error) {
 				Name: role + "-" + strconv.Itoa(i), Role: role, ID: id,
 				Addr: ports[0], MetricsAddr: ports[1],
 			})
+			if role == "data" {
+				l.Procs[len(l.Procs)-1].DataAddr = ports[2]
+			}
 		}
 		return nil
 	}
@@ -196,4 +200,24 @@ func (l *Layout) PeersFlag() string {
 		s += strconv.FormatUint(p.ID, 10) + "=" + p.Addr
 	}
 	return s
+}
+
+// fillDataAddrs gives a data-path port to data nodes of a layout written before
+// data nodes had one, and saves the layout if it changed.
+func (l *Layout) fillDataAddrs(dir string) error {
+	changed := false
+	for i := range l.Procs {
+		if l.Procs[i].Role != "data" || l.Procs[i].DataAddr != "" {
+			continue
+		}
+		ports, err := freePorts(1)
+		if err != nil {
+			return err
+		}
+		l.Procs[i].DataAddr, changed = ports[0], true
+	}
+	if !changed {
+		return nil
+	}
+	return l.Save(dir)
 }

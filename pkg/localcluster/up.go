@@ -156,7 +156,7 @@ func (c *Cluster) loadOrCreateLayout() (*Layout, error) {
 				return nil, fmt.Errorf("the cluster in %s has %d %s processes, not %d; use another --data-dir for a different shape", c.dir, l.Count(want.role), want.role, want.n)
 			}
 		}
-		return l, nil
+		return l, l.fillDataAddrs(c.dir)
 	}
 	if !errors.Is(err, ErrNoCluster) {
 		return nil, err
@@ -178,7 +178,10 @@ func orDefault(v, d int) int {
 // checkPorts fails early, naming the process, when a port of the layout is taken.
 func (c *Cluster) checkPorts() error {
 	for _, p := range c.layout.Procs {
-		for _, a := range []string{p.Addr, p.MetricsAddr} {
+		for _, a := range []string{p.Addr, p.MetricsAddr, p.DataAddr} {
+			if a == "" {
+				continue
+			}
 			ln, err := net.Listen("tcp", a)
 			if err != nil {
 				return fmt.Errorf("port %s of %s is in use by another program; stop it or use another --data-dir", a, p.Name)
@@ -200,7 +203,11 @@ func (c *Cluster) args(p Proc) []string {
 		}
 		return args
 	default:
-		return append([]string{p.Role, "--listen", p.Addr, "--node-id", fmt.Sprint(p.ID), "--master", strings.Join(c.layout.MasterAddrs(), ",")}, common...)
+		args := append([]string{p.Role, "--listen", p.Addr, "--node-id", fmt.Sprint(p.ID), "--master", strings.Join(c.layout.MasterAddrs(), ",")}, common...)
+		if p.DataAddr != "" {
+			args = append(args, "--data-listen", p.DataAddr)
+		}
+		return args
 	}
 }
 

@@ -100,7 +100,7 @@ func (v *service) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 		return nil, status.Errorf(codes.FailedPrecondition, "node data dir belongs to cluster %s, but this is cluster %s", req.ClusterId, clusterID)
 	}
 	res, err := v.s.propose(ctx, &pb.Command{Op: &pb.Command_Register{Register: &pb.RegisterNode{
-		Uuid: req.Uuid, Role: req.Role, Addr: req.Addr, Zone: req.Zone, RequestedId: req.NodeId,
+		Uuid: req.Uuid, Role: req.Role, Addr: req.Addr, Zone: req.Zone, RequestedId: req.NodeId, DataAddr: req.DataAddr,
 	}}})
 	if err != nil {
 		return nil, toStatus(err)
@@ -124,7 +124,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		assigned []*pb.Partition
 		epoch    uint64
 	)
-	addrs := map[uint64]string{}
+	addrs, dataAddrs := map[uint64]string{}, map[uint64]string{}
 	v.s.fsm.read(func(st *clustermap.State) {
 		if n, ok := st.Map().Nodes[req.NodeId]; ok && n.Uuid == req.Uuid {
 			node = proto.Clone(n).(*pb.Node)
@@ -133,6 +133,9 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 				for _, r := range p.Replicas {
 					if peer, ok := st.Map().Nodes[r]; ok {
 						addrs[r] = peer.Addr
+						if peer.DataAddr != "" {
+							dataAddrs[r] = peer.DataAddr
+						}
 					}
 				}
 			}
@@ -155,7 +158,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		}
 		v.s.log.Info("node state changed", "node", node.Id, "state", "alive")
 	}
-	return &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs}, nil
+	return &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs, NodeDataAddrs: dataAddrs}, nil
 }
 
 func (v *service) GetMap(ctx context.Context, _ *pb.GetMapRequest) (*pb.GetMapResponse, error) {

@@ -47,9 +47,12 @@ type Config struct {
 	// Listen is the gRPC listen address; Advertise, if set, is the address given to
 	// the master (for a listen address such as 0.0.0.0:7100).
 	Listen, Advertise string
-	Zone              string
-	Masters           []string
-	MetricsAddr       string
+	// DataListen, if set, is a second listener for the role's own protocol (the
+	// data path of data nodes); DataAdvertise is its address given to the master.
+	DataListen, DataAdvertise string
+	Zone                      string
+	Masters                   []string
+	MetricsAddr               string
 	// NodeID, if not 0, asks the master for this id on first registration.
 	NodeID            uint64
 	HeartbeatInterval time.Duration
@@ -72,8 +75,12 @@ type Env struct {
 	GRPC     *grpc.Server    // register the role's services here (before serving)
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
-	// Resolve maps a node id to its address, as last heard from the master.
-	Resolve func(id uint64) (string, bool)
+	// Resolve maps a node id to its gRPC address, as last heard from the master;
+	// ResolveData to its data-path address.
+	Resolve, ResolveData func(id uint64) (string, bool)
+	// DataListener is the listener of Config.DataListen (nil without one); the
+	// role serves it and closes it in Close.
+	DataListener net.Listener
 }
 
 // PartitionHost is the part of a role that hosts partitions.
@@ -97,6 +104,8 @@ type Node struct {
 	grpc      *grpc.Server
 	telemetry *daemon.Telemetry
 	addr      string
+	dataLn    net.Listener
+	dataAddr  string
 
 	db        *pebble.DB
 	raft      *multiraft.Host
@@ -161,6 +170,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.addr == "" {
 		n.addr = ln.Addr().String()
 	}
+	if cfg.DataListen != "" {
+		if n.dataLn, err = net.Listen("tcp", cfg.DataListen); err != nil {
+			return nil, fmt.Errorf("listen on %s (data path): %w", cfg.DataListen, err)
+		}
+		n.dataAddr = cfg.DataAdvertise
+		if n.dataAddr == "" {
+			n.dataAddr = n.dataLn.Addr().String()
+		}
+	}
 	if n.telemetry, err = daemon.StartTelemetry(cfg.MetricsAddr, n.health); err != nil {
 		return nil, err
 	}
@@ -221,6 +239,12 @@ func (n *Node) openPartitions() (err error) {
 		a, ok := n.assignment.NodeAddrs[id]
 		return a, ok
 	}
+	resolveData := func(id uint64) (string, bool) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		a, ok := n.assignment.NodeDataAddrs[id]
+		return a, ok
+	}
 	n.transport = multiraft.NewGRPCTransport(multiraft.NodeID(n.id.NodeID), func(id multiraft.NodeID) (string, bool) { return resolve(uint64(id)) }, n.log)
 	n.raft, err = multiraft.NewHost(multiraft.Config{
 		NodeID: multiraft.NodeID(n.id.NodeID), DB: n.db, Transport: n.transport,
@@ -237,7 +261,8 @@ func (n *Node) openPartitions() (err error) {
 	if n.cfg.NewPartitions != nil {
 		n.parts, err = n.cfg.NewPartitions(Env{
 			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, GRPC: n.grpc,
-			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve,
+			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData,
+			DataListener: n.dataLn,
 		})
 		if err != nil {
 			return fmt.Errorf("%s partitions: %w", RoleName(n.cfg.Role), err)
@@ -279,7 +304,15 @@ func (n *Node) Stop() {
 		close(n.stop)
 	}
 	if n.grpc != nil {
-		n.grpc.GracefulStop()
+		// Raft streams from peers never end on their own: give unary calls a
+		// moment to finish, then cut the rest.
+		done := make(chan struct{})
+		go func() { n.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			n.grpc.Stop()
+		}
 	}
 	n.wg.Wait()
 	n.closeAll()
@@ -291,6 +324,9 @@ func (n *Node) closeAll() {
 		if err := n.parts.Close(); err != nil {
 			n.log.Error("close partitions", "err", err)
 		}
+	}
+	if n.dataLn != nil {
+		n.dataLn.Close() // the role may have closed it already; a second close is harmless
 	}
 	if n.transport != nil {
 		n.transport.Close()
@@ -417,6 +453,7 @@ func (n *Node) register() error {
 	defer cancel()
 	req := &pb.RegisterRequest{
 		ClusterId: n.id.ClusterID, Uuid: n.id.UUID, Role: n.cfg.Role, Addr: n.addr, Zone: n.cfg.Zone, NodeId: n.id.NodeID,
+		DataAddr: n.dataAddr,
 	}
 	var resp *pb.RegisterResponse
 	err := n.masters.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) (err error) {
@@ -470,7 +507,8 @@ func (n *Node) heartbeat() error {
 	}
 	n.heartbeats.Inc()
 	n.mu.Lock()
-	changed := !samePartitions(n.assignment.Assigned, resp.Assigned) || !maps.Equal(n.assignment.NodeAddrs, resp.NodeAddrs)
+	changed := !samePartitions(n.assignment.Assigned, resp.Assigned) || !maps.Equal(n.assignment.NodeAddrs, resp.NodeAddrs) ||
+		!maps.Equal(n.assignment.NodeDataAddrs, resp.NodeDataAddrs)
 	if changed {
 		n.assignment = resp
 	} else {

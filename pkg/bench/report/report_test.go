@@ -1,0 +1,217 @@
+package report
+
+import (
+	"bytes"
+	"image/png"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/bench/stats"
+	"github.com/cairnfs/cairn/pkg/bench/workload"
+)
+
+func opResult(name string, count, bytes, errs int64, lat ...time.Duration) workload.OpResult {
+	o := workload.OpResult{Name: name}
+	o.Count, o.Bytes, o.Errors = count, bytes, errs
+	for _, d := range lat {
+		o.Latency.Record(d)
+	}
+	return o
+}
+
+func rep(window time.Duration, ops ...workload.OpResult) Repetition {
+	return Repetition{Phases: []workload.PhaseResult{{Name: "write", StartNs: 0, EndNs: int64(window), Ops: ops}}}
+}
+
+func fig(t *testing.T, figs []Figure, name string) Figure {
+	t.Helper()
+	for _, f := range figs {
+		if f.Name == name {
+			return f
+		}
+	}
+	t.Fatalf("no figure %s", name)
+	return Figure{}
+}
+
+func TestSummarizeFigures(t *testing.T) {
+	reps := []Repetition{
+		rep(2*time.Second, opResult("write", 200, 200<<20, 0, time.Millisecond, 3*time.Millisecond)),
+		rep(time.Second, opResult("write", 300, 300<<20, 1, 2*time.Millisecond)),
+		rep(4*time.Second, opResult("write", 400, 400<<20, 0, time.Millisecond)),
+	}
+	pf := Summarize(reps)
+	if len(pf) != 1 || pf[0].Phase != "write" || len(pf[0].Ops) != 1 {
+		t.Fatalf("%+v", pf)
+	}
+	figs := pf[0].Ops[0].Figures
+	tests := []struct {
+		name, unit       string
+		values           []float64
+		min, median, max float64
+	}{
+		{FigOpsRate, "ops/s", []float64{100, 300, 100}, 100, 100, 300},
+		{FigThroughput, "MiB/s", []float64{100, 300, 100}, 100, 100, 300},
+		{FigBytesPerOp, "B", []float64{1 << 20, 1 << 20, 1 << 20}, 1 << 20, 1 << 20, 1 << 20},
+		{FigErrors, "count", []float64{0, 1, 0}, 0, 0, 1},
+		{FigOps, "count", []float64{200, 300, 400}, 200, 300, 400},
+	}
+	for _, tc := range tests {
+		f := fig(t, figs, tc.name)
+		if f.Unit != tc.unit || f.N != 3 || float64(f.Min) != tc.min || float64(f.Median) != tc.median || float64(f.Max) != tc.max {
+			t.Errorf("%s: %+v", tc.name, f)
+		}
+		for i, v := range tc.values {
+			if math.Abs(float64(f.Values[i])-v) > 1e-9 {
+				t.Errorf("%s value %d = %v, want %v", tc.name, i, f.Values[i], v)
+			}
+		}
+	}
+	if f := fig(t, figs, FigLatMax); float64(f.Max) != 3000 || f.Unit != "µs" || f.Better != "lower" {
+		t.Errorf("latency max %+v", f)
+	}
+	if f := fig(t, pf[0].Figures, FigDuration); float64(f.Median) != 2 || f.Unit != "s" {
+		t.Errorf("duration %+v", f)
+	}
+}
+
+func TestSummarizeMissingRepetition(t *testing.T) {
+	reps := []Repetition{
+		rep(time.Second, opResult("write", 10, 0, 0, time.Millisecond)),
+		{Error: "every worker failed"},
+		rep(time.Second, opResult("write", 30, 0, 0, time.Millisecond)),
+	}
+	f := fig(t, Summarize(reps)[0].Ops[0].Figures, FigOpsRate)
+	if f.N != 2 || len(f.Values) != 3 || !math.IsNaN(float64(f.Values[1])) || float64(f.Median) != 20 {
+		t.Fatalf("%+v", f)
+	}
+	if _, ok := MainFigure(Summarize(reps)[0].Ops[0]); !ok {
+		t.Fatal("no main figure")
+	}
+}
+
+func TestRatios(t *testing.T) {
+	w := WorkloadReport{Targets: []TargetReport{
+		{Target: "a", Phases: Summarize([]Repetition{rep(time.Second, opResult("write", 100, 100<<20, 0, time.Millisecond))})},
+		{Target: "b", Phases: Summarize([]Repetition{rep(time.Second, opResult("write", 50, 50<<20, 0, 2*time.Millisecond))})},
+		{Target: "c", Phases: Summarize([]Repetition{{Error: "failed"}})},
+	}}
+	SetRatios(&w)
+	a, _ := w.Targets[0].Find("write", "write", FigThroughput)
+	b, _ := w.Targets[1].Find("write", "write", FigThroughput)
+	lat, _ := w.Targets[1].Find("write", "write", FigLatP50)
+	if !math.IsNaN(float64(a.RatioToFirst)) || float64(b.RatioToFirst) != 0.5 {
+		t.Fatalf("ratios a %v b %v", a.RatioToFirst, b.RatioToFirst)
+	}
+	if r := float64(lat.RatioToFirst); math.Abs(r-2) > 0.1 {
+		t.Fatalf("latency ratio %v, want about 2", r)
+	}
+	if _, ok := w.Targets[2].Find("write", "write", FigThroughput); ok {
+		t.Fatal("a failed target has figures")
+	}
+}
+
+func TestNumAndLatency(t *testing.T) {
+	nums := map[float64]string{0: "0", 7: "7", 2.5: "2.50", 12.34: "12.3", 999: "999", 9999: "9999", 12345: "12.3k",
+		123456: "123k", 1234567: "1.23M", 2e9: "2G", math.NaN(): "-"}
+	for v, want := range nums {
+		if got := Num(v); got != want {
+			t.Errorf("Num(%v) = %q, want %q", v, got, want)
+		}
+	}
+	lats := map[float64]string{1.5: "1.5 µs", 250: "250 µs", 1500: "1.5 ms", 2.5e6: "2.50 s"}
+	for v, want := range lats {
+		if got := Latency(v); got != want {
+			t.Errorf("Latency(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+func sampleReport() *Report {
+	mk := func(target string, scale int64) TargetReport {
+		reps := []Repetition{
+			rep(time.Second, opResult("write", 100*scale, 100<<20*scale, 0, time.Millisecond, 2*time.Millisecond)),
+			rep(time.Second, opResult("write", 110*scale, 110<<20*scale, 0, time.Millisecond)),
+		}
+		reps[0].Phases[0].Truncated = true
+		return TargetReport{Target: target, Repetitions: reps, Phases: Summarize(reps)}
+	}
+	spec, _ := workload.Resolve("seq-write", map[string]string{"threads": "2"})
+	w := WorkloadReport{Name: "seq-write", Kind: "seq-write", Series: "seq-write", Spec: spec,
+		Concurrency: Concurrency{Nodes: 1, Processes: 1, Threads: 2},
+		Targets:     []TargetReport{mk("posix:/a", 1), mk("posix:/b", 2)}}
+	SetRatios(&w)
+	return &Report{Schema: Schema, RunID: "r", Config: Config{Targets: []string{"posix:/a", "posix:/b"}, Repetitions: 2},
+		Workloads: []WorkloadReport{w},
+		Failures:  []Failure{{Workload: "seq-write", Target: "posix:/b", Repetition: 2, Worker: "10.0.0.9:7070", Stage: "run", Error: "no answer within 1m"}}}
+}
+
+func TestTable(t *testing.T) {
+	out := Table(sampleReport())
+	for _, want := range []string{"seq-write", "write*", "posix:/a", "posix:/b", "2.00×", "105 [100–110]", "FAILURES (1)",
+		"worker 10.0.0.9:7070 failed at run: no answer within 1m", "hit its time bound"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestHTMLAndCharts(t *testing.T) {
+	r := sampleReport()
+	page, err := HTML(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(page)
+	for _, want := range []string{"<!DOCTYPE html>", "data:image/png;base64,", "Throughput", "Latency percentiles", "10.0.0.9:7070", "2.00×"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report.html lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"<script", "src=\"http", "href=\"http", "@import"} {
+		if strings.Contains(s, bad) {
+			t.Errorf("report.html is not self-contained: %q", bad)
+		}
+	}
+	for name, draw := range map[string]func(WorkloadReport) ([]byte, error){"throughput": ThroughputChart, "latency": LatencyChart} {
+		b, err := draw(r.Workloads[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("%s chart is not a PNG: %v", name, err)
+		}
+		if img.Bounds().Dx() < 400 || img.Bounds().Dy() < 300 {
+			t.Errorf("%s chart is %v", name, img.Bounds())
+		}
+	}
+	if b, _ := ScalingChart(r.Workloads, r.Config.Targets); b != nil {
+		t.Error("a scaling chart from a single point")
+	}
+}
+
+func TestTicks(t *testing.T) {
+	ticks := linearTicks{}.Ticks(0, 26000)
+	var labels []string
+	for _, tk := range ticks {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	if strings.Join(labels, ",") != "0,5k,10k,15k,20k,25k" {
+		t.Errorf("linear ticks %v", labels)
+	}
+	labels = nil
+	for _, tk := range (durationTicks{}).Ticks(2000, 6300) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	if len(labels) < 3 {
+		t.Errorf("a narrow latency axis has only %v", labels)
+	}
+	_ = stats.Float(0)
+}

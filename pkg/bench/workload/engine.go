@@ -1,0 +1,534 @@
+// Package workload holds the built-in workloads of cairn bench (DFS-Perf §5.2
+// plus the CFS, FalconFS and VarFS evaluations), their configuration keys, and
+// the engine that runs one worker process's share of a workload: set up every
+// thread, wait for the start signal, run the phases with all threads in step,
+// and return per-phase statistics. The engine knows nothing of masters,
+// sockets or reports; the bench package drives it.
+//
+// Every loop of every workload is bounded twice: by a count from the
+// configuration and by the phase's time bound (key "duration").
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"path"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/bench/fsys"
+	"github.com/cairnfs/cairn/pkg/bench/stats"
+)
+
+// Workload is the execution logic of one kind (DFS-Perf's PerfThread). Setup
+// runs before the start signal and is not measured; Run runs one phase for one
+// thread and measures its operations through t.Op. Both are called from as
+// many goroutines as there are threads, each with its own Thread.
+type Workload interface {
+	Phases() []string
+	Setup(ctx context.Context, t *Thread) error
+	Run(ctx context.Context, t *Thread, phase int) error
+}
+
+// Expecter is implemented by workloads that know how many operations each
+// thread performs in a phase, so progress bars can show a fraction.
+type Expecter interface {
+	Expect(phase int) int64
+}
+
+// Placement says where this worker process sits in a run.
+type Placement struct {
+	Worker  int    // index of this process among the run's worker processes
+	Workers int    // number of worker processes in the run
+	Dir     string // the repetition's workspace, relative to the FS root, shared by all workers
+}
+
+// Thread is one workload thread's context: its identity in the run, its
+// random source, its buffers and its measurements.
+type Thread struct {
+	FS            fsys.FS
+	Spec          *Spec
+	Local         int // index among this process's threads
+	Global        int // index among all threads of the run
+	GlobalThreads int
+	Worker        int
+	Workers       int
+	Rand          *rand.Rand
+	// State is the workload's own per-thread state, kept across phases.
+	State any
+
+	base      string
+	buf       []byte
+	ops       map[string]*stats.Op
+	live      *stats.Live
+	deadline  time.Duration // on the Clock
+	now       time.Duration // on the Clock, as of the last Done or More
+	truncated bool
+	fatal     error
+	ctx       context.Context
+}
+
+// Dir is this thread's private directory.
+func (t *Thread) Dir() string { return t.ThreadDir(t.Global) }
+
+// ThreadDir is the private directory of global thread g (for shuffle modes).
+func (t *Thread) ThreadDir(g int) string { return t.base + "/g" + strconv.Itoa(g) }
+
+// Path joins elements below this thread's directory.
+func (t *Thread) Path(elem ...string) string {
+	return path.Join(append([]string{t.Dir()}, elem...)...)
+}
+
+// Shared joins elements below the directory all threads of the run share.
+func (t *Thread) Shared(elem ...string) string {
+	return path.Join(append([]string{t.base, "shared"}, elem...)...)
+}
+
+// maxBuffer bounds one thread's data buffer.
+const maxBuffer = 256 << 20
+
+// Buffer returns at least n bytes of incompressible data (so that a file
+// system that compresses or deduplicates does not get an easy ride), the same
+// slice each time it is large enough.
+func (t *Thread) Buffer(n int64) []byte {
+	if n > maxBuffer {
+		n = maxBuffer
+	}
+	if int64(len(t.buf)) < n {
+		b := make([]byte, n)
+		for i := 0; i+8 <= len(b); i += 8 {
+			v := t.Rand.Uint64()
+			for j := 0; j < 8; j++ {
+				b[i+j] = byte(v >> (8 * j))
+			}
+		}
+		t.buf = b
+	}
+	return t.buf[:n]
+}
+
+// clockEpoch anchors Thread.Clock. A duration since a fixed time.Time reads
+// only the monotonic clock, half the cost of time.Now (which also reads the
+// wall clock) — and the clock is read twice per measured operation.
+var clockEpoch = time.Now()
+
+// Clock returns the current time on the monotonic clock of measurements: the
+// start to pass to Meter.Done.
+func (t *Thread) Clock() time.Duration { return time.Since(clockEpoch) }
+
+// Meter times one kind of operation of the current phase.
+type Meter struct {
+	op *stats.Op
+	t  *Thread
+}
+
+// Op returns the meter of operation name for the current phase.
+func (t *Thread) Op(name string) *Meter {
+	o := t.ops[name]
+	if o == nil {
+		o = &stats.Op{}
+		t.ops[name] = o
+	}
+	return &Meter{op: o, t: t}
+}
+
+// Done records one operation that started at start (from Clock), moved bytes
+// and ended with err. An error that makes every further operation pointless
+// (no space, a read-only or disconnected file system) stops the thread's
+// phase.
+func (m *Meter) Done(start time.Duration, bytes int64, err error) {
+	now := time.Since(clockEpoch)
+	m.t.now = now
+	m.op.Record(now-start, bytes, err)
+	m.t.live.Add(1, bytes)
+	if err != nil && m.t.fatal == nil && isFatal(err) {
+		m.t.fatal = err
+	}
+}
+
+// Items adds n to the entries touched by the meter's operations.
+func (m *Meter) Items(n int64) { m.op.Items += n }
+
+func isFatal(err error) bool {
+	var en syscall.Errno
+	if !errors.As(err, &en) {
+		return false
+	}
+	switch en {
+	case syscall.ENOSPC, syscall.EDQUOT, syscall.EROFS, syscall.ENOTCONN, syscall.EIO:
+		return true
+	}
+	return false
+}
+
+// More reports whether iteration i of a loop of count iterations should run:
+// false when the count is done, the phase's time bound has passed, the run is
+// cancelled or a fatal error occurred. The clock is read every 16 iterations
+// (and by every Done), so the check costs almost nothing per operation.
+func (t *Thread) More(i, count int64) bool {
+	if i >= count || t.fatal != nil {
+		return false
+	}
+	if i&15 == 0 {
+		if t.ctx.Err() != nil {
+			return false
+		}
+		t.now = t.Clock()
+	}
+	if t.now > t.deadline {
+		t.truncated = true
+		return false
+	}
+	return true
+}
+
+// Stop ends the thread's phase with err, which the phase result reports.
+func (t *Thread) Stop(err error) {
+	if t.fatal == nil {
+		t.fatal = err
+	}
+}
+
+// OpResult is one operation's statistics in a phase.
+type OpResult struct {
+	Name string `json:"name"`
+	stats.Op
+}
+
+// PhaseResult is one phase as one worker process measured it. Times are
+// offsets from the moment the worker received the start signal, so results
+// of workers on hosts with different clocks still line up.
+type PhaseResult struct {
+	Name      string             `json:"name"`
+	StartNs   int64              `json:"start_ns"`
+	EndNs     int64              `json:"end_ns"`
+	Threads   int                `json:"threads"`
+	Truncated bool               `json:"truncated,omitempty"`
+	Ops       []OpResult         `json:"ops"`
+	Extra     map[string]float64 `json:"extra,omitempty"`
+	Error     string             `json:"error,omitempty"`
+}
+
+// Result is one worker process's measurements of a workload.
+type Result struct {
+	SetupNs int64         `json:"setup_ns"`
+	Phases  []PhaseResult `json:"phases"`
+	// Error says why the workload stopped early; the phases before it are
+	// kept.
+	Error string `json:"error,omitempty"`
+}
+
+// Progress is what a live display reads while a worker runs in-process. All
+// methods are safe for concurrent use.
+type Progress struct {
+	mu       sync.Mutex
+	workload string
+	phase    string
+	index    int
+	phases   int
+	expected int64
+	started  time.Time
+	limit    time.Duration
+	lives    []stats.Live
+	finished bool
+}
+
+// Snapshot is a consistent view of a Progress.
+type Snapshot struct {
+	Workload string
+	Phase    string
+	Index    int // 0-based index of the phase
+	Phases   int
+	Ops      int64
+	Bytes    int64
+	Expected int64 // operations of the phase across threads, 0 when unknown
+	Elapsed  time.Duration
+	Limit    time.Duration // the phase's time bound
+	Finished bool
+}
+
+// Snapshot reads the counters.
+func (p *Progress) Snapshot() Snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Snapshot{Workload: p.workload, Phase: p.phase, Index: p.index, Phases: p.phases,
+		Expected: p.expected, Limit: p.limit, Finished: p.finished}
+	if !p.started.IsZero() {
+		s.Elapsed = time.Since(p.started)
+	}
+	for i := range p.lives {
+		o, b := p.lives[i].Load()
+		s.Ops += o
+		s.Bytes += b
+	}
+	return s
+}
+
+func (p *Progress) begin(workload, phase string, index, phases int, expected int64, limit time.Duration, threads int) []stats.Live {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.workload, p.phase, p.index, p.phases, p.expected, p.limit = workload, phase, index, phases, expected, limit
+	p.started = time.Now()
+	p.lives = make([]stats.Live, threads)
+	p.finished = false
+	return p.lives
+}
+
+func (p *Progress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.finished = true
+}
+
+// Runner runs one worker process's share of a workload.
+type Runner struct {
+	spec     *Spec
+	w        Workload
+	fs       fsys.FS
+	pl       Placement
+	threads  []*Thread
+	progress *Progress
+	setupNs  int64
+}
+
+// NewRunner builds the workload for this process. progress may be nil.
+func NewRunner(f fsys.FS, spec *Spec, pl Placement, progress *Progress) (*Runner, error) {
+	if pl.Workers < 1 || pl.Worker < 0 || pl.Worker >= pl.Workers {
+		return nil, fmt.Errorf("worker %d of %d: bad placement", pl.Worker, pl.Workers)
+	}
+	if err := fsys.CheckPath("workspace", pl.Dir); err != nil || pl.Dir == "." {
+		return nil, fmt.Errorf("workspace %q: want a relative directory below the target", pl.Dir)
+	}
+	w, err := spec.New()
+	if err != nil {
+		return nil, err
+	}
+	if progress == nil {
+		progress = &Progress{}
+	}
+	r := &Runner{spec: spec, w: w, fs: f, pl: pl, progress: progress}
+	n := spec.Threads()
+	for i := 0; i < n; i++ {
+		g := pl.Worker*n + i
+		r.threads = append(r.threads, &Thread{
+			FS: f, Spec: spec, Local: i, Global: g, GlobalThreads: pl.Workers * n,
+			Worker: pl.Worker, Workers: pl.Workers,
+			Rand: rand.New(rand.NewPCG(uint64(spec.Int("seed")), uint64(g))),
+			base: pl.Dir, ops: map[string]*stats.Op{}, live: &stats.Live{},
+		})
+	}
+	return r, nil
+}
+
+// Phases lists the workload's phases.
+func (r *Runner) Phases() []string { return r.w.Phases() }
+
+// Setup prepares every thread (directories, input files) in parallel. It is
+// not measured; ctx bounds it.
+func (r *Runner) Setup(ctx context.Context) error {
+	start := time.Now()
+	if err := fsys.MkdirAll(r.fs, path.Join(r.pl.Dir, "shared"), 0o755); err != nil {
+		return fmt.Errorf("create workspace %s on %s: %w", r.pl.Dir, r.fs, err)
+	}
+	err := r.each(ctx, func(ctx context.Context, t *Thread) error {
+		t.ctx = ctx
+		t.deadline = t.Clock() + 24*time.Hour // setup is bounded by ctx, not by the phase bound
+		if err := r.fs.Mkdir(t.Dir(), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("thread %d: %w", t.Global, err)
+		}
+		if err := r.w.Setup(ctx, t); err != nil {
+			return fmt.Errorf("setup of thread %d: %w", t.Global, err)
+		}
+		if t.fatal != nil {
+			return fmt.Errorf("setup of thread %d: %w", t.Global, t.fatal)
+		}
+		return nil
+	})
+	r.setupNs = int64(time.Since(start))
+	return err
+}
+
+// each runs f for every thread concurrently and returns the first error,
+// cancelling the others' context when one fails.
+func (r *Runner) each(ctx context.Context, f func(context.Context, *Thread) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(r.threads))
+	var wg sync.WaitGroup
+	for i, t := range r.threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[i] = f(ctx, t); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs every phase, all threads together, each phase after the previous
+// one finished on every thread of this process. It stops early, keeping the
+// phases done so far, when a thread hits a fatal error or ctx ends.
+func (r *Runner) Run(ctx context.Context) *Result {
+	t0 := time.Now()
+	res := &Result{SetupNs: r.setupNs}
+	phases := r.w.Phases()
+	limit := r.spec.Duration("duration")
+	defer r.progress.finish()
+	for p, name := range phases {
+		var expected int64
+		if e, ok := r.w.(Expecter); ok {
+			expected = e.Expect(p) * int64(len(r.threads))
+		}
+		lives := r.progress.begin(r.spec.Name(), name, p, len(phases), expected, limit, len(r.threads))
+		ph := PhaseResult{Name: name, StartNs: int64(time.Since(t0)), Threads: len(r.threads)}
+		errs := make([]error, len(r.threads))
+		var wg sync.WaitGroup
+		for i, t := range r.threads {
+			t.ops = map[string]*stats.Op{}
+			t.live = &lives[i]
+			t.ctx = ctx
+			t.now = t.Clock()
+			t.deadline = t.now + limit
+			t.truncated, t.fatal = false, nil
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = r.w.Run(ctx, t, p)
+			}()
+		}
+		wg.Wait()
+		ph.EndNs = int64(time.Since(t0))
+		merged := map[string]*stats.Op{}
+		var firstErr error
+		for i, t := range r.threads {
+			for n, o := range t.ops {
+				m := merged[n]
+				if m == nil {
+					m = &stats.Op{}
+					merged[n] = m
+				}
+				m.Merge(o)
+			}
+			ph.Truncated = ph.Truncated || t.truncated
+			if firstErr == nil {
+				if errs[i] != nil {
+					firstErr = errs[i]
+				} else if t.fatal != nil {
+					firstErr = t.fatal
+				}
+			}
+		}
+		for _, n := range sortedKeys(merged) {
+			ph.Ops = append(ph.Ops, OpResult{Name: n, Op: *merged[n]})
+		}
+		if x, ok := r.w.(interface {
+			Extra(phase int) map[string]float64
+		}); ok {
+			ph.Extra = x.Extra(p)
+		}
+		if firstErr == nil && ctx.Err() != nil {
+			firstErr = fmt.Errorf("stopped: %w", context.Cause(ctx))
+		}
+		if firstErr != nil {
+			ph.Error = firstErr.Error()
+		}
+		res.Phases = append(res.Phases, ph)
+		if firstErr != nil {
+			res.Error = fmt.Sprintf("phase %s: %v", name, firstErr)
+			if p+1 < len(phases) {
+				res.Error += fmt.Sprintf(" (%d later phases skipped)", len(phases)-p-1)
+			}
+			break
+		}
+	}
+	return res
+}
+
+// Cleanup removes the directories of this process's threads, unless the spec
+// says to keep them. Shared data is removed by CleanupShared once every
+// worker is done.
+func (r *Runner) Cleanup(ctx context.Context) error {
+	if r.spec.Bool("keep") {
+		return nil
+	}
+	return r.each(ctx, func(ctx context.Context, t *Thread) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fsys.RemoveAll(r.fs, t.Dir())
+	})
+}
+
+// CleanupShared removes a repetition's whole workspace, then its parent
+// directories as long as they are empty (so the run leaves nothing behind on
+// the target once its last repetition is cleaned up).
+func CleanupShared(f fsys.FS, spec *Spec, dir string) error {
+	if spec.Bool("keep") {
+		return nil
+	}
+	if err := fsys.CheckPath("cleanup", dir); err != nil || dir == "." {
+		return fmt.Errorf("cleanup: refusing to remove %q", dir)
+	}
+	if err := fsys.RemoveAll(f, dir); err != nil {
+		return err
+	}
+	for p := path.Dir(dir); p != "."; p = path.Dir(p) {
+		if f.Rmdir(p) != nil {
+			break // not empty: another repetition or workload still uses it
+		}
+	}
+	return nil
+}
+
+// MergePhases combines the same phase as measured by several workers: ops
+// add up, the window spans the earliest start to the latest end.
+func MergePhases(parts []PhaseResult) PhaseResult {
+	if len(parts) == 0 {
+		return PhaseResult{}
+	}
+	out := PhaseResult{Name: parts[0].Name, StartNs: parts[0].StartNs, EndNs: parts[0].EndNs}
+	ops := map[string]*stats.Op{}
+	for _, p := range parts {
+		out.StartNs = min(out.StartNs, p.StartNs)
+		out.EndNs = max(out.EndNs, p.EndNs)
+		out.Threads += p.Threads
+		out.Truncated = out.Truncated || p.Truncated
+		if out.Error == "" {
+			out.Error = p.Error
+		}
+		for _, o := range p.Ops {
+			m := ops[o.Name]
+			if m == nil {
+				m = &stats.Op{}
+				ops[o.Name] = m
+			}
+			m.Merge(&o.Op)
+		}
+		for k, v := range p.Extra {
+			if out.Extra == nil {
+				out.Extra = map[string]float64{}
+			}
+			out.Extra[k] = max(out.Extra[k], v)
+		}
+	}
+	names := sortedKeys(ops)
+	sort.Strings(names)
+	for _, n := range names {
+		out.Ops = append(out.Ops, OpResult{Name: n, Op: *ops[n]})
+	}
+	return out
+}
