@@ -9,10 +9,13 @@ STATICCHECK   := $(TOOLS)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+# Debian packages the tests use: strace records traces for `cairn bench record`.
+APT_PACKAGES  := strace
+SUDO          := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 # Integration tests run real processes; one package at a time keeps 2 cores sane.
 TEST_FLAGS    ?= -race -p 1 -timeout 15m
 
-.PHONY: build up test deps vet lint unit bench proto clean
+.PHONY: build up test deps apt-deps vet lint bench proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -22,7 +25,14 @@ up: build
 	./$(BIN) up
 
 ## deps: what the tests need beyond Go itself.
-deps: $(STATICCHECK)
+deps: apt-deps $(STATICCHECK)
+
+apt-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 $(STATICCHECK):
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
