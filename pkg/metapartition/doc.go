@@ -1,0 +1,165 @@
+// Package metapartition is the replicated state machine of one meta
+// partition (MP): the inodes whose numbers fall in the partition's inode
+// range, and the dentries the volume's hybrid index routes to it. It is
+// pure: no network, no goroutines, no clock, no randomness. The multi-raft
+// host drives it through [Partition.Apply], [Partition.Snapshot] and
+// [Partition.Restore] (it implements multiraft.StateMachine); the meta node
+// service reads it through the query methods.
+//
+// # Data model
+//
+// An inode's home is the MP whose range [start, end] (end 0 = open) holds
+// its number; inodes never move, also across rename. CreateInode allocates
+// MaxIno()+1, and fails with ENOSPC past the end of the range; the master
+// then cuts the range with SetRange and adds an MP above it (CFS Algorithm
+// 1). Inside its range an MP is the authority: an inode number there that
+// it does not hold does not exist. Outside it, an inode is someone else's.
+//
+// A dentry (parent, name) -> (ino, type) lives on the MP the volume's slot
+// table and exception table route (parent, name) to (FalconFS hybrid
+// indexing), which is in general not the home of parent nor of ino. A
+// directory's children are therefore spread over every MP, and the state
+// machine only checks what it can see: name syntax, existence, the parent's
+// fence, and, when the parent or the target inode is local, that it
+// exists, has links and has the right type.
+//
+// Records live in two tidwall/btree B-trees, inodes by number and dentries
+// by (parent, name), in compact structs rather than protobuf messages:
+// 112 bytes per inode with one inline extent, 40 bytes per dentry plus its
+// name, plus a 16-byte name-count slot. BenchmarkMemoryPerFile measures
+// about 256 bytes per file (inode, dentry, one extent) at a million files,
+// 266 after a snapshot round trip. Protobuf messages appear only at the
+// boundary: Apply decodes a metapb.Batch, queries return metapb.Inode and
+// metapb.Dentry.
+//
+// # Operations and atomicity
+//
+// One raft entry is a metapb.Batch: the Txns of concurrent requests merged
+// into one proposal (FalconFS §4.4). Txns apply in order and independently;
+// each returns a TxnResult with a Linux errno. A Txn's ops apply atomically:
+// they read and write an overlay, and only when every op has succeeded is
+// the overlay committed; a failing op drops it, so nothing of the Txn
+// remains, not the allocated inode number, not a time, not a TouchDir id.
+// An inode-number field that is 0 (ino, parent) means the inode made by the
+// Txn's first CreateInode, so that create is one Txn:
+//
+//	create: [CreateInode{REGULAR}, CreateDentry{parent, name, ino: 0}]
+//	mkdir:  [CreateInode{DIRECTORY}, CreateDentry{...}, TouchDir{parent, +1}]
+//
+// (the TouchDir only if parent's home is this MP, else a second Txn there).
+//
+// Per op (errno when it fails):
+//
+//   - CreateInode: type must be valid (EINVAL); mode keeps permission bits
+//     only; a symlink needs a target of 1..4096 bytes without NUL (ENOENT,
+//     ENAMETOOLONG, EINVAL) and other types none; rdev only for devices
+//     (EINVAL). nlink is 2 for a directory, else 1; a/m/c/btime = now.
+//     Range exhausted: ENOSPC.
+//   - CreateDentry: name 1..255 bytes, not "." or "..", no '/' or NUL
+//     (ENAMETOOLONG, EINVAL); parent fenced: ENOENT; parent homed here but
+//     missing or unlinked: ENOENT, not a directory: ENOTDIR; name exists:
+//     EEXIST; target homed here but missing or without links: ENOENT; type
+//     differs from the local target's: EINVAL; a dentry pointing at its
+//     parent: EINVAL.
+//   - DeleteDentry: missing: ENOENT; expect_ino set and different: ESTALE;
+//     expect_type DIRECTORY on a non-directory: ENOTDIR; any other
+//     expect_type on a directory: EISDIR (non-directory types are not told
+//     apart: unlink(2) removes them all alike).
+//   - ReplaceDentry: as DeleteDentry for the old entry, and rename(2)'s
+//     type rule: a directory replaces only a directory (ENOTDIR), a
+//     non-directory only a non-directory (EISDIR). The result carries the
+//     replaced dentry.
+//   - Setattr: the inode must be local (ENOENT); unknown valid bits: EINVAL.
+//     SIZE on a directory: EISDIR, on other non-regular files: EINVAL,
+//     beyond 2^63-1: EFBIG; it cuts extents beyond the size (the cut parts
+//     go to the free list) and sets mtime. *_NOW wins over the explicit
+//     time. Any change sets ctime = now, then CTIME overrides it.
+//   - Link: nlink += delta, EINVAL below 0 or above 2^32-1; ctime = now.
+//     Any inode at nlink 0 is an orphan (see Orphans) and stays readable
+//     until Evict; going back above 0 (linkat of an open unlinked file)
+//     takes it off the orphan list.
+//   - TouchDir: directory only (ENOTDIR); mtime = ctime = now and nlink +=
+//     nlink_delta. A non-zero op_id is remembered with the inode in a FIFO
+//     of the last 4096 (part of the replicated state and of snapshots): a
+//     repeated (ino, op_id) succeeds without changing anything. op_id 0 is
+//     never deduplicated.
+//   - Evict: requires nlink == 0, else EBUSY (the inode is still named);
+//     removes the inode and puts its extents on the free list.
+//   - SetXattr / RemoveXattr: name 1..255 bytes, else ERANGE (as
+//     setxattr(2)); value up to 64 KiB, else E2BIG; XATTR_CREATE on an
+//     existing name: EEXIST; XATTR_REPLACE or RemoveXattr of a missing one:
+//     ENODATA; both flags or unknown flags: EINVAL; more than 1 MiB of
+//     xattrs on one inode: ENOSPC. ctime = now.
+//   - AppendExtents: regular files (EISDIR, EINVAL otherwise); keys must
+//     be non-empty and end by 2^63-1 (EINVAL, EFBIG); at most 4096 keys
+//     (E2BIG) and 65536 extents per inode after merging (EFBIG). Keys are
+//     written in order over the map, cutting older keys (later writes
+//     win); contiguous keys of one extent merge. size = max(size, given
+//     size, end of the new keys), so no extent lies beyond size and a later
+//     truncate up reads zeros. mtime = ctime = now. Cut-away physical
+//     ranges go to the free list, except those the write points at again.
+//   - Fence{parent, token}: token 0: EINVAL; held with another token:
+//     EBUSY; more than 65536 fences: EAGAIN; the same token again is a
+//     no-op. Unfence with another token: EINVAL; of an unfenced parent: a
+//     no-op (retries).
+//   - SetRange{end}: only cuts: 0 (reopen), below the start, below
+//     MaxIno(), or above the current end: EINVAL.
+//
+// A Txn holds at most 1024 ops (E2BIG); an op with nothing set (or one
+// from a newer protocol) is EINVAL. Results of mutating ops carry the
+// inode's attributes but not its extents or xattrs (read those with
+// GetInode / ListXattr), so that an append does not copy the whole extent
+// map into its reply.
+//
+// # Determinism and snapshots
+//
+// Apply depends only on the state and the entry: times come from
+// Batch.now_ns, iteration is over B-trees in key order, and the free list is
+// numbered by a replicated counter. [Partition.Clone] freezes the state in
+// O(1) by copy-on-write B-tree copies (records are immutable once stored:
+// a change builds a new record), so [Frozen.WriteTo] can serialize in
+// another goroutine while Apply continues. The format is a versioned
+// header, records in key order and a CRC-32C trailer: equal states give
+// equal bytes. Restore checks the checksum, the framing and every invariant
+// Apply maintains before it replaces anything, and rebuilds the derived
+// indexes (orphans, name counts).
+//
+// # What the meta node service must do
+//
+// The state machine enforces only what one partition can see. The service
+// (and the coordinator) must:
+//
+//  1. Route: send each dentry op to the MP that owns (parent, name) by the
+//     current slot and exception tables, and each inode op to the inode's
+//     home by range; answer stale epochs.
+//  2. Order cross-partition steps so that a crash leaves only orphans,
+//     never a dangling name (CFS §2.6): create = inode first, then dentry
+//     (on dentry failure, Link -1 and Evict the new inode); link = Link +1
+//     on the home, then CreateDentry (Link -1 on failure); unlink =
+//     DeleteDentry with expect_ino, then Link -1 on the home (then Evict
+//     when no client holds the file open); rename over a target =
+//     ReplaceDentry with expect_ino, then Link -1 of the replaced inode.
+//     When both records are on one MP, put the steps in one Txn.
+//  3. Keep directory attributes: TouchDir the parent's home after every
+//     dentry change under it (nlink ±1 for subdirectories), with a unique
+//     op_id reused by retries.
+//  4. rmdir: Fence the directory on every MP, sum CountChildren (ENOTEMPTY
+//     if any), then DeleteDentry (expect_type DIRECTORY) on the name's MP,
+//     Link -2 and Evict on the directory's home, TouchDir -1 the parent,
+//     and Unfence everywhere (also on failure). A sweeper lifts fences left
+//     by a crashed coordinator (Fences lists them).
+//  5. Check what needs the whole namespace: existence and type (ENOTDIR)
+//     of a parent homed on another MP, permissions, a directory moved into its own subtree,
+//     RENAME_NOREPLACE / RENAME_EXCHANGE, ENOTEMPTY for a directory
+//     replaced by rename, setuid/setgid clearing on chown and write, xattr
+//     namespaces (EOPNOTSUPP).
+//  6. Reclaim: a sweeper evicts orphans no client has open, and a collector
+//     punches the free list's ranges on the data nodes. The protocol has no
+//     op yet to take acknowledged ranges off the list; the intended one is
+//     AckFreed{upto_seq} (drop entries with Seq <= upto_seq), and until it
+//     exists the list only grows (Stats.FreeExtents shows by how much).
+//  7. Serialize queries with Apply and Restore (see Partition), take the
+//     Clone under that serialization and run WriteTo outside it.
+//  8. Stamp Batch.now_ns on the leader, and keep it monotonic across
+//     leaders if times must never go backwards.
+package metapartition

@@ -1,0 +1,65 @@
+package metapartition
+
+import "strconv"
+
+// Errno is a Linux errno value, the error vocabulary of TxnResult.errno and of
+// the queries. The values are Linux's on every platform (the package does not
+// use syscall, whose numbers differ between operating systems), because every
+// consumer of meta partition results (FUSE, the SDK, pjdfstest) speaks Linux
+// errno. 0 means success.
+type Errno int32
+
+// The errno values the state machine returns (which operation returns which
+// is documented in the package comment), plus EPERM and ENOTEMPTY, which
+// the meta node service needs for the checks it makes across partitions.
+const (
+	OK           Errno = 0
+	EPERM        Errno = 1
+	ENOENT       Errno = 2
+	E2BIG        Errno = 7
+	EAGAIN       Errno = 11
+	EBUSY        Errno = 16
+	EEXIST       Errno = 17
+	ENOTDIR      Errno = 20
+	EISDIR       Errno = 21
+	EINVAL       Errno = 22
+	EFBIG        Errno = 27
+	ENOSPC       Errno = 28
+	ERANGE       Errno = 34
+	ENAMETOOLONG Errno = 36
+	ENOTEMPTY    Errno = 39
+	ENODATA      Errno = 61
+	ESTALE       Errno = 116
+)
+
+var errnoNames = map[Errno]string{
+	OK:           "OK",
+	EPERM:        "EPERM",
+	ENOENT:       "ENOENT",
+	E2BIG:        "E2BIG",
+	EAGAIN:       "EAGAIN",
+	EBUSY:        "EBUSY",
+	EEXIST:       "EEXIST",
+	ENOTDIR:      "ENOTDIR",
+	EISDIR:       "EISDIR",
+	EINVAL:       "EINVAL",
+	EFBIG:        "EFBIG",
+	ENOSPC:       "ENOSPC",
+	ERANGE:       "ERANGE",
+	ENAMETOOLONG: "ENAMETOOLONG",
+	ENOTEMPTY:    "ENOTEMPTY",
+	ENODATA:      "ENODATA",
+	ESTALE:       "ESTALE",
+}
+
+// String returns the symbolic name (ENOENT), or "errno N" for values this
+// package does not produce.
+func (e Errno) String() string {
+	if s, ok := errnoNames[e]; ok {
+		return s
+	}
+	return "errno " + strconv.Itoa(int(e))
+}
+
+// Error makes an Errno usable as an error; OK is not meant to be used as one.
+func (e Errno) Error() string { return e.String() }

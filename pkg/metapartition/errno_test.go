@@ -1,0 +1,269 @@
+package metapartition
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
+
+// world builds the partition most errno cases start from:
+//
+//	1 /        directory, nlink 2
+//	2 /f       regular file, xattr user.a=1, extent [0,100)
+//	3 /d       directory
+//	4 /s       symlink -> /f
+func world(t testing.TB) *Partition {
+	t.Helper()
+	p := newRoot(t)
+	mustRun(t, p, 2, createInode(reg, 0o644), createDentry(1, "f", 0, reg),
+		setXattr(0, "user.a", "1", 0), appendExtents(0, 100, ek(0, 1, 0, 100)))
+	mustRun(t, p, 3, createInode(dir, 0o755), createDentry(1, "d", 0, dir))
+	mustRun(t, p, 4, createSymlink("/f"), createDentry(1, "s", 0, lnk))
+	return p
+}
+
+// TestErrno applies one failing Txn per row to world (after the row's setup
+// Txns) and checks the errno, the index of the failing op, and that the
+// partition is byte-for-byte what it was before, derived indexes included.
+// Each row runs twice: alone, and behind two ops that succeed (so atomicity
+// is tested for every error path, not only for the first op of a Txn).
+func TestErrno(t *testing.T) {
+	big := strings.Repeat("x", 256)
+	value64k := strings.Repeat("v", MaxXattrValueLen)
+	fullXattrs := make([]*metapb.Op, 0, 16)
+	for i := range 15 {
+		fullXattrs = append(fullXattrs, setXattr(2, "user.k"+string(rune('a'+i)), value64k, 0))
+	}
+	manyExtents := func() [][]*metapb.Op {
+		var setup [][]*metapb.Op
+		for b := range MaxExtentsPerInode / MaxExtentsPerOp {
+			keys := make([]*metapb.ExtentKey, MaxExtentsPerOp)
+			if b == 0 {
+				keys = keys[1:] // world's file has one extent already
+			}
+			for i := range keys {
+				n := uint64(b*MaxExtentsPerOp + i + 1)
+				keys[i] = ek(1000+2*n, 1000+n, 0, 1) // gaps: nothing coalesces
+			}
+			setup = append(setup, []*metapb.Op{appendExtents(2, 0, keys...)})
+		}
+		return setup
+	}()
+	manyFences := func() [][]*metapb.Op {
+		var setup [][]*metapb.Op
+		for b := range MaxFences / MaxOpsPerTxn {
+			ops := make([]*metapb.Op, MaxOpsPerTxn)
+			for i := range ops {
+				ops[i] = fence(uint64(100_000+b*MaxOpsPerTxn+i), 1)
+			}
+			setup = append(setup, ops)
+		}
+		return setup
+	}()
+	tooManyOps := make([]*metapb.Op, MaxOpsPerTxn+1)
+	for i := range tooManyOps {
+		tooManyOps[i] = touchDir(1, 0, 0)
+	}
+	manyKeys := make([]*metapb.ExtentKey, MaxExtentsPerOp+1)
+	for i := range manyKeys {
+		manyKeys[i] = ek(uint64(i), 1, uint64(i), 1)
+	}
+	unlinked := [][]*metapb.Op{{deleteDentry(1, "f", 2, reg), link(2, -1)}}
+	maxLinks := [][]*metapb.Op{{link(2, math.MaxInt32), link(2, math.MaxInt32)}}
+
+	cases := []struct {
+		name     string
+		setup    [][]*metapb.Op // Txns that must succeed first
+		ops      []*metapb.Op
+		want     Errno
+		failedOp int32
+		noPrefix bool // the row's own ops must come first
+	}{
+		// Txn framing.
+		{name: "empty op", ops: []*metapb.Op{{}}, want: EINVAL},
+		{name: "too many ops", ops: tooManyOps, want: E2BIG, failedOp: MaxOpsPerTxn, noPrefix: true},
+		{name: "ino 0 without create_inode", ops: []*metapb.Op{link(0, 1)}, want: EINVAL},
+
+		// create_inode
+		{name: "create_inode unknown type", ops: []*metapb.Op{createInode(0, 0o644)}, want: EINVAL},
+		{name: "create_inode type out of range", ops: []*metapb.Op{createInode(99, 0o644)}, want: EINVAL},
+		{name: "symlink empty target", ops: []*metapb.Op{createSymlink("")}, want: ENOENT},
+		{name: "symlink target too long", ops: []*metapb.Op{createSymlink(strings.Repeat("t", MaxSymlinkLen+1))}, want: ENAMETOOLONG},
+		{name: "symlink target with NUL", ops: []*metapb.Op{createSymlink("a\x00b")}, want: EINVAL},
+		{name: "target on regular file", ops: []*metapb.Op{{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: reg, Target: []byte("x")}}}}, want: EINVAL},
+		{name: "rdev on fifo", ops: []*metapb.Op{{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: fifo, Rdev: 5}}}}, want: EINVAL},
+		{name: "range exhausted", setup: [][]*metapb.Op{{setRange(4)}}, ops: []*metapb.Op{createInode(reg, 0o644)}, want: ENOSPC},
+
+		// create_dentry
+		{name: "create_dentry empty name", ops: []*metapb.Op{createDentry(1, "", 2, reg)}, want: EINVAL},
+		{name: "create_dentry dot", ops: []*metapb.Op{createDentry(1, ".", 2, reg)}, want: EINVAL},
+		{name: "create_dentry dotdot", ops: []*metapb.Op{createDentry(1, "..", 2, reg)}, want: EINVAL},
+		{name: "create_dentry slash", ops: []*metapb.Op{createDentry(1, "a/b", 2, reg)}, want: EINVAL},
+		{name: "create_dentry NUL", ops: []*metapb.Op{createDentry(1, "a\x00b", 2, reg)}, want: EINVAL},
+		{name: "create_dentry 256 bytes", ops: []*metapb.Op{createDentry(1, big, 2, reg)}, want: ENAMETOOLONG},
+		{name: "create_dentry exists", ops: []*metapb.Op{link(2, 1), createDentry(1, "f", 2, reg)}, want: EEXIST, failedOp: 1},
+		{name: "create_dentry fenced parent", setup: [][]*metapb.Op{{fence(1, 9)}}, ops: []*metapb.Op{createDentry(1, "new", 2, reg)}, want: ENOENT},
+		{name: "create_dentry missing local inode", ops: []*metapb.Op{createDentry(1, "new", 99, reg)}, want: ENOENT},
+		{name: "create_dentry type differs from inode", ops: []*metapb.Op{createDentry(1, "new", 2, dir)}, want: EINVAL},
+		{name: "create_dentry unlinked inode", setup: unlinked, ops: []*metapb.Op{createDentry(1, "new", 2, reg)}, want: ENOENT},
+		{name: "create_dentry invalid type", ops: []*metapb.Op{createDentry(1, "new", 2, 0)}, want: EINVAL},
+		{name: "create_dentry to its parent", ops: []*metapb.Op{createDentry(3, "self", 3, dir)}, want: EINVAL},
+		{name: "create_dentry under a file", ops: []*metapb.Op{createDentry(2, "new", 4, lnk)}, want: ENOTDIR},
+		{name: "create_dentry under a missing local parent", ops: []*metapb.Op{createDentry(99, "new", 2, reg)}, want: ENOENT},
+		{name: "create_dentry under a removed directory", setup: [][]*metapb.Op{{deleteDentry(1, "d", 3, dir), link(3, -2)}},
+			ops: []*metapb.Op{createDentry(3, "new", 2, reg)}, want: ENOENT},
+		{name: "create_dentry ino 0 without create", ops: []*metapb.Op{createDentry(1, "new", 0, reg)}, want: EINVAL},
+
+		// delete_dentry
+		{name: "delete_dentry missing", ops: []*metapb.Op{deleteDentry(1, "nope", 0, 0)}, want: ENOENT},
+		{name: "delete_dentry wrong ino", ops: []*metapb.Op{deleteDentry(1, "f", 3, 0)}, want: ESTALE},
+		{name: "rmdir of a file", ops: []*metapb.Op{deleteDentry(1, "f", 0, dir)}, want: ENOTDIR},
+		{name: "rmdir of a symlink", ops: []*metapb.Op{deleteDentry(1, "s", 0, dir)}, want: ENOTDIR},
+		{name: "unlink of a directory", ops: []*metapb.Op{deleteDentry(1, "d", 0, reg)}, want: EISDIR},
+		{name: "delete_dentry bad expect_type", ops: []*metapb.Op{deleteDentry(1, "f", 0, 42)}, want: EINVAL},
+		{name: "delete_dentry dotdot", ops: []*metapb.Op{deleteDentry(1, "..", 0, 0)}, want: EINVAL},
+		{name: "delete_dentry 256 bytes", ops: []*metapb.Op{deleteDentry(1, big, 0, 0)}, want: ENAMETOOLONG},
+
+		// replace_dentry
+		{name: "replace_dentry missing", ops: []*metapb.Op{replaceDentry(1, "nope", 2, reg, 0)}, want: ENOENT},
+		{name: "replace_dentry wrong ino", ops: []*metapb.Op{replaceDentry(1, "f", 4, lnk, 3)}, want: ESTALE},
+		{name: "directory over file", ops: []*metapb.Op{replaceDentry(1, "f", 3, dir, 0)}, want: ENOTDIR},
+		{name: "file over directory", ops: []*metapb.Op{replaceDentry(1, "d", 2, reg, 0)}, want: EISDIR},
+		{name: "replace_dentry missing target", ops: []*metapb.Op{replaceDentry(1, "f", 99, reg, 0)}, want: ENOENT},
+		{name: "replace_dentry type mismatch", ops: []*metapb.Op{replaceDentry(1, "f", 4, reg, 0)}, want: EINVAL},
+		{name: "replace_dentry bad name", ops: []*metapb.Op{replaceDentry(1, "a/b", 2, reg, 0)}, want: EINVAL},
+
+		// setattr
+		{name: "setattr missing", ops: []*metapb.Op{truncate(99, 0)}, want: ENOENT},
+		{name: "setattr unknown bits", ops: []*metapb.Op{setattr(&metapb.Setattr{Ino: 2, Valid: 1 << 12})}, want: EINVAL},
+		{name: "truncate directory", ops: []*metapb.Op{truncate(3, 0)}, want: EISDIR},
+		{name: "truncate symlink", ops: []*metapb.Op{truncate(4, 0)}, want: EINVAL},
+		{name: "truncate beyond max", ops: []*metapb.Op{truncate(2, math.MaxInt64+1)}, want: EFBIG},
+
+		// link
+		{name: "link missing", ops: []*metapb.Op{link(99, 1)}, want: ENOENT},
+		{name: "link below zero", ops: []*metapb.Op{link(2, -2)}, want: EINVAL},
+		{name: "link overflow", setup: maxLinks, ops: []*metapb.Op{link(2, 1)}, want: EINVAL},
+
+		// touch_dir
+		{name: "touch_dir missing", ops: []*metapb.Op{touchDir(99, 1, 1)}, want: ENOENT},
+		{name: "touch_dir on file", ops: []*metapb.Op{touchDir(2, 1, 1)}, want: ENOTDIR},
+		{name: "touch_dir below zero", ops: []*metapb.Op{touchDir(3, -3, 1)}, want: EINVAL},
+
+		// evict
+		{name: "evict missing", ops: []*metapb.Op{evict(99)}, want: ENOENT},
+		{name: "evict linked", ops: []*metapb.Op{evict(2)}, want: EBUSY},
+
+		// set_xattr / remove_xattr
+		{name: "set_xattr missing inode", ops: []*metapb.Op{setXattr(99, "user.a", "1", 0)}, want: ENOENT},
+		{name: "set_xattr empty name", ops: []*metapb.Op{setXattr(2, "", "1", 0)}, want: ERANGE},
+		{name: "set_xattr long name", ops: []*metapb.Op{setXattr(2, big, "1", 0)}, want: ERANGE},
+		{name: "set_xattr NUL in name", ops: []*metapb.Op{setXattr(2, "user.\x00", "1", 0)}, want: EINVAL},
+		{name: "set_xattr value too big", ops: []*metapb.Op{setXattr(2, "user.b", value64k+"v", 0)}, want: E2BIG},
+		{name: "set_xattr both flags", ops: []*metapb.Op{setXattr(2, "user.b", "1", XattrCreate|XattrReplace)}, want: EINVAL},
+		{name: "set_xattr unknown flag", ops: []*metapb.Op{setXattr(2, "user.b", "1", 4)}, want: EINVAL},
+		{name: "set_xattr create existing", ops: []*metapb.Op{setXattr(2, "user.a", "2", XattrCreate)}, want: EEXIST},
+		{name: "set_xattr replace absent", ops: []*metapb.Op{setXattr(2, "user.b", "2", XattrReplace)}, want: ENODATA},
+		{name: "set_xattr inode full", setup: [][]*metapb.Op{fullXattrs}, ops: []*metapb.Op{setXattr(2, "user.zz", value64k, 0)}, want: ENOSPC},
+		{name: "remove_xattr absent", ops: []*metapb.Op{removeXattr(2, "user.b")}, want: ENODATA},
+		{name: "remove_xattr missing inode", ops: []*metapb.Op{removeXattr(99, "user.a")}, want: ENOENT},
+		{name: "remove_xattr empty name", ops: []*metapb.Op{removeXattr(2, "")}, want: ERANGE},
+
+		// append_extents
+		{name: "append_extents missing", ops: []*metapb.Op{appendExtents(99, 1, ek(0, 1, 0, 1))}, want: ENOENT},
+		{name: "append_extents directory", ops: []*metapb.Op{appendExtents(3, 1, ek(0, 1, 0, 1))}, want: EISDIR},
+		{name: "append_extents symlink", ops: []*metapb.Op{appendExtents(4, 1, ek(0, 1, 0, 1))}, want: EINVAL},
+		{name: "append_extents empty key", ops: []*metapb.Op{appendExtents(2, 1, ek(0, 1, 0, 0))}, want: EINVAL},
+		{name: "append_extents nil key", ops: []*metapb.Op{appendExtents(2, 1, &metapb.ExtentKey{})}, want: EINVAL},
+		{name: "append_extents beyond max size", ops: []*metapb.Op{appendExtents(2, 0, ek(math.MaxInt64, 1, 0, 1))}, want: EFBIG},
+		{name: "append_extents size beyond max", ops: []*metapb.Op{appendExtents(2, math.MaxInt64+1)}, want: EFBIG},
+		{name: "append_extents extent overflow", ops: []*metapb.Op{appendExtents(2, 0, ek(0, 1, math.MaxUint64, 2))}, want: EINVAL},
+		{name: "append_extents too many keys", ops: []*metapb.Op{appendExtents(2, 0, manyKeys...)}, want: E2BIG},
+		{name: "append_extents too many extents", setup: manyExtents, ops: []*metapb.Op{appendExtents(2, 0, ek(1<<40, 1, 0, 1))}, want: EFBIG},
+
+		// fence / unfence
+		{name: "fence token 0", ops: []*metapb.Op{fence(3, 0)}, want: EINVAL},
+		{name: "fence held by another", setup: [][]*metapb.Op{{fence(3, 1)}}, ops: []*metapb.Op{fence(3, 2)}, want: EBUSY},
+		{name: "too many fences", setup: manyFences, ops: []*metapb.Op{fence(3, 1)}, want: EAGAIN},
+		{name: "unfence wrong token", setup: [][]*metapb.Op{{fence(3, 1)}}, ops: []*metapb.Op{unfence(3, 2)}, want: EINVAL},
+		{name: "unfence token 0", ops: []*metapb.Op{unfence(3, 0)}, want: EINVAL},
+		{name: "fence ino 0 without create", ops: []*metapb.Op{fence(0, 1)}, want: EINVAL},
+
+		// set_range
+		{name: "set_range reopen", ops: []*metapb.Op{setRange(0)}, want: EINVAL},
+		{name: "set_range below max inode", ops: []*metapb.Op{setRange(3)}, want: EINVAL},
+		{name: "set_range extends", setup: [][]*metapb.Op{{setRange(10)}}, ops: []*metapb.Op{setRange(11)}, want: EINVAL},
+	}
+	// The prefix changes root's nlink, times, xattrs and the TouchDir
+	// history: all of it must be undone when the row's op fails.
+	prefix := []*metapb.Op{touchDir(1, 1, 777), setXattr(1, "user.p", "v", 0)}
+	for _, tc := range cases {
+		for _, withPrefix := range []bool{false, true} {
+			if withPrefix && tc.noPrefix {
+				continue
+			}
+			name := tc.name
+			if withPrefix {
+				name += "/after_ok_ops"
+			}
+			t.Run(name, func(t *testing.T) {
+				p := world(t)
+				for i, ops := range tc.setup {
+					mustRun(t, p, int64(10+i), ops...)
+				}
+				before, stats, orphans := snap(t, p), p.Stats(5), p.Orphans()
+				ops, failedOp := tc.ops, tc.failedOp
+				if withPrefix {
+					ops = append(slices.Clone(prefix), ops...)
+					failedOp += int32(len(prefix))
+				}
+				r := run(t, p, 1000, ops...)
+				if Errno(r.Errno) != tc.want || r.FailedOp != failedOp {
+					t.Fatalf("got %v at op %d (%q), want %v at op %d", Errno(r.Errno), r.FailedOp, r.Message, tc.want, failedOp)
+				}
+				if r.Message == "" || len(r.Results) != 0 {
+					t.Errorf("failed txn: message %q, %d results; want a message and no results", r.Message, len(r.Results))
+				}
+				if !sameBytes(before, snap(t, p)) {
+					t.Errorf("failed txn changed the snapshot")
+				}
+				if s := p.Stats(5); !statsEqual(s, stats) {
+					t.Errorf("failed txn changed stats: %+v, was %+v", s, stats)
+				}
+				if o := p.Orphans(); !slices.Equal(o, orphans) {
+					t.Errorf("failed txn changed orphans: %v, was %v", o, orphans)
+				}
+			})
+		}
+	}
+}
+
+func statsEqual(a, b Stats) bool {
+	return a.Inodes == b.Inodes && a.Dentries == b.Dentries && a.Orphans == b.Orphans &&
+		a.Fences == b.Fences && a.FreeExtents == b.FreeExtents && slices.Equal(a.TopNames, b.TopNames)
+}
+
+// TestSetRangeBelowStart needs a partition that does not start at 1.
+func TestSetRangeBelowStart(t *testing.T) {
+	p, err := New(100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, p, 1, setRange(50)); Errno(r.Errno) != EINVAL {
+		t.Fatalf("set_range below start: %v, want EINVAL", Errno(r.Errno))
+	}
+	if r := mustRun(t, p, 2, createInode(dir, 0o755)); r.Results[0].Inode.Ino != 100 {
+		t.Fatalf("first inode %d, want the range start 100", r.Results[0].Inode.Ino)
+	}
+}
+
+func TestNewRejectsBadRange(t *testing.T) {
+	for _, r := range [][2]uint64{{0, 0}, {0, 10}, {10, 9}} {
+		if _, err := New(r[0], r[1]); err == nil {
+			t.Errorf("New(%d, %d) succeeded", r[0], r[1])
+		}
+	}
+}

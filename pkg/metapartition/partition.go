@@ -1,0 +1,425 @@
+package metapartition
+
+import (
+	"container/heap"
+	"fmt"
+	"slices"
+
+	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/tidwall/btree"
+)
+
+// Partition is the replicated state of one meta partition: its inodes,
+// its dentries, its inode range, fences, the free list and the TouchDir
+// history, plus indexes derived from them (orphans, name counts).
+//
+// Concurrency: Partition has no locks. Apply, ApplyBatch, Restore and Clone
+// change it and must not run concurrently with anything else on the same
+// Partition. The query methods only read; they may run concurrently with
+// each other, never with a change. The multi-raft host calls Apply, Snapshot
+// and Restore one at a time; the meta node service must serialize its
+// queries with them (e.g. an RWMutex: Apply under the write lock, queries
+// under the read lock). A Frozen returned by Clone is independent: its
+// WriteTo may run while the Partition keeps applying.
+type Partition struct {
+	start   uint64 // first inode number of the range
+	end     uint64 // last inode number, 0 = open-ended
+	maxIno  uint64 // highest allocated inode number, start-1 before the first
+	freeSeq uint64 // sequence number of the next free-list entry
+
+	inodes   *btree.BTreeG[*inode]
+	dentries *btree.BTreeG[dentry]
+	fences   *btree.Map[uint64, uint64] // parent -> token
+	free     *btree.BTreeG[FreedExtent] // by Seq
+	touched  opRing
+
+	// Derived from the above, rebuilt by Restore, never serialized.
+	orphans *btree.Set[uint64]   // inodes with nlink 0
+	names   map[uint64]uint32    // nameHash(name) -> number of dentries with that name
+	hot     *btree.BTreeG[nameN] // names with count >= 2, most frequent first
+
+	probe   inode // lookup key for Apply's inode lookups (Apply is serial)
+	scratch txn   // reused by Apply, one Txn at a time
+}
+
+// FreedExtent is a physical extent range no file refers to any more (cut by
+// a truncate, overwritten by a later write, or left by an evicted inode),
+// waiting for the data node to punch it out. Seq orders the free list and is
+// what an acknowledgement would name.
+type FreedExtent struct {
+	Seq          uint64
+	Ino          uint64 // the inode that referred to it
+	PartitionID  uint64
+	ExtentID     uint64
+	ExtentOffset uint64
+	Size         uint64
+}
+
+// Fence is a parent directory closed for new dentries until Unfence.
+type Fence struct {
+	Parent uint64
+	Token  uint64
+}
+
+// NameCount is a dentry name and how many dentries of this partition carry it.
+type NameCount struct {
+	Name  string
+	Count int
+}
+
+// Stats summarizes a partition for the master (load balancer, splitting).
+type Stats struct {
+	Inodes      int
+	Dentries    int
+	Orphans     int
+	Fences      int
+	FreeExtents int
+	// TopNames are the most frequent dentry names, most frequent first, ties
+	// by name; at most the k asked for.
+	TopNames []NameCount
+}
+
+type nameN struct {
+	n    int
+	name string
+}
+
+func nameNLess(a, b nameN) bool {
+	if a.n != b.n {
+		return a.n > b.n
+	}
+	return a.name < b.name
+}
+
+type opKey struct{ ino, op uint64 }
+
+// opRing remembers the last TouchHistory (ino, op_id) pairs, oldest first
+// once full. buf grows by append up to TouchHistory, then wraps at head.
+type opRing struct {
+	buf  []opKey
+	head int
+	set  map[opKey]struct{}
+}
+
+func (r *opRing) has(k opKey) bool { _, ok := r.set[k]; return ok }
+
+func (r *opRing) push(k opKey) {
+	if r.set == nil {
+		r.set = make(map[opKey]struct{})
+	}
+	if len(r.buf) < TouchHistory {
+		r.buf = append(r.buf, k)
+	} else {
+		delete(r.set, r.buf[r.head])
+		r.buf[r.head] = k
+		r.head = (r.head + 1) % TouchHistory
+	}
+	r.set[k] = struct{}{}
+}
+
+// ordered returns the remembered pairs oldest first, in a new slice.
+func (r *opRing) ordered() []opKey {
+	out := make([]opKey, 0, len(r.buf))
+	out = append(out, r.buf[r.head:]...)
+	return append(out, r.buf[:r.head]...)
+}
+
+var treeOpts = btree.Options{NoLocks: true}
+
+func inodeLess(a, b *inode) bool { return a.ino < b.ino }
+
+func freedLess(a, b FreedExtent) bool { return a.Seq < b.Seq }
+
+// New returns an empty partition owning inode numbers [start, end]; end 0
+// means the range is open. start must be at least 1 (0 is "no inode" in
+// every message) and end, if set, at least start.
+func New(start, end uint64) (*Partition, error) {
+	if start == 0 {
+		return nil, fmt.Errorf("metapartition: inode range start must be >= 1")
+	}
+	if end != 0 && end < start {
+		return nil, fmt.Errorf("metapartition: inode range [%d, %d] is empty", start, end)
+	}
+	p := newEmpty()
+	p.start, p.end, p.maxIno = start, end, start-1
+	return p, nil
+}
+
+func newEmpty() *Partition {
+	return &Partition{
+		inodes:   btree.NewBTreeGOptions(inodeLess, treeOpts),
+		dentries: btree.NewBTreeGOptions(dentryLess, treeOpts),
+		fences:   new(btree.Map[uint64, uint64]),
+		free:     btree.NewBTreeGOptions(freedLess, treeOpts),
+		orphans:  new(btree.Set[uint64]),
+		names:    make(map[uint64]uint32),
+		hot:      btree.NewBTreeGOptions(nameNLess, treeOpts),
+	}
+}
+
+// getInode is Apply's lookup; it reuses p.probe and so is not for queries.
+func (p *Partition) getInode(ino uint64) *inode {
+	p.probe.ino = ino
+	in, _ := p.inodes.Get(&p.probe)
+	return in
+}
+
+// lookupInode is the queries' lookup: it allocates its own key so that
+// queries can run concurrently with each other.
+func (p *Partition) lookupInode(ino uint64) *inode {
+	in, _ := p.inodes.Get(&inode{ino: ino})
+	return in
+}
+
+// nameHash is FNV-1a. Name counts are keyed by it rather than by the name:
+// a map[uint64]uint32 slot is 16 bytes against 24 for a string key, which
+// is about 20 bytes per file at a million distinct names. Two names with
+// the same 64-bit hash would share a count (odds about n²/2^65, 3e-8 at a
+// million names); counts only feed Stats, never the replicated state.
+func nameHash(name string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(name); i++ {
+		h ^= uint64(name[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+func (p *Partition) nameInc(name string) {
+	h := nameHash(name)
+	n := int(p.names[h]) + 1
+	p.names[h] = uint32(n)
+	if n >= 3 {
+		p.hot.Delete(nameN{n - 1, name})
+	}
+	if n >= 2 {
+		p.hot.Set(nameN{n, name})
+	}
+}
+
+func (p *Partition) nameDec(name string) {
+	h := nameHash(name)
+	n := int(p.names[h])
+	if n <= 1 {
+		delete(p.names, h)
+		return
+	}
+	p.names[h] = uint32(n - 1)
+	p.hot.Delete(nameN{n, name})
+	if n-1 >= 2 {
+		p.hot.Set(nameN{n - 1, name})
+	}
+}
+
+// ---- Queries. Read-only; see the concurrency note on Partition. ----
+
+// Range returns the inode range [start, end]; end 0 means open.
+func (p *Partition) Range() (start, end uint64) { return p.start, p.end }
+
+// MaxIno returns the highest inode number allocated so far (start-1 if
+// none). The master cuts the range above it (CFS Algorithm 1).
+func (p *Partition) MaxIno() uint64 { return p.maxIno }
+
+// Lookup returns the dentry (parent, name) and, if its inode lives on this
+// partition, the inode with extents and xattrs. The inode is nil when its
+// home is another partition (the service fetches it there). It fails with
+// ENAMETOOLONG or EINVAL for a name no dentry can have, and ENOENT when the
+// name does not exist. Fences do not affect lookups.
+func (p *Partition) Lookup(parent uint64, name string) (*metapb.Dentry, *metapb.Inode, Errno) {
+	if e, _ := checkName(name); e != OK {
+		return nil, nil, e
+	}
+	d, ok := p.dentries.Get(dentry{parent: parent, name: name})
+	if !ok {
+		return nil, nil, ENOENT
+	}
+	var pin *metapb.Inode
+	if in := p.lookupInode(d.ino); in != nil {
+		pin = in.toProto(true)
+	}
+	return d.toProto(), pin, OK
+}
+
+// GetInode returns the inode ino with its extents and xattrs, or ENOENT if
+// this partition does not hold it (evicted, never allocated, or homed on
+// another partition).
+func (p *Partition) GetInode(ino uint64) (*metapb.Inode, Errno) {
+	in := p.lookupInode(ino)
+	if in == nil {
+		return nil, ENOENT
+	}
+	return in.toProto(true), OK
+}
+
+// ReadDir returns up to limit dentries of parent held by this partition
+// whose names sort after afterName (byte order), sorted by name. Pass ""
+// to start and the last name returned to resume: the cursor stays valid
+// across concurrent changes (names created behind it are not returned,
+// removed ones are skipped). limit <= 0 returns nothing. The service merges
+// the partitions' answers by name.
+func (p *Partition) ReadDir(parent uint64, afterName string, limit int) []*metapb.Dentry {
+	if limit <= 0 {
+		return nil
+	}
+	var out []*metapb.Dentry
+	p.dentries.Ascend(dentry{parent: parent, name: afterName}, func(d dentry) bool {
+		if d.parent != parent {
+			return false
+		}
+		if d.name == afterName {
+			return true
+		}
+		out = append(out, d.toProto())
+		return len(out) < limit
+	})
+	return out
+}
+
+// CountChildren returns how many dentries under parent this partition
+// holds, in O(children). The rmdir coordinator sums it over all partitions
+// after fencing parent.
+func (p *Partition) CountChildren(parent uint64) int {
+	n := 0
+	p.dentries.Ascend(dentry{parent: parent}, func(d dentry) bool {
+		if d.parent != parent {
+			return false
+		}
+		n++
+		return true
+	})
+	return n
+}
+
+// HasChildren reports in O(log n) whether this partition holds any dentry
+// under parent.
+func (p *Partition) HasChildren(parent uint64) bool {
+	has := false
+	p.dentries.Ascend(dentry{parent: parent}, func(d dentry) bool {
+		has = d.parent == parent
+		return false
+	})
+	return has
+}
+
+// ListXattr returns the names of ino's xattrs, sorted, or ENOENT.
+func (p *Partition) ListXattr(ino uint64) ([]string, Errno) {
+	in := p.lookupInode(ino)
+	if in == nil {
+		return nil, ENOENT
+	}
+	xs := in.xattrs()
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = x.name
+	}
+	return out, OK
+}
+
+// GetXattr returns a copy of the value of ino's xattr name: ENOENT if the
+// inode is not here, ENODATA if it has no such xattr.
+func (p *Partition) GetXattr(ino uint64, name string) ([]byte, Errno) {
+	in := p.lookupInode(ino)
+	if in == nil {
+		return nil, ENOENT
+	}
+	xs := in.xattrs()
+	i, ok := xattrIndex(xs, name)
+	if !ok {
+		return nil, ENODATA
+	}
+	return append([]byte{}, xs[i].value...), OK
+}
+
+// Orphans returns the inodes with no links, sorted: files unlinked while
+// open, or left behind by an interrupted cross-partition operation. They
+// stay readable until Evict; a sweeper evicts those that no client holds
+// open (CFS §2.6).
+func (p *Partition) Orphans() []uint64 {
+	out := make([]uint64, 0, p.orphans.Len())
+	p.orphans.Scan(func(ino uint64) bool {
+		out = append(out, ino)
+		return true
+	})
+	return out
+}
+
+// FreeList returns the freed extent ranges in Seq order. They stay until an
+// acknowledgement op removes them (not yet in the protocol; see the package
+// comment).
+func (p *Partition) FreeList() []FreedExtent {
+	out := make([]FreedExtent, 0, p.free.Len())
+	p.free.Scan(func(f FreedExtent) bool {
+		out = append(out, f)
+		return true
+	})
+	return out
+}
+
+// Fences returns the fenced parents, sorted, so that a sweeper can lift
+// fences left by a coordinator that crashed.
+func (p *Partition) Fences() []Fence {
+	out := make([]Fence, 0, p.fences.Len())
+	p.fences.Scan(func(parent, token uint64) bool {
+		out = append(out, Fence{Parent: parent, Token: token})
+		return true
+	})
+	return out
+}
+
+// Stats returns counts and the k most frequent dentry names (FalconFS's
+// load balancer input). Names that occur at least twice are kept sorted by
+// count as dentries change, so Stats costs O(k log n) when k names repeat;
+// names that occur once fill the list (smallest names first) only when
+// fewer than k names repeat, at the cost of a pass over all dentries.
+func (p *Partition) Stats(k int) Stats {
+	s := Stats{
+		Inodes:      p.inodes.Len(),
+		Dentries:    p.dentries.Len(),
+		Orphans:     p.orphans.Len(),
+		Fences:      p.fences.Len(),
+		FreeExtents: p.free.Len(),
+	}
+	if k <= 0 {
+		return s
+	}
+	p.hot.Scan(func(e nameN) bool {
+		s.TopNames = append(s.TopNames, NameCount{Name: e.name, Count: e.n})
+		return len(s.TopNames) < k
+	})
+	if missing := k - len(s.TopNames); missing > 0 {
+		// Keep the `missing` smallest names that occur once in a max-heap.
+		h := &nameHeap{}
+		p.dentries.Scan(func(d dentry) bool {
+			if p.names[nameHash(d.name)] != 1 {
+				return true
+			}
+			if h.Len() < missing {
+				heap.Push(h, d.name)
+			} else if d.name < (*h)[0] {
+				(*h)[0] = d.name
+				heap.Fix(h, 0)
+			}
+			return true
+		})
+		ones := []string(*h)
+		slices.Sort(ones)
+		for _, name := range ones {
+			s.TopNames = append(s.TopNames, NameCount{Name: name, Count: 1})
+		}
+	}
+	return s
+}
+
+// nameHeap is a max-heap of names.
+type nameHeap []string
+
+func (h nameHeap) Len() int           { return len(h) }
+func (h nameHeap) Less(i, j int) bool { return h[i] > h[j] }
+func (h nameHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *nameHeap) Push(x any)        { *h = append(*h, x.(string)) }
+func (h *nameHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,526 @@
+package metapartition
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+
+	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/tidwall/btree"
+)
+
+// Snapshot format, version 1. All integers are unsigned varints except
+// times (zigzag varints) and the trailer; records are in key order, so equal
+// states encode to equal bytes.
+//
+//	magic "CAIRNMP\n", version
+//	start, end, maxIno, freeSeq
+//	#inodes,   inode*    ino type perm uid gid nlink size atime mtime ctime btime
+//	                     rdev len(target) target #extents (fileOff pid eid extOff size)*
+//	                     #xattrs (len(name) name len(value) value)*
+//	#dentries, dentry*   parent len(name) name ino type
+//	#fences,   fence*    parent token
+//	#free,     freed*    seq ino pid eid extOff size
+//	#touched,  opKey*    ino opID, oldest first
+//	crc32c of everything above, 4 bytes little-endian
+const (
+	snapMagic   = "CAIRNMP\n"
+	snapVersion = 1
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrCorrupt is wrapped by Restore's errors for data that is not a valid
+// snapshot (bad checksum, truncated, or breaking an invariant).
+var ErrCorrupt = errors.New("metapartition: corrupt snapshot")
+
+// Frozen is an immutable copy of a partition's replicated state, taken by
+// Clone in O(1): the B-trees are shared copy-on-write with the live
+// partition, which never writes to a shared node or to a stored record.
+// Its methods may run in any goroutine while the partition keeps applying.
+type Frozen struct {
+	start, end, maxIno, freeSeq uint64
+
+	inodes   *btree.BTreeG[*inode]
+	dentries *btree.BTreeG[dentry]
+	fences   *btree.Map[uint64, uint64]
+	free     *btree.BTreeG[FreedExtent]
+	touched  []opKey
+}
+
+// Clone returns a Frozen copy of the replicated state. It costs O(1) for the
+// trees plus a copy of the TouchDir history (at most TouchHistory pairs).
+// It changes the live trees' copy-on-write markers, so it must be called
+// where Apply is (not concurrently with anything on p).
+func (p *Partition) Clone() *Frozen {
+	return &Frozen{
+		start: p.start, end: p.end, maxIno: p.maxIno, freeSeq: p.freeSeq,
+		inodes:   p.inodes.Copy(),
+		dentries: p.dentries.Copy(),
+		fences:   p.fences.Copy(),
+		free:     p.free.Copy(),
+		touched:  p.touched.ordered(),
+	}
+}
+
+// Snapshot implements multiraft.StateMachine: Clone followed by WriteTo
+// into memory.
+func (p *Partition) Snapshot() ([]byte, error) {
+	var buf bytes.Buffer
+	if _, err := p.Clone().WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// snapWriter buffers output, checksums it and counts bytes; the first write
+// error sticks.
+type snapWriter struct {
+	w   io.Writer
+	buf []byte
+	crc uint32
+	n   int64
+	err error
+}
+
+const snapFlushAt = 64 << 10
+
+func (s *snapWriter) flush() {
+	if s.err != nil || len(s.buf) == 0 {
+		s.buf = s.buf[:0]
+		return
+	}
+	s.crc = crc32.Update(s.crc, castagnoli, s.buf)
+	m, err := s.w.Write(s.buf)
+	s.n += int64(m)
+	if err == nil && m < len(s.buf) {
+		err = io.ErrShortWrite
+	}
+	s.err = err
+	s.buf = s.buf[:0]
+}
+
+func (s *snapWriter) u(v uint64) { s.buf = binary.AppendUvarint(s.buf, v) }
+func (s *snapWriter) i(v int64)  { s.buf = binary.AppendVarint(s.buf, v) }
+func (s *snapWriter) bytes(b string) {
+	s.u(uint64(len(b)))
+	s.buf = append(s.buf, b...)
+}
+
+// record ends a record: flushes when the buffer is big enough.
+func (s *snapWriter) record() bool {
+	if len(s.buf) >= snapFlushAt {
+		s.flush()
+	}
+	return s.err == nil
+}
+
+// WriteTo writes the snapshot encoding of f to w and returns the bytes
+// written. The encoding is deterministic: equal states give equal bytes.
+func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
+	s := &snapWriter{w: w, buf: make([]byte, 0, snapFlushAt+8<<10)}
+	s.buf = append(s.buf, snapMagic...)
+	s.u(snapVersion)
+	s.u(f.start)
+	s.u(f.end)
+	s.u(f.maxIno)
+	s.u(f.freeSeq)
+
+	s.u(uint64(f.inodes.Len()))
+	f.inodes.Scan(func(in *inode) bool {
+		s.u(in.ino)
+		s.u(uint64(in.typ()))
+		s.u(uint64(in.perm()))
+		s.u(uint64(in.uid))
+		s.u(uint64(in.gid))
+		s.u(uint64(in.nlink))
+		s.u(in.size)
+		s.i(in.atime)
+		s.i(in.mtime)
+		s.i(in.ctime)
+		s.i(in.btime)
+		s.u(in.rdev())
+		s.bytes(in.target())
+		s.u(uint64(in.extentCount()))
+		if in.ext0.size != 0 {
+			s.extent(in.ext0)
+			if in.x != nil {
+				for _, e := range in.x.exts {
+					s.extent(e)
+				}
+			}
+		}
+		xs := in.xattrs()
+		s.u(uint64(len(xs)))
+		for _, x := range xs {
+			s.bytes(x.name)
+			s.u(uint64(len(x.value)))
+			s.buf = append(s.buf, x.value...)
+		}
+		return s.record()
+	})
+
+	s.u(uint64(f.dentries.Len()))
+	f.dentries.Scan(func(d dentry) bool {
+		s.u(d.parent)
+		s.bytes(d.name)
+		s.u(d.ino)
+		s.u(uint64(d.typ))
+		return s.record()
+	})
+
+	s.u(uint64(f.fences.Len()))
+	f.fences.Scan(func(parent, token uint64) bool {
+		s.u(parent)
+		s.u(token)
+		return s.record()
+	})
+
+	s.u(uint64(f.free.Len()))
+	f.free.Scan(func(e FreedExtent) bool {
+		s.u(e.Seq)
+		s.u(e.Ino)
+		s.u(e.PartitionID)
+		s.u(e.ExtentID)
+		s.u(e.ExtentOffset)
+		s.u(e.Size)
+		return s.record()
+	})
+
+	s.u(uint64(len(f.touched)))
+	for _, k := range f.touched {
+		s.u(k.ino)
+		s.u(k.op)
+	}
+	s.flush()
+	if s.err != nil {
+		return s.n, fmt.Errorf("metapartition: write snapshot: %w", s.err)
+	}
+	var trailer [4]byte
+	binary.LittleEndian.PutUint32(trailer[:], s.crc)
+	m, err := w.Write(trailer[:])
+	s.n += int64(m)
+	if err != nil {
+		return s.n, fmt.Errorf("metapartition: write snapshot trailer: %w", err)
+	}
+	return s.n, nil
+}
+
+func (s *snapWriter) extent(e extent) {
+	s.u(e.fileOff)
+	s.u(e.pid)
+	s.u(e.eid)
+	s.u(e.extOff)
+	s.u(e.size)
+}
+
+// Restore implements multiraft.StateMachine: it replaces p's state with the
+// one encoded in data. The data is checked in full (checksum, framing and
+// every invariant Apply maintains) before anything changes; on any error p
+// is left as it was, and the error wraps ErrCorrupt. Derived indexes
+// (orphans, name counts) are rebuilt.
+func (p *Partition) Restore(data []byte) error {
+	q, err := decodeSnapshot(data)
+	if err != nil {
+		return err
+	}
+	*p = *q
+	return nil
+}
+
+// snapReader decodes the snapshot body; the first error sticks and every
+// later read returns zero.
+type snapReader struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (r *snapReader) failf(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: at byte %d: %s", ErrCorrupt, r.off, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *snapReader) u() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b[r.off:])
+	if n <= 0 {
+		r.failf("bad varint")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+func (r *snapReader) i() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b[r.off:])
+	if n <= 0 {
+		r.failf("bad varint")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+// u32 reads a varint that must fit in 32 bits.
+func (r *snapReader) u32(what string) uint32 {
+	v := r.u()
+	if v > math.MaxUint32 {
+		r.failf("%s %d out of range", what, v)
+		return 0
+	}
+	return uint32(v)
+}
+
+func (r *snapReader) raw(what string, max int) []byte {
+	n := r.u()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(max) || n > uint64(len(r.b)-r.off) {
+		r.failf("%s of %d bytes (limit %d, %d left)", what, n, max, len(r.b)-r.off)
+		return nil
+	}
+	b := r.b[r.off : r.off+int(n)]
+	r.off += int(n)
+	return b
+}
+
+// count reads a record count and bounds it by what the remaining bytes can
+// hold (each record takes at least minBytes), so that a corrupt count cannot
+// make the decoder loop or allocate beyond the input's size.
+func (r *snapReader) count(what string, minBytes int) int {
+	n := r.u()
+	if r.err != nil {
+		return 0
+	}
+	if n > uint64((len(r.b)-r.off)/minBytes) {
+		r.failf("%d %s cannot fit in %d bytes", n, what, len(r.b)-r.off)
+		return 0
+	}
+	return int(n)
+}
+
+func (r *snapReader) fileType(what string) metapb.FileType {
+	v := r.u()
+	t := metapb.FileType(v)
+	if v > math.MaxInt32 || !validType(t) {
+		r.failf("invalid %s type %d", what, v)
+		return 0
+	}
+	return t
+}
+
+func decodeSnapshot(data []byte) (*Partition, error) {
+	if len(data) < len(snapMagic)+4 {
+		return nil, fmt.Errorf("%w: %d bytes is too short", ErrCorrupt, len(data))
+	}
+	body := data[:len(data)-4]
+	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(data[len(data)-4:]); got != want {
+		return nil, fmt.Errorf("%w: checksum %08x, trailer says %08x", ErrCorrupt, got, want)
+	}
+	if string(body[:len(snapMagic)]) != snapMagic {
+		return nil, fmt.Errorf("%w: bad magic", ErrCorrupt)
+	}
+	r := &snapReader{b: body, off: len(snapMagic)}
+	if v := r.u(); r.err == nil && v != snapVersion {
+		return nil, fmt.Errorf("%w: unsupported version %d (want %d)", ErrCorrupt, v, snapVersion)
+	}
+	p := newEmpty()
+	p.start, p.end, p.maxIno, p.freeSeq = r.u(), r.u(), r.u(), r.u()
+	if r.err == nil {
+		switch {
+		case p.start == 0:
+			r.failf("range start 0")
+		case p.end != 0 && p.end < p.start:
+			r.failf("empty range [%d, %d]", p.start, p.end)
+		case p.maxIno < p.start-1 || (p.end != 0 && p.maxIno > p.end):
+			r.failf("max inode %d outside range [%d, %d]", p.maxIno, p.start, p.end)
+		}
+	}
+
+	n := r.count("inodes", 17)
+	var prev uint64
+	for i := 0; i < n && r.err == nil; i++ {
+		in := r.inode()
+		if r.err != nil {
+			break
+		}
+		if in.ino < p.start || in.ino > p.maxIno || (i > 0 && in.ino <= prev) {
+			r.failf("inode %d out of order or outside [%d, %d]", in.ino, p.start, p.maxIno)
+			break
+		}
+		prev = in.ino
+		p.inodes.Load(in)
+		if in.nlink == 0 {
+			p.orphans.Insert(in.ino)
+		}
+	}
+
+	n = r.count("dentries", 5)
+	var last dentry
+	for i := 0; i < n && r.err == nil; i++ {
+		d := dentry{parent: r.u()}
+		d.name = string(r.raw("name", MaxNameLen))
+		d.ino = r.u()
+		d.typ = r.fileType("dentry")
+		if r.err != nil {
+			break
+		}
+		if e, msg := checkName(d.name); e != OK {
+			r.failf("dentry under %d: %s", d.parent, msg)
+			break
+		}
+		if d.parent == 0 || d.ino == 0 || d.ino == d.parent || (i > 0 && !dentryLess(last, d)) {
+			r.failf("dentry %d/%s -> %d invalid or out of order", d.parent, quote(d.name), d.ino)
+			break
+		}
+		last = d
+		p.dentries.Load(d)
+		p.nameInc(d.name)
+	}
+
+	n = r.count("fences", 2)
+	if n > MaxFences {
+		r.failf("%d fences, more than %d", n, MaxFences)
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		parent, token := r.u(), r.u()
+		if r.err != nil {
+			break
+		}
+		if parent == 0 || token == 0 || (i > 0 && parent <= prev) {
+			r.failf("fence %d/%d invalid or out of order", parent, token)
+			break
+		}
+		prev = parent
+		p.fences.Load(parent, token)
+	}
+
+	n = r.count("free extents", 6)
+	for i := 0; i < n && r.err == nil; i++ {
+		f := FreedExtent{Seq: r.u(), Ino: r.u(), PartitionID: r.u(), ExtentID: r.u(), ExtentOffset: r.u(), Size: r.u()}
+		if r.err != nil {
+			break
+		}
+		if f.Seq >= p.freeSeq || (i > 0 && f.Seq <= prev) || f.Size == 0 {
+			r.failf("free extent %d invalid or out of order", f.Seq)
+			break
+		}
+		prev = f.Seq
+		p.free.Load(f)
+	}
+
+	n = r.count("touched ops", 2)
+	if n > TouchHistory {
+		r.failf("%d touched ops, more than %d", n, TouchHistory)
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		k := opKey{ino: r.u(), op: r.u()}
+		if r.err != nil {
+			break
+		}
+		if k.op == 0 || p.touched.has(k) {
+			r.failf("touched op %d/%d invalid or repeated", k.ino, k.op)
+			break
+		}
+		p.touched.push(k)
+	}
+	if r.err == nil && r.off != len(r.b) {
+		r.failf("%d bytes after the last record", len(r.b)-r.off)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return p, nil
+}
+
+func (r *snapReader) inode() *inode {
+	in := &inode{ino: r.u()}
+	typ := r.fileType("inode")
+	perm := r.u32("mode")
+	if perm&^permMask != 0 {
+		r.failf("inode %d: mode %o has more than permission bits", in.ino, perm)
+	}
+	in.mode = packMode(typ, perm)
+	in.uid, in.gid, in.nlink = r.u32("uid"), r.u32("gid"), r.u32("nlink")
+	in.size = r.u()
+	in.atime, in.mtime, in.ctime, in.btime = r.i(), r.i(), r.i(), r.i()
+	rdev := r.u()
+	target := string(r.raw("symlink target", MaxSymlinkLen))
+	nExt := r.count("extents", 5)
+	if nExt > MaxExtentsPerInode {
+		r.failf("inode %d: %d extents, more than %d", in.ino, nExt, MaxExtentsPerInode)
+	}
+	var exts []extent
+	for i := 0; i < nExt && r.err == nil; i++ {
+		e := extent{fileOff: r.u(), pid: r.u(), eid: r.u(), extOff: r.u(), size: r.u()}
+		switch {
+		case r.err != nil:
+		case e.size == 0 || e.fileOff > MaxFileSize-e.size || e.extOff > math.MaxUint64-e.size:
+			r.failf("inode %d: invalid extent %d", in.ino, i)
+		case i > 0 && exts[i-1].end() > e.fileOff:
+			r.failf("inode %d: extent %d overlaps or is out of order", in.ino, i)
+		case e.end() > in.size:
+			r.failf("inode %d: extent %d ends beyond size %d", in.ino, i, in.size)
+		}
+		exts = append(exts, e)
+	}
+	nX := r.count("xattrs", 2)
+	var xs []xattr
+	total := 0
+	for i := 0; i < nX && r.err == nil; i++ {
+		name := string(r.raw("xattr name", MaxXattrNameLen))
+		value := r.raw("xattr value", MaxXattrValueLen)
+		if r.err != nil {
+			break
+		}
+		if e, msg := checkXattrName(name); e != OK {
+			r.failf("inode %d: %s", in.ino, msg)
+		} else if i > 0 && xs[i-1].name >= name {
+			r.failf("inode %d: xattr %s out of order", in.ino, quote(name))
+		}
+		total += len(name) + len(value)
+		xs = append(xs, xattr{name: name, value: append([]byte{}, value...)})
+	}
+	if total > MaxXattrBytesPerInode {
+		r.failf("inode %d: %d bytes of xattrs, more than %d", in.ino, total, MaxXattrBytesPerInode)
+	}
+	if r.err != nil {
+		return nil
+	}
+	isSymlink := typ == metapb.FileType_FILE_TYPE_SYMLINK
+	isDevice := typ == metapb.FileType_FILE_TYPE_CHAR_DEVICE || typ == metapb.FileType_FILE_TYPE_BLOCK_DEVICE
+	switch {
+	case isSymlink != (target != ""):
+		r.failf("inode %d: a %v with a %d-byte target", in.ino, typ, len(target))
+	case rdev != 0 && !isDevice:
+		r.failf("inode %d: a %v with rdev", in.ino, typ)
+	case len(exts) > 0 && typ != metapb.FileType_FILE_TYPE_REGULAR:
+		r.failf("inode %d: a %v with extents", in.ino, typ)
+	case in.size > MaxFileSize:
+		r.failf("inode %d: size %d", in.ino, in.size)
+	}
+	if r.err != nil {
+		return nil
+	}
+	if len(exts) > 0 {
+		in.ext0 = exts[0]
+	}
+	x := &inodeExtra{rdev: rdev, target: target, xattrs: xs}
+	if len(exts) > 1 {
+		x.exts = exts[1:]
+	}
+	in.setExtra(x)
+	return in
+}
