@@ -90,7 +90,7 @@ func (c *Client) Txn(ctx context.Context, p *pb.Partition, txn *metapb.Txn) (*me
 func (c *Client) Lookup(ctx context.Context, p *pb.Partition, parent uint64, name string) (*metapb.LookupResponse, error) {
 	var resp *metapb.LookupResponse
 	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
-		resp, err = m.Lookup(ctx, &metapb.LookupRequest{PartitionId: p.Id, Parent: parent, Name: name}, o...)
+		resp, err = m.Lookup(ctx, &metapb.LookupRequest{PartitionId: p.Id, Parent: parent, Name: []byte(name)}, o...)
 		return err
 	})
 	return resp, err
@@ -110,7 +110,7 @@ func (c *Client) GetInode(ctx context.Context, p *pb.Partition, ino uint64) (*me
 func (c *Client) ReadDir(ctx context.Context, p *pb.Partition, parent uint64, after string, limit uint32, plus bool) (*metapb.ReadDirResponse, error) {
 	var resp *metapb.ReadDirResponse
 	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
-		resp, err = m.ReadDir(ctx, &metapb.ReadDirRequest{PartitionId: p.Id, Parent: parent, After: after, Limit: limit, Plus: plus}, o...)
+		resp, err = m.ReadDir(ctx, &metapb.ReadDirRequest{PartitionId: p.Id, Parent: parent, After: []byte(after), Limit: limit, Plus: plus}, o...)
 		return err
 	})
 	return resp, err

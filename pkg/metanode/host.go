@@ -10,11 +10,13 @@
 package metanode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -42,7 +44,18 @@ type Host struct {
 
 	mu    sync.RWMutex
 	parts map[uint64]*partition
+
+	stop chan struct{}
+	wg   sync.WaitGroup // background work such as creating a volume's root
 }
+
+// RootIno is the inode number of every volume's root directory. It is the
+// first number of the volume's first meta partition.
+const RootIno = 1
+
+// rootMode is the root directory's mode: open to all, as JuiceFS does, so that
+// a fresh volume is usable by whoever mounts it; chmod restricts it.
+const rootMode = 0o777
 
 // partition is one hosted meta partition.
 type partition struct {
@@ -88,7 +101,7 @@ func New(env node.Env, opts Options) (*Host, error) {
 	if opts.MaxBatchTxns <= 0 {
 		opts.MaxBatchTxns = 256
 	}
-	h := &Host{env: env, opts: opts, log: env.Logger.With("component", "metanode"), parts: map[uint64]*partition{}}
+	h := &Host{env: env, opts: opts, log: env.Logger.With("component", "metanode"), parts: map[uint64]*partition{}, stop: make(chan struct{})}
 	h.metrics = newMetrics(env.Registry)
 	metapb.RegisterMetaNodeServer(env.GRPC, &service{h: h})
 	return h, nil
@@ -143,10 +156,20 @@ func (h *Host) open(p *pb.Partition) error {
 	for i, r := range p.Replicas {
 		peers[i] = multiraft.NodeID(r)
 	}
-	if err := h.env.Raft.AddGroup(multiraft.GroupID(p.Id), peers, sm, multiraft.GroupOptions{}); err != nil && !errors.Is(err, multiraft.ErrGroupExists) {
+	part := &partition{id: p.Id, sm: sm, merger: newMerger(h, p.Id)}
+	var opts multiraft.GroupOptions
+	if p.InodeStart == RootIno {
+		opts.OnLeaderChange = func(li multiraft.LeaderInfo) {
+			if li.IsLeader {
+				h.goEnsureRoot(part)
+			}
+		}
+	}
+	if err := h.env.Raft.AddGroup(multiraft.GroupID(p.Id), peers, sm, opts); err != nil && !errors.Is(err, multiraft.ErrGroupExists) {
+		part.merger.close()
 		return err
 	}
-	h.parts[p.Id] = &partition{id: p.Id, sm: sm, merger: newMerger(h, p.Id)}
+	h.parts[p.Id] = part
 	h.log.Info("meta partition opened", "partition", p.Id, "replicas", p.Replicas, "inodes", fmt.Sprintf("%d-%d", p.InodeStart, p.InodeEnd))
 	return nil
 }
@@ -182,8 +205,55 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// Close stops the mergers; the node stops the Raft host afterwards.
+// goEnsureRoot creates the volume's root directory, in the background, if the
+// partition that owns inode 1 has none yet. Only a leader calls it; want_ino
+// makes a second attempt (a later leader, a retry) fail harmlessly with EEXIST.
+func (h *Host) goEnsureRoot(p *partition) {
+	var exists bool
+	p.sm.read(func(mp *metapartition.Partition) { exists = mp.MaxIno() >= RootIno })
+	if exists {
+		return
+	}
+	select {
+	case <-h.stop:
+		return
+	default:
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		go func() {
+			select {
+			case <-h.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		res, err := p.merger.submit(ctx, &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{
+			Type: metapb.FileType_FILE_TYPE_DIRECTORY, Mode: rootMode, WantIno: RootIno,
+		}}}}})
+		switch {
+		case err != nil:
+			h.log.Warn("create the volume root", "partition", p.id, "err", err)
+		case res.Errno == 0:
+			h.log.Info("created the volume root", "partition", p.id)
+		case metapartition.Errno(res.Errno) != metapartition.EEXIST:
+			h.log.Warn("create the volume root", "partition", p.id, "errno", res.Errno, "msg", res.Message)
+		}
+	}()
+}
+
+// Close stops the mergers and background work; the node stops the Raft host
+// afterwards.
 func (h *Host) Close() error {
+	select {
+	case <-h.stop:
+	default:
+		close(h.stop)
+	}
+	h.wg.Wait()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, p := range h.parts {

@@ -106,7 +106,7 @@ func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metap
 	}
 	resp := &metapb.LookupResponse{}
 	p.sm.read(func(mp *metapartition.Partition) {
-		d, ino, e := mp.Lookup(req.Parent, req.Name)
+		d, ino, e := mp.Lookup(req.Parent, string(req.Name))
 		resp.Errno, resp.Dentry, resp.Inode = int32(e), d, ino
 	})
 	return resp, nil
@@ -138,7 +138,7 @@ func (s *service) ReadDir(ctx context.Context, req *metapb.ReadDirRequest) (*met
 	resp := &metapb.ReadDirResponse{}
 	p.sm.read(func(mp *metapartition.Partition) {
 		// One more than asked tells whether the listing goes on.
-		ds := mp.ReadDir(req.Parent, req.After, limit+1)
+		ds := mp.ReadDir(req.Parent, string(req.After), limit+1)
 		if len(ds) > limit {
 			ds, resp.More = ds[:limit], true
 		}
@@ -166,7 +166,7 @@ func (s *service) PartitionStats(ctx context.Context, req *metapb.PartitionStats
 		resp.Inodes, resp.Dentries, resp.Orphans = uint64(st.Inodes), uint64(st.Dentries), uint64(st.Orphans)
 		resp.MaxIno = mp.MaxIno()
 		for _, nc := range st.TopNames {
-			resp.TopNames = append(resp.TopNames, &metapb.NameCount{Name: nc.Name, Count: uint64(nc.Count)})
+			resp.TopNames = append(resp.TopNames, &metapb.NameCount{Name: []byte(nc.Name), Count: uint64(nc.Count)})
 		}
 	})
 	if st, err := s.h.env.Raft.Status(multiraft.GroupID(req.PartitionId)); err == nil {

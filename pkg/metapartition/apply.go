@@ -433,6 +433,11 @@ func (t *txn) createInode(m *metapb.CreateInode) (*metapb.OpResult, *opError) {
 		return nil, fail(ENOSPC, "inode range [%d, %d] is exhausted", t.p.start, t.end)
 	}
 	ino := t.maxIno + 1
+	if want := m.GetWantIno(); want != 0 && want != ino {
+		// The wanted number is taken (or not next): the caller's inode, such as
+		// a volume's root, already exists.
+		return nil, fail(EEXIST, "inode %d wanted, but the next free number is %d", want, ino)
+	}
 	in := &inode{
 		ino: ino, atime: t.now, mtime: t.now, ctime: t.now, btime: t.now,
 		mode: packMode(typ, m.GetMode()), uid: m.GetUid(), gid: m.GetGid(), nlink: 1,
@@ -459,7 +464,7 @@ func (t *txn) createDentry(m *metapb.CreateDentry) (*metapb.OpResult, *opError) 
 	if err != nil {
 		return nil, err
 	}
-	name := m.GetName()
+	name := string(m.GetName())
 	if e, msg := checkName(name); e != OK {
 		return nil, fail(e, "%s", msg)
 	}
@@ -496,7 +501,7 @@ func (t *txn) deleteDentry(m *metapb.DeleteDentry) (*metapb.OpResult, *opError) 
 	if err != nil {
 		return nil, err
 	}
-	name := m.GetName()
+	name := string(m.GetName())
 	if e, msg := checkName(name); e != OK {
 		return nil, fail(e, "%s", msg)
 	}
@@ -540,7 +545,7 @@ func (t *txn) replaceDentry(m *metapb.ReplaceDentry) (*metapb.OpResult, *opError
 	if err != nil {
 		return nil, err
 	}
-	name := m.GetName()
+	name := string(m.GetName())
 	if e, msg := checkName(name); e != OK {
 		return nil, fail(e, "%s", msg)
 	}

@@ -32,15 +32,15 @@ func createSymlink(target string) *metapb.Op {
 }
 
 func createDentry(parent uint64, name string, ino uint64, t metapb.FileType) *metapb.Op {
-	return &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{Parent: parent, Name: name, Ino: ino, Type: t}}}
+	return &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{Parent: parent, Name: []byte(name), Ino: ino, Type: t}}}
 }
 
 func deleteDentry(parent uint64, name string, expectIno uint64, expectType metapb.FileType) *metapb.Op {
-	return &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{Parent: parent, Name: name, ExpectIno: expectIno, ExpectType: expectType}}}
+	return &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{Parent: parent, Name: []byte(name), ExpectIno: expectIno, ExpectType: expectType}}}
 }
 
 func replaceDentry(parent uint64, name string, ino uint64, t metapb.FileType, expectIno uint64) *metapb.Op {
-	return &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{Parent: parent, Name: name, Ino: ino, Type: t, ExpectIno: expectIno}}}
+	return &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{Parent: parent, Name: []byte(name), Ino: ino, Type: t, ExpectIno: expectIno}}}
 }
 
 func setattr(m *metapb.Setattr) *metapb.Op {

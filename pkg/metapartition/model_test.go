@@ -158,7 +158,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 				if e != OK {
 					return e
 				}
-				if e := mName(x.Name); e != OK {
+				if e := mName(string(x.Name)); e != OK {
 					return e
 				}
 				ino, e := ref(x.Ino)
@@ -176,24 +176,24 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 				} else if pin.typ != dir {
 					return ENOTDIR
 				}
-				if _, ok := c.dentries[mKey{parent, x.Name}]; ok {
+				if _, ok := c.dentries[mKey{parent, string(x.Name)}]; ok {
 					return EEXIST
 				}
 				if e := target(ino, x.Type); e != OK {
 					return e
 				}
-				saveDentry(mKey{parent, x.Name})
-				c.dentries[mKey{parent, x.Name}] = mDentry{ino, x.Type}
+				saveDentry(mKey{parent, string(x.Name)})
+				c.dentries[mKey{parent, string(x.Name)}] = mDentry{ino, x.Type}
 			case *metapb.Op_DeleteDentry:
 				x := o.DeleteDentry
 				parent, e := ref(x.Parent)
 				if e != OK {
 					return e
 				}
-				if e := mName(x.Name); e != OK {
+				if e := mName(string(x.Name)); e != OK {
 					return e
 				}
-				d, ok := c.dentries[mKey{parent, x.Name}]
+				d, ok := c.dentries[mKey{parent, string(x.Name)}]
 				switch {
 				case !ok:
 					return ENOENT
@@ -204,15 +204,15 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 				case x.ExpectType != 0 && x.ExpectType != dir && d.typ == dir:
 					return EISDIR
 				}
-				saveDentry(mKey{parent, x.Name})
-				delete(c.dentries, mKey{parent, x.Name})
+				saveDentry(mKey{parent, string(x.Name)})
+				delete(c.dentries, mKey{parent, string(x.Name)})
 			case *metapb.Op_ReplaceDentry:
 				x := o.ReplaceDentry
 				parent, e := ref(x.Parent)
 				if e != OK {
 					return e
 				}
-				if e := mName(x.Name); e != OK {
+				if e := mName(string(x.Name)); e != OK {
 					return e
 				}
 				ino, e := ref(x.Ino)
@@ -222,7 +222,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 				if ino == parent {
 					return EINVAL
 				}
-				d, ok := c.dentries[mKey{parent, x.Name}]
+				d, ok := c.dentries[mKey{parent, string(x.Name)}]
 				switch {
 				case !ok:
 					return ENOENT
@@ -234,8 +234,8 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 				if e := target(ino, x.Type); e != OK {
 					return e
 				}
-				saveDentry(mKey{parent, x.Name})
-				c.dentries[mKey{parent, x.Name}] = mDentry{ino, x.Type}
+				saveDentry(mKey{parent, string(x.Name)})
+				c.dentries[mKey{parent, string(x.Name)}] = mDentry{ino, x.Type}
 			case *metapb.Op_Setattr:
 				x := o.Setattr
 				_, in, e := local(x.Ino)
@@ -597,8 +597,8 @@ func checkModel(t *testing.T, step int, m *model, p *Partition) {
 			slices.Sort(want)
 			var got []string
 			for _, d := range p.ReadDir(ino, "", 1000) {
-				got = append(got, d.Name)
-				if md := m.dentries[mKey{ino, d.Name}]; md.ino != d.Ino || md.typ != d.Type {
+				got = append(got, string(d.Name))
+				if md := m.dentries[mKey{ino, string(d.Name)}]; md.ino != d.Ino || md.typ != d.Type {
 					t.Fatalf("step %d: dentry %d/%s -> %d %v, model %+v", step, ino, d.Name, d.Ino, d.Type, md)
 				}
 			}

@@ -17,7 +17,7 @@ func TestCreateFile(t *testing.T) {
 	if got := r.Results[0].Inode; !proto.Equal(got, want) {
 		t.Errorf("create_inode result %v, want %v (type bits of mode dropped)", got, want)
 	}
-	wantD := &metapb.Dentry{Parent: 1, Name: "hello.txt", Ino: 2, Type: reg}
+	wantD := &metapb.Dentry{Parent: 1, Name: []byte("hello.txt"), Ino: 2, Type: reg}
 	if got := r.Results[1].Dentry; !proto.Equal(got, wantD) {
 		t.Errorf("create_dentry result %v, want %v", got, wantD)
 	}
@@ -455,7 +455,7 @@ func TestReplaceDentry(t *testing.T) {
 	// rename new -> old: the service replaces old on its MP, deletes new,
 	// and unlinks the replaced inode on its home.
 	r := mustRun(t, p, 4, replaceDentry(1, "old", 3, reg, 2), deleteDentry(1, "new", 3, 0), link(2, -1))
-	if got, want := r.Results[0].Dentry, (&metapb.Dentry{Parent: 1, Name: "old", Ino: 2, Type: reg}); !proto.Equal(got, want) {
+	if got, want := r.Results[0].Dentry, (&metapb.Dentry{Parent: 1, Name: []byte("old"), Ino: 2, Type: reg}); !proto.Equal(got, want) {
 		t.Errorf("replaced dentry %v, want %v", got, want)
 	}
 	if d, _, _ := p.Lookup(1, "old"); d.Ino != 3 {
@@ -556,9 +556,9 @@ func TestReadDir(t *testing.T) {
 			if d.Parent != 2 {
 				t.Fatalf("entry of parent %d", d.Parent)
 			}
-			got = append(got, d.Name)
+			got = append(got, string(d.Name))
 		}
-		cursor = page[len(page)-1].Name
+		cursor = string(page[len(page)-1].Name)
 	}
 	want := slices.Sorted(slices.Values(names))
 	if !slices.Equal(got, want) {
@@ -566,7 +566,7 @@ func TestReadDir(t *testing.T) {
 	}
 	// The cursor need not exist any more.
 	mustRun(t, p, 5, deleteDentry(2, "b", 0, 0))
-	if page := p.ReadDir(2, "b", 10); len(page) != 3 || page[0].Name != "b0" {
+	if page := p.ReadDir(2, "b", 10); len(page) != 3 || string(page[0].Name) != "b0" {
 		t.Errorf("resume after a deleted cursor: %v", page)
 	}
 	if p.ReadDir(2, "", 0) != nil {
@@ -652,7 +652,7 @@ func TestMergedBatch(t *testing.T) {
 	if in := mustInode(t, p, 2); in.Nlink != 1 {
 		t.Errorf("failed txn's link survived: nlink %d", in.Nlink)
 	}
-	if names := p.ReadDir(1, "", 10); len(names) != 1 || names[0].Name != "b" {
+	if names := p.ReadDir(1, "", 10); len(names) != 1 || string(names[0].Name) != "b" {
 		t.Errorf("dir holds %v, want only b", names)
 	}
 }
@@ -695,5 +695,24 @@ func TestApplyRejectsUndecodableBatch(t *testing.T) {
 	// An empty payload is an empty batch.
 	if res, err := p.Apply(10, nil); err != nil || len(res.([]*metapb.TxnResult)) != 0 {
 		t.Errorf("empty batch: %v, %v", res, err)
+	}
+}
+
+func TestCreateInodeWantIno(t *testing.T) {
+	p, err := New(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := func() *metapb.Op {
+		return &metapb.Op{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: dir, Mode: 0o755, WantIno: 1}}}
+	}
+	if r := run(t, p, 1, root()); r.Errno != 0 || r.Results[0].Inode.Ino != 1 {
+		t.Fatalf("root: %v", r)
+	}
+	if r := run(t, p, 2, root()); Errno(r.Errno) != EEXIST {
+		t.Fatalf("second root: errno %d, want EEXIST", r.Errno)
+	}
+	if got := p.MaxIno(); got != 1 {
+		t.Fatalf("failed want_ino allocated: max ino %d", got)
 	}
 }

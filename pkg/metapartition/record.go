@@ -283,7 +283,7 @@ func dentryLess(a, b dentry) bool {
 }
 
 func (d dentry) toProto() *metapb.Dentry {
-	return &metapb.Dentry{Parent: d.parent, Name: d.name, Ino: d.ino, Type: d.typ}
+	return &metapb.Dentry{Parent: d.parent, Name: []byte(d.name), Ino: d.ino, Type: d.typ}
 }
 
 // checkName validates a dentry name the way Linux path lookup does:

@@ -43,7 +43,7 @@ func queries(p *Partition) string {
 		xs, _ := p.ListXattr(ino)
 		fmt.Fprintf(&b, "xattrs %v\n", xs)
 		for _, d := range p.ReadDir(ino, "", 1<<20) {
-			_, in, errno := p.Lookup(d.Parent, d.Name)
+			_, in, errno := p.Lookup(d.Parent, string(d.Name))
 			fmt.Fprintf(&b, "dentry %v %v %v\n", prototextOrNil(d), errno, prototextOrNil(in))
 		}
 		fmt.Fprintf(&b, "children %d %v\n", p.CountChildren(ino), p.HasChildren(ino))

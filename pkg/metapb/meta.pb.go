@@ -1,6 +1,9 @@
 // Meta partition records, the transactions replicated by a meta partition's Raft
 // group, and the meta node's client-facing service.
 //
+// Dentry names are bytes, not strings: Linux names are any bytes but '/' and
+// NUL, and protobuf strings must be UTF-8. Xattr names are strings (UTF-8).
+//
 // Regenerate with `make proto`. Errors are Linux errno values (ENOENT = 2, ...),
 // because every consumer (FUSE, the SDK, pjdfstest) speaks errno.
 
@@ -411,7 +414,7 @@ func (x *Inode) GetBtimeNs() int64 {
 type Dentry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Ino           uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
 	Type          FileType               `protobuf:"varint,4,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -455,11 +458,11 @@ func (x *Dentry) GetParent() uint64 {
 	return 0
 }
 
-func (x *Dentry) GetName() string {
+func (x *Dentry) GetName() []byte {
 	if x != nil {
 		return x.Name
 	}
-	return ""
+	return nil
 }
 
 func (x *Dentry) GetIno() uint64 {
@@ -479,13 +482,16 @@ func (x *Dentry) GetType() FileType {
 // CreateInode allocates an inode number from the partition's range. Later ops of
 // the same Txn that carry ino 0 refer to it.
 type CreateInode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          FileType               `protobuf:"varint,1,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
-	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
-	Uid           uint32                 `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,4,opt,name=gid,proto3" json:"gid,omitempty"`
-	Rdev          uint64                 `protobuf:"varint,5,opt,name=rdev,proto3" json:"rdev,omitempty"`
-	Target        []byte                 `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Type   FileType               `protobuf:"varint,1,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
+	Mode   uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid    uint32                 `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid    uint32                 `protobuf:"varint,4,opt,name=gid,proto3" json:"gid,omitempty"`
+	Rdev   uint64                 `protobuf:"varint,5,opt,name=rdev,proto3" json:"rdev,omitempty"`
+	Target []byte                 `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	// want_ino, if set, must be the number the allocation gives, else EEXIST: a
+	// volume's root is created as ino 1 exactly once.
+	WantIno       uint64 `protobuf:"varint,7,opt,name=want_ino,json=wantIno,proto3" json:"want_ino,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -562,12 +568,19 @@ func (x *CreateInode) GetTarget() []byte {
 	return nil
 }
 
+func (x *CreateInode) GetWantIno() uint64 {
+	if x != nil {
+		return x.WantIno
+	}
+	return 0
+}
+
 // CreateDentry adds (parent, name) -> ino; EEXIST if the name exists, ENOENT if
 // the parent is fenced (being removed).
 type CreateDentry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Ino           uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
 	Type          FileType               `protobuf:"varint,4,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -611,11 +624,11 @@ func (x *CreateDentry) GetParent() uint64 {
 	return 0
 }
 
-func (x *CreateDentry) GetName() string {
+func (x *CreateDentry) GetName() []byte {
 	if x != nil {
 		return x.Name
 	}
-	return ""
+	return nil
 }
 
 func (x *CreateDentry) GetIno() uint64 {
@@ -637,7 +650,7 @@ func (x *CreateDentry) GetType() FileType {
 type DeleteDentry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	ExpectIno     uint64                 `protobuf:"varint,3,opt,name=expect_ino,json=expectIno,proto3" json:"expect_ino,omitempty"`
 	ExpectType    FileType               `protobuf:"varint,4,opt,name=expect_type,json=expectType,proto3,enum=cairn.meta.FileType" json:"expect_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -681,11 +694,11 @@ func (x *DeleteDentry) GetParent() uint64 {
 	return 0
 }
 
-func (x *DeleteDentry) GetName() string {
+func (x *DeleteDentry) GetName() []byte {
 	if x != nil {
 		return x.Name
 	}
-	return ""
+	return nil
 }
 
 func (x *DeleteDentry) GetExpectIno() uint64 {
@@ -707,7 +720,7 @@ func (x *DeleteDentry) GetExpectType() FileType {
 type ReplaceDentry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Ino           uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
 	Type          FileType               `protobuf:"varint,4,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
 	ExpectIno     uint64                 `protobuf:"varint,5,opt,name=expect_ino,json=expectIno,proto3" json:"expect_ino,omitempty"`
@@ -752,11 +765,11 @@ func (x *ReplaceDentry) GetParent() uint64 {
 	return 0
 }
 
-func (x *ReplaceDentry) GetName() string {
+func (x *ReplaceDentry) GetName() []byte {
 	if x != nil {
 		return x.Name
 	}
-	return ""
+	return nil
 }
 
 func (x *ReplaceDentry) GetIno() uint64 {
@@ -1975,7 +1988,7 @@ type LookupRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
 	Parent        uint64                 `protobuf:"varint,2,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Name          []byte                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2024,11 +2037,11 @@ func (x *LookupRequest) GetParent() uint64 {
 	return 0
 }
 
-func (x *LookupRequest) GetName() string {
+func (x *LookupRequest) GetName() []byte {
 	if x != nil {
 		return x.Name
 	}
-	return ""
+	return nil
 }
 
 type LookupResponse struct {
@@ -2199,7 +2212,7 @@ type ReadDirRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
 	Parent        uint64                 `protobuf:"varint,2,opt,name=parent,proto3" json:"parent,omitempty"`
-	After         string                 `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"` // resume after this name ("" from the start)
+	After         []byte                 `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"` // resume after this name ("" from the start)
 	Limit         uint32                 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	Plus          bool                   `protobuf:"varint,5,opt,name=plus,proto3" json:"plus,omitempty"` // also return the inodes that live on this partition
 	unknownFields protoimpl.UnknownFields
@@ -2250,11 +2263,11 @@ func (x *ReadDirRequest) GetParent() uint64 {
 	return 0
 }
 
-func (x *ReadDirRequest) GetAfter() string {
+func (x *ReadDirRequest) GetAfter() []byte {
 	if x != nil {
 		return x.After
 	}
-	return ""
+	return nil
 }
 
 func (x *ReadDirRequest) GetLimit() uint32 {
@@ -2385,7 +2398,7 @@ func (x *PartitionStatsRequest) GetTopNames() uint32 {
 
 type NameCount struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name          []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2421,11 +2434,11 @@ func (*NameCount) Descriptor() ([]byte, []int) {
 	return file_meta_proto_rawDescGZIP(), []int{31}
 }
 
-func (x *NameCount) GetName() string {
+func (x *NameCount) GetName() []byte {
 	if x != nil {
 		return x.Name
 	}
-	return ""
+	return nil
 }
 
 func (x *NameCount) GetCount() uint64 {
@@ -2558,31 +2571,32 @@ const file_meta_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"p\n" +
 	"\x06Dentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12(\n" +
-	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\"\x9b\x01\n" +
+	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\"\xb6\x01\n" +
 	"\vCreateInode\x12(\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
 	"\x03uid\x18\x03 \x01(\rR\x03uid\x12\x10\n" +
 	"\x03gid\x18\x04 \x01(\rR\x03gid\x12\x12\n" +
 	"\x04rdev\x18\x05 \x01(\x04R\x04rdev\x12\x16\n" +
-	"\x06target\x18\x06 \x01(\fR\x06target\"v\n" +
+	"\x06target\x18\x06 \x01(\fR\x06target\x12\x19\n" +
+	"\bwant_ino\x18\a \x01(\x04R\awantIno\"v\n" +
 	"\fCreateDentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\"\x90\x01\n" +
 	"\fDeleteDentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\x12\x1d\n" +
 	"\n" +
 	"expect_ino\x18\x03 \x01(\x04R\texpectIno\x125\n" +
 	"\vexpect_type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\n" +
 	"expectType\"\x96\x01\n" +
 	"\rReplaceDentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x12\x1d\n" +
 	"\n" +
@@ -2666,7 +2680,7 @@ const file_meta_proto_rawDesc = "" +
 	"\rLookupRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x16\n" +
 	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"{\n" +
+	"\x04name\x18\x03 \x01(\fR\x04name\"{\n" +
 	"\x0eLookupResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12*\n" +
 	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12'\n" +
@@ -2680,7 +2694,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x0eReadDirRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x16\n" +
 	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x14\n" +
-	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\fR\x05after\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x12\n" +
 	"\x04plus\x18\x05 \x01(\bR\x04plus\"\x80\x01\n" +
 	"\x0fReadDirResponse\x12.\n" +
@@ -2691,7 +2705,7 @@ const file_meta_proto_rawDesc = "" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x1b\n" +
 	"\ttop_names\x18\x02 \x01(\rR\btopNames\"5\n" +
 	"\tNameCount\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x04name\x18\x01 \x01(\fR\x04name\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\"\xd8\x01\n" +
 	"\x16PartitionStatsResponse\x12\x16\n" +
 	"\x06inodes\x18\x01 \x01(\x04R\x06inodes\x12\x1a\n" +

@@ -1,6 +1,9 @@
 // Meta partition records, the transactions replicated by a meta partition's Raft
 // group, and the meta node's client-facing service.
 //
+// Dentry names are bytes, not strings: Linux names are any bytes but '/' and
+// NUL, and protobuf strings must be UTF-8. Xattr names are strings (UTF-8).
+//
 // Regenerate with `make proto`. Errors are Linux errno values (ENOENT = 2, ...),
 // because every consumer (FUSE, the SDK, pjdfstest) speaks errno.
 
