@@ -10,6 +10,7 @@
 package clustermap
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"regexp"
@@ -133,18 +134,8 @@ func (s *State) PartitionsOf(node uint64) []*pb.Partition {
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b *pb.Partition) int { return cmpU64(a.Id, b.Id) })
+	slices.SortFunc(out, func(a, b *pb.Partition) int { return cmp.Compare(a.Id, b.Id) })
 	return out
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Apply applies one command. The result is the id of what the command created or

@@ -10,6 +10,7 @@
 package metanode
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -191,18 +192,8 @@ func (h *Host) Report() []*pb.PartitionReport {
 		})
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b *pb.PartitionReport) int { return cmpU64(a.Id, b.Id) })
+	slices.SortFunc(out, func(a, b *pb.PartitionReport) int { return cmp.Compare(a.Id, b.Id) })
 	return out
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // goEnsureRoot creates the volume's root directory, in the background, if the
