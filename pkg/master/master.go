@@ -146,8 +146,12 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.peerClient, err = masterclient.New(addrs); err != nil {
 		return nil, err
 	}
+	var ln net.Listener
 	defer func() {
 		if err != nil {
+			if ln != nil {
+				ln.Close()
+			}
 			s.closeAll()
 		}
 	}()
@@ -158,12 +162,10 @@ func Start(cfg Config) (_ *Server, err error) {
 	if err = s.checkIdentity(); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
+	if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	if s.db, err = pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{}); err != nil {
-		ln.Close()
 		return nil, fmt.Errorf("open master store: %w", err)
 	}
 	s.transport = multiraft.NewGRPCTransport(multiraft.NodeID(cfg.ID), s.resolve, s.log)
@@ -175,7 +177,6 @@ func Start(cfg Config) (_ *Server, err error) {
 		Logger:       s.log,
 	})
 	if err != nil {
-		ln.Close()
 		return nil, fmt.Errorf("raft host: %w", err)
 	}
 	s.transport.SetHost(s.host)
@@ -185,12 +186,10 @@ func Start(cfg Config) (_ *Server, err error) {
 	}
 	sort.Slice(peers, func(i, j int) bool { return peers[i] < peers[j] })
 	if err = s.host.AddGroup(groupID, peers, s.fsm, multiraft.GroupOptions{}); err != nil {
-		ln.Close()
 		return nil, fmt.Errorf("master raft group: %w", err)
 	}
 
 	if s.telemetry, err = daemon.StartTelemetry(cfg.MetricsAddr, s.health); err != nil {
-		ln.Close()
 		return nil, err
 	}
 	s.metrics = newMetrics(s.telemetry.Registry, s)
