@@ -47,3 +47,15 @@ func TestLivenessChanges(t *testing.T) {
 		})
 	}
 }
+
+func TestParsePeers(t *testing.T) {
+	good, err := ParsePeers([]string{"1=127.0.0.1:7000,2=h:7001", "3=[::1]:7002"})
+	if err != nil || len(good) != 3 || good[3] != "[::1]:7002" {
+		t.Fatalf("ParsePeers = %v, %v", good, err)
+	}
+	for _, bad := range []string{"x", "0=h:1", "a=h:1", "1=h", "1=h:0", "1=h:99999", "1=h:http", "1=h:1,1=h:2", "1="} {
+		if _, err := ParsePeers([]string{bad}); err == nil {
+			t.Errorf("ParsePeers(%q) accepted", bad)
+		}
+	}
+}

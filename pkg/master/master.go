@@ -72,8 +72,12 @@ func ParsePeers(specs []string) (map[uint64]string, error) {
 			if !ok || err != nil || id == 0 || addr == "" {
 				return nil, fmt.Errorf("peer %q: want ID=HOST:PORT with ID >= 1", p)
 			}
-			if _, _, err := net.SplitHostPort(addr); err != nil {
+			_, port, err := net.SplitHostPort(addr)
+			if err != nil {
 				return nil, fmt.Errorf("peer %q: %w", p, err)
+			}
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				return nil, fmt.Errorf("peer %q: port %q is not a number from 1 to 65535", p, port)
 			}
 			if _, dup := peers[id]; dup {
 				return nil, fmt.Errorf("peer id %d given twice", id)
