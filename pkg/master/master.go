@@ -200,7 +200,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	s.telemetry.Registry.MustRegister(multiraft.NewCollector(s.host))
 	s.fsm.onApply = func(epoch uint64) { s.metrics.epoch.Set(float64(epoch)) }
 
-	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(daemon.UnaryMetrics(s.telemetry.Registry)))
+	s.grpc = daemon.NewGRPCServer(s.telemetry.Registry)
 	pb.RegisterMasterServer(s.grpc, &service{s: s})
 	s.transport.Register(s.grpc)
 	s.host.Start()
