@@ -57,6 +57,12 @@ type statusPartition struct {
 	Replicas      []uint64 `json:"replicas"`
 	ReplicasAlive int      `json:"replicas_alive"`
 	Health        string   `json:"health"`
+	// Leader is the replica that reported itself leader (0: none reported).
+	Leader uint64 `json:"leader"`
+	// Items are records (meta) or extents (data); UsedBytes the data stored;
+	// both as the leader (or else any replica) last reported.
+	Items     uint64 `json:"items"`
+	UsedBytes uint64 `json:"used_bytes"`
 }
 
 func newStatusCmd() *cobra.Command {
@@ -129,6 +135,18 @@ func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
 		r.Nodes = append(r.Nodes, n)
 	}
 	alive := map[uint64]bool{}
+	reports := map[uint64]*pb.PartitionReport{}
+	leaders := map[uint64]uint64{}
+	for _, ns := range st.Nodes {
+		for _, pr := range ns.Partitions {
+			if pr.Leader {
+				leaders[pr.Id] = ns.Node.Id
+			}
+			if pr.Leader || reports[pr.Id] == nil {
+				reports[pr.Id] = pr
+			}
+		}
+	}
 	for _, ns := range st.Nodes {
 		nd := ns.Node
 		n := statusNode{
@@ -159,6 +177,10 @@ func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
 			}
 		}
 		sp.Health = partitionHealth(sp.ReplicasAlive, len(p.Replicas))
+		sp.Leader = leaders[p.Id]
+		if r := reports[p.Id]; r != nil {
+			sp.Items, sp.UsedBytes = r.Items, r.UsedBytes
+		}
 		volHealth[p.VolumeId] = worse(volHealth[p.VolumeId], sp.Health)
 		r.Partitions = append(r.Partitions, sp)
 	}
@@ -244,9 +266,13 @@ func printReport(cmd *cobra.Command, r statusReport, partitions bool) {
 	fmt.Fprintf(out, "\npartitions: %d healthy, %d degraded, %d unavailable\n", counts["healthy"], counts["degraded"], counts["unavailable"])
 	if partitions {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "PARTITION\tVOLUME\tKIND\tREPLICAS\tHEALTH")
+		fmt.Fprintln(tw, "PARTITION\tVOLUME\tKIND\tREPLICAS\tLEADER\tITEMS\tUSED\tHEALTH")
 		for _, p := range r.Partitions {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\n", p.ID, p.Volume, p.Kind, p.Replicas, p.Health)
+			leader := "-"
+			if p.Leader != 0 {
+				leader = fmt.Sprint(p.Leader)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\t%d\t%s\t%s\n", p.ID, p.Volume, p.Kind, p.Replicas, leader, p.Items, humanBytes(p.UsedBytes), p.Health)
 		}
 		tw.Flush()
 	}
