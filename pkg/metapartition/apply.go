@@ -67,6 +67,9 @@ type txn struct {
 	touched  []opKey
 
 	fenceDelta int // fences added minus fences removed by the overlay
+
+	acked   bool   // an AckFreed applies at commit
+	ackUpto uint64 // free-list entries with Seq <= ackUpto go
 }
 
 type inodeChange struct {
@@ -109,6 +112,12 @@ func (p *Partition) applyTxn(now int64, m *metapb.Txn) *metapb.TxnResult {
 			Message:  fmt.Sprintf("txn has %d ops, more than %d", len(ops), MaxOpsPerTxn),
 		}
 	}
+	id := m.GetRequestId()
+	if id != 0 {
+		if res, ok := p.requests.get(id); ok {
+			return res // a retry: answered, not applied again
+		}
+	}
 	t := &p.scratch
 	t.reset(p, now)
 	defer t.reset(nil, 0) // drop references to the batch and to old records
@@ -125,7 +134,11 @@ func (p *Partition) applyTxn(now int64, m *metapb.Txn) *metapb.TxnResult {
 		results = append(results, r)
 	}
 	t.commit()
-	return &metapb.TxnResult{Results: results}
+	res := &metapb.TxnResult{Results: results}
+	if id != 0 {
+		p.requests.push(id, res)
+	}
+	return res
 }
 
 func opName(op *metapb.Op) string {
@@ -158,6 +171,8 @@ func opName(op *metapb.Op) string {
 		return "unfence"
 	case *metapb.Op_SetRange:
 		return "set_range"
+	case *metapb.Op_AckFreed:
+		return "ack_freed"
 	}
 	return "empty"
 }
@@ -192,6 +207,8 @@ func (t *txn) apply(op *metapb.Op) (*metapb.OpResult, *opError) {
 		return t.unfence(o.Unfence)
 	case *metapb.Op_SetRange:
 		return t.setRange(o.SetRange)
+	case *metapb.Op_AckFreed:
+		return t.ackFreed(o.AckFreed)
 	}
 	// An unset oneof, or an op added to the proto after this code.
 	return nil, fail(EINVAL, "op has no known operation set")
@@ -398,6 +415,19 @@ func (t *txn) commit() {
 		p.free.Set(f)
 	}
 	p.freeSeq += uint64(len(t.freed))
+	if t.acked {
+		var gone []FreedExtent
+		p.free.Scan(func(f FreedExtent) bool {
+			if f.Seq > t.ackUpto {
+				return false
+			}
+			gone = append(gone, f)
+			return true
+		})
+		for _, f := range gone {
+			p.free.Delete(f)
+		}
+	}
 	for _, k := range t.touched {
 		p.touched.push(k)
 	}
@@ -425,6 +455,10 @@ func (t *txn) createInode(m *metapb.CreateInode) (*metapb.OpResult, *opError) {
 	} else if len(target) != 0 {
 		return nil, fail(EINVAL, "target given for a %v", typ)
 	}
+	parent := m.GetParent()
+	if parent != 0 && typ != metapb.FileType_FILE_TYPE_DIRECTORY {
+		return nil, fail(EINVAL, "parent pointer given for a %v", typ)
+	}
 	rdev := m.GetRdev()
 	if rdev != 0 && typ != metapb.FileType_FILE_TYPE_CHAR_DEVICE && typ != metapb.FileType_FILE_TYPE_BLOCK_DEVICE {
 		return nil, fail(EINVAL, "rdev given for a %v", typ)
@@ -448,8 +482,8 @@ func (t *txn) createInode(m *metapb.CreateInode) (*metapb.OpResult, *opError) {
 	case metapb.FileType_FILE_TYPE_SYMLINK:
 		in.size = uint64(len(target)) // st_size of a symlink is its target's length
 	}
-	if rdev != 0 || len(target) != 0 {
-		in.x = &inodeExtra{rdev: rdev, target: string(target)}
+	if rdev != 0 || len(target) != 0 || parent != 0 {
+		in.x = &inodeExtra{rdev: rdev, target: string(target), parent: parent}
 	}
 	t.maxIno = ino
 	if t.created == 0 {
@@ -586,7 +620,8 @@ func (t *txn) replaceDentry(m *metapb.ReplaceDentry) (*metapb.OpResult, *opError
 const setattrAll = uint32(metapb.SetattrValid_SETATTR_MODE | metapb.SetattrValid_SETATTR_UID |
 	metapb.SetattrValid_SETATTR_GID | metapb.SetattrValid_SETATTR_SIZE | metapb.SetattrValid_SETATTR_ATIME |
 	metapb.SetattrValid_SETATTR_MTIME | metapb.SetattrValid_SETATTR_ATIME_NOW |
-	metapb.SetattrValid_SETATTR_MTIME_NOW | metapb.SetattrValid_SETATTR_CTIME)
+	metapb.SetattrValid_SETATTR_MTIME_NOW | metapb.SetattrValid_SETATTR_CTIME |
+	metapb.SetattrValid_SETATTR_PARENT)
 
 func has(valid uint32, bit metapb.SetattrValid) bool { return valid&uint32(bit) != 0 }
 
@@ -602,7 +637,20 @@ func (t *txn) setattr(m *metapb.Setattr) (*metapb.OpResult, *opError) {
 	if valid == 0 {
 		return &metapb.OpResult{Inode: in.toProto(false)}, nil
 	}
+	if has(valid, metapb.SetattrValid_SETATTR_PARENT) {
+		switch {
+		case in.typ() != metapb.FileType_FILE_TYPE_DIRECTORY:
+			return nil, fail(ENOTDIR, "parent pointer of %v %d", in.typ(), ino)
+		case m.GetParent() == 0 || m.GetParent() == ino:
+			return nil, fail(EINVAL, "parent pointer %d for directory %d", m.GetParent(), ino)
+		}
+	}
 	n := in.clone()
+	if has(valid, metapb.SetattrValid_SETATTR_PARENT) {
+		x := n.extra()
+		x.parent = m.GetParent()
+		n.setExtra(x)
+	}
 	if has(valid, metapb.SetattrValid_SETATTR_SIZE) {
 		switch in.typ() {
 		case metapb.FileType_FILE_TYPE_REGULAR:
@@ -915,5 +963,15 @@ func (t *txn) setRange(m *metapb.SetRange) (*metapb.OpResult, *opError) {
 		return nil, fail(EINVAL, "end %d would extend the range ending at %d; set_range only cuts", end, t.end)
 	}
 	t.end = end
+	return &metapb.OpResult{}, nil
+}
+
+func (t *txn) ackFreed(m *metapb.AckFreed) (*metapb.OpResult, *opError) {
+	upto := m.GetUptoSeq()
+	if next := t.p.freeSeq + uint64(len(t.freed)); upto >= next {
+		return nil, fail(EINVAL, "ack_freed up to %d, but the last free-list entry given out is %d", upto, int64(next)-1)
+	}
+	t.acked = true
+	t.ackUpto = max(t.ackUpto, upto)
 	return &metapb.OpResult{}, nil
 }

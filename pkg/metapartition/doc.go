@@ -102,8 +102,25 @@
 //     EBUSY; more than 65536 fences: EAGAIN; the same token again is a
 //     no-op. Unfence with another token: EINVAL; of an unfenced parent: a
 //     no-op (retries).
+//   - AckFreed{upto_seq}: drops the free-list entries with Seq <= upto_seq
+//     (at commit, after the Txn's own frees); upto_seq beyond the last Seq
+//     given out: EINVAL; acknowledging again is a no-op.
 //   - SetRange{end}: only cuts: 0 (reopen), below the start, below
 //     MaxIno(), or above the current end: EINVAL.
+//
+// A directory keeps a parent pointer (Inode.parent): CreateInode{parent}
+// sets it (EINVAL on other types) and Setattr SETATTR_PARENT moves it on
+// rename (ENOTDIR on other types, EINVAL for 0 or the directory itself).
+// The partition cannot check it; clients walk it up to refuse moving a
+// directory into its own subtree.
+//
+// Exactly-once: a Txn with a non-zero request_id that succeeds is
+// remembered with its result in a FIFO of the last RequestHistory (16384)
+// ids, part of the replicated state and of snapshots; a Txn carrying a
+// remembered id returns the remembered result and applies nothing. A
+// failed Txn is not remembered (it changed nothing, so applying a retry is
+// safe). Clients use one random id per logical step and reuse it on every
+// retry of that step.
 //
 // A Txn holds at most 1024 ops (E2BIG); an op with nothing set (or one
 // from a newer protocol) is EINVAL. Results of mutating ops carry the
@@ -127,7 +144,8 @@
 // # What the meta node service must do
 //
 // The state machine enforces only what one partition can see. The service
-// (and the coordinator) must:
+// (and the coordinator; for now the SDK, pkg/client, orchestrates 2–5, see
+// docs/design.md "Client metadata") must:
 //
 //  1. Route: send each dentry op to the MP that owns (parent, name) by the
 //     current slot and exception tables, and each inode op to the inode's
@@ -154,10 +172,9 @@
 //     replaced by rename, setuid/setgid clearing on chown and write, xattr
 //     namespaces (EOPNOTSUPP).
 //  6. Reclaim: a sweeper evicts orphans no client has open, and a collector
-//     punches the free list's ranges on the data nodes. The protocol has no
-//     op yet to take acknowledged ranges off the list; the intended one is
-//     AckFreed{upto_seq} (drop entries with Seq <= upto_seq), and until it
-//     exists the list only grows (Stats.FreeExtents shows by how much).
+//     punches the free list's ranges on the data nodes, then takes them off
+//     the list with AckFreed{upto_seq} (nothing sends it yet, so for now
+//     the list only grows; Stats.FreeExtents shows by how much).
 //  7. Serialize queries with Apply and Restore (see Partition), take the
 //     Clone under that serialization and run WriteTo outside it.
 //  8. Stamp Batch.now_ns on the leader, and keep it monotonic across

@@ -11,11 +11,13 @@ type Errno int32
 
 // The errno values the state machine returns (which operation returns which
 // is documented in the package comment), plus EPERM and ENOTEMPTY, which
-// the meta node service needs for the checks it makes across partitions.
+// the meta node service needs for the checks it makes across partitions,
+// and EIO for a remembered result that cannot be decoded (never expected).
 const (
 	OK           Errno = 0
 	EPERM        Errno = 1
 	ENOENT       Errno = 2
+	EIO          Errno = 5
 	E2BIG        Errno = 7
 	EAGAIN       Errno = 11
 	EBUSY        Errno = 16
@@ -36,6 +38,7 @@ var errnoNames = map[Errno]string{
 	OK:           "OK",
 	EPERM:        "EPERM",
 	ENOENT:       "ENOENT",
+	EIO:          "EIO",
 	E2BIG:        "E2BIG",
 	EAGAIN:       "EAGAIN",
 	EBUSY:        "EBUSY",

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/tidwall/btree"
+	"google.golang.org/protobuf/proto"
 )
 
 // Partition is the replicated state of one meta partition: its inodes,
@@ -32,6 +33,7 @@ type Partition struct {
 	fences   *btree.Map[uint64, uint64] // parent -> token
 	free     *btree.BTreeG[FreedExtent] // by Seq
 	touched  opRing
+	requests reqRing
 
 	// Derived from the above, rebuilt by Restore, never serialized.
 	orphans *btree.Set[uint64]   // inodes with nlink 0
@@ -120,6 +122,71 @@ func (r *opRing) push(k opKey) {
 // ordered returns the remembered pairs oldest first, in a new slice.
 func (r *opRing) ordered() []opKey {
 	out := make([]opKey, 0, len(r.buf))
+	out = append(out, r.buf[r.head:]...)
+	return append(out, r.buf[:r.head]...)
+}
+
+// reqRing remembers the results of the last RequestHistory successful Txns
+// by request id, oldest first once full. Results are kept marshalled
+// (deterministic protobuf, a few hundred bytes each), which bounds the
+// history to a few MiB and is also their snapshot form.
+type reqRing struct {
+	buf  []reqEntry
+	head int
+	set  map[uint64][]byte
+}
+
+type reqEntry struct {
+	id  uint64
+	res []byte // marshalled metapb.TxnResult, immutable
+}
+
+var resultMarshal = proto.MarshalOptions{Deterministic: true}
+
+// get returns the remembered result of id, decoded afresh.
+func (r *reqRing) get(id uint64) (*metapb.TxnResult, bool) {
+	b, ok := r.set[id]
+	if !ok {
+		return nil, false
+	}
+	res := new(metapb.TxnResult)
+	if err := proto.Unmarshal(b, res); err != nil {
+		// Cannot happen: push marshalled it and Restore checked it.
+		return &metapb.TxnResult{Errno: int32(EIO), Message: fmt.Sprintf("remembered result of request %d: %v", id, err)}, true
+	}
+	return res, true
+}
+
+func (r *reqRing) has(id uint64) bool { _, ok := r.set[id]; return ok }
+
+// push remembers res under id; a result that does not marshal is not
+// remembered (the retry then applies again, as without an id).
+func (r *reqRing) push(id uint64, res *metapb.TxnResult) {
+	b, err := resultMarshal.Marshal(res)
+	if err != nil {
+		return
+	}
+	r.pushBytes(id, b)
+}
+
+func (r *reqRing) pushBytes(id uint64, b []byte) {
+	if r.set == nil {
+		r.set = make(map[uint64][]byte)
+	}
+	e := reqEntry{id: id, res: b}
+	if len(r.buf) < RequestHistory {
+		r.buf = append(r.buf, e)
+	} else {
+		delete(r.set, r.buf[r.head].id)
+		r.buf[r.head] = e
+		r.head = (r.head + 1) % RequestHistory
+	}
+	r.set[id] = b
+}
+
+// ordered returns the remembered entries oldest first, in a new slice.
+func (r *reqRing) ordered() []reqEntry {
+	out := make([]reqEntry, 0, len(r.buf))
 	out = append(out, r.buf[r.head:]...)
 	return append(out, r.buf[:r.head]...)
 }
@@ -343,9 +410,8 @@ func (p *Partition) Orphans() []uint64 {
 	return out
 }
 
-// FreeList returns the freed extent ranges in Seq order. They stay until an
-// acknowledgement op removes them (not yet in the protocol; see the package
-// comment).
+// FreeList returns the freed extent ranges in Seq order. They stay until
+// AckFreed takes them off.
 func (p *Partition) FreeList() []FreedExtent {
 	out := make([]FreedExtent, 0, p.free.Len())
 	p.free.Scan(func(f FreedExtent) bool {

@@ -40,6 +40,11 @@ const (
 	// remembers to make retried TouchDirs idempotent (a FIFO, part of the
 	// replicated state and of snapshots).
 	TouchHistory = 4096
+	// RequestHistory is how many request ids of successful Txns the
+	// partition remembers with their results (a FIFO, part of the replicated
+	// state and of snapshots), so that a retried Txn is answered, not
+	// applied again.
+	RequestHistory = 16384
 	// MaxFileSize is the largest file size and extent end: st_size is signed.
 	MaxFileSize = math.MaxInt64
 )
@@ -93,6 +98,7 @@ type inode struct {
 // once reachable from the tree, and so are its slices.
 type inodeExtra struct {
 	rdev   uint64
+	parent uint64   // a directory's parent directory; 0 for the root and non-directories
 	target string   // symlink target
 	exts   []extent // extents after ext0, sorted by fileOff
 	xattrs []xattr  // sorted by name
@@ -131,7 +137,7 @@ func (in *inode) extra() *inodeExtra {
 // setExtra stores x, or nil if it holds nothing, so that inodes that lose
 // their rare parts give the memory back.
 func (in *inode) setExtra(x *inodeExtra) {
-	if x.rdev == 0 && x.target == "" && len(x.exts) == 0 && len(x.xattrs) == 0 {
+	if x.rdev == 0 && x.parent == 0 && x.target == "" && len(x.exts) == 0 && len(x.xattrs) == 0 {
 		in.x = nil
 		return
 	}
@@ -143,6 +149,14 @@ func (in *inode) rdev() uint64 {
 		return 0
 	}
 	return in.x.rdev
+}
+
+// parent returns a directory's parent pointer (0 if none).
+func (in *inode) parent() uint64 {
+	if in.x == nil {
+		return 0
+	}
+	return in.x.parent
 }
 
 func (in *inode) target() string {
@@ -242,6 +256,7 @@ func (in *inode) toProto(full bool) *metapb.Inode {
 		CtimeNs: in.ctime,
 		BtimeNs: in.btime,
 		Rdev:    in.rdev(),
+		Parent:  in.parent(),
 	}
 	if t := in.target(); t != "" {
 		m.Target = []byte(t)

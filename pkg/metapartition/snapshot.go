@@ -11,25 +11,29 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/tidwall/btree"
+	"google.golang.org/protobuf/proto"
 )
 
-// Snapshot format, version 1. All integers are unsigned varints except
+// Snapshot format, version 2 (version 1, without parent pointers and
+// request ids, is still read). All integers are unsigned varints except
 // times (zigzag varints) and the trailer; records are in key order, so equal
 // states encode to equal bytes.
 //
 //	magic "CAIRNMP\n", version
 //	start, end, maxIno, freeSeq
 //	#inodes,   inode*    ino type perm uid gid nlink size atime mtime ctime btime
-//	                     rdev len(target) target #extents (fileOff pid eid extOff size)*
+//	                     rdev parent(v2) len(target) target #extents (fileOff pid eid extOff size)*
 //	                     #xattrs (len(name) name len(value) value)*
 //	#dentries, dentry*   parent len(name) name ino type
 //	#fences,   fence*    parent token
 //	#free,     freed*    seq ino pid eid extOff size
 //	#touched,  opKey*    ino opID, oldest first
+//	#requests, request*  id len(result) result (a TxnResult in deterministic
+//	                     protobuf, as remembered), oldest first (v2)
 //	crc32c of everything above, 4 bytes little-endian
 const (
 	snapMagic   = "CAIRNMP\n"
-	snapVersion = 1
+	snapVersion = 2
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -50,10 +54,12 @@ type Frozen struct {
 	fences   *btree.Map[uint64, uint64]
 	free     *btree.BTreeG[FreedExtent]
 	touched  []opKey
+	requests []reqEntry
 }
 
 // Clone returns a Frozen copy of the replicated state. It costs O(1) for the
-// trees plus a copy of the TouchDir history (at most TouchHistory pairs).
+// trees plus a copy of the TouchDir and request histories (at most
+// TouchHistory and RequestHistory entries; results are shared, immutable).
 // It changes the live trees' copy-on-write markers, so it must be called
 // where Apply is (not concurrently with anything on p).
 func (p *Partition) Clone() *Frozen {
@@ -64,6 +70,7 @@ func (p *Partition) Clone() *Frozen {
 		fences:   p.fences.Copy(),
 		free:     p.free.Copy(),
 		touched:  p.touched.ordered(),
+		requests: p.requests.ordered(),
 	}
 }
 
@@ -144,6 +151,7 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 		s.i(in.ctime)
 		s.i(in.btime)
 		s.u(in.rdev())
+		s.u(in.parent())
 		s.bytes(in.target())
 		s.u(uint64(in.extentCount()))
 		if in.ext0.size != 0 {
@@ -195,6 +203,15 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 	for _, k := range f.touched {
 		s.u(k.ino)
 		s.u(k.op)
+		s.record()
+	}
+
+	s.u(uint64(len(f.requests)))
+	for _, e := range f.requests {
+		s.u(e.id)
+		s.u(uint64(len(e.res)))
+		s.buf = append(s.buf, e.res...)
+		s.record()
 	}
 	s.flush()
 	if s.err != nil {
@@ -235,9 +252,10 @@ func (p *Partition) Restore(data []byte) error {
 // snapReader decodes the snapshot body; the first error sticks and every
 // later read returns zero.
 type snapReader struct {
-	b   []byte
-	off int
-	err error
+	b       []byte
+	off     int
+	err     error
+	version uint64
 }
 
 func (r *snapReader) failf(format string, args ...any) {
@@ -333,9 +351,11 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 		return nil, fmt.Errorf("%w: bad magic", ErrCorrupt)
 	}
 	r := &snapReader{b: body, off: len(snapMagic)}
-	if v := r.u(); r.err == nil && v != snapVersion {
-		return nil, fmt.Errorf("%w: unsupported version %d (want %d)", ErrCorrupt, v, snapVersion)
+	version := r.u()
+	if r.err == nil && version != 1 && version != snapVersion {
+		return nil, fmt.Errorf("%w: unsupported version %d (want 1 or %d)", ErrCorrupt, version, snapVersion)
 	}
+	r.version = version
 	p := newEmpty()
 	p.start, p.end, p.maxIno, p.freeSeq = r.u(), r.u(), r.u(), r.u()
 	if r.err == nil {
@@ -436,6 +456,30 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 		}
 		p.touched.push(k)
 	}
+
+	if r.version >= 2 {
+		n = r.count("requests", 2)
+		if n > RequestHistory {
+			r.failf("%d requests, more than %d", n, RequestHistory)
+		}
+		for i := 0; i < n && r.err == nil; i++ {
+			id := r.u()
+			b := r.raw("request result", len(r.b))
+			if r.err != nil {
+				break
+			}
+			res := new(metapb.TxnResult)
+			if err := proto.Unmarshal(b, res); err != nil {
+				r.failf("request %d: result: %v", id, err)
+				break
+			}
+			if id == 0 || p.requests.has(id) || res.Errno != 0 {
+				r.failf("request %d invalid or repeated", id)
+				break
+			}
+			p.requests.pushBytes(id, append([]byte(nil), b...))
+		}
+	}
 	if r.err == nil && r.off != len(r.b) {
 		r.failf("%d bytes after the last record", len(r.b)-r.off)
 	}
@@ -457,6 +501,10 @@ func (r *snapReader) inode() *inode {
 	in.size = r.u()
 	in.atime, in.mtime, in.ctime, in.btime = r.i(), r.i(), r.i(), r.i()
 	rdev := r.u()
+	var parent uint64
+	if r.version >= 2 {
+		parent = r.u()
+	}
 	target := string(r.raw("symlink target", MaxSymlinkLen))
 	nExt := r.count("extents", 5)
 	if nExt > MaxExtentsPerInode {
@@ -506,6 +554,8 @@ func (r *snapReader) inode() *inode {
 		r.failf("inode %d: a %v with a %d-byte target", in.ino, typ, len(target))
 	case rdev != 0 && !isDevice:
 		r.failf("inode %d: a %v with rdev", in.ino, typ)
+	case parent != 0 && typ != metapb.FileType_FILE_TYPE_DIRECTORY:
+		r.failf("inode %d: a %v with a parent pointer", in.ino, typ)
 	case len(exts) > 0 && typ != metapb.FileType_FILE_TYPE_REGULAR:
 		r.failf("inode %d: a %v with extents", in.ino, typ)
 	case in.size > MaxFileSize:
@@ -517,7 +567,7 @@ func (r *snapReader) inode() *inode {
 	if len(exts) > 0 {
 		in.ext0 = exts[0]
 	}
-	x := &inodeExtra{rdev: rdev, target: target, xattrs: xs}
+	x := &inodeExtra{rdev: rdev, parent: parent, target: target, xattrs: xs}
 	if len(exts) > 1 {
 		x.exts = exts[1:]
 	}

@@ -159,7 +159,10 @@ func TestRestoreRejectsDamage(t *testing.T) {
 
 // snapBuilder writes snapshots by hand, to craft ones that pass the
 // checksum but break an invariant.
-type snapBuilder struct{ b []byte }
+type snapBuilder struct {
+	b  []byte
+	v2 bool // version 2: inodes carry a parent pointer
+}
 
 func (s *snapBuilder) u(vs ...uint64) *snapBuilder {
 	for _, v := range vs {
@@ -179,14 +182,17 @@ func (s *snapBuilder) bytes() []byte {
 }
 
 func header(version, start, end, maxIno, freeSeq uint64) *snapBuilder {
-	s := &snapBuilder{b: []byte(snapMagic)}
+	s := &snapBuilder{b: []byte(snapMagic), v2: version >= 2}
 	return s.u(version, start, end, maxIno, freeSeq)
 }
 
 // inodeRec appends a regular-file inode record: no times, no extras.
 func (s *snapBuilder) inodeRec(ino uint64, typ metapb.FileType, perm, nlink, size uint64) *snapBuilder {
 	s.u(ino, uint64(typ), perm, 0, 0, nlink, size, 0, 0, 0, 0, 0) // ... rdev 0
-	s.str("")                                                     // target
+	if s.v2 {
+		s.u(0) // parent
+	}
+	s.str("") // target
 	return s
 }
 
@@ -196,14 +202,18 @@ func TestRestoreValidates(t *testing.T) {
 		data []byte
 		ok   bool
 	}{
-		{"valid minimal", header(1, 1, 0, 0, 0).u(0, 0, 0, 0, 0).bytes(), true},
-		{"valid with records", header(1, 1, 0, 2, 1).
+		{"valid minimal", header(2, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).bytes(), true},
+		{"valid with records", header(2, 1, 0, 2, 1).
 			u(2).inodeRec(1, dir, 0o755, 2, 0).u(0, 0).inodeRec(2, reg, 0o644, 0, 10).u(1, 0, 7, 1, 0, 10).u(0).
 			u(1, 1).str("a").u(2, uint64(reg)).
 			u(1, 1, 9).
 			u(1, 0, 2, 7, 1, 0, 5).
-			u(1, 1, 3).bytes(), true},
-		{"version 2", header(2, 1, 0, 0, 0).u(0, 0, 0, 0, 0).bytes(), false},
+			u(1, 1, 3).u(0).bytes(), true},
+		{"version 3", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).bytes(), false},
+		{"parent pointer on a file", header(2, 1, 0, 1, 0).u(1).u(1, uint64(reg), 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7).str("").u(0, 0).u(0, 0, 0, 0, 0).bytes(), false},
+		{"request id 0", header(2, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 1, 0).str("").bytes(), false},
+		{"request repeated", header(2, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 2, 5).str("").u(5).str("").bytes(), false},
+		{"request result garbage", header(2, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 1, 5).str("\xff").bytes(), false},
 		{"range start 0", header(1, 0, 0, 0, 0).u(0, 0, 0, 0, 0).bytes(), false},
 		{"empty range", header(1, 10, 5, 9, 0).u(0, 0, 0, 0, 0).bytes(), false},
 		{"max inode beyond end", header(1, 1, 5, 6, 0).u(0, 0, 0, 0, 0).bytes(), false},

@@ -108,6 +108,7 @@ const (
 	SetattrValid_SETATTR_ATIME_NOW SetattrValid = 64
 	SetattrValid_SETATTR_MTIME_NOW SetattrValid = 128
 	SetattrValid_SETATTR_CTIME     SetattrValid = 256
+	SetattrValid_SETATTR_PARENT    SetattrValid = 512 // a directory's parent pointer (rename); sets ctime
 )
 
 // Enum value maps for SetattrValid.
@@ -123,6 +124,7 @@ var (
 		64:  "SETATTR_ATIME_NOW",
 		128: "SETATTR_MTIME_NOW",
 		256: "SETATTR_CTIME",
+		512: "SETATTR_PARENT",
 	}
 	SetattrValid_value = map[string]int32{
 		"SETATTR_NONE":      0,
@@ -135,6 +137,7 @@ var (
 		"SETATTR_ATIME_NOW": 64,
 		"SETATTR_MTIME_NOW": 128,
 		"SETATTR_CTIME":     256,
+		"SETATTR_PARENT":    512,
 	}
 )
 
@@ -246,23 +249,27 @@ func (x *ExtentKey) GetSize() uint64 {
 // Inode is a file's attributes. Its home is the meta partition whose inode range
 // holds ino; it never moves, also across rename.
 type Inode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
-	Type          FileType               `protobuf:"varint,2,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
-	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"` // permission bits incl. setuid/setgid/sticky (07777)
-	Uid           uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
-	Size          uint64                 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
-	Nlink         uint32                 `protobuf:"varint,7,opt,name=nlink,proto3" json:"nlink,omitempty"`
-	AtimeNs       int64                  `protobuf:"varint,8,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
-	MtimeNs       int64                  `protobuf:"varint,9,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
-	CtimeNs       int64                  `protobuf:"varint,10,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
-	Rdev          uint64                 `protobuf:"varint,11,opt,name=rdev,proto3" json:"rdev,omitempty"`
-	Target        []byte                 `protobuf:"bytes,12,opt,name=target,proto3" json:"target,omitempty"` // symlink target
-	Generation    uint64                 `protobuf:"varint,13,opt,name=generation,proto3" json:"generation,omitempty"`
-	Xattrs        map[string][]byte      `protobuf:"bytes,14,rep,name=xattrs,proto3" json:"xattrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Extents       []*ExtentKey           `protobuf:"bytes,15,rep,name=extents,proto3" json:"extents,omitempty"`
-	BtimeNs       int64                  `protobuf:"varint,16,opt,name=btime_ns,json=btimeNs,proto3" json:"btime_ns,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Ino        uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Type       FileType               `protobuf:"varint,2,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
+	Mode       uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"` // permission bits incl. setuid/setgid/sticky (07777)
+	Uid        uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid        uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	Size       uint64                 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	Nlink      uint32                 `protobuf:"varint,7,opt,name=nlink,proto3" json:"nlink,omitempty"`
+	AtimeNs    int64                  `protobuf:"varint,8,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
+	MtimeNs    int64                  `protobuf:"varint,9,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	CtimeNs    int64                  `protobuf:"varint,10,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
+	Rdev       uint64                 `protobuf:"varint,11,opt,name=rdev,proto3" json:"rdev,omitempty"`
+	Target     []byte                 `protobuf:"bytes,12,opt,name=target,proto3" json:"target,omitempty"` // symlink target
+	Generation uint64                 `protobuf:"varint,13,opt,name=generation,proto3" json:"generation,omitempty"`
+	Xattrs     map[string][]byte      `protobuf:"bytes,14,rep,name=xattrs,proto3" json:"xattrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Extents    []*ExtentKey           `protobuf:"bytes,15,rep,name=extents,proto3" json:"extents,omitempty"`
+	BtimeNs    int64                  `protobuf:"varint,16,opt,name=btime_ns,json=btimeNs,proto3" json:"btime_ns,omitempty"`
+	// parent is a directory's parent directory (0 for the root and for other
+	// types): set by CreateInode, moved by Setattr SETATTR_PARENT on rename.
+	// Clients walk it up to refuse moving a directory into its own subtree.
+	Parent        uint64 `protobuf:"varint,17,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -409,6 +416,13 @@ func (x *Inode) GetBtimeNs() int64 {
 	return 0
 }
 
+func (x *Inode) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
 // Dentry is a name in a directory; it lives on the meta partition the volume's
 // hybrid index routes (parent, name) to.
 type Dentry struct {
@@ -491,7 +505,10 @@ type CreateInode struct {
 	Target []byte                 `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
 	// want_ino, if set, must be the number the allocation gives, else EEXIST: a
 	// volume's root is created as ino 1 exactly once.
-	WantIno       uint64 `protobuf:"varint,7,opt,name=want_ino,json=wantIno,proto3" json:"want_ino,omitempty"`
+	WantIno uint64 `protobuf:"varint,7,opt,name=want_ino,json=wantIno,proto3" json:"want_ino,omitempty"`
+	// parent, for a directory, is its parent directory (Inode.parent); it must
+	// be 0 for other types (EINVAL).
+	Parent        uint64 `protobuf:"varint,8,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -571,6 +588,13 @@ func (x *CreateInode) GetTarget() []byte {
 func (x *CreateInode) GetWantIno() uint64 {
 	if x != nil {
 		return x.WantIno
+	}
+	return 0
+}
+
+func (x *CreateInode) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
 	}
 	return 0
 }
@@ -804,6 +828,7 @@ type Setattr struct {
 	AtimeNs       int64                  `protobuf:"varint,7,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
 	MtimeNs       int64                  `protobuf:"varint,8,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
 	CtimeNs       int64                  `protobuf:"varint,9,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
+	Parent        uint64                 `protobuf:"varint,10,opt,name=parent,proto3" json:"parent,omitempty"` // with SETATTR_PARENT; directories only (ENOTDIR)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -897,6 +922,13 @@ func (x *Setattr) GetMtimeNs() int64 {
 func (x *Setattr) GetCtimeNs() int64 {
 	if x != nil {
 		return x.CtimeNs
+	}
+	return 0
+}
+
+func (x *Setattr) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
 	}
 	return 0
 }
@@ -1396,6 +1428,53 @@ func (x *SetRange) GetEnd() uint64 {
 	return 0
 }
 
+// AckFreed takes the free-list entries with seq <= upto_seq off the list,
+// once the data nodes have punched them out. EINVAL beyond the last entry
+// given out; acknowledging again is a no-op.
+type AckFreed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UptoSeq       uint64                 `protobuf:"varint,1,opt,name=upto_seq,json=uptoSeq,proto3" json:"upto_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckFreed) Reset() {
+	*x = AckFreed{}
+	mi := &file_meta_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckFreed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckFreed) ProtoMessage() {}
+
+func (x *AckFreed) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckFreed.ProtoReflect.Descriptor instead.
+func (*AckFreed) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AckFreed) GetUptoSeq() uint64 {
+	if x != nil {
+		return x.UptoSeq
+	}
+	return 0
+}
+
 type Op struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Op:
@@ -1414,6 +1493,7 @@ type Op struct {
 	//	*Op_Fence
 	//	*Op_Unfence
 	//	*Op_SetRange
+	//	*Op_AckFreed
 	Op            isOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1421,7 +1501,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_meta_proto_msgTypes[17]
+	mi := &file_meta_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1513,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[17]
+	mi := &file_meta_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1526,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{17}
+	return file_meta_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -1582,6 +1662,15 @@ func (x *Op) GetSetRange() *SetRange {
 	return nil
 }
 
+func (x *Op) GetAckFreed() *AckFreed {
+	if x != nil {
+		if x, ok := x.Op.(*Op_AckFreed); ok {
+			return x.AckFreed
+		}
+	}
+	return nil
+}
+
 type isOp_Op interface {
 	isOp_Op()
 }
@@ -1642,6 +1731,10 @@ type Op_SetRange struct {
 	SetRange *SetRange `protobuf:"bytes,14,opt,name=set_range,json=setRange,proto3,oneof"`
 }
 
+type Op_AckFreed struct {
+	AckFreed *AckFreed `protobuf:"bytes,15,opt,name=ack_freed,json=ackFreed,proto3,oneof"`
+}
+
 func (*Op_CreateInode) isOp_Op() {}
 
 func (*Op_CreateDentry) isOp_Op() {}
@@ -1670,16 +1763,24 @@ func (*Op_Unfence) isOp_Op() {}
 
 func (*Op_SetRange) isOp_Op() {}
 
+func (*Op_AckFreed) isOp_Op() {}
+
 type Txn struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ops           []*Op                  `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ops   []*Op                  `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	// request_id, if not 0, makes the Txn exactly-once: the partition remembers
+	// the results of the last RequestHistory successful Txns by id (replicated
+	// state, kept in snapshots) and answers a repeated id with the remembered
+	// result without applying again. A client picks a random id per logical
+	// step and reuses it on every retry of that step.
+	RequestId     uint64 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Txn) Reset() {
 	*x = Txn{}
-	mi := &file_meta_proto_msgTypes[18]
+	mi := &file_meta_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1792,7 @@ func (x *Txn) String() string {
 func (*Txn) ProtoMessage() {}
 
 func (x *Txn) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[18]
+	mi := &file_meta_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1805,7 @@ func (x *Txn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Txn.ProtoReflect.Descriptor instead.
 func (*Txn) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{18}
+	return file_meta_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Txn) GetOps() []*Op {
@@ -1712,6 +1813,13 @@ func (x *Txn) GetOps() []*Op {
 		return x.Ops
 	}
 	return nil
+}
+
+func (x *Txn) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
 }
 
 type OpResult struct {
@@ -1724,7 +1832,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_meta_proto_msgTypes[19]
+	mi := &file_meta_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1844,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[19]
+	mi := &file_meta_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1857,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{19}
+	return file_meta_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OpResult) GetInode() *Inode {
@@ -1778,7 +1886,7 @@ type TxnResult struct {
 
 func (x *TxnResult) Reset() {
 	*x = TxnResult{}
-	mi := &file_meta_proto_msgTypes[20]
+	mi := &file_meta_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1898,7 @@ func (x *TxnResult) String() string {
 func (*TxnResult) ProtoMessage() {}
 
 func (x *TxnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[20]
+	mi := &file_meta_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1911,7 @@ func (x *TxnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResult.ProtoReflect.Descriptor instead.
 func (*TxnResult) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{20}
+	return file_meta_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TxnResult) GetErrno() int32 {
@@ -1846,7 +1954,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_meta_proto_msgTypes[21]
+	mi := &file_meta_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1966,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[21]
+	mi := &file_meta_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1979,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{21}
+	return file_meta_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Batch) GetNowNs() int64 {
@@ -1898,7 +2006,7 @@ type TxnRequest struct {
 
 func (x *TxnRequest) Reset() {
 	*x = TxnRequest{}
-	mi := &file_meta_proto_msgTypes[22]
+	mi := &file_meta_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2018,7 @@ func (x *TxnRequest) String() string {
 func (*TxnRequest) ProtoMessage() {}
 
 func (x *TxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[22]
+	mi := &file_meta_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2031,7 @@ func (x *TxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
 func (*TxnRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{22}
+	return file_meta_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TxnRequest) GetPartitionId() uint64 {
@@ -1949,7 +2057,7 @@ type TxnResponse struct {
 
 func (x *TxnResponse) Reset() {
 	*x = TxnResponse{}
-	mi := &file_meta_proto_msgTypes[23]
+	mi := &file_meta_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2069,7 @@ func (x *TxnResponse) String() string {
 func (*TxnResponse) ProtoMessage() {}
 
 func (x *TxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[23]
+	mi := &file_meta_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2082,7 @@ func (x *TxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
 func (*TxnResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{23}
+	return file_meta_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TxnResponse) GetResult() *TxnResult {
@@ -1995,7 +2103,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_meta_proto_msgTypes[24]
+	mi := &file_meta_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2115,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[24]
+	mi := &file_meta_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2128,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{24}
+	return file_meta_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LookupRequest) GetPartitionId() uint64 {
@@ -2055,7 +2163,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_meta_proto_msgTypes[25]
+	mi := &file_meta_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2175,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[25]
+	mi := &file_meta_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2188,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{25}
+	return file_meta_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LookupResponse) GetErrno() int32 {
@@ -2114,7 +2222,7 @@ type GetInodeRequest struct {
 
 func (x *GetInodeRequest) Reset() {
 	*x = GetInodeRequest{}
-	mi := &file_meta_proto_msgTypes[26]
+	mi := &file_meta_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2234,7 @@ func (x *GetInodeRequest) String() string {
 func (*GetInodeRequest) ProtoMessage() {}
 
 func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[26]
+	mi := &file_meta_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2247,7 @@ func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInodeRequest.ProtoReflect.Descriptor instead.
 func (*GetInodeRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{26}
+	return file_meta_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetInodeRequest) GetPartitionId() uint64 {
@@ -2166,7 +2274,7 @@ type GetInodeResponse struct {
 
 func (x *GetInodeResponse) Reset() {
 	*x = GetInodeResponse{}
-	mi := &file_meta_proto_msgTypes[27]
+	mi := &file_meta_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2178,7 +2286,7 @@ func (x *GetInodeResponse) String() string {
 func (*GetInodeResponse) ProtoMessage() {}
 
 func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[27]
+	mi := &file_meta_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2191,7 +2299,7 @@ func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInodeResponse.ProtoReflect.Descriptor instead.
 func (*GetInodeResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{27}
+	return file_meta_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetInodeResponse) GetErrno() int32 {
@@ -2221,7 +2329,7 @@ type ReadDirRequest struct {
 
 func (x *ReadDirRequest) Reset() {
 	*x = ReadDirRequest{}
-	mi := &file_meta_proto_msgTypes[28]
+	mi := &file_meta_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2341,7 @@ func (x *ReadDirRequest) String() string {
 func (*ReadDirRequest) ProtoMessage() {}
 
 func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[28]
+	mi := &file_meta_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2354,7 @@ func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirRequest.ProtoReflect.Descriptor instead.
 func (*ReadDirRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{28}
+	return file_meta_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadDirRequest) GetPartitionId() uint64 {
@@ -2295,7 +2403,7 @@ type ReadDirResponse struct {
 
 func (x *ReadDirResponse) Reset() {
 	*x = ReadDirResponse{}
-	mi := &file_meta_proto_msgTypes[29]
+	mi := &file_meta_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2415,7 @@ func (x *ReadDirResponse) String() string {
 func (*ReadDirResponse) ProtoMessage() {}
 
 func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[29]
+	mi := &file_meta_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2428,7 @@ func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirResponse.ProtoReflect.Descriptor instead.
 func (*ReadDirResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{29}
+	return file_meta_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReadDirResponse) GetDentries() []*Dentry {
@@ -2354,7 +2462,7 @@ type PartitionStatsRequest struct {
 
 func (x *PartitionStatsRequest) Reset() {
 	*x = PartitionStatsRequest{}
-	mi := &file_meta_proto_msgTypes[30]
+	mi := &file_meta_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2366,7 +2474,7 @@ func (x *PartitionStatsRequest) String() string {
 func (*PartitionStatsRequest) ProtoMessage() {}
 
 func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[30]
+	mi := &file_meta_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2379,7 +2487,7 @@ func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatsRequest.ProtoReflect.Descriptor instead.
 func (*PartitionStatsRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{30}
+	return file_meta_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PartitionStatsRequest) GetPartitionId() uint64 {
@@ -2406,7 +2514,7 @@ type NameCount struct {
 
 func (x *NameCount) Reset() {
 	*x = NameCount{}
-	mi := &file_meta_proto_msgTypes[31]
+	mi := &file_meta_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2526,7 @@ func (x *NameCount) String() string {
 func (*NameCount) ProtoMessage() {}
 
 func (x *NameCount) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[31]
+	mi := &file_meta_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2539,7 @@ func (x *NameCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NameCount.ProtoReflect.Descriptor instead.
 func (*NameCount) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{31}
+	return file_meta_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NameCount) GetName() []byte {
@@ -2462,7 +2570,7 @@ type PartitionStatsResponse struct {
 
 func (x *PartitionStatsResponse) Reset() {
 	*x = PartitionStatsResponse{}
-	mi := &file_meta_proto_msgTypes[32]
+	mi := &file_meta_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2582,7 @@ func (x *PartitionStatsResponse) String() string {
 func (*PartitionStatsResponse) ProtoMessage() {}
 
 func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[32]
+	mi := &file_meta_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2595,7 @@ func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatsResponse.ProtoReflect.Descriptor instead.
 func (*PartitionStatsResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{32}
+	return file_meta_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PartitionStatsResponse) GetInodes() uint64 {
@@ -2545,7 +2653,7 @@ const file_meta_proto_rawDesc = "" +
 	"\fpartition_id\x18\x02 \x01(\x04R\vpartitionId\x12\x1b\n" +
 	"\textent_id\x18\x03 \x01(\x04R\bextentId\x12#\n" +
 	"\rextent_offset\x18\x04 \x01(\x04R\fextentOffset\x12\x12\n" +
-	"\x04size\x18\x05 \x01(\x04R\x04size\"\x80\x04\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\"\x98\x04\n" +
 	"\x05Inode\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x12\x12\n" +
@@ -2565,7 +2673,8 @@ const file_meta_proto_rawDesc = "" +
 	"generation\x125\n" +
 	"\x06xattrs\x18\x0e \x03(\v2\x1d.cairn.meta.Inode.XattrsEntryR\x06xattrs\x12/\n" +
 	"\aextents\x18\x0f \x03(\v2\x15.cairn.meta.ExtentKeyR\aextents\x12\x19\n" +
-	"\bbtime_ns\x18\x10 \x01(\x03R\abtimeNs\x1a9\n" +
+	"\bbtime_ns\x18\x10 \x01(\x03R\abtimeNs\x12\x16\n" +
+	"\x06parent\x18\x11 \x01(\x04R\x06parent\x1a9\n" +
 	"\vXattrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"p\n" +
@@ -2573,7 +2682,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12(\n" +
-	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\"\xb6\x01\n" +
+	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\"\xce\x01\n" +
 	"\vCreateInode\x12(\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
@@ -2581,7 +2690,8 @@ const file_meta_proto_rawDesc = "" +
 	"\x03gid\x18\x04 \x01(\rR\x03gid\x12\x12\n" +
 	"\x04rdev\x18\x05 \x01(\x04R\x04rdev\x12\x16\n" +
 	"\x06target\x18\x06 \x01(\fR\x06target\x12\x19\n" +
-	"\bwant_ino\x18\a \x01(\x04R\awantIno\"v\n" +
+	"\bwant_ino\x18\a \x01(\x04R\awantIno\x12\x16\n" +
+	"\x06parent\x18\b \x01(\x04R\x06parent\"v\n" +
 	"\fCreateDentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
@@ -2600,7 +2710,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x12\x1d\n" +
 	"\n" +
-	"expect_ino\x18\x05 \x01(\x04R\texpectIno\"\xce\x01\n" +
+	"expect_ino\x18\x05 \x01(\x04R\texpectIno\"\xe6\x01\n" +
 	"\aSetattr\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
 	"\x05valid\x18\x02 \x01(\rR\x05valid\x12\x12\n" +
@@ -2610,7 +2720,9 @@ const file_meta_proto_rawDesc = "" +
 	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x19\n" +
 	"\batime_ns\x18\a \x01(\x03R\aatimeNs\x12\x19\n" +
 	"\bmtime_ns\x18\b \x01(\x03R\amtimeNs\x12\x19\n" +
-	"\bctime_ns\x18\t \x01(\x03R\actimeNs\".\n" +
+	"\bctime_ns\x18\t \x01(\x03R\actimeNs\x12\x16\n" +
+	"\x06parent\x18\n" +
+	" \x01(\x04R\x06parent\".\n" +
 	"\x04Link\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
 	"\x05delta\x18\x02 \x01(\x05R\x05delta\"R\n" +
@@ -2640,7 +2752,9 @@ const file_meta_proto_rawDesc = "" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"\x1c\n" +
 	"\bSetRange\x12\x10\n" +
-	"\x03end\x18\x01 \x01(\x04R\x03end\"\x8f\x06\n" +
+	"\x03end\x18\x01 \x01(\x04R\x03end\"%\n" +
+	"\bAckFreed\x12\x19\n" +
+	"\bupto_seq\x18\x01 \x01(\x04R\auptoSeq\"\xc4\x06\n" +
 	"\x02Op\x12<\n" +
 	"\fcreate_inode\x18\x01 \x01(\v2\x17.cairn.meta.CreateInodeH\x00R\vcreateInode\x12?\n" +
 	"\rcreate_dentry\x18\x02 \x01(\v2\x18.cairn.meta.CreateDentryH\x00R\fcreateDentry\x12?\n" +
@@ -2656,10 +2770,13 @@ const file_meta_proto_rawDesc = "" +
 	"\x0eappend_extents\x18\v \x01(\v2\x19.cairn.meta.AppendExtentsH\x00R\rappendExtents\x12)\n" +
 	"\x05fence\x18\f \x01(\v2\x11.cairn.meta.FenceH\x00R\x05fence\x12/\n" +
 	"\aunfence\x18\r \x01(\v2\x13.cairn.meta.UnfenceH\x00R\aunfence\x123\n" +
-	"\tset_range\x18\x0e \x01(\v2\x14.cairn.meta.SetRangeH\x00R\bsetRangeB\x04\n" +
-	"\x02op\"'\n" +
+	"\tset_range\x18\x0e \x01(\v2\x14.cairn.meta.SetRangeH\x00R\bsetRange\x123\n" +
+	"\tack_freed\x18\x0f \x01(\v2\x14.cairn.meta.AckFreedH\x00R\backFreedB\x04\n" +
+	"\x02op\"F\n" +
 	"\x03Txn\x12 \n" +
-	"\x03ops\x18\x01 \x03(\v2\x0e.cairn.meta.OpR\x03ops\"_\n" +
+	"\x03ops\x18\x01 \x03(\v2\x0e.cairn.meta.OpR\x03ops\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\"_\n" +
 	"\bOpResult\x12'\n" +
 	"\x05inode\x18\x01 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12*\n" +
 	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\"\x88\x01\n" +
@@ -2722,7 +2839,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x0eFILE_TYPE_FIFO\x10\x04\x12\x14\n" +
 	"\x10FILE_TYPE_SOCKET\x10\x05\x12\x19\n" +
 	"\x15FILE_TYPE_CHAR_DEVICE\x10\x06\x12\x1a\n" +
-	"\x16FILE_TYPE_BLOCK_DEVICE\x10\a*\xcf\x01\n" +
+	"\x16FILE_TYPE_BLOCK_DEVICE\x10\a*\xe4\x01\n" +
 	"\fSetattrValid\x12\x10\n" +
 	"\fSETATTR_NONE\x10\x00\x12\x10\n" +
 	"\fSETATTR_MODE\x10\x01\x12\x0f\n" +
@@ -2733,7 +2850,8 @@ const file_meta_proto_rawDesc = "" +
 	"\rSETATTR_MTIME\x10 \x12\x15\n" +
 	"\x11SETATTR_ATIME_NOW\x10@\x12\x16\n" +
 	"\x11SETATTR_MTIME_NOW\x10\x80\x01\x12\x12\n" +
-	"\rSETATTR_CTIME\x10\x80\x022\xe7\x02\n" +
+	"\rSETATTR_CTIME\x10\x80\x02\x12\x13\n" +
+	"\x0eSETATTR_PARENT\x10\x80\x042\xe7\x02\n" +
 	"\bMetaNode\x126\n" +
 	"\x03Txn\x12\x16.cairn.meta.TxnRequest\x1a\x17.cairn.meta.TxnResponse\x12?\n" +
 	"\x06Lookup\x12\x19.cairn.meta.LookupRequest\x1a\x1a.cairn.meta.LookupResponse\x12E\n" +
@@ -2754,7 +2872,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_meta_proto_goTypes = []any{
 	(FileType)(0),                  // 0: cairn.meta.FileType
 	(SetattrValid)(0),              // 1: cairn.meta.SetattrValid
@@ -2775,27 +2893,28 @@ var file_meta_proto_goTypes = []any{
 	(*Fence)(nil),                  // 16: cairn.meta.Fence
 	(*Unfence)(nil),                // 17: cairn.meta.Unfence
 	(*SetRange)(nil),               // 18: cairn.meta.SetRange
-	(*Op)(nil),                     // 19: cairn.meta.Op
-	(*Txn)(nil),                    // 20: cairn.meta.Txn
-	(*OpResult)(nil),               // 21: cairn.meta.OpResult
-	(*TxnResult)(nil),              // 22: cairn.meta.TxnResult
-	(*Batch)(nil),                  // 23: cairn.meta.Batch
-	(*TxnRequest)(nil),             // 24: cairn.meta.TxnRequest
-	(*TxnResponse)(nil),            // 25: cairn.meta.TxnResponse
-	(*LookupRequest)(nil),          // 26: cairn.meta.LookupRequest
-	(*LookupResponse)(nil),         // 27: cairn.meta.LookupResponse
-	(*GetInodeRequest)(nil),        // 28: cairn.meta.GetInodeRequest
-	(*GetInodeResponse)(nil),       // 29: cairn.meta.GetInodeResponse
-	(*ReadDirRequest)(nil),         // 30: cairn.meta.ReadDirRequest
-	(*ReadDirResponse)(nil),        // 31: cairn.meta.ReadDirResponse
-	(*PartitionStatsRequest)(nil),  // 32: cairn.meta.PartitionStatsRequest
-	(*NameCount)(nil),              // 33: cairn.meta.NameCount
-	(*PartitionStatsResponse)(nil), // 34: cairn.meta.PartitionStatsResponse
-	nil,                            // 35: cairn.meta.Inode.XattrsEntry
+	(*AckFreed)(nil),               // 19: cairn.meta.AckFreed
+	(*Op)(nil),                     // 20: cairn.meta.Op
+	(*Txn)(nil),                    // 21: cairn.meta.Txn
+	(*OpResult)(nil),               // 22: cairn.meta.OpResult
+	(*TxnResult)(nil),              // 23: cairn.meta.TxnResult
+	(*Batch)(nil),                  // 24: cairn.meta.Batch
+	(*TxnRequest)(nil),             // 25: cairn.meta.TxnRequest
+	(*TxnResponse)(nil),            // 26: cairn.meta.TxnResponse
+	(*LookupRequest)(nil),          // 27: cairn.meta.LookupRequest
+	(*LookupResponse)(nil),         // 28: cairn.meta.LookupResponse
+	(*GetInodeRequest)(nil),        // 29: cairn.meta.GetInodeRequest
+	(*GetInodeResponse)(nil),       // 30: cairn.meta.GetInodeResponse
+	(*ReadDirRequest)(nil),         // 31: cairn.meta.ReadDirRequest
+	(*ReadDirResponse)(nil),        // 32: cairn.meta.ReadDirResponse
+	(*PartitionStatsRequest)(nil),  // 33: cairn.meta.PartitionStatsRequest
+	(*NameCount)(nil),              // 34: cairn.meta.NameCount
+	(*PartitionStatsResponse)(nil), // 35: cairn.meta.PartitionStatsResponse
+	nil,                            // 36: cairn.meta.Inode.XattrsEntry
 }
 var file_meta_proto_depIdxs = []int32{
 	0,  // 0: cairn.meta.Inode.type:type_name -> cairn.meta.FileType
-	35, // 1: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
+	36, // 1: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
 	2,  // 2: cairn.meta.Inode.extents:type_name -> cairn.meta.ExtentKey
 	0,  // 3: cairn.meta.Dentry.type:type_name -> cairn.meta.FileType
 	0,  // 4: cairn.meta.CreateInode.type:type_name -> cairn.meta.FileType
@@ -2817,34 +2936,35 @@ var file_meta_proto_depIdxs = []int32{
 	16, // 20: cairn.meta.Op.fence:type_name -> cairn.meta.Fence
 	17, // 21: cairn.meta.Op.unfence:type_name -> cairn.meta.Unfence
 	18, // 22: cairn.meta.Op.set_range:type_name -> cairn.meta.SetRange
-	19, // 23: cairn.meta.Txn.ops:type_name -> cairn.meta.Op
-	3,  // 24: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
-	4,  // 25: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
-	21, // 26: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
-	20, // 27: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
-	20, // 28: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
-	22, // 29: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
-	4,  // 30: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
-	3,  // 31: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
-	3,  // 32: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
-	4,  // 33: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
-	3,  // 34: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
-	33, // 35: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
-	24, // 36: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	26, // 37: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	28, // 38: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	30, // 39: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	32, // 40: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	25, // 41: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	27, // 42: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	29, // 43: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	31, // 44: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	34, // 45: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	41, // [41:46] is the sub-list for method output_type
-	36, // [36:41] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	19, // 23: cairn.meta.Op.ack_freed:type_name -> cairn.meta.AckFreed
+	20, // 24: cairn.meta.Txn.ops:type_name -> cairn.meta.Op
+	3,  // 25: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
+	4,  // 26: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
+	22, // 27: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
+	21, // 28: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
+	21, // 29: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
+	23, // 30: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
+	4,  // 31: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
+	3,  // 32: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
+	3,  // 33: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
+	4,  // 34: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
+	3,  // 35: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
+	34, // 36: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
+	25, // 37: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	27, // 38: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	29, // 39: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	31, // 40: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	33, // 41: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	26, // 42: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	28, // 43: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	30, // 44: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	32, // 45: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	35, // 46: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	42, // [42:47] is the sub-list for method output_type
+	37, // [37:42] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -2852,7 +2972,7 @@ func file_meta_proto_init() {
 	if File_meta_proto != nil {
 		return
 	}
-	file_meta_proto_msgTypes[17].OneofWrappers = []any{
+	file_meta_proto_msgTypes[18].OneofWrappers = []any{
 		(*Op_CreateInode)(nil),
 		(*Op_CreateDentry)(nil),
 		(*Op_DeleteDentry)(nil),
@@ -2867,6 +2987,7 @@ func file_meta_proto_init() {
 		(*Op_Fence)(nil),
 		(*Op_Unfence)(nil),
 		(*Op_SetRange)(nil),
+		(*Op_AckFreed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2874,7 +2995,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

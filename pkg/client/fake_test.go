@@ -1,0 +1,282 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/metapartition"
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
+
+// fakeCluster is one process serving a master (GetMap only) and a meta
+// node whose partitions are in-process state machines without Raft. With
+// loseReplies it applies every third Txn and then answers UNAVAILABLE, as a
+// leader that dies after committing would: the client must retry with the
+// same request id and get the remembered result.
+type fakeCluster struct {
+	pb.UnimplementedMasterServer
+	metapb.UnimplementedMetaNodeServer
+
+	mu          sync.Mutex
+	parts       map[uint64]*metapartition.Partition
+	m           *pb.ClusterMap
+	now         int64
+	txns        int
+	lost        int
+	loseReplies bool
+}
+
+func (f *fakeCluster) GetMap(context.Context, *pb.GetMapRequest) (*pb.GetMapResponse, error) {
+	return &pb.GetMapResponse{Map: f.m}, nil
+}
+
+func (f *fakeCluster) part(id uint64) (*metapartition.Partition, error) {
+	p, ok := f.parts[id]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "meta partition %d is not on this node", id)
+	}
+	return p, nil
+}
+
+func (f *fakeCluster) Txn(_ context.Context, req *metapb.TxnRequest) (*metapb.TxnResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, err := f.part(req.PartitionId)
+	if err != nil {
+		return nil, err
+	}
+	f.now++
+	res := p.ApplyBatch(&metapb.Batch{NowNs: f.now, Txns: []*metapb.Txn{req.Txn}})[0]
+	f.txns++
+	if f.loseReplies && f.txns%3 == 0 {
+		f.lost++
+		return nil, status.Error(codes.Unavailable, "reply lost after commit")
+	}
+	return &metapb.TxnResponse{Result: res}, nil
+}
+
+func (f *fakeCluster) Lookup(_ context.Context, req *metapb.LookupRequest) (*metapb.LookupResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, err := f.part(req.PartitionId)
+	if err != nil {
+		return nil, err
+	}
+	d, in, e := p.Lookup(req.Parent, string(req.Name))
+	return &metapb.LookupResponse{Errno: int32(e), Dentry: d, Inode: in}, nil
+}
+
+func (f *fakeCluster) GetInode(_ context.Context, req *metapb.GetInodeRequest) (*metapb.GetInodeResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, err := f.part(req.PartitionId)
+	if err != nil {
+		return nil, err
+	}
+	in, e := p.GetInode(req.Ino)
+	return &metapb.GetInodeResponse{Errno: int32(e), Inode: in}, nil
+}
+
+func (f *fakeCluster) ReadDir(_ context.Context, req *metapb.ReadDirRequest) (*metapb.ReadDirResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, err := f.part(req.PartitionId)
+	if err != nil {
+		return nil, err
+	}
+	ds := p.ReadDir(req.Parent, string(req.After), int(req.Limit)+1)
+	resp := &metapb.ReadDirResponse{}
+	if len(ds) > int(req.Limit) {
+		ds, resp.More = ds[:req.Limit], true
+	}
+	resp.Dentries = ds
+	if req.Plus {
+		for _, d := range ds {
+			if in, e := p.GetInode(d.Ino); e == 0 {
+				resp.Inodes = append(resp.Inodes, in)
+			}
+		}
+	}
+	return resp, nil
+}
+
+func (f *fakeCluster) PartitionStats(_ context.Context, req *metapb.PartitionStatsRequest) (*metapb.PartitionStatsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, err := f.part(req.PartitionId)
+	if err != nil {
+		return nil, err
+	}
+	st := p.Stats(0)
+	return &metapb.PartitionStatsResponse{Inodes: uint64(st.Inodes), Dentries: uint64(st.Dentries)}, nil
+}
+
+// startFake serves a volume "v" of three partitions on loopback and opens it.
+func startFake(t *testing.T) (*fakeCluster, *Volume) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeCluster{parts: map[uint64]*metapartition.Partition{}}
+	f.m = testMap()
+	f.m.Nodes[1].Addr = lis.Addr().String()
+	for id, p := range f.m.Partitions {
+		p.Replicas = []uint64{1}
+		mp, err := metapartition.New(p.InodeStart, p.InodeEnd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.parts[id] = mp
+	}
+	root := &metapb.Txn{Ops: []*metapb.Op{opCreateInode(&metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_DIRECTORY, Mode: 0o755, WantIno: 1})}}
+	if r := f.parts[10].ApplyBatch(&metapb.Batch{NowNs: 1, Txns: []*metapb.Txn{root}})[0]; r.Errno != 0 {
+		t.Fatal(r.Message)
+	}
+	s := grpc.NewServer()
+	pb.RegisterMasterServer(s, f)
+	metapb.RegisterMetaNodeServer(s, f)
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := Open(ctx, []string{lis.Addr().String()}, "v", &Options{RefreshInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Close() })
+	return f, v
+}
+
+// TestExactlyOnceUnderLostReplies runs a namespace workload while every
+// third Txn reply is lost after the partition applied it. Without request
+// ids, retried creates would fail with EEXIST, unlinks with ENOENT and link
+// counts would drift; with them every operation succeeds exactly once.
+func TestExactlyOnceUnderLostReplies(t *testing.T) {
+	f, v := startFake(t)
+	f.mu.Lock()
+	f.loseReplies = true
+	f.mu.Unlock()
+	ctx := context.Background()
+	d, err := v.Mkdir(ctx, RootIno, "d", 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 30 {
+		n := fmt.Sprintf("f%02d", i)
+		if _, err := v.Create(ctx, d.Ino, n, 0o644, 0, 0); err != nil {
+			t.Fatalf("create %s: %v", n, err)
+		}
+		want = append(want, n)
+	}
+	for i := 0; i < 30; i += 3 {
+		n := fmt.Sprintf("f%02d", i)
+		if err := v.Unlink(ctx, d.Ino, n); err != nil {
+			t.Fatalf("unlink %s: %v", n, err)
+		}
+		want = slices.DeleteFunc(want, func(s string) bool { return s == n })
+	}
+	for i := 1; i < 30; i += 3 {
+		from, to := fmt.Sprintf("f%02d", i), fmt.Sprintf("g%02d", i)
+		if err := v.Rename(ctx, d.Ino, from, RootIno, to, 0); err != nil {
+			t.Fatalf("rename %s: %v", from, err)
+		}
+		want = slices.DeleteFunc(want, func(s string) bool { return s == from })
+	}
+	sub, err := v.Mkdir(ctx, d.Ino, "sub", 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Link(ctx, mustLookup(t, v, d.Ino, "f02").Ino, sub.Ino, "l"); err != nil {
+		t.Fatal(err)
+	}
+	if a := mustLookup(t, v, d.Ino, "f02"); a.Nlink != 2 {
+		t.Fatalf("nlink after link %d", a.Nlink)
+	}
+	if err := v.Rmdir(ctx, d.Ino, "sub"); ErrnoOf(err) != syscall.ENOTEMPTY {
+		t.Fatalf("rmdir non-empty: %v", err)
+	}
+	if err := v.Unlink(ctx, sub.Ino, "l"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Rmdir(ctx, d.Ino, "sub"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	cursor := ""
+	for {
+		ents, more, err := v.ReadDirPlus(ctx, d.Ino, cursor, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			got = append(got, e.Name)
+			if e.Attr == nil || e.Attr.Nlink != 1 {
+				t.Errorf("%s: attributes %+v", e.Name, e.Attr)
+			}
+		}
+		if !more {
+			break
+		}
+		cursor = ents[len(ents)-1].Name
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("listing %v, want %v", got, want)
+	}
+	if a, err := v.GetAttr(ctx, d.Ino); err != nil || a.Nlink != 2 {
+		t.Fatalf("d: %+v %v (nlink must be back at 2)", a, err)
+	}
+	if a, err := v.GetAttr(ctx, RootIno); err != nil || a.Nlink != 3 {
+		t.Fatalf("root: %+v %v", a, err)
+	}
+	st, err := v.StatFS(ctx)
+	if err != nil || st.Files != uint64(2+len(want)+10) {
+		t.Fatalf("statfs %+v %v, want %d files", st, err, 2+len(want)+10)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lost == 0 {
+		t.Fatal("no reply was lost")
+	}
+	t.Logf("%d txns, %d replies lost and retried", f.txns, f.lost)
+}
+
+func mustLookup(t *testing.T, v *Volume, parent uint64, name string) *Attr {
+	t.Helper()
+	a, err := v.Lookup(context.Background(), parent, name)
+	if err != nil {
+		t.Fatalf("lookup %d/%s: %v", parent, name, err)
+	}
+	return a
+}
+
+// TestUnknownPartitionRefresh: a partition the node no longer hosts makes
+// the client re-read the map, and the operation ends with a bounded error.
+func TestUnknownPartitionRefresh(t *testing.T) {
+	f, v := startFake(t)
+	f.mu.Lock()
+	delete(f.parts, 12)
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := v.GetAttr(ctx, 5000)
+	if n := ErrnoOf(err); n != syscall.ETIMEDOUT {
+		t.Fatalf("GetAttr on a lost partition: %v (%v)", err, n)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %s", d)
+	}
+}

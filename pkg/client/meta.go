@@ -1,0 +1,817 @@
+package client
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
+
+// ---- Op constructors. ----
+
+func opCreateInode(m *metapb.CreateInode) *metapb.Op {
+	return &metapb.Op{Op: &metapb.Op_CreateInode{CreateInode: m}}
+}
+
+func opCreateDentry(parent uint64, name string, ino uint64, t metapb.FileType) *metapb.Op {
+	return &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{Parent: parent, Name: []byte(name), Ino: ino, Type: t}}}
+}
+
+func opDeleteDentry(parent uint64, name string, expectIno uint64, expectType metapb.FileType) *metapb.Op {
+	return &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{Parent: parent, Name: []byte(name), ExpectIno: expectIno, ExpectType: expectType}}}
+}
+
+func opReplaceDentry(parent uint64, name string, ino uint64, t metapb.FileType, expectIno uint64) *metapb.Op {
+	return &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{Parent: parent, Name: []byte(name), Ino: ino, Type: t, ExpectIno: expectIno}}}
+}
+
+func opLink(ino uint64, delta int32) *metapb.Op {
+	return &metapb.Op{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: ino, Delta: delta}}}
+}
+
+func opTouchDir(ino uint64, delta int32, opID uint64) *metapb.Op {
+	return &metapb.Op{Op: &metapb.Op_TouchDir{TouchDir: &metapb.TouchDir{Ino: ino, NlinkDelta: delta, OpId: opID}}}
+}
+
+func opEvict(ino uint64) *metapb.Op {
+	return &metapb.Op{Op: &metapb.Op_Evict{Evict: &metapb.Evict{Ino: ino}}}
+}
+
+func opSetattr(m *metapb.Setattr) *metapb.Op {
+	return &metapb.Op{Op: &metapb.Op_Setattr{Setattr: m}}
+}
+
+func opSetParent(ino, parent uint64) *metapb.Op {
+	return opSetattr(&metapb.Setattr{Ino: ino, Valid: uint32(metapb.SetattrValid_SETATTR_PARENT), Parent: parent})
+}
+
+// ---- Reads. ----
+
+// getInode reads ino from its home partition.
+func (v *Volume) getInode(ctx context.Context, op string, ino uint64) (*metapb.Inode, error) {
+	var resp *metapb.GetInodeResponse
+	err := v.do(ctx, op, byIno(ino), func(ctx context.Context, p *pb.Partition) (err error) {
+		resp, err = v.meta.GetInode(ctx, p, ino)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if e := resp.GetErrno(); e != 0 {
+		return nil, errnoErr(op, syscall.Errno(e), "inode %d", ino)
+	}
+	return resp.GetInode(), nil
+}
+
+// checkDir fails with ENOENT if dir does not exist (or has no links) and
+// ENOTDIR if it is not a directory.
+func (v *Volume) checkDir(ctx context.Context, op string, dir uint64) error {
+	in, err := v.getInode(ctx, op, dir)
+	switch {
+	case err != nil:
+		return err
+	case in.GetNlink() == 0:
+		return errnoErr(op, syscall.ENOENT, "directory %d is removed", dir)
+	case !isDirType(in.GetType()):
+		return errnoErr(op, syscall.ENOTDIR, "inode %d is not a directory", dir)
+	}
+	return nil
+}
+
+// lookupDentry finds (parent, name). It returns a nil dentry and a nil
+// error when the name does not exist in an existing directory parent; an
+// error (ENOENT, ENOTDIR) when parent is not an existing directory. The
+// inode is set when it lives on the dentry's partition.
+func (v *Volume) lookupDentry(ctx context.Context, op string, parent uint64, name string) (*metapb.Dentry, *metapb.Inode, error) {
+	var resp *metapb.LookupResponse
+	err := v.do(ctx, op, byName(parent, name), func(ctx context.Context, p *pb.Partition) (err error) {
+		resp, err = v.meta.Lookup(ctx, p, parent, name)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	switch e := syscall.Errno(resp.GetErrno()); e {
+	case 0:
+		return resp.GetDentry(), resp.GetInode(), nil
+	case syscall.ENOENT:
+		if err := v.checkDir(ctx, op, parent); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, nil
+	default:
+		return nil, nil, errnoErr(op, e, "%d/%q", parent, name)
+	}
+}
+
+// Lookup returns the attributes of the inode named name in directory
+// parent: ENOENT if there is no such name or no such parent, ENOTDIR if
+// parent is not a directory, EINVAL/ENAMETOOLONG for a bad name.
+func (v *Volume) Lookup(ctx context.Context, parent uint64, name string) (*Attr, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if err := checkName("lookup", name); err != nil {
+		return nil, err
+	}
+	d, in, err := v.lookupDentry(ctx, "lookup", parent, name)
+	if err != nil {
+		return nil, err
+	}
+	if d == nil {
+		return nil, errnoErr("lookup", syscall.ENOENT, "%d/%q", parent, name)
+	}
+	if in == nil {
+		// The name sits on another partition than its inode (renamed or
+		// hard-linked): a second hop to the inode's home.
+		if in, err = v.getInode(ctx, "lookup", d.GetIno()); err != nil {
+			return nil, err
+		}
+	}
+	return toAttr(in), nil
+}
+
+// GetAttr returns ino's attributes, read from its home partition (ENOENT if
+// it does not exist).
+func (v *Volume) GetAttr(ctx context.Context, ino uint64) (*Attr, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	in, err := v.getInode(ctx, "getattr", ino)
+	if err != nil {
+		return nil, err
+	}
+	return toAttr(in), nil
+}
+
+// Readlink returns a symlink's target: EINVAL if ino is not a symlink.
+func (v *Volume) Readlink(ctx context.Context, ino uint64) (string, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	in, err := v.getInode(ctx, "readlink", ino)
+	if err != nil {
+		return "", err
+	}
+	if in.GetType() != metapb.FileType_FILE_TYPE_SYMLINK {
+		return "", errnoErr("readlink", syscall.EINVAL, "inode %d is not a symlink", ino)
+	}
+	return string(in.GetTarget()), nil
+}
+
+// ---- Creating names. ----
+
+// Create makes a regular file name in parent with permission bits mode
+// (after the caller's umask) owned by uid:gid. EEXIST if the name exists.
+func (v *Volume) Create(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (*Attr, error) {
+	return v.create(ctx, "create", parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: mode & 0o7777, Uid: uid, Gid: gid})
+}
+
+// Mkdir makes a directory; the parent's link count grows by one.
+func (v *Volume) Mkdir(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (*Attr, error) {
+	return v.create(ctx, "mkdir", parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_DIRECTORY, Mode: mode & 0o7777, Uid: uid, Gid: gid})
+}
+
+// Mknod makes a regular file, fifo, socket or character/block device; the
+// type comes from mode's S_IFMT bits (0 is a regular file) and rdev applies
+// to devices only. A directory or symlink type is EINVAL (use Mkdir or
+// Symlink).
+func (v *Volume) Mknod(ctx context.Context, parent uint64, name string, mode uint32, rdev uint64, uid, gid uint32) (*Attr, error) {
+	t, ok := fileType(mode)
+	if !ok || t == metapb.FileType_FILE_TYPE_DIRECTORY || t == metapb.FileType_FILE_TYPE_SYMLINK {
+		return nil, errnoErr("mknod", syscall.EINVAL, "mode %#o", mode)
+	}
+	if t != metapb.FileType_FILE_TYPE_CHAR_DEVICE && t != metapb.FileType_FILE_TYPE_BLOCK_DEVICE {
+		rdev = 0
+	}
+	return v.create(ctx, "mknod", parent, name, &metapb.CreateInode{Type: t, Mode: mode & 0o7777, Rdev: rdev, Uid: uid, Gid: gid})
+}
+
+// Symlink makes a symbolic link name -> target (1..4096 bytes, no NUL).
+func (v *Volume) Symlink(ctx context.Context, parent uint64, name, target string, uid, gid uint32) (*Attr, error) {
+	return v.create(ctx, "symlink", parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_SYMLINK, Mode: 0o777, Target: []byte(target), Uid: uid, Gid: gid})
+}
+
+// create: one Txn [CreateInode, CreateDentry] on the name's partition, with
+// the parent's TouchDir in it when the parent is homed there, else a
+// TouchDir Txn to the parent's home afterwards. If that finds the parent
+// gone (a concurrent rmdir), the create is undone and fails with ENOENT.
+func (v *Volume) create(ctx context.Context, op string, parent uint64, name string, ci *metapb.CreateInode) (*Attr, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if err := checkName(op, name); err != nil {
+		return nil, err
+	}
+	w := v.current()
+	p, err := w.route(parent, name)
+	if err != nil {
+		return nil, &Error{Op: op, Errno: syscall.EIO, Err: err}
+	}
+	ph, err := w.home(parent)
+	if err != nil {
+		return nil, errnoErr(op, syscall.ENOENT, "parent %d", parent)
+	}
+	remote := ph.GetId() != p.GetId()
+	if remote {
+		// The name's partition cannot see the parent: check it here.
+		if err := v.checkDir(ctx, op, parent); err != nil {
+			return nil, err
+		}
+	}
+	var delta int32
+	if isDirType(ci.Type) {
+		ci.Parent, delta = parent, 1
+	}
+	touch := opTouchDir(parent, delta, newID())
+	ops := []*metapb.Op{opCreateInode(ci), opCreateDentry(parent, name, 0, ci.Type)}
+	if !remote {
+		ops = append(ops, touch)
+	}
+	res, err := v.txn(ctx, op, byID(p.GetId()), ops...)
+	if err != nil {
+		return nil, err
+	}
+	in := res.GetResults()[0].GetInode()
+	if remote {
+		if _, err := v.txn(ctx, op, byIno(parent), touch); isErrno(err, syscall.ENOENT) || isErrno(err, syscall.ENOTDIR) {
+			// The parent was removed after the check: take the name back.
+			_, _ = v.txn(ctx, op, byID(p.GetId()),
+				opDeleteDentry(parent, name, in.GetIno(), 0), opLink(in.GetIno(), -int32(in.GetNlink())), opEvict(in.GetIno()))
+			return nil, errnoErr(op, syscall.ENOENT, "parent %d was removed", parent)
+		}
+		// Other failures leave the parent's mtime/nlink stale (see the
+		// package's relaxations); the name exists, so the create succeeded.
+	}
+	return toAttr(in), nil
+}
+
+// Link gives inode ino the additional name newName in newParent: EPERM for
+// a directory, EEXIST if the name exists. Order: Link +1 on the inode's
+// home, then CreateDentry (one Txn when both are on one partition); a
+// failed CreateDentry drops the link again.
+func (v *Volume) Link(ctx context.Context, ino, newParent uint64, newName string) (*Attr, error) {
+	const op = "link"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if err := checkName(op, newName); err != nil {
+		return nil, err
+	}
+	in, err := v.getInode(ctx, op, ino)
+	if err != nil {
+		return nil, err
+	}
+	if in.GetNlink() == 0 {
+		return nil, errnoErr(op, syscall.ENOENT, "inode %d has no links", ino)
+	}
+	if isDirType(in.GetType()) {
+		// link(2) resolves the new name first: EEXIST/ENOENT/ENOTDIR win.
+		d, _, err := v.lookupDentry(ctx, op, newParent, newName)
+		if err != nil {
+			return nil, err
+		}
+		if d != nil {
+			return nil, errnoErr(op, syscall.EEXIST, "%d/%q", newParent, newName)
+		}
+		return nil, errnoErr(op, syscall.EPERM, "inode %d is a directory", ino)
+	}
+	w := v.current()
+	p, err := w.route(newParent, newName)
+	if err != nil {
+		return nil, &Error{Op: op, Errno: syscall.EIO, Err: err}
+	}
+	ph, err := w.home(newParent)
+	if err != nil {
+		return nil, errnoErr(op, syscall.ENOENT, "parent %d", newParent)
+	}
+	pi, err := w.home(ino)
+	if err != nil {
+		return nil, err
+	}
+	if ph.GetId() != p.GetId() {
+		if err := v.checkDir(ctx, op, newParent); err != nil {
+			return nil, err
+		}
+	}
+	touch := opTouchDir(newParent, 0, newID())
+	dentryOps := []*metapb.Op{opCreateDentry(newParent, newName, ino, in.GetType())}
+	if ph.GetId() == p.GetId() {
+		dentryOps = append(dentryOps, touch)
+	}
+	var attr *metapb.Inode
+	if pi.GetId() == p.GetId() {
+		res, err := v.txn(ctx, op, byID(p.GetId()), append([]*metapb.Op{opLink(ino, 1)}, dentryOps...)...)
+		if err != nil {
+			return nil, err
+		}
+		attr = res.GetResults()[0].GetInode()
+	} else {
+		res, err := v.txn(ctx, op, byIno(ino), opLink(ino, 1))
+		if err != nil {
+			return nil, err
+		}
+		attr = res.GetResults()[0].GetInode()
+		if _, err := v.txn(ctx, op, byID(p.GetId()), dentryOps...); err != nil {
+			v.dropLinks(ctx, op, ino, 1)
+			return nil, err
+		}
+	}
+	if ph.GetId() != p.GetId() {
+		_, _ = v.txn(ctx, op, byIno(newParent), touch)
+	}
+	return toAttr(attr), nil
+}
+
+// dropLinks takes n links from ino on its home and evicts it if none is
+// left. Failures leave a link count too high (a leak fsck reports).
+func (v *Volume) dropLinks(ctx context.Context, op string, ino uint64, n int32) {
+	res, err := v.txn(ctx, op, byIno(ino), opLink(ino, -n))
+	if err == nil && res.GetResults()[0].GetInode().GetNlink() == 0 {
+		v.evict(ctx, op, ino)
+	}
+}
+
+// evict removes an inode without links. Cairn does not track open handles
+// yet, so the last unlink evicts at once (see the relaxations).
+func (v *Volume) evict(ctx context.Context, op string, ino uint64) {
+	_, _ = v.txn(ctx, op, byIno(ino), opEvict(ino))
+}
+
+// ---- Removing names. ----
+
+// Unlink removes the non-directory name in parent (EISDIR for a
+// directory). Order: DeleteDentry (expecting the looked-up inode), then
+// Link -1 on the inode's home (same Txn when local), Evict at 0 links,
+// TouchDir of the parent (same Txn when local).
+func (v *Volume) Unlink(ctx context.Context, parent uint64, name string) error {
+	const op = "unlink"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if err := checkName(op, name); err != nil {
+		return err
+	}
+	var err error
+	for range 3 {
+		if err = v.unlink(ctx, parent, name); !isErrno(err, syscall.ESTALE) {
+			return err
+		}
+	}
+	return err
+}
+
+func (v *Volume) unlink(ctx context.Context, parent uint64, name string) error {
+	const op = "unlink"
+	d, _, err := v.lookupDentry(ctx, op, parent, name)
+	if err != nil {
+		return err
+	}
+	if d == nil {
+		return errnoErr(op, syscall.ENOENT, "%d/%q", parent, name)
+	}
+	if isDirType(d.GetType()) {
+		return errnoErr(op, syscall.EISDIR, "%d/%q", parent, name)
+	}
+	w := v.current()
+	p, err := w.route(parent, name)
+	if err != nil {
+		return &Error{Op: op, Errno: syscall.EIO, Err: err}
+	}
+	ph, err := w.home(parent)
+	if err != nil {
+		return err
+	}
+	ino := d.GetIno()
+	pi, err := w.home(ino)
+	if err != nil {
+		return err
+	}
+	touch := opTouchDir(parent, 0, newID())
+	ops := []*metapb.Op{opDeleteDentry(parent, name, ino, metapb.FileType_FILE_TYPE_REGULAR)}
+	linkLocal := pi.GetId() == p.GetId()
+	if linkLocal {
+		ops = append(ops, opLink(ino, -1))
+	}
+	if ph.GetId() == p.GetId() {
+		ops = append(ops, touch)
+	}
+	res, err := v.txn(ctx, op, byID(p.GetId()), ops...)
+	if err != nil {
+		return err
+	}
+	if linkLocal {
+		if res.GetResults()[1].GetInode().GetNlink() == 0 {
+			v.evict(ctx, op, ino)
+		}
+	} else {
+		v.dropLinks(ctx, op, ino, 1)
+	}
+	if ph.GetId() != p.GetId() {
+		_, _ = v.txn(ctx, op, byIno(parent), touch)
+	}
+	return nil
+}
+
+// fenceEmpty fences dir on every partition and reports whether no partition
+// holds a name under it. While fenced, no name can be created under dir.
+// The returned unfence lifts the fences; call it in every case (it is nil
+// when err is not).
+func (v *Volume) fenceEmpty(ctx context.Context, op string, dir uint64) (empty bool, unfence func(), err error) {
+	parts := v.current().all()
+	token := newID()
+	unfence = func() {
+		// Also after the operation's deadline: a fence left behind blocks
+		// creates under dir until a sweeper lifts it.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.opts.AttemptTimeout)
+		defer cancel()
+		_ = v.each(parts, func(p *pb.Partition) error {
+			_, err := v.txn(uctx, op, byID(p.GetId()), &metapb.Op{Op: &metapb.Op_Unfence{Unfence: &metapb.Unfence{Parent: dir, Token: token}}})
+			return err
+		})
+	}
+	backoff := backoffMin
+	for {
+		err = v.each(parts, func(p *pb.Partition) error {
+			_, err := v.txn(ctx, op, byID(p.GetId()), &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: dir, Token: token}}})
+			return err
+		})
+		if err == nil {
+			break
+		}
+		unfence()
+		if !isErrno(err, syscall.EBUSY) || backoff > backoffMax {
+			return false, nil, err
+		}
+		// Another rmdir/rename holds the fence: wait for it.
+		select {
+		case <-ctx.Done():
+			return false, nil, transportErr(op, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+	var mu sync.Mutex
+	children := false
+	err = v.each(parts, func(p *pb.Partition) error {
+		var resp *metapb.ReadDirResponse
+		err := v.do(ctx, op, byID(p.GetId()), func(ctx context.Context, p *pb.Partition) (err error) {
+			resp, err = v.meta.ReadDir(ctx, p, dir, "", 1, false)
+			return err
+		})
+		if err == nil && len(resp.GetDentries()) > 0 {
+			mu.Lock()
+			children = true
+			mu.Unlock()
+		}
+		return err
+	})
+	if err != nil {
+		unfence()
+		return false, nil, err
+	}
+	return !children, unfence, nil
+}
+
+// Rmdir removes the empty directory name in parent: ENOTDIR if it is not a
+// directory, ENOTEMPTY if it has names. Order: fence the directory on every
+// partition, check each holds no child, DeleteDentry (expect a directory),
+// Link -2 and Evict on its home, TouchDir -1 on the parent, unfence.
+func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
+	const op = "rmdir"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if err := checkName(op, name); err != nil {
+		return err
+	}
+	d, _, err := v.lookupDentry(ctx, op, parent, name)
+	if err != nil {
+		return err
+	}
+	if d == nil {
+		return errnoErr(op, syscall.ENOENT, "%d/%q", parent, name)
+	}
+	if !isDirType(d.GetType()) {
+		return errnoErr(op, syscall.ENOTDIR, "%d/%q", parent, name)
+	}
+	dir := d.GetIno()
+	empty, unfence, err := v.fenceEmpty(ctx, op, dir)
+	if err != nil {
+		return err
+	}
+	defer unfence()
+	if !empty {
+		return errnoErr(op, syscall.ENOTEMPTY, "%d/%q", parent, name)
+	}
+	w := v.current()
+	p, err := w.route(parent, name)
+	if err != nil {
+		return &Error{Op: op, Errno: syscall.EIO, Err: err}
+	}
+	ph, err := w.home(parent)
+	if err != nil {
+		return err
+	}
+	pd, err := w.home(dir)
+	if err != nil {
+		return err
+	}
+	touch := opTouchDir(parent, -1, newID())
+	ops := []*metapb.Op{opDeleteDentry(parent, name, dir, metapb.FileType_FILE_TYPE_DIRECTORY)}
+	if pd.GetId() == p.GetId() {
+		ops = append(ops, opLink(dir, -2), opEvict(dir))
+	}
+	if ph.GetId() == p.GetId() {
+		ops = append(ops, touch)
+	}
+	if _, err := v.txn(ctx, op, byID(p.GetId()), ops...); err != nil {
+		if isErrno(err, syscall.ESTALE) {
+			err = errnoErr(op, syscall.ENOENT, "%d/%q changed meanwhile", parent, name)
+		}
+		return err
+	}
+	if pd.GetId() != p.GetId() {
+		_, _ = v.txn(ctx, op, byIno(dir), opLink(dir, -2), opEvict(dir))
+	}
+	if ph.GetId() != p.GetId() {
+		_, _ = v.txn(ctx, op, byIno(parent), touch)
+	}
+	return nil
+}
+
+// ---- Attributes. ----
+
+// Setattr changes the attributes in.Valid selects on ino's home and returns
+// the new attributes. SetSize truncates (EISDIR for a directory, EINVAL for
+// other non-regular files) and cuts the extent map; *Now bits win over the
+// explicit times. A change of owner clears setuid, and setgid if group
+// execute is set, on regular files, unless the mode is set in the same call
+// (as chown(2)).
+func (v *Volume) Setattr(ctx context.Context, ino uint64, in SetattrIn) (*Attr, error) {
+	const op = "setattr"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if in.Valid&^setattrAll != 0 {
+		return nil, errnoErr(op, syscall.EINVAL, "unknown setattr bits %#x", uint32(in.Valid&^setattrAll))
+	}
+	m := &metapb.Setattr{Ino: ino, Valid: uint32(in.Valid), Mode: in.Mode & 0o7777, Uid: in.Uid, Gid: in.Gid, Size: in.Size}
+	if in.Valid&SetAtime != 0 {
+		m.AtimeNs = in.Atime.UnixNano()
+	}
+	if in.Valid&SetMtime != 0 {
+		m.MtimeNs = in.Mtime.UnixNano()
+	}
+	if in.Valid&SetCtime != 0 {
+		m.CtimeNs = in.Ctime.UnixNano()
+	}
+	if in.Valid&(SetUID|SetGID) != 0 && in.Valid&SetMode == 0 {
+		cur, err := v.getInode(ctx, op, ino)
+		if err != nil {
+			return nil, err
+		}
+		mode := cur.GetMode()
+		if cur.GetType() == metapb.FileType_FILE_TYPE_REGULAR {
+			mode &^= syscall.S_ISUID
+			if mode&syscall.S_IXGRP != 0 {
+				mode &^= syscall.S_ISGID
+			}
+		}
+		if mode != cur.GetMode() {
+			m.Valid |= uint32(SetMode)
+			m.Mode = mode
+		}
+	}
+	res, err := v.txn(ctx, op, byIno(ino), opSetattr(m))
+	if err != nil {
+		return nil, err
+	}
+	return toAttr(res.GetResults()[0].GetInode()), nil
+}
+
+// ---- Listing. ----
+
+// ReadDir lists up to limit names of directory dir after the name cursor
+// ("" from the start), merged by name (byte order) across all meta
+// partitions of the volume, which are asked in parallel. Pass the last name
+// returned as the next cursor; more reports whether names may follow. The
+// cursor stays valid across concurrent changes: names created behind it
+// are not returned, removed ones are skipped. "." and ".." are not listed.
+// limit <= 0 means 1024; it is capped at 4096.
+func (v *Volume) ReadDir(ctx context.Context, dir uint64, cursor string, limit int) (entries []DirEntry, more bool, err error) {
+	return v.readDir(ctx, "readdir", dir, cursor, limit, false)
+}
+
+// ReadDirPlus is ReadDir with each entry's attributes (Attr). Inodes homed
+// on another partition than their name are fetched from their homes in
+// parallel; a name whose inode vanished meanwhile (a racing unlink) is left
+// out.
+func (v *Volume) ReadDirPlus(ctx context.Context, dir uint64, cursor string, limit int) (entries []DirEntry, more bool, err error) {
+	return v.readDir(ctx, "readdirplus", dir, cursor, limit, true)
+}
+
+func (v *Volume) readDir(ctx context.Context, op string, dir uint64, cursor string, limit int, plus bool) ([]DirEntry, bool, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if limit <= 0 {
+		limit = 1024
+	}
+	limit = min(limit, 4096)
+	if cursor == "" {
+		if err := v.checkDir(ctx, op, dir); err != nil {
+			return nil, false, err
+		}
+	}
+	parts := v.current().all()
+	resps := make([]*metapb.ReadDirResponse, len(parts))
+	err := v.each(parts, func(p *pb.Partition) error {
+		i := slices.Index(parts, p)
+		return v.do(ctx, op, byID(p.GetId()), func(ctx context.Context, p *pb.Partition) (err error) {
+			resps[i], err = v.meta.ReadDir(ctx, p, dir, cursor, uint32(limit), plus)
+			return err
+		})
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	more := false
+	var ds []*metapb.Dentry
+	inodes := map[uint64]*metapb.Inode{}
+	for _, r := range resps {
+		more = more || r.GetMore()
+		ds = append(ds, r.GetDentries()...)
+		for _, in := range r.GetInodes() {
+			inodes[in.GetIno()] = in
+		}
+	}
+	slices.SortFunc(ds, func(a, b *metapb.Dentry) int { return strings.Compare(string(a.GetName()), string(b.GetName())) })
+	if len(ds) > limit {
+		ds, more = ds[:limit], true
+	}
+	out := make([]DirEntry, len(ds))
+	for i, d := range ds {
+		out[i] = DirEntry{Name: string(d.GetName()), Ino: d.GetIno(), Type: typeBits(d.GetType())}
+	}
+	if !plus {
+		return out, more, nil
+	}
+	// Fetch the inodes homed elsewhere, fanOut at a time.
+	sem := make(chan struct{}, fanOut)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for i := range out {
+		if in, ok := inodes[out[i].Ino]; ok {
+			out[i].Attr = toAttr(in)
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			in, err := v.getInode(ctx, op, out[i].Ino)
+			switch {
+			case err == nil:
+				out[i].Attr = toAttr(in)
+			case !isErrno(err, syscall.ENOENT):
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, false, firstErr
+	}
+	kept := out[:0]
+	for _, e := range out {
+		if e.Attr != nil {
+			kept = append(kept, e)
+		}
+	}
+	return kept, more, nil
+}
+
+// ---- Extended attributes. ----
+
+// xattrNamespaces are the namespaces Linux knows; others are EOPNOTSUPP.
+var xattrNamespaces = []string{"user.", "trusted.", "security.", "system."}
+
+func checkXattrNamespace(op, name string) error {
+	for _, ns := range xattrNamespaces {
+		switch {
+		case name == ns:
+			return errnoErr(op, syscall.EINVAL, "xattr name %q is only a namespace", name)
+		case strings.HasPrefix(name, ns):
+			return nil
+		}
+	}
+	if name == "" || len(name) > 255 {
+		return errnoErr(op, syscall.ERANGE, "xattr name of %d bytes", len(name))
+	}
+	return errnoErr(op, syscall.EOPNOTSUPP, "xattr name %q is in no known namespace", name)
+}
+
+// GetXattr returns the value of ino's xattr name: ENODATA if it has none.
+func (v *Volume) GetXattr(ctx context.Context, ino uint64, name string) ([]byte, error) {
+	const op = "getxattr"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if err := checkXattrNamespace(op, name); err != nil {
+		return nil, err
+	}
+	in, err := v.getInode(ctx, op, ino)
+	if err != nil {
+		return nil, err
+	}
+	val, ok := in.GetXattrs()[name]
+	if !ok {
+		return nil, errnoErr(op, syscall.ENODATA, "inode %d has no xattr %q", ino, name)
+	}
+	return val, nil
+}
+
+// ListXattr returns the names of ino's xattrs, sorted.
+func (v *Volume) ListXattr(ctx context.Context, ino uint64) ([]string, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	in, err := v.getInode(ctx, "listxattr", ino)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(in.GetXattrs()))
+	for n := range in.GetXattrs() {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// SetXattr sets ino's xattr name to value; flags XattrCreate (EEXIST if it
+// exists) or XattrReplace (ENODATA if it does not). Values up to 64 KiB
+// (E2BIG), 1 MiB per inode (ENOSPC).
+func (v *Volume) SetXattr(ctx context.Context, ino uint64, name string, value []byte, flags uint32) error {
+	const op = "setxattr"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if err := checkXattrNamespace(op, name); err != nil {
+		return err
+	}
+	_, err := v.txn(ctx, op, byIno(ino), &metapb.Op{Op: &metapb.Op_SetXattr{SetXattr: &metapb.SetXattr{Ino: ino, Name: name, Value: value, Flags: flags}}})
+	return err
+}
+
+// RemoveXattr removes ino's xattr name: ENODATA if it has none.
+func (v *Volume) RemoveXattr(ctx context.Context, ino uint64, name string) error {
+	const op = "removexattr"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if err := checkXattrNamespace(op, name); err != nil {
+		return err
+	}
+	_, err := v.txn(ctx, op, byIno(ino), &metapb.Op{Op: &metapb.Op_RemoveXattr{RemoveXattr: &metapb.RemoveXattr{Ino: ino, Name: name}}})
+	return err
+}
+
+// ---- Statistics. ----
+
+// statfsBlock is the block size StatFS reports.
+const statfsBlock = 4096
+
+// StatFS sums the partitions' statistics: Files is the number of inodes.
+// Capacity is the volume's capacity from the map; an unlimited volume
+// reports 1 PiB. Free space is not known to the metadata half yet:
+// BlocksFree is the capacity (until the data half reports usage).
+func (v *Volume) StatFS(ctx context.Context) (*StatFS, error) {
+	const op = "statfs"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	w := v.current()
+	parts := w.all()
+	var mu sync.Mutex
+	var inodes uint64
+	err := v.each(parts, func(p *pb.Partition) error {
+		return v.do(ctx, op, byID(p.GetId()), func(ctx context.Context, p *pb.Partition) error {
+			st, err := v.meta.Stats(ctx, p, 0)
+			if err == nil {
+				mu.Lock()
+				inodes += st.GetInodes()
+				mu.Unlock()
+			}
+			return err
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	capacity := w.vol.GetCapacityBytes()
+	if capacity == 0 {
+		capacity = 1 << 50
+	}
+	blocks := capacity / statfsBlock
+	const filesMax = 1 << 40
+	return &StatFS{
+		BlockSize: statfsBlock, Blocks: blocks, BlocksFree: blocks, BlocksAvail: blocks,
+		Files: inodes, FilesFree: filesMax - min(inodes, filesMax), NameLen: 255,
+	}, nil
+}

@@ -1,0 +1,271 @@
+package client
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
+
+// Rename moves (oldParent, oldName) to (newParent, newName) with the
+// semantics and errno order of renameat2(2): flags RenameNoreplace (EEXIST
+// if the new name exists) or RenameExchange (swap two existing names,
+// ENOENT if the new one is missing); EINVAL for unknown or both flags and
+// for moving a directory into its own subtree; ENOTDIR for a directory over
+// a non-directory, EISDIR for the reverse, ENOTEMPTY over a non-empty
+// directory or onto an ancestor of the source; renaming a name onto another
+// name of the same inode does nothing.
+//
+// Order across partitions: create or replace the new name first, then
+// delete the old one (a crash in between leaves one name too many, never
+// none); then Link -1 (and Evict at 0) of a replaced inode, the moved
+// inode's ctime and, for a directory, its parent pointer, and TouchDir of
+// both parents (nlink ±1 for a directory that changes parent). On one
+// partition the dentry steps and every record homed there are one Txn.
+func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) error {
+	const op = "rename"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if flags&^(RenameNoreplace|RenameExchange) != 0 || flags == RenameNoreplace|RenameExchange {
+		return errnoErr(op, syscall.EINVAL, "flags %#x", flags)
+	}
+	if err := checkName(op, oldName); err != nil {
+		return err
+	}
+	if err := checkName(op, newName); err != nil {
+		return err
+	}
+	var err error
+	for range 3 {
+		// ESTALE: a name changed between lookup and commit; start over.
+		if err = v.rename(ctx, oldParent, oldName, newParent, newName, flags); !isErrno(err, syscall.ESTALE) {
+			return err
+		}
+	}
+	return err
+}
+
+// isAncestor reports whether dir is ino or one of ino's ancestors, walking
+// ino's parent pointers up to the root.
+func (v *Volume) isAncestor(ctx context.Context, dir, ino uint64) (bool, error) {
+	for range maxWalkDepth {
+		if ino == dir {
+			return true, nil
+		}
+		if ino == RootIno || ino == 0 {
+			return false, nil
+		}
+		in, err := v.getInode(ctx, "rename", ino)
+		if err != nil {
+			return false, err
+		}
+		ino = in.GetParent()
+	}
+	return false, errnoErr("rename", syscall.ELOOP, "directory chain above %d is deeper than %d", ino, maxWalkDepth)
+}
+
+// plan collects the Txns of a rename: ops per partition in the order the
+// partitions are first used, plus follow-ups on partitions no dentry step
+// uses.
+type plan struct {
+	order []uint64
+	ops   map[uint64][]*metapb.Op
+}
+
+func (p *plan) add(part uint64, ops ...*metapb.Op) {
+	if p.ops == nil {
+		p.ops = map[uint64][]*metapb.Op{}
+	}
+	if _, ok := p.ops[part]; !ok {
+		p.order = append(p.order, part)
+	}
+	p.ops[part] = append(p.ops[part], ops...)
+}
+
+func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) error {
+	const op = "rename"
+	src, _, err := v.lookupDentry(ctx, op, oldParent, oldName)
+	if err != nil {
+		return err
+	}
+	if src == nil {
+		return errnoErr(op, syscall.ENOENT, "%d/%q", oldParent, oldName)
+	}
+	dst, _, err := v.lookupDentry(ctx, op, newParent, newName)
+	if err != nil {
+		return err
+	}
+	exchange := flags&RenameExchange != 0
+	switch {
+	case flags&RenameNoreplace != 0 && dst != nil:
+		return errnoErr(op, syscall.EEXIST, "%d/%q", newParent, newName)
+	case exchange && dst == nil:
+		return errnoErr(op, syscall.ENOENT, "%d/%q", newParent, newName)
+	}
+	srcDir := isDirType(src.GetType())
+	dstDir := dst != nil && isDirType(dst.GetType())
+	if oldParent != newParent {
+		if srcDir {
+			if anc, err := v.isAncestor(ctx, src.GetIno(), newParent); err != nil {
+				return err
+			} else if anc {
+				return errnoErr(op, syscall.EINVAL, "directory %d would move into its own subtree", src.GetIno())
+			}
+		}
+		if dstDir {
+			if anc, err := v.isAncestor(ctx, dst.GetIno(), oldParent); err != nil {
+				return err
+			} else if anc {
+				if exchange {
+					return errnoErr(op, syscall.EINVAL, "directory %d is an ancestor of the source", dst.GetIno())
+				}
+				return errnoErr(op, syscall.ENOTEMPTY, "directory %d is an ancestor of the source", dst.GetIno())
+			}
+		}
+	}
+	if dst != nil && dst.GetIno() == src.GetIno() {
+		return nil // two names of one inode: rename(2) does nothing
+	}
+	if !exchange && dst != nil {
+		switch {
+		case srcDir && !dstDir:
+			return errnoErr(op, syscall.ENOTDIR, "directory over %d/%q", newParent, newName)
+		case !srcDir && dstDir:
+			return errnoErr(op, syscall.EISDIR, "%d/%q is a directory", newParent, newName)
+		}
+	}
+	if !exchange && dstDir {
+		empty, unfence, err := v.fenceEmpty(ctx, op, dst.GetIno())
+		if err != nil {
+			return err
+		}
+		defer unfence()
+		if !empty {
+			return errnoErr(op, syscall.ENOTEMPTY, "%d/%q", newParent, newName)
+		}
+	}
+
+	w := v.current()
+	ps, err := w.route(oldParent, oldName)
+	if err != nil {
+		return &Error{Op: op, Errno: syscall.EIO, Err: err}
+	}
+	pd, err := w.route(newParent, newName)
+	if err != nil {
+		return &Error{Op: op, Errno: syscall.EIO, Err: err}
+	}
+	srcIno, srcType := src.GetIno(), src.GetType()
+
+	// The dentry steps: first on the new name's partition, then on the old.
+	var newOps, oldOps, undoNew []*metapb.Op
+	switch {
+	case exchange:
+		newOps = []*metapb.Op{opDeleteDentry(newParent, newName, dst.GetIno(), 0), opCreateDentry(newParent, newName, srcIno, srcType)}
+		oldOps = []*metapb.Op{opDeleteDentry(oldParent, oldName, srcIno, 0), opCreateDentry(oldParent, oldName, dst.GetIno(), dst.GetType())}
+		undoNew = []*metapb.Op{opDeleteDentry(newParent, newName, srcIno, 0), opCreateDentry(newParent, newName, dst.GetIno(), dst.GetType())}
+	case dst != nil:
+		newOps = []*metapb.Op{opReplaceDentry(newParent, newName, srcIno, srcType, dst.GetIno())}
+		oldOps = []*metapb.Op{opDeleteDentry(oldParent, oldName, srcIno, 0)}
+		undoNew = []*metapb.Op{opReplaceDentry(newParent, newName, dst.GetIno(), dst.GetType(), srcIno)}
+	default:
+		newOps = []*metapb.Op{opCreateDentry(newParent, newName, srcIno, srcType)}
+		oldOps = []*metapb.Op{opDeleteDentry(oldParent, oldName, srcIno, 0)}
+		undoNew = []*metapb.Op{opDeleteDentry(newParent, newName, srcIno, 0)}
+	}
+	if ps.GetId() == pd.GetId() {
+		oldOps = append(oldOps[:len(oldOps):len(oldOps)], newOps...)
+		if exchange {
+			// Both deletes before both creates: the names swap in one Txn.
+			oldOps = []*metapb.Op{oldOps[0], newOps[0], oldOps[1], newOps[1]}
+		}
+		newOps = nil
+	}
+
+	// Follow-ups on inode homes, folded into the commit Txn (the old name's
+	// partition) when homed there.
+	var follow plan
+	commit := ps.GetId()
+	addHomed := func(ino uint64, o *metapb.Op) error {
+		h, err := w.home(ino)
+		if err != nil {
+			return err
+		}
+		if h.GetId() == commit {
+			oldOps = append(oldOps, o)
+		} else {
+			follow.add(h.GetId(), o)
+		}
+		return nil
+	}
+	moved := func(ino uint64, isDir bool, to uint64) *metapb.Op {
+		if isDir && oldParent != newParent {
+			return opSetParent(ino, to)
+		}
+		return opLink(ino, 0) // ctime = now
+	}
+	var dOld, dNew int32
+	if err := addHomed(srcIno, moved(srcIno, srcDir, newParent)); err != nil {
+		return err
+	}
+	if srcDir && oldParent != newParent {
+		dOld, dNew = dOld-1, dNew+1
+	}
+	var dropIno uint64
+	if exchange {
+		if err := addHomed(dst.GetIno(), moved(dst.GetIno(), dstDir, oldParent)); err != nil {
+			return err
+		}
+		if dstDir && oldParent != newParent {
+			dOld, dNew = dOld+1, dNew-1
+		}
+	} else if dst != nil {
+		links := int32(-1)
+		if dstDir {
+			links, dNew = -2, dNew-1
+		}
+		dropIno = dst.GetIno()
+		if err := addHomed(dropIno, opLink(dropIno, links)); err != nil {
+			return err
+		}
+	}
+	if oldParent == newParent {
+		if err := addHomed(oldParent, opTouchDir(oldParent, dOld+dNew, newID())); err != nil {
+			return err
+		}
+	} else {
+		if err := addHomed(oldParent, opTouchDir(oldParent, dOld, newID())); err != nil {
+			return err
+		}
+		if err := addHomed(newParent, opTouchDir(newParent, dNew, newID())); err != nil {
+			return err
+		}
+	}
+
+	if len(newOps) > 0 {
+		if _, err := v.txn(ctx, op, byID(pd.GetId()), newOps...); err != nil {
+			return err
+		}
+	}
+	res, err := v.txn(ctx, op, byID(commit), oldOps...)
+	if err != nil {
+		if len(newOps) > 0 {
+			_, _ = v.txn(ctx, op, byID(pd.GetId()), undoNew...)
+		}
+		return err
+	}
+	// Evict a replaced inode that lost its last name.
+	evictIfZero := func(results []*metapb.OpResult) {
+		for _, r := range results {
+			if in := r.GetInode(); in != nil && dropIno != 0 && in.GetIno() == dropIno && in.GetNlink() == 0 {
+				v.evict(ctx, op, dropIno)
+			}
+		}
+	}
+	evictIfZero(res.GetResults())
+	for _, part := range follow.order {
+		if r, err := v.txn(ctx, op, byID(part), follow.ops[part]...); err == nil {
+			evictIfZero(r.GetResults())
+		}
+	}
+	return nil
+}
