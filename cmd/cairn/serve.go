@@ -13,6 +13,7 @@ import (
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/daemon"
+	"github.com/cairnfs/cairn/pkg/datanode"
 	"github.com/cairnfs/cairn/pkg/master"
 	"github.com/cairnfs/cairn/pkg/metanode"
 	"github.com/cairnfs/cairn/pkg/node"
@@ -164,5 +165,5 @@ func partitionsOf(role string) func(node.Env) (node.PartitionHost, error) {
 	if role == "meta" {
 		return metanode.NewFactory(metanode.Options{})
 	}
-	return nil // data partitions arrive with the data path
+	return datanode.NewFactory(datanode.Options{})
 }

@@ -115,13 +115,25 @@ func (s *Store) LeaseSmall(ctx context.Context) (*SmallLease, error) {
 // Extent returns the leased extent's id.
 func (l *SmallLease) Extent() uint64 { return l.id }
 
-// Release returns the lease; further calls do nothing.
+// Release returns the lease; further calls (and Retire) do nothing.
 func (l *SmallLease) Release() {
 	if !l.done.CompareAndSwap(false, true) {
 		return
 	}
 	if info, err := l.s.Stat(l.id); err == nil && info.Size < l.s.opt.SmallExtentBytes {
 		l.s.small.push(l.id)
+	}
+	<-l.s.small.tokens
+}
+
+// Retire returns the lease without handing the extent out again (until the
+// store is reopened): the holder calls it when an append to the extent failed
+// on some replica, so that the replicas may disagree on the extent's size
+// and no further small file should go there. The extent stays readable and
+// punchable. Further calls (and Release) do nothing.
+func (l *SmallLease) Retire() {
+	if !l.done.CompareAndSwap(false, true) {
+		return
 	}
 	<-l.s.small.tokens
 }

@@ -696,3 +696,32 @@ func TestLocked(t *testing.T) {
 	s = mustOpen(t, "/dp", smallOpts(mem))
 	s.Close()
 }
+
+// A retired lease frees its slot but never hands the extent out again.
+func TestSmallLeaseRetire(t *testing.T) {
+	s := mustOpen(t, "/dp", smallOpts(diskfs.NewMem()))
+	ctx := context.Background()
+	l, err := s.LeaseSmall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retired := l.Extent()
+	if _, err := s.Append(retired, 0, []byte("half a file")); err != nil {
+		t.Fatal(err)
+	}
+	l.Retire()
+	l.Release() // no-op after Retire
+	for range 5 {
+		l2, err := s.LeaseSmall(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l2.Extent() == retired {
+			t.Fatal("a retired extent was leased again")
+		}
+		l2.Release()
+	}
+	if got := readAll(t, s, retired, 4); string(got) != "half a file" {
+		t.Fatalf("retired extent reads %q", got)
+	}
+}

@@ -81,6 +81,11 @@ type Env struct {
 	// DataListener is the listener of Config.DataListen (nil without one); the
 	// role serves it and closes it in Close.
 	DataListener net.Listener
+	// Epoch returns the cluster-map epoch of the latest heartbeat reply; after
+	// a restart, until the first reply, the epoch of the last assignment change
+	// (kept in the data dir). When Assign runs for a change, Epoch already
+	// returns the epoch of that change.
+	Epoch func() uint64
 }
 
 // PartitionHost is the part of a role that hosts partitions.
@@ -245,6 +250,11 @@ func (n *Node) openPartitions() (err error) {
 		a, ok := n.assignment.NodeDataAddrs[id]
 		return a, ok
 	}
+	epoch := func() uint64 {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.assignment.Epoch
+	}
 	n.transport = multiraft.NewGRPCTransport(multiraft.NodeID(n.id.NodeID), func(id multiraft.NodeID) (string, bool) { return resolve(uint64(id)) }, n.log)
 	n.raft, err = multiraft.NewHost(multiraft.Config{
 		NodeID: multiraft.NodeID(n.id.NodeID), DB: n.db, Transport: n.transport,
@@ -262,7 +272,7 @@ func (n *Node) openPartitions() (err error) {
 		n.parts, err = n.cfg.NewPartitions(Env{
 			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, GRPC: n.grpc,
 			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData,
-			DataListener: n.dataLn,
+			DataListener: n.dataLn, Epoch: epoch,
 		})
 		if err != nil {
 			return fmt.Errorf("%s partitions: %w", RoleName(n.cfg.Role), err)

@@ -1,0 +1,408 @@
+// Package dataclient is the SDK side of the data path: it writes file
+// contents to data partitions and reads them back, speaking dataproto to
+// the data nodes. The metadata side (which extents hold which bytes of a
+// file) is the caller's: writers return metapb.ExtentKeys for it to record,
+// readers take them.
+//
+//   - Writer packs one file's sequential writes into packets and streams
+//     them to the primary of a partition chosen at random among the
+//     volume's writable ones (CFS §2.7.1), pipelined; a write that fails
+//     moves to a new extent on another partition, resending what was not
+//     acknowledged. A file that ends up no larger than the small-file
+//     threshold goes to a shared small extent instead (WriteSmall).
+//   - Overwrite replaces existing bytes through the partition's Raft group.
+//   - Reader reads extent keys, with read-ahead on sequential reads, from
+//     the partition's primary first and any other replica on failure.
+//   - Free hands deleted files' extents back (the deletion collector).
+//
+// A partition is writable when every replica's node is alive in the last
+// topology and no write to it failed within Options.ExcludeFor.
+package dataclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/masterclient"
+)
+
+// Node is a data node as the client sees it.
+type Node struct {
+	// Addr is the node's data-path address.
+	Addr string
+	// Alive is the master's liveness verdict.
+	Alive bool
+}
+
+// Topology is what the client routes by: a volume's data partitions (with
+// their replica order: the first is the primary) and the data nodes.
+type Topology struct {
+	Epoch      uint64
+	Partitions []*pb.Partition
+	Nodes      map[uint64]Node
+}
+
+// Source fetches the current topology.
+type Source func(ctx context.Context) (*Topology, error)
+
+// FromMap builds the topology of volume from a cluster map.
+func FromMap(m *pb.ClusterMap, volume string) (*Topology, error) {
+	var vol *pb.Volume
+	for _, v := range m.GetVolumes() {
+		if v.Name == volume {
+			vol = v
+		}
+	}
+	if vol == nil {
+		return nil, fmt.Errorf("no volume %q in the cluster map", volume)
+	}
+	t := &Topology{Epoch: m.Epoch, Nodes: map[uint64]Node{}}
+	for _, id := range vol.DataPartitions {
+		if p := m.Partitions[id]; p != nil {
+			t.Partitions = append(t.Partitions, p)
+		}
+	}
+	for id, n := range m.Nodes {
+		if n.Role == pb.Role_ROLE_DATA {
+			t.Nodes[id] = Node{Addr: n.DataAddr, Alive: n.State == pb.NodeState_NODE_STATE_ALIVE}
+		}
+	}
+	return t, nil
+}
+
+// MasterSource reads volume's topology from the masters' map.
+func MasterSource(mc *masterclient.Client, volume string) Source {
+	return func(ctx context.Context) (*Topology, error) {
+		var resp *pb.GetMapResponse
+		err := mc.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) (err error) {
+			resp, err = m.GetMap(ctx, &pb.GetMapRequest{}, o...)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("get cluster map: %w", err)
+		}
+		return FromMap(resp.Map, volume)
+	}
+}
+
+// Options tune a client. Zero fields take the defaults.
+type Options struct {
+	// PacketBytes is the size of one append packet; default 128 KiB (CFS).
+	PacketBytes int
+	// ExtentBytes is where a writer moves on to a new extent; default
+	// 128 MiB. At most the data nodes' extent limit (1 GiB by default).
+	ExtentBytes int64
+	// SmallFileBytes is the small-file threshold; default 128 KiB. It must
+	// not exceed the data nodes' threshold.
+	SmallFileBytes int
+	// MaxInflightPackets bounds one writer's unacknowledged packets (and
+	// so the memory it holds: this many packets); default 32.
+	MaxInflightPackets int
+	// ExcludeFor is how long a partition a write failed on is avoided;
+	// default 5s.
+	ExcludeFor time.Duration
+	// WaitWritable is how long a write keeps retrying without progress
+	// (partitions failing, all excluded or degraded) before it fails;
+	// default 30s.
+	WaitWritable time.Duration
+	// RefreshEvery is how old the topology may get before a write
+	// refreshes it; default 10s.
+	RefreshEvery time.Duration
+	// ReadChunkBytes is the unit of sequential reads and read-ahead;
+	// default 1 MiB (the protocol's largest payload).
+	ReadChunkBytes int
+	// ReadAheadBytes is how far ahead of a sequential reader chunks are
+	// fetched; default 8 MiB; negative disables read-ahead.
+	ReadAheadBytes int
+	// ConnsPerNode is the connections kept per data node; default 2.
+	ConnsPerNode int
+	// Conn bounds each connection (deadlines, calls in flight).
+	Conn dataproto.ConnOptions
+	// Logger receives a line for every write moved off a partition and
+	// every read moved to another replica; default: discarded.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.PacketBytes <= 0 {
+		o.PacketBytes = 128 << 10
+	}
+	o.PacketBytes = min(o.PacketBytes, dataproto.MaxPayload)
+	if o.ExtentBytes <= 0 {
+		o.ExtentBytes = 128 << 20
+	}
+	o.ExtentBytes = max(o.ExtentBytes, int64(o.PacketBytes))
+	if o.SmallFileBytes <= 0 {
+		o.SmallFileBytes = 128 << 10
+	}
+	if o.MaxInflightPackets <= 0 {
+		o.MaxInflightPackets = 32
+	}
+	if o.ExcludeFor <= 0 {
+		o.ExcludeFor = 5 * time.Second
+	}
+	if o.WaitWritable <= 0 {
+		o.WaitWritable = 30 * time.Second
+	}
+	if o.RefreshEvery <= 0 {
+		o.RefreshEvery = 10 * time.Second
+	}
+	if o.ReadChunkBytes <= 0 {
+		o.ReadChunkBytes = 1 << 20
+	}
+	o.ReadChunkBytes = min(o.ReadChunkBytes, dataproto.MaxPayload)
+	if o.ReadAheadBytes == 0 {
+		o.ReadAheadBytes = 8 << 20
+	}
+	if o.ConnsPerNode <= 0 {
+		o.ConnsPerNode = 2
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Conn.MaxInflight <= 0 {
+		o.Conn.MaxInflight = max(64, o.MaxInflightPackets)
+	}
+	return o
+}
+
+// Errors.
+var (
+	// ErrNoWritablePartition: no partition of the volume took the write
+	// within Options.WaitWritable (all degraded, excluded after failures,
+	// or read-only).
+	ErrNoWritablePartition = errors.New("dataclient: no writable data partition")
+	// ErrClosed: the client or writer is closed.
+	ErrClosed = errors.New("dataclient: closed")
+)
+
+// Client reaches the data nodes of one volume. It is safe for concurrent
+// use; Writers and Readers are not (one goroutine each).
+type Client struct {
+	src  Source
+	opts Options
+	pool *connPool
+
+	refreshMu sync.Mutex // one refresh at a time
+
+	mu       sync.Mutex
+	topo     *Topology
+	topoAt   time.Time
+	parts    map[uint64]*pb.Partition
+	excluded map[uint64]time.Time // partition -> avoided until
+	leaders  map[uint64]uint64    // partition -> Raft leader last seen (overwrites)
+	closed   bool
+
+	writeFailures, readFailovers, refreshes atomic.Int64
+}
+
+// Stats are a client's counters.
+type Stats struct {
+	// WriteFailures counts writes (packets, extent creations, small files)
+	// that failed on a partition and were retried on another.
+	WriteFailures int64
+	// ReadFailovers counts reads a replica refused or failed, retried on
+	// another replica.
+	ReadFailovers int64
+	// Refreshes counts topology fetches.
+	Refreshes int64
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	return Stats{WriteFailures: c.writeFailures.Load(), ReadFailovers: c.readFailovers.Load(), Refreshes: c.refreshes.Load()}
+}
+
+// New fetches the topology from src and returns a client.
+func New(ctx context.Context, src Source, opts Options) (*Client, error) {
+	opts = opts.withDefaults()
+	c := &Client{
+		src: src, opts: opts, pool: newConnPool(opts.Conn, opts.ConnsPerNode),
+		excluded: map[uint64]time.Time{}, leaders: map[uint64]uint64{},
+	}
+	if err := c.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close closes the client's connections. Writers and readers in use fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.pool.close()
+	return nil
+}
+
+// Refresh fetches the topology again.
+func (c *Client) Refresh(ctx context.Context) error {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	c.refreshes.Add(1)
+	t, err := c.src(ctx)
+	if err != nil {
+		return err
+	}
+	parts := make(map[uint64]*pb.Partition, len(t.Partitions))
+	for _, p := range t.Partitions {
+		parts[p.Id] = p
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.topo == nil || t.Epoch >= c.topo.Epoch {
+		c.topo, c.topoAt, c.parts = t, time.Now(), parts
+	}
+	return nil
+}
+
+// Topology returns the topology in use.
+func (c *Client) Topology() *Topology {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.topo
+}
+
+func (c *Client) epoch() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.topo.Epoch
+}
+
+// partition returns partition id from the topology.
+func (c *Client) partition(id uint64) (*pb.Partition, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.parts[id]; p != nil {
+		return p, nil
+	}
+	return nil, fmt.Errorf("dataclient: partition %d is not a data partition of the volume (epoch %d)", id, c.topo.Epoch)
+}
+
+// addr returns node id's data-path address.
+func (c *Client) addr(id uint64) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.topo.Nodes[id]
+	return n.Addr, ok && n.Addr != ""
+}
+
+// exclude avoids partition id for d.
+func (c *Client) exclude(id uint64, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.excluded[id] = time.Now().Add(d)
+}
+
+// pick chooses a writable partition at random (CFS §2.7.1), waiting up to
+// WaitWritable for one, and refreshing a topology older than RefreshEvery.
+func (c *Client) pick(ctx context.Context) (*pb.Partition, error) {
+	deadline := time.Now().Add(c.opts.WaitWritable)
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		stale := time.Since(c.topoAt) > c.opts.RefreshEvery
+		c.mu.Unlock()
+		if stale {
+			_ = c.Refresh(ctx) // keep the old view if the master is away
+		}
+		if p, wait := c.choose(); p != nil {
+			return p, nil
+		} else if time.Now().Add(wait).After(deadline) {
+			return nil, fmt.Errorf("%w among %d partitions", ErrNoWritablePartition, len(c.Topology().Partitions))
+		} else {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(wait):
+			}
+			_ = c.Refresh(ctx)
+		}
+	}
+}
+
+// choose returns a random writable partition, or how long to wait for one.
+func (c *Client) choose() (*pb.Partition, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	var ok []*pb.Partition
+	wait := 500 * time.Millisecond
+	for _, p := range c.topo.Partitions {
+		if until, ex := c.excluded[p.Id]; ex {
+			if now.Before(until) {
+				wait = min(wait, until.Sub(now))
+				continue
+			}
+			delete(c.excluded, p.Id)
+		}
+		if len(p.Replicas) == 0 || !c.healthyLocked(p) {
+			continue
+		}
+		ok = append(ok, p)
+	}
+	if len(ok) == 0 {
+		return nil, max(wait, 10*time.Millisecond)
+	}
+	return ok[rand.N(len(ok))], 0
+}
+
+// healthyLocked: every replica's node is alive and reachable.
+func (c *Client) healthyLocked(p *pb.Partition) bool {
+	for _, r := range p.Replicas {
+		if n, ok := c.topo.Nodes[r]; !ok || !n.Alive || n.Addr == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// failed reacts to a write's failure on partition p: it avoids the
+// partition for a while, or refreshes the topology when the partition says
+// the client's view is stale.
+func (c *Client) failed(ctx context.Context, p *pb.Partition, err error) {
+	c.writeFailures.Add(1)
+	c.opts.Logger.Warn("data write failed; moving to another partition", "partition", p.Id, "err", err)
+	switch dataproto.CodeOf(err) {
+	case dataproto.CodeStaleEpoch:
+		_ = c.Refresh(ctx)
+	case dataproto.CodeUnknownPartition, dataproto.CodeBusy:
+		// A node that has not heard of its assignment yet, or a busy one:
+		// soon better.
+		c.exclude(p.Id, min(c.opts.ExcludeFor, time.Second))
+	default:
+		c.exclude(p.Id, c.opts.ExcludeFor)
+	}
+}
+
+// primaryConn returns a connection to p's first replica.
+func (c *Client) primaryConn(ctx context.Context, p *pb.Partition) (*dataproto.Conn, error) {
+	addr, ok := c.addr(p.Replicas[0])
+	if !ok {
+		return nil, fmt.Errorf("dataclient: no data address for node %d", p.Replicas[0])
+	}
+	return c.pool.get(ctx, addr)
+}
+
+// retryable reports whether a failed read or overwrite may succeed on
+// another replica or later.
+func retryable(err error) bool {
+	switch dataproto.CodeOf(err) {
+	case dataproto.CodeBadRequest, dataproto.CodeOutOfRange, dataproto.CodeTooLarge, dataproto.CodeWrongKind:
+		return false
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}

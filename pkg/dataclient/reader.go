@@ -1,0 +1,301 @@
+package dataclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"sync"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
+
+// ReadExtent reads len(dst) bytes of extent ext of partition pid at extOff.
+// committed is the extent's size acknowledged by every replica, as the
+// metadata knows it (the end of the key being read is always a safe
+// value): a replica refuses to serve past it, and one that does not hold
+// the range yet sends the client to the next. Replicas are tried in order,
+// the primary first, those the master holds dead last.
+func (c *Client) ReadExtent(ctx context.Context, pid, ext uint64, extOff, committed int64, dst []byte) error {
+	p, err := c.partition(pid)
+	if err != nil {
+		return err
+	}
+	for len(dst) > 0 {
+		n := min(len(dst), dataproto.MaxPayload)
+		if err := c.readPiece(ctx, p, ext, extOff, committed, dst[:n]); err != nil {
+			return err
+		}
+		dst, extOff = dst[n:], extOff+int64(n)
+	}
+	return nil
+}
+
+// readOrder lists p's replicas: the Raft leader this client last
+// overwrote through first (it has applied every overwrite it acknowledged),
+// then alive ones, then the rest, each group in replica order.
+func (c *Client) readOrder(p *pb.Partition) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := slices.Clone(p.Replicas)
+	leader := c.leaders[p.Id]
+	rank := func(id uint64) int {
+		switch {
+		case id == leader:
+			return 0
+		case c.topo.Nodes[id].Alive:
+			return 1
+		}
+		return 2
+	}
+	sort.SliceStable(out, func(i, j int) bool { return rank(out[i]) < rank(out[j]) })
+	return out
+}
+
+func (c *Client) readPiece(ctx context.Context, p *pb.Partition, ext uint64, off, committed int64, dst []byte) error {
+	var errs []error
+	refreshed := false
+	order := c.readOrder(p)
+	for i := 0; i < len(order); i++ {
+		r := order[i]
+		addr, ok := c.addr(r)
+		if !ok {
+			errs = append(errs, fmt.Errorf("node %d: no data address", r))
+			continue
+		}
+		conn, err := c.pool.get(ctx, addr)
+		if err == nil {
+			var got []byte
+			_, got, err = conn.Do(ctx, &dataproto.Request{
+				Header: dataproto.Header{Op: dataproto.OpRead, Partition: p.Id, Extent: ext, Offset: off, Arg: uint64(len(dst)), Size: committed, Epoch: c.epoch()},
+				Dst:    dst,
+			})
+			if err == nil && len(got) != len(dst) {
+				err = fmt.Errorf("got %d bytes, want %d", len(got), len(dst))
+			}
+			if err == nil {
+				if &got[0] != &dst[0] {
+					copy(dst, got)
+				}
+				return nil
+			}
+		}
+		if dataproto.CodeOf(err) == dataproto.CodeStaleEpoch && !refreshed {
+			refreshed = true
+			if c.Refresh(ctx) == nil {
+				i-- // same replica, newer epoch
+				continue
+			}
+		}
+		errs = append(errs, fmt.Errorf("node %d: %w", r, err))
+		if !retryable(err) {
+			break
+		}
+		c.readFailovers.Add(1)
+		c.opts.Logger.Info("data read failed; trying another replica", "partition", p.Id, "node", r, "err", err)
+	}
+	return fmt.Errorf("dataclient: read partition %d extent %d [%d,%d): %w", p.Id, ext, off, off+int64(len(dst)), errors.Join(errs...))
+}
+
+// Reader reads a file's bytes given its extent keys: io.Reader, io.ReaderAt
+// and io.Seeker. Ranges no key covers (holes) read as zeros. A run of
+// sequential reads switches to whole chunks (ReadChunkBytes) fetched ahead
+// (ReadAheadBytes) by the reader's goroutines; random reads fetch exactly
+// what they ask for. At most ReadAheadBytes/ReadChunkBytes + 2 chunks are
+// kept. ReadAt may be called concurrently; Read and Seek may not. Close
+// stops the read-ahead.
+type Reader struct {
+	c    *Client
+	ctx  context.Context
+	stop context.CancelFunc
+	keys []*metapb.ExtentKey
+	size int64
+	pos  int64
+
+	chunk int64
+	ahead int
+
+	mu      sync.Mutex
+	lastEnd int64
+	chunks  map[int64]*chunk
+	wg      sync.WaitGroup
+	closed  bool
+}
+
+type chunk struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// NewReader returns a reader of a file of size bytes made of keys (in any
+// order; they must not overlap).
+func (c *Client) NewReader(ctx context.Context, keys []*metapb.ExtentKey, size int64) *Reader {
+	ks := slices.Clone(keys)
+	sort.Slice(ks, func(i, j int) bool { return ks[i].FileOffset < ks[j].FileOffset })
+	ctx, stop := context.WithCancel(ctx)
+	r := &Reader{c: c, ctx: ctx, stop: stop, keys: ks, size: size, chunk: int64(c.opts.ReadChunkBytes), chunks: map[int64]*chunk{}, lastEnd: -1}
+	if c.opts.ReadAheadBytes > 0 {
+		r.ahead = max(1, c.opts.ReadAheadBytes/c.opts.ReadChunkBytes)
+	}
+	return r
+}
+
+// Close stops the read-ahead and waits for it.
+func (r *Reader) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.stop()
+	r.wg.Wait()
+	return nil
+}
+
+// Read reads at the current position.
+func (r *Reader) Read(p []byte) (int, error) {
+	n, err := r.ReadAt(p, r.pos)
+	r.pos += int64(n)
+	return n, err
+}
+
+// Seek sets the position of Read.
+func (r *Reader) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		offset += r.pos
+	case io.SeekEnd:
+		offset += r.size
+	default:
+		return r.pos, fmt.Errorf("dataclient: seek whence %d", whence)
+	}
+	if offset < 0 {
+		return r.pos, fmt.Errorf("dataclient: seek to %d", offset)
+	}
+	r.pos = offset
+	return offset, nil
+}
+
+// ReadAt reads len(p) bytes at off (io.ReaderAt: fewer and io.EOF at the
+// end of the file).
+func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("dataclient: read at %d", off)
+	}
+	if off >= r.size {
+		return 0, io.EOF
+	}
+	want := len(p)
+	end := min(off+int64(want), r.size)
+	p = p[:end-off]
+	r.mu.Lock()
+	sequential := off == r.lastEnd || off == 0
+	r.lastEnd = end
+	r.mu.Unlock()
+	var err error
+	if sequential && r.ahead > 0 {
+		err = r.readChunks(p, off)
+	} else {
+		err = r.fetch(p, off)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(p) < want {
+		return len(p), io.EOF
+	}
+	return len(p), nil
+}
+
+// readChunks serves p from whole chunks, fetching the next ones ahead.
+func (r *Reader) readChunks(p []byte, off int64) error {
+	end := off + int64(len(p))
+	for pos := off; pos < end; {
+		ci := pos / r.chunk
+		ch := r.chunkAt(ci)
+		select {
+		case <-ch.done:
+		case <-r.ctx.Done():
+			return r.ctx.Err()
+		}
+		if ch.err != nil {
+			r.mu.Lock()
+			delete(r.chunks, ci) // retry on the next read
+			r.mu.Unlock()
+			return ch.err
+		}
+		n := copy(p[pos-off:], ch.data[pos-ci*r.chunk:])
+		pos += int64(n)
+	}
+	first := off / r.chunk
+	last := (end - 1) / r.chunk
+	r.mu.Lock()
+	for ci := range r.chunks {
+		if ci < first || ci > last+int64(r.ahead) {
+			delete(r.chunks, ci)
+		}
+	}
+	r.mu.Unlock()
+	for ci := last + 1; ci <= last+int64(r.ahead) && ci*r.chunk < r.size; ci++ {
+		r.chunkAt(ci)
+	}
+	return nil
+}
+
+// chunkAt returns chunk ci, starting its fetch if needed.
+func (r *Reader) chunkAt(ci int64) *chunk {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ch := r.chunks[ci]; ch != nil {
+		return ch
+	}
+	ch := &chunk{done: make(chan struct{})}
+	if r.closed {
+		ch.err = ErrClosed
+		close(ch.done)
+		return ch
+	}
+	r.chunks[ci] = ch
+	start := ci * r.chunk
+	n := min(r.chunk, r.size-start)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer close(ch.done)
+		buf := make([]byte, n)
+		if err := r.fetch(buf, start); err != nil {
+			ch.err = err
+			return
+		}
+		ch.data = buf
+	}()
+	return ch
+}
+
+// fetch reads [off, off+len(p)) of the file from the extents covering it.
+func (r *Reader) fetch(p []byte, off int64) error {
+	end := off + int64(len(p))
+	clear(p)
+	i := sort.Search(len(r.keys), func(i int) bool {
+		k := r.keys[i]
+		return int64(k.FileOffset+k.Size) > off
+	})
+	for ; i < len(r.keys) && int64(r.keys[i].FileOffset) < end; i++ {
+		k := r.keys[i]
+		s := max(off, int64(k.FileOffset))
+		e := min(end, int64(k.FileOffset+k.Size))
+		if s >= e {
+			continue
+		}
+		extOff := int64(k.ExtentOffset) + s - int64(k.FileOffset)
+		committed := int64(k.ExtentOffset + k.Size)
+		if err := r.c.ReadExtent(r.ctx, k.PartitionId, k.ExtentId, extOff, committed, p[s-off:e-off]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

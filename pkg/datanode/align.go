@@ -1,0 +1,438 @@
+package datanode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/extentstore"
+	"github.com/cairnfs/cairn/pkg/multiraft"
+)
+
+// minAlignGap spaces alignment passes triggered by kicks (a storm of failed
+// appends must not become a storm of listings).
+const minAlignGap = 500 * time.Millisecond
+
+// maintain is the partition's background goroutine: alignment with peers
+// (at start, every AlignInterval, and when kicked), paced scrubbing every
+// ScrubInterval, repair of blocks reads found bad, and reopening a failed
+// store. It is owned by the partition and ends with p.ctx.
+func (p *partition) maintain() {
+	defer p.wg.Done()
+	opts := p.h.opts
+	alignT := time.NewTimer(opts.AlignDelay)
+	defer alignT.Stop()
+	// The first scrub comes at a random point of the interval, so that
+	// partitions opened together do not scrub together.
+	scrubT := time.NewTimer(opts.ScrubInterval/2 + rand.N(opts.ScrubInterval/2+1))
+	defer scrubT.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case bb := <-p.repairs:
+			p.repair(bb)
+			continue
+		case <-scrubT.C:
+			p.scrub()
+			scrubT.Reset(opts.ScrubInterval)
+			continue
+		case <-p.kick:
+			if wait := minAlignGap - time.Since(last); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-p.ctx.Done():
+					return
+				}
+			}
+		case <-alignT.C:
+		}
+		last = time.Now()
+		p.checkStore()
+		p.leadFromPrimary()
+		next := opts.AlignInterval
+		if err := p.align(p.ctx); err != nil && p.ctx.Err() == nil {
+			p.h.m.alignErrors.Inc()
+			p.log.Warn("alignment with peers failed; retrying", "err", err)
+			next = min(next, 2*time.Second)
+		}
+		if len(p.behind) > 0 {
+			next = min(next, opts.AlignQuietPeriod+opts.AlignQuietPeriod/4)
+		}
+		alignT.Reset(next)
+	}
+}
+
+// leadFromPrimary hands Raft leadership of the partition to the chain's
+// primary when this replica leads instead: reads go to the primary first,
+// and the leader is the replica that has applied every acknowledged
+// overwrite, so read-after-overwrite holds there.
+func (p *partition) leadFromPrimary() {
+	replicas, pos, _ := p.view()
+	if pos <= 0 {
+		return
+	}
+	gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id))
+	if err != nil || !gs.IsLeader {
+		return
+	}
+	if err := p.h.env.Raft.TransferLeader(multiraft.GroupID(p.id), multiraft.NodeID(replicas[0])); err != nil {
+		p.log.Debug("transfer leadership to the primary", "err", err)
+	}
+}
+
+// align brings this replica in line with a peer (CFS §2.2.5):
+//
+//   - a follower takes the primary's extent list: it creates the extents
+//     it lacks, appends the committed bytes it lacks (copied from the
+//     primary), and deletes the extents the primary no longer has (freed
+//     while this replica was away);
+//   - extents marked stale (an overwrite this replica could not apply, a
+//     Raft snapshot installed, a store reopened or rebuilt) are also
+//     compared block by block (CRCs) with the peer, and differing blocks
+//     copied with Overwrite.
+//
+// The primary holds every acknowledged byte by construction, so it aligns
+// only stale extents, and never deletes or extends from a follower's list
+// unless it is being rebuilt.
+func (p *partition) align(ctx context.Context) error {
+	replicas, pos, _ := p.view()
+	if pos < 0 {
+		return nil
+	}
+	marks, all, gen := p.staleState()
+	full := all != 0 || len(marks) > 0 || p.rebuilding.Load()
+	if pos == 0 && !full {
+		return nil
+	}
+	var sources []uint64
+	if pos != 0 {
+		sources = append(sources, replicas[0])
+	}
+	for i, r := range replicas {
+		if i != 0 && i != pos {
+			sources = append(sources, r)
+		}
+	}
+	var errs []error
+	for _, src := range sources {
+		err := p.alignFrom(ctx, src, pos != 0, marks, all, gen)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("from node %d: %w", src, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *partition) alignFrom(ctx context.Context, src uint64, follower bool, marks map[uint64]uint64, all, gen uint64) error {
+	addr, ok := p.h.env.ResolveData(src)
+	if !ok || addr == "" {
+		return fmt.Errorf("no data-path address known for node %d", src)
+	}
+	conn, err := p.h.peers.get(ctx, addr)
+	if err != nil {
+		return err
+	}
+	st := p.st()
+	rebuilding := p.rebuilding.Load()
+	extend := follower || rebuilding
+	local := st.Extents()
+	quiet := p.h.opts.AlignQuietPeriod
+	p.behindSeen = map[uint64]bool{}
+	defer func() {
+		for id := range p.behind {
+			if !p.behindSeen[id] {
+				delete(p.behind, id) // caught up by the chain, or gone
+			}
+		}
+	}()
+	var after uint64
+	var copied int64
+	for {
+		h, payload, err := conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{
+			Op: dataproto.OpListExtents, Partition: p.id, Arg: after, Flags: dataproto.FlagForwarded,
+		}})
+		if err != nil {
+			return fmt.Errorf("list extents: %w", err)
+		}
+		entries, err := dataproto.DecodeExtentEntries(payload)
+		if err != nil {
+			return fmt.Errorf("list extents: %w", err)
+		}
+		if len(entries) == 0 {
+			break
+		}
+		last := entries[len(entries)-1].ID
+		remote := make(map[uint64]bool, len(entries))
+		for _, e := range entries {
+			remote[e.ID] = true
+			_, marked := marks[e.ID]
+			if follower && p.recentlyAppended(e.ID, quiet) {
+				continue // a stream is writing it: the chain, not alignment, feeds it
+			}
+			n, err := p.alignExtent(ctx, conn, st, e, extend, all != 0 || marked || rebuilding)
+			copied += n
+			if err != nil {
+				return fmt.Errorf("extent %d: %w", e.ID, err)
+			}
+		}
+		if follower {
+			// Ids only grow, so a local extent at or below the last id of a
+			// page that the page lacks was deleted at the source (one
+			// created later would have a larger id).
+			i := sort.Search(len(local), func(i int) bool { return local[i].ID > after })
+			for ; i < len(local) && local[i].ID <= last; i++ {
+				id := local[i].ID
+				if remote[id] {
+					continue
+				}
+				if err := st.DeleteExtent(id); err != nil && !errors.Is(err, extentstore.ErrNotFound) {
+					return fmt.Errorf("delete extent %d freed at the primary: %w", id, err)
+				}
+				p.log.Info("deleted an extent the primary no longer has", "extent", id)
+			}
+		}
+		if h.Flags&dataproto.FlagMore == 0 {
+			break
+		}
+		after = last
+	}
+	if err := st.Sync(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	ids := make([]uint64, 0, len(marks))
+	for id := range marks {
+		ids = append(ids, id)
+	}
+	p.clearStale(gen, all != 0 || rebuilding, ids...)
+	if rebuilding {
+		p.rebuilding.Store(false)
+		p.log.Info("rebuilt from a peer", "source", src)
+	}
+	if copied > 0 {
+		p.log.Info("aligned extents with a peer", "source", src, "bytes", copied)
+	}
+	return nil
+}
+
+// alignExtent brings one extent in line with remote entry e: creating it
+// and appending its missing committed tail when extend, comparing every
+// whole block below both committed sizes when full. It returns the bytes
+// copied.
+func (p *partition) alignExtent(ctx context.Context, conn *dataproto.Conn, st *extentstore.Store, e dataproto.ExtentEntry, extend, full bool) (int64, error) {
+	info, err := st.Stat(e.ID)
+	switch {
+	case errors.Is(err, extentstore.ErrNotFound):
+		if !extend || e.Committed == 0 {
+			return 0, nil // an empty extent's creation may still be on its way down the chain
+		}
+		if err := st.CreateExtent(e.ID, extentstore.Kind(e.Kind)); err != nil {
+			if errors.Is(err, extentstore.ErrExists) {
+				return 0, nil // deleted here, deletion not yet committed
+			}
+			return 0, err
+		}
+		info = extentstore.ExtentInfo{ID: e.ID, Kind: extentstore.Kind(e.Kind)}
+	case err != nil:
+		return 0, err
+	}
+	var copied int64
+	if extend && info.Size < e.Committed && p.settled(e) {
+		n, err := p.copyTail(ctx, conn, st, info, e.Committed)
+		copied += n
+		if err != nil {
+			return copied, err
+		}
+	}
+	if full {
+		n, err := p.compareBlocks(ctx, conn, st, e)
+		copied += n
+		if err != nil {
+			return copied, err
+		}
+	}
+	return copied, nil
+}
+
+// settled reports whether the source's committed size of e has stayed the
+// same for AlignQuietPeriod, as seen by successive passes. A follower is
+// behind the primary for a moment on every packet (the primary commits
+// while the packet travels down the chain); copying then would race the
+// chain. Only a lag that lasts is repaired, one quiet period after it was
+// first seen (the maintenance loop comes back in time).
+func (p *partition) settled(e dataproto.ExtentEntry) bool {
+	now := time.Now()
+	p.behindSeen[e.ID] = true
+	if s, ok := p.behind[e.ID]; ok && s.committed == e.Committed {
+		if now.Sub(s.since) >= p.h.opts.AlignQuietPeriod {
+			delete(p.behind, e.ID)
+			return true
+		}
+		return false
+	}
+	if len(p.behind) >= maxBehind {
+		return false
+	}
+	p.behind[e.ID] = behindSince{committed: e.Committed, since: now}
+	return false
+}
+
+// maxBehind bounds the lagging extents remembered between passes.
+const maxBehind = 1 << 16
+
+type behindSince struct {
+	committed int64
+	since     time.Time
+}
+
+// copyTail appends the source's bytes [info.Size, to) of the extent.
+func (p *partition) copyTail(ctx context.Context, conn *dataproto.Conn, st *extentstore.Store, info extentstore.ExtentInfo, to int64) (int64, error) {
+	chunk := int64(p.h.opts.maxWrite())
+	if info.Kind == extentstore.KindSmall {
+		chunk = min(chunk, int64(p.h.opts.smallMax()))
+	}
+	buf := make([]byte, min(chunk, to-info.Size))
+	var copied int64
+	for off := info.Size; off < to; {
+		n := min(chunk, to-off)
+		_, data, err := conn.Do(ctx, &dataproto.Request{
+			Header: dataproto.Header{Op: dataproto.OpRead, Partition: p.id, Extent: info.ID, Offset: off, Arg: uint64(n), Size: to, Flags: dataproto.FlagForwarded},
+			Dst:    buf,
+		})
+		if err != nil {
+			return copied, fmt.Errorf("read [%d,%d): %w", off, off+n, err)
+		}
+		if int64(len(data)) != n {
+			return copied, fmt.Errorf("read [%d,%d): got %d bytes", off, off+n, len(data))
+		}
+		if _, err := st.Append(info.ID, off, data); err != nil {
+			return copied, err
+		}
+		off += n
+		copied += n
+		p.h.m.alignedBytes.Add(float64(n))
+	}
+	return copied, nil
+}
+
+// compareBlocks overwrites every whole block below both committed sizes
+// whose CRC differs from the source's with the source's bytes. Blocks
+// touching a hole punched here are skipped (their file was deleted).
+func (p *partition) compareBlocks(ctx context.Context, conn *dataproto.Conn, st *extentstore.Store, e dataproto.ExtentEntry) (int64, error) {
+	var remote []uint32
+	var bs, rsize int64
+	for {
+		h, payload, err := conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{
+			Op: dataproto.OpChecksums, Partition: p.id, Extent: e.ID, Arg: uint64(len(remote)), Flags: dataproto.FlagForwarded,
+		}})
+		if dataproto.CodeOf(err) == dataproto.CodeNotFound {
+			return 0, nil // freed at the source meanwhile
+		}
+		if err != nil {
+			return 0, fmt.Errorf("checksums: %w", err)
+		}
+		crcs, err := dataproto.DecodeChecksums(payload)
+		if err != nil {
+			return 0, err
+		}
+		remote = append(remote, crcs...)
+		bs, rsize = int64(h.Arg), h.Size
+		if h.Flags&dataproto.FlagMore == 0 || len(crcs) == 0 {
+			break
+		}
+	}
+	if bs != int64(st.BlockSize()) {
+		return 0, fmt.Errorf("block size %d at the source, %d here: cannot compare", bs, st.BlockSize())
+	}
+	_, local, err := st.Checksums(e.ID)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Stat(e.ID)
+	if err != nil {
+		return 0, err
+	}
+	limit := min(info.Committed, e.Committed, rsize)
+	buf := make([]byte, bs)
+	var copied int64
+	for b := int64(0); b < limit/bs && b < int64(len(local)) && b < int64(len(remote)); b++ {
+		if local[b] == remote[b] {
+			continue
+		}
+		_, data, err := conn.Do(ctx, &dataproto.Request{
+			Header: dataproto.Header{Op: dataproto.OpRead, Partition: p.id, Extent: e.ID, Offset: b * bs, Arg: uint64(bs), Size: limit, Flags: dataproto.FlagForwarded},
+			Dst:    buf,
+		})
+		if err != nil {
+			return copied, fmt.Errorf("read block %d: %w", b, err)
+		}
+		if err := st.Overwrite(e.ID, b*bs, data); err != nil {
+			if errors.Is(err, extentstore.ErrPunched) {
+				continue
+			}
+			return copied, fmt.Errorf("block %d: %w", b, err)
+		}
+		copied += bs
+		p.h.m.alignedBytes.Add(float64(bs))
+	}
+	return copied, nil
+}
+
+// scrub reads the whole partition at the configured pace and repairs what
+// fails its checksum.
+func (p *partition) scrub() {
+	bad, err := p.st().Scrub(p.ctx, extentstore.ScrubOptions{BytesPerSecond: p.h.opts.ScrubBytesPerSecond})
+	if err != nil && p.ctx.Err() == nil {
+		p.log.Warn("scrub stopped", "err", err)
+	}
+	for _, bb := range bad {
+		p.h.m.badBlocks.Inc()
+		p.repair(bb)
+	}
+}
+
+// repair restores a bad block from the first peer whose bytes match the CRC
+// this replica recorded; if none does, the extent is marked for full
+// alignment.
+func (p *partition) repair(bb extentstore.BadBlock) {
+	replicas, pos, _ := p.view()
+	st := p.st()
+	for i, r := range replicas {
+		if i == pos {
+			continue
+		}
+		addr, ok := p.h.env.ResolveData(r)
+		if !ok {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+		conn, err := p.h.peers.get(ctx, addr)
+		var data []byte
+		if err == nil {
+			_, data, err = conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{
+				Op: dataproto.OpRead, Partition: p.id, Extent: bb.Extent, Offset: bb.Offset, Arg: uint64(bb.Length),
+				Size: bb.Offset + bb.Length, Flags: dataproto.FlagForwarded,
+			}})
+		}
+		cancel()
+		if err == nil {
+			err = st.RepairBlock(bb.Extent, bb.Block, data)
+		}
+		if err == nil {
+			p.h.m.repairedBlocks.Inc()
+			p.log.Warn("repaired a bad block from a peer", "extent", bb.Extent, "block", bb.Block, "peer", r)
+			return
+		}
+		p.log.Warn("repair from peer failed", "extent", bb.Extent, "block", bb.Block, "peer", r, "err", err)
+	}
+	p.markStale(bb.Extent)
+}

@@ -1,0 +1,562 @@
+package datanode_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairnfs/cairn/pkg/datanode"
+	"github.com/cairnfs/cairn/pkg/datanode/datanodetest"
+	"github.com/cairnfs/cairn/pkg/dataproto"
+)
+
+func testOptions() datanode.Options {
+	return datanode.Options{
+		AlignDelay:       100 * time.Millisecond,
+		AlignInterval:    500 * time.Millisecond,
+		AlignQuietPeriod: 200 * time.Millisecond,
+	}
+}
+
+// three starts 3 nodes hosting partition 1 on [1 2 3].
+func three(t *testing.T) *datanodetest.Cluster {
+	return datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{1, 2, 3}}, Options: testOptions()})
+}
+
+// client is a raw protocol client of the cluster's nodes.
+type client struct {
+	t     *testing.T
+	c     *datanodetest.Cluster
+	conns map[uint64]*dataproto.Conn
+}
+
+func newClient(t *testing.T, c *datanodetest.Cluster) *client {
+	cl := &client{t: t, c: c, conns: map[uint64]*dataproto.Conn{}}
+	t.Cleanup(func() {
+		for _, conn := range cl.conns {
+			conn.Close()
+		}
+	})
+	return cl
+}
+
+func (cl *client) conn(id uint64) *dataproto.Conn {
+	cl.t.Helper()
+	if c := cl.conns[id]; c != nil && c.Err() == nil {
+		return c
+	}
+	c, err := dataproto.Dial(context.Background(), cl.c.Node(id).DataAddr, dataproto.ConnOptions{ReadTimeout: 5 * time.Second})
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	cl.conns[id] = c
+	return c
+}
+
+func (cl *client) do(id uint64, h dataproto.Header, payload []byte) (dataproto.Header, []byte, error) {
+	cl.t.Helper()
+	if h.Epoch == 0 {
+		h.Epoch = cl.c.Epoch()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return cl.conn(id).Do(ctx, &dataproto.Request{Header: h, Payload: payload})
+}
+
+func (cl *client) must(id uint64, h dataproto.Header, payload []byte) (dataproto.Header, []byte) {
+	cl.t.Helper()
+	rh, p, err := cl.do(id, h, payload)
+	if err != nil {
+		cl.t.Fatalf("%v on node %d: %v", h.Op, id, err)
+	}
+	return rh, p
+}
+
+func (cl *client) create(part uint64) uint64 {
+	cl.t.Helper()
+	h, _ := cl.must(1, dataproto.Header{Op: dataproto.OpCreateExtent, Partition: part}, nil)
+	return h.Extent
+}
+
+// appendAll streams data to extent ext of partition 1 in packets, pipelined,
+// and checks every acknowledgement.
+func (cl *client) appendAll(ext uint64, data []byte, packet int) {
+	cl.t.Helper()
+	conn := cl.conn(1)
+	var calls []*dataproto.Call
+	for off := 0; off < len(data); off += packet {
+		end := min(off+packet, len(data))
+		call, err := conn.Start(context.Background(), &dataproto.Request{
+			Header:  dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext, Offset: int64(off), Epoch: cl.c.Epoch()},
+			Payload: data[off:end],
+		})
+		if err != nil {
+			cl.t.Fatal(err)
+		}
+		calls = append(calls, call)
+	}
+	for i, call := range calls {
+		h, _, err := call.Wait(context.Background())
+		if err != nil {
+			cl.t.Fatalf("packet %d: %v", i, err)
+		}
+		if want := uint64(min((i+1)*packet, len(data))); h.Arg != want {
+			cl.t.Fatalf("packet %d acknowledged up to %d, want %d", i, h.Arg, want)
+		}
+	}
+}
+
+func (cl *client) read(id, ext uint64, off, n, committed int64) ([]byte, error) {
+	_, p, err := cl.do(id, dataproto.Header{Op: dataproto.OpRead, Partition: 1, Extent: ext, Offset: off, Arg: uint64(n), Size: committed}, nil)
+	return p, err
+}
+
+func randBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, seed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// eventually retries f until it returns nil or the time is up.
+func eventually(t *testing.T, d time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Appends go down the chain; each is acknowledged once every replica holds
+// it; every replica then serves the bytes (with sendfile).
+func TestChainAppendAndRead(t *testing.T) {
+	c := three(t)
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	data := randBytes(3<<20+777, 1)
+	cl.appendAll(ext, data, 128<<10)
+	for id := uint64(1); id <= 3; id++ {
+		for off := int64(0); off < int64(len(data)); off += 1 << 20 {
+			n := min(int64(1<<20), int64(len(data))-off)
+			got, err := cl.read(id, ext, off, n, int64(len(data)))
+			if err != nil {
+				t.Fatalf("node %d read at %d: %v", id, off, err)
+			}
+			if !bytes.Equal(got, data[off:off+n]) {
+				t.Fatalf("node %d read at %d: wrong bytes", id, off)
+			}
+		}
+		// The server counts after sendfile returns, which may be after the
+		// client has the bytes.
+		eventually(t, 5*time.Second, func() error {
+			if st := c.Node(id).Host.ServerStats(); st.SendfileBytes < int64(len(data)) {
+				return fmt.Errorf("node %d sent %d bytes with sendfile, want all %d", id, st.SendfileBytes, len(data))
+			}
+			return nil
+		})
+	}
+	// Every replica has the same block checksums.
+	var first []byte
+	for id := uint64(1); id <= 3; id++ {
+		_, crcs := cl.must(id, dataproto.Header{Op: dataproto.OpChecksums, Partition: 1, Extent: ext, Flags: dataproto.FlagForwarded}, nil)
+		if first == nil {
+			first = crcs
+		} else if !bytes.Equal(first, crcs) {
+			t.Fatalf("node %d checksums differ from node 1's", id)
+		}
+	}
+}
+
+func TestRequestChecks(t *testing.T) {
+	c := three(t)
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	cl.appendAll(ext, randBytes(1000, 2), 1000)
+	tests := []struct {
+		name    string
+		node    uint64
+		h       dataproto.Header
+		payload []byte
+		want    dataproto.Code
+	}{
+		{"write to a follower", 2, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext, Offset: 1000}, []byte("x"), dataproto.CodeNotPrimary},
+		{"unknown partition", 1, dataproto.Header{Op: dataproto.OpRead, Partition: 9, Extent: ext, Arg: 1, Size: 1}, nil, dataproto.CodeUnknownPartition},
+		{"stale epoch", 1, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext, Offset: 1000, Epoch: 0}, []byte("x"), dataproto.CodeStaleEpoch},
+		{"append at the wrong offset", 1, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext, Offset: 10}, []byte("x"), dataproto.CodeOffsetMismatch},
+		{"append to an unknown extent", 1, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: 999, Offset: 0}, []byte("x"), dataproto.CodeNotFound},
+		{"read past the committed size named", 2, dataproto.Header{Op: dataproto.OpRead, Partition: 1, Extent: ext, Offset: 900, Arg: 200, Size: 1000}, nil, dataproto.CodeOutOfRange},
+		{"read past what the replica holds", 3, dataproto.Header{Op: dataproto.OpRead, Partition: 1, Extent: ext, Offset: 900, Arg: 200, Size: 5000}, nil, dataproto.CodeNotHeld},
+		{"read of nothing", 3, dataproto.Header{Op: dataproto.OpRead, Partition: 1, Extent: ext, Size: 5000}, nil, dataproto.CodeBadRequest},
+		{"overwrite past committed", 1, dataproto.Header{Op: dataproto.OpOverwrite, Partition: 1, Extent: ext, Offset: 999}, []byte("xy"), dataproto.CodeOutOfRange},
+		{"free a key in the middle of a large extent frees nothing", 1, dataproto.Header{Op: dataproto.OpFree, Partition: 1, Extent: ext, Offset: 5, Arg: 5}, nil, dataproto.CodeOK},
+		{"the extent is still there", 3, dataproto.Header{Op: dataproto.OpRead, Partition: 1, Extent: ext, Offset: 0, Arg: 1000, Size: 1000}, nil, dataproto.CodeOK},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h
+			if h.Epoch == 0 && tc.want != dataproto.CodeStaleEpoch {
+				h.Epoch = c.Epoch()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			rh, _, err := cl.conn(tc.node).Do(ctx, &dataproto.Request{Header: h, Payload: tc.payload})
+			if code := dataproto.CodeOf(err); code != tc.want {
+				t.Fatalf("got %v (%v), want %v", code, err, tc.want)
+			}
+			var pe *dataproto.Error
+			errors.As(err, &pe)
+			switch tc.want {
+			case dataproto.CodeStaleEpoch:
+				if pe.Header.Epoch != c.Epoch() {
+					t.Errorf("stale epoch answer carries epoch %d, want %d", pe.Header.Epoch, c.Epoch())
+				}
+			case dataproto.CodeOffsetMismatch:
+				if pe.Header.Size != 1000 {
+					t.Errorf("offset mismatch answer carries size %d, want 1000", pe.Header.Size)
+				}
+			case dataproto.CodeNotHeld:
+				if pe.Header.Size != 1000 {
+					t.Errorf("not-held answer carries size %d, want 1000", pe.Header.Size)
+				}
+			}
+			_ = rh
+		})
+	}
+}
+
+// A packet whose payload does not match its CRC is refused and nothing is
+// appended anywhere.
+func TestBadCRCRejected(t *testing.T) {
+	c := three(t)
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	payload := randBytes(4096, 3)
+	h := dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext, Epoch: c.Epoch(), PayloadCRC: dataproto.Checksum(payload) ^ 1}
+	_, _, err := cl.conn(1).Do(context.Background(), &dataproto.Request{Header: h, Payload: payload, KeepCRC: true})
+	if dataproto.CodeOf(err) != dataproto.CodeBadCRC {
+		t.Fatalf("got %v, want bad crc", err)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		_, list := cl.must(id, dataproto.Header{Op: dataproto.OpListExtents, Partition: 1, Flags: dataproto.FlagForwarded}, nil)
+		es, _ := dataproto.DecodeExtentEntries(list)
+		if len(es) != 1 || es[0].Size != 0 {
+			t.Fatalf("node %d: extents %+v after a corrupt packet", id, es)
+		}
+	}
+	// The connection goes on: a good packet is accepted.
+	cl.appendAll(ext, payload, 4096)
+}
+
+// A follower that is gone makes writes fail fast with CodeReplicaFailed.
+func TestDeadFollowerFailsWrite(t *testing.T) {
+	c := three(t)
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	cl.appendAll(ext, randBytes(1<<20, 4), 128<<10)
+	c.Stop(3)
+	start := time.Now()
+	_, _, err := cl.do(1, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext, Offset: 1 << 20}, []byte("more"))
+	if dataproto.CodeOf(err) != dataproto.CodeReplicaFailed {
+		t.Fatalf("got %v, want replica failed", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("failure took %s", d)
+	}
+	// Acknowledged bytes are still readable from the survivors.
+	if _, err := cl.read(2, ext, 0, 1<<20, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Small files are packed into a shared small extent on every replica; a
+// freed one reads as zeros.
+func TestSmallFiles(t *testing.T) {
+	c := three(t)
+	cl := newClient(t, c)
+	type small struct {
+		ext  uint64
+		off  int64
+		data []byte
+	}
+	var files []small
+	for i := range 20 {
+		data := randBytes(1000+i*997, uint64(10+i))
+		h := cl.mustH(dataproto.Header{Op: dataproto.OpWriteSmall, Partition: 1}, data)
+		files = append(files, small{h.Extent, h.Offset, data})
+	}
+	if files[0].ext != files[1].ext || files[1].off != int64(len(files[0].data)) {
+		t.Fatalf("small files not packed: %+v %+v", files[0].ext, files[1])
+	}
+	for id := uint64(1); id <= 3; id++ {
+		for _, f := range files {
+			got, err := cl.read(id, f.ext, f.off, int64(len(f.data)), f.off+int64(len(f.data)))
+			if err != nil || !bytes.Equal(got, f.data) {
+				t.Fatalf("node %d small file at %d: %v", id, f.off, err)
+			}
+		}
+	}
+	f := files[3]
+	cl.must(1, dataproto.Header{Op: dataproto.OpFree, Partition: 1, Extent: f.ext, Offset: f.off, Arg: uint64(len(f.data))}, nil)
+	for id := uint64(1); id <= 3; id++ {
+		got, err := cl.read(id, f.ext, f.off, int64(len(f.data)), f.off+int64(len(f.data)))
+		if err != nil || !bytes.Equal(got, make([]byte, len(f.data))) {
+			t.Fatalf("node %d freed file: %v", id, err)
+		}
+		g := files[4]
+		got, err = cl.read(id, g.ext, g.off, int64(len(g.data)), g.off+int64(len(g.data)))
+		if err != nil || !bytes.Equal(got, g.data) {
+			t.Fatalf("node %d neighbour of a freed file: %v", id, err)
+		}
+	}
+	// Freeing again is fine (the collector retries).
+	cl.must(1, dataproto.Header{Op: dataproto.OpFree, Partition: 1, Extent: f.ext, Offset: f.off, Arg: uint64(len(f.data))}, nil)
+}
+
+func (cl *client) mustH(h dataproto.Header, payload []byte) dataproto.Header {
+	cl.t.Helper()
+	rh, _ := cl.must(1, h, payload)
+	return rh
+}
+
+// Overwrites go through Raft: a follower sends the writer to the leader,
+// and every replica ends up with the new bytes.
+func TestOverwriteThroughRaft(t *testing.T) {
+	c := three(t)
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	data := randBytes(512<<10, 5)
+	cl.appendAll(ext, data, 128<<10)
+	patch := bytes.Repeat([]byte("overwritten!"), 1000)
+	const at = 100000
+	var leader uint64
+	eventually(t, 10*time.Second, func() error {
+		for id := uint64(1); id <= 3; id++ {
+			_, _, err := cl.do(id, dataproto.Header{Op: dataproto.OpOverwrite, Partition: 1, Extent: ext, Offset: at}, patch)
+			var pe *dataproto.Error
+			switch {
+			case err == nil:
+				leader = id
+				return nil
+			case errors.As(err, &pe) && pe.Code == dataproto.CodeNotLeader:
+				if pe.Header.Arg != 0 && pe.Header.Arg != id {
+					if _, _, err := cl.do(pe.Header.Arg, dataproto.Header{Op: dataproto.OpOverwrite, Partition: 1, Extent: ext, Offset: at}, patch); err == nil {
+						leader = pe.Header.Arg
+						return nil
+					}
+				}
+			}
+		}
+		return errors.New("no replica took the overwrite")
+	})
+	t.Logf("raft leader of partition 1: node %d", leader)
+	want := append([]byte(nil), data...)
+	copy(want[at:], patch)
+	for id := uint64(1); id <= 3; id++ {
+		eventually(t, 5*time.Second, func() error {
+			got, err := cl.read(id, ext, 0, int64(len(want)), int64(len(want)))
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(got, want) {
+				return fmt.Errorf("node %d does not have the overwrite yet", id)
+			}
+			return nil
+		})
+	}
+}
+
+// A follower that was away catches up on return: the extents freed while
+// it was away are deleted, the bytes appended without it are copied from
+// the primary, and a follower whose store was lost entirely is refilled.
+func TestFollowerAlignsOnReturn(t *testing.T) {
+	c := three(t)
+	cl := newClient(t, c)
+	freed := cl.create(1)
+	cl.appendAll(freed, randBytes(300<<10, 6), 100<<10)
+	kept := cl.create(1)
+	keptData := randBytes(1<<20, 7)
+	cl.appendAll(kept, keptData[:512<<10], 128<<10)
+
+	c.Stop(3)
+	// Without node 3 these fail, but nodes 1 and 2 apply them.
+	if _, _, err := cl.do(1, dataproto.Header{Op: dataproto.OpFree, Partition: 1, Extent: freed}, nil); dataproto.CodeOf(err) != dataproto.CodeReplicaFailed {
+		t.Fatalf("free without node 3: %v", err)
+	}
+	if _, _, err := cl.do(1, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: kept, Offset: 512 << 10}, keptData[512<<10:]); dataproto.CodeOf(err) != dataproto.CodeReplicaFailed {
+		t.Fatalf("append without node 3: %v", err)
+	}
+	c.Restart(3)
+	eventually(t, 10*time.Second, func() error {
+		return sameExtents(cl, 1, 3)
+	})
+	got, err := cl.read(3, kept, 0, 1<<20, 1<<20)
+	if err != nil || !bytes.Equal(got, keptData) {
+		t.Fatalf("node 3 after alignment: %v", err)
+	}
+
+	// Lose node 2's store: it is refilled from the primary.
+	c.Stop(2)
+	if err := os.RemoveAll(filepath.Join(c.Node(2).Dir, "dp-1")); err != nil {
+		t.Fatal(err)
+	}
+	c.Restart(2)
+	eventually(t, 10*time.Second, func() error {
+		return sameExtents(cl, 1, 2)
+	})
+	got, err = cl.read(2, kept, 0, 1<<20, 1<<20)
+	if err != nil || !bytes.Equal(got, keptData) {
+		t.Fatalf("node 2 after refill: %v", err)
+	}
+	if v := metric(t, c.Node(2).Registry, "cairn_data_aligned_bytes_total"); v < 1<<20 {
+		t.Errorf("node 2 reports %v aligned bytes", v)
+	}
+}
+
+// metric returns the value of a counter or gauge without labels (or the sum
+// over its label sets).
+func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// sameExtents compares the extent lists (ids and committed sizes) of two
+// nodes.
+func sameExtents(cl *client, a, b uint64) error {
+	list := func(id uint64) ([]dataproto.ExtentEntry, error) {
+		_, p, err := cl.do(id, dataproto.Header{Op: dataproto.OpListExtents, Partition: 1, Flags: dataproto.FlagForwarded}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return dataproto.DecodeExtentEntries(p)
+	}
+	la, err := list(a)
+	if err != nil {
+		return err
+	}
+	lb, err := list(b)
+	if err != nil {
+		return err
+	}
+	if len(la) != len(lb) {
+		return fmt.Errorf("node %d has %d extents, node %d %d", a, len(la), b, len(lb))
+	}
+	for i := range la {
+		if la[i].ID != lb[i].ID || la[i].Committed != lb[i].Committed {
+			return fmt.Errorf("extent %d: node %d %+v, node %d %+v", la[i].ID, a, la[i], b, lb[i])
+		}
+	}
+	return nil
+}
+
+// Corrupt blocks are repaired from a healthy replica: one found by a read
+// on node 2 (the read fails, the next one after the repair succeeds), one
+// found by node 3's background scrubber (no read touches it).
+func TestBadBlocksRepaired(t *testing.T) {
+	opts := testOptions()
+	opts.ScrubInterval = 400 * time.Millisecond
+	c := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{1, 2, 3}}, Options: opts})
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	data := randBytes(1<<20, 8)
+	cl.appendAll(ext, data, 128<<10)
+	corrupt := func(node uint64, off int64) {
+		path := filepath.Join(c.Node(node).Dir, "dp-1", fmt.Sprintf("ext-%d", ext))
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt([]byte("garbage!"), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	corrupt(2, 200<<10) // block 1 (128 KiB blocks)
+	if _, err := cl.read(2, ext, 128<<10, 128<<10, 1<<20); dataproto.CodeOf(err) != dataproto.CodeCorrupt {
+		t.Fatalf("read of a corrupt block: %v", err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		got, err := cl.read(2, ext, 0, 1<<20, 1<<20)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(got, data) {
+			return errors.New("repaired extent has wrong bytes")
+		}
+		return nil
+	})
+	corrupt(3, 900<<10) // block 7
+	eventually(t, 10*time.Second, func() error {
+		if v := metric(t, c.Node(3).Registry, "cairn_data_repaired_blocks_total"); v < 1 {
+			return fmt.Errorf("node 3 repaired %v blocks", v)
+		}
+		return nil
+	})
+	got, err := cl.read(3, ext, 0, 1<<20, 1<<20)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after scrub: %v", err)
+	}
+}
+
+// The report carries the space the partition occupies on disk, which
+// drops when data is freed.
+func TestReportUsage(t *testing.T) {
+	opts := testOptions()
+	opts.UsageTTL = time.Nanosecond
+	c := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{1, 2, 3}}, Options: opts})
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	cl.appendAll(ext, randBytes(4<<20, 9), 1<<20)
+	used := func(id uint64) uint64 {
+		r := c.Node(id).Host.Report()
+		if len(r) != 1 || r[0].Id != 1 {
+			t.Fatalf("report %v", r)
+		}
+		return r[0].UsedBytes
+	}
+	for id := uint64(1); id <= 3; id++ {
+		if u := used(id); u < 4<<20 {
+			t.Fatalf("node %d reports %d bytes used", id, u)
+		}
+	}
+	cl.must(1, dataproto.Header{Op: dataproto.OpFree, Partition: 1, Extent: ext}, nil)
+	for id := uint64(1); id <= 3; id++ {
+		if u := used(id); u > 1<<20 {
+			t.Fatalf("node %d reports %d bytes used after the free", id, u)
+		}
+	}
+}

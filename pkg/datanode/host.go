@@ -1,0 +1,277 @@
+package datanode
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/extentstore"
+	"github.com/cairnfs/cairn/pkg/node"
+)
+
+// Options tune the data role. Zero fields take the defaults.
+type Options struct {
+	// Store configures every partition's extent store (FS, block size,
+	// small-file threshold, ...).
+	Store extentstore.Options
+	// Server bounds the data-path connections clients and upstream
+	// replicas open to this node.
+	Server dataproto.ServerOptions
+	// Chain bounds this node's connections to the next replica of a chain
+	// and to peers (alignment, repair). Its ReadTimeout is how long a
+	// replica waits for the next one before the write fails with
+	// CodeReplicaFailed; default 5s.
+	Chain dataproto.ConnOptions
+	// AlignDelay is how long after opening a partition a follower first
+	// aligns its extents with the primary; default 1s.
+	AlignDelay time.Duration
+	// AlignInterval is how often a follower re-checks alignment with the
+	// primary; default 1m. A failed forwarded append or a lagging overwrite
+	// triggers it sooner.
+	AlignInterval time.Duration
+	// AlignQuietPeriod: a follower leaves alone an extent it received a
+	// forwarded append for within this period (a stream is writing it, and
+	// copying its tail would race the chain), and copies a missing tail
+	// only once the primary's committed size stayed the same this long;
+	// default 10s.
+	AlignQuietPeriod time.Duration
+	// ScrubInterval is how often every partition is scrubbed; default 24h.
+	ScrubInterval time.Duration
+	// ScrubBytesPerSecond paces the scrubber; default 32 MiB/s.
+	ScrubBytesPerSecond int64
+	// LeaseTimeout bounds the wait for a small-extent lease; default 5s.
+	LeaseTimeout time.Duration
+	// ProposeTimeout bounds an overwrite's trip through Raft; default 10s.
+	ProposeTimeout time.Duration
+	// UsageTTL is how long a partition's measured disk usage is reused in
+	// reports; default 5s.
+	UsageTTL time.Duration
+}
+
+func (o Options) withDefaults(log *slog.Logger) Options {
+	if o.Chain.ReadTimeout <= 0 {
+		o.Chain.ReadTimeout = 5 * time.Second
+	}
+	if o.Chain.DialTimeout <= 0 {
+		o.Chain.DialTimeout = 2 * time.Second
+	}
+	if o.AlignDelay <= 0 {
+		o.AlignDelay = time.Second
+	}
+	if o.AlignInterval <= 0 {
+		o.AlignInterval = time.Minute
+	}
+	if o.AlignQuietPeriod <= 0 {
+		o.AlignQuietPeriod = 10 * time.Second
+	}
+	if o.ScrubInterval <= 0 {
+		o.ScrubInterval = 24 * time.Hour
+	}
+	if o.ScrubBytesPerSecond <= 0 {
+		o.ScrubBytesPerSecond = 32 << 20
+	}
+	if o.LeaseTimeout <= 0 {
+		o.LeaseTimeout = 5 * time.Second
+	}
+	if o.ProposeTimeout <= 0 {
+		o.ProposeTimeout = 10 * time.Second
+	}
+	if o.UsageTTL <= 0 {
+		o.UsageTTL = 5 * time.Second
+	}
+	if o.Server.Logger == nil {
+		o.Server.Logger = log
+	}
+	if o.Store.Logger == nil {
+		o.Store.Logger = log
+	}
+	return o
+}
+
+// maxWrite is the store's largest append (and the protocol's payload).
+func (o Options) maxWrite() int {
+	if o.Store.MaxWriteBytes > 0 {
+		return min(o.Store.MaxWriteBytes, dataproto.MaxPayload)
+	}
+	return min(1<<20, dataproto.MaxPayload)
+}
+
+// smallMax is the store's small-file threshold.
+func (o Options) smallMax() int {
+	if o.Store.SmallFileMax > 0 {
+		return o.Store.SmallFileMax
+	}
+	return 128 << 10
+}
+
+// Host is the data role's partition host: one extent store per assigned
+// data partition, served over the node's data-path listener. See the
+// package documentation.
+type Host struct {
+	env   node.Env
+	opts  Options
+	log   *slog.Logger
+	m     *metrics
+	srv   *dataproto.Server
+	peers *peerPool
+
+	serveDone chan struct{}
+
+	mu     sync.RWMutex
+	parts  map[uint64]*partition
+	closed bool
+}
+
+// New starts the data role on env: it serves env.DataListener at once
+// (requests for partitions not yet open are refused with
+// CodeUnknownPartition) and opens partitions as Assign names them.
+func New(env node.Env, opts Options) (*Host, error) {
+	if env.DataListener == nil {
+		return nil, errors.New("data node: no data-path listener (start the node with --data-listen)")
+	}
+	if env.Raft == nil || env.ResolveData == nil {
+		return nil, errors.New("data node: Raft host and address resolver are required")
+	}
+	if env.Logger == nil {
+		env.Logger = slog.Default()
+	}
+	if env.Epoch == nil {
+		env.Epoch = func() uint64 { return 0 }
+	}
+	log := env.Logger.With("component", "datanode")
+	opts = opts.withDefaults(log)
+	h := &Host{env: env, opts: opts, log: log, parts: map[uint64]*partition{}, serveDone: make(chan struct{})}
+	h.peers = newPeerPool(opts.Chain)
+	h.srv = dataproto.NewServer(h.newSession, opts.Server)
+	m, err := newMetrics(env.Registry, h)
+	if err != nil {
+		return nil, err
+	}
+	h.m = m
+	go func() {
+		defer close(h.serveDone)
+		if err := h.srv.Serve(env.DataListener); err != nil {
+			h.log.Error("data path stopped serving", "err", err)
+		}
+	}()
+	h.log.Info("data path serving", "addr", env.DataListener.Addr())
+	return h, nil
+}
+
+// NewFactory adapts New to node.Config.NewPartitions.
+func NewFactory(opts Options) func(node.Env) (node.PartitionHost, error) {
+	return func(env node.Env) (node.PartitionHost, error) { return New(env, opts) }
+}
+
+// Assign opens the data partitions newly assigned to this node, updates
+// the replica sets of open ones (a changed set takes the current map
+// epoch, so writers with an older view are refused), and closes the ones no
+// longer assigned (their data stays on disk).
+func (h *Host) Assign(assigned []*pb.Partition) error {
+	want := map[uint64]*pb.Partition{}
+	for _, p := range assigned {
+		if p.Kind == pb.PartitionKind_PARTITION_KIND_DATA && slices.Contains(p.Replicas, h.env.NodeID) {
+			want[p.Id] = p
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return errors.New("data node closed")
+	}
+	var errs []error
+	for id, p := range want {
+		if cur, ok := h.parts[id]; ok {
+			cur.setReplicas(p.Replicas, h.env.Epoch())
+			continue
+		}
+		part, err := openPartition(h, p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("data partition %d: %w", id, err))
+			continue
+		}
+		h.parts[id] = part
+	}
+	for id, p := range h.parts {
+		if _, ok := want[id]; ok {
+			continue
+		}
+		delete(h.parts, id)
+		if err := p.close(); err != nil {
+			errs = append(errs, fmt.Errorf("close data partition %d: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Report tells the master, per hosted partition, whether this replica leads
+// its Raft group, the disk space its extent store occupies (what du counts,
+// so deletions show up as freed space) and its number of extents.
+func (h *Host) Report() []*pb.PartitionReport {
+	h.mu.RLock()
+	parts := make([]*partition, 0, len(h.parts))
+	for _, p := range h.parts {
+		parts = append(parts, p)
+	}
+	h.mu.RUnlock()
+	out := make([]*pb.PartitionReport, 0, len(parts))
+	for _, p := range parts {
+		out = append(out, p.report())
+	}
+	slices.SortFunc(out, func(a, b *pb.PartitionReport) int {
+		switch {
+		case a.Id < b.Id:
+			return -1
+		case a.Id > b.Id:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Close stops serving (closing every connection and waiting for the
+// requests in progress), then closes every partition: its background work,
+// its Raft group on this host, and its extent store after a final commit.
+func (h *Host) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	h.mu.Unlock()
+	h.srv.Close()
+	<-h.serveDone
+	h.mu.Lock()
+	parts := h.parts
+	h.parts = map[uint64]*partition{}
+	h.mu.Unlock()
+	var errs []error
+	for id, p := range parts {
+		if err := p.close(); err != nil {
+			errs = append(errs, fmt.Errorf("close data partition %d: %w", id, err))
+		}
+	}
+	h.peers.close()
+	return errors.Join(errs...)
+}
+
+// partition returns hosted partition id, or nil.
+func (h *Host) partition(id uint64) *partition {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.parts[id]
+}
+
+// ServerStats returns the data-path server's counters (sendfile bytes,
+// connections).
+func (h *Host) ServerStats() dataproto.ServerStats { return h.srv.Stats() }
+
+// Addr is the data-path address this host serves.
+func (h *Host) Addr() string { return h.env.DataListener.Addr().String() }

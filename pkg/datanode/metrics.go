@@ -1,0 +1,99 @@
+package datanode
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairnfs/cairn/pkg/dataproto"
+)
+
+type metrics struct {
+	requests       *prometheus.CounterVec   // op, code
+	latency        *prometheus.HistogramVec // op
+	bytesIn        *prometheus.CounterVec   // op
+	bytesOut       *prometheus.CounterVec   // op
+	chainFailures  prometheus.Counter
+	alignedBytes   prometheus.Counter
+	alignErrors    prometheus.Counter
+	badBlocks      prometheus.Counter
+	repairedBlocks prometheus.Counter
+	reopens        prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, h *Host) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_data_requests_total", Help: "Data-path requests answered, by op and result code.",
+		}, []string{"op", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "cairn_data_request_seconds", Help: "Time from receiving a data-path request to queueing its response, by op.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
+		}, []string{"op"}),
+		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_data_bytes_in_total", Help: "Payload bytes received in data-path requests, by op.",
+		}, []string{"op"}),
+		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_data_bytes_out_total", Help: "Payload bytes sent in data-path responses, by op.",
+		}, []string{"op"}),
+		chainFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_data_chain_failures_total", Help: "Writes failed because the next replica of the chain failed or did not answer.",
+		}),
+		alignedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_data_aligned_bytes_total", Help: "Bytes copied from a peer to align this node's extents.",
+		}),
+		alignErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_data_align_errors_total", Help: "Alignment passes that failed (retried later).",
+		}),
+		badBlocks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_data_bad_blocks_total", Help: "Blocks found failing their checksum (scrub or read).",
+		}),
+		repairedBlocks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_data_repaired_blocks_total", Help: "Bad blocks repaired from a healthy replica.",
+		}),
+		reopens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_data_store_reopens_total", Help: "Extent stores reopened (or rebuilt) after they failed.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	cs := []prometheus.Collector{m.requests, m.latency, m.bytesIn, m.bytesOut, m.chainFailures, m.alignedBytes,
+		m.alignErrors, m.badBlocks, m.repairedBlocks, m.reopens,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cairn_data_sendfile_bytes_total", Help: "Read bytes sent with sendfile(2) (zero-copy).",
+		}, func() float64 { return float64(h.srv.Stats().SendfileBytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cairn_data_copied_bytes_total", Help: "Read bytes sent through a user-space buffer.",
+		}, func() float64 { return float64(h.srv.Stats().CopiedBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cairn_data_connections", Help: "Open data-path connections.",
+		}, func() float64 { return float64(h.srv.Stats().Conns) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cairn_data_partitions", Help: "Data partitions open on this node.",
+		}, func() float64 {
+			h.mu.RLock()
+			defer h.mu.RUnlock()
+			return float64(len(h.parts))
+		}),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("data node metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// observe records one answered request.
+func (m *metrics) observe(op dataproto.Op, code dataproto.Code, in, out int, seconds float64) {
+	ops := op.String()
+	m.requests.WithLabelValues(ops, code.String()).Inc()
+	m.latency.WithLabelValues(ops).Observe(seconds)
+	if in > 0 {
+		m.bytesIn.WithLabelValues(ops).Add(float64(in))
+	}
+	if out > 0 {
+		m.bytesOut.WithLabelValues(ops).Add(float64(out))
+	}
+}

@@ -1,0 +1,356 @@
+package datanode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/extentstore"
+	"github.com/cairnfs/cairn/pkg/multiraft"
+)
+
+// partition is one data partition replica on this node.
+type partition struct {
+	id  uint64
+	h   *Host
+	dir string
+	log *slog.Logger
+	sm  *overwriteSM
+
+	store atomic.Pointer[extentstore.Store]
+
+	mu       sync.RWMutex
+	replicas []uint64
+	epoch    uint64 // map epoch at which this node learned the replica set
+
+	// appendSeq counts local appends; durableSeq is the highest count a
+	// returned Sync covers. A replica acknowledges append n once
+	// durableSeq >= n.
+	appendSeq, durableSeq atomic.Uint64
+
+	// Reads wait until Raft has re-applied the overwrites committed before
+	// the partition was opened (they may be newer than the bytes on disk).
+	replayTo uint64
+	replayed atomic.Bool
+
+	staleMu  sync.Mutex
+	stale    map[uint64]uint64 // extent -> generation of its mark: awaits full alignment
+	staleAll uint64            // generation of a whole-partition mark, 0 if none
+	staleGen uint64
+	// rebuilding: the store was recreated empty; until a full alignment
+	// from a peer completes this replica is no source for anyone.
+	rebuilding atomic.Bool
+
+	// recent: when a forwarded append last reached each extent (followers
+	// only), so alignment leaves extents being streamed alone.
+	recentMu sync.Mutex
+	recent   map[uint64]time.Time
+	// behind: extents found lagging the source, by the maintenance
+	// goroutine only (see settled).
+	behind     map[uint64]behindSince
+	behindSeen map[uint64]bool
+
+	usageMu sync.Mutex
+	usage   extentstore.Usage
+	usageAt time.Time
+
+	kick    chan struct{}             // wakes maintenance to align now
+	repairs chan extentstore.BadBlock // blocks found bad by reads
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func openPartition(h *Host, p *pb.Partition) (*partition, error) {
+	dir := filepath.Join(h.env.DataDir, fmt.Sprintf("dp-%d", p.Id))
+	st, err := extentstore.Open(dir, h.opts.Store)
+	rebuilt := false
+	if errors.Is(err, extentstore.ErrCorruptMeta) {
+		st, err = rebuildStore(h, dir, err)
+		rebuilt = true
+	}
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	part := &partition{
+		id: p.Id, h: h, dir: dir, log: h.log.With("partition", p.Id),
+		replicas: slices.Clone(p.Replicas), epoch: h.env.Epoch(),
+		stale: map[uint64]uint64{}, recent: map[uint64]time.Time{}, behind: map[uint64]behindSince{}, kick: make(chan struct{}, 1), repairs: make(chan extentstore.BadBlock, 64),
+		ctx: ctx, cancel: cancel,
+	}
+	part.store.Store(st)
+	part.sm = &overwriteSM{p: part}
+	peers := make([]multiraft.NodeID, len(p.Replicas))
+	for i, r := range p.Replicas {
+		peers[i] = multiraft.NodeID(r)
+	}
+	if err := h.env.Raft.AddGroup(multiraft.GroupID(p.Id), peers, part.sm, multiraft.GroupOptions{}); err != nil {
+		cancel()
+		st.Close()
+		return nil, fmt.Errorf("raft group: %w", err)
+	}
+	part.sm.running.Store(true)
+	if gs, err := h.env.Raft.Status(multiraft.GroupID(p.Id)); err == nil {
+		part.replayTo = gs.Commit
+	}
+	if rebuilt {
+		part.rebuilding.Store(true)
+		part.markAllStale()
+	}
+	if len(p.Replicas) > 0 && p.Replicas[0] == h.env.NodeID {
+		// The primary of the chain also leads the Raft group when it can, so
+		// that overwrites and appends meet the same replica first.
+		if err := h.env.Raft.Campaign(multiraft.GroupID(p.Id)); err != nil {
+			part.log.Debug("campaign", "err", err)
+		}
+	}
+	part.wg.Add(1)
+	go part.maintain()
+	part.log.Info("data partition opened", "replicas", p.Replicas, "dir", dir, "extents", len(st.Extents()), "rebuilt", rebuilt)
+	return part, nil
+}
+
+// rebuildStore moves a store whose metadata is damaged aside and starts an
+// empty one, to be filled by full alignment from a peer.
+func rebuildStore(h *Host, dir string, cause error) (*extentstore.Store, error) {
+	aside := fmt.Sprintf("%s.corrupt-%d", dir, time.Now().UnixNano())
+	h.log.Error("extent store damaged; moving it aside and rebuilding from peers", "dir", dir, "aside", aside, "err", cause)
+	if err := os.Rename(dir, aside); err != nil {
+		return nil, fmt.Errorf("move damaged store aside: %w (store: %v)", err, cause)
+	}
+	h.m.reopens.Inc()
+	return extentstore.Open(dir, h.opts.Store)
+}
+
+// st is the partition's store (replaced when a failed store is reopened).
+func (p *partition) st() *extentstore.Store { return p.store.Load() }
+
+func (p *partition) close() error {
+	p.cancel()
+	p.wg.Wait()
+	err := p.h.env.Raft.RemoveGroup(multiraft.GroupID(p.id), false)
+	if errors.Is(err, multiraft.ErrGroupNotFound) || errors.Is(err, multiraft.ErrStopped) {
+		err = nil
+	}
+	if cerr := p.st().Close(); cerr != nil && !errors.Is(cerr, extentstore.ErrClosed) {
+		err = errors.Join(err, cerr)
+	}
+	p.log.Info("data partition closed")
+	return err
+}
+
+func (p *partition) setReplicas(replicas []uint64, epoch uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if slices.Equal(p.replicas, replicas) {
+		return
+	}
+	p.replicas, p.epoch = slices.Clone(replicas), epoch
+	p.log.Info("replica set changed", "replicas", replicas, "epoch", epoch)
+}
+
+// view returns the replica set, this node's position in it (-1 if absent)
+// and the partition's epoch.
+func (p *partition) view() (replicas []uint64, pos int, epoch uint64) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.replicas, slices.Index(p.replicas, p.h.env.NodeID), p.epoch
+}
+
+// syncThrough makes local append number seq durable (sharing the store's
+// group commit with every concurrent caller).
+func (p *partition) syncThrough(seq uint64) error {
+	if p.durableSeq.Load() >= seq {
+		return nil
+	}
+	target := p.appendSeq.Load()
+	if err := p.st().Sync(); err != nil {
+		p.wakeup()
+		return err
+	}
+	for {
+		cur := p.durableSeq.Load()
+		if cur >= target || p.durableSeq.CompareAndSwap(cur, target) {
+			return nil
+		}
+	}
+}
+
+// noteAppend records a forwarded append to ext.
+func (p *partition) noteAppend(ext uint64) {
+	now := time.Now()
+	p.recentMu.Lock()
+	p.recent[ext] = now
+	p.recentMu.Unlock()
+}
+
+// recentlyAppended reports whether ext got a forwarded append within
+// quiet, forgetting older records as it goes.
+func (p *partition) recentlyAppended(ext uint64, quiet time.Duration) bool {
+	p.recentMu.Lock()
+	defer p.recentMu.Unlock()
+	t, ok := p.recent[ext]
+	if ok && time.Since(t) >= quiet {
+		delete(p.recent, ext)
+		ok = false
+	}
+	if len(p.recent) > 4096 {
+		for id, t := range p.recent {
+			if time.Since(t) >= quiet {
+				delete(p.recent, id)
+			}
+		}
+	}
+	return ok
+}
+
+// serving reports whether reads of extent ext may be served here: Raft has
+// caught up with what was committed before opening, the extent awaits no
+// repair, and the replica is not being rebuilt.
+func (p *partition) serving(ext uint64) bool {
+	if !p.replayed.Load() {
+		gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id))
+		if err != nil || gs.Applied < p.replayTo {
+			return false
+		}
+		p.replayed.Store(true)
+	}
+	if p.rebuilding.Load() {
+		return false
+	}
+	p.staleMu.Lock()
+	defer p.staleMu.Unlock()
+	_, stale := p.stale[ext]
+	return !stale && p.staleAll == 0
+}
+
+// markStale records that ext may miss overwrites: reads of it are refused
+// here until a full alignment copies every differing block from a peer.
+func (p *partition) markStale(ext uint64) {
+	p.staleMu.Lock()
+	p.staleGen++
+	p.stale[ext] = p.staleGen
+	p.staleMu.Unlock()
+	p.log.Warn("extent marked for repair from a peer", "extent", ext)
+	p.wakeup()
+}
+
+// markAllStale does markStale for every extent (a Raft snapshot replaced
+// entries this replica never applied).
+func (p *partition) markAllStale() {
+	p.staleMu.Lock()
+	p.staleGen++
+	p.staleAll = p.staleGen
+	p.staleMu.Unlock()
+	p.wakeup()
+}
+
+// staleState returns the marks and the current generation.
+func (p *partition) staleState() (marks map[uint64]uint64, all, gen uint64) {
+	p.staleMu.Lock()
+	defer p.staleMu.Unlock()
+	marks = make(map[uint64]uint64, len(p.stale))
+	for k, v := range p.stale {
+		marks[k] = v
+	}
+	return marks, p.staleAll, p.staleGen
+}
+
+// clearStale drops the marks made at or before generation gen for ext (or
+// every extent and the whole-partition mark when all).
+func (p *partition) clearStale(gen uint64, all bool, exts ...uint64) {
+	p.staleMu.Lock()
+	defer p.staleMu.Unlock()
+	for _, e := range exts {
+		if g, ok := p.stale[e]; ok && g <= gen {
+			delete(p.stale, e)
+		}
+	}
+	if all {
+		for e, g := range p.stale {
+			if g <= gen {
+				delete(p.stale, e)
+			}
+		}
+		if p.staleAll <= gen {
+			p.staleAll = 0
+		}
+	}
+}
+
+// wakeup asks the maintenance goroutine to run an alignment pass now.
+func (p *partition) wakeup() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reportBad queues a block a read found corrupt for repair.
+func (p *partition) reportBad(err error) {
+	var ce *extentstore.CorruptionError
+	if !errors.As(err, &ce) {
+		return
+	}
+	p.h.m.badBlocks.Inc()
+	select {
+	case p.repairs <- extentstore.BadBlock{Extent: ce.Extent, Block: ce.Block, Offset: ce.Offset, Length: ce.Length, Err: err}:
+	default:
+	}
+}
+
+func (p *partition) report() *pb.PartitionReport {
+	r := &pb.PartitionReport{Id: p.id}
+	if gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id)); err == nil {
+		r.Leader = gs.IsLeader
+	}
+	p.usageMu.Lock()
+	defer p.usageMu.Unlock()
+	if time.Since(p.usageAt) > p.h.opts.UsageTTL {
+		if u, err := p.st().Usage(); err == nil {
+			p.usage, p.usageAt = u, time.Now()
+		}
+	}
+	r.UsedBytes = uint64(p.usage.PhysicalBytes)
+	r.Items = uint64(p.usage.Extents)
+	return r
+}
+
+// checkStore reopens a store that failed (a failed fsync or metadata
+// write leaves what is durable unknown in memory; reopening recovers the
+// last committed state, and alignment then fills what is missing). A store
+// whose metadata is damaged is rebuilt from peers.
+func (p *partition) checkStore() {
+	st := p.st()
+	err := st.Err()
+	if err == nil || !errors.Is(err, extentstore.ErrFailed) {
+		return // healthy, or read-only (which only freeing space cures)
+	}
+	p.log.Error("extent store failed; reopening", "err", err)
+	if cerr := st.Close(); cerr != nil && !errors.Is(cerr, extentstore.ErrClosed) {
+		p.log.Warn("close failed store", "err", cerr)
+	}
+	ns, oerr := extentstore.Open(p.dir, p.h.opts.Store)
+	if errors.Is(oerr, extentstore.ErrCorruptMeta) {
+		ns, oerr = rebuildStore(p.h, p.dir, oerr)
+		if oerr == nil {
+			p.rebuilding.Store(true)
+		}
+	}
+	if oerr != nil {
+		p.log.Error("reopen extent store", "err", oerr)
+		return
+	}
+	p.h.m.reopens.Inc()
+	p.store.Store(ns)
+	p.markAllStale()
+}
