@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -17,6 +18,7 @@ import (
 func newUpCmd() *cobra.Command {
 	var (
 		dataDir, volume, logLevel string
+		mount                     string
 		masters, metas, datas     int
 		ready, downAfter          time.Duration
 	)
@@ -26,7 +28,8 @@ func newUpCmd() *cobra.Command {
 		Long: `Run a whole Cairn cluster on this machine: masters, 3 meta nodes and 3 data
 nodes as child processes on loopback ports, with every byte of state under
 --data-dir and each process's log in <data-dir>/<process>/cairn.log. Volume
-'default' is created on first start.
+'default' is created on first start and mounted with FUSE at <data-dir>/mnt
+(--mount DIR elsewhere, --mount "" not at all).
 
 Ctrl-C (or SIGTERM) stops every process cleanly. Running 'cairn up' again on the
 same --data-dir restarts the same cluster with its state; 'cairn status' and the
@@ -47,9 +50,12 @@ other admin commands find it through --data-dir.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			if !cmd.Flags().Changed("mount") {
+				mount = filepath.Join(dataDir, "mnt")
+			}
 			start := time.Now()
 			c, err := localcluster.Start(ctx, localcluster.Options{
-				DataDir: dataDir, Masters: masters, Metas: metas, Datas: datas, Binary: self,
+				DataDir: dataDir, Mount: mount, Masters: masters, Metas: metas, Datas: datas, Binary: self,
 				Volume: volume, Ready: ready, Out: cmd.OutOrStdout(), LogLevel: logLevel, DownAfter: downAfter,
 			})
 			if err != nil {
@@ -79,6 +85,7 @@ other admin commands find it through --data-dir.`,
 	f.StringVar(&volume, "volume", "default", "volume to create if missing (empty: none)")
 	f.DurationVar(&ready, "ready-timeout", 60*time.Second, "how long to wait for the cluster to come up")
 	f.StringVar(&logLevel, "log-level", "info", "log level of the cluster's processes")
+	f.StringVar(&mount, "mount", "", "mount the volume here with FUSE (default <data-dir>/mnt; \"\" disables)")
 	f.DurationVar(&downAfter, "down-after", 0, "mark a node down after this long without heartbeats (default: the master's 10s)")
 	return cmd
 }
@@ -92,5 +99,8 @@ func printCluster(cmd *cobra.Command, c *localcluster.Cluster, took time.Duratio
 		fmt.Fprintf(tw, "%s\t%d\t%s\thttp://%s/metrics\t%s\n", p.Name, c.Pid(p.Name), p.Addr, p.MetricsAddr, c.LogPath(p))
 	}
 	tw.Flush()
+	if mp := c.MountDir(); mp != "" {
+		fmt.Fprintf(out, "\nMount:    %s (unmounted on exit)", mp)
+	}
 	fmt.Fprintf(out, "\nData dir: %s\nStatus:   cairn status --data-dir %s\nStop:     Ctrl-C (state is kept; run 'cairn up' again to restart)\n", c.Dir(), c.Dir())
 }

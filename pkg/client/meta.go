@@ -332,9 +332,13 @@ func (v *Volume) dropLinks(ctx context.Context, op string, ino uint64, n int32) 
 	}
 }
 
-// evict removes an inode without links. Cairn does not track open handles
-// yet, so the last unlink evicts at once (see the relaxations).
+// evict removes an inode without links. An inode this Volume has open
+// (OpenFile) is evicted when its last File closes instead; handles of
+// other clients are not known (see the relaxations).
 func (v *Volume) evict(ctx context.Context, op string, ino uint64) {
+	if v.deferEvict(ino) {
+		return
+	}
 	_, _ = v.txn(ctx, op, byIno(ino), opEvict(ino))
 }
 

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/dataclient"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/metaclient"
@@ -46,6 +48,8 @@ type Options struct {
 	// RefreshInterval is how often a background goroutine re-reads the
 	// cluster map to follow epoch changes. Default 30 s; negative disables.
 	RefreshInterval time.Duration
+	// Data tunes the data client files read and write through.
+	Data dataclient.Options
 }
 
 func (o *Options) withDefaults() Options {
@@ -88,6 +92,15 @@ type Volume struct {
 
 	refreshMu   sync.Mutex
 	lastRefresh time.Time
+
+	dataMu sync.Mutex
+	data   *dataclient.Client // created by the first OpenFile
+
+	bytesWritten, bytesRead, metaRequests atomic.Int64
+
+	openMu   sync.Mutex
+	opens    map[uint64]int  // ino -> open Files
+	evictOff map[uint64]bool // ino -> lost its last link while open
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -216,6 +229,11 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 func (v *Volume) Close() error {
 	v.once.Do(func() { close(v.stop) })
 	v.wg.Wait()
+	v.dataMu.Lock()
+	if v.data != nil {
+		v.data.Close()
+	}
+	v.dataMu.Unlock()
 	v.pool.Close()
 	return v.mc.Close()
 }
@@ -385,6 +403,7 @@ func (v *Volume) do(ctx context.Context, op string, pick picker, call func(ctx c
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, v.opts.AttemptTimeout)
+		v.metaRequests.Add(1)
 		err = call(actx, p)
 		cancel()
 		if err == nil {

@@ -41,6 +41,11 @@ type Options struct {
 	LogLevel string
 	// DownAfter, if set, is passed to the masters (--down-after).
 	DownAfter time.Duration
+	// Mount, if set, is a directory where Volume is mounted by a `cairn
+	// mount` child once the cluster is up (created if missing). Without
+	// /dev/fuse, or if the mount does not come up, Start warns on Out and
+	// goes on without it.
+	Mount string
 }
 
 // Cluster is a running local cluster.
@@ -54,6 +59,8 @@ type Cluster struct {
 	mu       sync.Mutex
 	children map[string]*child
 	stopping bool
+	mountDir string // where the mount child mounts the volume
+	mounted  bool   // it did
 	exited   chan string
 }
 
@@ -118,8 +125,86 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		if err := c.ensureVolume(rctx, opts.Volume); err != nil {
 			return nil, err
 		}
+		if opts.Mount != "" {
+			c.startMount(rctx)
+		}
 	}
 	return c, nil
+}
+
+// mountProc is the name (and dir) of the mount child.
+const mountProc = "mount"
+
+// startMount starts the `cairn mount` child and waits until the kernel
+// lists the mount; on any failure it warns, stops the child and goes on.
+func (c *Cluster) startMount(ctx context.Context) {
+	mp, err := filepath.Abs(c.opts.Mount)
+	if err == nil {
+		err = os.MkdirAll(mp, 0o755)
+	}
+	if err != nil {
+		fmt.Fprintf(c.opts.Out, "warning: not mounting volume %s: %v\n", c.opts.Volume, err)
+		return
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		fmt.Fprintf(c.opts.Out, "warning: not mounting volume %s on %s: /dev/fuse is not available (%v)\n", c.opts.Volume, mp, err)
+		return
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		fmt.Fprintf(c.opts.Out, "warning: not mounting volume %s: %v\n", c.opts.Volume, err)
+		return
+	}
+	p := Proc{Name: mountProc, Role: mountProc, MetricsAddr: ports[0]}
+	c.mountDir = mp
+	if err := c.startChild(p); err != nil {
+		fmt.Fprintf(c.opts.Out, "warning: not mounting volume %s on %s: %v\n", c.opts.Volume, mp, err)
+		c.mountDir = ""
+		return
+	}
+	ch := c.childrenOf(mountProc)[0]
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if ok, _ := IsMounted(mp); ok {
+			c.mounted = true
+			return
+		}
+		select {
+		case <-ch.done:
+			fmt.Fprintf(c.opts.Out, "warning: mounting volume %s on %s failed; the cluster runs without it:\n%s\n", c.opts.Volume, mp, tail(c.LogPath(p), 5))
+			c.mountDir = ""
+			return
+		case <-ctx.Done():
+			stopChild(ch, 10*time.Second)
+			fmt.Fprintf(c.opts.Out, "warning: volume %s was not mounted on %s in time; the cluster runs without it:\n%s\n", c.opts.Volume, mp, tail(c.LogPath(p), 5))
+			c.mountDir = ""
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// MountDir returns where the volume is mounted ("" if it is not).
+func (c *Cluster) MountDir() string {
+	if !c.mounted {
+		return ""
+	}
+	return c.mountDir
+}
+
+// IsMounted reports whether path is a mount point in /proc/self/mountinfo.
+func IsMounted(path string) (bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // checkDataDir refuses a dir that exists, holds files, and is not a cluster's.
@@ -196,6 +281,14 @@ func (c *Cluster) args(p Proc) []string {
 	dir := filepath.Join(c.dir, p.Name)
 	common := []string{"--data-dir", dir, "--metrics-addr", p.MetricsAddr, "--log-level", c.opts.LogLevel}
 	switch p.Role {
+	case mountProc:
+		args := []string{"mount", "--master", strings.Join(c.layout.MasterAddrs(), ","), "--metrics", p.MetricsAddr}
+		if os.Geteuid() == 0 {
+			// Mounted by root with default_permissions: every user may use
+			// it as the permission bits allow, as with a disk file system.
+			args = append(args, "-o", "allow_other")
+		}
+		return append(args, c.opts.Volume, c.mountDir)
 	case "master":
 		args := append([]string{"master", "--id", fmt.Sprint(p.ID), "--peers", c.layout.PeersFlag()}, common...)
 		if c.opts.DownAfter > 0 {
@@ -383,6 +476,16 @@ func (c *Cluster) Stop() {
 	c.mu.Lock()
 	c.stopping = true
 	c.mu.Unlock()
+	// The mount first, while the cluster can still take its last flushes.
+	for _, ch := range c.childrenOf(mountProc) {
+		stopChild(ch, 15*time.Second)
+	}
+	if c.mountDir != "" {
+		if ok, _ := IsMounted(c.mountDir); ok {
+			// A mount child that was killed leaves its mount behind.
+			_ = syscall.Unmount(c.mountDir, syscall.MNT_DETACH)
+		}
+	}
 	for _, roles := range [][]string{{"data", "meta"}, {"master"}} {
 		var wg sync.WaitGroup
 		for _, ch := range c.childrenOf(roles...) {

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/cairnfs/cairn/pkg/client"
+	"github.com/cairnfs/cairn/pkg/fusefs"
+	"github.com/cairnfs/cairn/pkg/localcluster"
+)
+
+// mountOpts are the -o options of cairn mount.
+type mountOpts struct {
+	entryTimeout, attrTimeout time.Duration
+	allowOther, debug         bool
+}
+
+// parseMountOpts parses "-o a=b,c" values (several -o accumulate).
+func parseMountOpts(vals []string) (mountOpts, error) {
+	o := mountOpts{entryTimeout: time.Second, attrTimeout: time.Second}
+	for _, v := range vals {
+		for _, kv := range strings.Split(v, ",") {
+			if kv = strings.TrimSpace(kv); kv == "" {
+				continue
+			}
+			k, val, hasVal := strings.Cut(kv, "=")
+			secs := func() (time.Duration, error) {
+				f, err := strconv.ParseFloat(val, 64)
+				if !hasVal || err != nil || f < 0 || f > 3600 {
+					return 0, fmt.Errorf("-o %s: want seconds between 0 and 3600, e.g. %s=1", kv, k)
+				}
+				if f == 0 {
+					return -1, nil // fusefs: negative means no caching
+				}
+				return time.Duration(f * float64(time.Second)), nil
+			}
+			var err error
+			switch k {
+			case "entry_timeout":
+				o.entryTimeout, err = secs()
+			case "attr_timeout":
+				o.attrTimeout, err = secs()
+			case "allow_other":
+				o.allowOther = true
+			case "debug":
+				o.debug = true
+			default:
+				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, allow_other, debug)", k)
+			}
+			if err != nil {
+				return o, err
+			}
+		}
+	}
+	return o, nil
+}
+
+// isMountPoint reports whether path is a mount point in /proc/self/mountinfo.
+func isMountPoint(path string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMountinfo(fields[4]) == path {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// checkMountPoint makes sure mp can be mounted on: a stale FUSE mount left
+// by a killed process ("transport endpoint is not connected") is lazily
+// unmounted; a missing path, a non-directory, a live mount point or a
+// non-empty directory is refused.
+func checkMountPoint(cmd *cobra.Command, mp string) error {
+	// stat may be answered from the kernel's attribute cache of a dead
+	// mount; statfs always asks the server.
+	var sfs syscall.Statfs_t
+	err := syscall.Statfs(mp, &sfs)
+	if !errors.Is(err, syscall.ENOTCONN) && !errors.Is(err, syscall.ECONNABORTED) {
+		_, err = os.Stat(mp)
+	}
+	if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s is a stale mount (its server is gone); unmounting it\n", mp)
+		if uerr := syscall.Unmount(mp, syscall.MNT_DETACH); uerr != nil {
+			return fmt.Errorf("mount point %s is a stale mount that cannot be unmounted: %w (try: fusermount3 -uz %s)", mp, uerr, mp)
+		}
+		_, err = os.Stat(mp)
+	}
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return usagef(cmd, "mount point %s does not exist (create it with mkdir)", mp)
+	case err != nil:
+		return fmt.Errorf("mount point %s: %w", mp, err)
+	}
+	st, _ := os.Stat(mp)
+	if !st.IsDir() {
+		return usagef(cmd, "mount point %s is not a directory", mp)
+	}
+	if busy, err := isMountPoint(mp); err != nil {
+		return fmt.Errorf("read /proc/self/mountinfo: %w", err)
+	} else if busy {
+		return fmt.Errorf("mount point %s is busy: something is already mounted there (unmount it first: umount %s)", mp, mp)
+	}
+	d, err := os.Open(mp)
+	if err != nil {
+		return fmt.Errorf("mount point %s: %w", mp, err)
+	}
+	names, _ := d.Readdirnames(1)
+	d.Close()
+	if len(names) > 0 {
+		return fmt.Errorf("mount point %s is not empty (it holds %q, ...); mount on an empty directory", mp, names[0])
+	}
+	return nil
+}
+
+// openVolume opens volume, retrying with a message while no master
+// answers, until wait is over. A volume that does not exist fails at once.
+func openVolume(cmd *cobra.Command, masters []string, volume string, wait time.Duration) (*client.Volume, error) {
+	deadline := time.Now().Add(wait)
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		v, err := client.Open(ctx, masters, volume, nil)
+		cancel()
+		if err == nil {
+			return v, nil
+		}
+		if client.ErrnoOf(err) == syscall.ENOENT {
+			return nil, fmt.Errorf("volume %q does not exist (create it with: cairn volume create %s)", volume, volume)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no master at %s answered within %s: %w", strings.Join(masters, ","), wait, err)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "waiting for the master at %s (%v); retrying...\n", strings.Join(masters, ","), plainError(err))
+		time.Sleep(min(time.Duration(attempt+1)*time.Second, 5*time.Second))
+	}
+}
+
+func newMountCmd() *cobra.Command {
+	var (
+		cf      clusterFlags
+		opts    []string
+		metrics string
+		wait    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "mount VOLUME MOUNTPOINT",
+		Short: "Mount a volume with FUSE",
+		Long: `Mount VOLUME on the empty directory MOUNTPOINT and serve it until Ctrl-C or
+SIGTERM, which unmount it. The cluster is found with --master, or through the
+--data-dir of a 'cairn up' cluster. Permissions are checked by the kernel
+(default_permissions); files follow close-to-open consistency.
+
+Options (-o, comma-separated, may repeat):
+  entry_timeout=S   seconds the kernel caches names (default 1; 0 disables)
+  attr_timeout=S    seconds the kernel caches attributes (default 1; 0 disables)
+  allow_other       let other users than the mounting one use the mount
+  debug             log every FUSE request`,
+		Example: `  cairn mount --data-dir ./cairn-data default /mnt/cairn
+  cairn mount --master 127.0.0.1:7000 -o attr_timeout=5,allow_other --metrics :9100 default /mnt/cairn`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 2 {
+				return usagef(cmd, "want VOLUME and MOUNTPOINT, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			volume := args[0]
+			mo, err := parseMountOpts(opts)
+			if err != nil {
+				return usageError{err, cmd}
+			}
+			mp, err := filepath.Abs(args[1])
+			if err != nil {
+				return err
+			}
+			if err := checkMountPoint(cmd, mp); err != nil {
+				return err
+			}
+			masters := cf.masters
+			if len(masters) == 0 {
+				l, err := localcluster.LoadLayout(cf.dataDir)
+				if errors.Is(err, localcluster.ErrNoCluster) {
+					return usagef(cmd, "no cluster found: pass --master ADDR, or --data-dir of a 'cairn up' cluster (%v)", err)
+				}
+				if err != nil {
+					return err
+				}
+				masters = l.MasterAddrs()
+			}
+			v, err := openVolume(cmd, masters, volume, wait)
+			if err != nil {
+				return err
+			}
+			defer v.Close()
+
+			var m *fusefs.Metrics
+			if metrics != "" {
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+				if m, err = fusefs.NewMetrics(reg, v); err != nil {
+					return err
+				}
+				ln, err := net.Listen("tcp", metrics)
+				if err != nil {
+					return fmt.Errorf("metrics listener on %s: %w", metrics, err)
+				}
+				mux := http.NewServeMux()
+				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+				go func() { _ = srv.Serve(ln) }()
+				defer srv.Close()
+			}
+			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m})
+			srv, err := fuse.NewServer(fsys, mp, &fuse.MountOptions{
+				DirectMount: os.Geteuid() == 0,
+				AllowOther:  mo.allowOther,
+				FsName:      "cairn:" + volume,
+				Name:        "cairn",
+				Options:     []string{"default_permissions"},
+				MaxWrite:    1 << 20,
+				Debug:       mo.debug,
+			})
+			if err != nil {
+				return fmt.Errorf("mount %s on %s: %w", volume, mp, err)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			served := make(chan struct{})
+			go func() {
+				srv.Serve()
+				close(served)
+			}()
+			if err := srv.WaitMount(); err != nil {
+				_ = srv.Unmount()
+				return fmt.Errorf("mount %s on %s: %w", volume, mp, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "mounted volume %s on %s; Ctrl-C unmounts\n", volume, mp)
+			select {
+			case <-ctx.Done():
+			case <-served: // unmounted from outside (umount, fusermount -u)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s was unmounted\n", mp)
+				return nil
+			}
+			return unmount(cmd, srv, mp, served)
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().StringArrayVarP(&opts, "options", "o", nil, "mount options, comma-separated (see above)")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9100)")
+	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long to retry while no master answers")
+	return cmd
+}
+
+// unmount unmounts mp, retrying while it is busy (open files), and
+// detaching it lazily after 10 s so that the process never hangs.
+func unmount(cmd *cobra.Command, srv *fuse.Server, mp string, served <-chan struct{}) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := srv.Unmount()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s still busy (%v); detaching it lazily\n", mp, err)
+			if derr := syscall.Unmount(mp, syscall.MNT_DETACH); derr != nil {
+				return fmt.Errorf("unmount %s: %w (lazy: %v)", mp, err, derr)
+			}
+			break
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "unmount %s: %v; retrying\n", mp, err)
+		time.Sleep(500 * time.Millisecond)
+	}
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "unmounted %s\n", mp)
+	return nil
+}

@@ -1,0 +1,581 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/dataclient"
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
+
+// maxKeysPerAppend bounds the extent keys of one AppendExtents (the meta
+// partition's MaxExtentsPerOp).
+const maxKeysPerAppend = 4096
+
+// dataClient returns the volume's data client, creating it on first use
+// from the same cluster map the metadata half routes by (the volume's data
+// partitions and the data nodes' data-path addresses).
+func (v *Volume) dataClient(ctx context.Context) (*dataclient.Client, error) {
+	v.dataMu.Lock()
+	defer v.dataMu.Unlock()
+	if v.data != nil {
+		return v.data, nil
+	}
+	src := func(ctx context.Context) (*dataclient.Topology, error) {
+		m, err := v.getMap(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("get cluster map: %w", err)
+		}
+		return dataclient.FromMap(m, v.name)
+	}
+	dc, err := dataclient.New(ctx, src, v.opts.Data)
+	if err != nil {
+		return nil, &Error{Op: "open", Errno: ErrnoOf(err), Msg: "data client of volume " + v.name, Err: err}
+	}
+	v.data = dc
+	return dc, nil
+}
+
+// Stats are a volume's traffic counters.
+type Stats struct {
+	// MetaRequests counts requests sent to meta partitions (every attempt).
+	MetaRequests int64
+	// BytesToData and BytesFromData count file bytes written to and read
+	// from data nodes through Files.
+	BytesToData, BytesFromData int64
+	// Data are the data client's counters (zero before the first OpenFile).
+	Data dataclient.Stats
+}
+
+// Stats returns the volume's counters.
+func (v *Volume) Stats() Stats {
+	v.dataMu.Lock()
+	dc := v.data
+	v.dataMu.Unlock()
+	st := Stats{MetaRequests: v.metaRequests.Load(), BytesToData: v.bytesWritten.Load(), BytesFromData: v.bytesRead.Load()}
+	if dc != nil {
+		st.Data = dc.Stats()
+	}
+	return st
+}
+
+// File is an open regular file. Its data view is the inode's extent map as
+// read at OpenFile (close-to-open consistency: another client's writes are
+// seen by an OpenFile after that client's Close or Flush) plus this
+// handle's own writes. Writes are buffered: they reach the metadata (and so
+// other clients) at Flush, Fsync, Truncate and Close. A File is safe for
+// concurrent use; its calls are serialized.
+type File struct {
+	v    *Volume
+	dc   *dataclient.Client
+	ino  uint64
+	ctx  context.Context // bounds the data path; ended by Close
+	stop context.CancelFunc
+
+	mu       sync.Mutex
+	append   bool
+	writable bool
+	keys     []*metapb.ExtentKey // the extent map, sorted by file offset, non-overlapping
+	size     uint64              // the file size including unflushed writes
+	pending  []*metapb.ExtentKey // keys written since the last flush, in write order
+	touched  bool                // an overwrite happened since the last flush
+	sizeDirt bool                // size grew since the last flush
+	w        *dataclient.Writer  // the current sequential writer, if any
+	wEnd     uint64              // file offset of the writer's next byte
+	modified time.Time           // last write not yet flushed (zero: none)
+	r        *dataclient.Reader  // reader over keys; nil after a change
+	err      error               // a failed flush: reported once more by Close
+	closed   bool
+}
+
+// OpenFile opens regular file ino. flags are open(2) flags: O_WRONLY or
+// O_RDWR allow writes (EBADF otherwise), O_APPEND makes every write go to
+// the end of the file, O_TRUNC (with a write mode) truncates it to 0.
+// EISDIR for a directory, EINVAL for other non-regular files, ENOENT for a
+// missing inode.
+func (v *Volume) OpenFile(ctx context.Context, ino uint64, flags int) (*File, error) {
+	const op = "open"
+	octx, cancel := v.opCtx(ctx)
+	defer cancel()
+	writable := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	if writable && flags&syscall.O_TRUNC != 0 {
+		if _, err := v.Setattr(octx, ino, SetattrIn{Valid: SetSize}); err != nil {
+			return nil, err
+		}
+	}
+	in, err := v.getInode(octx, op, ino)
+	if err != nil {
+		return nil, err
+	}
+	switch in.GetType() {
+	case metapb.FileType_FILE_TYPE_REGULAR:
+	case metapb.FileType_FILE_TYPE_DIRECTORY:
+		return nil, errnoErr(op, syscall.EISDIR, "inode %d is a directory", ino)
+	default:
+		return nil, errnoErr(op, syscall.EINVAL, "inode %d is a %v, which has no data", ino, in.GetType())
+	}
+	dc, err := v.dataClient(octx)
+	if err != nil {
+		return nil, err
+	}
+	v.opened(ino)
+	fctx, stop := context.WithCancel(context.Background())
+	f := &File{
+		v: v, dc: dc, ino: ino, ctx: fctx, stop: stop,
+		append: flags&syscall.O_APPEND != 0, writable: writable,
+		keys: sortedKeys(in.GetExtents()), size: in.GetSize(),
+	}
+	return f, nil
+}
+
+// Ino returns the file's inode number.
+func (f *File) Ino() uint64 { return f.ino }
+
+// Size returns the file's size as this handle sees it (including writes
+// not yet flushed).
+func (f *File) Size() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.size
+}
+
+// Modified returns the time of the last write not yet flushed (zero if
+// there is none): until the flush records it, the file's mtime and ctime in
+// the metadata are older.
+func (f *File) Modified() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.modified
+}
+
+func sortedKeys(in []*metapb.ExtentKey) []*metapb.ExtentKey {
+	out := make([]*metapb.ExtentKey, 0, len(in))
+	for _, k := range in {
+		if k.GetSize() > 0 {
+			out = append(out, cloneKey(k))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].FileOffset < out[j].FileOffset })
+	return out
+}
+
+func cloneKey(k *metapb.ExtentKey) *metapb.ExtentKey {
+	return &metapb.ExtentKey{FileOffset: k.GetFileOffset(), PartitionId: k.GetPartitionId(), ExtentId: k.GetExtentId(), ExtentOffset: k.GetExtentOffset(), Size: k.GetSize()}
+}
+
+// overlay lays key k over the sorted, non-overlapping map keys, cutting
+// what it covers (later writes win, as AppendExtents does), and returns the
+// new map.
+func overlay(keys []*metapb.ExtentKey, k *metapb.ExtentKey) []*metapb.ExtentKey {
+	s, e := k.FileOffset, k.FileOffset+k.Size
+	out := make([]*metapb.ExtentKey, 0, len(keys)+2)
+	inserted := false
+	for _, o := range keys {
+		os, oe := o.FileOffset, o.FileOffset+o.Size
+		if oe <= s || os >= e {
+			if os >= e && !inserted {
+				out = append(out, cloneKey(k))
+				inserted = true
+			}
+			out = append(out, o)
+			continue
+		}
+		if os < s { // the head of o survives
+			h := cloneKey(o)
+			h.Size = s - os
+			out = append(out, h)
+		}
+		if !inserted {
+			out = append(out, cloneKey(k))
+			inserted = true
+		}
+		if oe > e { // the tail of o survives
+			t := cloneKey(o)
+			t.FileOffset = e
+			t.ExtentOffset += e - os
+			t.Size = oe - e
+			out = append(out, t)
+		}
+	}
+	if !inserted {
+		out = append(out, cloneKey(k))
+	}
+	return out
+}
+
+// cutKeys drops what lies at or beyond size from the map.
+func cutKeys(keys []*metapb.ExtentKey, size uint64) []*metapb.ExtentKey {
+	out := keys[:0:0]
+	for _, k := range keys {
+		if k.FileOffset >= size {
+			continue
+		}
+		if k.FileOffset+k.Size > size {
+			k = cloneKey(k)
+			k.Size = size - k.FileOffset
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+func (f *File) check(op string, write bool) error {
+	if f.closed {
+		return errnoErr(op, syscall.EBADF, "inode %d: file is closed", f.ino)
+	}
+	if write && !f.writable {
+		return errnoErr(op, syscall.EBADF, "inode %d: not open for writing", f.ino)
+	}
+	return nil
+}
+
+// dataErr turns a data-path failure into an *Error (EIO unless it carries
+// a better errno).
+func dataErr(op string, ino uint64, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	n := ErrnoOf(err)
+	if errors.Is(err, dataclient.ErrNoWritablePartition) {
+		n = syscall.ENOSPC
+	}
+	return &Error{Op: op, Errno: n, Msg: fmt.Sprintf("inode %d", ino), Err: err}
+}
+
+// ReadAt reads up to len(p) bytes at off: holes read as zeros; at the end
+// of the file it returns fewer bytes and io.EOF.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	const op = "read"
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(op, false); err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		return 0, errnoErr(op, syscall.EINVAL, "negative offset %d", off)
+	}
+	if uint64(off) >= f.size {
+		return 0, io.EOF
+	}
+	if f.w != nil && off+int64(len(p)) > int64(f.wEnd)-int64(f.w.Size()) {
+		// The range may hold bytes still in the writer's buffer.
+		if err := f.endWriter(op); err != nil {
+			return 0, err
+		}
+	}
+	if f.r == nil {
+		f.r = f.dc.NewReader(f.ctx, f.keys, int64(f.size))
+	}
+	n, err := f.r.ReadAt(p, off)
+	f.v.bytesRead.Add(int64(n))
+	if err != nil && err != io.EOF {
+		return n, dataErr(op, f.ino, err)
+	}
+	return n, err
+}
+
+// WriteAt writes p at off (at the end of the file if it was opened with
+// O_APPEND). Sequential writes are buffered into packets; a write over
+// existing data overwrites it in place; a write into a hole or past the
+// end writes a new extent at that offset (the gap reads as zeros). The
+// bytes reach other clients at the next flush point.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	const op = "write"
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(op, true); err != nil {
+		return 0, err
+	}
+	if f.append {
+		off = int64(f.size)
+	}
+	if off < 0 {
+		return 0, errnoErr(op, syscall.EINVAL, "negative offset %d", off)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if f.r != nil {
+		f.r.Close()
+		f.r = nil
+	}
+	f.modified = time.Now()
+	start := uint64(off)
+	end := start + uint64(len(p))
+	// Fast path: continue the sequential writer.
+	if f.w != nil && start == f.wEnd {
+		return f.writeSeq(op, p, start)
+	}
+	if f.w != nil {
+		if err := f.endWriter(op); err != nil {
+			return 0, err
+		}
+	}
+	pos := start
+	for _, k := range f.keys {
+		ks, ke := k.FileOffset, k.FileOffset+k.Size
+		if ke <= pos || ks >= end {
+			continue
+		}
+		if ks > pos { // a hole before k: a new extent
+			if err := f.writeNew(op, p[pos-start:ks-start], pos); err != nil {
+				return int(pos - start), err
+			}
+			pos = ks
+		}
+		e := min(ke, end)
+		if err := f.dc.Overwrite(f.ctx, k.PartitionId, k.ExtentId, int64(k.ExtentOffset+pos-ks), p[pos-start:e-start]); err != nil {
+			return int(pos - start), dataErr(op, f.ino, err)
+		}
+		f.v.bytesWritten.Add(int64(e - pos))
+		f.touched = true
+		pos = e
+	}
+	if pos < end {
+		// The rest (a hole or past the last key) goes to a writer that
+		// stays open for the sequential writes likely to follow.
+		n, err := f.writeSeq(op, p[pos-start:], pos)
+		return int(pos-start) + n, err
+	}
+	f.grow(end)
+	return len(p), nil
+}
+
+func (f *File) grow(end uint64) {
+	if end > f.size {
+		f.size = end
+		f.sizeDirt = true
+	}
+}
+
+// writeSeq writes p at off through the sequential writer, starting one
+// there if there is none.
+func (f *File) writeSeq(op string, p []byte, off uint64) (int, error) {
+	if f.w == nil {
+		f.w = f.dc.NewWriter(f.ctx, off)
+		f.wEnd = off
+	}
+	n, err := f.w.Write(p)
+	f.wEnd += uint64(n)
+	f.grow(f.wEnd)
+	f.v.bytesWritten.Add(int64(n))
+	if err != nil {
+		return n, dataErr(op, f.ino, err)
+	}
+	return n, nil
+}
+
+// writeNew writes p at off as a new extent (a hole inside the file).
+func (f *File) writeNew(op string, p []byte, off uint64) error {
+	w := f.dc.NewWriter(f.ctx, off)
+	if _, err := w.Write(p); err != nil {
+		return dataErr(op, f.ino, err)
+	}
+	keys, err := w.Close()
+	if err != nil {
+		return dataErr(op, f.ino, err)
+	}
+	f.v.bytesWritten.Add(int64(len(p)))
+	f.addKeys(keys)
+	f.grow(off + uint64(len(p)))
+	return nil
+}
+
+func (f *File) addKeys(keys []*metapb.ExtentKey) {
+	for _, k := range keys {
+		f.keys = overlay(f.keys, k)
+		f.pending = append(f.pending, cloneKey(k))
+	}
+	if f.r != nil {
+		f.r.Close()
+		f.r = nil
+	}
+}
+
+// endWriter pushes the sequential writer's bytes to the data nodes and adds
+// its keys to the map (not yet to the metadata).
+func (f *File) endWriter(op string) error {
+	w := f.w
+	f.w = nil
+	keys, err := w.Close()
+	if err != nil {
+		return dataErr(op, f.ino, err)
+	}
+	f.addKeys(keys)
+	return nil
+}
+
+// Flush pushes buffered data to the data nodes and records every key
+// written since the last flush, with the new size, on the inode's home
+// partition (one exactly-once AppendExtents per 4096 keys). After it
+// returns nil, an OpenFile anywhere sees the writes.
+func (f *File) Flush(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errnoErr("flush", syscall.EBADF, "inode %d: file is closed", f.ino)
+	}
+	return f.flushLocked(ctx, "flush")
+}
+
+// Fsync is Flush: a flushed byte is on every replica's disk and its key in
+// the metadata's Raft log.
+func (f *File) Fsync(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errnoErr("fsync", syscall.EBADF, "inode %d: file is closed", f.ino)
+	}
+	return f.flushLocked(ctx, "fsync")
+}
+
+func (f *File) flushLocked(ctx context.Context, op string) error {
+	if f.err != nil {
+		err := f.err
+		f.err = nil
+		return err
+	}
+	if f.w != nil {
+		if err := f.endWriter(op); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := f.v.opCtx(ctx)
+	defer cancel()
+	if len(f.pending) == 0 && f.sizeDirt {
+		// Only the size grew (cannot happen without keys today); record it.
+		if _, err := f.v.Setattr(ctx, f.ino, SetattrIn{Valid: SetSize, Size: f.size}); err != nil {
+			return err
+		}
+	}
+	for len(f.pending) > 0 {
+		n := min(len(f.pending), maxKeysPerAppend)
+		m := &metapb.AppendExtents{Ino: f.ino, Extents: f.pending[:n], Size: f.size}
+		if _, err := f.v.txn(ctx, op, byIno(f.ino), &metapb.Op{Op: &metapb.Op_AppendExtents{AppendExtents: m}}); err != nil {
+			return err
+		}
+		f.pending = f.pending[n:]
+		f.touched = false
+	}
+	f.pending, f.sizeDirt, f.modified = nil, false, time.Time{}
+	if f.touched {
+		// Overwrites in place change no key; the mtime still moves.
+		if _, err := f.v.Setattr(ctx, f.ino, SetattrIn{Valid: SetMtimeNow | SetCtime, Ctime: time.Now()}); err != nil {
+			return err
+		}
+		f.touched = false
+	}
+	return nil
+}
+
+// Truncate flushes, then sets the file's size (Setattr SIZE): bytes beyond
+// are dropped; growing the file leaves a hole that reads as zeros.
+func (f *File) Truncate(ctx context.Context, size uint64) error {
+	const op = "truncate"
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(op, true); err != nil {
+		return err
+	}
+	if err := f.flushLocked(ctx, op); err != nil {
+		return err
+	}
+	ctx, cancel := f.v.opCtx(ctx)
+	defer cancel()
+	a, err := f.v.Setattr(ctx, f.ino, SetattrIn{Valid: SetSize, Size: size})
+	if err != nil {
+		return err
+	}
+	f.truncatedLocked(a.Size)
+	return nil
+}
+
+// Truncated tells the handle that the file was truncated to size by
+// someone else (e.g. a Setattr through the Volume while it is open); the
+// handle drops what lies beyond from its view. Unflushed writes beyond
+// size are kept.
+func (f *File) Truncated(size uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.truncatedLocked(size)
+}
+
+func (f *File) truncatedLocked(size uint64) {
+	f.keys = cutKeys(f.keys, size)
+	f.size = size
+	if f.r != nil {
+		f.r.Close()
+		f.r = nil
+	}
+}
+
+// Close flushes and releases the handle. It returns the error of the flush
+// (or of an earlier failed one); the handle is closed in any case.
+func (f *File) Close(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	err := f.flushLocked(ctx, "close")
+	f.closed = true
+	if f.r != nil {
+		f.r.Close()
+		f.r = nil
+	}
+	f.stop()
+	if f.v.closed(f.ino) {
+		// Unlinked while open: the last close evicts it.
+		ctx, cancel := f.v.opCtx(ctx)
+		defer cancel()
+		_, _ = f.v.txn(ctx, "close", byIno(f.ino), opEvict(f.ino))
+	}
+	return err
+}
+
+// opened counts an open File of ino.
+func (v *Volume) opened(ino uint64) {
+	v.openMu.Lock()
+	defer v.openMu.Unlock()
+	if v.opens == nil {
+		v.opens = map[uint64]int{}
+	}
+	v.opens[ino]++
+}
+
+// closed uncounts an open File of ino and reports whether ino must now be
+// evicted (it lost its last link while open).
+func (v *Volume) closed(ino uint64) bool {
+	v.openMu.Lock()
+	defer v.openMu.Unlock()
+	v.opens[ino]--
+	if v.opens[ino] > 0 {
+		return false
+	}
+	delete(v.opens, ino)
+	ev := v.evictOff[ino]
+	delete(v.evictOff, ino)
+	return ev
+}
+
+// deferEvict reports whether ino is open here; if so its eviction waits
+// for the last close.
+func (v *Volume) deferEvict(ino uint64) bool {
+	v.openMu.Lock()
+	defer v.openMu.Unlock()
+	if v.opens[ino] == 0 {
+		return false
+	}
+	if v.evictOff == nil {
+		v.evictOff = map[uint64]bool{}
+	}
+	v.evictOff[ino] = true
+	return true
+}

@@ -1,0 +1,58 @@
+package fusefs
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairnfs/cairn/pkg/client"
+)
+
+// Metrics are a mount's Prometheus metrics: requests by operation and
+// result, their latencies, bytes through the mount, and the volume's
+// traffic (bytes to and from data nodes, metadata requests).
+type Metrics struct {
+	ops        *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	readBytes  prometheus.Counter
+	writeBytes prometheus.Counter
+}
+
+// NewMetrics registers a mount's metrics of v on reg.
+func NewMetrics(reg prometheus.Registerer, v *client.Volume) (*Metrics, error) {
+	m := &Metrics{
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_fuse_requests_total", Help: "FUSE requests served, by operation and errno (0: success).",
+		}, []string{"op", "errno"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "cairn_fuse_request_seconds", Help: "Latency of FUSE requests by operation.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10),
+		}, []string{"op"}),
+		readBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_fuse_read_bytes_total", Help: "Bytes returned by FUSE reads."}),
+		writeBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_fuse_write_bytes_total", Help: "Bytes accepted by FUSE writes."}),
+	}
+	cs := []prometheus.Collector{
+		m.ops, m.latency, m.readBytes, m.writeBytes,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_sent_bytes_total", Help: "File bytes written to data nodes."},
+			func() float64 { return float64(v.Stats().BytesToData) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_received_bytes_total", Help: "File bytes read from data nodes."},
+			func() float64 { return float64(v.Stats().BytesFromData) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_meta_requests_total", Help: "Requests sent to meta partitions (every attempt)."},
+			func() float64 { return float64(v.Stats().MetaRequests) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_write_failures_total", Help: "Data writes that failed on a partition and moved to another."},
+			func() float64 { return float64(v.Stats().Data.WriteFailures) }),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) observe(op string, start time.Time, st fuse.Status) {
+	m.ops.WithLabelValues(op, strconv.Itoa(int(st))).Inc()
+	m.latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}
