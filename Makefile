@@ -9,8 +9,9 @@ STATICCHECK   := $(TOOLS)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
-# Debian packages the tests use: strace records traces for `cairn bench record`.
-APT_PACKAGES  := strace
+# Debian packages the tests use: strace records traces for `cairn bench record`;
+# fuse3 provides fusermount3 for mounting as a non-root user.
+APT_PACKAGES  := strace fuse3
 SUDO          := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 # Integration tests run real processes; one package at a time keeps 2 cores sane.
 TEST_FLAGS    ?= -race -p 1 -timeout 15m
