@@ -34,6 +34,9 @@ type Options struct {
 	DisableMerging bool
 	// MaxBatchTxns caps how many Txns one proposal carries (default 256).
 	MaxBatchTxns int
+	// CollectInterval is how often the leader frees deleted files' extents on
+	// the data nodes (default 5s); negative disables the collector.
+	CollectInterval time.Duration
 }
 
 // Host is the meta role's partition host.
@@ -43,8 +46,9 @@ type Host struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	mu    sync.RWMutex
-	parts map[uint64]*partition
+	mu      sync.RWMutex
+	parts   map[uint64]*partition
+	volumes map[uint64]uint64 // partition -> volume id
 
 	stop chan struct{}
 	wg   sync.WaitGroup // background work such as creating a volume's root
@@ -102,9 +106,13 @@ func New(env node.Env, opts Options) (*Host, error) {
 	if opts.MaxBatchTxns <= 0 {
 		opts.MaxBatchTxns = 256
 	}
-	h := &Host{env: env, opts: opts, log: env.Logger.With("component", "metanode"), parts: map[uint64]*partition{}, stop: make(chan struct{})}
+	h := &Host{env: env, opts: opts, log: env.Logger.With("component", "metanode"), parts: map[uint64]*partition{}, volumes: map[uint64]uint64{}, stop: make(chan struct{})}
 	h.metrics = newMetrics(env.Registry)
 	metapb.RegisterMetaNodeServer(env.GRPC, &service{h: h})
+	if opts.CollectInterval >= 0 {
+		h.wg.Add(1)
+		go h.runCollector()
+	}
 	return h, nil
 }
 
@@ -142,6 +150,7 @@ func (h *Host) Assign(assigned []*pb.Partition) error {
 			errs = append(errs, fmt.Errorf("close meta partition %d: %w", id, err))
 		}
 		delete(h.parts, id)
+		delete(h.volumes, id)
 		h.log.Info("meta partition closed", "partition", id)
 	}
 	return errors.Join(errs...)
@@ -171,6 +180,7 @@ func (h *Host) open(p *pb.Partition) error {
 		return err
 	}
 	h.parts[p.Id] = part
+	h.volumes[p.Id] = p.VolumeId
 	h.log.Info("meta partition opened", "partition", p.Id, "replicas", p.Replicas, "inodes", fmt.Sprintf("%d-%d", p.InodeStart, p.InodeEnd))
 	return nil
 }
@@ -260,6 +270,7 @@ func (h *Host) partition(id uint64) *partition {
 }
 
 type metrics struct {
+	freed     prometheus.Counter
 	txns      prometheus.Counter
 	proposals prometheus.Counter
 	batchTxns prometheus.Histogram
@@ -267,6 +278,7 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		freed:     prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_extents_freed_total", Help: "Deleted files' extents the collector freed on data nodes."}),
 		txns:      prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_txns_total", Help: "Meta transactions committed or refused by this node's partitions."}),
 		proposals: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_proposals_total", Help: "Raft proposals made for meta transactions (merged batches)."}),
 		batchTxns: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -274,6 +286,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
 	}
-	reg.MustRegister(m.txns, m.proposals, m.batchTxns)
+	reg.MustRegister(m.freed, m.txns, m.proposals, m.batchTxns)
 	return m
 }

@@ -81,6 +81,9 @@ type Env struct {
 	// DataListener is the listener of Config.DataListen (nil without one); the
 	// role serves it and closes it in Close.
 	DataListener net.Listener
+	// Masters reaches the master leader (for the map of other volumes'
+	// partitions, e.g. the data nodes a meta partition's deleted files live on).
+	Masters *masterclient.Client
 	// Epoch returns the cluster-map epoch of the latest heartbeat reply; after
 	// a restart, until the first reply, the epoch of the last assignment change
 	// (kept in the data dir). When Assign runs for a change, Epoch already
@@ -272,7 +275,7 @@ func (n *Node) openPartitions() (err error) {
 		n.parts, err = n.cfg.NewPartitions(Env{
 			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, GRPC: n.grpc,
 			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData,
-			DataListener: n.dataLn, Epoch: epoch,
+			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch,
 		})
 		if err != nil {
 			return fmt.Errorf("%s partitions: %w", RoleName(n.cfg.Role), err)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFSCommands scripts a volume with `cairn fs` (no mount): directories,
@@ -50,9 +51,33 @@ func TestFSCommands(t *testing.T) {
 	if r := fs("rm", "/a"); r.code != 1 || !strings.Contains(r.stderr, "use -r") {
 		t.Fatalf("rm of a directory: %d %q", r.code, r.stderr)
 	}
+	// Data nodes measure their usage every few seconds and report it with
+	// their heartbeats: wait until the file shows.
+	var usedBefore uint64
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if usedBefore = getStatus(t, dir).dataUsed(); usedBefore >= uint64(len(data)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("data partitions report %d used bytes 30s after a %d-byte put", usedBefore, len(data))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	must("rm", "-r", "/a")
 	if ls := must("ls", "/"); strings.TrimSpace(ls) != "" {
 		t.Fatalf("root not empty after rm -r:\n%s", ls)
+	}
+	// The deletion collector frees the file's extents on the data nodes.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		used := getStatus(t, dir).dataUsed()
+		if used+uint64(len(data)) <= usedBefore+64<<10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("data partitions use %d bytes 30s after deleting a %d-byte file (%d before)", used, len(data), usedBefore)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	if r := fs("get", "/nope", out); r.code != 1 || !strings.Contains(r.stderr, "no such file") {
 		t.Fatalf("get of a missing file: %d %q", r.code, r.stderr)

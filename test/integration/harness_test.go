@@ -183,11 +183,12 @@ type status struct {
 		DataPartitions int    `json:"data_partitions"`
 	} `json:"volumes"`
 	Partitions []struct {
-		ID       uint64   `json:"id"`
-		Volume   string   `json:"volume"`
-		Kind     string   `json:"kind"`
-		Replicas []uint64 `json:"replicas"`
-		Health   string   `json:"health"`
+		ID        uint64   `json:"id"`
+		Volume    string   `json:"volume"`
+		Kind      string   `json:"kind"`
+		Replicas  []uint64 `json:"replicas"`
+		Health    string   `json:"health"`
+		UsedBytes uint64   `json:"used_bytes"`
 	} `json:"partitions"`
 }
 
@@ -220,6 +221,17 @@ func (s status) leaders() (ids []uint64, pid int) {
 		}
 	}
 	return ids, pid
+}
+
+// dataUsed sums the used bytes the data partitions report.
+func (s status) dataUsed() uint64 {
+	var n uint64
+	for _, p := range s.Partitions {
+		if p.Kind == "data" {
+			n += p.UsedBytes
+		}
+	}
+	return n
 }
 
 // mapDigest is what must survive restarts and failovers: volumes and partitions.
