@@ -47,7 +47,9 @@ type statusVolume struct {
 	DataPartitions int    `json:"data_partitions"`
 	Replicas       int32  `json:"replicas"`
 	CapacityBytes  uint64 `json:"capacity_bytes"`
-	Health         string `json:"health"`
+	// UsedBytes sums what the volume's data partitions report storing.
+	UsedBytes uint64 `json:"used_bytes"`
+	Health    string `json:"health"`
 }
 
 type statusPartition struct {
@@ -166,6 +168,7 @@ func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
 		r.Nodes = append(r.Nodes, n)
 	}
 	volHealth := map[uint64]string{}
+	volUsed := map[uint64]uint64{}
 	for _, p := range m.Partitions {
 		sp := statusPartition{ID: p.Id, Kind: strings.ToLower(strings.TrimPrefix(p.Kind.String(), "PARTITION_KIND_")), Replicas: p.Replicas}
 		if v := m.Volumes[p.VolumeId]; v != nil {
@@ -180,6 +183,9 @@ func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
 		sp.Leader = leaders[p.Id]
 		if r := reports[p.Id]; r != nil {
 			sp.Items, sp.UsedBytes = r.Items, r.UsedBytes
+			if p.Kind == pb.PartitionKind_PARTITION_KIND_DATA {
+				volUsed[p.VolumeId] += r.UsedBytes
+			}
 		}
 		volHealth[p.VolumeId] = worse(volHealth[p.VolumeId], sp.Health)
 		r.Partitions = append(r.Partitions, sp)
@@ -188,7 +194,7 @@ func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
 	for _, v := range m.Volumes {
 		r.Volumes = append(r.Volumes, statusVolume{
 			ID: v.Id, Name: v.Name, MetaPartitions: len(v.MetaPartitions), DataPartitions: len(v.DataPartitions),
-			Replicas: v.Replicas, CapacityBytes: v.CapacityBytes, Health: worse("healthy", volHealth[v.Id]),
+			Replicas: v.Replicas, CapacityBytes: v.CapacityBytes, UsedBytes: volUsed[v.Id], Health: worse("healthy", volHealth[v.Id]),
 		})
 	}
 	sort.Slice(r.Volumes, func(i, j int) bool { return r.Volumes[i].Name < r.Volumes[j].Name })
@@ -253,9 +259,9 @@ func printReport(cmd *cobra.Command, r statusReport, partitions bool) {
 		fmt.Fprintln(out, "no volumes")
 	} else {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "VOLUME\tID\tMETA PARTITIONS\tDATA PARTITIONS\tREPLICAS\tHEALTH")
+		fmt.Fprintln(tw, "VOLUME\tID\tMETA PARTITIONS\tDATA PARTITIONS\tREPLICAS\tUSED\tHEALTH")
 		for _, v := range r.Volumes {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", v.Name, v.ID, v.MetaPartitions, v.DataPartitions, v.Replicas, v.Health)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", v.Name, v.ID, v.MetaPartitions, v.DataPartitions, v.Replicas, humanBytes(v.UsedBytes), v.Health)
 		}
 		tw.Flush()
 	}
