@@ -37,16 +37,16 @@ func block(i int) []byte {
 	return b
 }
 
-// TestDataWriteSurvivesFollowerKill writes a 256 MiB file (1 GiB with
-// CAIRN_LONG=1) through the data path of a real `cairn up` cluster with 4
+// TestDataWriteSurvivesFollowerKill writes a 1 GiB file (256 MiB with
+// -short) through the data path of a real `cairn up` cluster with 4
 // data nodes, kill -9s a data node a quarter of the way in and restarts it
 // by hand with the command line it had, halfway. The writer moves off the
 // partitions that lost a replica; every acknowledged byte must then read
 // back with the same SHA-256, and the restarted node must serve its share.
 func TestDataWriteSurvivesFollowerKill(t *testing.T) {
-	size := 256 << 20
-	if os.Getenv("CAIRN_LONG") != "" {
-		size = 1 << 30
+	size := 1 << 30
+	if testing.Short() {
+		size = 256 << 20
 	}
 	dir := filepath.Join(t.TempDir(), "data")
 	up := startUp(t, dir, "--datas", "4")
