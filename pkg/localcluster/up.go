@@ -21,6 +21,7 @@ import (
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/daemon"
+	"github.com/cairnfs/cairn/pkg/loopback"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 )
 
@@ -150,7 +151,7 @@ func (c *Cluster) startMount(ctx context.Context) {
 		fmt.Fprintf(c.opts.Out, "warning: not mounting volume %s on %s: /dev/fuse is not available (%v)\n", c.opts.Volume, mp, err)
 		return
 	}
-	ports, err := freePorts(1)
+	ports, err := loopback.FreePorts(1)
 	if err != nil {
 		fmt.Fprintf(c.opts.Out, "warning: not mounting volume %s: %v\n", c.opts.Volume, err)
 		return

@@ -23,6 +23,7 @@ import (
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/datanode"
+	"github.com/cairnfs/cairn/pkg/loopback"
 	"github.com/cairnfs/cairn/pkg/multiraft"
 	"github.com/cairnfs/cairn/pkg/node"
 )
@@ -101,13 +102,15 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	return c
 }
 
+// freeAddr returns a free loopback address below the kernel's ephemeral
+// range, so that no outgoing connection takes it before (or between) the
+// node's binds.
 func freeAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := loopback.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return ports[0]
 }
 
 // Partitions returns the partitions (shared: do not modify).
