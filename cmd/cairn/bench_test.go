@@ -90,7 +90,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "run", "--workload", "metadata", "--target", "posix:" + file}, "is not a directory"},
 		{[]string{"bench", "run", "--workload", "metadata", "--target", "posix:/proc"}, "is not writable"},
 		{[]string{"bench", "run", "--workload", "metadata", "--target", "nfs:/x"}, `unknown scheme "nfs"`},
-		{[]string{"bench", "run", "--workload", "metadata", "--target", "cairn:127.0.0.1:17000/default"}, "not available yet"},
+		{[]string{"bench", "run", "--workload", "metadata", "--target", "cairn:127.0.0.1:1/default"}, "no master at 127.0.0.1:1 answered"},
 		{[]string{"bench", "run", "--workload", "metadata", "--target", "posix:" + dir, "--threads", "0"}, "threads: value must be at least 1, got 0"},
 		{[]string{"bench", "run", "--workload", "seq-read", "--target", "posix:" + dir, "--set", "file_size=-1"}, "cannot be negative"},
 		{[]string{"bench", "run", "--workload", "metadata", "--target", "posix:" + dir, "--set", "blocksize=4K"}, `no workload of this run has a key "blocksize"`},

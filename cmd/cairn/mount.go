@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/cairnfs/cairn/pkg/bench/trace"
 	"github.com/cairnfs/cairn/pkg/client"
 	"github.com/cairnfs/cairn/pkg/fusefs"
 	"github.com/cairnfs/cairn/pkg/localcluster"
@@ -182,6 +183,7 @@ func newMountCmd() *cobra.Command {
 		opts    []string
 		metrics string
 		wait    time.Duration
+		traceTo string
 	)
 	cmd := &cobra.Command{
 		Use:   "mount VOLUME MOUNTPOINT",
@@ -195,9 +197,18 @@ Options (-o, comma-separated, may repeat):
   entry_timeout=S   seconds the kernel caches names (default 1; 0 disables)
   attr_timeout=S    seconds the kernel caches attributes (default 1; 0 disables)
   allow_other       let other users than the mounting one use the mount
-  debug             log every FUSE request`,
+  debug             log every FUSE request
+
+--trace FILE records every operation applications perform on the mount (open,
+close, read, write, fsync, truncate, stat, readdir, mkdir, rmdir, unlink,
+rename, link, symlink, readlink, chmod: path relative to the mount's root,
+offset, size, timing, result, calling pid) in the cairn bench trace format;
+unmounting flushes and closes it. Then 'cairn bench trace-stats FILE' prints
+its statistics and 'cairn bench replay FILE --target ...' replays it on any
+file system (docs/bench.md, "Traces").`,
 		Example: `  cairn mount --data-dir ./cairn-data default /mnt/cairn
-  cairn mount --master 127.0.0.1:7000 -o attr_timeout=5,allow_other --metrics :9100 default /mnt/cairn`,
+  cairn mount --master 127.0.0.1:7000 -o attr_timeout=5,allow_other --metrics :9100 default /mnt/cairn
+  cairn mount --data-dir ./cairn-data --trace /tmp/build.trace default /mnt/cairn`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 2 {
 				return usagef(cmd, "want VOLUME and MOUNTPOINT, got %d arguments", len(args))
@@ -228,6 +239,15 @@ Options (-o, comma-separated, may repeat):
 				}
 				masters = l.MasterAddrs()
 			}
+			// The trace file is created before anything waits, so that a bad
+			// path fails at once; on an early error it is closed as it is.
+			var rec *trace.Recorder
+			if traceTo != "" {
+				if rec, err = openTrace(traceTo, mp, volume); err != nil {
+					return err
+				}
+				defer rec.Close() // a no-op after closeTrace
+			}
 			v, err := openVolume(cmd, masters, volume, wait)
 			if err != nil {
 				return err
@@ -251,7 +271,19 @@ Options (-o, comma-separated, may repeat):
 				go func() { _ = srv.Serve(ln) }()
 				defer srv.Close()
 			}
-			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m})
+			// closeTrace flushes and closes the trace once the mount is gone.
+			closeTrace := func(err error) error {
+				if rec == nil {
+					return err
+				}
+				n := rec.Count()
+				if cerr := rec.Close(); cerr != nil {
+					return errors.Join(err, fmt.Errorf("trace %s: %w", traceTo, cerr))
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "trace: %d operations written to %s\n", n, traceTo)
+				return err
+			}
+			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m, Trace: rec})
 			srv, err := fuse.NewServer(fsys, mp, &fuse.MountOptions{
 				DirectMount: os.Geteuid() == 0,
 				AllowOther:  mo.allowOther,
@@ -262,7 +294,7 @@ Options (-o, comma-separated, may repeat):
 				Debug:       mo.debug,
 			})
 			if err != nil {
-				return fmt.Errorf("mount %s on %s: %w", volume, mp, err)
+				return closeTrace(fmt.Errorf("mount %s on %s: %w", volume, mp, err))
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -273,23 +305,41 @@ Options (-o, comma-separated, may repeat):
 			}()
 			if err := srv.WaitMount(); err != nil {
 				_ = srv.Unmount()
-				return fmt.Errorf("mount %s on %s: %w", volume, mp, err)
+				return closeTrace(fmt.Errorf("mount %s on %s: %w", volume, mp, err))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "mounted volume %s on %s; Ctrl-C unmounts\n", volume, mp)
 			select {
 			case <-ctx.Done():
 			case <-served: // unmounted from outside (umount, fusermount -u)
 				fmt.Fprintf(cmd.OutOrStdout(), "%s was unmounted\n", mp)
-				return nil
+				return closeTrace(nil)
 			}
-			return unmount(cmd, srv, mp, served)
+			return closeTrace(unmount(cmd, srv, mp, served))
 		},
 	}
 	cf.add(cmd)
 	cmd.Flags().StringArrayVarP(&opts, "options", "o", nil, "mount options, comma-separated (see above)")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9100)")
 	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long to retry while no master answers")
+	cmd.Flags().StringVar(&traceTo, "trace", "", "record every operation on the mount to this trace file (see cairn bench trace-stats and replay)")
 	return cmd
+}
+
+// openTrace creates the trace file of cairn mount --trace (truncating an
+// old one) and writes its header.
+func openTrace(file, mp, volume string) (*trace.Recorder, error) {
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	host, _ := os.Hostname()
+	rec, err := trace.NewRecorder(f, trace.Header{Root: mp, Source: "cairn mount", Host: host,
+		Command: strings.Join(os.Args, " "), Extra: map[string]string{"volume": volume}})
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--trace %s: %w", file, err)
+	}
+	return rec, nil
 }
 
 // unmount unmounts mp, retrying while it is busy (open files), and

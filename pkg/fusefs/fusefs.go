@@ -15,11 +15,13 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/cairnfs/cairn/pkg/bench/trace"
 	"github.com/cairnfs/cairn/pkg/client"
 )
 
@@ -33,6 +35,10 @@ type Options struct {
 	AttrTimeout time.Duration
 	// Metrics, if set, records every request.
 	Metrics *Metrics
+	// Trace, if set, records every operation an application performs on the
+	// mount (cairn mount --trace) in the cairn bench trace format; paths are
+	// relative to the mount's root. The caller closes it after unmounting.
+	Trace *trace.Recorder
 }
 
 func (o Options) withDefaults() Options {
@@ -53,8 +59,10 @@ func (o Options) withDefaults() Options {
 // It is safe for the concurrent requests of a multi-threaded server.
 type FS struct {
 	fuse.RawFileSystem
-	v    *client.Volume
-	opts Options
+	v      *client.Volume
+	opts   Options
+	tr     *tracer                     // nil unless Options.Trace is set
+	server atomic.Pointer[fuse.Server] // set by Init, for notifications
 
 	mu     sync.Mutex
 	nextFh uint64
@@ -73,17 +81,29 @@ type dirHandle struct {
 
 // New returns the adapter of v.
 func New(v *client.Volume, opts Options) *FS {
-	return &FS{
+	fs := &FS{
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
 		v:             v, opts: opts.withDefaults(), nextFh: 1,
 		files: map[uint64]*client.File{}, byIno: map[uint64]map[uint64]*client.File{}, dirs: map[uint64]*dirHandle{},
 	}
+	if opts.Trace != nil {
+		fs.tr = newTracer(opts.Trace)
+	}
+	return fs
 }
 
 // String names the file system (shown by the kernel in debug output).
 func (fs *FS) String() string { return "cairn:" + fs.v.Name() }
 
-func ctxOf(cancel <-chan struct{}) context.Context { return &fuse.Context{Cancel: cancel} }
+// ctxOf ignores the kernel's interrupts (FUSE_INTERRUPT, sent when the
+// calling thread gets any signal, e.g. a Go runtime's preemption SIGURG):
+// honouring them made lookups, renames or closes fail with EINTR, which no
+// local file system returns (libfuse ignores interrupts too unless -o intr).
+// SDK calls are bounded by their own deadlines.
+func ctxOf(cancel <-chan struct{}) context.Context { return &fuse.Context{} }
+
+// Init keeps the server for notifications (see Open).
+func (fs *FS) Init(s *fuse.Server) { fs.server.Store(s) }
 
 // status maps an SDK error to the FUSE status carrying its errno.
 func status(err error) fuse.Status {
@@ -160,24 +180,43 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 			out.NodeId = 0
 			out.SetEntryTimeout(fs.opts.EntryTimeout)
 		}
+		if fs.tr != nil && name != "." && name != ".." {
+			fs.tr.stat(start, header, fs.tr.child(header.NodeId, name), status(err), nil)
+		}
 		return fs.observe("lookup", start, status(err))
 	}
 	fs.fillEntry(a, out)
+	if fs.tr != nil && name != "." && name != ".." {
+		fs.tr.learn(header.NodeId, name, a.Ino)
+		fs.tr.stat(start, header, fs.tr.child(header.NodeId, name), fuse.OK, &out.Attr)
+	}
 	return fs.observe("lookup", start, fuse.OK)
 }
 
-// Forget is a no-op: node ids are inode numbers, nothing is kept per node.
-func (fs *FS) Forget(nodeid, nlookup uint64) {}
+// Forget drops the kernel's references to a node. Node ids are inode
+// numbers, so nothing is kept per node, except the path of the node when
+// the mount is traced.
+func (fs *FS) Forget(nodeid, nlookup uint64) {
+	if fs.tr != nil {
+		fs.tr.forget(nodeid, nlookup)
+	}
+}
 
 // GetAttr returns the inode's attributes.
 func (fs *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	start := time.Now()
 	a, err := fs.v.GetAttr(ctxOf(cancel), in.NodeId)
 	if err != nil {
+		if fs.tr != nil {
+			fs.tr.stat(start, &in.InHeader, fs.tr.path(in.NodeId), status(err), nil)
+		}
 		return fs.observe("getattr", start, status(err))
 	}
 	fs.fillAttr(a, &out.Attr)
 	out.SetTimeout(fs.opts.AttrTimeout)
+	if fs.tr != nil {
+		fs.tr.stat(start, &in.InHeader, fs.tr.path(in.NodeId), fuse.OK, &out.Attr)
+	}
 	return fs.observe("getattr", start, fuse.OK)
 }
 
@@ -196,6 +235,33 @@ func (fs *FS) openFiles(ino uint64) []*client.File {
 // handles of the file, which then see the new size) and times (incl. NOW).
 func (fs *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
 	start := time.Now()
+	if fs.tr != nil {
+		st := fs.setAttr(cancel, in, out, start)
+		fs.traceSetAttr(start, in, st)
+		return st
+	}
+	return fs.setAttr(cancel, in, out, start)
+}
+
+// traceSetAttr records the parts of a setattr the trace format has: a
+// truncate (by handle when the kernel names one) and a chmod.
+func (fs *FS) traceSetAttr(start time.Time, in *fuse.SetAttrIn, st fuse.Status) {
+	p := fs.tr.path(in.NodeId)
+	if in.Valid&fuse.FATTR_SIZE != 0 {
+		e := trace.Event{Op: trace.OpTruncate, Path: p, Size: int64(in.Size)}
+		if fh, ok := in.GetFh(); ok {
+			if o := fs.tr.handle(fh); o.id != 0 {
+				e.Handle, e.Path = o.id, o.path
+			}
+		}
+		fs.tr.record(start, &in.InHeader, e, st, 0)
+	}
+	if in.Valid&fuse.FATTR_MODE != 0 {
+		fs.tr.record(start, &in.InHeader, trace.Event{Op: trace.OpChmod, Path: p, Mode: in.Mode & 0o7777}, st, 0)
+	}
+}
+
+func (fs *FS) setAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut, start time.Time) fuse.Status {
 	ctx := ctxOf(cancel)
 	var s client.SetattrIn
 	if in.Valid&fuse.FATTR_MODE != 0 {
@@ -227,15 +293,21 @@ func (fs *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Attr
 		s.Ctime = time.Unix(int64(in.Ctime), int64(in.Ctimensec))
 	}
 	var files []*client.File
-	if in.Valid&fuse.FATTR_SIZE != 0 {
-		s.Valid |= client.SetSize
-		s.Size = in.Size
+	if in.Valid&(fuse.FATTR_SIZE|fuse.FATTR_MTIME|fuse.FATTR_MTIME_NOW) != 0 {
+		// Also before setting the mtime: a later flush of earlier writes
+		// would move it again (tar and cp -p set it before close).
 		files = fs.openFiles(in.NodeId)
 		for _, f := range files {
 			if err := f.Flush(ctx); err != nil {
 				return fs.observe("setattr", start, status(err))
 			}
 		}
+	}
+	if in.Valid&fuse.FATTR_SIZE != 0 {
+		s.Valid |= client.SetSize
+		s.Size = in.Size
+	} else {
+		files = nil // no size change to apply to the handles
 	}
 	var a *client.Attr
 	var err error
@@ -259,10 +331,19 @@ func (fs *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Attr
 func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
 	a, err := fs.v.Mknod(ctxOf(cancel), in.NodeId, name, in.Mode&^(in.Umask&0o777), uint64(in.Rdev), in.Uid, in.Gid)
+	if fs.tr != nil && (in.Mode&syscall.S_IFMT == 0 || in.Mode&syscall.S_IFMT == syscall.S_IFREG) {
+		// A regular file made without opening it: an open that creates
+		// and is not kept (handle 0).
+		fs.tr.record(start, &in.InHeader, trace.Event{Op: trace.OpOpen, Path: fs.tr.child(in.NodeId, name),
+			Flags: syscall.O_CREAT | syscall.O_EXCL | syscall.O_WRONLY, Mode: in.Mode & 0o7777}, status(err), 0)
+	}
 	if err != nil {
 		return fs.observe("mknod", start, status(err))
 	}
 	fs.fillEntry(a, out)
+	if fs.tr != nil {
+		fs.tr.learn(in.NodeId, name, a.Ino)
+	}
 	return fs.observe("mknod", start, fuse.OK)
 }
 
@@ -270,40 +351,75 @@ func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *
 func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
 	a, err := fs.v.Mkdir(ctxOf(cancel), in.NodeId, name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
+	if fs.tr != nil {
+		fs.tr.record(start, &in.InHeader, trace.Event{Op: trace.OpMkdir, Path: fs.tr.child(in.NodeId, name), Mode: in.Mode & 0o7777}, status(err), 0)
+	}
 	if err != nil {
 		return fs.observe("mkdir", start, status(err))
 	}
 	fs.fillEntry(a, out)
+	if fs.tr != nil {
+		fs.tr.learn(in.NodeId, name, a.Ino)
+	}
 	return fs.observe("mkdir", start, fuse.OK)
 }
 
 // Unlink removes a non-directory name.
 func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
-	return fs.observe("unlink", start, status(fs.v.Unlink(ctxOf(cancel), header.NodeId, name)))
+	st := status(fs.v.Unlink(ctxOf(cancel), header.NodeId, name))
+	if fs.tr != nil {
+		fs.tr.record(start, header, trace.Event{Op: trace.OpUnlink, Path: fs.tr.child(header.NodeId, name)}, st, 0)
+		if st == fuse.OK {
+			fs.tr.removed(header.NodeId, name)
+		}
+	}
+	return fs.observe("unlink", start, st)
 }
 
 // Rmdir removes an empty directory.
 func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
-	return fs.observe("rmdir", start, status(fs.v.Rmdir(ctxOf(cancel), header.NodeId, name)))
+	st := status(fs.v.Rmdir(ctxOf(cancel), header.NodeId, name))
+	if fs.tr != nil {
+		fs.tr.record(start, header, trace.Event{Op: trace.OpRmdir, Path: fs.tr.child(header.NodeId, name)}, st, 0)
+		if st == fuse.OK {
+			fs.tr.removed(header.NodeId, name)
+		}
+	}
+	return fs.observe("rmdir", start, st)
 }
 
 // Rename moves a name; flags RENAME_NOREPLACE and RENAME_EXCHANGE are
 // passed to the SDK (others: EINVAL).
 func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName string, newName string) fuse.Status {
 	start := time.Now()
-	return fs.observe("rename", start, status(fs.v.Rename(ctxOf(cancel), in.NodeId, oldName, in.Newdir, newName, in.Flags)))
+	st := status(fs.v.Rename(ctxOf(cancel), in.NodeId, oldName, in.Newdir, newName, in.Flags))
+	if fs.tr != nil {
+		fs.tr.record(start, &in.InHeader, trace.Event{Op: trace.OpRename, Path: fs.tr.child(in.NodeId, oldName),
+			Path2: fs.tr.child(in.Newdir, newName)}, st, 0)
+		if st == fuse.OK {
+			fs.tr.renamed(in.NodeId, oldName, in.Newdir, newName, in.Flags)
+		}
+	}
+	return fs.observe("rename", start, st)
 }
 
 // Link gives an inode another name.
 func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
 	a, err := fs.v.Link(ctxOf(cancel), in.Oldnodeid, in.NodeId, name)
+	if fs.tr != nil {
+		fs.tr.record(start, &in.InHeader, trace.Event{Op: trace.OpLink, Path: fs.tr.path(in.Oldnodeid),
+			Path2: fs.tr.child(in.NodeId, name)}, status(err), 0)
+	}
 	if err != nil {
 		return fs.observe("link", start, status(err))
 	}
 	fs.fillEntry(a, out)
+	if fs.tr != nil {
+		fs.tr.learn(in.NodeId, name, a.Ino)
+	}
 	return fs.observe("link", start, fuse.OK)
 }
 
@@ -311,10 +427,16 @@ func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fu
 func (fs *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target string, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
 	a, err := fs.v.Symlink(ctxOf(cancel), header.NodeId, name, target, header.Uid, header.Gid)
+	if fs.tr != nil {
+		fs.tr.record(start, header, trace.Event{Op: trace.OpSymlink, Path: fs.tr.child(header.NodeId, name), Path2: target}, status(err), 0)
+	}
 	if err != nil {
 		return fs.observe("symlink", start, status(err))
 	}
 	fs.fillEntry(a, out)
+	if fs.tr != nil {
+		fs.tr.learn(header.NodeId, name, a.Ino)
+	}
 	return fs.observe("symlink", start, fuse.OK)
 }
 
@@ -322,6 +444,9 @@ func (fs *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target stri
 func (fs *FS) Readlink(cancel <-chan struct{}, header *fuse.InHeader) ([]byte, fuse.Status) {
 	start := time.Now()
 	t, err := fs.v.Readlink(ctxOf(cancel), header.NodeId)
+	if fs.tr != nil {
+		fs.tr.record(start, header, trace.Event{Op: trace.OpReadlink, Path: fs.tr.path(header.NodeId)}, status(err), 0)
+	}
 	if err != nil {
 		return nil, fs.observe("readlink", start, status(err))
 	}
@@ -399,6 +524,18 @@ func (fs *FS) file(fh uint64) *client.File {
 // Create makes a regular file owned by the caller and opens it.
 func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	start := time.Now()
+	if fs.tr != nil {
+		st := fs.create(cancel, in, name, out, start)
+		if st == fuse.OK {
+			fs.tr.learn(in.NodeId, name, out.NodeId)
+		}
+		fs.tr.open(start, &in.InHeader, out.Fh, fs.tr.child(in.NodeId, name), in.Flags|syscall.O_CREAT, in.Mode, st)
+		return st
+	}
+	return fs.create(cancel, in, name, out, start)
+}
+
+func (fs *FS) create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut, start time.Time) fuse.Status {
 	ctx := ctxOf(cancel)
 	a, err := fs.v.Create(ctx, in.NodeId, name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
 	if err != nil {
@@ -418,6 +555,15 @@ func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 // is read (close-to-open).
 func (fs *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	start := time.Now()
+	if fs.tr != nil {
+		st := fs.open(cancel, in, out, start)
+		fs.tr.open(start, &in.InHeader, out.Fh, fs.tr.path(in.NodeId), in.Flags, 0, st)
+		return st
+	}
+	return fs.open(cancel, in, out, start)
+}
+
+func (fs *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut, start time.Time) fuse.Status {
 	ctx := ctxOf(cancel)
 	for _, f := range fs.openFiles(in.NodeId) {
 		if err := f.Flush(ctx); err != nil {
@@ -429,6 +575,13 @@ func (fs *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) f
 		return fs.observe("open", start, status(err))
 	}
 	out.Fh = fs.addFile(f)
+	// The kernel may hold attributes (the size) cached from before another
+	// mount's close: drop them so that fstat and reads see the size as of
+	// this open (close-to-open across mounts; the page cache is dropped
+	// because the open does not ask FOPEN_KEEP_CACHE).
+	if s := fs.server.Load(); s != nil {
+		s.InodeNotify(in.NodeId, -1, 0)
+	}
 	return fs.observe("open", start, fuse.OK)
 }
 
@@ -441,7 +594,13 @@ func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Re
 	}
 	n, err := f.ReadAt(buf[:min(len(buf), int(in.Size))], int64(in.Offset))
 	if err != nil && err != io.EOF {
+		if fs.tr != nil {
+			fs.tr.io(start, &in.InHeader, trace.OpRead, in.Fh, in.Offset, in.Size, status(err), 0)
+		}
 		return nil, fs.observe("read", start, status(err))
+	}
+	if fs.tr != nil {
+		fs.tr.io(start, &in.InHeader, trace.OpRead, in.Fh, in.Offset, in.Size, fuse.OK, int64(n))
 	}
 	if m := fs.opts.Metrics; m != nil {
 		m.readBytes.Add(float64(n))
@@ -461,7 +620,13 @@ func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint
 		m.writeBytes.Add(float64(n))
 	}
 	if err != nil && n == 0 {
+		if fs.tr != nil {
+			fs.tr.io(start, &in.InHeader, trace.OpWrite, in.Fh, in.Offset, uint32(len(data)), status(err), 0)
+		}
 		return 0, fs.observe("write", start, status(err))
+	}
+	if fs.tr != nil {
+		fs.tr.io(start, &in.InHeader, trace.OpWrite, in.Fh, in.Offset, uint32(len(data)), fuse.OK, int64(n))
 	}
 	return uint32(n), fs.observe("write", start, fuse.OK)
 }
@@ -484,7 +649,12 @@ func (fs *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	if f == nil {
 		return fs.observe("fsync", start, fuse.EBADF)
 	}
-	return fs.observe("fsync", start, status(f.Fsync(ctxOf(cancel))))
+	st := status(f.Fsync(ctxOf(cancel)))
+	if fs.tr != nil {
+		o := fs.tr.handle(in.Fh)
+		fs.tr.record(start, &in.InHeader, trace.Event{Op: trace.OpFsync, Handle: o.id, Path: o.path}, st, 0)
+	}
+	return fs.observe("fsync", start, st)
 }
 
 // Release closes an open file (flushing what is left; an error here
@@ -504,7 +674,15 @@ func (fs *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	if f == nil {
 		return
 	}
-	fs.observe("release", start, status(f.Close(context.Background())))
+	st := status(f.Close(context.Background()))
+	if fs.tr != nil {
+		// The application's close(2) succeeded whatever this says (its
+		// error went to flush), so the close is recorded as a success.
+		if o := fs.tr.closed(in.Fh); o.id != 0 {
+			fs.tr.record(start, &in.InHeader, trace.Event{Op: trace.OpClose, Handle: o.id, Path: o.path}, fuse.OK, 0)
+		}
+	}
+	fs.observe("release", start, st)
 }
 
 // OpenDir opens a directory (ENOTDIR for other types).
@@ -593,6 +771,9 @@ func (fs *FS) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntr
 		// vanished meanwhile), get no entry: the kernel looks them up.
 		if e.Attr != nil && e.Name != "." && e.Name != ".." {
 			fs.fillEntry(e.Attr, eo)
+			if fs.tr != nil {
+				fs.tr.learn(d.ino, e.Name, e.Ino)
+			}
 		}
 	}
 	return fuse.OK
@@ -601,13 +782,25 @@ func (fs *FS) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntr
 // ReadDir lists a directory with "." and "..".
 func (fs *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	start := time.Now()
-	return fs.observe("readdir", start, fs.readDir(cancel, in, out, false))
+	st := fs.readDir(cancel, in, out, false)
+	fs.traceReadDir(start, in, st)
+	return fs.observe("readdir", start, st)
 }
 
 // ReadDirPlus lists a directory with each entry's attributes.
 func (fs *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	start := time.Now()
-	return fs.observe("readdirplus", start, fs.readDir(cancel, in, out, true))
+	st := fs.readDir(cancel, in, out, true)
+	fs.traceReadDir(start, in, st)
+	return fs.observe("readdirplus", start, st)
+}
+
+// traceReadDir records a listing once, at its first read (offset 0).
+func (fs *FS) traceReadDir(start time.Time, in *fuse.ReadIn, st fuse.Status) {
+	if fs.tr == nil || in.Offset != 0 {
+		return
+	}
+	fs.tr.record(start, &in.InHeader, trace.Event{Op: trace.OpReaddir, Path: fs.tr.path(in.NodeId)}, st, 0)
 }
 
 // ReleaseDir closes an open directory.

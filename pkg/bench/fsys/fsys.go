@@ -91,6 +91,14 @@ type Describer interface {
 	Describe() map[string]string
 }
 
+// Counter is implemented by backends whose client counts its own traffic
+// (cairn: metadata requests, opens, bytes to and from data nodes). The values
+// are cumulative over the session; the engine reports their increase over
+// each phase.
+type Counter interface {
+	Counters() map[string]int64
+}
+
 // Options change how a target is opened.
 type Options struct {
 	// Confined makes every path resolve strictly inside the target's root,

@@ -393,6 +393,11 @@ func (r *Runner) Run(ctx context.Context) *Result {
 		if e, ok := r.w.(Expecter); ok {
 			expected = e.Expect(p) * int64(len(r.threads))
 		}
+		counter, counted := r.fs.(fsys.Counter)
+		var before map[string]int64
+		if counted {
+			before = counter.Counters()
+		}
 		lives := r.progress.begin(r.spec.Name(), name, p, len(phases), expected, limit, len(r.threads))
 		ph := PhaseResult{Name: name, StartNs: int64(time.Since(t0)), Threads: len(r.threads)}
 		errs := make([]error, len(r.threads))
@@ -439,6 +444,9 @@ func (r *Runner) Run(ctx context.Context) *Result {
 			Extra(phase int) map[string]float64
 		}); ok {
 			ph.Extra = x.Extra(p)
+		}
+		if counted {
+			ph.Extra = addCounterFigures(ph.Extra, before, counter.Counters(), ph.Ops)
 		}
 		if firstErr == nil && ctx.Err() != nil {
 			firstErr = fmt.Errorf("stopped: %w", context.Cause(ctx))
@@ -531,4 +539,32 @@ func MergePhases(parts []PhaseResult) PhaseResult {
 		out.Ops = append(out.Ops, OpResult{Name: n, Op: *ops[n]})
 	}
 	return out
+}
+
+// addCounterFigures adds the figures of a backend's traffic counters over a
+// phase (fsys.Counter: the cairn backend's metadata requests and opens):
+// meta_requests, meta_requests_per_op (over every measured operation) and
+// meta_requests_per_open (over the files the phase opened, when it opened
+// any). Across worker processes the merged report keeps the largest.
+func addCounterFigures(extra map[string]float64, before, after map[string]int64, ops []OpResult) map[string]float64 {
+	meta, ok := after["meta_requests"]
+	if !ok {
+		return extra
+	}
+	meta -= before["meta_requests"]
+	if extra == nil {
+		extra = map[string]float64{}
+	}
+	extra["meta_requests"] = float64(meta)
+	var n int64
+	for _, o := range ops {
+		n += o.Count
+	}
+	if n > 0 {
+		extra["meta_requests_per_op"] = float64(meta) / float64(n)
+	}
+	if opens := after["opens"] - before["opens"]; opens > 0 {
+		extra["meta_requests_per_open"] = float64(meta) / float64(opens)
+	}
+	return extra
 }
