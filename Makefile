@@ -10,13 +10,19 @@ STATICCHECK_VERSION := v0.8.2
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 # Debian packages the tests use: strace records traces for `cairn bench record`;
-# fuse3 provides fusermount3 for mounting as a non-root user.
-APT_PACKAGES  := strace fuse3
+# fuse3 provides fusermount3 for mounting as a non-root user; fio checks data
+# through the mount (TestPosixFio).
+APT_PACKAGES  := strace fuse3 fio
+# The POSIX suite run by `make posix` and TestMountPjdfstest (Rust, crates.io).
+PJDFSTEST_VERSION := 0.2.2
 SUDO          := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
-# Integration tests run real processes; one package at a time keeps 2 cores sane.
+# Unit tests run with the race detector, one package at a time (2 cores).
 TEST_FLAGS    ?= -race -p 1 -timeout 15m
+# Integration tests drive real cairn processes (built without the race
+# detector), so racing the test harness itself would only slow them down.
+INTEGRATION_FLAGS ?= -p 1 -timeout 20m
 
-.PHONY: build up test deps apt-deps vet lint bench proto clean
+.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount posix proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -26,7 +32,7 @@ up: build
 	./$(BIN) up
 
 ## deps: what the tests need beyond Go itself.
-deps: apt-deps $(STATICCHECK)
+deps: apt-deps cargo-deps $(STATICCHECK)
 
 apt-deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -34,6 +40,15 @@ apt-deps:
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+# pjdfstest when Rust's cargo is there (a fresh `cargo install` took 31 s on 2 cores);
+# without cargo, TestMountPjdfstest skips and `make posix` says what to install.
+cargo-deps:
+	@if command -v cargo >/dev/null; then \
+		command -v pjdfstest >/dev/null || [ -x "$${CARGO_HOME:-$$HOME/.cargo}/bin/pjdfstest" ] || \
+		{ echo "installing pjdfstest $(PJDFSTEST_VERSION) with cargo"; \
+		  cargo install pjdfstest --version $(PJDFSTEST_VERSION) --locked; }; \
+	else echo "cargo not found: skipping pjdfstest (install Rust with rustup to run it)"; fi
 
 $(STATICCHECK):
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -48,7 +63,18 @@ lint: deps
 ## test: everything CI runs: formatting, vet, staticcheck, unit and integration
 ## tests with the race detector.
 test: deps build vet lint
-	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test $(TEST_FLAGS) ./...
+	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/integration)
+	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test $(INTEGRATION_FLAGS) ./test/integration/
+
+## posix: the POSIX suite pjdfstest on a fresh `cairn up` mount (installs it with
+## cargo when missing); fails below 95% passed. See docs/posix.md.
+posix: build
+	CAIRN_BIN=$(CURDIR)/$(BIN) PJDFSTEST_VERSION=$(PJDFSTEST_VERSION) test/posix/run.sh
+
+## bench-mount: cairn bench on a `cairn up` mount against a FUSE passthrough of
+## the local disk (not part of CI). See docs/measurements.md.
+bench-mount: build
+	CAIRN_BIN=$(CURDIR)/$(BIN) bench/mount-vs-passthrough.sh
 
 ## bench: the benchmarks (not part of CI).
 bench:
