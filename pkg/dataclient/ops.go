@@ -103,10 +103,22 @@ func (c *Client) overwritePiece(ctx context.Context, pid uint64, replicas []uint
 // is already free succeeds, so the collector may retry. It returns the keys
 // it could not free.
 func (c *Client) Free(ctx context.Context, keys []*metapb.ExtentKey) ([]*metapb.ExtentKey, error) {
+	return c.freeKeys(ctx, keys, 0)
+}
+
+// FreeUnreferenced is Free for keys whose file no longer refers to their
+// extents at all (the caller checked its live keys): a large extent goes
+// whole whatever the key's offset, so a file whose head was replaced first
+// does not leak the rest of the extent.
+func (c *Client) FreeUnreferenced(ctx context.Context, keys []*metapb.ExtentKey) ([]*metapb.ExtentKey, error) {
+	return c.freeKeys(ctx, keys, dataproto.FlagWhole)
+}
+
+func (c *Client) freeKeys(ctx context.Context, keys []*metapb.ExtentKey, flags dataproto.Flags) ([]*metapb.ExtentKey, error) {
 	var failed []*metapb.ExtentKey
 	var errs []error
 	for _, k := range keys {
-		if err := c.free(ctx, k.PartitionId, k.ExtentId, k.ExtentOffset, k.Size); err != nil {
+		if err := c.free(ctx, k.PartitionId, k.ExtentId, k.ExtentOffset, k.Size, flags); err != nil {
 			failed = append(failed, k)
 			errs = append(errs, err)
 		}
@@ -114,7 +126,7 @@ func (c *Client) Free(ctx context.Context, keys []*metapb.ExtentKey) ([]*metapb.
 	return failed, errors.Join(errs...)
 }
 
-func (c *Client) free(ctx context.Context, pid, ext, off, n uint64) error {
+func (c *Client) free(ctx context.Context, pid, ext, off, n uint64, flags dataproto.Flags) error {
 	p, err := c.partition(pid)
 	if err != nil {
 		return err
@@ -124,7 +136,7 @@ func (c *Client) free(ctx context.Context, pid, ext, off, n uint64) error {
 		conn, err := c.primaryConn(ctx, p)
 		if err == nil {
 			_, _, err = conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{
-				Op: dataproto.OpFree, Partition: pid, Extent: ext, Offset: int64(off), Arg: n, Epoch: c.epoch(),
+				Op: dataproto.OpFree, Flags: flags, Partition: pid, Extent: ext, Offset: int64(off), Arg: n, Epoch: c.epoch(),
 			}})
 		}
 		if err == nil {

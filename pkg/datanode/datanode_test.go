@@ -207,6 +207,8 @@ func TestRequestChecks(t *testing.T) {
 		{"overwrite past committed", 1, dataproto.Header{Op: dataproto.OpOverwrite, Partition: 1, Extent: ext, Offset: 999}, []byte("xy"), dataproto.CodeOutOfRange},
 		{"free a key in the middle of a large extent frees nothing", 1, dataproto.Header{Op: dataproto.OpFree, Partition: 1, Extent: ext, Offset: 5, Arg: 5}, nil, dataproto.CodeOK},
 		{"the extent is still there", 3, dataproto.Header{Op: dataproto.OpRead, Partition: 1, Extent: ext, Offset: 0, Arg: 1000, Size: 1000}, nil, dataproto.CodeOK},
+		{"a last reference frees it whole", 1, dataproto.Header{Op: dataproto.OpFree, Flags: dataproto.FlagWhole, Partition: 1, Extent: ext, Offset: 5, Arg: 5}, nil, dataproto.CodeOK},
+		{"the extent is gone from every replica", 3, dataproto.Header{Op: dataproto.OpRead, Partition: 1, Extent: ext, Offset: 0, Arg: 1000, Size: 1000}, nil, dataproto.CodeNotFound},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

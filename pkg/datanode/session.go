@@ -431,10 +431,10 @@ func (s *session) free(in *dataproto.Inbound) {
 		err = nil // freed here already (a retry), or never held
 	case err != nil:
 	case info.Kind == extentstore.KindLarge:
-		// A large extent holds one file from offset 0: the key at offset 0
-		// frees it whole; a key further in (a truncated tail) frees nothing
-		// on its own.
-		if h.Offset == 0 {
+		// A large extent holds one file from offset 0: the key at offset 0,
+		// or any key the sender marks as the file's last reference, frees it
+		// whole; a key further in (a truncated tail) frees nothing on its own.
+		if h.Offset == 0 || h.Flags&dataproto.FlagWhole != 0 {
 			err = st.DeleteExtent(h.Extent)
 		}
 	default:

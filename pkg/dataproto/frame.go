@@ -109,6 +109,10 @@ const (
 	FlagNoCRC Flags = 1 << 3
 	// FlagMore says a listing continues.
 	FlagMore Flags = 1 << 4
+	// FlagWhole, on a free, says the sender checked that no key of the file
+	// refers to the extent any more: a large extent is then deleted whole
+	// whatever the offset (a small file's range is punched as always).
+	FlagWhole Flags = 1 << 5
 )
 
 // Code is a response's result.

@@ -13,6 +13,7 @@ package fusefs
 import (
 	"context"
 	"io"
+	"log/slog"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -110,7 +111,12 @@ func status(err error) fuse.Status {
 	if err == nil {
 		return fuse.OK
 	}
-	return fuse.Status(client.ErrnoOf(err))
+	errno := client.ErrnoOf(err)
+	if errno == syscall.EIO {
+		// EIO hides the cause from the application: keep it in the log.
+		slog.Warn("operation failed with EIO", "err", err)
+	}
+	return fuse.Status(errno)
 }
 
 func (fs *FS) observe(op string, start time.Time, st fuse.Status) fuse.Status {

@@ -91,15 +91,35 @@ func (h *Host) ledPartitions() []ledPartition {
 
 // collect frees one batch of p's free list and acknowledges what was freed.
 func (c *collector) collect(ctx context.Context, lp ledPartition) error {
-	var freed []metapartition.FreedExtent
+	var (
+		freed []metapartition.FreedExtent
+		// referenced marks entries whose file still has a key on the same
+		// extent: the bytes they free were replaced, but the extent lives
+		// on (a large extent holds one file, and deleting it would lose the
+		// rest). Their data is left alone; the file's last key frees it.
+		referenced []bool
+	)
 	lp.part.sm.read(func(mp *metapartition.Partition) {
 		freed = mp.FreeList()
+		if len(freed) > collectBatch {
+			freed = freed[:collectBatch]
+		}
+		referenced = make([]bool, len(freed))
+		for i, f := range freed {
+			in, errno := mp.GetInode(f.Ino)
+			if errno != 0 {
+				continue
+			}
+			for _, k := range in.GetExtents() {
+				if k.PartitionId == f.PartitionID && k.ExtentId == f.ExtentID {
+					referenced[i] = true
+					break
+				}
+			}
+		}
 	})
 	if len(freed) == 0 {
 		return nil
-	}
-	if len(freed) > collectBatch {
-		freed = freed[:collectBatch]
 	}
 	dc, err := c.dataClient(ctx, lp.volume)
 	if err != nil {
@@ -108,8 +128,12 @@ func (c *collector) collect(ctx context.Context, lp ledPartition) error {
 	// Acknowledge only the prefix that was freed, so a failure is retried
 	// next round and nothing after it is dropped from the list early.
 	var upto uint64
-	for _, f := range freed {
-		failed, err := dc.Free(ctx, []*metapb.ExtentKey{{
+	for i, f := range freed {
+		if referenced[i] {
+			upto = f.Seq
+			continue
+		}
+		failed, err := dc.FreeUnreferenced(ctx, []*metapb.ExtentKey{{
 			PartitionId: f.PartitionID, ExtentId: f.ExtentID, ExtentOffset: f.ExtentOffset, Size: f.Size,
 		}})
 		if err != nil || len(failed) > 0 {

@@ -122,12 +122,6 @@ func treeOf(t *testing.T, root string) map[string]fileState {
 // each, the same state of the names involved after every step, and the same
 // tree at the end. Replay with: go test -run TestPosixRandomOps -args -posix.seed=N
 func TestPosixRandomOps(t *testing.T) {
-	// Quarantined, not deleted: it finds an open bug (docs/posix.md, "Open
-	// bug"), about one run in five. CI must stay deterministic until it is
-	// fixed; the fix's session runs it with CAIRN_QUARANTINED=1.
-	if os.Getenv("CAIRN_QUARANTINED") == "" {
-		t.Skip("quarantined until the intermittent EIO after overlapping writes is fixed (docs/posix.md); run with CAIRN_QUARANTINED=1")
-	}
 	seed := *posixSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
