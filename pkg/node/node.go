@@ -268,7 +268,7 @@ func (n *Node) openPartitions() (err error) {
 	}
 	n.transport.SetHost(n.raft)
 	n.telemetry.Registry.MustRegister(multiraft.NewCollector(n.raft))
-	n.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(daemon.UnaryMetrics(n.telemetry.Registry)))
+	n.grpc = daemon.NewGRPCServer(n.telemetry.Registry)
 	healthpb.RegisterHealthServer(n.grpc, health.NewServer())
 	n.transport.Register(n.grpc)
 	if n.cfg.NewPartitions != nil {
