@@ -493,25 +493,34 @@ func (t *txn) createInode(m *metapb.CreateInode) (*metapb.OpResult, *opError) {
 	return &metapb.OpResult{Inode: in.toProto(false)}, nil
 }
 
-func (t *txn) createDentry(m *metapb.CreateDentry) (*metapb.OpResult, *opError) {
-	parent, err := t.ref("parent", m.GetParent())
+// dentryArgs checks what CreateDentry and ReplaceDentry share: the parent and
+// inode references (ino 0: the Txn's created inode), the name and the type.
+func (t *txn) dentryArgs(rawParent uint64, rawName []byte, typ metapb.FileType, rawIno uint64) (parent uint64, name string, ino uint64, _ *opError) {
+	parent, err := t.ref("parent", rawParent)
 	if err != nil {
-		return nil, err
+		return 0, "", 0, err
 	}
-	name := string(m.GetName())
+	name = string(rawName)
 	if e, msg := checkName(name); e != OK {
-		return nil, fail(e, "%s", msg)
+		return 0, "", 0, fail(e, "%s", msg)
 	}
-	typ := m.GetType()
 	if !validType(typ) {
-		return nil, fail(EINVAL, "invalid file type %d", typ)
+		return 0, "", 0, fail(EINVAL, "invalid file type %d", typ)
 	}
-	ino, err := t.ref("ino", m.GetIno())
-	if err != nil {
-		return nil, err
+	if ino, err = t.ref("ino", rawIno); err != nil {
+		return 0, "", 0, err
 	}
 	if ino == parent {
-		return nil, fail(EINVAL, "dentry %d/%s would point at its own parent", parent, quote(name))
+		return 0, "", 0, fail(EINVAL, "dentry %d/%s would point at its own parent", parent, quote(name))
+	}
+	return parent, name, ino, nil
+}
+
+func (t *txn) createDentry(m *metapb.CreateDentry) (*metapb.OpResult, *opError) {
+	typ := m.GetType()
+	parent, name, ino, err := t.dentryArgs(m.GetParent(), m.GetName(), typ, m.GetIno())
+	if err != nil {
+		return nil, err
 	}
 	if t.fenceOf(parent) != 0 {
 		return nil, fail(ENOENT, "parent %d is fenced (being removed)", parent)
@@ -575,24 +584,10 @@ func checkExpectType(et metapb.FileType, d dentry) *opError {
 }
 
 func (t *txn) replaceDentry(m *metapb.ReplaceDentry) (*metapb.OpResult, *opError) {
-	parent, err := t.ref("parent", m.GetParent())
-	if err != nil {
-		return nil, err
-	}
-	name := string(m.GetName())
-	if e, msg := checkName(name); e != OK {
-		return nil, fail(e, "%s", msg)
-	}
 	typ := m.GetType()
-	if !validType(typ) {
-		return nil, fail(EINVAL, "invalid file type %d", typ)
-	}
-	ino, err := t.ref("ino", m.GetIno())
+	parent, name, ino, err := t.dentryArgs(m.GetParent(), m.GetName(), typ, m.GetIno())
 	if err != nil {
 		return nil, err
-	}
-	if ino == parent {
-		return nil, fail(EINVAL, "dentry %d/%s would point at its own parent", parent, quote(name))
 	}
 	old, ok := t.dentry(parent, name)
 	if !ok {
