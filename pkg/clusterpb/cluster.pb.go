@@ -184,6 +184,70 @@ func (PartitionKind) EnumDescriptor() ([]byte, []int) {
 	return file_cluster_proto_rawDescGZIP(), []int{2}
 }
 
+// MigrationPhase orders the steps of a routing change; each step is idempotent
+// and a new master leader resumes from the recorded phase.
+type MigrationPhase int32
+
+const (
+	MigrationPhase_MIGRATION_PHASE_UNSPECIFIED MigrationPhase = 0
+	// FREEZE: every meta partition of the volume learns the target routing with
+	// the live one as previous: names that move are read-only at their source and
+	// unavailable (retry) at their destination.
+	MigrationPhase_MIGRATION_PHASE_FREEZE MigrationPhase = 1
+	// COPY: the moving dentries are copied from sources to destinations.
+	MigrationPhase_MIGRATION_PHASE_COPY MigrationPhase = 2
+	// SWITCH: every meta partition drops the previous routing and serves by the
+	// target; the map's live routing becomes the target.
+	MigrationPhase_MIGRATION_PHASE_SWITCH MigrationPhase = 3
+	// PURGE: sources delete the dentries they no longer own.
+	MigrationPhase_MIGRATION_PHASE_PURGE MigrationPhase = 4
+)
+
+// Enum value maps for MigrationPhase.
+var (
+	MigrationPhase_name = map[int32]string{
+		0: "MIGRATION_PHASE_UNSPECIFIED",
+		1: "MIGRATION_PHASE_FREEZE",
+		2: "MIGRATION_PHASE_COPY",
+		3: "MIGRATION_PHASE_SWITCH",
+		4: "MIGRATION_PHASE_PURGE",
+	}
+	MigrationPhase_value = map[string]int32{
+		"MIGRATION_PHASE_UNSPECIFIED": 0,
+		"MIGRATION_PHASE_FREEZE":      1,
+		"MIGRATION_PHASE_COPY":        2,
+		"MIGRATION_PHASE_SWITCH":      3,
+		"MIGRATION_PHASE_PURGE":       4,
+	}
+)
+
+func (x MigrationPhase) Enum() *MigrationPhase {
+	p := new(MigrationPhase)
+	*p = x
+	return p
+}
+
+func (x MigrationPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MigrationPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_cluster_proto_enumTypes[3].Descriptor()
+}
+
+func (MigrationPhase) Type() protoreflect.EnumType {
+	return &file_cluster_proto_enumTypes[3]
+}
+
+func (x MigrationPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MigrationPhase.Descriptor instead.
+func (MigrationPhase) EnumDescriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{3}
+}
+
 // Node is a meta or data node as recorded in the replicated map.
 type Node struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
@@ -304,8 +368,20 @@ type Volume struct {
 	DataPartitions []uint64               `protobuf:"varint,6,rep,packed,name=data_partitions,json=dataPartitions,proto3" json:"data_partitions,omitempty"`
 	// slot_owners[i] is the meta partition that owns hash slot i; the slot count is
 	// fixed at creation.
-	SlotOwners    []uint64 `protobuf:"varint,7,rep,packed,name=slot_owners,json=slotOwners,proto3" json:"slot_owners,omitempty"`
-	Replicas      int32    `protobuf:"varint,8,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	SlotOwners []uint64 `protobuf:"varint,7,rep,packed,name=slot_owners,json=slotOwners,proto3" json:"slot_owners,omitempty"`
+	Replicas   int32    `protobuf:"varint,8,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	// The live routing of dentries is slot_owners plus exceptions, at
+	// routing_version. Clients route by it; meta partitions check requests
+	// against their replicated copy of it (metapb.SetRouting).
+	Exceptions     []*ExceptionEntry `protobuf:"bytes,9,rep,name=exceptions,proto3" json:"exceptions,omitempty"`
+	RoutingVersion uint64            `protobuf:"varint,10,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"`
+	// migration, when set, is a routing change in progress (slot moves of a
+	// growing volume, exception-table changes of the load balancer). Until its
+	// phase reaches PURGE the live routing above is still the old one.
+	Migration *Migration `protobuf:"bytes,11,opt,name=migration,proto3" json:"migration,omitempty"`
+	// Limits that make the master grow the volume by a meta partition when an
+	// existing one passes them (0: the master's defaults).
+	MpMaxInodes   uint64 `protobuf:"varint,12,opt,name=mp_max_inodes,json=mpMaxInodes,proto3" json:"mp_max_inodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -396,6 +472,190 @@ func (x *Volume) GetReplicas() int32 {
 	return 0
 }
 
+func (x *Volume) GetExceptions() []*ExceptionEntry {
+	if x != nil {
+		return x.Exceptions
+	}
+	return nil
+}
+
+func (x *Volume) GetRoutingVersion() uint64 {
+	if x != nil {
+		return x.RoutingVersion
+	}
+	return 0
+}
+
+func (x *Volume) GetMigration() *Migration {
+	if x != nil {
+		return x.Migration
+	}
+	return nil
+}
+
+func (x *Volume) GetMpMaxInodes() uint64 {
+	if x != nil {
+		return x.MpMaxInodes
+	}
+	return 0
+}
+
+// ExceptionEntry is one entry of a volume's exception table (FalconFS §4.2.1):
+// kind 1 is path-walk redirection (slot of hash(parent, name)), kind 2 is
+// overriding redirection to meta partition mp. Values are hybridindex.Kind.
+type ExceptionEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind          uint32                 `protobuf:"varint,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Mp            uint64                 `protobuf:"varint,3,opt,name=mp,proto3" json:"mp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExceptionEntry) Reset() {
+	*x = ExceptionEntry{}
+	mi := &file_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExceptionEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExceptionEntry) ProtoMessage() {}
+
+func (x *ExceptionEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExceptionEntry.ProtoReflect.Descriptor instead.
+func (*ExceptionEntry) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ExceptionEntry) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *ExceptionEntry) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *ExceptionEntry) GetMp() uint64 {
+	if x != nil {
+		return x.Mp
+	}
+	return 0
+}
+
+// Migration is a volume's routing change in progress.
+type Migration struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RoutingVersion uint64                 `protobuf:"varint,1,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"` // target version = live version + 1
+	SlotOwners     []uint64               `protobuf:"varint,2,rep,packed,name=slot_owners,json=slotOwners,proto3" json:"slot_owners,omitempty"`      // target slot table
+	Exceptions     []*ExceptionEntry      `protobuf:"bytes,3,rep,name=exceptions,proto3" json:"exceptions,omitempty"`                                // target exception table
+	Phase          MigrationPhase         `protobuf:"varint,4,opt,name=phase,proto3,enum=cairn.cluster.MigrationPhase" json:"phase,omitempty"`
+	Reason         string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"` // "grow", "balance", "shrink", ...
+	StartedUnixMs  int64                  `protobuf:"varint,6,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
+	MovedDentries  uint64                 `protobuf:"varint,7,opt,name=moved_dentries,json=movedDentries,proto3" json:"moved_dentries,omitempty"` // progress, set when COPY ends
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Migration) Reset() {
+	*x = Migration{}
+	mi := &file_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Migration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Migration) ProtoMessage() {}
+
+func (x *Migration) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Migration.ProtoReflect.Descriptor instead.
+func (*Migration) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Migration) GetRoutingVersion() uint64 {
+	if x != nil {
+		return x.RoutingVersion
+	}
+	return 0
+}
+
+func (x *Migration) GetSlotOwners() []uint64 {
+	if x != nil {
+		return x.SlotOwners
+	}
+	return nil
+}
+
+func (x *Migration) GetExceptions() []*ExceptionEntry {
+	if x != nil {
+		return x.Exceptions
+	}
+	return nil
+}
+
+func (x *Migration) GetPhase() MigrationPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return MigrationPhase_MIGRATION_PHASE_UNSPECIFIED
+}
+
+func (x *Migration) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Migration) GetStartedUnixMs() int64 {
+	if x != nil {
+		return x.StartedUnixMs
+	}
+	return 0
+}
+
+func (x *Migration) GetMovedDentries() uint64 {
+	if x != nil {
+		return x.MovedDentries
+	}
+	return 0
+}
+
 // Partition is a meta or data partition with its replica set; replicas[0] is the
 // preferred leader / chain head.
 type Partition struct {
@@ -413,7 +673,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +685,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +698,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{2}
+	return file_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Partition) GetId() uint64 {
@@ -502,7 +762,7 @@ type ClusterMap struct {
 
 func (x *ClusterMap) Reset() {
 	*x = ClusterMap{}
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +774,7 @@ func (x *ClusterMap) String() string {
 func (*ClusterMap) ProtoMessage() {}
 
 func (x *ClusterMap) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +787,7 @@ func (x *ClusterMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMap.ProtoReflect.Descriptor instead.
 func (*ClusterMap) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{3}
+	return file_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClusterMap) GetClusterId() string {
@@ -603,6 +863,9 @@ type Command struct {
 	//	*Command_SetNodeState
 	//	*Command_CreateVolume
 	//	*Command_DeleteVolume
+	//	*Command_AddMetaPartition
+	//	*Command_StartMigration
+	//	*Command_AdvanceMigration
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -610,7 +873,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +885,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +898,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{4}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -697,6 +960,33 @@ func (x *Command) GetDeleteVolume() *DeleteVolume {
 	return nil
 }
 
+func (x *Command) GetAddMetaPartition() *AddMetaPartition {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AddMetaPartition); ok {
+			return x.AddMetaPartition
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetStartMigration() *StartMigration {
+	if x != nil {
+		if x, ok := x.Op.(*Command_StartMigration); ok {
+			return x.StartMigration
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAdvanceMigration() *AdvanceMigration {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AdvanceMigration); ok {
+			return x.AdvanceMigration
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -721,6 +1011,18 @@ type Command_DeleteVolume struct {
 	DeleteVolume *DeleteVolume `protobuf:"bytes,14,opt,name=delete_volume,json=deleteVolume,proto3,oneof"`
 }
 
+type Command_AddMetaPartition struct {
+	AddMetaPartition *AddMetaPartition `protobuf:"bytes,15,opt,name=add_meta_partition,json=addMetaPartition,proto3,oneof"`
+}
+
+type Command_StartMigration struct {
+	StartMigration *StartMigration `protobuf:"bytes,16,opt,name=start_migration,json=startMigration,proto3,oneof"`
+}
+
+type Command_AdvanceMigration struct {
+	AdvanceMigration *AdvanceMigration `protobuf:"bytes,17,opt,name=advance_migration,json=advanceMigration,proto3,oneof"`
+}
+
 func (*Command_Init) isCommand_Op() {}
 
 func (*Command_Register) isCommand_Op() {}
@@ -731,6 +1033,226 @@ func (*Command_CreateVolume) isCommand_Op() {}
 
 func (*Command_DeleteVolume) isCommand_Op() {}
 
+func (*Command_AddMetaPartition) isCommand_Op() {}
+
+func (*Command_StartMigration) isCommand_Op() {}
+
+func (*Command_AdvanceMigration) isCommand_Op() {}
+
+// AddMetaPartition grows a volume by one meta partition (CFS Algorithm 1): the
+// volume's open-ended meta partition gets inode_end = cut_end (above every inode
+// it has allocated) and the new partition the open range [cut_end+1, ...). It
+// owns no slots until a migration moves some to it.
+type AddMetaPartition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Partition     *NewPartition          `protobuf:"bytes,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	CutEnd        uint64                 `protobuf:"varint,3,opt,name=cut_end,json=cutEnd,proto3" json:"cut_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMetaPartition) Reset() {
+	*x = AddMetaPartition{}
+	mi := &file_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMetaPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMetaPartition) ProtoMessage() {}
+
+func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMetaPartition.ProtoReflect.Descriptor instead.
+func (*AddMetaPartition) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *AddMetaPartition) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *AddMetaPartition) GetPartition() *NewPartition {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+func (x *AddMetaPartition) GetCutEnd() uint64 {
+	if x != nil {
+		return x.CutEnd
+	}
+	return 0
+}
+
+// StartMigration records a routing change of a volume in phase FREEZE. Refused
+// (FAILED_PRECONDITION) while another migration is in progress or when
+// from_version is not the live routing version.
+type StartMigration struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	FromVersion   uint64                 `protobuf:"varint,2,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
+	SlotOwners    []uint64               `protobuf:"varint,3,rep,packed,name=slot_owners,json=slotOwners,proto3" json:"slot_owners,omitempty"`
+	Exceptions    []*ExceptionEntry      `protobuf:"bytes,4,rep,name=exceptions,proto3" json:"exceptions,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartMigration) Reset() {
+	*x = StartMigration{}
+	mi := &file_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartMigration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartMigration) ProtoMessage() {}
+
+func (x *StartMigration) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartMigration.ProtoReflect.Descriptor instead.
+func (*StartMigration) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *StartMigration) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *StartMigration) GetFromVersion() uint64 {
+	if x != nil {
+		return x.FromVersion
+	}
+	return 0
+}
+
+func (x *StartMigration) GetSlotOwners() []uint64 {
+	if x != nil {
+		return x.SlotOwners
+	}
+	return nil
+}
+
+func (x *StartMigration) GetExceptions() []*ExceptionEntry {
+	if x != nil {
+		return x.Exceptions
+	}
+	return nil
+}
+
+func (x *StartMigration) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// AdvanceMigration moves the volume's migration of routing_version to phase;
+// phase SWITCH also makes the target the live routing; phase UNSPECIFIED ends
+// (clears) the migration. Phases only move forward; repeating one is a no-op.
+type AdvanceMigration struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Volume         string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	RoutingVersion uint64                 `protobuf:"varint,2,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"`
+	Phase          MigrationPhase         `protobuf:"varint,3,opt,name=phase,proto3,enum=cairn.cluster.MigrationPhase" json:"phase,omitempty"`
+	MovedDentries  uint64                 `protobuf:"varint,4,opt,name=moved_dentries,json=movedDentries,proto3" json:"moved_dentries,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AdvanceMigration) Reset() {
+	*x = AdvanceMigration{}
+	mi := &file_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdvanceMigration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdvanceMigration) ProtoMessage() {}
+
+func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdvanceMigration.ProtoReflect.Descriptor instead.
+func (*AdvanceMigration) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AdvanceMigration) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *AdvanceMigration) GetRoutingVersion() uint64 {
+	if x != nil {
+		return x.RoutingVersion
+	}
+	return 0
+}
+
+func (x *AdvanceMigration) GetPhase() MigrationPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return MigrationPhase_MIGRATION_PHASE_UNSPECIFIED
+}
+
+func (x *AdvanceMigration) GetMovedDentries() uint64 {
+	if x != nil {
+		return x.MovedDentries
+	}
+	return 0
+}
+
 type InitCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -740,7 +1262,7 @@ type InitCluster struct {
 
 func (x *InitCluster) Reset() {
 	*x = InitCluster{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +1274,7 @@ func (x *InitCluster) String() string {
 func (*InitCluster) ProtoMessage() {}
 
 func (x *InitCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +1287,7 @@ func (x *InitCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
 func (*InitCluster) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InitCluster) GetClusterId() string {
@@ -789,7 +1311,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +1323,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +1336,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RegisterNode) GetUuid() string {
@@ -869,7 +1391,7 @@ type SetNodeState struct {
 
 func (x *SetNodeState) Reset() {
 	*x = SetNodeState{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +1403,7 @@ func (x *SetNodeState) String() string {
 func (*SetNodeState) ProtoMessage() {}
 
 func (x *SetNodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +1416,7 @@ func (x *SetNodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeState.ProtoReflect.Descriptor instead.
 func (*SetNodeState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetNodeState) GetNodeId() uint64 {
@@ -921,7 +1443,7 @@ type NewPartition struct {
 
 func (x *NewPartition) Reset() {
 	*x = NewPartition{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1455,7 @@ func (x *NewPartition) String() string {
 func (*NewPartition) ProtoMessage() {}
 
 func (x *NewPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1468,7 @@ func (x *NewPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewPartition.ProtoReflect.Descriptor instead.
 func (*NewPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NewPartition) GetKind() PartitionKind {
@@ -976,7 +1498,7 @@ type CreateVolume struct {
 
 func (x *CreateVolume) Reset() {
 	*x = CreateVolume{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1510,7 @@ func (x *CreateVolume) String() string {
 func (*CreateVolume) ProtoMessage() {}
 
 func (x *CreateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1523,7 @@ func (x *CreateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolume.ProtoReflect.Descriptor instead.
 func (*CreateVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateVolume) GetName() string {
@@ -1048,7 +1570,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1582,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1595,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -1098,7 +1620,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1632,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1645,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterRequest) GetClusterId() string {
@@ -1186,7 +1708,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1720,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1733,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RegisterResponse) GetClusterId() string {
@@ -1248,7 +1770,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1782,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1795,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Usage) GetCapacityBytes() uint64 {
@@ -1317,7 +1839,7 @@ type PartitionReport struct {
 
 func (x *PartitionReport) Reset() {
 	*x = PartitionReport{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1851,7 @@ func (x *PartitionReport) String() string {
 func (*PartitionReport) ProtoMessage() {}
 
 func (x *PartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1864,7 @@ func (x *PartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReport.ProtoReflect.Descriptor instead.
 func (*PartitionReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PartitionReport) GetId() uint64 {
@@ -1388,7 +1910,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1922,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1935,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HeartbeatRequest) GetNodeId() uint64 {
@@ -1480,7 +2002,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +2014,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +2027,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HeartbeatResponse) GetEpoch() uint64 {
@@ -1544,7 +2066,7 @@ type GetMapRequest struct {
 
 func (x *GetMapRequest) Reset() {
 	*x = GetMapRequest{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +2078,7 @@ func (x *GetMapRequest) String() string {
 func (*GetMapRequest) ProtoMessage() {}
 
 func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +2091,7 @@ func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapRequest.ProtoReflect.Descriptor instead.
 func (*GetMapRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 type GetMapResponse struct {
@@ -1581,7 +2103,7 @@ type GetMapResponse struct {
 
 func (x *GetMapResponse) Reset() {
 	*x = GetMapResponse{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +2115,7 @@ func (x *GetMapResponse) String() string {
 func (*GetMapResponse) ProtoMessage() {}
 
 func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +2128,7 @@ func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapResponse.ProtoReflect.Descriptor instead.
 func (*GetMapResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetMapResponse) GetMap() *ClusterMap {
@@ -1629,7 +2151,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +2163,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +2176,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateVolumeRequest) GetName() string {
@@ -1701,7 +2223,7 @@ type VolumeRequest struct {
 
 func (x *VolumeRequest) Reset() {
 	*x = VolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +2235,7 @@ func (x *VolumeRequest) String() string {
 func (*VolumeRequest) ProtoMessage() {}
 
 func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +2248,7 @@ func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *VolumeRequest) GetName() string {
@@ -1747,7 +2269,7 @@ type VolumeResponse struct {
 
 func (x *VolumeResponse) Reset() {
 	*x = VolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +2281,7 @@ func (x *VolumeResponse) String() string {
 func (*VolumeResponse) ProtoMessage() {}
 
 func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +2294,7 @@ func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeResponse.ProtoReflect.Descriptor instead.
 func (*VolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VolumeResponse) GetVolume() *Volume {
@@ -1804,7 +2326,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +2338,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2351,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 type ListVolumesResponse struct {
@@ -1842,7 +2364,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2376,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2389,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -1893,7 +2415,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2427,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2440,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteVolumeResponse) GetEpoch() uint64 {
@@ -1936,7 +2458,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2470,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2483,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 // PingResponse tells who a master is and what it knows of the leader.
@@ -1982,7 +2504,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2516,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2529,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{26}
+	return file_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PingResponse) GetId() uint64 {
@@ -2090,7 +2612,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2624,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2637,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{27}
+	return file_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NodeStatus) GetNode() *Node {
@@ -2175,7 +2697,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2709,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2722,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 type StatusResponse struct {
@@ -2215,7 +2737,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2749,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2762,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatusResponse) GetMap() *ClusterMap {
@@ -2285,7 +2807,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\x0e2\x18.cairn.cluster.NodeStateR\x05state\x12,\n" +
 	"\x12registered_unix_ms\x18\a \x01(\x03R\x10registeredUnixMs\x121\n" +
 	"\x15state_changed_unix_ms\x18\b \x01(\x03R\x12stateChangedUnixMs\x12\x1b\n" +
-	"\tdata_addr\x18\t \x01(\tR\bdataAddr\"\x8a\x02\n" +
+	"\tdata_addr\x18\t \x01(\tR\bdataAddr\"\xce\x03\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -2295,7 +2817,29 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0fdata_partitions\x18\x06 \x03(\x04R\x0edataPartitions\x12\x1f\n" +
 	"\vslot_owners\x18\a \x03(\x04R\n" +
 	"slotOwners\x12\x1a\n" +
-	"\breplicas\x18\b \x01(\x05R\breplicas\"\xc4\x01\n" +
+	"\breplicas\x18\b \x01(\x05R\breplicas\x12=\n" +
+	"\n" +
+	"exceptions\x18\t \x03(\v2\x1d.cairn.cluster.ExceptionEntryR\n" +
+	"exceptions\x12'\n" +
+	"\x0frouting_version\x18\n" +
+	" \x01(\x04R\x0eroutingVersion\x126\n" +
+	"\tmigration\x18\v \x01(\v2\x18.cairn.cluster.MigrationR\tmigration\x12\"\n" +
+	"\rmp_max_inodes\x18\f \x01(\x04R\vmpMaxInodes\"H\n" +
+	"\x0eExceptionEntry\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\fR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x0e\n" +
+	"\x02mp\x18\x03 \x01(\x04R\x02mp\"\xb0\x02\n" +
+	"\tMigration\x12'\n" +
+	"\x0frouting_version\x18\x01 \x01(\x04R\x0eroutingVersion\x12\x1f\n" +
+	"\vslot_owners\x18\x02 \x03(\x04R\n" +
+	"slotOwners\x12=\n" +
+	"\n" +
+	"exceptions\x18\x03 \x03(\v2\x1d.cairn.cluster.ExceptionEntryR\n" +
+	"exceptions\x123\n" +
+	"\x05phase\x18\x04 \x01(\x0e2\x1d.cairn.cluster.MigrationPhaseR\x05phase\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12&\n" +
+	"\x0fstarted_unix_ms\x18\x06 \x01(\x03R\rstartedUnixMs\x12%\n" +
+	"\x0emoved_dentries\x18\a \x01(\x04R\rmovedDentries\"\xc4\x01\n" +
 	"\tPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\x04R\bvolumeId\x120\n" +
@@ -2328,7 +2872,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x15.cairn.cluster.VolumeR\x05value:\x028\x01\x1aW\n" +
 	"\x0fPartitionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\v2\x18.cairn.cluster.PartitionR\x05value:\x028\x01\"\xe9\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.cairn.cluster.PartitionR\x05value:\x028\x01\"\xd4\x04\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x120\n" +
 	"\x04init\x18\n" +
@@ -2336,8 +2880,29 @@ const file_cluster_proto_rawDesc = "" +
 	"\bregister\x18\v \x01(\v2\x1b.cairn.cluster.RegisterNodeH\x00R\bregister\x12C\n" +
 	"\x0eset_node_state\x18\f \x01(\v2\x1b.cairn.cluster.SetNodeStateH\x00R\fsetNodeState\x12B\n" +
 	"\rcreate_volume\x18\r \x01(\v2\x1b.cairn.cluster.CreateVolumeH\x00R\fcreateVolume\x12B\n" +
-	"\rdelete_volume\x18\x0e \x01(\v2\x1b.cairn.cluster.DeleteVolumeH\x00R\fdeleteVolumeB\x04\n" +
-	"\x02op\",\n" +
+	"\rdelete_volume\x18\x0e \x01(\v2\x1b.cairn.cluster.DeleteVolumeH\x00R\fdeleteVolume\x12O\n" +
+	"\x12add_meta_partition\x18\x0f \x01(\v2\x1f.cairn.cluster.AddMetaPartitionH\x00R\x10addMetaPartition\x12H\n" +
+	"\x0fstart_migration\x18\x10 \x01(\v2\x1d.cairn.cluster.StartMigrationH\x00R\x0estartMigration\x12N\n" +
+	"\x11advance_migration\x18\x11 \x01(\v2\x1f.cairn.cluster.AdvanceMigrationH\x00R\x10advanceMigrationB\x04\n" +
+	"\x02op\"~\n" +
+	"\x10AddMetaPartition\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x129\n" +
+	"\tpartition\x18\x02 \x01(\v2\x1b.cairn.cluster.NewPartitionR\tpartition\x12\x17\n" +
+	"\acut_end\x18\x03 \x01(\x04R\x06cutEnd\"\xc3\x01\n" +
+	"\x0eStartMigration\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12!\n" +
+	"\ffrom_version\x18\x02 \x01(\x04R\vfromVersion\x12\x1f\n" +
+	"\vslot_owners\x18\x03 \x03(\x04R\n" +
+	"slotOwners\x12=\n" +
+	"\n" +
+	"exceptions\x18\x04 \x03(\v2\x1d.cairn.cluster.ExceptionEntryR\n" +
+	"exceptions\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xaf\x01\n" +
+	"\x10AdvanceMigration\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12'\n" +
+	"\x0frouting_version\x18\x02 \x01(\x04R\x0eroutingVersion\x123\n" +
+	"\x05phase\x18\x03 \x01(\x0e2\x1d.cairn.cluster.MigrationPhaseR\x05phase\x12%\n" +
+	"\x0emoved_dentries\x18\x04 \x01(\x04R\rmovedDentries\",\n" +
 	"\vInitCluster\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\"\xb3\x01\n" +
@@ -2478,7 +3043,13 @@ const file_cluster_proto_rawDesc = "" +
 	"\rPartitionKind\x12\x1e\n" +
 	"\x1aPARTITION_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PARTITION_KIND_META\x10\x01\x12\x17\n" +
-	"\x13PARTITION_KIND_DATA\x10\x022\xba\x05\n" +
+	"\x13PARTITION_KIND_DATA\x10\x02*\x9e\x01\n" +
+	"\x0eMigrationPhase\x12\x1f\n" +
+	"\x1bMIGRATION_PHASE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16MIGRATION_PHASE_FREEZE\x10\x01\x12\x18\n" +
+	"\x14MIGRATION_PHASE_COPY\x10\x02\x12\x1a\n" +
+	"\x16MIGRATION_PHASE_SWITCH\x10\x03\x12\x19\n" +
+	"\x15MIGRATION_PHASE_PURGE\x10\x042\xba\x05\n" +
 	"\x06Master\x12K\n" +
 	"\bRegister\x12\x1e.cairn.cluster.RegisterRequest\x1a\x1f.cairn.cluster.RegisterResponse\x12N\n" +
 	"\tHeartbeat\x12\x1f.cairn.cluster.HeartbeatRequest\x1a .cairn.cluster.HeartbeatResponse\x12E\n" +
@@ -2502,106 +3073,122 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_cluster_proto_goTypes = []any{
 	(Role)(0),                    // 0: cairn.cluster.Role
 	(NodeState)(0),               // 1: cairn.cluster.NodeState
 	(PartitionKind)(0),           // 2: cairn.cluster.PartitionKind
-	(*Node)(nil),                 // 3: cairn.cluster.Node
-	(*Volume)(nil),               // 4: cairn.cluster.Volume
-	(*Partition)(nil),            // 5: cairn.cluster.Partition
-	(*ClusterMap)(nil),           // 6: cairn.cluster.ClusterMap
-	(*Command)(nil),              // 7: cairn.cluster.Command
-	(*InitCluster)(nil),          // 8: cairn.cluster.InitCluster
-	(*RegisterNode)(nil),         // 9: cairn.cluster.RegisterNode
-	(*SetNodeState)(nil),         // 10: cairn.cluster.SetNodeState
-	(*NewPartition)(nil),         // 11: cairn.cluster.NewPartition
-	(*CreateVolume)(nil),         // 12: cairn.cluster.CreateVolume
-	(*DeleteVolume)(nil),         // 13: cairn.cluster.DeleteVolume
-	(*RegisterRequest)(nil),      // 14: cairn.cluster.RegisterRequest
-	(*RegisterResponse)(nil),     // 15: cairn.cluster.RegisterResponse
-	(*Usage)(nil),                // 16: cairn.cluster.Usage
-	(*PartitionReport)(nil),      // 17: cairn.cluster.PartitionReport
-	(*HeartbeatRequest)(nil),     // 18: cairn.cluster.HeartbeatRequest
-	(*HeartbeatResponse)(nil),    // 19: cairn.cluster.HeartbeatResponse
-	(*GetMapRequest)(nil),        // 20: cairn.cluster.GetMapRequest
-	(*GetMapResponse)(nil),       // 21: cairn.cluster.GetMapResponse
-	(*CreateVolumeRequest)(nil),  // 22: cairn.cluster.CreateVolumeRequest
-	(*VolumeRequest)(nil),        // 23: cairn.cluster.VolumeRequest
-	(*VolumeResponse)(nil),       // 24: cairn.cluster.VolumeResponse
-	(*ListVolumesRequest)(nil),   // 25: cairn.cluster.ListVolumesRequest
-	(*ListVolumesResponse)(nil),  // 26: cairn.cluster.ListVolumesResponse
-	(*DeleteVolumeResponse)(nil), // 27: cairn.cluster.DeleteVolumeResponse
-	(*PingRequest)(nil),          // 28: cairn.cluster.PingRequest
-	(*PingResponse)(nil),         // 29: cairn.cluster.PingResponse
-	(*NodeStatus)(nil),           // 30: cairn.cluster.NodeStatus
-	(*StatusRequest)(nil),        // 31: cairn.cluster.StatusRequest
-	(*StatusResponse)(nil),       // 32: cairn.cluster.StatusResponse
-	nil,                          // 33: cairn.cluster.ClusterMap.NodesEntry
-	nil,                          // 34: cairn.cluster.ClusterMap.VolumesEntry
-	nil,                          // 35: cairn.cluster.ClusterMap.PartitionsEntry
-	nil,                          // 36: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	nil,                          // 37: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	(MigrationPhase)(0),          // 3: cairn.cluster.MigrationPhase
+	(*Node)(nil),                 // 4: cairn.cluster.Node
+	(*Volume)(nil),               // 5: cairn.cluster.Volume
+	(*ExceptionEntry)(nil),       // 6: cairn.cluster.ExceptionEntry
+	(*Migration)(nil),            // 7: cairn.cluster.Migration
+	(*Partition)(nil),            // 8: cairn.cluster.Partition
+	(*ClusterMap)(nil),           // 9: cairn.cluster.ClusterMap
+	(*Command)(nil),              // 10: cairn.cluster.Command
+	(*AddMetaPartition)(nil),     // 11: cairn.cluster.AddMetaPartition
+	(*StartMigration)(nil),       // 12: cairn.cluster.StartMigration
+	(*AdvanceMigration)(nil),     // 13: cairn.cluster.AdvanceMigration
+	(*InitCluster)(nil),          // 14: cairn.cluster.InitCluster
+	(*RegisterNode)(nil),         // 15: cairn.cluster.RegisterNode
+	(*SetNodeState)(nil),         // 16: cairn.cluster.SetNodeState
+	(*NewPartition)(nil),         // 17: cairn.cluster.NewPartition
+	(*CreateVolume)(nil),         // 18: cairn.cluster.CreateVolume
+	(*DeleteVolume)(nil),         // 19: cairn.cluster.DeleteVolume
+	(*RegisterRequest)(nil),      // 20: cairn.cluster.RegisterRequest
+	(*RegisterResponse)(nil),     // 21: cairn.cluster.RegisterResponse
+	(*Usage)(nil),                // 22: cairn.cluster.Usage
+	(*PartitionReport)(nil),      // 23: cairn.cluster.PartitionReport
+	(*HeartbeatRequest)(nil),     // 24: cairn.cluster.HeartbeatRequest
+	(*HeartbeatResponse)(nil),    // 25: cairn.cluster.HeartbeatResponse
+	(*GetMapRequest)(nil),        // 26: cairn.cluster.GetMapRequest
+	(*GetMapResponse)(nil),       // 27: cairn.cluster.GetMapResponse
+	(*CreateVolumeRequest)(nil),  // 28: cairn.cluster.CreateVolumeRequest
+	(*VolumeRequest)(nil),        // 29: cairn.cluster.VolumeRequest
+	(*VolumeResponse)(nil),       // 30: cairn.cluster.VolumeResponse
+	(*ListVolumesRequest)(nil),   // 31: cairn.cluster.ListVolumesRequest
+	(*ListVolumesResponse)(nil),  // 32: cairn.cluster.ListVolumesResponse
+	(*DeleteVolumeResponse)(nil), // 33: cairn.cluster.DeleteVolumeResponse
+	(*PingRequest)(nil),          // 34: cairn.cluster.PingRequest
+	(*PingResponse)(nil),         // 35: cairn.cluster.PingResponse
+	(*NodeStatus)(nil),           // 36: cairn.cluster.NodeStatus
+	(*StatusRequest)(nil),        // 37: cairn.cluster.StatusRequest
+	(*StatusResponse)(nil),       // 38: cairn.cluster.StatusResponse
+	nil,                          // 39: cairn.cluster.ClusterMap.NodesEntry
+	nil,                          // 40: cairn.cluster.ClusterMap.VolumesEntry
+	nil,                          // 41: cairn.cluster.ClusterMap.PartitionsEntry
+	nil,                          // 42: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	nil,                          // 43: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
 	1,  // 1: cairn.cluster.Node.state:type_name -> cairn.cluster.NodeState
-	2,  // 2: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
-	33, // 3: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
-	34, // 4: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
-	35, // 5: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
-	8,  // 6: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
-	9,  // 7: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
-	10, // 8: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
-	12, // 9: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
-	13, // 10: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
-	0,  // 11: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
-	1,  // 12: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
-	2,  // 13: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
-	11, // 14: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
-	0,  // 15: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
-	16, // 16: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
-	17, // 17: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
-	5,  // 18: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
-	36, // 19: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	37, // 20: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
-	6,  // 21: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
-	4,  // 22: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
-	5,  // 23: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
-	4,  // 24: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
-	3,  // 25: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
-	16, // 26: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
-	17, // 27: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
-	6,  // 28: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
-	30, // 29: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
-	29, // 30: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
-	3,  // 31: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
-	4,  // 32: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
-	5,  // 33: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
-	14, // 34: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
-	18, // 35: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
-	20, // 36: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
-	22, // 37: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
-	23, // 38: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
-	25, // 39: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
-	23, // 40: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
-	31, // 41: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
-	28, // 42: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	15, // 43: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	19, // 44: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	21, // 45: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	24, // 46: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	24, // 47: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	26, // 48: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	27, // 49: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	32, // 50: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	29, // 51: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	43, // [43:52] is the sub-list for method output_type
-	34, // [34:43] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	6,  // 2: cairn.cluster.Volume.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	7,  // 3: cairn.cluster.Volume.migration:type_name -> cairn.cluster.Migration
+	6,  // 4: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	3,  // 5: cairn.cluster.Migration.phase:type_name -> cairn.cluster.MigrationPhase
+	2,  // 6: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
+	39, // 7: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
+	40, // 8: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
+	41, // 9: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
+	14, // 10: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
+	15, // 11: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
+	16, // 12: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
+	18, // 13: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
+	19, // 14: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
+	11, // 15: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
+	12, // 16: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
+	13, // 17: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
+	17, // 18: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
+	6,  // 19: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	3,  // 20: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
+	0,  // 21: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
+	1,  // 22: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
+	2,  // 23: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
+	17, // 24: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
+	0,  // 25: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
+	22, // 26: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
+	23, // 27: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
+	8,  // 28: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
+	42, // 29: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	43, // 30: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	9,  // 31: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
+	5,  // 32: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
+	8,  // 33: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
+	5,  // 34: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
+	4,  // 35: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
+	22, // 36: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
+	23, // 37: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
+	9,  // 38: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
+	36, // 39: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
+	35, // 40: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
+	4,  // 41: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
+	5,  // 42: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
+	8,  // 43: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
+	20, // 44: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
+	24, // 45: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
+	26, // 46: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
+	28, // 47: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
+	29, // 48: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
+	31, // 49: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
+	29, // 50: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
+	37, // 51: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
+	34, // 52: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
+	21, // 53: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	25, // 54: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	27, // 55: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	30, // 56: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	30, // 57: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	32, // 58: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	33, // 59: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	38, // 60: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	35, // 61: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	53, // [53:62] is the sub-list for method output_type
+	44, // [44:53] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -2609,20 +3196,23 @@ func file_cluster_proto_init() {
 	if File_cluster_proto != nil {
 		return
 	}
-	file_cluster_proto_msgTypes[4].OneofWrappers = []any{
+	file_cluster_proto_msgTypes[6].OneofWrappers = []any{
 		(*Command_Init)(nil),
 		(*Command_Register)(nil),
 		(*Command_SetNodeState)(nil),
 		(*Command_CreateVolume)(nil),
 		(*Command_DeleteVolume)(nil),
+		(*Command_AddMetaPartition)(nil),
+		(*Command_StartMigration)(nil),
+		(*Command_AdvanceMigration)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   35,
+			NumEnums:      4,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

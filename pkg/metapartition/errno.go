@@ -32,6 +32,14 @@ const (
 	ENOTEMPTY    Errno = 39
 	ENODATA      Errno = 61
 	ESTALE       Errno = 116
+
+	// EWRONGMP and EMOVING are Cairn's own codes, above every Linux errno, and
+	// never reach an application: EWRONGMP says the partition does not own the
+	// name under its routing (the caller's map is stale: re-read it and retry
+	// elsewhere), EMOVING that the name is being moved by a routing change
+	// (retry shortly, same or next routing).
+	EWRONGMP Errno = 4097
+	EMOVING  Errno = 4098
 )
 
 var errnoNames = map[Errno]string{
@@ -53,6 +61,8 @@ var errnoNames = map[Errno]string{
 	ENOTEMPTY:    "ENOTEMPTY",
 	ENODATA:      "ENODATA",
 	ESTALE:       "ESTALE",
+	EWRONGMP:     "EWRONGMP",
+	EMOVING:      "EMOVING",
 }
 
 // String returns the symbolic name (ENOENT), or "errno N" for values this

@@ -168,6 +168,55 @@ func (SetattrValid) EnumDescriptor() ([]byte, []int) {
 	return file_meta_proto_rawDescGZIP(), []int{1}
 }
 
+type ScanKind int32
+
+const (
+	ScanKind_SCAN_KIND_UNSPECIFIED ScanKind = 0
+	ScanKind_SCAN_KIND_INODES      ScanKind = 1
+	ScanKind_SCAN_KIND_DENTRIES    ScanKind = 2
+)
+
+// Enum value maps for ScanKind.
+var (
+	ScanKind_name = map[int32]string{
+		0: "SCAN_KIND_UNSPECIFIED",
+		1: "SCAN_KIND_INODES",
+		2: "SCAN_KIND_DENTRIES",
+	}
+	ScanKind_value = map[string]int32{
+		"SCAN_KIND_UNSPECIFIED": 0,
+		"SCAN_KIND_INODES":      1,
+		"SCAN_KIND_DENTRIES":    2,
+	}
+)
+
+func (x ScanKind) Enum() *ScanKind {
+	p := new(ScanKind)
+	*p = x
+	return p
+}
+
+func (x ScanKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScanKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_meta_proto_enumTypes[2].Descriptor()
+}
+
+func (ScanKind) Type() protoreflect.EnumType {
+	return &file_meta_proto_enumTypes[2]
+}
+
+func (x ScanKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScanKind.Descriptor instead.
+func (ScanKind) EnumDescriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{2}
+}
+
 // ExtentKey maps a byte range of a file to a range of an extent in a data
 // partition.
 type ExtentKey struct {
@@ -1494,6 +1543,9 @@ type Op struct {
 	//	*Op_Unfence
 	//	*Op_SetRange
 	//	*Op_AckFreed
+	//	*Op_SetRouting
+	//	*Op_ImportDentries
+	//	*Op_PurgeDentries
 	Op            isOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1671,6 +1723,33 @@ func (x *Op) GetAckFreed() *AckFreed {
 	return nil
 }
 
+func (x *Op) GetSetRouting() *SetRouting {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SetRouting); ok {
+			return x.SetRouting
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetImportDentries() *ImportDentries {
+	if x != nil {
+		if x, ok := x.Op.(*Op_ImportDentries); ok {
+			return x.ImportDentries
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetPurgeDentries() *PurgeDentries {
+	if x != nil {
+		if x, ok := x.Op.(*Op_PurgeDentries); ok {
+			return x.PurgeDentries
+		}
+	}
+	return nil
+}
+
 type isOp_Op interface {
 	isOp_Op()
 }
@@ -1735,6 +1814,18 @@ type Op_AckFreed struct {
 	AckFreed *AckFreed `protobuf:"bytes,15,opt,name=ack_freed,json=ackFreed,proto3,oneof"`
 }
 
+type Op_SetRouting struct {
+	SetRouting *SetRouting `protobuf:"bytes,16,opt,name=set_routing,json=setRouting,proto3,oneof"`
+}
+
+type Op_ImportDentries struct {
+	ImportDentries *ImportDentries `protobuf:"bytes,17,opt,name=import_dentries,json=importDentries,proto3,oneof"`
+}
+
+type Op_PurgeDentries struct {
+	PurgeDentries *PurgeDentries `protobuf:"bytes,18,opt,name=purge_dentries,json=purgeDentries,proto3,oneof"`
+}
+
 func (*Op_CreateInode) isOp_Op() {}
 
 func (*Op_CreateDentry) isOp_Op() {}
@@ -1765,6 +1856,349 @@ func (*Op_SetRange) isOp_Op() {}
 
 func (*Op_AckFreed) isOp_Op() {}
 
+func (*Op_SetRouting) isOp_Op() {}
+
+func (*Op_ImportDentries) isOp_Op() {}
+
+func (*Op_PurgeDentries) isOp_Op() {}
+
+// RouteException is one exception-table entry (clusterpb.ExceptionEntry).
+type RouteException struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind          uint32                 `protobuf:"varint,2,opt,name=kind,proto3" json:"kind,omitempty"` // hybridindex.Kind: 1 path-walk, 2 override
+	Mp            uint64                 `protobuf:"varint,3,opt,name=mp,proto3" json:"mp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteException) Reset() {
+	*x = RouteException{}
+	mi := &file_meta_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteException) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteException) ProtoMessage() {}
+
+func (x *RouteException) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteException.ProtoReflect.Descriptor instead.
+func (*RouteException) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RouteException) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *RouteException) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *RouteException) GetMp() uint64 {
+	if x != nil {
+		return x.Mp
+	}
+	return 0
+}
+
+// Routing is a volume's dentry routing: slot table and exception table.
+type Routing struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	SlotOwners    []uint64               `protobuf:"varint,2,rep,packed,name=slot_owners,json=slotOwners,proto3" json:"slot_owners,omitempty"`
+	Exceptions    []*RouteException      `protobuf:"bytes,3,rep,name=exceptions,proto3" json:"exceptions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Routing) Reset() {
+	*x = Routing{}
+	mi := &file_meta_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Routing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Routing) ProtoMessage() {}
+
+func (x *Routing) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Routing.ProtoReflect.Descriptor instead.
+func (*Routing) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Routing) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Routing) GetSlotOwners() []uint64 {
+	if x != nil {
+		return x.SlotOwners
+	}
+	return nil
+}
+
+func (x *Routing) GetExceptions() []*RouteException {
+	if x != nil {
+		return x.Exceptions
+	}
+	return nil
+}
+
+// SetRouting gives the partition (its own id is self) the volume's routing.
+// With previous set, a routing change is in progress: names owned under
+// previous but not current are read-only (mutations: EMOVING), names owned
+// under current but not previous are unavailable (EMOVING) until the routing is
+// set again without previous. Without previous, a name the partition does not
+// own is answered EWRONGMP. An older current.version than the partition's is a
+// no-op; a partition that never got a routing accepts every name.
+type SetRouting struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Self          uint64                 `protobuf:"varint,1,opt,name=self,proto3" json:"self,omitempty"`
+	Current       *Routing               `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
+	Previous      *Routing               `protobuf:"bytes,3,opt,name=previous,proto3" json:"previous,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRouting) Reset() {
+	*x = SetRouting{}
+	mi := &file_meta_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRouting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRouting) ProtoMessage() {}
+
+func (x *SetRouting) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRouting.ProtoReflect.Descriptor instead.
+func (*SetRouting) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SetRouting) GetSelf() uint64 {
+	if x != nil {
+		return x.Self
+	}
+	return 0
+}
+
+func (x *SetRouting) GetCurrent() *Routing {
+	if x != nil {
+		return x.Current
+	}
+	return nil
+}
+
+func (x *SetRouting) GetPrevious() *Routing {
+	if x != nil {
+		return x.Previous
+	}
+	return nil
+}
+
+// ImportDentries puts dentries moved from another partition, whatever the
+// routing says; a dentry already present with the same contents is a no-op,
+// with other contents it is overwritten (the source is authoritative while the
+// name is frozen).
+type ImportDentries struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dentries      []*Dentry              `protobuf:"bytes,1,rep,name=dentries,proto3" json:"dentries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportDentries) Reset() {
+	*x = ImportDentries{}
+	mi := &file_meta_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportDentries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportDentries) ProtoMessage() {}
+
+func (x *ImportDentries) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportDentries.ProtoReflect.Descriptor instead.
+func (*ImportDentries) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ImportDentries) GetDentries() []*Dentry {
+	if x != nil {
+		return x.Dentries
+	}
+	return nil
+}
+
+// DentryKey names a dentry.
+type DentryKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DentryKey) Reset() {
+	*x = DentryKey{}
+	mi := &file_meta_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DentryKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DentryKey) ProtoMessage() {}
+
+func (x *DentryKey) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DentryKey.ProtoReflect.Descriptor instead.
+func (*DentryKey) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DentryKey) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *DentryKey) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+// PurgeDentries deletes the named dentries if the partition does not own them
+// under its current routing and no routing change is in progress; others are
+// left alone. Inodes are never touched: they stay at their home.
+type PurgeDentries struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []*DentryKey           `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeDentries) Reset() {
+	*x = PurgeDentries{}
+	mi := &file_meta_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeDentries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeDentries) ProtoMessage() {}
+
+func (x *PurgeDentries) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeDentries.ProtoReflect.Descriptor instead.
+func (*PurgeDentries) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PurgeDentries) GetKeys() []*DentryKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
 type Txn struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ops   []*Op                  `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
@@ -1780,7 +2214,7 @@ type Txn struct {
 
 func (x *Txn) Reset() {
 	*x = Txn{}
-	mi := &file_meta_proto_msgTypes[19]
+	mi := &file_meta_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +2226,7 @@ func (x *Txn) String() string {
 func (*Txn) ProtoMessage() {}
 
 func (x *Txn) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[19]
+	mi := &file_meta_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +2239,7 @@ func (x *Txn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Txn.ProtoReflect.Descriptor instead.
 func (*Txn) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{19}
+	return file_meta_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Txn) GetOps() []*Op {
@@ -1832,7 +2266,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_meta_proto_msgTypes[20]
+	mi := &file_meta_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +2278,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[20]
+	mi := &file_meta_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2291,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{20}
+	return file_meta_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *OpResult) GetInode() *Inode {
@@ -1886,7 +2320,7 @@ type TxnResult struct {
 
 func (x *TxnResult) Reset() {
 	*x = TxnResult{}
-	mi := &file_meta_proto_msgTypes[21]
+	mi := &file_meta_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +2332,7 @@ func (x *TxnResult) String() string {
 func (*TxnResult) ProtoMessage() {}
 
 func (x *TxnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[21]
+	mi := &file_meta_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2345,7 @@ func (x *TxnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResult.ProtoReflect.Descriptor instead.
 func (*TxnResult) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{21}
+	return file_meta_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TxnResult) GetErrno() int32 {
@@ -1954,7 +2388,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_meta_proto_msgTypes[22]
+	mi := &file_meta_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2400,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[22]
+	mi := &file_meta_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2413,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{22}
+	return file_meta_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Batch) GetNowNs() int64 {
@@ -2006,7 +2440,7 @@ type TxnRequest struct {
 
 func (x *TxnRequest) Reset() {
 	*x = TxnRequest{}
-	mi := &file_meta_proto_msgTypes[23]
+	mi := &file_meta_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2452,7 @@ func (x *TxnRequest) String() string {
 func (*TxnRequest) ProtoMessage() {}
 
 func (x *TxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[23]
+	mi := &file_meta_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2465,7 @@ func (x *TxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
 func (*TxnRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{23}
+	return file_meta_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TxnRequest) GetPartitionId() uint64 {
@@ -2057,7 +2491,7 @@ type TxnResponse struct {
 
 func (x *TxnResponse) Reset() {
 	*x = TxnResponse{}
-	mi := &file_meta_proto_msgTypes[24]
+	mi := &file_meta_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2503,7 @@ func (x *TxnResponse) String() string {
 func (*TxnResponse) ProtoMessage() {}
 
 func (x *TxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[24]
+	mi := &file_meta_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2516,7 @@ func (x *TxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
 func (*TxnResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{24}
+	return file_meta_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TxnResponse) GetResult() *TxnResult {
@@ -2103,7 +2537,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_meta_proto_msgTypes[25]
+	mi := &file_meta_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2549,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[25]
+	mi := &file_meta_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2562,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{25}
+	return file_meta_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LookupRequest) GetPartitionId() uint64 {
@@ -2153,17 +2587,18 @@ func (x *LookupRequest) GetName() []byte {
 }
 
 type LookupResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Errno         int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
-	Dentry        *Dentry                `protobuf:"bytes,2,opt,name=dentry,proto3" json:"dentry,omitempty"`
-	Inode         *Inode                 `protobuf:"bytes,3,opt,name=inode,proto3" json:"inode,omitempty"` // set when the inode lives on the same partition
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Errno          int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
+	Dentry         *Dentry                `protobuf:"bytes,2,opt,name=dentry,proto3" json:"dentry,omitempty"`
+	Inode          *Inode                 `protobuf:"bytes,3,opt,name=inode,proto3" json:"inode,omitempty"`                                          // set when the inode lives on the same partition
+	RoutingVersion uint64                 `protobuf:"varint,4,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"` // the partition's routing version
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_meta_proto_msgTypes[26]
+	mi := &file_meta_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2610,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[26]
+	mi := &file_meta_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2623,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{26}
+	return file_meta_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LookupResponse) GetErrno() int32 {
@@ -2212,6 +2647,13 @@ func (x *LookupResponse) GetInode() *Inode {
 	return nil
 }
 
+func (x *LookupResponse) GetRoutingVersion() uint64 {
+	if x != nil {
+		return x.RoutingVersion
+	}
+	return 0
+}
+
 type GetInodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
@@ -2222,7 +2664,7 @@ type GetInodeRequest struct {
 
 func (x *GetInodeRequest) Reset() {
 	*x = GetInodeRequest{}
-	mi := &file_meta_proto_msgTypes[27]
+	mi := &file_meta_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2676,7 @@ func (x *GetInodeRequest) String() string {
 func (*GetInodeRequest) ProtoMessage() {}
 
 func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[27]
+	mi := &file_meta_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2689,7 @@ func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInodeRequest.ProtoReflect.Descriptor instead.
 func (*GetInodeRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{27}
+	return file_meta_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetInodeRequest) GetPartitionId() uint64 {
@@ -2274,7 +2716,7 @@ type GetInodeResponse struct {
 
 func (x *GetInodeResponse) Reset() {
 	*x = GetInodeResponse{}
-	mi := &file_meta_proto_msgTypes[28]
+	mi := &file_meta_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2728,7 @@ func (x *GetInodeResponse) String() string {
 func (*GetInodeResponse) ProtoMessage() {}
 
 func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[28]
+	mi := &file_meta_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2741,7 @@ func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInodeResponse.ProtoReflect.Descriptor instead.
 func (*GetInodeResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{28}
+	return file_meta_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetInodeResponse) GetErrno() int32 {
@@ -2329,7 +2771,7 @@ type ReadDirRequest struct {
 
 func (x *ReadDirRequest) Reset() {
 	*x = ReadDirRequest{}
-	mi := &file_meta_proto_msgTypes[29]
+	mi := &file_meta_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2783,7 @@ func (x *ReadDirRequest) String() string {
 func (*ReadDirRequest) ProtoMessage() {}
 
 func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[29]
+	mi := &file_meta_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2796,7 @@ func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirRequest.ProtoReflect.Descriptor instead.
 func (*ReadDirRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{29}
+	return file_meta_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReadDirRequest) GetPartitionId() uint64 {
@@ -2393,17 +2835,23 @@ func (x *ReadDirRequest) GetPlus() bool {
 }
 
 type ReadDirResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Dentries      []*Dentry              `protobuf:"bytes,1,rep,name=dentries,proto3" json:"dentries,omitempty"`
-	Inodes        []*Inode               `protobuf:"bytes,2,rep,name=inodes,proto3" json:"inodes,omitempty"`
-	More          bool                   `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Dentries []*Dentry              `protobuf:"bytes,1,rep,name=dentries,proto3" json:"dentries,omitempty"`
+	Inodes   []*Inode               `protobuf:"bytes,2,rep,name=inodes,proto3" json:"inodes,omitempty"`
+	More     bool                   `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	Errno    int32                  `protobuf:"varint,4,opt,name=errno,proto3" json:"errno,omitempty"`
+	// The partition's routing version and whether a change is in progress:
+	// a client that merges pages from partitions that disagree retries the page,
+	// so a listing never misses or repeats a name that is moving.
+	RoutingVersion uint64 `protobuf:"varint,5,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"`
+	RoutingMoving  bool   `protobuf:"varint,6,opt,name=routing_moving,json=routingMoving,proto3" json:"routing_moving,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReadDirResponse) Reset() {
 	*x = ReadDirResponse{}
-	mi := &file_meta_proto_msgTypes[30]
+	mi := &file_meta_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2863,7 @@ func (x *ReadDirResponse) String() string {
 func (*ReadDirResponse) ProtoMessage() {}
 
 func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[30]
+	mi := &file_meta_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2876,7 @@ func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirResponse.ProtoReflect.Descriptor instead.
 func (*ReadDirResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{30}
+	return file_meta_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadDirResponse) GetDentries() []*Dentry {
@@ -2452,6 +2900,215 @@ func (x *ReadDirResponse) GetMore() bool {
 	return false
 }
 
+func (x *ReadDirResponse) GetErrno() int32 {
+	if x != nil {
+		return x.Errno
+	}
+	return 0
+}
+
+func (x *ReadDirResponse) GetRoutingVersion() uint64 {
+	if x != nil {
+		return x.RoutingVersion
+	}
+	return 0
+}
+
+func (x *ReadDirResponse) GetRoutingMoving() bool {
+	if x != nil {
+		return x.RoutingMoving
+	}
+	return false
+}
+
+// ScanRequest pages through all records of a partition in key order (fsck, the
+// orphan sweeper, migrations). Read on the leader.
+type ScanRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	Kind        ScanKind               `protobuf:"varint,2,opt,name=kind,proto3,enum=cairn.meta.ScanKind" json:"kind,omitempty"`
+	AfterIno    uint64                 `protobuf:"varint,3,opt,name=after_ino,json=afterIno,proto3" json:"after_ino,omitempty"`          // inodes: resume after this number
+	AfterParent uint64                 `protobuf:"varint,4,opt,name=after_parent,json=afterParent,proto3" json:"after_parent,omitempty"` // dentries: resume after (after_parent, after_name)
+	AfterName   []byte                 `protobuf:"bytes,5,opt,name=after_name,json=afterName,proto3" json:"after_name,omitempty"`
+	Limit       uint32                 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"` // 0: a default; capped by the server
+	// dentries: only those the partition does not own under the current routing
+	// (what a migration must move, or purge).
+	NotOwned      bool `protobuf:"varint,7,opt,name=not_owned,json=notOwned,proto3" json:"not_owned,omitempty"`
+	WithExtents   bool `protobuf:"varint,8,opt,name=with_extents,json=withExtents,proto3" json:"with_extents,omitempty"` // inodes: include extent lists (large)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanRequest) Reset() {
+	*x = ScanRequest{}
+	mi := &file_meta_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanRequest) ProtoMessage() {}
+
+func (x *ScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
+func (*ScanRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ScanRequest) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetKind() ScanKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ScanKind_SCAN_KIND_UNSPECIFIED
+}
+
+func (x *ScanRequest) GetAfterIno() uint64 {
+	if x != nil {
+		return x.AfterIno
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetAfterParent() uint64 {
+	if x != nil {
+		return x.AfterParent
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetAfterName() []byte {
+	if x != nil {
+		return x.AfterName
+	}
+	return nil
+}
+
+func (x *ScanRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetNotOwned() bool {
+	if x != nil {
+		return x.NotOwned
+	}
+	return false
+}
+
+func (x *ScanRequest) GetWithExtents() bool {
+	if x != nil {
+		return x.WithExtents
+	}
+	return false
+}
+
+type ScanResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Errno          int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
+	Inodes         []*Inode               `protobuf:"bytes,2,rep,name=inodes,proto3" json:"inodes,omitempty"`
+	Dentries       []*Dentry              `protobuf:"bytes,3,rep,name=dentries,proto3" json:"dentries,omitempty"`
+	More           bool                   `protobuf:"varint,4,opt,name=more,proto3" json:"more,omitempty"`
+	RoutingVersion uint64                 `protobuf:"varint,5,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"`
+	AppliedIndex   uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ScanResponse) Reset() {
+	*x = ScanResponse{}
+	mi := &file_meta_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanResponse) ProtoMessage() {}
+
+func (x *ScanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
+func (*ScanResponse) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ScanResponse) GetErrno() int32 {
+	if x != nil {
+		return x.Errno
+	}
+	return 0
+}
+
+func (x *ScanResponse) GetInodes() []*Inode {
+	if x != nil {
+		return x.Inodes
+	}
+	return nil
+}
+
+func (x *ScanResponse) GetDentries() []*Dentry {
+	if x != nil {
+		return x.Dentries
+	}
+	return nil
+}
+
+func (x *ScanResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *ScanResponse) GetRoutingVersion() uint64 {
+	if x != nil {
+		return x.RoutingVersion
+	}
+	return 0
+}
+
+func (x *ScanResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
 type PartitionStatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
@@ -2462,7 +3119,7 @@ type PartitionStatsRequest struct {
 
 func (x *PartitionStatsRequest) Reset() {
 	*x = PartitionStatsRequest{}
-	mi := &file_meta_proto_msgTypes[31]
+	mi := &file_meta_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +3131,7 @@ func (x *PartitionStatsRequest) String() string {
 func (*PartitionStatsRequest) ProtoMessage() {}
 
 func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[31]
+	mi := &file_meta_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +3144,7 @@ func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatsRequest.ProtoReflect.Descriptor instead.
 func (*PartitionStatsRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{31}
+	return file_meta_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PartitionStatsRequest) GetPartitionId() uint64 {
@@ -2514,7 +3171,7 @@ type NameCount struct {
 
 func (x *NameCount) Reset() {
 	*x = NameCount{}
-	mi := &file_meta_proto_msgTypes[32]
+	mi := &file_meta_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2526,7 +3183,7 @@ func (x *NameCount) String() string {
 func (*NameCount) ProtoMessage() {}
 
 func (x *NameCount) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[32]
+	mi := &file_meta_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2539,7 +3196,7 @@ func (x *NameCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NameCount.ProtoReflect.Descriptor instead.
 func (*NameCount) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{32}
+	return file_meta_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NameCount) GetName() []byte {
@@ -2557,20 +3214,25 @@ func (x *NameCount) GetCount() uint64 {
 }
 
 type PartitionStatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Inodes        uint64                 `protobuf:"varint,1,opt,name=inodes,proto3" json:"inodes,omitempty"`
-	Dentries      uint64                 `protobuf:"varint,2,opt,name=dentries,proto3" json:"dentries,omitempty"`
-	Orphans       uint64                 `protobuf:"varint,3,opt,name=orphans,proto3" json:"orphans,omitempty"`
-	TopNames      []*NameCount           `protobuf:"bytes,4,rep,name=top_names,json=topNames,proto3" json:"top_names,omitempty"`
-	MaxIno        uint64                 `protobuf:"varint,5,opt,name=max_ino,json=maxIno,proto3" json:"max_ino,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Inodes         uint64                 `protobuf:"varint,1,opt,name=inodes,proto3" json:"inodes,omitempty"`
+	Dentries       uint64                 `protobuf:"varint,2,opt,name=dentries,proto3" json:"dentries,omitempty"`
+	Orphans        uint64                 `protobuf:"varint,3,opt,name=orphans,proto3" json:"orphans,omitempty"`
+	TopNames       []*NameCount           `protobuf:"bytes,4,rep,name=top_names,json=topNames,proto3" json:"top_names,omitempty"`
+	MaxIno         uint64                 `protobuf:"varint,5,opt,name=max_ino,json=maxIno,proto3" json:"max_ino,omitempty"`
+	AppliedIndex   uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	RoutingVersion uint64                 `protobuf:"varint,7,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"`
+	RoutingMoving  bool                   `protobuf:"varint,8,opt,name=routing_moving,json=routingMoving,proto3" json:"routing_moving,omitempty"`
+	MemoryBytes    uint64                 `protobuf:"varint,9,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"` // estimate of the state machine's memory
+	InodeStart     uint64                 `protobuf:"varint,10,opt,name=inode_start,json=inodeStart,proto3" json:"inode_start,omitempty"`
+	InodeEnd       uint64                 `protobuf:"varint,11,opt,name=inode_end,json=inodeEnd,proto3" json:"inode_end,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PartitionStatsResponse) Reset() {
 	*x = PartitionStatsResponse{}
-	mi := &file_meta_proto_msgTypes[33]
+	mi := &file_meta_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +3244,7 @@ func (x *PartitionStatsResponse) String() string {
 func (*PartitionStatsResponse) ProtoMessage() {}
 
 func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[33]
+	mi := &file_meta_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +3257,7 @@ func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatsResponse.ProtoReflect.Descriptor instead.
 func (*PartitionStatsResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{33}
+	return file_meta_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PartitionStatsResponse) GetInodes() uint64 {
@@ -2636,6 +3298,41 @@ func (x *PartitionStatsResponse) GetMaxIno() uint64 {
 func (x *PartitionStatsResponse) GetAppliedIndex() uint64 {
 	if x != nil {
 		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetRoutingVersion() uint64 {
+	if x != nil {
+		return x.RoutingVersion
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetRoutingMoving() bool {
+	if x != nil {
+		return x.RoutingMoving
+	}
+	return false
+}
+
+func (x *PartitionStatsResponse) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetInodeStart() uint64 {
+	if x != nil {
+		return x.InodeStart
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetInodeEnd() uint64 {
+	if x != nil {
+		return x.InodeEnd
 	}
 	return 0
 }
@@ -2754,7 +3451,7 @@ const file_meta_proto_rawDesc = "" +
 	"\bSetRange\x12\x10\n" +
 	"\x03end\x18\x01 \x01(\x04R\x03end\"%\n" +
 	"\bAckFreed\x12\x19\n" +
-	"\bupto_seq\x18\x01 \x01(\x04R\auptoSeq\"\xc4\x06\n" +
+	"\bupto_seq\x18\x01 \x01(\x04R\auptoSeq\"\x8a\b\n" +
 	"\x02Op\x12<\n" +
 	"\fcreate_inode\x18\x01 \x01(\v2\x17.cairn.meta.CreateInodeH\x00R\vcreateInode\x12?\n" +
 	"\rcreate_dentry\x18\x02 \x01(\v2\x18.cairn.meta.CreateDentryH\x00R\fcreateDentry\x12?\n" +
@@ -2771,8 +3468,35 @@ const file_meta_proto_rawDesc = "" +
 	"\x05fence\x18\f \x01(\v2\x11.cairn.meta.FenceH\x00R\x05fence\x12/\n" +
 	"\aunfence\x18\r \x01(\v2\x13.cairn.meta.UnfenceH\x00R\aunfence\x123\n" +
 	"\tset_range\x18\x0e \x01(\v2\x14.cairn.meta.SetRangeH\x00R\bsetRange\x123\n" +
-	"\tack_freed\x18\x0f \x01(\v2\x14.cairn.meta.AckFreedH\x00R\backFreedB\x04\n" +
-	"\x02op\"F\n" +
+	"\tack_freed\x18\x0f \x01(\v2\x14.cairn.meta.AckFreedH\x00R\backFreed\x129\n" +
+	"\vset_routing\x18\x10 \x01(\v2\x16.cairn.meta.SetRoutingH\x00R\n" +
+	"setRouting\x12E\n" +
+	"\x0fimport_dentries\x18\x11 \x01(\v2\x1a.cairn.meta.ImportDentriesH\x00R\x0eimportDentries\x12B\n" +
+	"\x0epurge_dentries\x18\x12 \x01(\v2\x19.cairn.meta.PurgeDentriesH\x00R\rpurgeDentriesB\x04\n" +
+	"\x02op\"H\n" +
+	"\x0eRouteException\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\fR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x0e\n" +
+	"\x02mp\x18\x03 \x01(\x04R\x02mp\"\x80\x01\n" +
+	"\aRouting\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1f\n" +
+	"\vslot_owners\x18\x02 \x03(\x04R\n" +
+	"slotOwners\x12:\n" +
+	"\n" +
+	"exceptions\x18\x03 \x03(\v2\x1a.cairn.meta.RouteExceptionR\n" +
+	"exceptions\"\x80\x01\n" +
+	"\n" +
+	"SetRouting\x12\x12\n" +
+	"\x04self\x18\x01 \x01(\x04R\x04self\x12-\n" +
+	"\acurrent\x18\x02 \x01(\v2\x13.cairn.meta.RoutingR\acurrent\x12/\n" +
+	"\bprevious\x18\x03 \x01(\v2\x13.cairn.meta.RoutingR\bprevious\"@\n" +
+	"\x0eImportDentries\x12.\n" +
+	"\bdentries\x18\x01 \x03(\v2\x12.cairn.meta.DentryR\bdentries\"7\n" +
+	"\tDentryKey\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\":\n" +
+	"\rPurgeDentries\x12)\n" +
+	"\x04keys\x18\x01 \x03(\v2\x15.cairn.meta.DentryKeyR\x04keys\"F\n" +
 	"\x03Txn\x12 \n" +
 	"\x03ops\x18\x01 \x03(\v2\x0e.cairn.meta.OpR\x03ops\x12\x1d\n" +
 	"\n" +
@@ -2797,11 +3521,12 @@ const file_meta_proto_rawDesc = "" +
 	"\rLookupRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x16\n" +
 	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\fR\x04name\"{\n" +
+	"\x04name\x18\x03 \x01(\fR\x04name\"\xa4\x01\n" +
 	"\x0eLookupResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12*\n" +
 	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12'\n" +
-	"\x05inode\x18\x03 \x01(\v2\x11.cairn.meta.InodeR\x05inode\"F\n" +
+	"\x05inode\x18\x03 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12'\n" +
+	"\x0frouting_version\x18\x04 \x01(\x04R\x0eroutingVersion\"F\n" +
 	"\x0fGetInodeRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\"Q\n" +
@@ -2813,24 +3538,51 @@ const file_meta_proto_rawDesc = "" +
 	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x14\n" +
 	"\x05after\x18\x03 \x01(\fR\x05after\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x12\n" +
-	"\x04plus\x18\x05 \x01(\bR\x04plus\"\x80\x01\n" +
+	"\x04plus\x18\x05 \x01(\bR\x04plus\"\xe6\x01\n" +
 	"\x0fReadDirResponse\x12.\n" +
 	"\bdentries\x18\x01 \x03(\v2\x12.cairn.meta.DentryR\bdentries\x12)\n" +
 	"\x06inodes\x18\x02 \x03(\v2\x11.cairn.meta.InodeR\x06inodes\x12\x12\n" +
-	"\x04more\x18\x03 \x01(\bR\x04more\"W\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\x12\x14\n" +
+	"\x05errno\x18\x04 \x01(\x05R\x05errno\x12'\n" +
+	"\x0frouting_version\x18\x05 \x01(\x04R\x0eroutingVersion\x12%\n" +
+	"\x0erouting_moving\x18\x06 \x01(\bR\rroutingMoving\"\x8f\x02\n" +
+	"\vScanRequest\x12!\n" +
+	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12(\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x14.cairn.meta.ScanKindR\x04kind\x12\x1b\n" +
+	"\tafter_ino\x18\x03 \x01(\x04R\bafterIno\x12!\n" +
+	"\fafter_parent\x18\x04 \x01(\x04R\vafterParent\x12\x1d\n" +
+	"\n" +
+	"after_name\x18\x05 \x01(\fR\tafterName\x12\x14\n" +
+	"\x05limit\x18\x06 \x01(\rR\x05limit\x12\x1b\n" +
+	"\tnot_owned\x18\a \x01(\bR\bnotOwned\x12!\n" +
+	"\fwith_extents\x18\b \x01(\bR\vwithExtents\"\xe1\x01\n" +
+	"\fScanResponse\x12\x14\n" +
+	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12)\n" +
+	"\x06inodes\x18\x02 \x03(\v2\x11.cairn.meta.InodeR\x06inodes\x12.\n" +
+	"\bdentries\x18\x03 \x03(\v2\x12.cairn.meta.DentryR\bdentries\x12\x12\n" +
+	"\x04more\x18\x04 \x01(\bR\x04more\x12'\n" +
+	"\x0frouting_version\x18\x05 \x01(\x04R\x0eroutingVersion\x12#\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"W\n" +
 	"\x15PartitionStatsRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x1b\n" +
 	"\ttop_names\x18\x02 \x01(\rR\btopNames\"5\n" +
 	"\tNameCount\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x04R\x05count\"\xd8\x01\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\x89\x03\n" +
 	"\x16PartitionStatsResponse\x12\x16\n" +
 	"\x06inodes\x18\x01 \x01(\x04R\x06inodes\x12\x1a\n" +
 	"\bdentries\x18\x02 \x01(\x04R\bdentries\x12\x18\n" +
 	"\aorphans\x18\x03 \x01(\x04R\aorphans\x122\n" +
 	"\ttop_names\x18\x04 \x03(\v2\x15.cairn.meta.NameCountR\btopNames\x12\x17\n" +
 	"\amax_ino\x18\x05 \x01(\x04R\x06maxIno\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex*\xc9\x01\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12'\n" +
+	"\x0frouting_version\x18\a \x01(\x04R\x0eroutingVersion\x12%\n" +
+	"\x0erouting_moving\x18\b \x01(\bR\rroutingMoving\x12!\n" +
+	"\fmemory_bytes\x18\t \x01(\x04R\vmemoryBytes\x12\x1f\n" +
+	"\vinode_start\x18\n" +
+	" \x01(\x04R\n" +
+	"inodeStart\x12\x1b\n" +
+	"\tinode_end\x18\v \x01(\x04R\binodeEnd*\xc9\x01\n" +
 	"\bFileType\x12\x15\n" +
 	"\x11FILE_TYPE_UNKNOWN\x10\x00\x12\x15\n" +
 	"\x11FILE_TYPE_REGULAR\x10\x01\x12\x17\n" +
@@ -2851,13 +3603,18 @@ const file_meta_proto_rawDesc = "" +
 	"\x11SETATTR_ATIME_NOW\x10@\x12\x16\n" +
 	"\x11SETATTR_MTIME_NOW\x10\x80\x01\x12\x12\n" +
 	"\rSETATTR_CTIME\x10\x80\x02\x12\x13\n" +
-	"\x0eSETATTR_PARENT\x10\x80\x042\xe7\x02\n" +
+	"\x0eSETATTR_PARENT\x10\x80\x04*S\n" +
+	"\bScanKind\x12\x19\n" +
+	"\x15SCAN_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10SCAN_KIND_INODES\x10\x01\x12\x16\n" +
+	"\x12SCAN_KIND_DENTRIES\x10\x022\xa2\x03\n" +
 	"\bMetaNode\x126\n" +
 	"\x03Txn\x12\x16.cairn.meta.TxnRequest\x1a\x17.cairn.meta.TxnResponse\x12?\n" +
 	"\x06Lookup\x12\x19.cairn.meta.LookupRequest\x1a\x1a.cairn.meta.LookupResponse\x12E\n" +
 	"\bGetInode\x12\x1b.cairn.meta.GetInodeRequest\x1a\x1c.cairn.meta.GetInodeResponse\x12B\n" +
 	"\aReadDir\x12\x1a.cairn.meta.ReadDirRequest\x1a\x1b.cairn.meta.ReadDirResponse\x12W\n" +
-	"\x0ePartitionStats\x12!.cairn.meta.PartitionStatsRequest\x1a\".cairn.meta.PartitionStatsResponseB%Z#github.com/cairnfs/cairn/pkg/metapbb\x06proto3"
+	"\x0ePartitionStats\x12!.cairn.meta.PartitionStatsRequest\x1a\".cairn.meta.PartitionStatsResponse\x129\n" +
+	"\x04Scan\x12\x17.cairn.meta.ScanRequest\x1a\x18.cairn.meta.ScanResponseB%Z#github.com/cairnfs/cairn/pkg/metapbb\x06proto3"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -2871,100 +3628,122 @@ func file_meta_proto_rawDescGZIP() []byte {
 	return file_meta_proto_rawDescData
 }
 
-var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_meta_proto_goTypes = []any{
 	(FileType)(0),                  // 0: cairn.meta.FileType
 	(SetattrValid)(0),              // 1: cairn.meta.SetattrValid
-	(*ExtentKey)(nil),              // 2: cairn.meta.ExtentKey
-	(*Inode)(nil),                  // 3: cairn.meta.Inode
-	(*Dentry)(nil),                 // 4: cairn.meta.Dentry
-	(*CreateInode)(nil),            // 5: cairn.meta.CreateInode
-	(*CreateDentry)(nil),           // 6: cairn.meta.CreateDentry
-	(*DeleteDentry)(nil),           // 7: cairn.meta.DeleteDentry
-	(*ReplaceDentry)(nil),          // 8: cairn.meta.ReplaceDentry
-	(*Setattr)(nil),                // 9: cairn.meta.Setattr
-	(*Link)(nil),                   // 10: cairn.meta.Link
-	(*TouchDir)(nil),               // 11: cairn.meta.TouchDir
-	(*Evict)(nil),                  // 12: cairn.meta.Evict
-	(*SetXattr)(nil),               // 13: cairn.meta.SetXattr
-	(*RemoveXattr)(nil),            // 14: cairn.meta.RemoveXattr
-	(*AppendExtents)(nil),          // 15: cairn.meta.AppendExtents
-	(*Fence)(nil),                  // 16: cairn.meta.Fence
-	(*Unfence)(nil),                // 17: cairn.meta.Unfence
-	(*SetRange)(nil),               // 18: cairn.meta.SetRange
-	(*AckFreed)(nil),               // 19: cairn.meta.AckFreed
-	(*Op)(nil),                     // 20: cairn.meta.Op
-	(*Txn)(nil),                    // 21: cairn.meta.Txn
-	(*OpResult)(nil),               // 22: cairn.meta.OpResult
-	(*TxnResult)(nil),              // 23: cairn.meta.TxnResult
-	(*Batch)(nil),                  // 24: cairn.meta.Batch
-	(*TxnRequest)(nil),             // 25: cairn.meta.TxnRequest
-	(*TxnResponse)(nil),            // 26: cairn.meta.TxnResponse
-	(*LookupRequest)(nil),          // 27: cairn.meta.LookupRequest
-	(*LookupResponse)(nil),         // 28: cairn.meta.LookupResponse
-	(*GetInodeRequest)(nil),        // 29: cairn.meta.GetInodeRequest
-	(*GetInodeResponse)(nil),       // 30: cairn.meta.GetInodeResponse
-	(*ReadDirRequest)(nil),         // 31: cairn.meta.ReadDirRequest
-	(*ReadDirResponse)(nil),        // 32: cairn.meta.ReadDirResponse
-	(*PartitionStatsRequest)(nil),  // 33: cairn.meta.PartitionStatsRequest
-	(*NameCount)(nil),              // 34: cairn.meta.NameCount
-	(*PartitionStatsResponse)(nil), // 35: cairn.meta.PartitionStatsResponse
-	nil,                            // 36: cairn.meta.Inode.XattrsEntry
+	(ScanKind)(0),                  // 2: cairn.meta.ScanKind
+	(*ExtentKey)(nil),              // 3: cairn.meta.ExtentKey
+	(*Inode)(nil),                  // 4: cairn.meta.Inode
+	(*Dentry)(nil),                 // 5: cairn.meta.Dentry
+	(*CreateInode)(nil),            // 6: cairn.meta.CreateInode
+	(*CreateDentry)(nil),           // 7: cairn.meta.CreateDentry
+	(*DeleteDentry)(nil),           // 8: cairn.meta.DeleteDentry
+	(*ReplaceDentry)(nil),          // 9: cairn.meta.ReplaceDentry
+	(*Setattr)(nil),                // 10: cairn.meta.Setattr
+	(*Link)(nil),                   // 11: cairn.meta.Link
+	(*TouchDir)(nil),               // 12: cairn.meta.TouchDir
+	(*Evict)(nil),                  // 13: cairn.meta.Evict
+	(*SetXattr)(nil),               // 14: cairn.meta.SetXattr
+	(*RemoveXattr)(nil),            // 15: cairn.meta.RemoveXattr
+	(*AppendExtents)(nil),          // 16: cairn.meta.AppendExtents
+	(*Fence)(nil),                  // 17: cairn.meta.Fence
+	(*Unfence)(nil),                // 18: cairn.meta.Unfence
+	(*SetRange)(nil),               // 19: cairn.meta.SetRange
+	(*AckFreed)(nil),               // 20: cairn.meta.AckFreed
+	(*Op)(nil),                     // 21: cairn.meta.Op
+	(*RouteException)(nil),         // 22: cairn.meta.RouteException
+	(*Routing)(nil),                // 23: cairn.meta.Routing
+	(*SetRouting)(nil),             // 24: cairn.meta.SetRouting
+	(*ImportDentries)(nil),         // 25: cairn.meta.ImportDentries
+	(*DentryKey)(nil),              // 26: cairn.meta.DentryKey
+	(*PurgeDentries)(nil),          // 27: cairn.meta.PurgeDentries
+	(*Txn)(nil),                    // 28: cairn.meta.Txn
+	(*OpResult)(nil),               // 29: cairn.meta.OpResult
+	(*TxnResult)(nil),              // 30: cairn.meta.TxnResult
+	(*Batch)(nil),                  // 31: cairn.meta.Batch
+	(*TxnRequest)(nil),             // 32: cairn.meta.TxnRequest
+	(*TxnResponse)(nil),            // 33: cairn.meta.TxnResponse
+	(*LookupRequest)(nil),          // 34: cairn.meta.LookupRequest
+	(*LookupResponse)(nil),         // 35: cairn.meta.LookupResponse
+	(*GetInodeRequest)(nil),        // 36: cairn.meta.GetInodeRequest
+	(*GetInodeResponse)(nil),       // 37: cairn.meta.GetInodeResponse
+	(*ReadDirRequest)(nil),         // 38: cairn.meta.ReadDirRequest
+	(*ReadDirResponse)(nil),        // 39: cairn.meta.ReadDirResponse
+	(*ScanRequest)(nil),            // 40: cairn.meta.ScanRequest
+	(*ScanResponse)(nil),           // 41: cairn.meta.ScanResponse
+	(*PartitionStatsRequest)(nil),  // 42: cairn.meta.PartitionStatsRequest
+	(*NameCount)(nil),              // 43: cairn.meta.NameCount
+	(*PartitionStatsResponse)(nil), // 44: cairn.meta.PartitionStatsResponse
+	nil,                            // 45: cairn.meta.Inode.XattrsEntry
 }
 var file_meta_proto_depIdxs = []int32{
 	0,  // 0: cairn.meta.Inode.type:type_name -> cairn.meta.FileType
-	36, // 1: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
-	2,  // 2: cairn.meta.Inode.extents:type_name -> cairn.meta.ExtentKey
+	45, // 1: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
+	3,  // 2: cairn.meta.Inode.extents:type_name -> cairn.meta.ExtentKey
 	0,  // 3: cairn.meta.Dentry.type:type_name -> cairn.meta.FileType
 	0,  // 4: cairn.meta.CreateInode.type:type_name -> cairn.meta.FileType
 	0,  // 5: cairn.meta.CreateDentry.type:type_name -> cairn.meta.FileType
 	0,  // 6: cairn.meta.DeleteDentry.expect_type:type_name -> cairn.meta.FileType
 	0,  // 7: cairn.meta.ReplaceDentry.type:type_name -> cairn.meta.FileType
-	2,  // 8: cairn.meta.AppendExtents.extents:type_name -> cairn.meta.ExtentKey
-	5,  // 9: cairn.meta.Op.create_inode:type_name -> cairn.meta.CreateInode
-	6,  // 10: cairn.meta.Op.create_dentry:type_name -> cairn.meta.CreateDentry
-	7,  // 11: cairn.meta.Op.delete_dentry:type_name -> cairn.meta.DeleteDentry
-	8,  // 12: cairn.meta.Op.replace_dentry:type_name -> cairn.meta.ReplaceDentry
-	9,  // 13: cairn.meta.Op.setattr:type_name -> cairn.meta.Setattr
-	10, // 14: cairn.meta.Op.link:type_name -> cairn.meta.Link
-	11, // 15: cairn.meta.Op.touch_dir:type_name -> cairn.meta.TouchDir
-	12, // 16: cairn.meta.Op.evict:type_name -> cairn.meta.Evict
-	13, // 17: cairn.meta.Op.set_xattr:type_name -> cairn.meta.SetXattr
-	14, // 18: cairn.meta.Op.remove_xattr:type_name -> cairn.meta.RemoveXattr
-	15, // 19: cairn.meta.Op.append_extents:type_name -> cairn.meta.AppendExtents
-	16, // 20: cairn.meta.Op.fence:type_name -> cairn.meta.Fence
-	17, // 21: cairn.meta.Op.unfence:type_name -> cairn.meta.Unfence
-	18, // 22: cairn.meta.Op.set_range:type_name -> cairn.meta.SetRange
-	19, // 23: cairn.meta.Op.ack_freed:type_name -> cairn.meta.AckFreed
-	20, // 24: cairn.meta.Txn.ops:type_name -> cairn.meta.Op
-	3,  // 25: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
-	4,  // 26: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
-	22, // 27: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
-	21, // 28: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
-	21, // 29: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
-	23, // 30: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
-	4,  // 31: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
-	3,  // 32: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
-	3,  // 33: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
-	4,  // 34: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
-	3,  // 35: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
-	34, // 36: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
-	25, // 37: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	27, // 38: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	29, // 39: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	31, // 40: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	33, // 41: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	26, // 42: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	28, // 43: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	30, // 44: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	32, // 45: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	35, // 46: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	42, // [42:47] is the sub-list for method output_type
-	37, // [37:42] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	3,  // 8: cairn.meta.AppendExtents.extents:type_name -> cairn.meta.ExtentKey
+	6,  // 9: cairn.meta.Op.create_inode:type_name -> cairn.meta.CreateInode
+	7,  // 10: cairn.meta.Op.create_dentry:type_name -> cairn.meta.CreateDentry
+	8,  // 11: cairn.meta.Op.delete_dentry:type_name -> cairn.meta.DeleteDentry
+	9,  // 12: cairn.meta.Op.replace_dentry:type_name -> cairn.meta.ReplaceDentry
+	10, // 13: cairn.meta.Op.setattr:type_name -> cairn.meta.Setattr
+	11, // 14: cairn.meta.Op.link:type_name -> cairn.meta.Link
+	12, // 15: cairn.meta.Op.touch_dir:type_name -> cairn.meta.TouchDir
+	13, // 16: cairn.meta.Op.evict:type_name -> cairn.meta.Evict
+	14, // 17: cairn.meta.Op.set_xattr:type_name -> cairn.meta.SetXattr
+	15, // 18: cairn.meta.Op.remove_xattr:type_name -> cairn.meta.RemoveXattr
+	16, // 19: cairn.meta.Op.append_extents:type_name -> cairn.meta.AppendExtents
+	17, // 20: cairn.meta.Op.fence:type_name -> cairn.meta.Fence
+	18, // 21: cairn.meta.Op.unfence:type_name -> cairn.meta.Unfence
+	19, // 22: cairn.meta.Op.set_range:type_name -> cairn.meta.SetRange
+	20, // 23: cairn.meta.Op.ack_freed:type_name -> cairn.meta.AckFreed
+	24, // 24: cairn.meta.Op.set_routing:type_name -> cairn.meta.SetRouting
+	25, // 25: cairn.meta.Op.import_dentries:type_name -> cairn.meta.ImportDentries
+	27, // 26: cairn.meta.Op.purge_dentries:type_name -> cairn.meta.PurgeDentries
+	22, // 27: cairn.meta.Routing.exceptions:type_name -> cairn.meta.RouteException
+	23, // 28: cairn.meta.SetRouting.current:type_name -> cairn.meta.Routing
+	23, // 29: cairn.meta.SetRouting.previous:type_name -> cairn.meta.Routing
+	5,  // 30: cairn.meta.ImportDentries.dentries:type_name -> cairn.meta.Dentry
+	26, // 31: cairn.meta.PurgeDentries.keys:type_name -> cairn.meta.DentryKey
+	21, // 32: cairn.meta.Txn.ops:type_name -> cairn.meta.Op
+	4,  // 33: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
+	5,  // 34: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
+	29, // 35: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
+	28, // 36: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
+	28, // 37: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
+	30, // 38: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
+	5,  // 39: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
+	4,  // 40: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
+	4,  // 41: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
+	5,  // 42: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
+	4,  // 43: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
+	2,  // 44: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
+	4,  // 45: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
+	5,  // 46: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
+	43, // 47: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
+	32, // 48: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	34, // 49: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	36, // 50: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	38, // 51: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	42, // 52: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	40, // 53: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
+	33, // 54: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	35, // 55: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	37, // 56: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	39, // 57: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	44, // 58: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	41, // 59: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
+	54, // [54:60] is the sub-list for method output_type
+	48, // [48:54] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -2988,14 +3767,17 @@ func file_meta_proto_init() {
 		(*Op_Unfence)(nil),
 		(*Op_SetRange)(nil),
 		(*Op_AckFreed)(nil),
+		(*Op_SetRouting)(nil),
+		(*Op_ImportDentries)(nil),
+		(*Op_PurgeDentries)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   35,
+			NumEnums:      3,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

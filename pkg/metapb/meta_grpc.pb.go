@@ -33,6 +33,7 @@ const (
 	MetaNode_GetInode_FullMethodName       = "/cairn.meta.MetaNode/GetInode"
 	MetaNode_ReadDir_FullMethodName        = "/cairn.meta.MetaNode/ReadDir"
 	MetaNode_PartitionStats_FullMethodName = "/cairn.meta.MetaNode/PartitionStats"
+	MetaNode_Scan_FullMethodName           = "/cairn.meta.MetaNode/Scan"
 )
 
 // MetaNodeClient is the client API for MetaNode service.
@@ -44,6 +45,7 @@ type MetaNodeClient interface {
 	GetInode(ctx context.Context, in *GetInodeRequest, opts ...grpc.CallOption) (*GetInodeResponse, error)
 	ReadDir(ctx context.Context, in *ReadDirRequest, opts ...grpc.CallOption) (*ReadDirResponse, error)
 	PartitionStats(ctx context.Context, in *PartitionStatsRequest, opts ...grpc.CallOption) (*PartitionStatsResponse, error)
+	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanResponse, error)
 }
 
 type metaNodeClient struct {
@@ -104,6 +106,16 @@ func (c *metaNodeClient) PartitionStats(ctx context.Context, in *PartitionStatsR
 	return out, nil
 }
 
+func (c *metaNodeClient) Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScanResponse)
+	err := c.cc.Invoke(ctx, MetaNode_Scan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MetaNodeServer is the server API for MetaNode service.
 // All implementations must embed UnimplementedMetaNodeServer
 // for forward compatibility.
@@ -113,6 +125,7 @@ type MetaNodeServer interface {
 	GetInode(context.Context, *GetInodeRequest) (*GetInodeResponse, error)
 	ReadDir(context.Context, *ReadDirRequest) (*ReadDirResponse, error)
 	PartitionStats(context.Context, *PartitionStatsRequest) (*PartitionStatsResponse, error)
+	Scan(context.Context, *ScanRequest) (*ScanResponse, error)
 	mustEmbedUnimplementedMetaNodeServer()
 }
 
@@ -137,6 +150,9 @@ func (UnimplementedMetaNodeServer) ReadDir(context.Context, *ReadDirRequest) (*R
 }
 func (UnimplementedMetaNodeServer) PartitionStats(context.Context, *PartitionStatsRequest) (*PartitionStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PartitionStats not implemented")
+}
+func (UnimplementedMetaNodeServer) Scan(context.Context, *ScanRequest) (*ScanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Scan not implemented")
 }
 func (UnimplementedMetaNodeServer) mustEmbedUnimplementedMetaNodeServer() {}
 func (UnimplementedMetaNodeServer) testEmbeddedByValue()                  {}
@@ -249,6 +265,24 @@ func _MetaNode_PartitionStats_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MetaNode_Scan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaNodeServer).Scan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MetaNode_Scan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaNodeServer).Scan(ctx, req.(*ScanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MetaNode_ServiceDesc is the grpc.ServiceDesc for MetaNode service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -275,6 +309,10 @@ var MetaNode_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PartitionStats",
 			Handler:    _MetaNode_PartitionStats_Handler,
+		},
+		{
+			MethodName: "Scan",
+			Handler:    _MetaNode_Scan_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
