@@ -3110,9 +3110,12 @@ func (x *ScanResponse) GetAppliedIndex() uint64 {
 }
 
 type PartitionStatsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
-	TopNames      uint32                 `protobuf:"varint,2,opt,name=top_names,json=topNames,proto3" json:"top_names,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	TopNames    uint32                 `protobuf:"varint,2,opt,name=top_names,json=topNames,proto3" json:"top_names,omitempty"`
+	// count_names asks for the exact dentry count of each of these names
+	// (the load balancer asks for the exception-table names).
+	CountNames    [][]byte `protobuf:"bytes,3,rep,name=count_names,json=countNames,proto3" json:"count_names,omitempty"` // top_names then lists only names not in count_names.
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3159,6 +3162,13 @@ func (x *PartitionStatsRequest) GetTopNames() uint32 {
 		return x.TopNames
 	}
 	return 0
+}
+
+func (x *PartitionStatsRequest) GetCountNames() [][]byte {
+	if x != nil {
+		return x.CountNames
+	}
+	return nil
 }
 
 type NameCount struct {
@@ -3226,6 +3236,7 @@ type PartitionStatsResponse struct {
 	MemoryBytes    uint64                 `protobuf:"varint,9,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"` // estimate of the state machine's memory
 	InodeStart     uint64                 `protobuf:"varint,10,opt,name=inode_start,json=inodeStart,proto3" json:"inode_start,omitempty"`
 	InodeEnd       uint64                 `protobuf:"varint,11,opt,name=inode_end,json=inodeEnd,proto3" json:"inode_end,omitempty"`
+	NamedCounts    []*NameCount           `protobuf:"bytes,12,rep,name=named_counts,json=namedCounts,proto3" json:"named_counts,omitempty"` // for count_names, same order
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -3335,6 +3346,13 @@ func (x *PartitionStatsResponse) GetInodeEnd() uint64 {
 		return x.InodeEnd
 	}
 	return 0
+}
+
+func (x *PartitionStatsResponse) GetNamedCounts() []*NameCount {
+	if x != nil {
+		return x.NamedCounts
+	}
+	return nil
 }
 
 var File_meta_proto protoreflect.FileDescriptor
@@ -3562,13 +3580,15 @@ const file_meta_proto_rawDesc = "" +
 	"\bdentries\x18\x03 \x03(\v2\x12.cairn.meta.DentryR\bdentries\x12\x12\n" +
 	"\x04more\x18\x04 \x01(\bR\x04more\x12'\n" +
 	"\x0frouting_version\x18\x05 \x01(\x04R\x0eroutingVersion\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"W\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"x\n" +
 	"\x15PartitionStatsRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x1b\n" +
-	"\ttop_names\x18\x02 \x01(\rR\btopNames\"5\n" +
+	"\ttop_names\x18\x02 \x01(\rR\btopNames\x12\x1f\n" +
+	"\vcount_names\x18\x03 \x03(\fR\n" +
+	"countNames\"5\n" +
 	"\tNameCount\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x04R\x05count\"\x89\x03\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\xc3\x03\n" +
 	"\x16PartitionStatsResponse\x12\x16\n" +
 	"\x06inodes\x18\x01 \x01(\x04R\x06inodes\x12\x1a\n" +
 	"\bdentries\x18\x02 \x01(\x04R\bdentries\x12\x18\n" +
@@ -3582,7 +3602,8 @@ const file_meta_proto_rawDesc = "" +
 	"\vinode_start\x18\n" +
 	" \x01(\x04R\n" +
 	"inodeStart\x12\x1b\n" +
-	"\tinode_end\x18\v \x01(\x04R\binodeEnd*\xc9\x01\n" +
+	"\tinode_end\x18\v \x01(\x04R\binodeEnd\x128\n" +
+	"\fnamed_counts\x18\f \x03(\v2\x15.cairn.meta.NameCountR\vnamedCounts*\xc9\x01\n" +
 	"\bFileType\x12\x15\n" +
 	"\x11FILE_TYPE_UNKNOWN\x10\x00\x12\x15\n" +
 	"\x11FILE_TYPE_REGULAR\x10\x01\x12\x17\n" +
@@ -3727,23 +3748,24 @@ var file_meta_proto_depIdxs = []int32{
 	4,  // 45: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
 	5,  // 46: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
 	43, // 47: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
-	32, // 48: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	34, // 49: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	36, // 50: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	38, // 51: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	42, // 52: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	40, // 53: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
-	33, // 54: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	35, // 55: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	37, // 56: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	39, // 57: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	44, // 58: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	41, // 59: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
-	54, // [54:60] is the sub-list for method output_type
-	48, // [48:54] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	43, // 48: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
+	32, // 49: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	34, // 50: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	36, // 51: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	38, // 52: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	42, // 53: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	40, // 54: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
+	33, // 55: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	35, // 56: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	37, // 57: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	39, // 58: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	44, // 59: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	41, // 60: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
+	55, // [55:61] is the sub-list for method output_type
+	49, // [49:55] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
