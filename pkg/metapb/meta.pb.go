@@ -1992,10 +1992,15 @@ func (x *Routing) GetExceptions() []*RouteException {
 // own is answered EWRONGMP. An older current.version than the partition's is a
 // no-op; a partition that never got a routing accepts every name.
 type SetRouting struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Self          uint64                 `protobuf:"varint,1,opt,name=self,proto3" json:"self,omitempty"`
-	Current       *Routing               `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
-	Previous      *Routing               `protobuf:"bytes,3,opt,name=previous,proto3" json:"previous,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Self     uint64                 `protobuf:"varint,1,opt,name=self,proto3" json:"self,omitempty"`
+	Current  *Routing               `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
+	Previous *Routing               `protobuf:"bytes,3,opt,name=previous,proto3" json:"previous,omitempty"`
+	// sealed (only with previous): names that move away are answered EWRONGMP
+	// for reads too, but ReadDir still lists them by previous. Every partition is
+	// sealed before any partition drops previous, so no stale source copy is
+	// read after a destination starts serving. See docs/routing.md.
+	Sealed        bool `protobuf:"varint,4,opt,name=sealed,proto3" json:"sealed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2049,6 +2054,13 @@ func (x *SetRouting) GetPrevious() *Routing {
 		return x.Previous
 	}
 	return nil
+}
+
+func (x *SetRouting) GetSealed() bool {
+	if x != nil {
+		return x.Sealed
+	}
+	return false
 }
 
 // ImportDentries puts dentries moved from another partition, whatever the
@@ -3502,12 +3514,13 @@ const file_meta_proto_rawDesc = "" +
 	"slotOwners\x12:\n" +
 	"\n" +
 	"exceptions\x18\x03 \x03(\v2\x1a.cairn.meta.RouteExceptionR\n" +
-	"exceptions\"\x80\x01\n" +
+	"exceptions\"\x98\x01\n" +
 	"\n" +
 	"SetRouting\x12\x12\n" +
 	"\x04self\x18\x01 \x01(\x04R\x04self\x12-\n" +
 	"\acurrent\x18\x02 \x01(\v2\x13.cairn.meta.RoutingR\acurrent\x12/\n" +
-	"\bprevious\x18\x03 \x01(\v2\x13.cairn.meta.RoutingR\bprevious\"@\n" +
+	"\bprevious\x18\x03 \x01(\v2\x13.cairn.meta.RoutingR\bprevious\x12\x16\n" +
+	"\x06sealed\x18\x04 \x01(\bR\x06sealed\"@\n" +
 	"\x0eImportDentries\x12.\n" +
 	"\bdentries\x18\x01 \x03(\v2\x12.cairn.meta.DentryR\bdentries\"7\n" +
 	"\tDentryKey\x12\x16\n" +
