@@ -30,7 +30,10 @@ import (
 // mountOpts are the -o options of cairn mount.
 type mountOpts struct {
 	entryTimeout, attrTimeout time.Duration
-	allowOther, debug         bool
+	// opTimeout bounds every operation while the cluster does not answer
+	// (0: the SDK's default): the mount answers ETIMEDOUT instead of hanging.
+	opTimeout         time.Duration
+	allowOther, debug bool
 }
 
 // parseMountOpts parses "-o a=b,c" values (several -o accumulate).
@@ -58,12 +61,16 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 				o.entryTimeout, err = secs()
 			case "attr_timeout":
 				o.attrTimeout, err = secs()
+			case "op_timeout":
+				if o.opTimeout, err = secs(); err == nil && o.opTimeout < 0 {
+					err = fmt.Errorf("-o %s: an operation needs more than 0 seconds", kv)
+				}
 			case "allow_other":
 				o.allowOther = true
 			case "debug":
 				o.debug = true
 			default:
-				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, allow_other, debug)", k)
+				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, op_timeout=S, allow_other, debug)", k)
 			}
 			if err != nil {
 				return o, err
@@ -157,11 +164,11 @@ func checkMountPoint(cmd *cobra.Command, mp string) error {
 
 // openVolume opens volume, retrying with a message while no master
 // answers, until wait is over. A volume that does not exist fails at once.
-func openVolume(cmd *cobra.Command, masters []string, volume string, wait time.Duration) (*client.Volume, error) {
+func openVolume(cmd *cobra.Command, masters []string, volume string, wait time.Duration, opts *client.Options) (*client.Volume, error) {
 	deadline := time.Now().Add(wait)
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		v, err := client.Open(ctx, masters, volume, nil)
+		v, err := client.Open(ctx, masters, volume, opts)
 		cancel()
 		if err == nil {
 			return v, nil
@@ -196,6 +203,9 @@ SIGTERM, which unmount it. The cluster is found with --master, or through the
 Options (-o, comma-separated, may repeat):
   entry_timeout=S   seconds the kernel caches names (default 1; 0 disables)
   attr_timeout=S    seconds the kernel caches attributes (default 1; 0 disables)
+  op_timeout=S      while the cluster does not answer, an operation fails with
+                    ETIMEDOUT after S seconds (default 30); it works again as
+                    soon as the cluster is back
   allow_other       let other users than the mounting one use the mount
   debug             log every FUSE request
 
@@ -248,7 +258,7 @@ file system (docs/bench.md, "Traces").`,
 				}
 				defer rec.Close() // a no-op after closeTrace
 			}
-			v, err := openVolume(cmd, masters, volume, wait)
+			v, err := openVolume(cmd, masters, volume, wait, &client.Options{OpTimeout: mo.opTimeout})
 			if err != nil {
 				return err
 			}
