@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/daemon"
@@ -260,5 +261,163 @@ func BenchmarkCreateMerging(b *testing.B) {
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "creates/s")
 		})
+	}
+}
+
+// waitRoot waits until the volume root exists on the partition.
+func waitRoot(t *testing.T, ctx context.Context, mc *metaclient.Client, part *pb.Partition) {
+	t.Helper()
+	for {
+		r, err := mc.GetInode(ctx, part, RootIno)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Errno == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRoutingOverGRPC: Scan pages over gRPC, and after a SetRouting that
+// gives every name to another partition, dentry ops come back as
+// TxnResult.errno EWRONGMP (not as gRPC errors), reads carry the routing
+// version, and a not-owned Scan lists what a migration would move.
+func TestRoutingOverGRPC(t *testing.T) {
+	c := newTestCluster(t, Options{})
+	c.leader(t)
+	pool := redirect.NewPool()
+	defer pool.Close()
+	mc := metaclient.New(pool, func(id uint64) (string, bool) { a, ok := c.addrs[id]; return a, ok })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waitRoot(t, ctx, mc, c.part)
+	for i := range 5 {
+		if res, err := mc.Txn(ctx, c.part, createTxn(RootIno, fmt.Sprintf("f%d", i))); err != nil || res.Errno != 0 {
+			t.Fatalf("create f%d: %v %v", i, err, res)
+		}
+	}
+	scan := func(req *metapb.ScanRequest) (inodes []uint64, dentries []string, version uint64) {
+		t.Helper()
+		req.PartitionId = c.part.Id
+		for {
+			var resp *metapb.ScanResponse
+			err := mc.Call(ctx, c.part, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+				resp, err = m.Scan(ctx, req, o...)
+				return err
+			})
+			if err != nil || resp.Errno != 0 {
+				t.Fatalf("scan %v: %v %v", req, err, resp)
+			}
+			if resp.AppliedIndex == 0 {
+				t.Fatalf("scan answered applied index 0")
+			}
+			for _, in := range resp.Inodes {
+				inodes = append(inodes, in.Ino)
+				req.AfterIno = in.Ino
+			}
+			for _, d := range resp.Dentries {
+				dentries = append(dentries, string(d.Name))
+				req.AfterParent, req.AfterName = d.Parent, d.Name
+			}
+			version = resp.RoutingVersion
+			if !resp.More {
+				return inodes, dentries, version
+			}
+		}
+	}
+	inos, _, _ := scan(&metapb.ScanRequest{Kind: metapb.ScanKind_SCAN_KIND_INODES, Limit: 2})
+	if fmt.Sprint(inos) != "[1 2 3 4 5 6]" {
+		t.Fatalf("scanned inodes %v", inos)
+	}
+	_, names, v := scan(&metapb.ScanRequest{Kind: metapb.ScanKind_SCAN_KIND_DENTRIES, Limit: 3})
+	if fmt.Sprint(names) != "[f0 f1 f2 f3 f4]" || v != 0 {
+		t.Fatalf("scanned dentries %v (routing v%d)", names, v)
+	}
+	if _, names, _ := scan(&metapb.ScanRequest{Kind: metapb.ScanKind_SCAN_KIND_DENTRIES, NotOwned: true}); len(names) != 0 {
+		t.Fatalf("not-owned scan without routing: %v", names)
+	}
+	var bad *metapb.ScanResponse
+	err := mc.Call(ctx, c.part, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		bad, err = m.Scan(ctx, &metapb.ScanRequest{PartitionId: c.part.Id}, o...)
+		return err
+	})
+	if err != nil || metapartition.Errno(bad.Errno) != metapartition.EINVAL {
+		t.Fatalf("scan without a kind: %v %v", err, bad)
+	}
+
+	// Partition 2 owns every slot now.
+	set := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_SetRouting{SetRouting: &metapb.SetRouting{
+		Self: c.part.Id, Current: &metapb.Routing{Version: 1, SlotOwners: []uint64{2, 2}},
+	}}}}}
+	if res, err := mc.Txn(ctx, c.part, set); err != nil || res.Errno != 0 {
+		t.Fatalf("set routing: %v %v", err, res)
+	}
+	res, err := mc.Txn(ctx, c.part, createTxn(RootIno, "g"))
+	if err != nil || metapartition.Errno(res.Errno) != metapartition.EWRONGMP {
+		t.Fatalf("create after the routing moved away: %v %v, want errno EWRONGMP", err, res)
+	}
+	lk, err := mc.Lookup(ctx, c.part, RootIno, "f1")
+	if err != nil || metapartition.Errno(lk.Errno) != metapartition.EWRONGMP || lk.RoutingVersion != 1 {
+		t.Fatalf("lookup: %v %v", err, lk)
+	}
+	rd, err := mc.ReadDir(ctx, c.part, RootIno, "", 10, false)
+	if err != nil || len(rd.Dentries) != 0 || rd.RoutingVersion != 1 || rd.RoutingMoving {
+		t.Fatalf("readdir: %v %v", err, rd)
+	}
+	_, names, v = scan(&metapb.ScanRequest{Kind: metapb.ScanKind_SCAN_KIND_DENTRIES, NotOwned: true, Limit: 2})
+	if fmt.Sprint(names) != "[f0 f1 f2 f3 f4]" || v != 1 {
+		t.Fatalf("not-owned scan: %v (routing v%d)", names, v)
+	}
+	var st *metapb.PartitionStatsResponse
+	err = mc.Call(ctx, c.part, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		st, err = m.PartitionStats(ctx, &metapb.PartitionStatsRequest{PartitionId: c.part.Id, TopNames: 2, CountNames: [][]byte{[]byte("f3"), []byte("zz")}}, o...)
+		return err
+	})
+	if err != nil || st.RoutingVersion != 1 || st.RoutingMoving || st.InodeStart != 1 || st.InodeEnd != 0 || st.MemoryBytes == 0 ||
+		len(st.NamedCounts) != 2 || st.NamedCounts[0].Count != 1 || st.NamedCounts[1].Count != 0 || len(st.TopNames) != 2 || string(st.TopNames[0].Name) != "f0" {
+		t.Fatalf("stats: %v %v", err, st)
+	}
+}
+
+// TestRangeCut: when the map cuts the partition's inode range, the leader
+// makes every replica stop allocating above the cut.
+func TestRangeCut(t *testing.T) {
+	if !needsCut(0, 10) || needsCut(0, 0) || needsCut(10, 10) || needsCut(5, 10) || !needsCut(11, 10) {
+		t.Fatal("needsCut")
+	}
+	c := newTestCluster(t, Options{})
+	c.leader(t)
+	pool := redirect.NewPool()
+	defer pool.Close()
+	mc := metaclient.New(pool, func(id uint64) (string, bool) { a, ok := c.addrs[id]; return a, ok })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waitRoot(t, ctx, mc, c.part)
+	cut := proto.Clone(c.part).(*pb.Partition)
+	cut.InodeEnd = 3
+	for _, h := range c.hosts {
+		if err := h.Assign([]*pb.Partition{cut}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, h := range c.hosts {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var end uint64
+			h.partition(c.part.Id).sm.read(func(mp *metapartition.Partition) { _, end = mp.Range() })
+			if end == 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d: range end %d, want 3", h.env.NodeID, end)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i, want := range []int32{0, 0, int32(metapartition.ENOSPC)} {
+		if res, err := mc.Txn(ctx, cut, createTxn(RootIno, fmt.Sprintf("f%d", i))); err != nil || res.Errno != want {
+			t.Fatalf("create %d: %v %v, want errno %d", i, err, res, want)
+		}
 	}
 }

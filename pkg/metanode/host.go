@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,8 +51,9 @@ type Host struct {
 	parts   map[uint64]*partition
 	volumes map[uint64]uint64 // partition -> volume id
 
-	stop chan struct{}
-	wg   sync.WaitGroup // background work such as creating a volume's root
+	stop      chan struct{}
+	rangeKick chan struct{}  // cap 1: wakes the range cutter (ranges.go)
+	wg        sync.WaitGroup // background work such as creating a volume's root
 }
 
 // RootIno is the inode number of every volume's root directory. It is the
@@ -67,6 +69,9 @@ type partition struct {
 	id     uint64
 	sm     *lockedSM
 	merger *merger
+	// wantEnd is the cluster map's inode_end (0: open), which the leader
+	// makes the partition's range end (ranges.go).
+	wantEnd atomic.Uint64
 }
 
 // lockedSM lets RPC handlers read a partition while the Raft loop applies to it.
@@ -106,13 +111,19 @@ func New(env node.Env, opts Options) (*Host, error) {
 	if opts.MaxBatchTxns <= 0 {
 		opts.MaxBatchTxns = 256
 	}
-	h := &Host{env: env, opts: opts, log: env.Logger.With("component", "metanode"), parts: map[uint64]*partition{}, volumes: map[uint64]uint64{}, stop: make(chan struct{})}
+	h := &Host{
+		env: env, opts: opts, log: env.Logger.With("component", "metanode"),
+		parts: map[uint64]*partition{}, volumes: map[uint64]uint64{},
+		stop: make(chan struct{}), rangeKick: make(chan struct{}, 1),
+	}
 	h.metrics = newMetrics(env.Registry)
 	metapb.RegisterMetaNodeServer(env.GRPC, &service{h: h})
 	if opts.CollectInterval >= 0 {
 		h.wg.Add(1)
 		go h.runCollector()
 	}
+	h.wg.Add(1)
+	go h.runRanges()
 	return h, nil
 }
 
@@ -121,8 +132,9 @@ func NewFactory(opts Options) func(node.Env) (node.PartitionHost, error) {
 	return func(env node.Env) (node.PartitionHost, error) { return New(env, opts) }
 }
 
-// Assign opens the meta partitions newly assigned to this node and closes the
-// ones no longer assigned (their state stays on disk).
+// Assign opens the meta partitions newly assigned to this node, closes the
+// ones no longer assigned (their state stays on disk), and has the leaders
+// cut the inode ranges the map has cut (ranges.go).
 func (h *Host) Assign(assigned []*pb.Partition) error {
 	want := map[uint64]*pb.Partition{}
 	for _, p := range assigned {
@@ -134,7 +146,8 @@ func (h *Host) Assign(assigned []*pb.Partition) error {
 	defer h.mu.Unlock()
 	var errs []error
 	for id, p := range want {
-		if _, ok := h.parts[id]; ok {
+		if part, ok := h.parts[id]; ok {
+			h.noteRange(part, p)
 			continue
 		}
 		if err := h.open(p); err != nil {
@@ -167,20 +180,24 @@ func (h *Host) open(p *pb.Partition) error {
 		peers[i] = multiraft.NodeID(r)
 	}
 	part := &partition{id: p.Id, sm: sm, merger: newMerger(h, p.Id)}
-	var opts multiraft.GroupOptions
-	if p.InodeStart == RootIno {
-		opts.OnLeaderChange = func(li multiraft.LeaderInfo) {
-			if li.IsLeader {
-				h.goEnsureRoot(part)
-			}
+	opts := multiraft.GroupOptions{OnLeaderChange: func(li multiraft.LeaderInfo) {
+		if !li.IsLeader {
+			return
 		}
-	}
+		if p.InodeStart == RootIno {
+			h.goEnsureRoot(part)
+		}
+		if part.wantEnd.Load() != 0 {
+			h.kickRanges()
+		}
+	}}
 	if err := h.env.Raft.AddGroup(multiraft.GroupID(p.Id), peers, sm, opts); err != nil && !errors.Is(err, multiraft.ErrGroupExists) {
 		part.merger.close()
 		return err
 	}
 	h.parts[p.Id] = part
 	h.volumes[p.Id] = p.VolumeId
+	h.noteRange(part, p)
 	h.log.Info("meta partition opened", "partition", p.Id, "replicas", p.Replicas, "inodes", fmt.Sprintf("%d-%d", p.InodeStart, p.InodeEnd))
 	return nil
 }

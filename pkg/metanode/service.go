@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/multiraft"
@@ -20,6 +21,10 @@ const (
 	maxReadDir    = 4096
 	defaultLimit  = 1024
 	maxStatsNames = 1024
+	// The load balancer counts every exception-table name.
+	maxCountNames    = hybridindex.MaxEntries
+	defaultScanLimit = 1000
+	maxScanLimit     = 10000
 )
 
 type service struct {
@@ -71,6 +76,9 @@ func raftStatus(id uint64, err error) error {
 	return status.Errorf(codes.Unavailable, "meta partition %d: %v", id, err)
 }
 
+// Txn replicates one Txn. Its outcome, including a refusal by the
+// partition's routing (EWRONGMP, EMOVING), is TxnResult.errno; gRPC errors
+// are only for requests that did not reach the state machine.
 func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnResponse, error) {
 	if n := len(req.GetTxn().GetOps()); n == 0 || n > maxOpsPerTxn {
 		return nil, status.Errorf(codes.InvalidArgument, "a transaction has 1 to %d operations, not %d", maxOpsPerTxn, n)
@@ -108,6 +116,7 @@ func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metap
 	p.sm.read(func(mp *metapartition.Partition) {
 		d, ino, e := mp.Lookup(req.Parent, string(req.Name))
 		resp.Errno, resp.Dentry, resp.Inode = int32(e), d, ino
+		resp.RoutingVersion, _ = mp.RoutingState()
 	})
 	return resp, nil
 }
@@ -137,6 +146,7 @@ func (s *service) ReadDir(ctx context.Context, req *metapb.ReadDirRequest) (*met
 	}
 	resp := &metapb.ReadDirResponse{}
 	p.sm.read(func(mp *metapartition.Partition) {
+		resp.RoutingVersion, resp.RoutingMoving = mp.RoutingState()
 		// One more than asked tells whether the listing goes on.
 		ds := mp.ReadDir(req.Parent, string(req.After), limit+1)
 		if len(ds) > limit {
@@ -155,6 +165,13 @@ func (s *service) ReadDir(ctx context.Context, req *metapb.ReadDirRequest) (*met
 }
 
 func (s *service) PartitionStats(ctx context.Context, req *metapb.PartitionStatsRequest) (*metapb.PartitionStatsResponse, error) {
+	if n := len(req.CountNames); n > maxCountNames {
+		return nil, status.Errorf(codes.InvalidArgument, "%d names to count, more than %d", n, maxCountNames)
+	}
+	names := make([]string, len(req.CountNames))
+	for i, n := range req.CountNames {
+		names[i] = string(n)
+	}
 	p, err := s.readable(ctx, req.PartitionId)
 	if err != nil {
 		return nil, err
@@ -162,11 +179,49 @@ func (s *service) PartitionStats(ctx context.Context, req *metapb.PartitionStats
 	k := min(int(req.TopNames), maxStatsNames)
 	resp := &metapb.PartitionStatsResponse{}
 	p.sm.read(func(mp *metapartition.Partition) {
-		st := mp.Stats(k)
+		st := mp.Stats(k, names...)
 		resp.Inodes, resp.Dentries, resp.Orphans = uint64(st.Inodes), uint64(st.Dentries), uint64(st.Orphans)
-		resp.MaxIno = mp.MaxIno()
+		resp.MaxIno, resp.InodeStart, resp.InodeEnd = st.MaxIno, st.InodeStart, st.InodeEnd
+		resp.RoutingVersion, resp.RoutingMoving = st.RoutingVersion, st.RoutingMoving
+		resp.MemoryBytes = st.MemoryBytes
 		for _, nc := range st.TopNames {
 			resp.TopNames = append(resp.TopNames, &metapb.NameCount{Name: []byte(nc.Name), Count: uint64(nc.Count)})
+		}
+		for _, nc := range st.NamedCounts {
+			resp.NamedCounts = append(resp.NamedCounts, &metapb.NameCount{Name: []byte(nc.Name), Count: uint64(nc.Count)})
+		}
+	})
+	if st, err := s.h.env.Raft.Status(multiraft.GroupID(req.PartitionId)); err == nil {
+		resp.AppliedIndex = st.Applied
+	}
+	return resp, nil
+}
+
+// Scan pages through a partition's inodes or dentries in key order, on the
+// leader after a read barrier (as Lookup and ReadDir). An unknown kind is
+// errno EINVAL.
+func (s *service) Scan(ctx context.Context, req *metapb.ScanRequest) (*metapb.ScanResponse, error) {
+	switch req.Kind {
+	case metapb.ScanKind_SCAN_KIND_INODES, metapb.ScanKind_SCAN_KIND_DENTRIES:
+	default:
+		return &metapb.ScanResponse{Errno: int32(metapartition.EINVAL)}, nil
+	}
+	limit := int(req.Limit)
+	if limit <= 0 {
+		limit = defaultScanLimit
+	}
+	limit = min(limit, maxScanLimit)
+	p, err := s.readable(ctx, req.PartitionId)
+	if err != nil {
+		return nil, err
+	}
+	resp := &metapb.ScanResponse{}
+	p.sm.read(func(mp *metapartition.Partition) {
+		resp.RoutingVersion, _ = mp.RoutingState()
+		if req.Kind == metapb.ScanKind_SCAN_KIND_INODES {
+			resp.Inodes, resp.More = mp.ScanInodes(req.AfterIno, limit, req.WithExtents)
+		} else {
+			resp.Dentries, resp.More = mp.ScanDentries(req.AfterParent, string(req.AfterName), limit, req.NotOwned)
 		}
 	})
 	if st, err := s.h.env.Raft.Status(multiraft.GroupID(req.PartitionId)); err == nil {

@@ -70,7 +70,22 @@ type txn struct {
 
 	acked   bool   // an AckFreed applies at commit
 	ackUpto uint64 // free-list entries with Seq <= ackUpto go
+
+	routing    *routing // a SetRouting's new state, applied at commit
+	routingSet bool
+
+	// dentryIdx indexes dentries by key once an op (ImportDentries,
+	// PurgeDentries) makes the linear search too slow; nil until then.
+	dentryIdx map[dentryKey]int
 }
+
+type dentryKey struct {
+	parent uint64
+	name   string
+}
+
+// dentryIndexAt is how many dentry changes the overlay searches linearly.
+const dentryIndexAt = 16
 
 type inodeChange struct {
 	ino uint64
@@ -90,13 +105,15 @@ type fenceChange struct {
 func (t *txn) reset(p *Partition, now int64) {
 	clear(t.inodes)
 	clear(t.dentries)
+	clear(t.dentryIdx)
 	*t = txn{
 		p: p, now: now,
-		inodes:   t.inodes[:0],
-		dentries: t.dentries[:0],
-		fences:   t.fences[:0],
-		freed:    t.freed[:0],
-		touched:  t.touched[:0],
+		inodes:    t.inodes[:0],
+		dentries:  t.dentries[:0],
+		fences:    t.fences[:0],
+		freed:     t.freed[:0],
+		touched:   t.touched[:0],
+		dentryIdx: t.dentryIdx,
 	}
 	if p != nil {
 		t.maxIno, t.end = p.maxIno, p.end
@@ -173,6 +190,12 @@ func opName(op *metapb.Op) string {
 		return "set_range"
 	case *metapb.Op_AckFreed:
 		return "ack_freed"
+	case *metapb.Op_SetRouting:
+		return "set_routing"
+	case *metapb.Op_ImportDentries:
+		return "import_dentries"
+	case *metapb.Op_PurgeDentries:
+		return "purge_dentries"
 	}
 	return "empty"
 }
@@ -209,6 +232,12 @@ func (t *txn) apply(op *metapb.Op) (*metapb.OpResult, *opError) {
 		return t.setRange(o.SetRange)
 	case *metapb.Op_AckFreed:
 		return t.ackFreed(o.AckFreed)
+	case *metapb.Op_SetRouting:
+		return t.setRouting(o.SetRouting)
+	case *metapb.Op_ImportDentries:
+		return t.importDentries(o.ImportDentries)
+	case *metapb.Op_PurgeDentries:
+		return t.purgeDentries(o.PurgeDentries)
 	}
 	// An unset oneof, or an op added to the proto after this code.
 	return nil, fail(EINVAL, "op has no known operation set")
@@ -265,25 +294,47 @@ func (t *txn) localInode(field string, raw uint64) (uint64, *inode, *opError) {
 	return ino, in, nil
 }
 
-func (t *txn) dentry(parent uint64, name string) (dentry, bool) {
+// dentryChange returns the overlay's change of (parent, name), or -1.
+func (t *txn) dentryChange(parent uint64, name string) int {
+	if t.dentryIdx != nil && len(t.dentries) > dentryIndexAt {
+		if i, ok := t.dentryIdx[dentryKey{parent, name}]; ok {
+			return i
+		}
+		return -1
+	}
 	for i := range t.dentries {
 		c := &t.dentries[i]
 		if c.d.parent == parent && c.d.name == name {
-			return c.d, c.present
+			return i
 		}
+	}
+	return -1
+}
+
+func (t *txn) dentry(parent uint64, name string) (dentry, bool) {
+	if i := t.dentryChange(parent, name); i >= 0 {
+		return t.dentries[i].d, t.dentries[i].present
 	}
 	return t.p.dentries.Get(dentry{parent: parent, name: name})
 }
 
 func (t *txn) putDentry(d dentry, present bool) {
-	for i := range t.dentries {
-		c := &t.dentries[i]
-		if c.d.parent == d.parent && c.d.name == d.name {
-			c.d, c.present = d, present
-			return
-		}
+	if i := t.dentryChange(d.parent, d.name); i >= 0 {
+		t.dentries[i].d, t.dentries[i].present = d, present
+		return
 	}
 	t.dentries = append(t.dentries, dentryChange{d: d, present: present})
+	switch n := len(t.dentries); {
+	case n == dentryIndexAt+1:
+		if t.dentryIdx == nil {
+			t.dentryIdx = make(map[dentryKey]int)
+		}
+		for i, c := range t.dentries {
+			t.dentryIdx[dentryKey{c.d.parent, c.d.name}] = i
+		}
+	case n > dentryIndexAt+1:
+		t.dentryIdx[dentryKey{d.parent, d.name}] = n - 1
+	}
 }
 
 func (t *txn) fenceOf(parent uint64) uint64 {
@@ -386,6 +437,10 @@ func (t *txn) commit() {
 			old, _ = p.inodes.Delete(&p.probe)
 		} else {
 			old, _ = p.inodes.Set(c.in)
+			p.mem += inodeBytes(c.in)
+		}
+		if old != nil {
+			p.mem -= inodeBytes(old)
 		}
 		wasOrphan := old != nil && old.nlink == 0
 		isOrphan := c.in != nil && c.in.nlink == 0
@@ -399,10 +454,15 @@ func (t *txn) commit() {
 		if c.present {
 			if _, replaced := p.dentries.Set(c.d); !replaced {
 				p.nameInc(c.d.name)
+				p.mem += dentryBytes(c.d)
 			}
 		} else if _, deleted := p.dentries.Delete(c.d); deleted {
 			p.nameDec(c.d.name)
+			p.mem -= dentryBytes(c.d)
 		}
+	}
+	if t.routingSet {
+		p.routing = t.routing
 	}
 	for _, c := range t.fences {
 		if c.token == 0 {
@@ -522,6 +582,9 @@ func (t *txn) createDentry(m *metapb.CreateDentry) (*metapb.OpResult, *opError) 
 	if err != nil {
 		return nil, err
 	}
+	if err := t.checkRoute(parent, name); err != nil {
+		return nil, err
+	}
 	if t.fenceOf(parent) != 0 {
 		return nil, fail(ENOENT, "parent %d is fenced (being removed)", parent)
 	}
@@ -547,6 +610,9 @@ func (t *txn) deleteDentry(m *metapb.DeleteDentry) (*metapb.OpResult, *opError) 
 	name := string(m.GetName())
 	if e, msg := checkName(name); e != OK {
 		return nil, fail(e, "%s", msg)
+	}
+	if err := t.checkRoute(parent, name); err != nil {
+		return nil, err
 	}
 	d, ok := t.dentry(parent, name)
 	if !ok {
@@ -587,6 +653,9 @@ func (t *txn) replaceDentry(m *metapb.ReplaceDentry) (*metapb.OpResult, *opError
 	typ := m.GetType()
 	parent, name, ino, err := t.dentryArgs(m.GetParent(), m.GetName(), typ, m.GetIno())
 	if err != nil {
+		return nil, err
+	}
+	if err := t.checkRoute(parent, name); err != nil {
 		return nil, err
 	}
 	old, ok := t.dentry(parent, name)

@@ -23,6 +23,24 @@
 // fence, and, when the parent or the target inode is local, that it
 // exists, has links and has the right type.
 //
+// # Routing
+//
+// The partition keeps a replicated copy of the volume's dentry routing
+// (SetRouting: its own id, the current routing and, while a routing change
+// is in progress, the previous one, possibly sealed; docs/routing.md) and
+// answers every dentry access by the decision table there: a name it does
+// not own is EWRONGMP (the caller's map is stale), a name being moved is
+// EMOVING (retry shortly). CreateDentry, DeleteDentry and ReplaceDentry
+// check it (the whole Txn fails, nothing applied), as do Lookup and
+// ReadDir (which lists names by the previous routing while a change is in
+// progress, by the current one otherwise, and skips the rest; so do
+// CountChildren and HasChildren). A partition that never got a routing
+// accepts every name. Inode operations are routed by inode range and not
+// checked. ImportDentries and PurgeDentries are the migration's own
+// operations, and Scan (ScanInodes, ScanDentries with notOwned) lists what
+// a migration must copy and later purge. RoutingState gives the version
+// and whether a change is in progress, for every read answer.
+//
 // Records live in two tidwall/btree B-trees, inodes by number and dentries
 // by (parent, name), in compact structs rather than protobuf messages:
 // 112 bytes per inode with one inline extent, 40 bytes per dentry plus its
@@ -39,7 +57,8 @@
 // each returns a TxnResult with a Linux errno. A Txn's ops apply atomically:
 // they read and write an overlay, and only when every op has succeeded is
 // the overlay committed; a failing op drops it, so nothing of the Txn
-// remains, not the allocated inode number, not a time, not a TouchDir id.
+// remains, not the allocated inode number, not a time, not a TouchDir id,
+// not a routing change.
 // An inode-number field that is 0 (ino, parent) means the inode made by the
 // Txn's first CreateInode, so that create is one Txn:
 //
@@ -107,6 +126,28 @@
 //     given out: EINVAL; acknowledging again is a no-op.
 //   - SetRange{end}: only cuts: 0 (reopen), below the start, below
 //     MaxIno(), or above the current end: EINVAL.
+//   - CreateDentry, DeleteDentry, ReplaceDentry under a routing that does
+//     not let this partition change the name: EWRONGMP or EMOVING (checked
+//     after the name's syntax, before anything else).
+//   - SetRouting{self, current, previous, sealed}: self 0, a routing
+//     without slots, with a slot owner 0, an exception kind other than
+//     path-walk (1) or override (2), an override to an MP that owns no
+//     slot, a repeated or invalid exception name, version 0, a previous
+//     routing not older than current, sealed without previous, another
+//     self than the one in place, or a current routing of the version in
+//     place but with other contents: EINVAL. An older current version is a
+//     no-op, and so is the same version unless it moves forward: (previous)
+//     -> (previous, sealed) -> (no previous). A newer version replaces the
+//     state.
+//   - ImportDentries: puts every dentry whatever the routing (same
+//     contents: no change; other contents: overwritten); parent or ino 0,
+//     ino == parent, a bad name or type: EINVAL; more than
+//     MaxDentriesPerOp: E2BIG. Inodes and their nlink are not touched: they
+//     stay at their home.
+//   - PurgeDentries: deletes each named dentry only if the partition has a
+//     routing, no previous one, and does not own the name under it; other
+//     keys (and missing dentries) are skipped, so a repeat is a no-op.
+//     Parent 0 or a bad name: EINVAL; more than MaxDentriesPerOp: E2BIG.
 //
 // A directory keeps a parent pointer (Inode.parent): CreateInode{parent}
 // sets it (EINVAL on other types) and Setattr SETATTR_PARENT moves it on
@@ -137,9 +178,12 @@
 // a change builds a new record), so [Frozen.WriteTo] can serialize in
 // another goroutine while Apply continues. The format is a versioned
 // header, records in key order and a CRC-32C trailer: equal states give
-// equal bytes. Restore checks the checksum, the framing and every invariant
-// Apply maintains before it replaces anything, and rebuilds the derived
-// indexes (orphans, name counts).
+// equal bytes (the routing's exceptions are kept sorted by name). Restore
+// checks the checksum, the framing and every invariant Apply maintains
+// (the routing is validated as SetRouting does) before it replaces
+// anything, and rebuilds the derived indexes (orphans, name counts, the
+// memory estimate of Stats). Version 3 added the routing; versions 1 and 2
+// are still read.
 //
 // # What the meta node service must do
 //
@@ -149,7 +193,9 @@
 //
 //  1. Route: send each dentry op to the MP that owns (parent, name) by the
 //     current slot and exception tables, and each inode op to the inode's
-//     home by range; answer stale epochs.
+//     home by range. The partition refuses a dentry op its routing gives
+//     to another MP (EWRONGMP) or that is moving (EMOVING); the caller
+//     re-reads the map or backs off and retries (docs/routing.md).
 //  2. Order cross-partition steps so that a crash leaves only orphans,
 //     never a dangling name (CFS §2.6): create = inode first, then dentry
 //     (on dentry failure, Link -1 and Evict the new inode); link = Link +1

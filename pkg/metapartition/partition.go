@@ -11,8 +11,9 @@ import (
 )
 
 // Partition is the replicated state of one meta partition: its inodes,
-// its dentries, its inode range, fences, the free list and the TouchDir
-// history, plus indexes derived from them (orphans, name counts).
+// its dentries, its inode range, fences, the free list, the TouchDir and
+// request histories and the dentry routing, plus indexes derived from them
+// (orphans, name counts, memory estimate).
 //
 // Concurrency: Partition has no locks. Apply, ApplyBatch, Restore and Clone
 // change it and must not run concurrently with anything else on the same
@@ -34,11 +35,13 @@ type Partition struct {
 	free     *btree.BTreeG[FreedExtent] // by Seq
 	touched  opRing
 	requests reqRing
+	routing  *routing // nil: never got SetRouting, accepts every name
 
 	// Derived from the above, rebuilt by Restore, never serialized.
 	orphans *btree.Set[uint64]   // inodes with nlink 0
 	names   map[uint64]uint32    // nameHash(name) -> number of dentries with that name
 	hot     *btree.BTreeG[nameN] // names with count >= 2, most frequent first
+	mem     int64                // estimated bytes of inodes and dentries (see memory.go)
 
 	probe   inode // lookup key for Apply's inode lookups (Apply is serial)
 	scratch txn   // reused by Apply, one Txn at a time
@@ -69,7 +72,7 @@ type NameCount struct {
 	Count int
 }
 
-// Stats summarizes a partition for the master (load balancer, splitting).
+// Stats summarizes a partition for the master (load balancer, growth).
 type Stats struct {
 	Inodes      int
 	Dentries    int
@@ -77,8 +80,20 @@ type Stats struct {
 	Fences      int
 	FreeExtents int
 	// TopNames are the most frequent dentry names, most frequent first, ties
-	// by name; at most the k asked for.
+	// by name; at most the k asked for, none of the counted names.
 	TopNames []NameCount
+	// NamedCounts are the counts of the names asked for, in the order asked
+	// (0 for a name no dentry has).
+	NamedCounts []NameCount
+	// RoutingVersion and RoutingMoving are RoutingState's answer.
+	RoutingVersion uint64
+	RoutingMoving  bool
+	// InodeStart and InodeEnd are the inode range (end 0: open); MaxIno the
+	// highest number allocated.
+	InodeStart, InodeEnd, MaxIno uint64
+	// MemoryBytes estimates the memory the state takes (see memory.go for
+	// what it counts).
+	MemoryBytes uint64
 }
 
 type nameN struct {
@@ -290,10 +305,15 @@ func (p *Partition) MaxIno() uint64 { return p.maxIno }
 // Lookup returns the dentry (parent, name) and, if its inode lives on this
 // partition, the inode with extents and xattrs. The inode is nil when its
 // home is another partition (the service fetches it there). It fails with
-// ENAMETOOLONG or EINVAL for a name no dentry can have, and ENOENT when the
-// name does not exist. Fences do not affect lookups.
+// ENAMETOOLONG or EINVAL for a name no dentry can have, EWRONGMP or EMOVING
+// when the routing does not let this partition answer for the name (see
+// docs/routing.md), and ENOENT when the name does not exist. Fences do not
+// affect lookups.
 func (p *Partition) Lookup(parent uint64, name string) (*metapb.Dentry, *metapb.Inode, Errno) {
 	if e, _ := checkName(name); e != OK {
+		return nil, nil, e
+	}
+	if e := p.routing.check(parent, name, false); e != OK {
 		return nil, nil, e
 	}
 	d, ok := p.dentries.Get(dentry{parent: parent, name: name})
@@ -324,6 +344,12 @@ func (p *Partition) GetInode(ino uint64) (*metapb.Inode, Errno) {
 // across concurrent changes (names created behind it are not returned,
 // removed ones are skipped). limit <= 0 returns nothing. The service merges
 // the partitions' answers by name.
+//
+// With a routing, it lists only the names the partition owns under the
+// previous routing while a change is in progress, and under the current one
+// otherwise, so that the partitions' listings never overlap or miss a name
+// (with the version and moving flag of RoutingState to tell the client
+// which routing it merged). Names it holds but does not list are skipped.
 func (p *Partition) ReadDir(parent uint64, afterName string, limit int) []*metapb.Dentry {
 	if limit <= 0 {
 		return nil
@@ -333,7 +359,7 @@ func (p *Partition) ReadDir(parent uint64, afterName string, limit int) []*metap
 		if d.parent != parent {
 			return false
 		}
-		if d.name == afterName {
+		if d.name == afterName || !p.routing.listed(d.parent, d.name) {
 			return true
 		}
 		out = append(out, d.toProto())
@@ -343,27 +369,34 @@ func (p *Partition) ReadDir(parent uint64, afterName string, limit int) []*metap
 }
 
 // CountChildren returns how many dentries under parent this partition
-// holds, in O(children). The rmdir coordinator sums it over all partitions
-// after fencing parent.
+// lists (those ReadDir returns), in O(children). The rmdir coordinator sums
+// it over all partitions after fencing parent; counting only listed names
+// keeps a copy left for a migration to purge from counting twice.
 func (p *Partition) CountChildren(parent uint64) int {
 	n := 0
 	p.dentries.Ascend(dentry{parent: parent}, func(d dentry) bool {
 		if d.parent != parent {
 			return false
 		}
-		n++
+		if p.routing.listed(d.parent, d.name) {
+			n++
+		}
 		return true
 	})
 	return n
 }
 
-// HasChildren reports in O(log n) whether this partition holds any dentry
-// under parent.
+// HasChildren reports whether this partition lists any dentry under parent
+// (as CountChildren counts them): O(log n) unless it holds names of parent
+// it does not list.
 func (p *Partition) HasChildren(parent uint64) bool {
 	has := false
 	p.dentries.Ascend(dentry{parent: parent}, func(d dentry) bool {
-		has = d.parent == parent
-		return false
+		if d.parent != parent {
+			return false
+		}
+		has = p.routing.listed(d.parent, d.name)
+		return !has
 	})
 	return has
 }
@@ -432,31 +465,51 @@ func (p *Partition) Fences() []Fence {
 	return out
 }
 
-// Stats returns counts and the k most frequent dentry names (FalconFS's
-// load balancer input). Names that occur at least twice are kept sorted by
-// count as dentries change, so Stats costs O(k log n) when k names repeat;
-// names that occur once fill the list (smallest names first) only when
-// fewer than k names repeat, at the cost of a pass over all dentries.
-func (p *Partition) Stats(k int) Stats {
+// Stats returns counts, the routing state, the inode range, the memory
+// estimate, the dentry counts of the names in count, and the k most
+// frequent other dentry names (FalconFS's load balancer input: the
+// exception-table names are counted, the top names are candidates for new
+// entries). Names that occur at least twice are kept sorted by count as
+// dentries change, so Stats costs O((k + len(count)) log n) when k names
+// repeat; names that occur once fill the list (smallest names first) only
+// when fewer than k names repeat, at the cost of a pass over all dentries.
+// A count is exact unless two names share a 64-bit hash (see nameHash).
+func (p *Partition) Stats(k int, count ...string) Stats {
 	s := Stats{
 		Inodes:      p.inodes.Len(),
 		Dentries:    p.dentries.Len(),
 		Orphans:     p.orphans.Len(),
 		Fences:      p.fences.Len(),
 		FreeExtents: p.free.Len(),
+		InodeStart:  p.start,
+		InodeEnd:    p.end,
+		MaxIno:      p.maxIno,
+		MemoryBytes: p.memoryBytes(),
+	}
+	s.RoutingVersion, s.RoutingMoving = p.RoutingState()
+	var counted map[string]bool
+	if len(count) > 0 {
+		counted = make(map[string]bool, len(count))
+		s.NamedCounts = make([]NameCount, len(count))
+		for i, name := range count {
+			counted[name] = true
+			s.NamedCounts[i] = NameCount{Name: name, Count: int(p.names[nameHash(name)])}
+		}
 	}
 	if k <= 0 {
 		return s
 	}
 	p.hot.Scan(func(e nameN) bool {
-		s.TopNames = append(s.TopNames, NameCount{Name: e.name, Count: e.n})
+		if !counted[e.name] {
+			s.TopNames = append(s.TopNames, NameCount{Name: e.name, Count: e.n})
+		}
 		return len(s.TopNames) < k
 	})
 	if missing := k - len(s.TopNames); missing > 0 {
 		// Keep the `missing` smallest names that occur once in a max-heap.
 		h := &nameHeap{}
 		p.dentries.Scan(func(d dentry) bool {
-			if p.names[nameHash(d.name)] != 1 {
+			if p.names[nameHash(d.name)] != 1 || counted[d.name] {
 				return true
 			}
 			if h.Len() < missing {

@@ -9,13 +9,14 @@ import (
 	"io"
 	"math"
 
+	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/tidwall/btree"
 	"google.golang.org/protobuf/proto"
 )
 
-// Snapshot format, version 2 (version 1, without parent pointers and
-// request ids, is still read). All integers are unsigned varints except
+// Snapshot format, version 3 (version 1, without parent pointers, request
+// ids and routing, and version 2, without routing, are still read). All integers are unsigned varints except
 // times (zigzag varints) and the trailer; records are in key order, so equal
 // states encode to equal bytes.
 //
@@ -30,10 +31,14 @@ import (
 //	#touched,  opKey*    ino opID, oldest first
 //	#requests, request*  id len(result) result (a TxnResult in deterministic
 //	                     protobuf, as remembered), oldest first (v2)
+//	hasRouting (0 or 1), and if 1: self sealed(0/1) table hasPrevious(0/1)
+//	                     [table] (v3), where table is
+//	                     version #slots slot* #exceptions (len(name) name kind mp)*
+//	                     with exceptions sorted by name
 //	crc32c of everything above, 4 bytes little-endian
 const (
 	snapMagic   = "CAIRNMP\n"
-	snapVersion = 2
+	snapVersion = 3
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -55,6 +60,7 @@ type Frozen struct {
 	free     *btree.BTreeG[FreedExtent]
 	touched  []opKey
 	requests []reqEntry
+	routing  *routing // immutable, shared with the partition
 }
 
 // Clone returns a Frozen copy of the replicated state. It costs O(1) for the
@@ -71,6 +77,7 @@ func (p *Partition) Clone() *Frozen {
 		free:     p.free.Copy(),
 		touched:  p.touched.ordered(),
 		requests: p.requests.ordered(),
+		routing:  p.routing,
 	}
 }
 
@@ -213,6 +220,19 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 		s.buf = append(s.buf, e.res...)
 		s.record()
 	}
+
+	if r := f.routing; r == nil {
+		s.u(0)
+	} else {
+		s.u(1)
+		s.u(r.self)
+		s.bool(r.sealed)
+		s.routeTable(r.current)
+		s.bool(r.previous != nil)
+		if r.previous != nil {
+			s.routeTable(r.previous)
+		}
+	}
 	s.flush()
 	if s.err != nil {
 		return s.n, fmt.Errorf("metapartition: write snapshot: %w", s.err)
@@ -225,6 +245,30 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 		return s.n, fmt.Errorf("metapartition: write snapshot trailer: %w", err)
 	}
 	return s.n, nil
+}
+
+func (s *snapWriter) bool(b bool) {
+	if b {
+		s.u(1)
+	} else {
+		s.u(0)
+	}
+}
+
+func (s *snapWriter) routeTable(rt *routeTable) {
+	s.u(rt.version)
+	s.u(uint64(len(rt.slots)))
+	for _, mp := range rt.slots {
+		s.u(mp)
+		s.record()
+	}
+	s.u(uint64(len(rt.exc)))
+	for _, e := range rt.exc {
+		s.bytes(e.name)
+		s.u(uint64(e.kind))
+		s.u(e.mp)
+		s.record()
+	}
 }
 
 func (s *snapWriter) extent(e extent) {
@@ -352,8 +396,8 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 	}
 	r := &snapReader{b: body, off: len(snapMagic)}
 	version := r.u()
-	if r.err == nil && version != 1 && version != snapVersion {
-		return nil, fmt.Errorf("%w: unsupported version %d (want 1 or %d)", ErrCorrupt, version, snapVersion)
+	if r.err == nil && (version < 1 || version > snapVersion) {
+		return nil, fmt.Errorf("%w: unsupported version %d (want 1 to %d)", ErrCorrupt, version, snapVersion)
 	}
 	r.version = version
 	p := newEmpty()
@@ -382,6 +426,7 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 		}
 		prev = in.ino
 		p.inodes.Load(in)
+		p.mem += inodeBytes(in)
 		if in.nlink == 0 {
 			p.orphans.Insert(in.ino)
 		}
@@ -408,6 +453,7 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 		last = d
 		p.dentries.Load(d)
 		p.nameInc(d.name)
+		p.mem += dentryBytes(d)
 	}
 
 	n = r.count("fences", 2)
@@ -480,6 +526,9 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 			p.requests.pushBytes(id, append([]byte(nil), b...))
 		}
 	}
+	if r.version >= 3 {
+		p.routing = r.routing()
+	}
 	if r.err == nil && r.off != len(r.b) {
 		r.failf("%d bytes after the last record", len(r.b)-r.off)
 	}
@@ -487,6 +536,80 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 		return nil, r.err
 	}
 	return p, nil
+}
+
+// routing reads the routing state and validates it as SetRouting does.
+func (r *snapReader) routing() *routing {
+	switch has := r.u(); {
+	case r.err != nil:
+		return nil
+	case has == 0:
+		return nil
+	case has != 1:
+		r.failf("routing flag %d", has)
+		return nil
+	}
+	m := &metapb.SetRouting{Self: r.u(), Sealed: r.flag("sealed"), Current: r.routeTable()}
+	if r.flag("previous") {
+		m.Previous = r.routeTable()
+	}
+	if r.err != nil {
+		return nil
+	}
+	rt, err := newRouting(m)
+	if err != nil {
+		r.failf("routing: %v", err)
+		return nil
+	}
+	// Canonical form: a different order would encode the same state twice.
+	for _, t := range []struct {
+		got  *metapb.Routing
+		want *routeTable
+	}{{m.Current, rt.current}, {m.Previous, rt.previous}} {
+		if t.want == nil {
+			continue
+		}
+		for i, e := range t.got.Exceptions {
+			if string(e.Name) != t.want.exc[i].name {
+				r.failf("routing v%d: exceptions out of order", t.want.version)
+				return nil
+			}
+		}
+	}
+	return rt
+}
+
+func (r *snapReader) flag(what string) bool {
+	switch v := r.u(); v {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		r.failf("%s flag %d", what, v)
+		return false
+	}
+}
+
+func (r *snapReader) routeTable() *metapb.Routing {
+	m := &metapb.Routing{Version: r.u()}
+	n := r.count("slots", 1)
+	if n > hybridindex.MaxSlots {
+		r.failf("%d slots, more than %d", n, hybridindex.MaxSlots)
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		m.SlotOwners = append(m.SlotOwners, r.u())
+	}
+	n = r.count("exceptions", 3)
+	if n > hybridindex.MaxEntries {
+		r.failf("%d exceptions, more than %d", n, hybridindex.MaxEntries)
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		name := r.raw("exception name", MaxNameLen)
+		kind := r.u32("exception kind")
+		m.Exceptions = append(m.Exceptions, &metapb.RouteException{Name: append([]byte(nil), name...), Kind: kind, Mp: r.u()})
+	}
+	return m
 }
 
 func (r *snapReader) inode() *inode {

@@ -202,14 +202,29 @@ func TestRestoreValidates(t *testing.T) {
 		data []byte
 		ok   bool
 	}{
-		{"valid minimal", header(2, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).bytes(), true},
-		{"valid with records", header(2, 1, 0, 2, 1).
+		{"valid minimal", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0, 0).bytes(), true},
+		{"valid with records", header(3, 1, 0, 2, 1).
 			u(2).inodeRec(1, dir, 0o755, 2, 0).u(0, 0).inodeRec(2, reg, 0o644, 0, 10).u(1, 0, 7, 1, 0, 10).u(0).
 			u(1, 1).str("a").u(2, uint64(reg)).
 			u(1, 1, 9).
 			u(1, 0, 2, 7, 1, 0, 5).
-			u(1, 1, 3).u(0).bytes(), true},
-		{"version 3", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).bytes(), false},
+			u(1, 1, 3).u(0).u(0).bytes(), true},
+		// routing: self 7, not sealed, v2 with slots [7 8] and an override of
+		// "x" to 8, no previous.
+		{"valid routing", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(1, 7, 0, 2, 2, 7, 8, 1).str("x").u(2, 8).u(0).bytes(), true},
+		{"valid routing change", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(1, 7, 1, 2, 1, 7, 0).u(1, 1, 1, 8, 0).bytes(), true},
+		{"routing flag 2", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(2).bytes(), false},
+		{"routing self 0", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(1, 0, 0, 1, 1, 7, 0, 0).bytes(), false},
+		{"routing version 0", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(1, 7, 0, 0, 1, 7, 0, 0).bytes(), false},
+		{"routing without slots", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(1, 7, 0, 1, 0, 0, 0).bytes(), false},
+		{"routing slot owner 0", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(1, 7, 0, 1, 1, 0, 0, 0).bytes(), false},
+		{"routing sealed without previous", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(1, 7, 1, 1, 1, 7, 0, 0).bytes(), false},
+		{"routing previous not older", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(1, 7, 0, 1, 1, 7, 0, 1, 1, 1, 7, 0).bytes(), false},
+		{"routing bad kind", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(1, 7, 0, 1, 1, 7, 1).str("x").u(3, 0).u(0).bytes(), false},
+		{"routing override outside", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(1, 7, 0, 1, 1, 7, 1).str("x").u(2, 9).u(0).bytes(), false},
+		{"routing exceptions out of order", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(1, 7, 0, 1, 1, 7, 2).str("y").u(1, 0).str("x").u(1, 0).u(0).bytes(), false},
+		{"routing exception repeated", header(3, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0).u(1, 7, 0, 1, 1, 7, 2).str("x").u(1, 0).str("x").u(1, 0).u(0).bytes(), false},
+		{"version 4", header(4, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0, 0).bytes(), false},
 		{"parent pointer on a file", header(2, 1, 0, 1, 0).u(1).u(1, uint64(reg), 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7).str("").u(0, 0).u(0, 0, 0, 0, 0).bytes(), false},
 		{"request id 0", header(2, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 1, 0).str("").bytes(), false},
 		{"request repeated", header(2, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 2, 5).str("").u(5).str("").bytes(), false},

@@ -1,0 +1,67 @@
+package metapartition
+
+// Memory estimate. Stats.MemoryBytes is what the records take by the sizes
+// below, kept up to date by every commit (and rebuilt by Restore) for
+// inodes and dentries, and computed from counts for the small rest. It
+// leaves out allocator size classes and B-tree node slack, so the process
+// uses more (BenchmarkMemoryPerFile measures the real figure per file); the
+// master compares partitions with it, for which a consistent estimate is
+// enough.
+const (
+	// inodeRecordBytes: the inode struct and its B-tree slot (a pointer).
+	inodeRecordBytes = 112 + 8
+	// inodeExtraBytes: an inodeExtra (rdev, parent, target and two slices).
+	inodeExtraBytes = 80
+	// extentBytes: one extent beyond the inline first one.
+	extentBytes = 40
+	// xattrBytesBase: one xattr's name and value headers, plus their bytes.
+	xattrBytesBase = 40
+	// dentryRecordBytes: the dentry struct stored in the tree, plus its
+	// name's bytes and a 16-byte name-count slot.
+	dentryRecordBytes = 40 + 16
+	fenceBytes        = 16
+	freedBytes        = 48
+	touchedBytes      = 16 + 24 // ring slot and set entry
+	requestBytesBase  = 40      // ring slot and set entry, plus the result's bytes
+	slotBytes         = 8
+	exceptionBytes    = 48 // entry in the table and in the canonical list, plus the name
+)
+
+func inodeBytes(in *inode) int64 {
+	n := int64(inodeRecordBytes)
+	if x := in.x; x != nil {
+		n += inodeExtraBytes + int64(len(x.target)) + extentBytes*int64(len(x.exts))
+		for _, a := range x.xattrs {
+			n += xattrBytesBase + int64(len(a.name)+len(a.value))
+		}
+	}
+	return n
+}
+
+func dentryBytes(d dentry) int64 { return dentryRecordBytes + int64(len(d.name)) }
+
+func (rt *routeTable) bytes() int64 {
+	if rt == nil {
+		return 0
+	}
+	n := slotBytes * int64(len(rt.slots))
+	for _, e := range rt.exc {
+		n += exceptionBytes + 2*int64(len(e.name))
+	}
+	return n
+}
+
+// memoryBytes is the estimate described above.
+func (p *Partition) memoryBytes() uint64 {
+	n := p.mem
+	n += fenceBytes * int64(p.fences.Len())
+	n += freedBytes * int64(p.free.Len())
+	n += touchedBytes * int64(len(p.touched.buf))
+	for _, e := range p.requests.buf {
+		n += requestBytesBase + int64(len(e.res))
+	}
+	if r := p.routing; r != nil {
+		n += r.current.bytes() + r.previous.bytes()
+	}
+	return uint64(max(n, 0))
+}
