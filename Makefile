@@ -22,7 +22,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 20m
 
-.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount posix proto clean
+.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging posix proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -76,6 +76,11 @@ posix: build
 bench-mount: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/mount-vs-passthrough.sh
 
+## bench-merging: creates/s of two `cairn up` clusters, meta nodes with and
+## without request merging, in one cairn bench run (not part of CI).
+bench-merging: build
+	CAIRN_BIN=$(CURDIR)/$(BIN) bench/meta-merging.sh
+
 ## bench: the benchmarks (not part of CI).
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/multiraft/ ./pkg/placement/
@@ -86,7 +91,7 @@ proto:
 	command -v protoc >/dev/null || { apt-get update -qq && apt-get install -y -qq protobuf-compiler; }
 	cd pkg/clusterpb && PATH=$(TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative cluster.proto
 	cd pkg/metapb && PATH=$(TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative meta.proto
-	cd pkg/multiraft/transportpb && PATH=$(TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative transport.proto
+	PATH=$(TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative pkg/multiraft/transportpb/transport.proto
 
 clean:
 	rm -rf bin

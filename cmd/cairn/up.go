@@ -21,6 +21,9 @@ func newUpCmd() *cobra.Command {
 		mount                     string
 		masters, metas, datas     int
 		ready, downAfter          time.Duration
+		// Master tuning, forwarded as given ("" keeps the master's default).
+		mpMaxInodes, balanceInterval, balanceMinDentries string
+		metaMerge                                        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -53,10 +56,23 @@ other admin commands find it through --data-dir.`,
 			if !cmd.Flags().Changed("mount") {
 				mount = filepath.Join(dataDir, "mnt")
 			}
+			var masterFlags []string
+			for _, fl := range []struct{ name, value string }{
+				{"mp-max-inodes", mpMaxInodes}, {"balance-interval", balanceInterval}, {"balance-min-dentries", balanceMinDentries},
+			} {
+				if fl.value != "" {
+					masterFlags = append(masterFlags, "--"+fl.name, fl.value)
+				}
+			}
+			var metaFlags []string
+			if !metaMerge {
+				metaFlags = append(metaFlags, "--merge=false")
+			}
 			start := time.Now()
 			c, err := localcluster.Start(ctx, localcluster.Options{
 				DataDir: dataDir, Mount: mount, Masters: masters, Metas: metas, Datas: datas, Binary: self,
 				Volume: volume, Ready: ready, Out: cmd.OutOrStdout(), LogLevel: logLevel, DownAfter: downAfter,
+				MasterFlags: masterFlags, MetaFlags: metaFlags,
 			})
 			if err != nil {
 				return err
@@ -86,6 +102,10 @@ other admin commands find it through --data-dir.`,
 	f.DurationVar(&ready, "ready-timeout", 60*time.Second, "how long to wait for the cluster to come up")
 	f.StringVar(&logLevel, "log-level", "info", "log level of the cluster's processes")
 	f.StringVar(&mount, "mount", "", "mount the volume here with FUSE (default <data-dir>/mnt; \"\" disables)")
+	f.StringVar(&mpMaxInodes, "mp-max-inodes", "", "passed to the masters: grow a volume when a meta partition holds more inodes or dentries (default: the master's)")
+	f.StringVar(&balanceInterval, "balance-interval", "", "passed to the masters: how often they check growth and balance (default: the master's)")
+	f.StringVar(&balanceMinDentries, "balance-min-dentries", "", "passed to the masters: balance only volumes with at least this many dentries (default: the master's)")
+	f.BoolVar(&metaMerge, "meta-merge", true, "request merging on the meta nodes (--meta-merge=false only to compare, see make bench-merging)")
 	f.DurationVar(&downAfter, "down-after", 0, "mark a node down after this long without heartbeats (default: the master's 10s)")
 	return cmd
 }

@@ -65,7 +65,7 @@ func testMap() *pb.ClusterMap {
 		Nodes: map[uint64]*pb.Node{1: {Id: 1, Addr: "n1:1"}},
 		Volumes: map[uint64]*pb.Volume{4: {
 			Id: 4, Name: "v", MetaPartitions: []uint64{10, 11, 12},
-			SlotOwners: []uint64{10, 10, 11, 11, 12, 12},
+			SlotOwners: []uint64{10, 10, 11, 11, 12, 12}, RoutingVersion: 1,
 		}},
 		Partitions: map[uint64]*pb.Partition{
 			10: {Id: 10, InodeStart: 1, InodeEnd: 1000},

@@ -13,8 +13,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
@@ -35,10 +37,90 @@ type fakeCluster struct {
 	txns        int
 	lost        int
 	loseReplies bool
+
+	// Routing as docs/routing.md has the partitions apply it; a partition
+	// without an entry accepts every name (as one that never got a
+	// routing).
+	routing  map[uint64]*fakeRouting
+	refused  map[metapartition.Errno]int // routing refusals answered
+	readDirs int                         // ReadDir calls answered
+	// onGetMap, if set, runs (under mu) before every GetMap answer: a test
+	// moves the routing forward when the client re-reads the map.
+	onGetMap func()
+	// onRefuse, if set, runs (under mu) after every routing refusal.
+	onRefuse func()
+}
+
+// fakeRouting is one partition's copy of the routing.
+type fakeRouting struct {
+	version   uint64
+	cur, prev *hybridindex.Table
+	sealed    bool
+}
+
+// check answers for a name as the table of docs/routing.md says; listed is
+// whether ReadDir shows the name.
+func (r *fakeRouting) check(part, parent uint64, name string, mutation bool) (e metapartition.Errno, listed bool) {
+	if r == nil || r.cur == nil {
+		return 0, true
+	}
+	own := func(t *hybridindex.Table) bool { id, _ := t.Route(parent, name); return id == part }
+	cur := own(r.cur)
+	if r.prev == nil {
+		if cur {
+			return 0, true
+		}
+		return metapartition.EWRONGMP, false
+	}
+	prev := own(r.prev)
+	switch {
+	case prev && cur:
+		return 0, true
+	case prev && r.sealed:
+		return metapartition.EWRONGMP, true
+	case prev && mutation:
+		return metapartition.EMOVING, true
+	case prev:
+		return 0, true
+	case cur:
+		return metapartition.EMOVING, false
+	}
+	return metapartition.EWRONGMP, false
+}
+
+func (f *fakeCluster) refuse(e metapartition.Errno) {
+	if f.refused == nil {
+		f.refused = map[metapartition.Errno]int{}
+	}
+	f.refused[e]++
+	if f.onRefuse != nil {
+		f.onRefuse()
+	}
+}
+
+// dentryNames returns the names the dentry ops of t touch.
+func dentryNames(t *metapb.Txn) []nameKey {
+	var out []nameKey
+	for _, op := range t.GetOps() {
+		switch {
+		case op.GetCreateDentry() != nil:
+			out = append(out, nameKey{op.GetCreateDentry().GetParent(), string(op.GetCreateDentry().GetName())})
+		case op.GetDeleteDentry() != nil:
+			out = append(out, nameKey{op.GetDeleteDentry().GetParent(), string(op.GetDeleteDentry().GetName())})
+		case op.GetReplaceDentry() != nil:
+			out = append(out, nameKey{op.GetReplaceDentry().GetParent(), string(op.GetReplaceDentry().GetName())})
+		}
+	}
+	return out
 }
 
 func (f *fakeCluster) GetMap(context.Context, *pb.GetMapRequest) (*pb.GetMapResponse, error) {
-	return &pb.GetMapResponse{Map: f.m}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.onGetMap != nil {
+		f.onGetMap()
+	}
+	return &pb.GetMapResponse{Map: proto.Clone(f.m).(*pb.ClusterMap)}, nil
 }
 
 func (f *fakeCluster) part(id uint64) (*metapartition.Partition, error) {
@@ -55,6 +137,12 @@ func (f *fakeCluster) Txn(_ context.Context, req *metapb.TxnRequest) (*metapb.Tx
 	p, err := f.part(req.PartitionId)
 	if err != nil {
 		return nil, err
+	}
+	for _, n := range dentryNames(req.Txn) {
+		if e, _ := f.routing[req.PartitionId].check(req.PartitionId, n.parent, n.name, true); e != 0 {
+			f.refuse(e)
+			return &metapb.TxnResponse{Result: &metapb.TxnResult{Errno: int32(e), Message: fmt.Sprintf("%d/%q", n.parent, n.name)}}, nil
+		}
 	}
 	f.now++
 	res := p.ApplyBatch(&metapb.Batch{NowNs: f.now, Txns: []*metapb.Txn{req.Txn}})[0]
@@ -73,8 +161,17 @@ func (f *fakeCluster) Lookup(_ context.Context, req *metapb.LookupRequest) (*met
 	if err != nil {
 		return nil, err
 	}
+	r := f.routing[req.PartitionId]
+	if e, _ := r.check(req.PartitionId, req.Parent, string(req.Name), false); e != 0 {
+		f.refuse(e)
+		return &metapb.LookupResponse{Errno: int32(e)}, nil
+	}
 	d, in, e := p.Lookup(req.Parent, string(req.Name))
-	return &metapb.LookupResponse{Errno: int32(e), Dentry: d, Inode: in}, nil
+	resp := &metapb.LookupResponse{Errno: int32(e), Dentry: d, Inode: in}
+	if r != nil {
+		resp.RoutingVersion = r.version
+	}
+	return resp, nil
 }
 
 func (f *fakeCluster) GetInode(_ context.Context, req *metapb.GetInodeRequest) (*metapb.GetInodeResponse, error) {
@@ -95,8 +192,18 @@ func (f *fakeCluster) ReadDir(_ context.Context, req *metapb.ReadDirRequest) (*m
 	if err != nil {
 		return nil, err
 	}
-	ds := p.ReadDir(req.Parent, string(req.After), int(req.Limit)+1)
+	f.readDirs++
+	r := f.routing[req.PartitionId]
+	var ds []*metapb.Dentry
+	for _, d := range p.ReadDir(req.Parent, string(req.After), 1<<30) {
+		if _, listed := r.check(req.PartitionId, req.Parent, string(d.GetName()), false); listed && len(ds) <= int(req.Limit) {
+			ds = append(ds, d)
+		}
+	}
 	resp := &metapb.ReadDirResponse{}
+	if r != nil {
+		resp.RoutingVersion, resp.RoutingMoving = r.version, r.prev != nil
+	}
 	if len(ds) > int(req.Limit) {
 		ds, resp.More = ds[:req.Limit], true
 	}
@@ -124,13 +231,19 @@ func (f *fakeCluster) PartitionStats(_ context.Context, req *metapb.PartitionSta
 
 // startFake serves a volume "v" of three partitions on loopback and opens it.
 func startFake(t *testing.T) (*fakeCluster, *Volume) {
+	return startFakeMap(t, testMap())
+}
+
+// startFakeMap serves the map m (volume "v", partition 10 holding the
+// root) on loopback and opens volume "v".
+func startFakeMap(t *testing.T, m *pb.ClusterMap) (*fakeCluster, *Volume) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeCluster{parts: map[uint64]*metapartition.Partition{}}
-	f.m = testMap()
+	f := &fakeCluster{parts: map[uint64]*metapartition.Partition{}, routing: map[uint64]*fakeRouting{}}
+	f.m = m
 	f.m.Nodes[1].Addr = lis.Addr().String()
 	for id, p := range f.m.Partitions {
 		p.Replicas = []uint64{1}

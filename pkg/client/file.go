@@ -306,9 +306,15 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		f.r.Close()
 		f.r = nil
 	}
-	f.modified = time.Now()
 	start := uint64(off)
 	end := start + uint64(len(p))
+	if end > f.size {
+		// Only growth is counted: an overwrite in place takes no new space.
+		if err := f.v.reserve(op, end-max(start, f.size)); err != nil {
+			return 0, err
+		}
+	}
+	f.modified = time.Now()
 	// Fast path: continue the sequential writer.
 	if f.w != nil && start == f.wEnd {
 		return f.writeSeq(op, p, start)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -91,6 +92,9 @@ func (v *Volume) lookupDentry(ctx context.Context, op string, parent uint64, nam
 	var resp *metapb.LookupResponse
 	err := v.do(ctx, op, byName(parent, name), func(ctx context.Context, p *pb.Partition) (err error) {
 		resp, err = v.meta.Lookup(ctx, p, parent, name)
+		if err == nil {
+			err = routingCheck(resp.GetErrno(), p.GetId(), "")
+		}
 		return err
 	})
 	if err != nil {
@@ -198,12 +202,23 @@ func (v *Volume) Symlink(ctx context.Context, parent uint64, name, target string
 // the parent's TouchDir in it when the parent is homed there, else a
 // TouchDir Txn to the parent's home afterwards. If that finds the parent
 // gone (a concurrent rmdir), the create is undone and fails with ENOENT.
+// When the name's partition has no inode number left (its range was cut by
+// growth), the inode is made on another partition first (createElsewhere).
 func (v *Volume) create(ctx context.Context, op string, parent uint64, name string, ci *metapb.CreateInode) (*Attr, error) {
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
 	if err := checkName(op, name); err != nil {
 		return nil, err
 	}
+	var attr *Attr
+	err := replanned(ctx, op, func() (err error) {
+		attr, err = v.createOnce(ctx, op, parent, name, ci)
+		return err
+	})
+	return attr, err
+}
+
+func (v *Volume) createOnce(ctx context.Context, op string, parent uint64, name string, ci *metapb.CreateInode) (*Attr, error) {
 	w := v.current()
 	p, err := w.route(parent, name)
 	if err != nil {
@@ -220,29 +235,104 @@ func (v *Volume) create(ctx context.Context, op string, parent uint64, name stri
 			return nil, err
 		}
 	}
-	var delta int32
 	if isDirType(ci.Type) {
-		ci.Parent, delta = parent, 1
+		ci.Parent = parent
 	}
-	touch := opTouchDir(parent, delta, newID())
+	touch := v.createTouch(parent, ci)
 	ops := []*metapb.Op{opCreateInode(ci), opCreateDentry(parent, name, 0, ci.Type)}
 	if !remote {
 		ops = append(ops, touch)
 	}
-	res, err := v.txn(ctx, op, byID(p.GetId()), ops...)
+	res, err := v.txn(ctx, op, pinned(p.GetId(), nameKey{parent, name}), ops...)
+	if isErrno(err, syscall.ENOSPC) && res.GetFailedOp() == 0 {
+		return v.createElsewhere(ctx, op, parent, name, ci, p.GetId())
+	}
 	if err != nil {
 		return nil, err
 	}
 	in := res.GetResults()[0].GetInode()
 	if remote {
-		if _, err := v.txn(ctx, op, byIno(parent), touch); isErrno(err, syscall.ENOENT) || isErrno(err, syscall.ENOTDIR) {
-			// The parent was removed after the check: take the name back.
-			_, _ = v.txn(ctx, op, byID(p.GetId()),
-				opDeleteDentry(parent, name, in.GetIno(), 0), opLink(in.GetIno(), -int32(in.GetNlink())), opEvict(in.GetIno()))
-			return nil, errnoErr(op, syscall.ENOENT, "parent %d was removed", parent)
+		if err := v.touchAfterCreate(ctx, op, parent, name, in, touch); err != nil {
+			return nil, err
 		}
-		// Other failures leave the parent's mtime/nlink stale (see the
-		// package's relaxations); the name exists, so the create succeeded.
+	}
+	return toAttr(in), nil
+}
+
+// createTouch is the parent's TouchDir of a create (nlink +1 for a
+// directory).
+func (v *Volume) createTouch(parent uint64, ci *metapb.CreateInode) *metapb.Op {
+	var delta int32
+	if isDirType(ci.Type) {
+		delta = 1
+	}
+	return opTouchDir(parent, delta, newID())
+}
+
+// touchAfterCreate runs the parent's TouchDir on its home after the name
+// was made elsewhere. If the parent was removed after the check, the name
+// and its inode are taken back and the create fails with ENOENT. Other
+// failures leave the parent's mtime/nlink stale (see the package's
+// relaxations); the name exists, so the create succeeded.
+func (v *Volume) touchAfterCreate(ctx context.Context, op string, parent uint64, name string, in *metapb.Inode, touch *metapb.Op) error {
+	_, err := v.txn(ctx, op, byIno(parent), touch)
+	if !isErrno(err, syscall.ENOENT) && !isErrno(err, syscall.ENOTDIR) {
+		return nil
+	}
+	ino := in.GetIno()
+	_, rest, derr := v.nameStep(ctx, op, parent, name, []*metapb.Op{opDeleteDentry(parent, name, ino, 0)},
+		[]homedOp{{ino, opLink(ino, -int32(in.GetNlink()))}, {ino, opEvict(ino)}})
+	if derr == nil {
+		_, _ = v.runHomed(ctx, op, rest)
+	}
+	return errnoErr(op, syscall.ENOENT, "parent %d was removed", parent)
+}
+
+// createElsewhere makes the inode on another partition than the name's
+// (full) one, the open-ended one first, then the name, as a hard link
+// would: a crash in between leaves an orphan inode, never a name without
+// an inode. A failed name step takes the inode back.
+func (v *Volume) createElsewhere(ctx context.Context, op string, parent uint64, name string, ci *metapb.CreateInode, full uint64) (*Attr, error) {
+	if err := v.checkDir(ctx, op, parent); err != nil {
+		return nil, err
+	}
+	w := v.current()
+	var in *metapb.Inode
+	var err error
+	for i := len(w.byStart) - 1; i >= 0 && in == nil; i-- {
+		p := w.byStart[i]
+		if p.GetId() == full {
+			continue
+		}
+		var res *metapb.TxnResult
+		res, err = v.txn(ctx, op, byID(p.GetId()), opCreateInode(ci))
+		switch {
+		case err == nil:
+			in = res.GetResults()[0].GetInode()
+		case !isErrno(err, syscall.ENOSPC):
+			return nil, err
+		}
+	}
+	if in == nil {
+		if err == nil {
+			err = errnoErr(op, syscall.ENOSPC, "no meta partition of volume %q has an inode number left", v.name)
+		}
+		return nil, err
+	}
+	ino := in.GetIno()
+	undo := func() {
+		_, _ = v.runHomed(ctx, op, []homedOp{{ino, opLink(ino, -int32(in.GetNlink()))}, {ino, opEvict(ino)}})
+	}
+	touch := v.createTouch(parent, ci)
+	_, rest, err := v.nameStep(ctx, op, parent, name, []*metapb.Op{opCreateDentry(parent, name, ino, ci.Type)}, []homedOp{{parent, touch}})
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	if len(rest) > 0 {
+		if err := v.touchAfterCreate(ctx, op, parent, name, in, touch); err != nil {
+			return nil, err
+		}
 	}
 	return toAttr(in), nil
 }
@@ -276,6 +366,19 @@ func (v *Volume) Link(ctx context.Context, ino, newParent uint64, newName string
 		}
 		return nil, errnoErr(op, syscall.EPERM, "inode %d is a directory", ino)
 	}
+	var attr *metapb.Inode
+	err = replanned(ctx, op, func() (err error) {
+		attr, err = v.linkOnce(ctx, ino, in.GetType(), newParent, newName)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return toAttr(attr), nil
+}
+
+func (v *Volume) linkOnce(ctx context.Context, ino uint64, typ metapb.FileType, newParent uint64, newName string) (*metapb.Inode, error) {
+	const op = "link"
 	w := v.current()
 	p, err := w.route(newParent, newName)
 	if err != nil {
@@ -295,32 +398,36 @@ func (v *Volume) Link(ctx context.Context, ino, newParent uint64, newName string
 		}
 	}
 	touch := opTouchDir(newParent, 0, newID())
-	dentryOps := []*metapb.Op{opCreateDentry(newParent, newName, ino, in.GetType())}
-	if ph.GetId() == p.GetId() {
-		dentryOps = append(dentryOps, touch)
-	}
-	var attr *metapb.Inode
+	create := opCreateDentry(newParent, newName, ino, typ)
 	if pi.GetId() == p.GetId() {
-		res, err := v.txn(ctx, op, byID(p.GetId()), append([]*metapb.Op{opLink(ino, 1)}, dentryOps...)...)
+		// One Txn; a routing change before it applied plans it again.
+		ops := []*metapb.Op{opLink(ino, 1), create}
+		if ph.GetId() == p.GetId() {
+			ops = append(ops, touch)
+		}
+		res, err := v.txn(ctx, op, pinned(p.GetId(), nameKey{newParent, newName}), ops...)
 		if err != nil {
 			return nil, err
 		}
-		attr = res.GetResults()[0].GetInode()
-	} else {
-		res, err := v.txn(ctx, op, byIno(ino), opLink(ino, 1))
-		if err != nil {
-			return nil, err
+		if ph.GetId() != p.GetId() {
+			_, _ = v.txn(ctx, op, byIno(newParent), touch)
 		}
-		attr = res.GetResults()[0].GetInode()
-		if _, err := v.txn(ctx, op, byID(p.GetId()), dentryOps...); err != nil {
-			v.dropLinks(ctx, op, ino, 1)
-			return nil, err
-		}
+		return res.GetResults()[0].GetInode(), nil
 	}
-	if ph.GetId() != p.GetId() {
-		_, _ = v.txn(ctx, op, byIno(newParent), touch)
+	res, err := v.txn(ctx, op, byIno(ino), opLink(ino, 1))
+	if err != nil {
+		return nil, err
 	}
-	return toAttr(attr), nil
+	attr := res.GetResults()[0].GetInode()
+	// The link is counted: from here on the name step follows the routing
+	// by itself instead of starting over.
+	_, rest, err := v.nameStep(ctx, op, newParent, newName, []*metapb.Op{create}, []homedOp{{newParent, touch}})
+	if err != nil {
+		v.dropLinks(ctx, op, ino, 1)
+		return nil, err
+	}
+	_, _ = v.runHomed(ctx, op, rest)
+	return attr, nil
 }
 
 // dropLinks takes n links from ino on its home and evicts it if none is
@@ -357,7 +464,8 @@ func (v *Volume) Unlink(ctx context.Context, parent uint64, name string) error {
 	}
 	var err error
 	for range 3 {
-		if err = v.unlink(ctx, parent, name); !isErrno(err, syscall.ESTALE) {
+		err = replanned(ctx, op, func() error { return v.unlink(ctx, parent, name) })
+		if !isErrno(err, syscall.ESTALE) {
 			return err
 		}
 	}
@@ -399,7 +507,7 @@ func (v *Volume) unlink(ctx context.Context, parent uint64, name string) error {
 	if ph.GetId() == p.GetId() {
 		ops = append(ops, touch)
 	}
-	res, err := v.txn(ctx, op, byID(p.GetId()), ops...)
+	res, err := v.txn(ctx, op, pinned(p.GetId(), nameKey{parent, name}), ops...)
 	if err != nil {
 		return err
 	}
@@ -419,9 +527,30 @@ func (v *Volume) unlink(ctx context.Context, parent uint64, name string) error {
 // fenceEmpty fences dir on every partition and reports whether no partition
 // holds a name under it. While fenced, no name can be created under dir.
 // The returned unfence lifts the fences; call it in every case (it is nil
-// when err is not).
+// when err is not). If the volume gained a partition meanwhile (growth),
+// that one is fenced too before the check counts.
 func (v *Volume) fenceEmpty(ctx context.Context, op string, dir uint64) (empty bool, unfence func(), err error) {
-	parts := v.current().all()
+	for {
+		parts := v.current().all()
+		empty, unfence, err := v.fenceEmptyOn(ctx, op, dir, parts)
+		if err != nil {
+			return false, nil, err
+		}
+		if samePartitions(parts, v.current().all()) {
+			return empty, unfence, nil
+		}
+		unfence()
+		if ctx.Err() != nil {
+			return false, nil, transportErr(op, ctx.Err())
+		}
+	}
+}
+
+func samePartitions(a, b []*pb.Partition) bool {
+	return slices.EqualFunc(a, b, func(x, y *pb.Partition) bool { return x.GetId() == y.GetId() })
+}
+
+func (v *Volume) fenceEmptyOn(ctx context.Context, op string, dir uint64, parts []*pb.Partition) (empty bool, unfence func(), err error) {
 	token := newID()
 	unfence = func() {
 		// Also after the operation's deadline: a fence left behind blocks
@@ -454,26 +583,19 @@ func (v *Volume) fenceEmpty(ctx context.Context, op string, dir uint64) (empty b
 		}
 		backoff *= 2
 	}
-	var mu sync.Mutex
-	children := false
-	err = v.each(parts, func(p *pb.Partition) error {
-		var resp *metapb.ReadDirResponse
-		err := v.do(ctx, op, byID(p.GetId()), func(ctx context.Context, p *pb.Partition) (err error) {
-			resp, err = v.meta.ReadDir(ctx, p, dir, "", 1, false)
-			return err
-		})
-		if err == nil && len(resp.GetDentries()) > 0 {
-			mu.Lock()
-			children = true
-			mu.Unlock()
-		}
-		return err
-	})
+	// A listing that agrees on the routing, so that a name being moved
+	// counts on one partition at least.
+	resps, _, err := v.dirPage(ctx, op, dir, "", 1, false)
 	if err != nil {
 		unfence()
 		return false, nil, err
 	}
-	return !children, unfence, nil
+	for _, r := range resps {
+		if len(r.GetDentries()) > 0 {
+			return false, unfence, nil
+		}
+	}
+	return true, unfence, nil
 }
 
 // Rmdir removes the empty directory name in parent: ENOTDIR if it is not a
@@ -506,39 +628,27 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 	if !empty {
 		return errnoErr(op, syscall.ENOTEMPTY, "%d/%q", parent, name)
 	}
-	w := v.current()
-	p, err := w.route(parent, name)
+	_, rest, err := v.nameStep(ctx, op, parent, name,
+		[]*metapb.Op{opDeleteDentry(parent, name, dir, metapb.FileType_FILE_TYPE_DIRECTORY)},
+		[]homedOp{{dir, opLink(dir, -2)}, {dir, opEvict(dir)}, {parent, opTouchDir(parent, -1, newID())}})
 	if err != nil {
-		return &Error{Op: op, Errno: syscall.EIO, Err: err}
-	}
-	ph, err := w.home(parent)
-	if err != nil {
-		return err
-	}
-	pd, err := w.home(dir)
-	if err != nil {
-		return err
-	}
-	touch := opTouchDir(parent, -1, newID())
-	ops := []*metapb.Op{opDeleteDentry(parent, name, dir, metapb.FileType_FILE_TYPE_DIRECTORY)}
-	if pd.GetId() == p.GetId() {
-		ops = append(ops, opLink(dir, -2), opEvict(dir))
-	}
-	if ph.GetId() == p.GetId() {
-		ops = append(ops, touch)
-	}
-	if _, err := v.txn(ctx, op, byID(p.GetId()), ops...); err != nil {
 		if isErrno(err, syscall.ESTALE) {
 			err = errnoErr(op, syscall.ENOENT, "%d/%q changed meanwhile", parent, name)
 		}
 		return err
 	}
-	if pd.GetId() != p.GetId() {
-		_, _ = v.txn(ctx, op, byIno(dir), opLink(dir, -2), opEvict(dir))
+	// Best effort, each on its own: a failure leaves a leak fsck reports
+	// (the inode) or a stale parent (mtime, nlink).
+	var dirOps, parentOps []homedOp
+	for _, h := range rest {
+		if h.ino == dir {
+			dirOps = append(dirOps, h)
+		} else {
+			parentOps = append(parentOps, h)
+		}
 	}
-	if ph.GetId() != p.GetId() {
-		_, _ = v.txn(ctx, op, byIno(parent), touch)
-	}
+	_, _ = v.runHomed(ctx, op, dirOps)
+	_, _ = v.runHomed(ctx, op, parentOps)
 	return nil
 }
 
@@ -624,15 +734,7 @@ func (v *Volume) readDir(ctx context.Context, op string, dir uint64, cursor stri
 			return nil, false, err
 		}
 	}
-	parts := v.current().all()
-	resps := make([]*metapb.ReadDirResponse, len(parts))
-	err := v.each(parts, func(p *pb.Partition) error {
-		i := slices.Index(parts, p)
-		return v.do(ctx, op, byID(p.GetId()), func(ctx context.Context, p *pb.Partition) (err error) {
-			resps[i], err = v.meta.ReadDir(ctx, p, dir, cursor, uint32(limit), plus)
-			return err
-		})
-	})
+	resps, _, err := v.dirPage(ctx, op, dir, cursor, limit, plus)
 	if err != nil {
 		return nil, false, err
 	}
@@ -783,9 +885,10 @@ func (v *Volume) RemoveXattr(ctx context.Context, ino uint64, name string) error
 const statfsBlock = 4096
 
 // StatFS sums the partitions' statistics: Files is the number of inodes.
-// Capacity is the volume's capacity from the map; an unlimited volume
-// reports 1 PiB. Free space is not known to the metadata half yet:
-// BlocksFree is the capacity (until the data half reports usage).
+// Blocks is the volume's capacity and BlocksFree what is left of it (at most
+// what the data nodes have free); an unlimited volume shows the data nodes'
+// disk space divided by its replica count. Usage comes from the master's
+// latest heartbeats (a second or two behind).
 func (v *Volume) StatFS(ctx context.Context) (*StatFS, error) {
 	const op = "statfs"
 	ctx, cancel := v.opCtx(ctx)
@@ -808,14 +911,96 @@ func (v *Volume) StatFS(ctx context.Context) (*StatFS, error) {
 	if err != nil {
 		return nil, err
 	}
-	capacity := w.vol.GetCapacityBytes()
-	if capacity == 0 {
-		capacity = 1 << 50
+	total, free, err := v.spaceFigures(ctx)
+	if err != nil {
+		return nil, err
 	}
-	blocks := capacity / statfsBlock
+	blocks, freeBlocks := total/statfsBlock, free/statfsBlock
 	const filesMax = 1 << 40
 	return &StatFS{
-		BlockSize: statfsBlock, Blocks: blocks, BlocksFree: blocks, BlocksAvail: blocks,
+		BlockSize: statfsBlock, Blocks: blocks, BlocksFree: freeBlocks, BlocksAvail: freeBlocks,
 		Files: inodes, FilesFree: filesMax - min(inodes, filesMax), NameLen: 255,
 	}, nil
+}
+
+// dirPage fetches one page of dir (names after cursor, up to limit each)
+// from every partition of the view, and returns the responses once they
+// agree on the routing (pagesAgree): pages of partitions at different
+// points of a routing change could list a moving name twice or not at all.
+// Until they agree the map is re-read and the page fetched again, with
+// backoff, until ctx ends (ETIMEDOUT). It also returns the view the page
+// was read under.
+func (v *Volume) dirPage(ctx context.Context, op string, dir uint64, cursor string, limit int, plus bool) ([]*metapb.ReadDirResponse, *view, error) {
+	backoff := routeBackoffMin
+	for {
+		w := v.current()
+		parts := w.all()
+		resps := make([]*metapb.ReadDirResponse, len(parts))
+		err := v.each(parts, func(p *pb.Partition) error {
+			i := slices.Index(parts, p)
+			return v.do(ctx, op, byID(p.GetId()), func(ctx context.Context, p *pb.Partition) (err error) {
+				resps[i], err = v.meta.ReadDir(ctx, p, dir, cursor, uint32(limit), plus)
+				return err
+			})
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		why := pagesAgree(w.routing, resps)
+		if why == "" {
+			return resps, w, nil
+		}
+		v.refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return nil, nil, transportErr(op, fmt.Errorf("%w (listing of %d: %s)", ctx.Err(), dir, why))
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, routeBackoffMax)
+	}
+}
+
+// pagesAgree returns "" if the pages of one listing were served under one
+// routing state, (version, change in progress), not newer than the view's
+// routing version viewRouting; else why not. A partition that never got a
+// routing (version 0) and lists nothing here takes no part: it holds no
+// name that could be moving (a new partition before the master's first
+// push).
+func pagesAgree(viewRouting uint64, resps []*metapb.ReadDirResponse) string {
+	type state struct {
+		version uint64
+		moving  bool
+	}
+	var first *state
+	for _, r := range resps {
+		if e := syscall.Errno(r.GetErrno()); e == errnoWrongMP || e == errnoMoving {
+			return fmt.Sprintf("a partition answered errno %d", e)
+		}
+		if r.GetRoutingVersion() == 0 && len(r.GetDentries()) == 0 {
+			continue
+		}
+		s := state{r.GetRoutingVersion(), r.GetRoutingMoving()}
+		switch {
+		case first == nil:
+			first = &s
+		case s != *first:
+			return fmt.Sprintf("pages at routing %+v and %+v", *first, s)
+		}
+	}
+	// Pages that agree list by one routing: the previous one while a
+	// change is in progress (its version is the target's minus one), else
+	// the current one. The view must know every partition of that routing,
+	// so it may not be older; during a change the master's map still holds
+	// the previous routing until the switch, which the view may have.
+	if first == nil {
+		return ""
+	}
+	listedBy := first.version
+	if first.moving && listedBy > 0 {
+		listedBy--
+	}
+	if listedBy > viewRouting {
+		return fmt.Sprintf("pages at routing %+v, the map at version %d", *first, viewRouting)
+	}
+	return ""
 }

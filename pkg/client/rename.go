@@ -38,7 +38,10 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 	var err error
 	for range 3 {
 		// ESTALE: a name changed between lookup and commit; start over.
-		if err = v.rename(ctx, oldParent, oldName, newParent, newName, flags); !isErrno(err, syscall.ESTALE) {
+		// errReplan: the routing changed before the first dentry step
+		// applied; start over under the new view.
+		err = replanned(ctx, op, func() error { return v.rename(ctx, oldParent, oldName, newParent, newName, flags) })
+		if !isErrno(err, syscall.ESTALE) {
 			return err
 		}
 	}
@@ -183,20 +186,7 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 
 	// Follow-ups on inode homes, folded into the commit Txn (the old name's
 	// partition) when homed there.
-	var follow plan
-	commit := ps.GetId()
-	addHomed := func(ino uint64, o *metapb.Op) error {
-		h, err := w.home(ino)
-		if err != nil {
-			return err
-		}
-		if h.GetId() == commit {
-			oldOps = append(oldOps, o)
-		} else {
-			follow.add(h.GetId(), o)
-		}
-		return nil
-	}
+	var homed []homedOp
 	moved := func(ino uint64, isDir bool, to uint64) *metapb.Op {
 		if isDir && oldParent != newParent {
 			return opSetParent(ino, to)
@@ -204,17 +194,13 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		return opLink(ino, 0) // ctime = now
 	}
 	var dOld, dNew int32
-	if err := addHomed(srcIno, moved(srcIno, srcDir, newParent)); err != nil {
-		return err
-	}
+	homed = append(homed, homedOp{srcIno, moved(srcIno, srcDir, newParent)})
 	if srcDir && oldParent != newParent {
 		dOld, dNew = dOld-1, dNew+1
 	}
 	var dropIno uint64
 	if exchange {
-		if err := addHomed(dst.GetIno(), moved(dst.GetIno(), dstDir, oldParent)); err != nil {
-			return err
-		}
+		homed = append(homed, homedOp{dst.GetIno(), moved(dst.GetIno(), dstDir, oldParent)})
 		if dstDir && oldParent != newParent {
 			dOld, dNew = dOld+1, dNew-1
 		}
@@ -224,34 +210,41 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 			links, dNew = -2, dNew-1
 		}
 		dropIno = dst.GetIno()
-		if err := addHomed(dropIno, opLink(dropIno, links)); err != nil {
-			return err
-		}
+		homed = append(homed, homedOp{dropIno, opLink(dropIno, links)})
 	}
 	if oldParent == newParent {
-		if err := addHomed(oldParent, opTouchDir(oldParent, dOld+dNew, newID())); err != nil {
+		homed = append(homed, homedOp{oldParent, opTouchDir(oldParent, dOld+dNew, newID())})
+	} else {
+		homed = append(homed, homedOp{oldParent, opTouchDir(oldParent, dOld, newID())},
+			homedOp{newParent, opTouchDir(newParent, dNew, newID())})
+	}
+
+	var res *metapb.TxnResult
+	var rest []homedOp
+	if len(newOps) == 0 {
+		// One Txn for both names: a routing change before it applied
+		// starts the rename over (errReplan).
+		ops := oldOps
+		for _, h := range homed {
+			if hp, err := w.home(h.ino); err == nil && hp.GetId() == ps.GetId() {
+				ops = append(ops, h.op)
+			} else {
+				rest = append(rest, h)
+			}
+		}
+		if res, err = v.txn(ctx, op, pinned(ps.GetId(), nameKey{oldParent, oldName}, nameKey{newParent, newName}), ops...); err != nil {
 			return err
 		}
 	} else {
-		if err := addHomed(oldParent, opTouchDir(oldParent, dOld, newID())); err != nil {
+		if _, err := v.txn(ctx, op, pinned(pd.GetId(), nameKey{newParent, newName}), newOps...); err != nil {
 			return err
 		}
-		if err := addHomed(newParent, opTouchDir(newParent, dNew, newID())); err != nil {
+		// The new name exists: from here on each step follows the routing
+		// by itself instead of starting over.
+		if res, rest, err = v.nameStep(ctx, op, oldParent, oldName, oldOps, homed); err != nil {
+			_, _, _ = v.nameStep(ctx, op, newParent, newName, undoNew, nil)
 			return err
 		}
-	}
-
-	if len(newOps) > 0 {
-		if _, err := v.txn(ctx, op, byID(pd.GetId()), newOps...); err != nil {
-			return err
-		}
-	}
-	res, err := v.txn(ctx, op, byID(commit), oldOps...)
-	if err != nil {
-		if len(newOps) > 0 {
-			_, _ = v.txn(ctx, op, byID(pd.GetId()), undoNew...)
-		}
-		return err
 	}
 	// Evict a replaced inode that lost its last name.
 	evictIfZero := func(results []*metapb.OpResult) {
@@ -262,6 +255,14 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		}
 	}
 	evictIfZero(res.GetResults())
+	var follow plan
+	for _, h := range rest {
+		hp, err := v.current().home(h.ino)
+		if err != nil {
+			continue // no partition holds it: nothing to update
+		}
+		follow.add(hp.GetId(), h.op)
+	}
 	for _, part := range follow.order {
 		if r, err := v.txn(ctx, op, byID(part), follow.ops[part]...); err == nil {
 			evictIfZero(r.GetResults())

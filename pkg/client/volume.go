@@ -32,6 +32,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/metaclient"
+	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/redirect"
 )
@@ -96,6 +97,8 @@ type Volume struct {
 	dataMu sync.Mutex
 	data   *dataclient.Client // created by the first OpenFile
 
+	space usage // capacity accounting (capacity.go)
+
 	bytesWritten, bytesRead, metaRequests atomic.Int64
 
 	openMu   sync.Mutex
@@ -114,6 +117,7 @@ const RootIno = 1
 // Immutable once built.
 type view struct {
 	epoch   uint64
+	routing uint64 // the volume's live routing version
 	vol     *pb.Volume
 	table   *hybridindex.Table
 	parts   map[uint64]*pb.Partition // the volume's meta partitions by id
@@ -131,9 +135,18 @@ func newView(m *pb.ClusterMap, volume string) (*view, error) {
 	if vol == nil {
 		return nil, errnoErr("open", syscall.ENOENT, "volume %q does not exist", volume)
 	}
+	// The live routing only: a migration in progress (vol.migration) is
+	// the partitions' business until the master switches the live routing.
+	ex := hybridindex.NewExceptionTable()
+	for _, e := range vol.GetExceptions() {
+		r := hybridindex.Redirect{Kind: hybridindex.Kind(e.GetKind()), MP: e.GetMp()}
+		if err := ex.Set(string(e.GetName()), r); err != nil {
+			return nil, fmt.Errorf("volume %q: %w", volume, err)
+		}
+	}
 	w := &view{
-		epoch: m.GetEpoch(), vol: vol,
-		table: &hybridindex.Table{Slots: vol.GetSlotOwners()},
+		epoch: m.GetEpoch(), routing: vol.GetRoutingVersion(), vol: vol,
+		table: &hybridindex.Table{Slots: vol.GetSlotOwners(), Exceptions: ex},
 		parts: map[uint64]*pb.Partition{},
 		nodes: map[uint64]string{},
 	}
@@ -379,26 +392,115 @@ func retryable(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded)
 }
 
+// Routing answers of a partition (docs/routing.md). They never reach a
+// caller: the step is retried until the operation's deadline, which ends
+// it with ETIMEDOUT like any other failure to reach a partition.
+const (
+	errnoWrongMP    = syscall.Errno(metapartition.EWRONGMP)
+	errnoMoving     = syscall.Errno(metapartition.EMOVING)
+	routeBackoffMin = 10 * time.Millisecond
+	routeBackoffMax = 200 * time.Millisecond
+)
+
+// routingError is a partition's refusal of a step because of the routing:
+// EWRONGMP (it does not own a name of the step) or EMOVING (a name is
+// being moved by a routing change).
+type routingError struct {
+	errno syscall.Errno
+	part  uint64
+	msg   string
+}
+
+func (e *routingError) Error() string {
+	name := "EWRONGMP"
+	if e.errno == errnoMoving {
+		name = "EMOVING"
+	}
+	return fmt.Sprintf("meta partition %d: %s %s", e.part, name, e.msg)
+}
+
+// routingCheck turns a routing errno of partition part into a
+// *routingError; nil for every other errno.
+func routingCheck(errno int32, part uint64, msg string) error {
+	switch n := syscall.Errno(errno); n {
+	case errnoWrongMP, errnoMoving:
+		return &routingError{errno: n, part: part, msg: msg}
+	}
+	return nil
+}
+
+// errReplan says that a step planned under an older view (which names
+// share a partition, which inode records ride in the same Txn) no longer
+// fits the routing: the partition refused it, so nothing was applied, and
+// the caller plans the step again under the current view. It never leaves
+// the package.
+var errReplan = errors.New("routing changed under the plan of the step")
+
+// nameKey is a dentry's name.
+type nameKey struct {
+	parent uint64
+	name   string
+}
+
+// pinned chooses partition id for a Txn planned with every name in names
+// routed there; once the view routes one of them elsewhere it returns
+// errReplan.
+func pinned(id uint64, names ...nameKey) picker {
+	return func(w *view) (*pb.Partition, error) {
+		for _, n := range names {
+			p, err := w.route(n.parent, n.name)
+			if err != nil {
+				return nil, err
+			}
+			if p.GetId() != id {
+				return nil, errReplan
+			}
+		}
+		return byID(id)(w)
+	}
+}
+
+// replanned runs body again while it ends in errReplan (the view changed
+// before the body applied anything).
+func replanned(ctx context.Context, op string, body func() error) error {
+	for {
+		err := body()
+		if !errors.Is(err, errReplan) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return transportErr(op, ctx.Err())
+		}
+	}
+}
+
 // do runs call against the partition pick chooses, retrying retryable
-// failures with bounded backoff and a view refresh until ctx ends.
+// failures with bounded backoff and a view refresh until ctx ends. A
+// routing refusal (a *routingError from call) is retried as docs/routing.md
+// says; when pick then finds the plan outdated, do returns errReplan.
 func (v *Volume) do(ctx context.Context, op string, pick picker, call func(ctx context.Context, p *pb.Partition) error) error {
 	select {
 	case <-v.stop:
 		return errnoErr(op, syscall.EIO, "volume %q is closed", v.name)
 	default:
 	}
-	backoff := backoffMin
+	backoff, routeBackoff := backoffMin, routeBackoffMin
 	for {
 		p, err := pick(v.current())
 		if err != nil {
 			var e *Error
-			if errors.As(err, &e) {
+			switch {
+			case errors.Is(err, errReplan):
+				return err
+			case errors.As(err, &e):
 				e.Op = op
 				return e
 			}
 			// The view does not know the partition: refresh and retry.
 			v.refresh(ctx)
-			if p, err = pick(v.current()); err != nil {
+			if p, err = pick(v.current()); errors.Is(err, errReplan) {
+				return err
+			} else if err != nil {
 				return &Error{Op: op, Errno: syscall.EIO, Err: err}
 			}
 		}
@@ -408,6 +510,26 @@ func (v *Volume) do(ctx context.Context, op string, pick picker, call func(ctx c
 		cancel()
 		if err == nil {
 			return nil
+		}
+		var re *routingError
+		if errors.As(err, &re) && ctx.Err() == nil {
+			// Not an error of the operation: the routing moved under it.
+			// EWRONGMP: our view is stale, read the map; wait only if
+			// that brought nothing new (rate limit, or the master has not
+			// switched yet). EMOVING: wait for the move to finish.
+			w0 := v.current()
+			if re.errno == errnoWrongMP {
+				v.refresh(ctx)
+			}
+			if re.errno == errnoMoving || v.current() == w0 {
+				select {
+				case <-ctx.Done():
+					return transportErr(op, fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err))
+				case <-time.After(routeBackoff):
+				}
+				routeBackoff = min(2*routeBackoff, routeBackoffMax)
+			}
+			continue
 		}
 		if ctx.Err() != nil || !retryable(err) {
 			if ctx.Err() != nil {
@@ -438,12 +560,17 @@ func newID() uint64 {
 }
 
 // txn runs ops as one exactly-once Txn (one request id for all retries) on
-// the partition pick chooses. A non-zero errno becomes an *Error.
+// the partition pick chooses. A non-zero errno becomes an *Error; the
+// routing errnos are retried (see do), or end in errReplan with a pinned
+// picker.
 func (v *Volume) txn(ctx context.Context, op string, pick picker, ops ...*metapb.Op) (*metapb.TxnResult, error) {
 	t := &metapb.Txn{Ops: ops, RequestId: newID()}
 	var res *metapb.TxnResult
 	err := v.do(ctx, op, pick, func(ctx context.Context, p *pb.Partition) (err error) {
 		res, err = v.meta.Txn(ctx, p, t)
+		if err == nil {
+			err = routingCheck(res.GetErrno(), p.GetId(), res.GetMessage())
+		}
 		return err
 	})
 	if err != nil {
@@ -474,4 +601,69 @@ func (v *Volume) each(parts []*pb.Partition, fn func(p *pb.Partition) error) err
 		}
 	}
 	return nil
+}
+
+// homedOp is an inode operation that must run on the home of ino.
+type homedOp struct {
+	ino uint64
+	op  *metapb.Op
+}
+
+// nameStep runs dops, dentry operations on the one name (parent, name), as
+// one Txn on the partition the name routes to, followed in the same Txn by
+// every homed op whose inode lives there. When the name's routing changes
+// under it, the step is planned again under the new view (the refused Txn
+// applied nothing). It returns the Txn's result (dops' results first) and
+// the homed ops it did not run, in order, for the caller to run on their
+// homes.
+func (v *Volume) nameStep(ctx context.Context, op string, parent uint64, name string, dops []*metapb.Op, homed []homedOp) (*metapb.TxnResult, []homedOp, error) {
+	for {
+		w := v.current()
+		p, err := w.route(parent, name)
+		if err != nil {
+			return nil, nil, &Error{Op: op, Errno: syscall.EIO, Err: err}
+		}
+		ops := slices.Clip(slices.Clone(dops))
+		var rest []homedOp
+		for _, h := range homed {
+			if hp, err := w.home(h.ino); err == nil && hp.GetId() == p.GetId() {
+				ops = append(ops, h.op)
+			} else {
+				rest = append(rest, h)
+			}
+		}
+		res, err := v.txn(ctx, op, pinned(p.GetId(), nameKey{parent, name}), ops...)
+		if errors.Is(err, errReplan) {
+			continue
+		}
+		return res, rest, err
+	}
+}
+
+// runHomed runs ops on their homes, consecutive ops of one home in one
+// Txn, and returns the results in order; it stops at the first failure.
+func (v *Volume) runHomed(ctx context.Context, op string, ops []homedOp) ([]*metapb.OpResult, error) {
+	var out []*metapb.OpResult
+	for i := 0; i < len(ops); {
+		w := v.current()
+		h, err := w.home(ops[i].ino)
+		if err != nil {
+			return out, err
+		}
+		batch := []*metapb.Op{ops[i].op}
+		j := i + 1
+		for ; j < len(ops); j++ {
+			if hj, err := w.home(ops[j].ino); err != nil || hj.GetId() != h.GetId() {
+				break
+			}
+			batch = append(batch, ops[j].op)
+		}
+		res, err := v.txn(ctx, op, byIno(ops[i].ino), batch...)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res.GetResults()...)
+		i = j
+	}
+	return out, nil
 }

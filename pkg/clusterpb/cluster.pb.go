@@ -2259,12 +2259,23 @@ func (x *VolumeRequest) GetName() string {
 }
 
 type VolumeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
-	Partitions    []*Partition           `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Volume     *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Partitions []*Partition           `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Epoch      uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// used_bytes sums the bytes the volume's data partitions store (one replica
+	// each, the leader's report when there is one), from the latest heartbeats:
+	// leader soft state, not replicated. used_known is false until every data
+	// partition has been reported since this master became leader.
+	UsedBytes uint64 `protobuf:"varint,4,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	UsedKnown bool   `protobuf:"varint,5,opt,name=used_known,json=usedKnown,proto3" json:"used_known,omitempty"`
+	// Raw disk space of the alive data nodes (all volumes share it), from the
+	// same heartbeats: what statfs of an unlimited volume shows, divided by the
+	// volume's replica count.
+	DataCapacityBytes uint64 `protobuf:"varint,6,opt,name=data_capacity_bytes,json=dataCapacityBytes,proto3" json:"data_capacity_bytes,omitempty"`
+	DataFreeBytes     uint64 `protobuf:"varint,7,opt,name=data_free_bytes,json=dataFreeBytes,proto3" json:"data_free_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *VolumeResponse) Reset() {
@@ -2314,6 +2325,34 @@ func (x *VolumeResponse) GetPartitions() []*Partition {
 func (x *VolumeResponse) GetEpoch() uint64 {
 	if x != nil {
 		return x.Epoch
+	}
+	return 0
+}
+
+func (x *VolumeResponse) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *VolumeResponse) GetUsedKnown() bool {
+	if x != nil {
+		return x.UsedKnown
+	}
+	return false
+}
+
+func (x *VolumeResponse) GetDataCapacityBytes() uint64 {
+	if x != nil {
+		return x.DataCapacityBytes
+	}
+	return 0
+}
+
+func (x *VolumeResponse) GetDataFreeBytes() uint64 {
+	if x != nil {
+		return x.DataFreeBytes
 	}
 	return 0
 }
@@ -2988,13 +3027,19 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0ecapacity_bytes\x18\x04 \x01(\x04R\rcapacityBytes\x12\x1a\n" +
 	"\breplicas\x18\x05 \x01(\x05R\breplicas\"#\n" +
 	"\rVolumeRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x8f\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xa5\x02\n" +
 	"\x0eVolumeResponse\x12-\n" +
 	"\x06volume\x18\x01 \x01(\v2\x15.cairn.cluster.VolumeR\x06volume\x128\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\v2\x18.cairn.cluster.PartitionR\n" +
 	"partitions\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x04 \x01(\x04R\tusedBytes\x12\x1d\n" +
+	"\n" +
+	"used_known\x18\x05 \x01(\bR\tusedKnown\x12.\n" +
+	"\x13data_capacity_bytes\x18\x06 \x01(\x04R\x11dataCapacityBytes\x12&\n" +
+	"\x0fdata_free_bytes\x18\a \x01(\x04R\rdataFreeBytes\"\x14\n" +
 	"\x12ListVolumesRequest\"\\\n" +
 	"\x13ListVolumesResponse\x12/\n" +
 	"\avolumes\x18\x01 \x03(\v2\x15.cairn.cluster.VolumeR\avolumes\x12\x14\n" +

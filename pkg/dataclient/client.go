@@ -14,6 +14,10 @@
 //   - Reader reads extent keys, with read-ahead on sequential reads, from
 //     the partition's primary first and any other replica on failure.
 //   - Free hands deleted files' extents back (the deletion collector).
+//   - WriteChunk and ReadChunk store and fetch content-addressed chunks
+//     (pkg/chunker), packed like small files; every replica checks a chunk
+//     against its fingerprint before storing it, and ReadChunk returns only
+//     bytes that match it, trying every replica.
 //
 // A partition is writable when every replica's node is alive in the last
 // topology and no write to it failed within Options.ExcludeFor.

@@ -30,6 +30,13 @@
 // if needed). The lease is held until the chain answered; if it failed, the
 // extent is retired (its replicas may now disagree on its size).
 //
+// Content-addressed chunks (OpWriteChunk) are stored the same way, after
+// every replica, before storing or forwarding, has checked that the bytes
+// hash to the fingerprint at the start of the payload (CodeFingerprintMismatch
+// otherwise, nothing stored). A chunk larger than the small-file threshold
+// is appended in pieces under one lease. Chunks are read with OpRead and
+// freed with OpFree (a punched range) like small files; see chunk.go.
+//
 // # Overwrites: Raft (CFS §2.2.4)
 //
 // Each partition is a Raft group on the node's multi-raft host, with the

@@ -19,6 +19,12 @@ type metrics struct {
 	badBlocks      prometheus.Counter
 	repairedBlocks prometheus.Counter
 	reopens        prometheus.Counter
+	// Chunks (OpWriteChunk): stored and acknowledged, by role (primary:
+	// the client's write; replica: a forwarded one), and refused because
+	// their bytes did not match their fingerprint.
+	chunkWrites     *prometheus.CounterVec // role
+	chunkBytes      *prometheus.CounterVec // role
+	chunkMismatches prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, h *Host) (*metrics, error) {
@@ -54,12 +60,21 @@ func newMetrics(reg prometheus.Registerer, h *Host) (*metrics, error) {
 		reopens: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_data_store_reopens_total", Help: "Extent stores reopened (or rebuilt) after they failed.",
 		}),
+		chunkWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_data_chunk_writes_total", Help: "Content-addressed chunks stored and acknowledged, by role (primary or replica).",
+		}, []string{"role"}),
+		chunkBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_data_chunk_bytes_total", Help: "Bytes of content-addressed chunks stored and acknowledged, by role (primary or replica).",
+		}, []string{"role"}),
+		chunkMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_data_chunk_fingerprint_mismatches_total", Help: "Chunk writes refused because the bytes did not hash to their fingerprint.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	cs := []prometheus.Collector{m.requests, m.latency, m.bytesIn, m.bytesOut, m.chainFailures, m.alignedBytes,
-		m.alignErrors, m.badBlocks, m.repairedBlocks, m.reopens,
+		m.alignErrors, m.badBlocks, m.repairedBlocks, m.reopens, m.chunkWrites, m.chunkBytes, m.chunkMismatches,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "cairn_data_sendfile_bytes_total", Help: "Read bytes sent with sendfile(2) (zero-copy).",
 		}, func() float64 { return float64(h.srv.Stats().SendfileBytes) }),

@@ -18,7 +18,7 @@ import (
 const redialAfter = time.Second
 
 // session serves one data-path connection. Order-sensitive requests
-// (create, append, small write, free) run their local step and their
+// (create, append, small write, chunk write, free) run their local step and their
 // forwarding on the connection's reader goroutine, so they reach the next
 // replica in the order they arrived; waiting for durability and for the
 // next replica's answer happens on a goroutine per request (at most
@@ -63,6 +63,8 @@ func (s *session) Handle(in *dataproto.Inbound) {
 		s.append(in)
 	case dataproto.OpWriteSmall:
 		s.writeSmall(in)
+	case dataproto.OpWriteChunk:
+		s.writeChunk(in)
 	case dataproto.OpFree:
 		s.free(in)
 	case dataproto.OpPing:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"sync"
@@ -139,6 +140,10 @@ type Request struct {
 	// Payload is sent after the header; Start has written it to the socket
 	// when it returns, so the caller may reuse it.
 	Payload []byte
+	// Prefix, if set, is sent before Payload as the start of the same
+	// payload (an OpWriteChunk's fingerprint), so the caller need not copy
+	// a chunk to put its fingerprint in front.
+	Prefix []byte
 	// KeepCRC sends Header.PayloadCRC as given (a forwarded packet keeps
 	// the client's CRC end to end) instead of computing it.
 	KeepCRC bool
@@ -171,8 +176,8 @@ type Call struct {
 // Start fails if the connection is broken or the write fails (the connection
 // then fails as a whole).
 func (c *Conn) Start(ctx context.Context, req *Request) (*Call, error) {
-	if len(req.Payload) > MaxPayload {
-		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(req.Payload))
+	if n, limit := len(req.Prefix)+len(req.Payload), PayloadLimit(req.Header.Op, 0); n > limit {
+		return nil, fmt.Errorf("%w: %v request of %d bytes (limit %d)", ErrTooLarge, req.Header.Op, n, limit)
 	}
 	select {
 	case c.slots <- struct{}{}:
@@ -183,9 +188,9 @@ func (c *Conn) Start(ctx context.Context, req *Request) (*Call, error) {
 	}
 	h := req.Header
 	h.Flags &^= FlagResponse
-	h.Length = uint32(len(req.Payload))
+	h.Length = uint32(len(req.Prefix) + len(req.Payload))
 	if !req.KeepCRC {
-		h.PayloadCRC = Checksum(req.Payload)
+		h.PayloadCRC = crc32.Update(Checksum(req.Prefix), castagnoli, req.Payload)
 	}
 	call := &Call{c: c, dst: req.Dst, op: h.Op, done: make(chan struct{}), slot: true}
 
@@ -213,10 +218,14 @@ func (c *Conn) Start(ctx context.Context, req *Request) (*Call, error) {
 	EncodeHeader(c.hbuf[:], &h)
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
 	var err error
-	if len(req.Payload) == 0 {
+	switch {
+	case h.Length == 0:
 		_, err = c.nc.Write(c.hbuf[:])
-	} else {
+	case len(req.Prefix) == 0:
 		bufs := net.Buffers{c.hbuf[:], req.Payload}
+		_, err = bufs.WriteTo(c.nc)
+	default:
+		bufs := net.Buffers{c.hbuf[:], req.Prefix, req.Payload}
 		_, err = bufs.WriteTo(c.nc)
 	}
 	if err != nil {

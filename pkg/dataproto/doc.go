@@ -19,6 +19,7 @@
 //	  8   2 code        Code, the result (responses only; 0 = OK)
 //	 10   2 reserved    must be 0
 //	 12   4 length      payload bytes, at most MaxPayload
+//	                    (MaxChunkPayload for an OpWriteChunk request)
 //	 16   8 request id  chosen by the sender, echoed by the response
 //	 24   8 partition   data partition id
 //	 32   8 extent      extent id
@@ -34,7 +35,8 @@
 // The header CRC is checked before anything in the header is believed, so a
 // corrupted length never makes a reader allocate or wait for bytes that were
 // never sent; a header that fails it (or has a wrong magic, version or
-// reserved field, or a length above MaxPayload) ends the connection, since
+// reserved field, or a length above its op's PayloadLimit) ends the
+// connection, since
 // the stream can no longer be framed. A payload whose CRC does not match is
 // consumed and reported (ErrPayloadCRC); the connection goes on. Read
 // responses sent with sendfile carry FlagNoCRC instead of a payload CRC: the
@@ -50,7 +52,7 @@
 // outstanding and Start waits for a free slot; a server (Server) reads the
 // next request only while fewer than ServerOptions.MaxInflight are being
 // handled, so a fast client is slowed to the server's pace and memory per
-// connection stays below MaxInflight × MaxPayload. Every read and write has a
+// connection stays below MaxInflight × MaxChunkPayload. Every read and write has a
 // deadline: a write must finish within WriteTimeout; while calls are
 // outstanding a response (any response) must arrive within ReadTimeout, or
 // the connection is declared broken and every outstanding call fails; an
@@ -60,4 +62,25 @@
 // were sent (Conn.Start calls are serialized, and the server reads one
 // connection with one goroutine). The data node relies on this: the packets
 // of one extent, sent in order on one connection, are appended in order.
+//
+// # Chunks
+//
+// OpWriteChunk carries a content-addressed chunk (pkg/chunker). The
+// 33-byte fingerprint (FingerprintLen: the algorithm byte, then the
+// SHA-256 of the chunk) travels at the start of the payload, not in the
+// header: the 80-byte header has no 33 free bytes, and growing it would
+// make every existing frame undecodable. So the header layout is
+// unchanged, and only an OpWriteChunk request may exceed MaxPayload, by
+// exactly the fingerprint (MaxChunkPayload), which keeps a chunk of the
+// chunker's default maximum (1 MiB = MaxChunk) writable in one frame and
+// readable with one OpRead. The payload CRC covers fingerprint and bytes
+// alike; a client sends the fingerprint as Request.Prefix so the chunk is
+// not copied. A chunk above MaxChunk cannot be framed (Conn.Start refuses
+// it with ErrTooLarge before sending; a peer receiving such a header drops
+// the connection). Chunk layouts with a larger maximum (the VarFS reference
+// point, 8 MiB) are therefore not storable as single chunks: allowing
+// them would raise the per-connection memory bound eightfold. A peer that
+// predates OpWriteChunk answers it with CodeBadRequest, or drops the
+// connection if the chunk frame exceeds its MaxPayload; every other frame
+// is unchanged.
 package dataproto

@@ -22,6 +22,18 @@ const (
 	MaxPayload = 1 << 20
 	// MaxMessage bounds the text of an error response.
 	MaxMessage = 1024
+	// FingerprintLen is the size of a chunk fingerprint (chunker.Fingerprint:
+	// an algorithm byte and the SHA-256 of the chunk), which starts every
+	// OpWriteChunk request's payload.
+	FingerprintLen = 33
+	// MaxChunk is the largest chunk OpWriteChunk stores: the chunker's
+	// default maximum chunk size, and what one OpRead returns, so a chunk
+	// is always written and read in one frame.
+	MaxChunk = MaxPayload
+	// MaxChunkPayload bounds an OpWriteChunk request's payload: the
+	// fingerprint and a chunk of at most MaxChunk bytes. It is the only
+	// frame allowed above MaxPayload.
+	MaxChunkPayload = FingerprintLen + MaxChunk
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -76,10 +88,20 @@ const (
 	// the first block, payload = one uint32 per block (at most
 	// MaxPayload/4; FlagMore if more follow).
 	OpChecksums Op = 9
-	maxOp          = OpChecksums
+	// OpWriteChunk stores a content-addressed chunk, packed like a small
+	// file into a shared small extent on every replica. Payload: the
+	// chunk's FingerprintLen-byte fingerprint, then its 1..MaxChunk bytes.
+	// Every replica checks the SHA-256 of the bytes against the fingerprint
+	// before storing or forwarding them (CodeFingerprintMismatch: nothing
+	// stored). Request: Partition; forwarded down the chain with Extent,
+	// Offset, Kind and FlagCreate as an append. Response: Extent and Offset
+	// where the chunk is, Arg = Offset + chunk size, Size = the extent's
+	// size on the primary.
+	OpWriteChunk Op = 10
+	maxOp           = OpWriteChunk
 )
 
-var opNames = [...]string{"", "ping", "create", "append", "write_small", "read", "overwrite", "free", "list", "checksums"}
+var opNames = [...]string{"", "ping", "create", "append", "write_small", "read", "overwrite", "free", "list", "checksums", "write_chunk"}
 
 // String names the op.
 func (o Op) String() string {
@@ -168,12 +190,18 @@ const (
 	CodeWrongKind
 	// CodeInternal: anything else; see the message.
 	CodeInternal
-	maxCode = CodeInternal
+	// CodeFingerprintMismatch: a chunk's bytes do not hash to the
+	// fingerprint the request names; nothing was stored. It is the
+	// sender's error (or corruption before the frame CRC was computed):
+	// writing the same request elsewhere cannot succeed.
+	CodeFingerprintMismatch
+	maxCode = CodeFingerprintMismatch
 )
 
 var codeNames = [...]string{"ok", "bad request", "bad crc", "unknown partition", "stale epoch", "not primary",
 	"extent not found", "offset mismatch", "range not held", "out of range", "replica failed", "read-only",
-	"replica failed its store", "corrupt", "not leader", "busy", "too large", "extent full", "wrong extent kind", "internal"}
+	"replica failed its store", "corrupt", "not leader", "busy", "too large", "extent full", "wrong extent kind", "internal",
+	"fingerprint mismatch"}
 
 // String names the code.
 func (c Code) String() string {
@@ -207,7 +235,7 @@ var (
 	ErrBadVersion = errors.New("dataproto: unsupported protocol version")
 	ErrHeaderCRC  = errors.New("dataproto: header checksum mismatch")
 	ErrBadHeader  = errors.New("dataproto: malformed header")
-	ErrTooLarge   = errors.New("dataproto: payload larger than MaxPayload")
+	ErrTooLarge   = errors.New("dataproto: payload larger than its op allows (MaxPayload, MaxChunkPayload)")
 	ErrPayloadCRC = errors.New("dataproto: payload checksum mismatch")
 )
 
@@ -236,8 +264,18 @@ func EncodeHeader(b []byte, h *Header) {
 	le.PutUint32(b[76:], crc32.Checksum(b[:76], castagnoli))
 }
 
+// PayloadLimit is the largest payload a frame of op with flags may carry:
+// MaxChunkPayload for an OpWriteChunk request, MaxPayload for every other
+// frame.
+func PayloadLimit(op Op, flags Flags) int {
+	if op == OpWriteChunk && flags&FlagResponse == 0 {
+		return MaxChunkPayload
+	}
+	return MaxPayload
+}
+
 // DecodeHeader parses and checks a header: magic, version, header CRC,
-// reserved bytes, Length at most MaxPayload, Offset and Size below 2^63. It
+// reserved bytes, Length at most PayloadLimit, Offset and Size below 2^63. It
 // never trusts a field before the header CRC has been checked.
 func DecodeHeader(b []byte) (Header, error) {
 	if len(b) < HeaderLen {
@@ -274,15 +312,15 @@ func DecodeHeader(b []byte) (Header, error) {
 		return Header{}, fmt.Errorf("%w: offset %d or size %d above 2^63", ErrBadHeader, off, size)
 	}
 	h.Offset, h.Size = int64(off), int64(size)
-	if h.Length > MaxPayload {
-		return Header{}, fmt.Errorf("%w: %d bytes", ErrTooLarge, h.Length)
+	if int64(h.Length) > int64(PayloadLimit(h.Op, h.Flags)) {
+		return Header{}, fmt.Errorf("%w: %v frame of %d bytes", ErrTooLarge, h.Op, h.Length)
 	}
 	return h, nil
 }
 
 // ReadFrame reads one frame from r: the header into hdr (a scratch buffer of
 // HeaderLen bytes), then the payload into buf if it fits (else a new slice
-// of exactly Length bytes, at most MaxPayload). It returns the payload and
+// of exactly Length bytes, at most PayloadLimit). It returns the payload and
 // checks its CRC unless FlagNoCRC is set: on a mismatch the frame has been
 // consumed and ReadFrame returns the header, the payload and an error
 // wrapping ErrPayloadCRC. Any other error leaves r unframed.

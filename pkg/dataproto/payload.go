@@ -2,6 +2,7 @@ package dataproto
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"unicode/utf8"
@@ -127,4 +128,23 @@ func DecodeChecksums(b []byte) ([]uint32, error) {
 		out[i] = binary.LittleEndian.Uint32(b[4*i:])
 	}
 	return out, nil
+}
+
+// ErrBadChunk: an OpWriteChunk payload too short to hold a fingerprint and
+// at least one byte.
+var ErrBadChunk = errors.New("dataproto: malformed chunk payload")
+
+// SplitChunk splits an OpWriteChunk payload into the fingerprint it starts
+// with and the chunk's bytes (which alias p). It fails on a payload with no
+// chunk byte or a chunk above MaxChunk; it does not check the fingerprint
+// against the bytes (the data node does, with SHA-256).
+func SplitChunk(p []byte) (fp [FingerprintLen]byte, data []byte, err error) {
+	switch {
+	case len(p) <= FingerprintLen:
+		return fp, nil, fmt.Errorf("%w: %d bytes, want a %d-byte fingerprint and at least one byte", ErrBadChunk, len(p), FingerprintLen)
+	case len(p) > MaxChunkPayload:
+		return fp, nil, fmt.Errorf("%w: chunk of %d bytes above MaxChunk (%d)", ErrBadChunk, len(p)-FingerprintLen, MaxChunk)
+	}
+	copy(fp[:], p)
+	return fp, p[FingerprintLen:], nil
 }

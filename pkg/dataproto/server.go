@@ -488,13 +488,26 @@ func (in *Inbound) enqueue(f outFrame) {
 }
 
 // Payload buffers come from pools by power-of-two size class, 4 KiB to
-// MaxPayload, so a connection's packets reuse memory.
-var bufPools [9]sync.Pool // 4K << i
+// MaxPayload, so a connection's packets reuse memory. The top class holds
+// MaxChunkPayload bytes, so a full chunk with its fingerprint reuses memory
+// too.
+var bufPools [numClasses]sync.Pool
 
+const numClasses = 9 // 4 KiB << 0..8; the last is MaxChunkPayload
+
+// classCap is the capacity of the buffers of class c.
+func classCap(c int) int {
+	if c == numClasses-1 {
+		return MaxChunkPayload
+	}
+	return (4 << 10) << c
+}
+
+// sizeClass returns the smallest class holding n bytes, or numClasses if
+// none does.
 func sizeClass(n int) int {
-	c, size := 0, 4<<10
-	for size < n {
-		size <<= 1
+	c := 0
+	for c < numClasses && classCap(c) < n {
 		c++
 	}
 	return c
@@ -505,10 +518,13 @@ func getBuf(n int) []byte {
 		return nil
 	}
 	c := sizeClass(n)
+	if c == numClasses {
+		return make([]byte, 0, n)
+	}
 	if p, ok := bufPools[c].Get().(*[]byte); ok {
 		return (*p)[:0]
 	}
-	return make([]byte, 0, (4<<10)<<c)
+	return make([]byte, 0, classCap(c))
 }
 
 func putBuf(b []byte) {
@@ -516,7 +532,7 @@ func putBuf(b []byte) {
 		return
 	}
 	c := sizeClass(cap(b))
-	if cap(b) != (4<<10)<<c || c >= len(bufPools) {
+	if c == numClasses || cap(b) != classCap(c) {
 		return
 	}
 	b = b[:0]

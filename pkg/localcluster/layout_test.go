@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -79,5 +80,42 @@ func TestCheckDataDir(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, LayoutFile), []byte("{}"), 0o644)
 	if err := checkDataDir(dir); err != nil {
 		t.Fatalf("cluster dir: %v", err)
+	}
+}
+
+// TestMasterFlagsForwarded: MasterFlags reach every master's command line
+// as given, after the flags Start sets, and no other process's.
+func TestMasterFlagsForwarded(t *testing.T) {
+	l, err := NewLayout(3, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := []string{"--mp-max-inodes", "2000", "--balance-interval", "1s"}
+	for _, flags := range [][]string{nil, extra} {
+		c := &Cluster{opts: Options{MasterFlags: flags, LogLevel: "info"}, dir: t.TempDir(), layout: l}
+		for _, p := range l.Procs {
+			args := c.args(p)
+			tail := args[len(args)-min(len(extra), len(args)):]
+			forwarded := slices.Equal(tail, extra)
+			if want := p.Role == "master" && flags != nil; forwarded != want {
+				t.Errorf("%s with MasterFlags %v: args %v", p.Name, flags, args)
+			}
+		}
+	}
+}
+
+// TestMetaFlagsForwarded: MetaFlags reach the meta nodes' command lines and
+// no other process's.
+func TestMetaFlagsForwarded(t *testing.T) {
+	l, err := NewLayout(1, 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{opts: Options{MetaFlags: []string{"--merge=false"}, LogLevel: "info"}, dir: t.TempDir(), layout: l}
+	for _, p := range l.Procs {
+		args := c.args(p)
+		if got, want := slices.Contains(args, "--merge=false"), p.Role == "meta"; got != want {
+			t.Errorf("%s: args %v", p.Name, args)
+		}
 	}
 }

@@ -42,6 +42,13 @@ type Options struct {
 	LogLevel string
 	// DownAfter, if set, is passed to the masters (--down-after).
 	DownAfter time.Duration
+	// MasterFlags are appended verbatim to every master's command line
+	// (e.g. "--mp-max-inodes", "2000"), after the flags Start sets, so
+	// tuning the master needs no change here.
+	MasterFlags []string
+	// MetaFlags are appended verbatim to every meta node's command line
+	// (e.g. "--merge=false").
+	MetaFlags []string
 	// Mount, if set, is a directory where Volume is mounted by a `cairn
 	// mount` child once the cluster is up (created if missing). Without
 	// /dev/fuse, or if the mount does not come up, Start warns on Out and
@@ -295,11 +302,14 @@ func (c *Cluster) args(p Proc) []string {
 		if c.opts.DownAfter > 0 {
 			args = append(args, "--down-after", c.opts.DownAfter.String())
 		}
-		return args
+		return append(args, c.opts.MasterFlags...)
 	default:
 		args := append([]string{p.Role, "--listen", p.Addr, "--node-id", fmt.Sprint(p.ID), "--master", strings.Join(c.layout.MasterAddrs(), ",")}, common...)
 		if p.DataAddr != "" {
 			args = append(args, "--data-listen", p.DataAddr)
+		}
+		if p.Role == "meta" {
+			args = append(args, c.opts.MetaFlags...)
 		}
 		return args
 	}
