@@ -47,6 +47,8 @@ func newMasterCmd() *cobra.Command {
 		listen, dataDir, mAddr string
 		logLevel               string
 		downAfter, outAfter    time.Duration
+		balanceInterval        time.Duration
+		mpMaxInodes, minDents  uint64
 	)
 	cmd := &cobra.Command{
 		Use:   "master",
@@ -73,9 +75,19 @@ gets the same --peers list and its own --id.`,
 			if _, ok := peerMap[id]; !ok {
 				return usagef(cmd, "--id %d is not in --peers %v", id, peers)
 			}
+			if balanceInterval < 100*time.Millisecond {
+				return usagef(cmd, "--balance-interval %v: at least 100ms", balanceInterval)
+			}
+			if mpMaxInodes < 1 {
+				return usagef(cmd, "--mp-max-inodes must be at least 1")
+			}
+			if minDents < 1 {
+				return usagef(cmd, "--balance-min-dentries must be at least 1")
+			}
 			s, err := master.Start(master.Config{
 				ID: id, Peers: peerMap, Listen: listen, DataDir: dataDir, MetricsAddr: mAddr,
 				DownAfter: downAfter, OutAfter: outAfter, Logger: log.With("role", "master"),
+				BalanceInterval: balanceInterval, MPMaxInodes: mpMaxInodes, BalanceMinDentries: minDents,
 			})
 			if err != nil {
 				return err
@@ -93,6 +105,12 @@ gets the same --peers list and its own --id.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&downAfter, "down-after", 10*time.Second, "mark a node down after this long without heartbeats")
 	f.DurationVar(&outAfter, "out-after", 10*time.Minute, "mark a down node out after this much longer")
+	f.DurationVar(&balanceInterval, "balance-interval", master.DefaultBalanceInterval,
+		"how often the leader polls meta partition statistics to grow and balance volumes")
+	f.Uint64Var(&mpMaxInodes, "mp-max-inodes", master.DefaultMPMaxInodes,
+		"grow a volume by a meta partition when one holds more inodes or dentries than this (a volume's own limit wins)")
+	f.Uint64Var(&minDents, "balance-min-dentries", master.DefaultBalanceMinDentries,
+		"balance a volume's dentries over its meta partitions only when it holds at least this many")
 	return cmd
 }
 
@@ -103,6 +121,7 @@ func newNodeCmd(role string) *cobra.Command {
 		masters                                           []string
 		nodeID, capacity                                  uint64
 		heartbeat                                         time.Duration
+		merge                                             bool
 	)
 	pbRole, what, port := pb.Role_ROLE_META, "meta node: hosts meta partitions (inodes and dentries)", 17100
 	if role == "data" {
@@ -132,7 +151,7 @@ node comes back as the same node), sends a heartbeat with its utilization every
 				Role: pbRole, DataDir: dataDir, Listen: listen, Advertise: advertise, Zone: zone,
 				DataListen: dataListen, DataAdvertise: dataAdvertise,
 				Masters: masters, MetricsAddr: mAddr, NodeID: nodeID, HeartbeatInterval: heartbeat,
-				CapacityBytes: capacity, Logger: log.With("role", role), NewPartitions: partitionsOf(role),
+				CapacityBytes: capacity, Logger: log.With("role", role), NewPartitions: partitionsOf(role, merge),
 			})
 			stop()
 			if err != nil {
@@ -154,16 +173,20 @@ node comes back as the same node), sends a heartbeat with its utilization every
 		f.StringVar(&dataListen, "data-listen", fmt.Sprintf("127.0.0.1:%d", port+2), "address of the data-path protocol")
 		f.StringVar(&dataAdvertise, "data-advertise", "", "data-path address to give the master (default: the --data-listen address)")
 	}
+	if role == "meta" {
+		f.BoolVar(&merge, "merge", true, "merge concurrent requests of a partition into one Raft proposal (FalconFS request merging); --merge=false only for comparisons")
+	}
 	f.Uint64Var(&capacity, "capacity", 0, "capacity in bytes to report (default: the data dir's file system)")
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
 
-// partitionsOf is the partition host of a node role.
-func partitionsOf(role string) func(node.Env) (node.PartitionHost, error) {
+// partitionsOf is the partition host of a node role; merge applies to meta
+// nodes.
+func partitionsOf(role string, merge bool) func(node.Env) (node.PartitionHost, error) {
 	if role == "meta" {
-		return metanode.NewFactory(metanode.Options{})
+		return metanode.NewFactory(metanode.Options{DisableMerging: !merge})
 	}
 	return datanode.NewFactory(datanode.Options{})
 }

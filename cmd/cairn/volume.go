@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/hybridindex"
 )
 
 func newVolumeCmd() *cobra.Command {
@@ -146,7 +149,11 @@ func newVolumeInfoCmd() *cobra.Command {
 					}
 					fmt.Fprintf(tw, "%d\t%s\t%v\t%s\t%s\n", p.Id, kind, p.Replicas, inodes, nslots)
 				}
-				return tw.Flush()
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				printRouting(out, v)
+				return nil
 			})
 		},
 	}
@@ -181,6 +188,51 @@ func newVolumeDeleteCmd() *cobra.Command {
 	cf.add(cmd)
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the deletion")
 	return cmd
+}
+
+// maxShownExceptions bounds the exception entries volume info lists.
+const maxShownExceptions = 20
+
+// printRouting shows a volume's live routing and any change in progress.
+func printRouting(out io.Writer, v *pb.Volume) {
+	fmt.Fprintf(out, "\nrouting version %d, %d exception entries\n", v.RoutingVersion, len(v.Exceptions))
+	printExceptions(out, v.Exceptions)
+	m := v.Migration
+	if m == nil {
+		return
+	}
+	phase := strings.ToLower(strings.TrimPrefix(m.Phase.String(), "MIGRATION_PHASE_"))
+	fmt.Fprintf(out, "\nrouting change to version %d in progress: phase %s, reason %s, started %s",
+		m.RoutingVersion, phase, m.Reason, time.UnixMilli(m.StartedUnixMs).Format(time.RFC3339))
+	if m.MovedDentries > 0 {
+		fmt.Fprintf(out, ", %d dentries copied", m.MovedDentries)
+	}
+	fmt.Fprintln(out)
+	share := map[uint64]int{}
+	for _, o := range m.SlotOwners {
+		share[o]++
+	}
+	fmt.Fprint(out, "target slots:")
+	for _, id := range v.MetaPartitions {
+		fmt.Fprintf(out, " %d:%d", id, share[id])
+	}
+	fmt.Fprintf(out, "\ntarget exception entries: %d\n", len(m.Exceptions))
+	printExceptions(out, m.Exceptions)
+}
+
+func printExceptions(out io.Writer, entries []*pb.ExceptionEntry) {
+	for i, e := range entries {
+		if i == maxShownExceptions {
+			fmt.Fprintf(out, "  ... and %d more\n", len(entries)-i)
+			return
+		}
+		switch hybridindex.Kind(e.Kind) {
+		case hybridindex.Override:
+			fmt.Fprintf(out, "  %q: override to meta partition %d\n", e.Name, e.Mp)
+		default:
+			fmt.Fprintf(out, "  %q: %v\n", e.Name, hybridindex.Kind(e.Kind))
+		}
+	}
 }
 
 // withMaster runs call against the master leader and turns gRPC errors into the

@@ -159,6 +159,14 @@ func (s *State) Apply(cmd *pb.Command) (any, error) {
 	case *pb.Command_DeleteVolume:
 		err = s.deleteVolume(op.DeleteVolume)
 		changed = err == nil
+	case *pb.Command_AddMetaPartition:
+		res, err = s.addMetaPartition(op.AddMetaPartition)
+		changed = err == nil
+	case *pb.Command_StartMigration:
+		err = s.startMigration(cmd.NowUnixMs, op.StartMigration)
+		changed = err == nil
+	case *pb.Command_AdvanceMigration:
+		changed, err = s.advanceMigration(op.AdvanceMigration)
 	default:
 		return nil, fmt.Errorf("%w command: unknown operation %T", ErrInvalid, op)
 	}
@@ -293,6 +301,7 @@ func (s *State) createVolume(now int64, c *pb.CreateVolume) (uint64, error) {
 	v := &pb.Volume{
 		Id: s.m.NextVolumeId, Name: c.Name, CreatedUnixMs: now,
 		CapacityBytes: c.CapacityBytes, Replicas: c.Replicas,
+		RoutingVersion: 1,
 	}
 	s.m.NextVolumeId++
 	metaIndex := uint64(0)

@@ -32,7 +32,9 @@ import (
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/masterclient"
+	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/redirect"
 )
 
 // groupID is the master's only Raft group.
@@ -56,6 +58,17 @@ type Config struct {
 	// TickInterval is the Raft tick; elections take 10 ticks.
 	TickInterval time.Duration
 	Logger       *slog.Logger
+	// BalanceInterval is how often the leader polls meta partition statistics
+	// to grow and balance volumes (docs/routing.md); 0 means
+	// DefaultBalanceInterval.
+	BalanceInterval time.Duration
+	// MPMaxInodes is the inode and dentry count of a meta partition above which
+	// its volume grows, unless the volume sets its own; 0 means
+	// DefaultMPMaxInodes.
+	MPMaxInodes uint64
+	// BalanceMinDentries is the dentry count below which a volume is not
+	// balanced; 0 means DefaultBalanceMinDentries.
+	BalanceMinDentries uint64
 }
 
 // ParsePeers parses "1=host:port,2=host:port".
@@ -103,6 +116,9 @@ type Server struct {
 	hostname  string
 	// peerClient pings the other masters for status; it never follows leaders.
 	peerClient *masterclient.Client
+	// metaPool and meta reach meta partition leaders for routing changes.
+	metaPool *redirect.Pool
+	meta     *metaclient.Client
 
 	mu          sync.Mutex
 	soft        map[uint64]*nodeSoft // by node id; leader only
@@ -135,6 +151,15 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.OutAfter <= 0 {
 		cfg.OutAfter = 10 * time.Minute
 	}
+	if cfg.BalanceInterval <= 0 {
+		cfg.BalanceInterval = DefaultBalanceInterval
+	}
+	if cfg.MPMaxInodes == 0 {
+		cfg.MPMaxInodes = DefaultMPMaxInodes
+	}
+	if cfg.BalanceMinDentries == 0 {
+		cfg.BalanceMinDentries = DefaultBalanceMinDentries
+	}
 	if _, ok := cfg.Peers[cfg.ID]; !ok {
 		return nil, fmt.Errorf("master id %d is not among the peers %v", cfg.ID, cfg.Peers)
 	}
@@ -150,6 +175,8 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.peerClient, err = masterclient.New(addrs); err != nil {
 		return nil, err
 	}
+	s.metaPool = redirect.NewPool()
+	s.meta = metaclient.New(s.metaPool, s.nodeAddr)
 	var ln net.Listener
 	defer func() {
 		if err != nil {
@@ -265,6 +292,9 @@ func (s *Server) closeAll() {
 	if s.peerClient != nil {
 		s.peerClient.Close()
 	}
+	if s.metaPool != nil {
+		s.metaPool.Close()
+	}
 	if s.transport != nil {
 		s.transport.Close()
 	}
@@ -280,6 +310,16 @@ func (s *Server) closeAll() {
 		s.telemetry.Close()
 	}
 	s.lock.Unlock()
+}
+
+// nodeAddr returns the gRPC address of a meta or data node from the map.
+func (s *Server) nodeAddr(id uint64) (addr string, ok bool) {
+	s.fsm.read(func(st *clustermap.State) {
+		if n := st.Map().Nodes[id]; n != nil {
+			addr, ok = n.Addr, true
+		}
+	})
+	return addr, ok
 }
 
 func (s *Server) resolve(id multiraft.NodeID) (string, bool) {
@@ -317,11 +357,20 @@ func (s *Server) propose(ctx context.Context, cmd *pb.Command) (any, error) {
 	return s.host.Propose(ctx, groupID, data)
 }
 
-// leaderLoop does the leader's periodic duties: initialise a new cluster and
-// follow node liveness.
+// leaderLoop does the leader's periodic duties: initialise a new cluster,
+// follow node liveness, and run routing changes (routingLoop, stopped as soon
+// as leadership is lost).
 func (s *Server) leaderLoop() {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
+	var stopRouting func()
+	endRouting := func() {
+		if stopRouting != nil {
+			stopRouting()
+			stopRouting = nil
+		}
+	}
+	defer endRouting()
 	for {
 		select {
 		case <-s.stop:
@@ -336,7 +385,11 @@ func (s *Server) leaderLoop() {
 			s.leaderSince = time.Time{}
 			clear(s.soft)
 			s.mu.Unlock()
+			endRouting()
 			continue
+		}
+		if stopRouting == nil {
+			stopRouting = s.startRouting()
 		}
 		if s.leaderSince.IsZero() {
 			// A new leader has no heartbeat history: every node gets a full
@@ -348,6 +401,21 @@ func (s *Server) leaderLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		s.leaderDuties(ctx)
 		cancel()
+	}
+}
+
+// startRouting runs routingLoop until the returned function is called; that
+// function returns once the loop and its drivers have stopped.
+func (s *Server) startRouting() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.routingLoop(ctx, metaOps{s.meta})
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 
@@ -422,6 +490,7 @@ type metrics struct {
 	epoch    prometheus.Gauge
 	isLeader prometheus.Gauge
 	term     prometheus.Gauge
+	routing  *routingMetrics
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -436,5 +505,6 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		return float64(n)
 	})
 	reg.MustRegister(m.epoch, m.isLeader, m.term, nodes)
+	m.routing = newRoutingMetrics(reg, s)
 	return m
 }

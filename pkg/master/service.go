@@ -187,6 +187,8 @@ func (v *service) volumeResponse(name string) (*pb.VolumeResponse, error) {
 	if resp == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", name)
 	}
+	resp.UsedBytes, resp.UsedKnown = v.s.volumeUsage(resp.Volume.DataPartitions)
+	resp.DataCapacityBytes, resp.DataFreeBytes = v.s.dataSpace()
 	return resp, nil
 }
 
