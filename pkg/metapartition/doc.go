@@ -139,8 +139,11 @@
 //     no-op, and so is the same version unless it moves forward: (previous)
 //     -> (previous, sealed) -> (no previous). A newer version replaces the
 //     state.
-//   - ImportDentries: puts every dentry whatever the routing (same
-//     contents: no change; other contents: overwritten); parent or ino 0,
+//   - ImportDentries: puts dentries that move to this partition in a
+//     routing change in progress (owned under current, not under previous;
+//     otherwise, or with no change in progress, ESTALE; a partition without
+//     routing takes any) (same contents: no change; other contents:
+//     overwritten); parent or ino 0,
 //     ino == parent, a bad name or type: EINVAL; more than
 //     MaxDentriesPerOp: E2BIG. Inodes and their nlink are not touched: they
 //     stay at their home.

@@ -263,6 +263,14 @@ func (t *txn) importDentries(m *metapb.ImportDentries) (*metapb.OpResult, *opErr
 	if len(ds) > MaxDentriesPerOp {
 		return nil, fail(E2BIG, "%d dentries in one import, more than %d", len(ds), MaxDentriesPerOp)
 	}
+	r := t.route()
+	if r != nil && r.previous == nil {
+		// Only a routing change in progress imports: a late import from a
+		// deposed master after the switch would overwrite names the
+		// partition now serves. (A partition that never got a routing
+		// accepts every name, imports included.)
+		return nil, fail(ESTALE, "import outside a routing change")
+	}
 	for i, pd := range ds {
 		d := dentry{parent: pd.GetParent(), name: string(pd.GetName()), ino: pd.GetIno(), typ: pd.GetType()}
 		if e, msg := checkName(d.name); e != OK {
@@ -270,6 +278,11 @@ func (t *txn) importDentries(m *metapb.ImportDentries) (*metapb.OpResult, *opErr
 		}
 		if d.parent == 0 || d.ino == 0 || d.ino == d.parent || !validType(d.typ) {
 			return nil, fail(EINVAL, "dentry %d: %d/%s -> %d (%v) is invalid", i, d.parent, quote(d.name), d.ino, d.typ)
+		}
+		if r != nil && (!r.owns(r.current, d.parent, d.name) || r.owns(r.previous, d.parent, d.name)) {
+			// Names the partition serves under the previous routing, or
+			// does not get under the target, are not a migration's to set.
+			return nil, fail(ESTALE, "dentry %d: %d/%s does not move to this partition", i, d.parent, quote(d.name))
 		}
 		// Same contents: a retry, nothing changes; other contents: the
 		// source is authoritative while the name is frozen.

@@ -250,8 +250,8 @@ func checkRebuilt(t *testing.T, p *Partition, count ...string) {
 
 func TestImportDentries(t *testing.T) {
 	p := newRoot(t)
-	// The partition owns nothing: imports do not look at the routing.
-	mustRun(t, p, 2, setRouting(1, rt(1, []uint64{2}), nil, false))
+	// A change in progress that moves every name to this partition.
+	mustRun(t, p, 2, setRouting(1, rt(2, []uint64{1}), rt(1, []uint64{2}), false))
 	before := p.Stats(10)
 	var batch []*metapb.Dentry
 	for i := range 40 {
@@ -308,6 +308,19 @@ func TestImportDentries(t *testing.T) {
 	}
 	if !sameBytes(s2, snap(t, p)) {
 		t.Fatal("failed import changed the partition")
+	}
+	// A name this partition already served before the change is not the
+	// migration's to set; after the switch no import is taken (a deposed
+	// master's late copy must not overwrite names the partition serves).
+	q := newRoot(t)
+	mustRun(t, q, 2, setRouting(1, rt(2, []uint64{1}), rt(1, []uint64{2, 1}, "f00", hybridindex.Override, uint64(1), "f01", hybridindex.Override, uint64(2)), false))
+	mustRun(t, q, 3, importOp(dent(7, "f01", 6)))
+	if r := run(t, q, 4, importOp(dent(7, "f00", 5))); Errno(r.Errno) != ESTALE {
+		t.Fatalf("import of names owned before the change: %v", Errno(r.Errno))
+	}
+	mustRun(t, p, 8, setRouting(1, rt(2, []uint64{1}), nil, false))
+	if r := run(t, p, 9, importOp(dent(7, "late", 5))); Errno(r.Errno) != ESTALE {
+		t.Fatalf("import after the switch: %v", Errno(r.Errno))
 	}
 }
 

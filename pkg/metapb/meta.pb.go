@@ -2063,10 +2063,12 @@ func (x *SetRouting) GetSealed() bool {
 	return false
 }
 
-// ImportDentries puts dentries moved from another partition, whatever the
-// routing says; a dentry already present with the same contents is a no-op,
-// with other contents it is overwritten (the source is authoritative while the
-// name is frozen).
+// ImportDentries puts dentries moved from another partition during a routing
+// change: each must move to this partition (owned under current, not under
+// previous), else ESTALE, as is any import when no change is in progress (a
+// partition that never got a routing takes any). A dentry already present with
+// the same contents is a no-op, with other contents it is overwritten (the
+// source is authoritative while the name is frozen).
 type ImportDentries struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Dentries      []*Dentry              `protobuf:"bytes,1,rep,name=dentries,proto3" json:"dentries,omitempty"`
