@@ -49,6 +49,7 @@ func newMasterCmd() *cobra.Command {
 		downAfter, outAfter    time.Duration
 		balanceInterval        time.Duration
 		mpMaxInodes, minDents  uint64
+		sweepInterval          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "master",
@@ -88,6 +89,7 @@ gets the same --peers list and its own --id.`,
 				ID: id, Peers: peerMap, Listen: listen, DataDir: dataDir, MetricsAddr: mAddr,
 				DownAfter: downAfter, OutAfter: outAfter, Logger: log.With("role", "master"),
 				BalanceInterval: balanceInterval, MPMaxInodes: mpMaxInodes, BalanceMinDentries: minDents,
+				SweepInterval: sweepInterval,
 			})
 			if err != nil {
 				return err
@@ -111,6 +113,8 @@ gets the same --peers list and its own --id.`,
 		"grow a volume by a meta partition when one holds more inodes or dentries than this (a volume's own limit wins)")
 	f.Uint64Var(&minDents, "balance-min-dentries", master.DefaultBalanceMinDentries,
 		"balance a volume's dentries over its meta partitions only when it holds at least this many")
+	f.DurationVar(&sweepInterval, "sweep-interval", master.DefaultSweepInterval,
+		"how often the leader sweeps every volume for orphan inodes left by crashed operations (negative: never)")
 	return cmd
 }
 

@@ -69,6 +69,9 @@ type Config struct {
 	// BalanceMinDentries is the dentry count below which a volume is not
 	// balanced; 0 means DefaultBalanceMinDentries.
 	BalanceMinDentries uint64
+	// SweepInterval is how often the leader sweeps every volume for orphan
+	// inodes (package fsck); 0 means DefaultSweepInterval, negative never.
+	SweepInterval time.Duration
 }
 
 // ParsePeers parses "1=host:port,2=host:port".
@@ -156,6 +159,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	}
 	if cfg.MPMaxInodes == 0 {
 		cfg.MPMaxInodes = DefaultMPMaxInodes
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = DefaultSweepInterval
 	}
 	if cfg.BalanceMinDentries == 0 {
 		cfg.BalanceMinDentries = DefaultBalanceMinDentries
@@ -404,18 +410,27 @@ func (s *Server) leaderLoop() {
 	}
 }
 
-// startRouting runs routingLoop until the returned function is called; that
-// function returns once the loop and its drivers have stopped.
+// startRouting runs routingLoop (and the orphan sweeper, unless disabled)
+// until the returned function is called; that function returns once they and
+// the drivers have stopped.
 func (s *Server) startRouting() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
-		defer close(done)
+		defer wg.Done()
 		s.routingLoop(ctx, metaOps{s.meta})
 	}()
+	if iv := s.cfg.SweepInterval; iv > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.sweepLoop(ctx, iv)
+		}()
+	}
 	return func() {
 		cancel()
-		<-done
+		wg.Wait()
 	}
 }
 
@@ -491,6 +506,8 @@ type metrics struct {
 	isLeader prometheus.Gauge
 	term     prometheus.Gauge
 	routing  *routingMetrics
+	// orphansReclaimed counts inodes the sweeper reclaimed (sweep.go).
+	orphansReclaimed prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -504,7 +521,8 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		s.fsm.read(func(st *clustermap.State) { n = len(st.Map().Nodes) })
 		return float64(n)
 	})
-	reg.MustRegister(m.epoch, m.isLeader, m.term, nodes)
+	m.orphansReclaimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_master_orphans_reclaimed_total", Help: "Orphan inodes the leader's sweeper reclaimed (left by crashed unlink, rmdir or link steps)."})
+	reg.MustRegister(m.epoch, m.isLeader, m.term, nodes, m.orphansReclaimed)
 	m.routing = newRoutingMetrics(reg, s)
 	return m
 }
