@@ -18,6 +18,33 @@ import (
 // partition's MaxExtentsPerOp).
 const maxKeysPerAppend = 4096
 
+// Write-back of in-place overwrites.
+const (
+	// defaultWriteBackBytes bounds a File's buffered overwrites unless
+	// Options.WriteBackBytes says otherwise.
+	defaultWriteBackBytes = 8 << 20
+	// overwriteFanOut bounds the Overwrite calls one flush has in flight:
+	// enough for the data partitions' Raft group commit to batch them.
+	overwriteFanOut = 16
+	// maxOverwriteBytes is the largest Overwrite call a flush sends (the
+	// data protocol's largest payload), so that a large dirty range also
+	// goes out in parallel.
+	maxOverwriteBytes = 1 << 20
+)
+
+// writeBackBytes is the bound of a File's write-back buffer; negative: no
+// write-back.
+func (v *Volume) writeBackBytes() int {
+	switch n := v.opts.WriteBackBytes; {
+	case n == 0:
+		return defaultWriteBackBytes
+	case n < 0:
+		return -1
+	default:
+		return n
+	}
+}
+
 // dataClient returns the volume's data client, creating it on first use
 // from the same cluster map the metadata half routes by (the volume's data
 // partitions and the data nodes' data-path addresses).
@@ -90,7 +117,8 @@ type File struct {
 	wEnd     uint64              // file offset of the writer's next byte
 	modified time.Time           // last write not yet flushed (zero: none)
 	r        *dataclient.Reader  // reader over keys; nil after a change
-	err      error               // a failed flush: reported once more by Close
+	dirty    dirtyBuf            // in-place overwrites not yet sent (write-back)
+	err      error               // a failed write-back: reported by the next flush point
 	closed   bool
 }
 
@@ -275,6 +303,8 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	}
 	n, err := f.r.ReadAt(p, off)
 	f.v.bytesRead.Add(int64(n))
+	// The handle reads its own overwrites still in the write-back buffer.
+	f.dirty.overlay(p[:n], uint64(off))
 	if err != nil && err != io.EOF {
 		return n, dataErr(op, f.ino, err)
 	}
@@ -283,9 +313,12 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 
 // WriteAt writes p at off (at the end of the file if it was opened with
 // O_APPEND). Sequential writes are buffered into packets; a write over
-// existing data overwrites it in place; a write into a hole or past the
-// end writes a new extent at that offset (the gap reads as zeros). The
-// bytes reach other clients at the next flush point.
+// existing data is buffered in the handle's write-back buffer and
+// overwritten in place at the next flush point (or when the buffer passes
+// Options.WriteBackBytes); a write into a hole or past the end writes a
+// new extent at that offset (the gap reads as zeros). The bytes reach
+// other clients at the next flush point; an error of the write-back is
+// returned by that flush point.
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	const op = "write"
 	f.mu.Lock()
@@ -317,6 +350,11 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	f.modified = time.Now()
 	// Fast path: continue the sequential writer.
 	if f.w != nil && start == f.wEnd {
+		// The writer may run on over existing keys, which its new keys
+		// will replace: buffered overwrites there are older than these
+		// bytes and must not be sent over them later. (Other paths write
+		// new extents only where no key, and so no dirty byte, lies.)
+		f.dirty.remove(start, end)
 		return f.writeSeq(op, p, start)
 	}
 	if f.w != nil {
@@ -337,12 +375,18 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 			pos = ks
 		}
 		e := min(ke, end)
-		if err := f.dc.Overwrite(f.ctx, k.PartitionId, k.ExtentId, int64(k.ExtentOffset+pos-ks), p[pos-start:e-start]); err != nil {
-			return int(pos - start), dataErr(op, f.ino, err)
+		if err := f.overwrite(op, k, pos, p[pos-start:e-start]); err != nil {
+			return int(pos - start), err
 		}
-		f.v.bytesWritten.Add(int64(e - pos))
-		f.touched = true
 		pos = e
+	}
+	if f.dirty.len() > f.v.writeBackBytes() {
+		if err := f.flushDirty(op); err != nil {
+			// The bytes buffered before this write are lost too; the next
+			// flush point reports that once more.
+			f.err = err
+			return 0, err
+		}
 	}
 	if pos < end {
 		// The rest (a hole or past the last key) goes to a writer that
@@ -352,6 +396,83 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	}
 	f.grow(end)
 	return len(p), nil
+}
+
+// overwrite writes p over key k at file offset off (inside k): into the
+// write-back buffer, or at once when write-back is off.
+func (f *File) overwrite(op string, k *metapb.ExtentKey, off uint64, p []byte) error {
+	f.touched = true
+	if f.v.writeBackBytes() < 0 {
+		if err := f.dc.Overwrite(f.ctx, k.PartitionId, k.ExtentId, int64(k.ExtentOffset+off-k.FileOffset), p); err != nil {
+			return dataErr(op, f.ino, err)
+		}
+		f.v.bytesWritten.Add(int64(len(p)))
+		return nil
+	}
+	f.dirty.insert(off, p)
+	return nil
+}
+
+// flushDirty sends the write-back buffer as in-place overwrites, split
+// along the extent keys, with up to overwriteFanOut calls in flight so that
+// the data partitions' Raft groups commit them in batches. The buffer is
+// emptied whether or not the sends succeed: on failure the first error is
+// returned and the unsent bytes are dropped (as a local file system's
+// writeback error, reported by the fsync or close that follows).
+func (f *File) flushDirty(op string) error {
+	if f.dirty.len() == 0 {
+		return nil
+	}
+	ops, uncovered := splitDirty(f.dirty.rs, f.keys, maxOverwriteBytes)
+	defer f.dirty.reset()
+	if f.r != nil {
+		// Its read-ahead may hold the bytes from before the overwrites,
+		// which the buffer no longer covers once it is emptied.
+		f.r.Close()
+		f.r = nil
+	}
+	if uncovered > 0 {
+		return errnoErr(op, syscall.EIO, "inode %d: %d buffered bytes lie over no extent key", f.ino, uncovered)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	// Bounded by the op timeout, but not by the caller's context: an
+	// interrupted close must not drop the bytes half-sent.
+	ctx, cancel := f.v.opCtx(f.ctx)
+	defer cancel()
+	sem := make(chan struct{}, overwriteFanOut)
+	for _, o := range ops {
+		mu.Lock()
+		failed := first != nil
+		mu.Unlock()
+		if failed {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(o overwriteOp) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := f.dc.Overwrite(ctx, o.pid, o.ext, int64(o.extOff), o.data)
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				return
+			}
+			f.v.bytesWritten.Add(int64(len(o.data)))
+		}(o)
+	}
+	wg.Wait()
+	if first != nil {
+		return dataErr(op, f.ino, first)
+	}
+	return nil
 }
 
 func (f *File) grow(end uint64) {
@@ -444,14 +565,23 @@ func (f *File) Fsync(ctx context.Context) error {
 
 func (f *File) flushLocked(ctx context.Context, op string) error {
 	if f.err != nil {
+		// A write-back failed after its writes had returned: the flush
+		// point that follows reports it, as fsync(2) reports a writeback
+		// error. The keys written since are still recorded below.
 		err := f.err
 		f.err = nil
+		_ = f.flushLocked(ctx, op)
 		return err
 	}
 	if f.w != nil {
 		if err := f.endWriter(op); err != nil {
 			return err
 		}
+	}
+	// The overwrites go before the metadata step: once the flush returns,
+	// an OpenFile anywhere reads them.
+	if err := f.flushDirty(op); err != nil {
+		return err
 	}
 	ctx, cancel := f.v.opCtx(ctx)
 	defer cancel()
@@ -515,6 +645,9 @@ func (f *File) Truncated(size uint64) {
 
 func (f *File) truncatedLocked(size uint64) {
 	f.keys = cutKeys(f.keys, size)
+	// Buffered overwrites beyond size lay over keys just cut; a later
+	// growth must read zeros there.
+	f.dirty.cut(size)
 	f.size = size
 	if f.r != nil {
 		f.r.Close()

@@ -51,6 +51,11 @@ type Options struct {
 	RefreshInterval time.Duration
 	// Data tunes the data client files read and write through.
 	Data dataclient.Options
+	// WriteBackBytes bounds one open File's buffer of in-place overwrites
+	// (bytes written over existing data, sent at the next flush point or
+	// when the buffer passes this size). 0 means 8 MiB; negative disables
+	// write-back: every overwrite is sent before WriteAt returns.
+	WriteBackBytes int
 }
 
 func (o *Options) withDefaults() Options {
