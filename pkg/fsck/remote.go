@@ -6,8 +6,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
@@ -61,18 +59,7 @@ func (r *Remote) scan(ctx context.Context, req *metapb.ScanRequest) (*metapb.Sca
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.attempt)
 	defer cancel()
-	var resp *metapb.ScanResponse
-	err = r.meta.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
-		resp, err = m.Scan(ctx, req, o...)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if e := resp.GetErrno(); e != 0 {
-		return nil, fmt.Errorf("partition %d: scan: %w", req.PartitionId, syscall.Errno(e))
-	}
-	return resp, nil
+	return r.meta.Scan(ctx, p, req)
 }
 
 // ScanInodes implements Scanner with the Scan RPC.

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"syscall"
 
-	"google.golang.org/grpc"
-
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
@@ -52,29 +50,18 @@ func (o metaOps) SetRange(ctx context.Context, p *pb.Partition, end uint64) erro
 }
 
 func (o metaOps) ScanNotOwned(ctx context.Context, p *pb.Partition, afterParent uint64, afterName []byte, limit uint32) ([]*metapb.Dentry, bool, error) {
-	var resp *metapb.ScanResponse
-	err := o.mc.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, opts ...grpc.CallOption) (err error) {
-		resp, err = m.Scan(ctx, &metapb.ScanRequest{
-			PartitionId: p.Id, Kind: metapb.ScanKind_SCAN_KIND_DENTRIES, AfterParent: afterParent, AfterName: afterName,
-			Limit: limit, NotOwned: true,
-		}, opts...)
-		return err
+	resp, err := o.mc.Scan(ctx, p, &metapb.ScanRequest{
+		Kind: metapb.ScanKind_SCAN_KIND_DENTRIES, AfterParent: afterParent, AfterName: afterName,
+		Limit: limit, NotOwned: true,
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("scan: %w", err)
-	}
-	if resp.Errno != 0 {
-		return nil, false, errnoError("scan", p, resp.Errno, "")
 	}
 	return resp.Dentries, resp.More, nil
 }
 
 func (o metaOps) Stats(ctx context.Context, p *pb.Partition, topNames uint32, countNames [][]byte) (*metapb.PartitionStatsResponse, error) {
-	var resp *metapb.PartitionStatsResponse
-	err := o.mc.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, opts ...grpc.CallOption) (err error) {
-		resp, err = m.PartitionStats(ctx, &metapb.PartitionStatsRequest{PartitionId: p.Id, TopNames: topNames, CountNames: countNames}, opts...)
-		return err
-	})
+	resp, err := o.mc.Stats(ctx, p, topNames, countNames...)
 	if err != nil {
 		return nil, fmt.Errorf("partition stats: %w", err)
 	}

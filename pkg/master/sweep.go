@@ -34,15 +34,17 @@ func (s *Server) sweepLoop(ctx context.Context, interval time.Duration) {
 		var m *pb.ClusterMap
 		s.fsm.read(func(st *clustermap.State) { m = st.Clone() })
 		var names []string
+		exists := map[string]bool{}
 		for _, v := range m.GetVolumes() {
+			exists[v.GetName()] = true
 			if v.GetMigration() == nil {
 				names = append(names, v.GetName())
 			}
 		}
 		sort.Strings(names)
 		for name := range sweepers {
-			if m.GetVolumes() != nil && !hasVolume(m, name) {
-				delete(sweepers, name)
+			if !exists[name] {
+				delete(sweepers, name) // a deleted volume: forget its rounds
 			}
 		}
 		for _, name := range names {
@@ -78,13 +80,4 @@ func (s *Server) sweepVolume(ctx context.Context, sw *fsck.Sweeper, m *pb.Cluste
 	if res.Found > 0 {
 		s.log.Info("orphan sweep", "volume", volume, "found", res.Found, "reclaimed", res.Reclaimed, "waiting", res.Waiting, "failed", res.Failed)
 	}
-}
-
-func hasVolume(m *pb.ClusterMap, name string) bool {
-	for _, v := range m.GetVolumes() {
-		if v.GetName() == name {
-			return true
-		}
-	}
-	return false
 }

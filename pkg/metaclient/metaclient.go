@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"syscall"
 
 	"google.golang.org/grpc"
 
@@ -116,12 +117,31 @@ func (c *Client) ReadDir(ctx context.Context, p *pb.Partition, parent uint64, af
 	return resp, err
 }
 
-// Stats returns p's statistics with its k most frequent names.
-func (c *Client) Stats(ctx context.Context, p *pb.Partition, k uint32) (*metapb.PartitionStatsResponse, error) {
+// Stats returns p's statistics with its k most frequent names (not counting
+// countNames) and the exact counts of countNames, in their order.
+func (c *Client) Stats(ctx context.Context, p *pb.Partition, k uint32, countNames ...[]byte) (*metapb.PartitionStatsResponse, error) {
 	var resp *metapb.PartitionStatsResponse
 	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
-		resp, err = m.PartitionStats(ctx, &metapb.PartitionStatsRequest{PartitionId: p.Id, TopNames: k}, o...)
+		resp, err = m.PartitionStats(ctx, &metapb.PartitionStatsRequest{PartitionId: p.Id, TopNames: k, CountNames: countNames}, o...)
 		return err
 	})
 	return resp, err
+}
+
+// Scan reads one page of p's records (req.PartitionId is set to p's id). A
+// non-zero errno in the reply is returned as a syscall.Errno.
+func (c *Client) Scan(ctx context.Context, p *pb.Partition, req *metapb.ScanRequest) (*metapb.ScanResponse, error) {
+	req.PartitionId = p.Id
+	var resp *metapb.ScanResponse
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.Scan(ctx, req, o...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if e := resp.GetErrno(); e != 0 {
+		return nil, fmt.Errorf("partition %d: scan: %w", p.Id, syscall.Errno(e))
+	}
+	return resp, nil
 }
