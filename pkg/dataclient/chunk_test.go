@@ -66,6 +66,27 @@ func corruptOnDisk(t *testing.T, c *datanodetest.Cluster, id uint64, ch testChun
 	}
 }
 
+// waitOnDisk waits until node id's copy of ch holds want at offset at.
+func waitOnDisk(t *testing.T, c *datanodetest.Cluster, id uint64, ch testChunk, at uint64, want []byte) {
+	t.Helper()
+	path := filepath.Join(c.Node(id).Dir, fmt.Sprintf("dp-%d", ch.loc.PartitionID), fmt.Sprintf("ext-%d", ch.loc.ExtentID))
+	got := make([]byte, len(want))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.ReadAt(got, int64(ch.loc.Offset+at))
+		f.Close()
+		if err == nil && bytes.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d never applied the write: %q, %v", id, got, err)
+		}
+	}
+}
+
 func TestWriteAndReadChunks(t *testing.T) {
 	c := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{1, 2, 3}}, Options: nodeOptions()})
 	cl := newClient(t, c, dataclient.Options{})
@@ -169,6 +190,11 @@ func TestReadChunkWrongBytes(t *testing.T) {
 	if err := cl.Overwrite(ctx, ch.loc.PartitionID, ch.loc.ExtentID, int64(ch.loc.Offset)+1000, []byte("misdirected write")); err != nil {
 		t.Fatal(err)
 	}
+	// The overwrite is acknowledged once a quorum applied it; a lagging
+	// replica still holds the right bytes and would (correctly) serve them.
+	for id := uint64(1); id <= 3; id++ {
+		waitOnDisk(t, c, id, ch, 1000, []byte("misdirected write"))
+	}
 	if got, err := readChunk(cl, ch); !errors.Is(err, dataclient.ErrChunkCorrupt) || got != nil {
 		t.Fatalf("chunk with wrong bytes everywhere: %d bytes, %v", len(got), err)
 	}
@@ -190,6 +216,9 @@ func TestFreeChunk(t *testing.T) {
 	ctx := context.Background()
 	if failed, err := cl.Free(ctx, []*metapb.ExtentKey{chunks[1].loc.ExtentKey(0)}); err != nil || len(failed) != 0 {
 		t.Fatalf("free: %v %v", failed, err)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		waitOnDisk(t, c, id, chunks[1], 8192, make([]byte, 64))
 	}
 	for _, i := range []int{0, 2} {
 		if got, err := readChunk(cl, chunks[i]); err != nil || !bytes.Equal(got, chunks[i].data) {
