@@ -381,9 +381,20 @@ type Volume struct {
 	Migration *Migration `protobuf:"bytes,11,opt,name=migration,proto3" json:"migration,omitempty"`
 	// Limits that make the master grow the volume by a meta partition when an
 	// existing one passes them (0: the master's defaults).
-	MpMaxInodes   uint64 `protobuf:"varint,12,opt,name=mp_max_inodes,json=mpMaxInodes,proto3" json:"mp_max_inodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MpMaxInodes uint64 `protobuf:"varint,12,opt,name=mp_max_inodes,json=mpMaxInodes,proto3" json:"mp_max_inodes,omitempty"`
+	// default_layout is the data layout of new regular files whose directory
+	// names none (metapb.FileLayout values: 0 extents, 1 content-defined
+	// chunks). A directory's "user.cairn.layout" attribute overrides it.
+	DefaultLayout uint32 `protobuf:"varint,13,opt,name=default_layout,json=defaultLayout,proto3" json:"default_layout,omitempty"`
+	// chunking is how chunked files of the volume are cut. Every cut point
+	// depends on all four values, so they are fixed at creation.
+	Chunking *ChunkLayout `protobuf:"bytes,14,opt,name=chunking,proto3" json:"chunking,omitempty"`
+	// chunk_index_partitions are the meta partitions that hold the volume's
+	// chunk index, fixed at creation (its first meta partitions): a
+	// fingerprint's shard is clustermap.ChunkShard. Growth never moves it.
+	ChunkIndexPartitions []uint64 `protobuf:"varint,15,rep,packed,name=chunk_index_partitions,json=chunkIndexPartitions,proto3" json:"chunk_index_partitions,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Volume) Reset() {
@@ -500,6 +511,96 @@ func (x *Volume) GetMpMaxInodes() uint64 {
 	return 0
 }
 
+func (x *Volume) GetDefaultLayout() uint32 {
+	if x != nil {
+		return x.DefaultLayout
+	}
+	return 0
+}
+
+func (x *Volume) GetChunking() *ChunkLayout {
+	if x != nil {
+		return x.Chunking
+	}
+	return nil
+}
+
+func (x *Volume) GetChunkIndexPartitions() []uint64 {
+	if x != nil {
+		return x.ChunkIndexPartitions
+	}
+	return nil
+}
+
+// ChunkLayout is a content-defined chunking configuration (chunker.Config).
+type ChunkLayout struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Algorithm     uint32                 `protobuf:"varint,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"` // chunker.Algorithm: 1 fastcdc1, 2 rabin1
+	MinSize       uint32                 `protobuf:"varint,2,opt,name=min_size,json=minSize,proto3" json:"min_size,omitempty"`
+	AvgSize       uint32                 `protobuf:"varint,3,opt,name=avg_size,json=avgSize,proto3" json:"avg_size,omitempty"`
+	MaxSize       uint32                 `protobuf:"varint,4,opt,name=max_size,json=maxSize,proto3" json:"max_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkLayout) Reset() {
+	*x = ChunkLayout{}
+	mi := &file_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkLayout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkLayout) ProtoMessage() {}
+
+func (x *ChunkLayout) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkLayout.ProtoReflect.Descriptor instead.
+func (*ChunkLayout) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ChunkLayout) GetAlgorithm() uint32 {
+	if x != nil {
+		return x.Algorithm
+	}
+	return 0
+}
+
+func (x *ChunkLayout) GetMinSize() uint32 {
+	if x != nil {
+		return x.MinSize
+	}
+	return 0
+}
+
+func (x *ChunkLayout) GetAvgSize() uint32 {
+	if x != nil {
+		return x.AvgSize
+	}
+	return 0
+}
+
+func (x *ChunkLayout) GetMaxSize() uint32 {
+	if x != nil {
+		return x.MaxSize
+	}
+	return 0
+}
+
 // ExceptionEntry is one entry of a volume's exception table (FalconFS §4.2.1):
 // kind 1 is path-walk redirection (slot of hash(parent, name)), kind 2 is
 // overriding redirection to meta partition mp. Values are hybridindex.Kind.
@@ -514,7 +615,7 @@ type ExceptionEntry struct {
 
 func (x *ExceptionEntry) Reset() {
 	*x = ExceptionEntry{}
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +627,7 @@ func (x *ExceptionEntry) String() string {
 func (*ExceptionEntry) ProtoMessage() {}
 
 func (x *ExceptionEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +640,7 @@ func (x *ExceptionEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExceptionEntry.ProtoReflect.Descriptor instead.
 func (*ExceptionEntry) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{2}
+	return file_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ExceptionEntry) GetName() []byte {
@@ -579,7 +680,7 @@ type Migration struct {
 
 func (x *Migration) Reset() {
 	*x = Migration{}
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +692,7 @@ func (x *Migration) String() string {
 func (*Migration) ProtoMessage() {}
 
 func (x *Migration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +705,7 @@ func (x *Migration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Migration.ProtoReflect.Descriptor instead.
 func (*Migration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{3}
+	return file_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Migration) GetRoutingVersion() uint64 {
@@ -673,7 +774,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +786,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +799,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{4}
+	return file_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Partition) GetId() uint64 {
@@ -762,7 +863,7 @@ type ClusterMap struct {
 
 func (x *ClusterMap) Reset() {
 	*x = ClusterMap{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +875,7 @@ func (x *ClusterMap) String() string {
 func (*ClusterMap) ProtoMessage() {}
 
 func (x *ClusterMap) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +888,7 @@ func (x *ClusterMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMap.ProtoReflect.Descriptor instead.
 func (*ClusterMap) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClusterMap) GetClusterId() string {
@@ -873,7 +974,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +986,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +999,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -1054,7 +1155,7 @@ type AddMetaPartition struct {
 
 func (x *AddMetaPartition) Reset() {
 	*x = AddMetaPartition{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1167,7 @@ func (x *AddMetaPartition) String() string {
 func (*AddMetaPartition) ProtoMessage() {}
 
 func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1180,7 @@ func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMetaPartition.ProtoReflect.Descriptor instead.
 func (*AddMetaPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AddMetaPartition) GetVolume() string {
@@ -1119,7 +1220,7 @@ type StartMigration struct {
 
 func (x *StartMigration) Reset() {
 	*x = StartMigration{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1232,7 @@ func (x *StartMigration) String() string {
 func (*StartMigration) ProtoMessage() {}
 
 func (x *StartMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1245,7 @@ func (x *StartMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMigration.ProtoReflect.Descriptor instead.
 func (*StartMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StartMigration) GetVolume() string {
@@ -1197,7 +1298,7 @@ type AdvanceMigration struct {
 
 func (x *AdvanceMigration) Reset() {
 	*x = AdvanceMigration{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1310,7 @@ func (x *AdvanceMigration) String() string {
 func (*AdvanceMigration) ProtoMessage() {}
 
 func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1323,7 @@ func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceMigration.ProtoReflect.Descriptor instead.
 func (*AdvanceMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AdvanceMigration) GetVolume() string {
@@ -1262,7 +1363,7 @@ type InitCluster struct {
 
 func (x *InitCluster) Reset() {
 	*x = InitCluster{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1375,7 @@ func (x *InitCluster) String() string {
 func (*InitCluster) ProtoMessage() {}
 
 func (x *InitCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1388,7 @@ func (x *InitCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
 func (*InitCluster) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InitCluster) GetClusterId() string {
@@ -1311,7 +1412,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1424,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1437,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RegisterNode) GetUuid() string {
@@ -1391,7 +1492,7 @@ type SetNodeState struct {
 
 func (x *SetNodeState) Reset() {
 	*x = SetNodeState{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1504,7 @@ func (x *SetNodeState) String() string {
 func (*SetNodeState) ProtoMessage() {}
 
 func (x *SetNodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1517,7 @@ func (x *SetNodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeState.ProtoReflect.Descriptor instead.
 func (*SetNodeState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetNodeState) GetNodeId() uint64 {
@@ -1443,7 +1544,7 @@ type NewPartition struct {
 
 func (x *NewPartition) Reset() {
 	*x = NewPartition{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1556,7 @@ func (x *NewPartition) String() string {
 func (*NewPartition) ProtoMessage() {}
 
 func (x *NewPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1569,7 @@ func (x *NewPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewPartition.ProtoReflect.Descriptor instead.
 func (*NewPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NewPartition) GetKind() PartitionKind {
@@ -1492,13 +1593,15 @@ type CreateVolume struct {
 	Replicas      int32                  `protobuf:"varint,3,opt,name=replicas,proto3" json:"replicas,omitempty"`
 	SlotCount     uint32                 `protobuf:"varint,4,opt,name=slot_count,json=slotCount,proto3" json:"slot_count,omitempty"`
 	Partitions    []*NewPartition        `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	DefaultLayout uint32                 `protobuf:"varint,6,opt,name=default_layout,json=defaultLayout,proto3" json:"default_layout,omitempty"`
+	Chunking      *ChunkLayout           `protobuf:"bytes,7,opt,name=chunking,proto3" json:"chunking,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateVolume) Reset() {
 	*x = CreateVolume{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1613,7 @@ func (x *CreateVolume) String() string {
 func (*CreateVolume) ProtoMessage() {}
 
 func (x *CreateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1626,7 @@ func (x *CreateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolume.ProtoReflect.Descriptor instead.
 func (*CreateVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateVolume) GetName() string {
@@ -1561,6 +1664,20 @@ func (x *CreateVolume) GetPartitions() []*NewPartition {
 	return nil
 }
 
+func (x *CreateVolume) GetDefaultLayout() uint32 {
+	if x != nil {
+		return x.DefaultLayout
+	}
+	return 0
+}
+
+func (x *CreateVolume) GetChunking() *ChunkLayout {
+	if x != nil {
+		return x.Chunking
+	}
+	return nil
+}
+
 type DeleteVolume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1570,7 +1687,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1699,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1712,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -1620,7 +1737,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1749,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1762,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RegisterRequest) GetClusterId() string {
@@ -1708,7 +1825,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1837,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1850,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegisterResponse) GetClusterId() string {
@@ -1770,7 +1887,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1899,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1912,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Usage) GetCapacityBytes() uint64 {
@@ -1839,7 +1956,7 @@ type PartitionReport struct {
 
 func (x *PartitionReport) Reset() {
 	*x = PartitionReport{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +1968,7 @@ func (x *PartitionReport) String() string {
 func (*PartitionReport) ProtoMessage() {}
 
 func (x *PartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +1981,7 @@ func (x *PartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReport.ProtoReflect.Descriptor instead.
 func (*PartitionReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PartitionReport) GetId() uint64 {
@@ -1910,7 +2027,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2039,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2052,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HeartbeatRequest) GetNodeId() uint64 {
@@ -2002,7 +2119,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2131,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2144,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeartbeatResponse) GetEpoch() uint64 {
@@ -2066,7 +2183,7 @@ type GetMapRequest struct {
 
 func (x *GetMapRequest) Reset() {
 	*x = GetMapRequest{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2195,7 @@ func (x *GetMapRequest) String() string {
 func (*GetMapRequest) ProtoMessage() {}
 
 func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2208,7 @@ func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapRequest.ProtoReflect.Descriptor instead.
 func (*GetMapRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 type GetMapResponse struct {
@@ -2103,7 +2220,7 @@ type GetMapResponse struct {
 
 func (x *GetMapResponse) Reset() {
 	*x = GetMapResponse{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2232,7 @@ func (x *GetMapResponse) String() string {
 func (*GetMapResponse) ProtoMessage() {}
 
 func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2245,7 @@ func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapResponse.ProtoReflect.Descriptor instead.
 func (*GetMapResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetMapResponse) GetMap() *ClusterMap {
@@ -2145,13 +2262,17 @@ type CreateVolumeRequest struct {
 	DataPartitions uint32                 `protobuf:"varint,3,opt,name=data_partitions,json=dataPartitions,proto3" json:"data_partitions,omitempty"`
 	CapacityBytes  uint64                 `protobuf:"varint,4,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	Replicas       int32                  `protobuf:"varint,5,opt,name=replicas,proto3" json:"replicas,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// default_layout as Volume.default_layout; chunking nil takes
+	// chunker.Default. Both are checked (INVALID_ARGUMENT).
+	DefaultLayout uint32       `protobuf:"varint,6,opt,name=default_layout,json=defaultLayout,proto3" json:"default_layout,omitempty"`
+	Chunking      *ChunkLayout `protobuf:"bytes,7,opt,name=chunking,proto3" json:"chunking,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2284,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2297,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateVolumeRequest) GetName() string {
@@ -2214,6 +2335,20 @@ func (x *CreateVolumeRequest) GetReplicas() int32 {
 	return 0
 }
 
+func (x *CreateVolumeRequest) GetDefaultLayout() uint32 {
+	if x != nil {
+		return x.DefaultLayout
+	}
+	return 0
+}
+
+func (x *CreateVolumeRequest) GetChunking() *ChunkLayout {
+	if x != nil {
+		return x.Chunking
+	}
+	return nil
+}
+
 type VolumeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2223,7 +2358,7 @@ type VolumeRequest struct {
 
 func (x *VolumeRequest) Reset() {
 	*x = VolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2370,7 @@ func (x *VolumeRequest) String() string {
 func (*VolumeRequest) ProtoMessage() {}
 
 func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2383,7 @@ func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VolumeRequest) GetName() string {
@@ -2280,7 +2415,7 @@ type VolumeResponse struct {
 
 func (x *VolumeResponse) Reset() {
 	*x = VolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2427,7 @@ func (x *VolumeResponse) String() string {
 func (*VolumeResponse) ProtoMessage() {}
 
 func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2440,7 @@ func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeResponse.ProtoReflect.Descriptor instead.
 func (*VolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{26}
+	return file_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *VolumeResponse) GetVolume() *Volume {
@@ -2365,7 +2500,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2512,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2525,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{27}
+	return file_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 type ListVolumesResponse struct {
@@ -2403,7 +2538,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2550,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2563,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -2454,7 +2589,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2601,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2614,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteVolumeResponse) GetEpoch() uint64 {
@@ -2497,7 +2632,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2644,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2657,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{30}
+	return file_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 // PingResponse tells who a master is and what it knows of the leader.
@@ -2543,7 +2678,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2555,7 +2690,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2568,7 +2703,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{31}
+	return file_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PingResponse) GetId() uint64 {
@@ -2651,7 +2786,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +2798,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +2811,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{32}
+	return file_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NodeStatus) GetNode() *Node {
@@ -2736,7 +2871,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2883,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2896,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{33}
+	return file_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 type StatusResponse struct {
@@ -2776,7 +2911,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2788,7 +2923,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2801,7 +2936,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{34}
+	return file_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StatusResponse) GetMap() *ClusterMap {
@@ -2846,7 +2981,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\x0e2\x18.cairn.cluster.NodeStateR\x05state\x12,\n" +
 	"\x12registered_unix_ms\x18\a \x01(\x03R\x10registeredUnixMs\x121\n" +
 	"\x15state_changed_unix_ms\x18\b \x01(\x03R\x12stateChangedUnixMs\x12\x1b\n" +
-	"\tdata_addr\x18\t \x01(\tR\bdataAddr\"\xce\x03\n" +
+	"\tdata_addr\x18\t \x01(\tR\bdataAddr\"\xe3\x04\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -2863,7 +2998,15 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0frouting_version\x18\n" +
 	" \x01(\x04R\x0eroutingVersion\x126\n" +
 	"\tmigration\x18\v \x01(\v2\x18.cairn.cluster.MigrationR\tmigration\x12\"\n" +
-	"\rmp_max_inodes\x18\f \x01(\x04R\vmpMaxInodes\"H\n" +
+	"\rmp_max_inodes\x18\f \x01(\x04R\vmpMaxInodes\x12%\n" +
+	"\x0edefault_layout\x18\r \x01(\rR\rdefaultLayout\x126\n" +
+	"\bchunking\x18\x0e \x01(\v2\x1a.cairn.cluster.ChunkLayoutR\bchunking\x124\n" +
+	"\x16chunk_index_partitions\x18\x0f \x03(\x04R\x14chunkIndexPartitions\"|\n" +
+	"\vChunkLayout\x12\x1c\n" +
+	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x19\n" +
+	"\bmin_size\x18\x02 \x01(\rR\aminSize\x12\x19\n" +
+	"\bavg_size\x18\x03 \x01(\rR\aavgSize\x12\x19\n" +
+	"\bmax_size\x18\x04 \x01(\rR\amaxSize\"H\n" +
 	"\x0eExceptionEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x0e\n" +
@@ -2957,7 +3100,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.cairn.cluster.NodeStateR\x05state\"\\\n" +
 	"\fNewPartition\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.cairn.cluster.PartitionKindR\x04kind\x12\x1a\n" +
-	"\breplicas\x18\x02 \x03(\x04R\breplicas\"\xc1\x01\n" +
+	"\breplicas\x18\x02 \x03(\x04R\breplicas\"\xa0\x02\n" +
 	"\fCreateVolume\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12\x1a\n" +
@@ -2966,7 +3109,9 @@ const file_cluster_proto_rawDesc = "" +
 	"slot_count\x18\x04 \x01(\rR\tslotCount\x12;\n" +
 	"\n" +
 	"partitions\x18\x05 \x03(\v2\x1b.cairn.cluster.NewPartitionR\n" +
-	"partitions\"\"\n" +
+	"partitions\x12%\n" +
+	"\x0edefault_layout\x18\x06 \x01(\rR\rdefaultLayout\x126\n" +
+	"\bchunking\x18\a \x01(\v2\x1a.cairn.cluster.ChunkLayoutR\bchunking\"\"\n" +
 	"\fDeleteVolume\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xcb\x01\n" +
 	"\x0fRegisterRequest\x12\x1d\n" +
@@ -3019,13 +3164,15 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0f\n" +
 	"\rGetMapRequest\"=\n" +
 	"\x0eGetMapResponse\x12+\n" +
-	"\x03map\x18\x01 \x01(\v2\x19.cairn.cluster.ClusterMapR\x03map\"\xbe\x01\n" +
+	"\x03map\x18\x01 \x01(\v2\x19.cairn.cluster.ClusterMapR\x03map\"\x9d\x02\n" +
 	"\x13CreateVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fmeta_partitions\x18\x02 \x01(\rR\x0emetaPartitions\x12'\n" +
 	"\x0fdata_partitions\x18\x03 \x01(\rR\x0edataPartitions\x12%\n" +
 	"\x0ecapacity_bytes\x18\x04 \x01(\x04R\rcapacityBytes\x12\x1a\n" +
-	"\breplicas\x18\x05 \x01(\x05R\breplicas\"#\n" +
+	"\breplicas\x18\x05 \x01(\x05R\breplicas\x12%\n" +
+	"\x0edefault_layout\x18\x06 \x01(\rR\rdefaultLayout\x126\n" +
+	"\bchunking\x18\a \x01(\v2\x1a.cairn.cluster.ChunkLayoutR\bchunking\"#\n" +
 	"\rVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xa5\x02\n" +
 	"\x0eVolumeResponse\x12-\n" +
@@ -3119,7 +3266,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_cluster_proto_goTypes = []any{
 	(Role)(0),                    // 0: cairn.cluster.Role
 	(NodeState)(0),               // 1: cairn.cluster.NodeState
@@ -3127,113 +3274,117 @@ var file_cluster_proto_goTypes = []any{
 	(MigrationPhase)(0),          // 3: cairn.cluster.MigrationPhase
 	(*Node)(nil),                 // 4: cairn.cluster.Node
 	(*Volume)(nil),               // 5: cairn.cluster.Volume
-	(*ExceptionEntry)(nil),       // 6: cairn.cluster.ExceptionEntry
-	(*Migration)(nil),            // 7: cairn.cluster.Migration
-	(*Partition)(nil),            // 8: cairn.cluster.Partition
-	(*ClusterMap)(nil),           // 9: cairn.cluster.ClusterMap
-	(*Command)(nil),              // 10: cairn.cluster.Command
-	(*AddMetaPartition)(nil),     // 11: cairn.cluster.AddMetaPartition
-	(*StartMigration)(nil),       // 12: cairn.cluster.StartMigration
-	(*AdvanceMigration)(nil),     // 13: cairn.cluster.AdvanceMigration
-	(*InitCluster)(nil),          // 14: cairn.cluster.InitCluster
-	(*RegisterNode)(nil),         // 15: cairn.cluster.RegisterNode
-	(*SetNodeState)(nil),         // 16: cairn.cluster.SetNodeState
-	(*NewPartition)(nil),         // 17: cairn.cluster.NewPartition
-	(*CreateVolume)(nil),         // 18: cairn.cluster.CreateVolume
-	(*DeleteVolume)(nil),         // 19: cairn.cluster.DeleteVolume
-	(*RegisterRequest)(nil),      // 20: cairn.cluster.RegisterRequest
-	(*RegisterResponse)(nil),     // 21: cairn.cluster.RegisterResponse
-	(*Usage)(nil),                // 22: cairn.cluster.Usage
-	(*PartitionReport)(nil),      // 23: cairn.cluster.PartitionReport
-	(*HeartbeatRequest)(nil),     // 24: cairn.cluster.HeartbeatRequest
-	(*HeartbeatResponse)(nil),    // 25: cairn.cluster.HeartbeatResponse
-	(*GetMapRequest)(nil),        // 26: cairn.cluster.GetMapRequest
-	(*GetMapResponse)(nil),       // 27: cairn.cluster.GetMapResponse
-	(*CreateVolumeRequest)(nil),  // 28: cairn.cluster.CreateVolumeRequest
-	(*VolumeRequest)(nil),        // 29: cairn.cluster.VolumeRequest
-	(*VolumeResponse)(nil),       // 30: cairn.cluster.VolumeResponse
-	(*ListVolumesRequest)(nil),   // 31: cairn.cluster.ListVolumesRequest
-	(*ListVolumesResponse)(nil),  // 32: cairn.cluster.ListVolumesResponse
-	(*DeleteVolumeResponse)(nil), // 33: cairn.cluster.DeleteVolumeResponse
-	(*PingRequest)(nil),          // 34: cairn.cluster.PingRequest
-	(*PingResponse)(nil),         // 35: cairn.cluster.PingResponse
-	(*NodeStatus)(nil),           // 36: cairn.cluster.NodeStatus
-	(*StatusRequest)(nil),        // 37: cairn.cluster.StatusRequest
-	(*StatusResponse)(nil),       // 38: cairn.cluster.StatusResponse
-	nil,                          // 39: cairn.cluster.ClusterMap.NodesEntry
-	nil,                          // 40: cairn.cluster.ClusterMap.VolumesEntry
-	nil,                          // 41: cairn.cluster.ClusterMap.PartitionsEntry
-	nil,                          // 42: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	nil,                          // 43: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	(*ChunkLayout)(nil),          // 6: cairn.cluster.ChunkLayout
+	(*ExceptionEntry)(nil),       // 7: cairn.cluster.ExceptionEntry
+	(*Migration)(nil),            // 8: cairn.cluster.Migration
+	(*Partition)(nil),            // 9: cairn.cluster.Partition
+	(*ClusterMap)(nil),           // 10: cairn.cluster.ClusterMap
+	(*Command)(nil),              // 11: cairn.cluster.Command
+	(*AddMetaPartition)(nil),     // 12: cairn.cluster.AddMetaPartition
+	(*StartMigration)(nil),       // 13: cairn.cluster.StartMigration
+	(*AdvanceMigration)(nil),     // 14: cairn.cluster.AdvanceMigration
+	(*InitCluster)(nil),          // 15: cairn.cluster.InitCluster
+	(*RegisterNode)(nil),         // 16: cairn.cluster.RegisterNode
+	(*SetNodeState)(nil),         // 17: cairn.cluster.SetNodeState
+	(*NewPartition)(nil),         // 18: cairn.cluster.NewPartition
+	(*CreateVolume)(nil),         // 19: cairn.cluster.CreateVolume
+	(*DeleteVolume)(nil),         // 20: cairn.cluster.DeleteVolume
+	(*RegisterRequest)(nil),      // 21: cairn.cluster.RegisterRequest
+	(*RegisterResponse)(nil),     // 22: cairn.cluster.RegisterResponse
+	(*Usage)(nil),                // 23: cairn.cluster.Usage
+	(*PartitionReport)(nil),      // 24: cairn.cluster.PartitionReport
+	(*HeartbeatRequest)(nil),     // 25: cairn.cluster.HeartbeatRequest
+	(*HeartbeatResponse)(nil),    // 26: cairn.cluster.HeartbeatResponse
+	(*GetMapRequest)(nil),        // 27: cairn.cluster.GetMapRequest
+	(*GetMapResponse)(nil),       // 28: cairn.cluster.GetMapResponse
+	(*CreateVolumeRequest)(nil),  // 29: cairn.cluster.CreateVolumeRequest
+	(*VolumeRequest)(nil),        // 30: cairn.cluster.VolumeRequest
+	(*VolumeResponse)(nil),       // 31: cairn.cluster.VolumeResponse
+	(*ListVolumesRequest)(nil),   // 32: cairn.cluster.ListVolumesRequest
+	(*ListVolumesResponse)(nil),  // 33: cairn.cluster.ListVolumesResponse
+	(*DeleteVolumeResponse)(nil), // 34: cairn.cluster.DeleteVolumeResponse
+	(*PingRequest)(nil),          // 35: cairn.cluster.PingRequest
+	(*PingResponse)(nil),         // 36: cairn.cluster.PingResponse
+	(*NodeStatus)(nil),           // 37: cairn.cluster.NodeStatus
+	(*StatusRequest)(nil),        // 38: cairn.cluster.StatusRequest
+	(*StatusResponse)(nil),       // 39: cairn.cluster.StatusResponse
+	nil,                          // 40: cairn.cluster.ClusterMap.NodesEntry
+	nil,                          // 41: cairn.cluster.ClusterMap.VolumesEntry
+	nil,                          // 42: cairn.cluster.ClusterMap.PartitionsEntry
+	nil,                          // 43: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	nil,                          // 44: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
 	1,  // 1: cairn.cluster.Node.state:type_name -> cairn.cluster.NodeState
-	6,  // 2: cairn.cluster.Volume.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	7,  // 3: cairn.cluster.Volume.migration:type_name -> cairn.cluster.Migration
-	6,  // 4: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	3,  // 5: cairn.cluster.Migration.phase:type_name -> cairn.cluster.MigrationPhase
-	2,  // 6: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
-	39, // 7: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
-	40, // 8: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
-	41, // 9: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
-	14, // 10: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
-	15, // 11: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
-	16, // 12: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
-	18, // 13: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
-	19, // 14: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
-	11, // 15: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
-	12, // 16: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
-	13, // 17: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
-	17, // 18: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
-	6,  // 19: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	3,  // 20: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
-	0,  // 21: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
-	1,  // 22: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
-	2,  // 23: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
-	17, // 24: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
-	0,  // 25: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
-	22, // 26: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
-	23, // 27: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
-	8,  // 28: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
-	42, // 29: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	43, // 30: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
-	9,  // 31: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
-	5,  // 32: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
-	8,  // 33: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
-	5,  // 34: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
-	4,  // 35: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
-	22, // 36: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
-	23, // 37: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
-	9,  // 38: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
-	36, // 39: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
-	35, // 40: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
-	4,  // 41: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
-	5,  // 42: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
-	8,  // 43: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
-	20, // 44: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
-	24, // 45: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
-	26, // 46: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
-	28, // 47: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
-	29, // 48: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
-	31, // 49: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
-	29, // 50: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
-	37, // 51: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
-	34, // 52: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	21, // 53: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	25, // 54: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	27, // 55: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	30, // 56: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	30, // 57: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	32, // 58: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	33, // 59: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	38, // 60: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	35, // 61: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	53, // [53:62] is the sub-list for method output_type
-	44, // [44:53] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	7,  // 2: cairn.cluster.Volume.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	8,  // 3: cairn.cluster.Volume.migration:type_name -> cairn.cluster.Migration
+	6,  // 4: cairn.cluster.Volume.chunking:type_name -> cairn.cluster.ChunkLayout
+	7,  // 5: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	3,  // 6: cairn.cluster.Migration.phase:type_name -> cairn.cluster.MigrationPhase
+	2,  // 7: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
+	40, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
+	41, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
+	42, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
+	15, // 11: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
+	16, // 12: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
+	17, // 13: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
+	19, // 14: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
+	20, // 15: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
+	12, // 16: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
+	13, // 17: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
+	14, // 18: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
+	18, // 19: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
+	7,  // 20: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	3,  // 21: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
+	0,  // 22: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
+	1,  // 23: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
+	2,  // 24: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
+	18, // 25: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
+	6,  // 26: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
+	0,  // 27: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
+	23, // 28: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
+	24, // 29: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
+	9,  // 30: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
+	43, // 31: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	44, // 32: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	10, // 33: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
+	6,  // 34: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
+	5,  // 35: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
+	9,  // 36: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
+	5,  // 37: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
+	4,  // 38: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
+	23, // 39: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
+	24, // 40: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
+	10, // 41: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
+	37, // 42: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
+	36, // 43: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
+	4,  // 44: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
+	5,  // 45: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
+	9,  // 46: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
+	21, // 47: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
+	25, // 48: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
+	27, // 49: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
+	29, // 50: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
+	30, // 51: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
+	32, // 52: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
+	30, // 53: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
+	38, // 54: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
+	35, // 55: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
+	22, // 56: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	26, // 57: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	28, // 58: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	31, // 59: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	31, // 60: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	33, // 61: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	34, // 62: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	39, // 63: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	36, // 64: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	56, // [56:65] is the sub-list for method output_type
+	47, // [47:56] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -3241,7 +3392,7 @@ func file_cluster_proto_init() {
 	if File_cluster_proto != nil {
 		return
 	}
-	file_cluster_proto_msgTypes[6].OneofWrappers = []any{
+	file_cluster_proto_msgTypes[7].OneofWrappers = []any{
 		(*Command_Init)(nil),
 		(*Command_Register)(nil),
 		(*Command_SetNodeState)(nil),
@@ -3257,7 +3408,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -94,6 +94,57 @@ func (FileType) EnumDescriptor() ([]byte, []int) {
 	return file_meta_proto_rawDescGZIP(), []int{0}
 }
 
+// FileLayout is how a regular file's data is laid out, fixed at creation.
+type FileLayout int32
+
+const (
+	// Extents: Inode.extents map byte ranges to extents (the default).
+	FileLayout_FILE_LAYOUT_EXTENT FileLayout = 0
+	// Content-defined chunks (VarFS): the file is the concatenation of
+	// Inode.chunks, each named by its fingerprint and counted in the volume's
+	// chunk index.
+	FileLayout_FILE_LAYOUT_CDC FileLayout = 1
+)
+
+// Enum value maps for FileLayout.
+var (
+	FileLayout_name = map[int32]string{
+		0: "FILE_LAYOUT_EXTENT",
+		1: "FILE_LAYOUT_CDC",
+	}
+	FileLayout_value = map[string]int32{
+		"FILE_LAYOUT_EXTENT": 0,
+		"FILE_LAYOUT_CDC":    1,
+	}
+)
+
+func (x FileLayout) Enum() *FileLayout {
+	p := new(FileLayout)
+	*p = x
+	return p
+}
+
+func (x FileLayout) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FileLayout) Descriptor() protoreflect.EnumDescriptor {
+	return file_meta_proto_enumTypes[1].Descriptor()
+}
+
+func (FileLayout) Type() protoreflect.EnumType {
+	return &file_meta_proto_enumTypes[1]
+}
+
+func (x FileLayout) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FileLayout.Descriptor instead.
+func (FileLayout) EnumDescriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{1}
+}
+
 // SetattrValid says which Setattr fields apply.
 type SetattrValid int32
 
@@ -152,11 +203,11 @@ func (x SetattrValid) String() string {
 }
 
 func (SetattrValid) Descriptor() protoreflect.EnumDescriptor {
-	return file_meta_proto_enumTypes[1].Descriptor()
+	return file_meta_proto_enumTypes[2].Descriptor()
 }
 
 func (SetattrValid) Type() protoreflect.EnumType {
-	return &file_meta_proto_enumTypes[1]
+	return &file_meta_proto_enumTypes[2]
 }
 
 func (x SetattrValid) Number() protoreflect.EnumNumber {
@@ -165,7 +216,7 @@ func (x SetattrValid) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SetattrValid.Descriptor instead.
 func (SetattrValid) EnumDescriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{1}
+	return file_meta_proto_rawDescGZIP(), []int{2}
 }
 
 type ScanKind int32
@@ -174,6 +225,7 @@ const (
 	ScanKind_SCAN_KIND_UNSPECIFIED ScanKind = 0
 	ScanKind_SCAN_KIND_INODES      ScanKind = 1
 	ScanKind_SCAN_KIND_DENTRIES    ScanKind = 2
+	ScanKind_SCAN_KIND_CHUNKS      ScanKind = 3 // chunk index entries, by fingerprint
 )
 
 // Enum value maps for ScanKind.
@@ -182,11 +234,13 @@ var (
 		0: "SCAN_KIND_UNSPECIFIED",
 		1: "SCAN_KIND_INODES",
 		2: "SCAN_KIND_DENTRIES",
+		3: "SCAN_KIND_CHUNKS",
 	}
 	ScanKind_value = map[string]int32{
 		"SCAN_KIND_UNSPECIFIED": 0,
 		"SCAN_KIND_INODES":      1,
 		"SCAN_KIND_DENTRIES":    2,
+		"SCAN_KIND_CHUNKS":      3,
 	}
 )
 
@@ -201,11 +255,11 @@ func (x ScanKind) String() string {
 }
 
 func (ScanKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_meta_proto_enumTypes[2].Descriptor()
+	return file_meta_proto_enumTypes[3].Descriptor()
 }
 
 func (ScanKind) Type() protoreflect.EnumType {
-	return &file_meta_proto_enumTypes[2]
+	return &file_meta_proto_enumTypes[3]
 }
 
 func (x ScanKind) Number() protoreflect.EnumNumber {
@@ -214,7 +268,159 @@ func (x ScanKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ScanKind.Descriptor instead.
 func (ScanKind) EnumDescriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{2}
+	return file_meta_proto_rawDescGZIP(), []int{3}
+}
+
+// Chunk is one content-defined chunk: size bytes named by fingerprint (a
+// chunker.Fingerprint: algorithm id then SHA-256), stored at extent_offset
+// of extent extent_id in data partition partition_id. A chunk's file offset
+// is the sum of the sizes before it in the layout.
+type Chunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprint   []byte                 `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	Size          uint32                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	PartitionId   uint64                 `protobuf:"varint,3,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	ExtentId      uint64                 `protobuf:"varint,4,opt,name=extent_id,json=extentId,proto3" json:"extent_id,omitempty"`
+	ExtentOffset  uint64                 `protobuf:"varint,5,opt,name=extent_offset,json=extentOffset,proto3" json:"extent_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Chunk) Reset() {
+	*x = Chunk{}
+	mi := &file_meta_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Chunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Chunk) ProtoMessage() {}
+
+func (x *Chunk) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
+func (*Chunk) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Chunk) GetFingerprint() []byte {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return nil
+}
+
+func (x *Chunk) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Chunk) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *Chunk) GetExtentId() uint64 {
+	if x != nil {
+		return x.ExtentId
+	}
+	return 0
+}
+
+func (x *Chunk) GetExtentOffset() uint64 {
+	if x != nil {
+		return x.ExtentOffset
+	}
+	return 0
+}
+
+// ChunkRecord is a chunk index entry: where the chunk is stored and how many
+// layout entries (plus references taken ahead of a layout commit, plus
+// drops not yet applied) count it. A dead entry is being reclaimed: its
+// bytes may be gone, and lookups treat it as missing.
+type ChunkRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunk         *Chunk                 `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Refs          uint64                 `protobuf:"varint,2,opt,name=refs,proto3" json:"refs,omitempty"`
+	Dead          bool                   `protobuf:"varint,3,opt,name=dead,proto3" json:"dead,omitempty"`
+	MtimeNs       int64                  `protobuf:"varint,4,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"` // the last change of refs or state (apply time)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkRecord) Reset() {
+	*x = ChunkRecord{}
+	mi := &file_meta_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkRecord) ProtoMessage() {}
+
+func (x *ChunkRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkRecord.ProtoReflect.Descriptor instead.
+func (*ChunkRecord) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ChunkRecord) GetChunk() *Chunk {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *ChunkRecord) GetRefs() uint64 {
+	if x != nil {
+		return x.Refs
+	}
+	return 0
+}
+
+func (x *ChunkRecord) GetDead() bool {
+	if x != nil {
+		return x.Dead
+	}
+	return false
+}
+
+func (x *ChunkRecord) GetMtimeNs() int64 {
+	if x != nil {
+		return x.MtimeNs
+	}
+	return 0
 }
 
 // ExtentKey maps a byte range of a file to a range of an extent in a data
@@ -232,7 +438,7 @@ type ExtentKey struct {
 
 func (x *ExtentKey) Reset() {
 	*x = ExtentKey{}
-	mi := &file_meta_proto_msgTypes[0]
+	mi := &file_meta_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +450,7 @@ func (x *ExtentKey) String() string {
 func (*ExtentKey) ProtoMessage() {}
 
 func (x *ExtentKey) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[0]
+	mi := &file_meta_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +463,7 @@ func (x *ExtentKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtentKey.ProtoReflect.Descriptor instead.
 func (*ExtentKey) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{0}
+	return file_meta_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ExtentKey) GetFileOffset() uint64 {
@@ -318,14 +524,20 @@ type Inode struct {
 	// parent is a directory's parent directory (0 for the root and for other
 	// types): set by CreateInode, moved by Setattr SETATTR_PARENT on rename.
 	// Clients walk it up to refuse moving a directory into its own subtree.
-	Parent        uint64 `protobuf:"varint,17,opt,name=parent,proto3" json:"parent,omitempty"`
+	Parent uint64     `protobuf:"varint,17,opt,name=parent,proto3" json:"parent,omitempty"`
+	Layout FileLayout `protobuf:"varint,18,opt,name=layout,proto3,enum=cairn.meta.FileLayout" json:"layout,omitempty"`
+	// chunks is a FILE_LAYOUT_CDC file's layout; size is the sum of their sizes.
+	Chunks []*Chunk `protobuf:"bytes,19,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	// layout_gen counts the changes of chunks (SpliceChunks); a splice names
+	// the generation it was computed against.
+	LayoutGen     uint64 `protobuf:"varint,20,opt,name=layout_gen,json=layoutGen,proto3" json:"layout_gen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Inode) Reset() {
 	*x = Inode{}
-	mi := &file_meta_proto_msgTypes[1]
+	mi := &file_meta_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +549,7 @@ func (x *Inode) String() string {
 func (*Inode) ProtoMessage() {}
 
 func (x *Inode) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[1]
+	mi := &file_meta_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +562,7 @@ func (x *Inode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inode.ProtoReflect.Descriptor instead.
 func (*Inode) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{1}
+	return file_meta_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Inode) GetIno() uint64 {
@@ -472,6 +684,27 @@ func (x *Inode) GetParent() uint64 {
 	return 0
 }
 
+func (x *Inode) GetLayout() FileLayout {
+	if x != nil {
+		return x.Layout
+	}
+	return FileLayout_FILE_LAYOUT_EXTENT
+}
+
+func (x *Inode) GetChunks() []*Chunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+func (x *Inode) GetLayoutGen() uint64 {
+	if x != nil {
+		return x.LayoutGen
+	}
+	return 0
+}
+
 // Dentry is a name in a directory; it lives on the meta partition the volume's
 // hybrid index routes (parent, name) to.
 type Dentry struct {
@@ -486,7 +719,7 @@ type Dentry struct {
 
 func (x *Dentry) Reset() {
 	*x = Dentry{}
-	mi := &file_meta_proto_msgTypes[2]
+	mi := &file_meta_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +731,7 @@ func (x *Dentry) String() string {
 func (*Dentry) ProtoMessage() {}
 
 func (x *Dentry) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[2]
+	mi := &file_meta_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +744,7 @@ func (x *Dentry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dentry.ProtoReflect.Descriptor instead.
 func (*Dentry) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{2}
+	return file_meta_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Dentry) GetParent() uint64 {
@@ -557,14 +790,17 @@ type CreateInode struct {
 	WantIno uint64 `protobuf:"varint,7,opt,name=want_ino,json=wantIno,proto3" json:"want_ino,omitempty"`
 	// parent, for a directory, is its parent directory (Inode.parent); it must
 	// be 0 for other types (EINVAL).
-	Parent        uint64 `protobuf:"varint,8,opt,name=parent,proto3" json:"parent,omitempty"`
+	Parent uint64 `protobuf:"varint,8,opt,name=parent,proto3" json:"parent,omitempty"`
+	// layout of a regular file (EINVAL for another type with a non-default
+	// layout).
+	Layout        FileLayout `protobuf:"varint,9,opt,name=layout,proto3,enum=cairn.meta.FileLayout" json:"layout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateInode) Reset() {
 	*x = CreateInode{}
-	mi := &file_meta_proto_msgTypes[3]
+	mi := &file_meta_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +812,7 @@ func (x *CreateInode) String() string {
 func (*CreateInode) ProtoMessage() {}
 
 func (x *CreateInode) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[3]
+	mi := &file_meta_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +825,7 @@ func (x *CreateInode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateInode.ProtoReflect.Descriptor instead.
 func (*CreateInode) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{3}
+	return file_meta_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateInode) GetType() FileType {
@@ -648,6 +884,13 @@ func (x *CreateInode) GetParent() uint64 {
 	return 0
 }
 
+func (x *CreateInode) GetLayout() FileLayout {
+	if x != nil {
+		return x.Layout
+	}
+	return FileLayout_FILE_LAYOUT_EXTENT
+}
+
 // CreateDentry adds (parent, name) -> ino; EEXIST if the name exists, ENOENT if
 // the parent is fenced (being removed).
 type CreateDentry struct {
@@ -662,7 +905,7 @@ type CreateDentry struct {
 
 func (x *CreateDentry) Reset() {
 	*x = CreateDentry{}
-	mi := &file_meta_proto_msgTypes[4]
+	mi := &file_meta_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +917,7 @@ func (x *CreateDentry) String() string {
 func (*CreateDentry) ProtoMessage() {}
 
 func (x *CreateDentry) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[4]
+	mi := &file_meta_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +930,7 @@ func (x *CreateDentry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDentry.ProtoReflect.Descriptor instead.
 func (*CreateDentry) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{4}
+	return file_meta_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateDentry) GetParent() uint64 {
@@ -732,7 +975,7 @@ type DeleteDentry struct {
 
 func (x *DeleteDentry) Reset() {
 	*x = DeleteDentry{}
-	mi := &file_meta_proto_msgTypes[5]
+	mi := &file_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +987,7 @@ func (x *DeleteDentry) String() string {
 func (*DeleteDentry) ProtoMessage() {}
 
 func (x *DeleteDentry) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[5]
+	mi := &file_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +1000,7 @@ func (x *DeleteDentry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDentry.ProtoReflect.Descriptor instead.
 func (*DeleteDentry) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{5}
+	return file_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteDentry) GetParent() uint64 {
@@ -803,7 +1046,7 @@ type ReplaceDentry struct {
 
 func (x *ReplaceDentry) Reset() {
 	*x = ReplaceDentry{}
-	mi := &file_meta_proto_msgTypes[6]
+	mi := &file_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +1058,7 @@ func (x *ReplaceDentry) String() string {
 func (*ReplaceDentry) ProtoMessage() {}
 
 func (x *ReplaceDentry) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[6]
+	mi := &file_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +1071,7 @@ func (x *ReplaceDentry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceDentry.ProtoReflect.Descriptor instead.
 func (*ReplaceDentry) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{6}
+	return file_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReplaceDentry) GetParent() uint64 {
@@ -884,7 +1127,7 @@ type Setattr struct {
 
 func (x *Setattr) Reset() {
 	*x = Setattr{}
-	mi := &file_meta_proto_msgTypes[7]
+	mi := &file_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1139,7 @@ func (x *Setattr) String() string {
 func (*Setattr) ProtoMessage() {}
 
 func (x *Setattr) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[7]
+	mi := &file_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1152,7 @@ func (x *Setattr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Setattr.ProtoReflect.Descriptor instead.
 func (*Setattr) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{7}
+	return file_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Setattr) GetIno() uint64 {
@@ -994,7 +1237,7 @@ type Link struct {
 
 func (x *Link) Reset() {
 	*x = Link{}
-	mi := &file_meta_proto_msgTypes[8]
+	mi := &file_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1249,7 @@ func (x *Link) String() string {
 func (*Link) ProtoMessage() {}
 
 func (x *Link) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[8]
+	mi := &file_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1262,7 @@ func (x *Link) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Link.ProtoReflect.Descriptor instead.
 func (*Link) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{8}
+	return file_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Link) GetIno() uint64 {
@@ -1049,7 +1292,7 @@ type TouchDir struct {
 
 func (x *TouchDir) Reset() {
 	*x = TouchDir{}
-	mi := &file_meta_proto_msgTypes[9]
+	mi := &file_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1304,7 @@ func (x *TouchDir) String() string {
 func (*TouchDir) ProtoMessage() {}
 
 func (x *TouchDir) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[9]
+	mi := &file_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1317,7 @@ func (x *TouchDir) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchDir.ProtoReflect.Descriptor instead.
 func (*TouchDir) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{9}
+	return file_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TouchDir) GetIno() uint64 {
@@ -1109,7 +1352,7 @@ type Evict struct {
 
 func (x *Evict) Reset() {
 	*x = Evict{}
-	mi := &file_meta_proto_msgTypes[10]
+	mi := &file_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1364,7 @@ func (x *Evict) String() string {
 func (*Evict) ProtoMessage() {}
 
 func (x *Evict) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[10]
+	mi := &file_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1377,7 @@ func (x *Evict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evict.ProtoReflect.Descriptor instead.
 func (*Evict) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{10}
+	return file_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Evict) GetIno() uint64 {
@@ -1156,7 +1399,7 @@ type SetXattr struct {
 
 func (x *SetXattr) Reset() {
 	*x = SetXattr{}
-	mi := &file_meta_proto_msgTypes[11]
+	mi := &file_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1411,7 @@ func (x *SetXattr) String() string {
 func (*SetXattr) ProtoMessage() {}
 
 func (x *SetXattr) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[11]
+	mi := &file_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1424,7 @@ func (x *SetXattr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetXattr.ProtoReflect.Descriptor instead.
 func (*SetXattr) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{11}
+	return file_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetXattr) GetIno() uint64 {
@@ -1222,7 +1465,7 @@ type RemoveXattr struct {
 
 func (x *RemoveXattr) Reset() {
 	*x = RemoveXattr{}
-	mi := &file_meta_proto_msgTypes[12]
+	mi := &file_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1477,7 @@ func (x *RemoveXattr) String() string {
 func (*RemoveXattr) ProtoMessage() {}
 
 func (x *RemoveXattr) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[12]
+	mi := &file_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1490,7 @@ func (x *RemoveXattr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveXattr.ProtoReflect.Descriptor instead.
 func (*RemoveXattr) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{12}
+	return file_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RemoveXattr) GetIno() uint64 {
@@ -1277,7 +1520,7 @@ type AppendExtents struct {
 
 func (x *AppendExtents) Reset() {
 	*x = AppendExtents{}
-	mi := &file_meta_proto_msgTypes[13]
+	mi := &file_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1532,7 @@ func (x *AppendExtents) String() string {
 func (*AppendExtents) ProtoMessage() {}
 
 func (x *AppendExtents) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[13]
+	mi := &file_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1545,7 @@ func (x *AppendExtents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendExtents.ProtoReflect.Descriptor instead.
 func (*AppendExtents) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{13}
+	return file_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AppendExtents) GetIno() uint64 {
@@ -1338,7 +1581,7 @@ type Fence struct {
 
 func (x *Fence) Reset() {
 	*x = Fence{}
-	mi := &file_meta_proto_msgTypes[14]
+	mi := &file_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1593,7 @@ func (x *Fence) String() string {
 func (*Fence) ProtoMessage() {}
 
 func (x *Fence) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[14]
+	mi := &file_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1606,7 @@ func (x *Fence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fence.ProtoReflect.Descriptor instead.
 func (*Fence) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{14}
+	return file_meta_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Fence) GetParent() uint64 {
@@ -1390,7 +1633,7 @@ type Unfence struct {
 
 func (x *Unfence) Reset() {
 	*x = Unfence{}
-	mi := &file_meta_proto_msgTypes[15]
+	mi := &file_meta_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1645,7 @@ func (x *Unfence) String() string {
 func (*Unfence) ProtoMessage() {}
 
 func (x *Unfence) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[15]
+	mi := &file_meta_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1658,7 @@ func (x *Unfence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unfence.ProtoReflect.Descriptor instead.
 func (*Unfence) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{15}
+	return file_meta_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Unfence) GetParent() uint64 {
@@ -1442,7 +1685,7 @@ type SetRange struct {
 
 func (x *SetRange) Reset() {
 	*x = SetRange{}
-	mi := &file_meta_proto_msgTypes[16]
+	mi := &file_meta_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1697,7 @@ func (x *SetRange) String() string {
 func (*SetRange) ProtoMessage() {}
 
 func (x *SetRange) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[16]
+	mi := &file_meta_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1710,7 @@ func (x *SetRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRange.ProtoReflect.Descriptor instead.
 func (*SetRange) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{16}
+	return file_meta_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetRange) GetEnd() uint64 {
@@ -1489,7 +1732,7 @@ type AckFreed struct {
 
 func (x *AckFreed) Reset() {
 	*x = AckFreed{}
-	mi := &file_meta_proto_msgTypes[17]
+	mi := &file_meta_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1744,7 @@ func (x *AckFreed) String() string {
 func (*AckFreed) ProtoMessage() {}
 
 func (x *AckFreed) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[17]
+	mi := &file_meta_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1757,7 @@ func (x *AckFreed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckFreed.ProtoReflect.Descriptor instead.
 func (*AckFreed) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{17}
+	return file_meta_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AckFreed) GetUptoSeq() uint64 {
@@ -1522,6 +1765,374 @@ func (x *AckFreed) GetUptoSeq() uint64 {
 		return x.UptoSeq
 	}
 	return 0
+}
+
+// SpliceChunks replaces chunks[start:end) of a FILE_LAYOUT_CDC inode with
+// chunks, sets size to the sum of all chunk sizes, bumps layout_gen and sets
+// mtime and ctime (mtime_ns, 0: the apply time). ESTALE if layout_gen is not
+// base_gen (another writer committed first), EINVAL for another layout or a
+// range outside the list, EFBIG past MaxChunksPerInode. Each removed chunk
+// goes to the free list as a chunk drop: its reference is given back only
+// after the layout that dropped it committed.
+type SpliceChunks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	BaseGen       uint64                 `protobuf:"varint,2,opt,name=base_gen,json=baseGen,proto3" json:"base_gen,omitempty"`
+	Start         uint32                 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint32                 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
+	Chunks        []*Chunk               `protobuf:"bytes,5,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	MtimeNs       int64                  `protobuf:"varint,6,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpliceChunks) Reset() {
+	*x = SpliceChunks{}
+	mi := &file_meta_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpliceChunks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpliceChunks) ProtoMessage() {}
+
+func (x *SpliceChunks) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpliceChunks.ProtoReflect.Descriptor instead.
+func (*SpliceChunks) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SpliceChunks) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *SpliceChunks) GetBaseGen() uint64 {
+	if x != nil {
+		return x.BaseGen
+	}
+	return 0
+}
+
+func (x *SpliceChunks) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *SpliceChunks) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *SpliceChunks) GetChunks() []*Chunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+func (x *SpliceChunks) GetMtimeNs() int64 {
+	if x != nil {
+		return x.MtimeNs
+	}
+	return 0
+}
+
+// ChunkRef changes one chunk index entry's reference count by delta.
+// delta > 0 without a location (partition_id 0) is a lookup: a live entry
+// gains delta references and the result carries its location; a missing or
+// dead one is answered with partition_id 0 and nothing changes. delta > 0
+// with a location (the caller just stored the chunk there) makes a missing
+// or dead entry live at that location with delta references; a live entry
+// gains delta and keeps its own location, which the result carries (the
+// caller then frees its copy). delta < 0 lowers the count, never below 0
+// (missing entries are ignored); an entry at 0 stays until the collector
+// reclaims it after a grace. drop_seq, with ChunkRefs.source_partition, is
+// the free-list sequence number of the drop it applies: a drop at or below
+// the partition's watermark for that source is skipped, so a collector's
+// retry never drops twice.
+type ChunkRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunk         *Chunk                 `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Delta         int64                  `protobuf:"varint,2,opt,name=delta,proto3" json:"delta,omitempty"`
+	DropSeq       uint64                 `protobuf:"varint,3,opt,name=drop_seq,json=dropSeq,proto3" json:"drop_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkRef) Reset() {
+	*x = ChunkRef{}
+	mi := &file_meta_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkRef) ProtoMessage() {}
+
+func (x *ChunkRef) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkRef.ProtoReflect.Descriptor instead.
+func (*ChunkRef) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ChunkRef) GetChunk() *Chunk {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *ChunkRef) GetDelta() int64 {
+	if x != nil {
+		return x.Delta
+	}
+	return 0
+}
+
+func (x *ChunkRef) GetDropSeq() uint64 {
+	if x != nil {
+		return x.DropSeq
+	}
+	return 0
+}
+
+// ChunkRefs applies ChunkRef items in order on the partition holding their
+// shard of the chunk index. Results: one ChunkRecord per item, the entry
+// after the change (partition_id 0 if there is none).
+type ChunkRefs struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Items           []*ChunkRef            `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	SourcePartition uint64                 `protobuf:"varint,2,opt,name=source_partition,json=sourcePartition,proto3" json:"source_partition,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ChunkRefs) Reset() {
+	*x = ChunkRefs{}
+	mi := &file_meta_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkRefs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkRefs) ProtoMessage() {}
+
+func (x *ChunkRefs) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkRefs.ProtoReflect.Descriptor instead.
+func (*ChunkRefs) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ChunkRefs) GetItems() []*ChunkRef {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ChunkRefs) GetSourcePartition() uint64 {
+	if x != nil {
+		return x.SourcePartition
+	}
+	return 0
+}
+
+// ChunkCollect marks dead every named entry that is live, has no
+// references and was last changed at or before older_than_ns. Results: one
+// ChunkRecord per entry marked.
+type ChunkCollect struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprints  [][]byte               `protobuf:"bytes,1,rep,name=fingerprints,proto3" json:"fingerprints,omitempty"`
+	OlderThanNs   int64                  `protobuf:"varint,2,opt,name=older_than_ns,json=olderThanNs,proto3" json:"older_than_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkCollect) Reset() {
+	*x = ChunkCollect{}
+	mi := &file_meta_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkCollect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkCollect) ProtoMessage() {}
+
+func (x *ChunkCollect) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkCollect.ProtoReflect.Descriptor instead.
+func (*ChunkCollect) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ChunkCollect) GetFingerprints() [][]byte {
+	if x != nil {
+		return x.Fingerprints
+	}
+	return nil
+}
+
+func (x *ChunkCollect) GetOlderThanNs() int64 {
+	if x != nil {
+		return x.OlderThanNs
+	}
+	return 0
+}
+
+// ChunkForget deletes entries that are dead at exactly the given location
+// (their bytes were freed); others are left alone.
+type ChunkForget struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunks        []*Chunk               `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkForget) Reset() {
+	*x = ChunkForget{}
+	mi := &file_meta_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkForget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkForget) ProtoMessage() {}
+
+func (x *ChunkForget) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkForget.ProtoReflect.Descriptor instead.
+func (*ChunkForget) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ChunkForget) GetChunks() []*Chunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+// ChunkFix sets reference counts found wrong by a recount (cairn gc): each
+// entry's refs becomes the given refs only if the entry is live and its
+// mtime_ns is still the given one (nothing changed since the recount read
+// it). Results: one ChunkRecord per entry changed.
+type ChunkFix struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*ChunkRecord         `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkFix) Reset() {
+	*x = ChunkFix{}
+	mi := &file_meta_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkFix) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkFix) ProtoMessage() {}
+
+func (x *ChunkFix) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkFix.ProtoReflect.Descriptor instead.
+func (*ChunkFix) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ChunkFix) GetEntries() []*ChunkRecord {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
 }
 
 type Op struct {
@@ -1546,6 +2157,11 @@ type Op struct {
 	//	*Op_SetRouting
 	//	*Op_ImportDentries
 	//	*Op_PurgeDentries
+	//	*Op_SpliceChunks
+	//	*Op_ChunkRefs
+	//	*Op_ChunkCollect
+	//	*Op_ChunkForget
+	//	*Op_ChunkFix
 	Op            isOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1553,7 +2169,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_meta_proto_msgTypes[18]
+	mi := &file_meta_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +2181,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[18]
+	mi := &file_meta_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +2194,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{18}
+	return file_meta_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -1750,6 +2366,51 @@ func (x *Op) GetPurgeDentries() *PurgeDentries {
 	return nil
 }
 
+func (x *Op) GetSpliceChunks() *SpliceChunks {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SpliceChunks); ok {
+			return x.SpliceChunks
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetChunkRefs() *ChunkRefs {
+	if x != nil {
+		if x, ok := x.Op.(*Op_ChunkRefs); ok {
+			return x.ChunkRefs
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetChunkCollect() *ChunkCollect {
+	if x != nil {
+		if x, ok := x.Op.(*Op_ChunkCollect); ok {
+			return x.ChunkCollect
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetChunkForget() *ChunkForget {
+	if x != nil {
+		if x, ok := x.Op.(*Op_ChunkForget); ok {
+			return x.ChunkForget
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetChunkFix() *ChunkFix {
+	if x != nil {
+		if x, ok := x.Op.(*Op_ChunkFix); ok {
+			return x.ChunkFix
+		}
+	}
+	return nil
+}
+
 type isOp_Op interface {
 	isOp_Op()
 }
@@ -1826,6 +2487,26 @@ type Op_PurgeDentries struct {
 	PurgeDentries *PurgeDentries `protobuf:"bytes,18,opt,name=purge_dentries,json=purgeDentries,proto3,oneof"`
 }
 
+type Op_SpliceChunks struct {
+	SpliceChunks *SpliceChunks `protobuf:"bytes,19,opt,name=splice_chunks,json=spliceChunks,proto3,oneof"`
+}
+
+type Op_ChunkRefs struct {
+	ChunkRefs *ChunkRefs `protobuf:"bytes,20,opt,name=chunk_refs,json=chunkRefs,proto3,oneof"`
+}
+
+type Op_ChunkCollect struct {
+	ChunkCollect *ChunkCollect `protobuf:"bytes,21,opt,name=chunk_collect,json=chunkCollect,proto3,oneof"`
+}
+
+type Op_ChunkForget struct {
+	ChunkForget *ChunkForget `protobuf:"bytes,22,opt,name=chunk_forget,json=chunkForget,proto3,oneof"`
+}
+
+type Op_ChunkFix struct {
+	ChunkFix *ChunkFix `protobuf:"bytes,23,opt,name=chunk_fix,json=chunkFix,proto3,oneof"`
+}
+
 func (*Op_CreateInode) isOp_Op() {}
 
 func (*Op_CreateDentry) isOp_Op() {}
@@ -1862,6 +2543,16 @@ func (*Op_ImportDentries) isOp_Op() {}
 
 func (*Op_PurgeDentries) isOp_Op() {}
 
+func (*Op_SpliceChunks) isOp_Op() {}
+
+func (*Op_ChunkRefs) isOp_Op() {}
+
+func (*Op_ChunkCollect) isOp_Op() {}
+
+func (*Op_ChunkForget) isOp_Op() {}
+
+func (*Op_ChunkFix) isOp_Op() {}
+
 // RouteException is one exception-table entry (clusterpb.ExceptionEntry).
 type RouteException struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1874,7 +2565,7 @@ type RouteException struct {
 
 func (x *RouteException) Reset() {
 	*x = RouteException{}
-	mi := &file_meta_proto_msgTypes[19]
+	mi := &file_meta_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2577,7 @@ func (x *RouteException) String() string {
 func (*RouteException) ProtoMessage() {}
 
 func (x *RouteException) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[19]
+	mi := &file_meta_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2590,7 @@ func (x *RouteException) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteException.ProtoReflect.Descriptor instead.
 func (*RouteException) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{19}
+	return file_meta_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RouteException) GetName() []byte {
@@ -1935,7 +2626,7 @@ type Routing struct {
 
 func (x *Routing) Reset() {
 	*x = Routing{}
-	mi := &file_meta_proto_msgTypes[20]
+	mi := &file_meta_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2638,7 @@ func (x *Routing) String() string {
 func (*Routing) ProtoMessage() {}
 
 func (x *Routing) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[20]
+	mi := &file_meta_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2651,7 @@ func (x *Routing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Routing.ProtoReflect.Descriptor instead.
 func (*Routing) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{20}
+	return file_meta_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Routing) GetVersion() uint64 {
@@ -2007,7 +2698,7 @@ type SetRouting struct {
 
 func (x *SetRouting) Reset() {
 	*x = SetRouting{}
-	mi := &file_meta_proto_msgTypes[21]
+	mi := &file_meta_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2710,7 @@ func (x *SetRouting) String() string {
 func (*SetRouting) ProtoMessage() {}
 
 func (x *SetRouting) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[21]
+	mi := &file_meta_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2723,7 @@ func (x *SetRouting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouting.ProtoReflect.Descriptor instead.
 func (*SetRouting) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{21}
+	return file_meta_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetRouting) GetSelf() uint64 {
@@ -2078,7 +2769,7 @@ type ImportDentries struct {
 
 func (x *ImportDentries) Reset() {
 	*x = ImportDentries{}
-	mi := &file_meta_proto_msgTypes[22]
+	mi := &file_meta_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2781,7 @@ func (x *ImportDentries) String() string {
 func (*ImportDentries) ProtoMessage() {}
 
 func (x *ImportDentries) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[22]
+	mi := &file_meta_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2794,7 @@ func (x *ImportDentries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportDentries.ProtoReflect.Descriptor instead.
 func (*ImportDentries) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{22}
+	return file_meta_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ImportDentries) GetDentries() []*Dentry {
@@ -2124,7 +2815,7 @@ type DentryKey struct {
 
 func (x *DentryKey) Reset() {
 	*x = DentryKey{}
-	mi := &file_meta_proto_msgTypes[23]
+	mi := &file_meta_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2827,7 @@ func (x *DentryKey) String() string {
 func (*DentryKey) ProtoMessage() {}
 
 func (x *DentryKey) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[23]
+	mi := &file_meta_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2840,7 @@ func (x *DentryKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DentryKey.ProtoReflect.Descriptor instead.
 func (*DentryKey) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{23}
+	return file_meta_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DentryKey) GetParent() uint64 {
@@ -2178,7 +2869,7 @@ type PurgeDentries struct {
 
 func (x *PurgeDentries) Reset() {
 	*x = PurgeDentries{}
-	mi := &file_meta_proto_msgTypes[24]
+	mi := &file_meta_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2881,7 @@ func (x *PurgeDentries) String() string {
 func (*PurgeDentries) ProtoMessage() {}
 
 func (x *PurgeDentries) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[24]
+	mi := &file_meta_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2894,7 @@ func (x *PurgeDentries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDentries.ProtoReflect.Descriptor instead.
 func (*PurgeDentries) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{24}
+	return file_meta_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PurgeDentries) GetKeys() []*DentryKey {
@@ -2228,7 +2919,7 @@ type Txn struct {
 
 func (x *Txn) Reset() {
 	*x = Txn{}
-	mi := &file_meta_proto_msgTypes[25]
+	mi := &file_meta_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2931,7 @@ func (x *Txn) String() string {
 func (*Txn) ProtoMessage() {}
 
 func (x *Txn) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[25]
+	mi := &file_meta_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2944,7 @@ func (x *Txn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Txn.ProtoReflect.Descriptor instead.
 func (*Txn) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{25}
+	return file_meta_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Txn) GetOps() []*Op {
@@ -2274,13 +2965,14 @@ type OpResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Inode         *Inode                 `protobuf:"bytes,1,opt,name=inode,proto3" json:"inode,omitempty"`   // the inode the op created or changed
 	Dentry        *Dentry                `protobuf:"bytes,2,opt,name=dentry,proto3" json:"dentry,omitempty"` // the dentry it created, replaced or deleted
+	Chunks        []*ChunkRecord         `protobuf:"bytes,3,rep,name=chunks,proto3" json:"chunks,omitempty"` // chunk index ops: see each op
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_meta_proto_msgTypes[26]
+	mi := &file_meta_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2984,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[26]
+	mi := &file_meta_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2997,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{26}
+	return file_meta_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *OpResult) GetInode() *Inode {
@@ -2322,6 +3014,13 @@ func (x *OpResult) GetDentry() *Dentry {
 	return nil
 }
 
+func (x *OpResult) GetChunks() []*ChunkRecord {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
 type TxnResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Errno         int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`                       // 0 on success
@@ -2334,7 +3033,7 @@ type TxnResult struct {
 
 func (x *TxnResult) Reset() {
 	*x = TxnResult{}
-	mi := &file_meta_proto_msgTypes[27]
+	mi := &file_meta_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +3045,7 @@ func (x *TxnResult) String() string {
 func (*TxnResult) ProtoMessage() {}
 
 func (x *TxnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[27]
+	mi := &file_meta_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +3058,7 @@ func (x *TxnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResult.ProtoReflect.Descriptor instead.
 func (*TxnResult) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{27}
+	return file_meta_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TxnResult) GetErrno() int32 {
@@ -2402,7 +3101,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_meta_proto_msgTypes[28]
+	mi := &file_meta_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +3113,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[28]
+	mi := &file_meta_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +3126,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{28}
+	return file_meta_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Batch) GetNowNs() int64 {
@@ -2454,7 +3153,7 @@ type TxnRequest struct {
 
 func (x *TxnRequest) Reset() {
 	*x = TxnRequest{}
-	mi := &file_meta_proto_msgTypes[29]
+	mi := &file_meta_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +3165,7 @@ func (x *TxnRequest) String() string {
 func (*TxnRequest) ProtoMessage() {}
 
 func (x *TxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[29]
+	mi := &file_meta_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +3178,7 @@ func (x *TxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
 func (*TxnRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{29}
+	return file_meta_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TxnRequest) GetPartitionId() uint64 {
@@ -2505,7 +3204,7 @@ type TxnResponse struct {
 
 func (x *TxnResponse) Reset() {
 	*x = TxnResponse{}
-	mi := &file_meta_proto_msgTypes[30]
+	mi := &file_meta_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +3216,7 @@ func (x *TxnResponse) String() string {
 func (*TxnResponse) ProtoMessage() {}
 
 func (x *TxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[30]
+	mi := &file_meta_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +3229,7 @@ func (x *TxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
 func (*TxnResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{30}
+	return file_meta_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TxnResponse) GetResult() *TxnResult {
@@ -2551,7 +3250,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_meta_proto_msgTypes[31]
+	mi := &file_meta_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +3262,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[31]
+	mi := &file_meta_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +3275,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{31}
+	return file_meta_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LookupRequest) GetPartitionId() uint64 {
@@ -2612,7 +3311,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_meta_proto_msgTypes[32]
+	mi := &file_meta_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2624,7 +3323,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[32]
+	mi := &file_meta_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2637,7 +3336,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{32}
+	return file_meta_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LookupResponse) GetErrno() int32 {
@@ -2678,7 +3377,7 @@ type GetInodeRequest struct {
 
 func (x *GetInodeRequest) Reset() {
 	*x = GetInodeRequest{}
-	mi := &file_meta_proto_msgTypes[33]
+	mi := &file_meta_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +3389,7 @@ func (x *GetInodeRequest) String() string {
 func (*GetInodeRequest) ProtoMessage() {}
 
 func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[33]
+	mi := &file_meta_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +3402,7 @@ func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInodeRequest.ProtoReflect.Descriptor instead.
 func (*GetInodeRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{33}
+	return file_meta_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetInodeRequest) GetPartitionId() uint64 {
@@ -2730,7 +3429,7 @@ type GetInodeResponse struct {
 
 func (x *GetInodeResponse) Reset() {
 	*x = GetInodeResponse{}
-	mi := &file_meta_proto_msgTypes[34]
+	mi := &file_meta_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +3441,7 @@ func (x *GetInodeResponse) String() string {
 func (*GetInodeResponse) ProtoMessage() {}
 
 func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[34]
+	mi := &file_meta_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +3454,7 @@ func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInodeResponse.ProtoReflect.Descriptor instead.
 func (*GetInodeResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{34}
+	return file_meta_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetInodeResponse) GetErrno() int32 {
@@ -2785,7 +3484,7 @@ type ReadDirRequest struct {
 
 func (x *ReadDirRequest) Reset() {
 	*x = ReadDirRequest{}
-	mi := &file_meta_proto_msgTypes[35]
+	mi := &file_meta_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2797,7 +3496,7 @@ func (x *ReadDirRequest) String() string {
 func (*ReadDirRequest) ProtoMessage() {}
 
 func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[35]
+	mi := &file_meta_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2810,7 +3509,7 @@ func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirRequest.ProtoReflect.Descriptor instead.
 func (*ReadDirRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{35}
+	return file_meta_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReadDirRequest) GetPartitionId() uint64 {
@@ -2865,7 +3564,7 @@ type ReadDirResponse struct {
 
 func (x *ReadDirResponse) Reset() {
 	*x = ReadDirResponse{}
-	mi := &file_meta_proto_msgTypes[36]
+	mi := &file_meta_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +3576,7 @@ func (x *ReadDirResponse) String() string {
 func (*ReadDirResponse) ProtoMessage() {}
 
 func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[36]
+	mi := &file_meta_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +3589,7 @@ func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirResponse.ProtoReflect.Descriptor instead.
 func (*ReadDirResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{36}
+	return file_meta_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReadDirResponse) GetDentries() []*Dentry {
@@ -2947,15 +3646,16 @@ type ScanRequest struct {
 	Limit       uint32                 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"` // 0: a default; capped by the server
 	// dentries: only those the partition does not own under the current routing
 	// (what a migration must move, or purge).
-	NotOwned      bool `protobuf:"varint,7,opt,name=not_owned,json=notOwned,proto3" json:"not_owned,omitempty"`
-	WithExtents   bool `protobuf:"varint,8,opt,name=with_extents,json=withExtents,proto3" json:"with_extents,omitempty"` // inodes: include extent lists (large)
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NotOwned         bool   `protobuf:"varint,7,opt,name=not_owned,json=notOwned,proto3" json:"not_owned,omitempty"`
+	WithExtents      bool   `protobuf:"varint,8,opt,name=with_extents,json=withExtents,proto3" json:"with_extents,omitempty"`               // inodes: include extent lists and chunk layouts (large)
+	AfterFingerprint []byte `protobuf:"bytes,9,opt,name=after_fingerprint,json=afterFingerprint,proto3" json:"after_fingerprint,omitempty"` // chunks: resume after this fingerprint
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_meta_proto_msgTypes[37]
+	mi := &file_meta_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3667,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[37]
+	mi := &file_meta_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3680,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{37}
+	return file_meta_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ScanRequest) GetPartitionId() uint64 {
@@ -3039,6 +3739,13 @@ func (x *ScanRequest) GetWithExtents() bool {
 	return false
 }
 
+func (x *ScanRequest) GetAfterFingerprint() []byte {
+	if x != nil {
+		return x.AfterFingerprint
+	}
+	return nil
+}
+
 type ScanResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Errno          int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
@@ -3047,13 +3754,14 @@ type ScanResponse struct {
 	More           bool                   `protobuf:"varint,4,opt,name=more,proto3" json:"more,omitempty"`
 	RoutingVersion uint64                 `protobuf:"varint,5,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"`
 	AppliedIndex   uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Chunks         []*ChunkRecord         `protobuf:"bytes,7,rep,name=chunks,proto3" json:"chunks,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_meta_proto_msgTypes[38]
+	mi := &file_meta_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3065,7 +3773,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[38]
+	mi := &file_meta_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3078,7 +3786,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{38}
+	return file_meta_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ScanResponse) GetErrno() int32 {
@@ -3123,6 +3831,13 @@ func (x *ScanResponse) GetAppliedIndex() uint64 {
 	return 0
 }
 
+func (x *ScanResponse) GetChunks() []*ChunkRecord {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
 type PartitionStatsRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	PartitionId uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
@@ -3136,7 +3851,7 @@ type PartitionStatsRequest struct {
 
 func (x *PartitionStatsRequest) Reset() {
 	*x = PartitionStatsRequest{}
-	mi := &file_meta_proto_msgTypes[39]
+	mi := &file_meta_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3863,7 @@ func (x *PartitionStatsRequest) String() string {
 func (*PartitionStatsRequest) ProtoMessage() {}
 
 func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[39]
+	mi := &file_meta_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3876,7 @@ func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatsRequest.ProtoReflect.Descriptor instead.
 func (*PartitionStatsRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{39}
+	return file_meta_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PartitionStatsRequest) GetPartitionId() uint64 {
@@ -3195,7 +3910,7 @@ type NameCount struct {
 
 func (x *NameCount) Reset() {
 	*x = NameCount{}
-	mi := &file_meta_proto_msgTypes[40]
+	mi := &file_meta_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3922,7 @@ func (x *NameCount) String() string {
 func (*NameCount) ProtoMessage() {}
 
 func (x *NameCount) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[40]
+	mi := &file_meta_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3935,7 @@ func (x *NameCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NameCount.ProtoReflect.Descriptor instead.
 func (*NameCount) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{40}
+	return file_meta_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NameCount) GetName() []byte {
@@ -3251,13 +3966,23 @@ type PartitionStatsResponse struct {
 	InodeStart     uint64                 `protobuf:"varint,10,opt,name=inode_start,json=inodeStart,proto3" json:"inode_start,omitempty"`
 	InodeEnd       uint64                 `protobuf:"varint,11,opt,name=inode_end,json=inodeEnd,proto3" json:"inode_end,omitempty"`
 	NamedCounts    []*NameCount           `protobuf:"bytes,12,rep,name=named_counts,json=namedCounts,proto3" json:"named_counts,omitempty"` // for count_names, same order
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The partition's shard of the chunk index: entries, the bytes they store
+	// (each chunk once), the bytes they would take without dedup (size x
+	// refs), entries with no reference, dead entries; and chunk drops on the
+	// free list not yet applied.
+	Chunks            uint64 `protobuf:"varint,13,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	ChunkBytes        uint64 `protobuf:"varint,14,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
+	ChunkRefBytes     uint64 `protobuf:"varint,15,opt,name=chunk_ref_bytes,json=chunkRefBytes,proto3" json:"chunk_ref_bytes,omitempty"`
+	ZeroRefChunks     uint64 `protobuf:"varint,16,opt,name=zero_ref_chunks,json=zeroRefChunks,proto3" json:"zero_ref_chunks,omitempty"`
+	DeadChunks        uint64 `protobuf:"varint,17,opt,name=dead_chunks,json=deadChunks,proto3" json:"dead_chunks,omitempty"`
+	PendingChunkDrops uint64 `protobuf:"varint,18,opt,name=pending_chunk_drops,json=pendingChunkDrops,proto3" json:"pending_chunk_drops,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PartitionStatsResponse) Reset() {
 	*x = PartitionStatsResponse{}
-	mi := &file_meta_proto_msgTypes[41]
+	mi := &file_meta_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3269,7 +3994,7 @@ func (x *PartitionStatsResponse) String() string {
 func (*PartitionStatsResponse) ProtoMessage() {}
 
 func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[41]
+	mi := &file_meta_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3282,7 +4007,7 @@ func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatsResponse.ProtoReflect.Descriptor instead.
 func (*PartitionStatsResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{41}
+	return file_meta_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PartitionStatsResponse) GetInodes() uint64 {
@@ -3369,20 +4094,73 @@ func (x *PartitionStatsResponse) GetNamedCounts() []*NameCount {
 	return nil
 }
 
+func (x *PartitionStatsResponse) GetChunks() uint64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetChunkBytes() uint64 {
+	if x != nil {
+		return x.ChunkBytes
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetChunkRefBytes() uint64 {
+	if x != nil {
+		return x.ChunkRefBytes
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetZeroRefChunks() uint64 {
+	if x != nil {
+		return x.ZeroRefChunks
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetDeadChunks() uint64 {
+	if x != nil {
+		return x.DeadChunks
+	}
+	return 0
+}
+
+func (x *PartitionStatsResponse) GetPendingChunkDrops() uint64 {
+	if x != nil {
+		return x.PendingChunkDrops
+	}
+	return 0
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
 	"meta.proto\x12\n" +
-	"cairn.meta\"\xa5\x01\n" +
+	"cairn.meta\"\xa2\x01\n" +
+	"\x05Chunk\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\fR\vfingerprint\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\rR\x04size\x12!\n" +
+	"\fpartition_id\x18\x03 \x01(\x04R\vpartitionId\x12\x1b\n" +
+	"\textent_id\x18\x04 \x01(\x04R\bextentId\x12#\n" +
+	"\rextent_offset\x18\x05 \x01(\x04R\fextentOffset\"y\n" +
+	"\vChunkRecord\x12'\n" +
+	"\x05chunk\x18\x01 \x01(\v2\x11.cairn.meta.ChunkR\x05chunk\x12\x12\n" +
+	"\x04refs\x18\x02 \x01(\x04R\x04refs\x12\x12\n" +
+	"\x04dead\x18\x03 \x01(\bR\x04dead\x12\x19\n" +
+	"\bmtime_ns\x18\x04 \x01(\x03R\amtimeNs\"\xa5\x01\n" +
 	"\tExtentKey\x12\x1f\n" +
 	"\vfile_offset\x18\x01 \x01(\x04R\n" +
 	"fileOffset\x12!\n" +
 	"\fpartition_id\x18\x02 \x01(\x04R\vpartitionId\x12\x1b\n" +
 	"\textent_id\x18\x03 \x01(\x04R\bextentId\x12#\n" +
 	"\rextent_offset\x18\x04 \x01(\x04R\fextentOffset\x12\x12\n" +
-	"\x04size\x18\x05 \x01(\x04R\x04size\"\x98\x04\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\"\x92\x05\n" +
 	"\x05Inode\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x12\x12\n" +
@@ -3403,7 +4181,11 @@ const file_meta_proto_rawDesc = "" +
 	"\x06xattrs\x18\x0e \x03(\v2\x1d.cairn.meta.Inode.XattrsEntryR\x06xattrs\x12/\n" +
 	"\aextents\x18\x0f \x03(\v2\x15.cairn.meta.ExtentKeyR\aextents\x12\x19\n" +
 	"\bbtime_ns\x18\x10 \x01(\x03R\abtimeNs\x12\x16\n" +
-	"\x06parent\x18\x11 \x01(\x04R\x06parent\x1a9\n" +
+	"\x06parent\x18\x11 \x01(\x04R\x06parent\x12.\n" +
+	"\x06layout\x18\x12 \x01(\x0e2\x16.cairn.meta.FileLayoutR\x06layout\x12)\n" +
+	"\x06chunks\x18\x13 \x03(\v2\x11.cairn.meta.ChunkR\x06chunks\x12\x1d\n" +
+	"\n" +
+	"layout_gen\x18\x14 \x01(\x04R\tlayoutGen\x1a9\n" +
 	"\vXattrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"p\n" +
@@ -3411,7 +4193,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12(\n" +
-	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\"\xce\x01\n" +
+	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\"\xfe\x01\n" +
 	"\vCreateInode\x12(\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
@@ -3420,7 +4202,8 @@ const file_meta_proto_rawDesc = "" +
 	"\x04rdev\x18\x05 \x01(\x04R\x04rdev\x12\x16\n" +
 	"\x06target\x18\x06 \x01(\fR\x06target\x12\x19\n" +
 	"\bwant_ino\x18\a \x01(\x04R\awantIno\x12\x16\n" +
-	"\x06parent\x18\b \x01(\x04R\x06parent\"v\n" +
+	"\x06parent\x18\b \x01(\x04R\x06parent\x12.\n" +
+	"\x06layout\x18\t \x01(\x0e2\x16.cairn.meta.FileLayoutR\x06layout\"v\n" +
 	"\fCreateDentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
@@ -3483,7 +4266,29 @@ const file_meta_proto_rawDesc = "" +
 	"\bSetRange\x12\x10\n" +
 	"\x03end\x18\x01 \x01(\x04R\x03end\"%\n" +
 	"\bAckFreed\x12\x19\n" +
-	"\bupto_seq\x18\x01 \x01(\x04R\auptoSeq\"\x8a\b\n" +
+	"\bupto_seq\x18\x01 \x01(\x04R\auptoSeq\"\xa9\x01\n" +
+	"\fSpliceChunks\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x19\n" +
+	"\bbase_gen\x18\x02 \x01(\x04R\abaseGen\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\rR\x03end\x12)\n" +
+	"\x06chunks\x18\x05 \x03(\v2\x11.cairn.meta.ChunkR\x06chunks\x12\x19\n" +
+	"\bmtime_ns\x18\x06 \x01(\x03R\amtimeNs\"d\n" +
+	"\bChunkRef\x12'\n" +
+	"\x05chunk\x18\x01 \x01(\v2\x11.cairn.meta.ChunkR\x05chunk\x12\x14\n" +
+	"\x05delta\x18\x02 \x01(\x03R\x05delta\x12\x19\n" +
+	"\bdrop_seq\x18\x03 \x01(\x04R\adropSeq\"b\n" +
+	"\tChunkRefs\x12*\n" +
+	"\x05items\x18\x01 \x03(\v2\x14.cairn.meta.ChunkRefR\x05items\x12)\n" +
+	"\x10source_partition\x18\x02 \x01(\x04R\x0fsourcePartition\"V\n" +
+	"\fChunkCollect\x12\"\n" +
+	"\ffingerprints\x18\x01 \x03(\fR\ffingerprints\x12\"\n" +
+	"\rolder_than_ns\x18\x02 \x01(\x03R\volderThanNs\"8\n" +
+	"\vChunkForget\x12)\n" +
+	"\x06chunks\x18\x01 \x03(\v2\x11.cairn.meta.ChunkR\x06chunks\"=\n" +
+	"\bChunkFix\x121\n" +
+	"\aentries\x18\x01 \x03(\v2\x17.cairn.meta.ChunkRecordR\aentries\"\xb7\n" +
+	"\n" +
 	"\x02Op\x12<\n" +
 	"\fcreate_inode\x18\x01 \x01(\v2\x17.cairn.meta.CreateInodeH\x00R\vcreateInode\x12?\n" +
 	"\rcreate_dentry\x18\x02 \x01(\v2\x18.cairn.meta.CreateDentryH\x00R\fcreateDentry\x12?\n" +
@@ -3504,7 +4309,13 @@ const file_meta_proto_rawDesc = "" +
 	"\vset_routing\x18\x10 \x01(\v2\x16.cairn.meta.SetRoutingH\x00R\n" +
 	"setRouting\x12E\n" +
 	"\x0fimport_dentries\x18\x11 \x01(\v2\x1a.cairn.meta.ImportDentriesH\x00R\x0eimportDentries\x12B\n" +
-	"\x0epurge_dentries\x18\x12 \x01(\v2\x19.cairn.meta.PurgeDentriesH\x00R\rpurgeDentriesB\x04\n" +
+	"\x0epurge_dentries\x18\x12 \x01(\v2\x19.cairn.meta.PurgeDentriesH\x00R\rpurgeDentries\x12?\n" +
+	"\rsplice_chunks\x18\x13 \x01(\v2\x18.cairn.meta.SpliceChunksH\x00R\fspliceChunks\x126\n" +
+	"\n" +
+	"chunk_refs\x18\x14 \x01(\v2\x15.cairn.meta.ChunkRefsH\x00R\tchunkRefs\x12?\n" +
+	"\rchunk_collect\x18\x15 \x01(\v2\x18.cairn.meta.ChunkCollectH\x00R\fchunkCollect\x12<\n" +
+	"\fchunk_forget\x18\x16 \x01(\v2\x17.cairn.meta.ChunkForgetH\x00R\vchunkForget\x123\n" +
+	"\tchunk_fix\x18\x17 \x01(\v2\x14.cairn.meta.ChunkFixH\x00R\bchunkFixB\x04\n" +
 	"\x02op\"H\n" +
 	"\x0eRouteException\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x12\n" +
@@ -3533,10 +4344,11 @@ const file_meta_proto_rawDesc = "" +
 	"\x03Txn\x12 \n" +
 	"\x03ops\x18\x01 \x03(\v2\x0e.cairn.meta.OpR\x03ops\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\x04R\trequestId\"_\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\"\x90\x01\n" +
 	"\bOpResult\x12'\n" +
 	"\x05inode\x18\x01 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12*\n" +
-	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\"\x88\x01\n" +
+	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12/\n" +
+	"\x06chunks\x18\x03 \x03(\v2\x17.cairn.meta.ChunkRecordR\x06chunks\"\x88\x01\n" +
 	"\tTxnResult\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12\x1b\n" +
 	"\tfailed_op\x18\x02 \x01(\x05R\bfailedOp\x12\x18\n" +
@@ -3578,7 +4390,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x04more\x18\x03 \x01(\bR\x04more\x12\x14\n" +
 	"\x05errno\x18\x04 \x01(\x05R\x05errno\x12'\n" +
 	"\x0frouting_version\x18\x05 \x01(\x04R\x0eroutingVersion\x12%\n" +
-	"\x0erouting_moving\x18\x06 \x01(\bR\rroutingMoving\"\x8f\x02\n" +
+	"\x0erouting_moving\x18\x06 \x01(\bR\rroutingMoving\"\xbc\x02\n" +
 	"\vScanRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12(\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x14.cairn.meta.ScanKindR\x04kind\x12\x1b\n" +
@@ -3588,14 +4400,16 @@ const file_meta_proto_rawDesc = "" +
 	"after_name\x18\x05 \x01(\fR\tafterName\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\rR\x05limit\x12\x1b\n" +
 	"\tnot_owned\x18\a \x01(\bR\bnotOwned\x12!\n" +
-	"\fwith_extents\x18\b \x01(\bR\vwithExtents\"\xe1\x01\n" +
+	"\fwith_extents\x18\b \x01(\bR\vwithExtents\x12+\n" +
+	"\x11after_fingerprint\x18\t \x01(\fR\x10afterFingerprint\"\x92\x02\n" +
 	"\fScanResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12)\n" +
 	"\x06inodes\x18\x02 \x03(\v2\x11.cairn.meta.InodeR\x06inodes\x12.\n" +
 	"\bdentries\x18\x03 \x03(\v2\x12.cairn.meta.DentryR\bdentries\x12\x12\n" +
 	"\x04more\x18\x04 \x01(\bR\x04more\x12'\n" +
 	"\x0frouting_version\x18\x05 \x01(\x04R\x0eroutingVersion\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"x\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12/\n" +
+	"\x06chunks\x18\a \x03(\v2\x17.cairn.meta.ChunkRecordR\x06chunks\"x\n" +
 	"\x15PartitionStatsRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x1b\n" +
 	"\ttop_names\x18\x02 \x01(\rR\btopNames\x12\x1f\n" +
@@ -3603,7 +4417,7 @@ const file_meta_proto_rawDesc = "" +
 	"countNames\"5\n" +
 	"\tNameCount\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x04R\x05count\"\xc3\x03\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\x9d\x05\n" +
 	"\x16PartitionStatsResponse\x12\x16\n" +
 	"\x06inodes\x18\x01 \x01(\x04R\x06inodes\x12\x1a\n" +
 	"\bdentries\x18\x02 \x01(\x04R\bdentries\x12\x18\n" +
@@ -3618,7 +4432,15 @@ const file_meta_proto_rawDesc = "" +
 	" \x01(\x04R\n" +
 	"inodeStart\x12\x1b\n" +
 	"\tinode_end\x18\v \x01(\x04R\binodeEnd\x128\n" +
-	"\fnamed_counts\x18\f \x03(\v2\x15.cairn.meta.NameCountR\vnamedCounts*\xc9\x01\n" +
+	"\fnamed_counts\x18\f \x03(\v2\x15.cairn.meta.NameCountR\vnamedCounts\x12\x16\n" +
+	"\x06chunks\x18\r \x01(\x04R\x06chunks\x12\x1f\n" +
+	"\vchunk_bytes\x18\x0e \x01(\x04R\n" +
+	"chunkBytes\x12&\n" +
+	"\x0fchunk_ref_bytes\x18\x0f \x01(\x04R\rchunkRefBytes\x12&\n" +
+	"\x0fzero_ref_chunks\x18\x10 \x01(\x04R\rzeroRefChunks\x12\x1f\n" +
+	"\vdead_chunks\x18\x11 \x01(\x04R\n" +
+	"deadChunks\x12.\n" +
+	"\x13pending_chunk_drops\x18\x12 \x01(\x04R\x11pendingChunkDrops*\xc9\x01\n" +
 	"\bFileType\x12\x15\n" +
 	"\x11FILE_TYPE_UNKNOWN\x10\x00\x12\x15\n" +
 	"\x11FILE_TYPE_REGULAR\x10\x01\x12\x17\n" +
@@ -3627,7 +4449,11 @@ const file_meta_proto_rawDesc = "" +
 	"\x0eFILE_TYPE_FIFO\x10\x04\x12\x14\n" +
 	"\x10FILE_TYPE_SOCKET\x10\x05\x12\x19\n" +
 	"\x15FILE_TYPE_CHAR_DEVICE\x10\x06\x12\x1a\n" +
-	"\x16FILE_TYPE_BLOCK_DEVICE\x10\a*\xe4\x01\n" +
+	"\x16FILE_TYPE_BLOCK_DEVICE\x10\a*9\n" +
+	"\n" +
+	"FileLayout\x12\x16\n" +
+	"\x12FILE_LAYOUT_EXTENT\x10\x00\x12\x13\n" +
+	"\x0fFILE_LAYOUT_CDC\x10\x01*\xe4\x01\n" +
 	"\fSetattrValid\x12\x10\n" +
 	"\fSETATTR_NONE\x10\x00\x12\x10\n" +
 	"\fSETATTR_MODE\x10\x01\x12\x0f\n" +
@@ -3639,11 +4465,12 @@ const file_meta_proto_rawDesc = "" +
 	"\x11SETATTR_ATIME_NOW\x10@\x12\x16\n" +
 	"\x11SETATTR_MTIME_NOW\x10\x80\x01\x12\x12\n" +
 	"\rSETATTR_CTIME\x10\x80\x02\x12\x13\n" +
-	"\x0eSETATTR_PARENT\x10\x80\x04*S\n" +
+	"\x0eSETATTR_PARENT\x10\x80\x04*i\n" +
 	"\bScanKind\x12\x19\n" +
 	"\x15SCAN_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SCAN_KIND_INODES\x10\x01\x12\x16\n" +
-	"\x12SCAN_KIND_DENTRIES\x10\x022\xa2\x03\n" +
+	"\x12SCAN_KIND_DENTRIES\x10\x02\x12\x14\n" +
+	"\x10SCAN_KIND_CHUNKS\x10\x032\xa2\x03\n" +
 	"\bMetaNode\x126\n" +
 	"\x03Txn\x12\x16.cairn.meta.TxnRequest\x1a\x17.cairn.meta.TxnResponse\x12?\n" +
 	"\x06Lookup\x12\x19.cairn.meta.LookupRequest\x1a\x1a.cairn.meta.LookupResponse\x12E\n" +
@@ -3664,123 +4491,148 @@ func file_meta_proto_rawDescGZIP() []byte {
 	return file_meta_proto_rawDescData
 }
 
-var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_meta_proto_goTypes = []any{
 	(FileType)(0),                  // 0: cairn.meta.FileType
-	(SetattrValid)(0),              // 1: cairn.meta.SetattrValid
-	(ScanKind)(0),                  // 2: cairn.meta.ScanKind
-	(*ExtentKey)(nil),              // 3: cairn.meta.ExtentKey
-	(*Inode)(nil),                  // 4: cairn.meta.Inode
-	(*Dentry)(nil),                 // 5: cairn.meta.Dentry
-	(*CreateInode)(nil),            // 6: cairn.meta.CreateInode
-	(*CreateDentry)(nil),           // 7: cairn.meta.CreateDentry
-	(*DeleteDentry)(nil),           // 8: cairn.meta.DeleteDentry
-	(*ReplaceDentry)(nil),          // 9: cairn.meta.ReplaceDentry
-	(*Setattr)(nil),                // 10: cairn.meta.Setattr
-	(*Link)(nil),                   // 11: cairn.meta.Link
-	(*TouchDir)(nil),               // 12: cairn.meta.TouchDir
-	(*Evict)(nil),                  // 13: cairn.meta.Evict
-	(*SetXattr)(nil),               // 14: cairn.meta.SetXattr
-	(*RemoveXattr)(nil),            // 15: cairn.meta.RemoveXattr
-	(*AppendExtents)(nil),          // 16: cairn.meta.AppendExtents
-	(*Fence)(nil),                  // 17: cairn.meta.Fence
-	(*Unfence)(nil),                // 18: cairn.meta.Unfence
-	(*SetRange)(nil),               // 19: cairn.meta.SetRange
-	(*AckFreed)(nil),               // 20: cairn.meta.AckFreed
-	(*Op)(nil),                     // 21: cairn.meta.Op
-	(*RouteException)(nil),         // 22: cairn.meta.RouteException
-	(*Routing)(nil),                // 23: cairn.meta.Routing
-	(*SetRouting)(nil),             // 24: cairn.meta.SetRouting
-	(*ImportDentries)(nil),         // 25: cairn.meta.ImportDentries
-	(*DentryKey)(nil),              // 26: cairn.meta.DentryKey
-	(*PurgeDentries)(nil),          // 27: cairn.meta.PurgeDentries
-	(*Txn)(nil),                    // 28: cairn.meta.Txn
-	(*OpResult)(nil),               // 29: cairn.meta.OpResult
-	(*TxnResult)(nil),              // 30: cairn.meta.TxnResult
-	(*Batch)(nil),                  // 31: cairn.meta.Batch
-	(*TxnRequest)(nil),             // 32: cairn.meta.TxnRequest
-	(*TxnResponse)(nil),            // 33: cairn.meta.TxnResponse
-	(*LookupRequest)(nil),          // 34: cairn.meta.LookupRequest
-	(*LookupResponse)(nil),         // 35: cairn.meta.LookupResponse
-	(*GetInodeRequest)(nil),        // 36: cairn.meta.GetInodeRequest
-	(*GetInodeResponse)(nil),       // 37: cairn.meta.GetInodeResponse
-	(*ReadDirRequest)(nil),         // 38: cairn.meta.ReadDirRequest
-	(*ReadDirResponse)(nil),        // 39: cairn.meta.ReadDirResponse
-	(*ScanRequest)(nil),            // 40: cairn.meta.ScanRequest
-	(*ScanResponse)(nil),           // 41: cairn.meta.ScanResponse
-	(*PartitionStatsRequest)(nil),  // 42: cairn.meta.PartitionStatsRequest
-	(*NameCount)(nil),              // 43: cairn.meta.NameCount
-	(*PartitionStatsResponse)(nil), // 44: cairn.meta.PartitionStatsResponse
-	nil,                            // 45: cairn.meta.Inode.XattrsEntry
+	(FileLayout)(0),                // 1: cairn.meta.FileLayout
+	(SetattrValid)(0),              // 2: cairn.meta.SetattrValid
+	(ScanKind)(0),                  // 3: cairn.meta.ScanKind
+	(*Chunk)(nil),                  // 4: cairn.meta.Chunk
+	(*ChunkRecord)(nil),            // 5: cairn.meta.ChunkRecord
+	(*ExtentKey)(nil),              // 6: cairn.meta.ExtentKey
+	(*Inode)(nil),                  // 7: cairn.meta.Inode
+	(*Dentry)(nil),                 // 8: cairn.meta.Dentry
+	(*CreateInode)(nil),            // 9: cairn.meta.CreateInode
+	(*CreateDentry)(nil),           // 10: cairn.meta.CreateDentry
+	(*DeleteDentry)(nil),           // 11: cairn.meta.DeleteDentry
+	(*ReplaceDentry)(nil),          // 12: cairn.meta.ReplaceDentry
+	(*Setattr)(nil),                // 13: cairn.meta.Setattr
+	(*Link)(nil),                   // 14: cairn.meta.Link
+	(*TouchDir)(nil),               // 15: cairn.meta.TouchDir
+	(*Evict)(nil),                  // 16: cairn.meta.Evict
+	(*SetXattr)(nil),               // 17: cairn.meta.SetXattr
+	(*RemoveXattr)(nil),            // 18: cairn.meta.RemoveXattr
+	(*AppendExtents)(nil),          // 19: cairn.meta.AppendExtents
+	(*Fence)(nil),                  // 20: cairn.meta.Fence
+	(*Unfence)(nil),                // 21: cairn.meta.Unfence
+	(*SetRange)(nil),               // 22: cairn.meta.SetRange
+	(*AckFreed)(nil),               // 23: cairn.meta.AckFreed
+	(*SpliceChunks)(nil),           // 24: cairn.meta.SpliceChunks
+	(*ChunkRef)(nil),               // 25: cairn.meta.ChunkRef
+	(*ChunkRefs)(nil),              // 26: cairn.meta.ChunkRefs
+	(*ChunkCollect)(nil),           // 27: cairn.meta.ChunkCollect
+	(*ChunkForget)(nil),            // 28: cairn.meta.ChunkForget
+	(*ChunkFix)(nil),               // 29: cairn.meta.ChunkFix
+	(*Op)(nil),                     // 30: cairn.meta.Op
+	(*RouteException)(nil),         // 31: cairn.meta.RouteException
+	(*Routing)(nil),                // 32: cairn.meta.Routing
+	(*SetRouting)(nil),             // 33: cairn.meta.SetRouting
+	(*ImportDentries)(nil),         // 34: cairn.meta.ImportDentries
+	(*DentryKey)(nil),              // 35: cairn.meta.DentryKey
+	(*PurgeDentries)(nil),          // 36: cairn.meta.PurgeDentries
+	(*Txn)(nil),                    // 37: cairn.meta.Txn
+	(*OpResult)(nil),               // 38: cairn.meta.OpResult
+	(*TxnResult)(nil),              // 39: cairn.meta.TxnResult
+	(*Batch)(nil),                  // 40: cairn.meta.Batch
+	(*TxnRequest)(nil),             // 41: cairn.meta.TxnRequest
+	(*TxnResponse)(nil),            // 42: cairn.meta.TxnResponse
+	(*LookupRequest)(nil),          // 43: cairn.meta.LookupRequest
+	(*LookupResponse)(nil),         // 44: cairn.meta.LookupResponse
+	(*GetInodeRequest)(nil),        // 45: cairn.meta.GetInodeRequest
+	(*GetInodeResponse)(nil),       // 46: cairn.meta.GetInodeResponse
+	(*ReadDirRequest)(nil),         // 47: cairn.meta.ReadDirRequest
+	(*ReadDirResponse)(nil),        // 48: cairn.meta.ReadDirResponse
+	(*ScanRequest)(nil),            // 49: cairn.meta.ScanRequest
+	(*ScanResponse)(nil),           // 50: cairn.meta.ScanResponse
+	(*PartitionStatsRequest)(nil),  // 51: cairn.meta.PartitionStatsRequest
+	(*NameCount)(nil),              // 52: cairn.meta.NameCount
+	(*PartitionStatsResponse)(nil), // 53: cairn.meta.PartitionStatsResponse
+	nil,                            // 54: cairn.meta.Inode.XattrsEntry
 }
 var file_meta_proto_depIdxs = []int32{
-	0,  // 0: cairn.meta.Inode.type:type_name -> cairn.meta.FileType
-	45, // 1: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
-	3,  // 2: cairn.meta.Inode.extents:type_name -> cairn.meta.ExtentKey
-	0,  // 3: cairn.meta.Dentry.type:type_name -> cairn.meta.FileType
-	0,  // 4: cairn.meta.CreateInode.type:type_name -> cairn.meta.FileType
-	0,  // 5: cairn.meta.CreateDentry.type:type_name -> cairn.meta.FileType
-	0,  // 6: cairn.meta.DeleteDentry.expect_type:type_name -> cairn.meta.FileType
-	0,  // 7: cairn.meta.ReplaceDentry.type:type_name -> cairn.meta.FileType
-	3,  // 8: cairn.meta.AppendExtents.extents:type_name -> cairn.meta.ExtentKey
-	6,  // 9: cairn.meta.Op.create_inode:type_name -> cairn.meta.CreateInode
-	7,  // 10: cairn.meta.Op.create_dentry:type_name -> cairn.meta.CreateDentry
-	8,  // 11: cairn.meta.Op.delete_dentry:type_name -> cairn.meta.DeleteDentry
-	9,  // 12: cairn.meta.Op.replace_dentry:type_name -> cairn.meta.ReplaceDentry
-	10, // 13: cairn.meta.Op.setattr:type_name -> cairn.meta.Setattr
-	11, // 14: cairn.meta.Op.link:type_name -> cairn.meta.Link
-	12, // 15: cairn.meta.Op.touch_dir:type_name -> cairn.meta.TouchDir
-	13, // 16: cairn.meta.Op.evict:type_name -> cairn.meta.Evict
-	14, // 17: cairn.meta.Op.set_xattr:type_name -> cairn.meta.SetXattr
-	15, // 18: cairn.meta.Op.remove_xattr:type_name -> cairn.meta.RemoveXattr
-	16, // 19: cairn.meta.Op.append_extents:type_name -> cairn.meta.AppendExtents
-	17, // 20: cairn.meta.Op.fence:type_name -> cairn.meta.Fence
-	18, // 21: cairn.meta.Op.unfence:type_name -> cairn.meta.Unfence
-	19, // 22: cairn.meta.Op.set_range:type_name -> cairn.meta.SetRange
-	20, // 23: cairn.meta.Op.ack_freed:type_name -> cairn.meta.AckFreed
-	24, // 24: cairn.meta.Op.set_routing:type_name -> cairn.meta.SetRouting
-	25, // 25: cairn.meta.Op.import_dentries:type_name -> cairn.meta.ImportDentries
-	27, // 26: cairn.meta.Op.purge_dentries:type_name -> cairn.meta.PurgeDentries
-	22, // 27: cairn.meta.Routing.exceptions:type_name -> cairn.meta.RouteException
-	23, // 28: cairn.meta.SetRouting.current:type_name -> cairn.meta.Routing
-	23, // 29: cairn.meta.SetRouting.previous:type_name -> cairn.meta.Routing
-	5,  // 30: cairn.meta.ImportDentries.dentries:type_name -> cairn.meta.Dentry
-	26, // 31: cairn.meta.PurgeDentries.keys:type_name -> cairn.meta.DentryKey
-	21, // 32: cairn.meta.Txn.ops:type_name -> cairn.meta.Op
-	4,  // 33: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
-	5,  // 34: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
-	29, // 35: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
-	28, // 36: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
-	28, // 37: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
-	30, // 38: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
-	5,  // 39: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
-	4,  // 40: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
-	4,  // 41: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
-	5,  // 42: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
-	4,  // 43: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
-	2,  // 44: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
-	4,  // 45: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
-	5,  // 46: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
-	43, // 47: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
-	43, // 48: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
-	32, // 49: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	34, // 50: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	36, // 51: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	38, // 52: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	42, // 53: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	40, // 54: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
-	33, // 55: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	35, // 56: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	37, // 57: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	39, // 58: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	44, // 59: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	41, // 60: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
-	55, // [55:61] is the sub-list for method output_type
-	49, // [49:55] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	4,  // 0: cairn.meta.ChunkRecord.chunk:type_name -> cairn.meta.Chunk
+	0,  // 1: cairn.meta.Inode.type:type_name -> cairn.meta.FileType
+	54, // 2: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
+	6,  // 3: cairn.meta.Inode.extents:type_name -> cairn.meta.ExtentKey
+	1,  // 4: cairn.meta.Inode.layout:type_name -> cairn.meta.FileLayout
+	4,  // 5: cairn.meta.Inode.chunks:type_name -> cairn.meta.Chunk
+	0,  // 6: cairn.meta.Dentry.type:type_name -> cairn.meta.FileType
+	0,  // 7: cairn.meta.CreateInode.type:type_name -> cairn.meta.FileType
+	1,  // 8: cairn.meta.CreateInode.layout:type_name -> cairn.meta.FileLayout
+	0,  // 9: cairn.meta.CreateDentry.type:type_name -> cairn.meta.FileType
+	0,  // 10: cairn.meta.DeleteDentry.expect_type:type_name -> cairn.meta.FileType
+	0,  // 11: cairn.meta.ReplaceDentry.type:type_name -> cairn.meta.FileType
+	6,  // 12: cairn.meta.AppendExtents.extents:type_name -> cairn.meta.ExtentKey
+	4,  // 13: cairn.meta.SpliceChunks.chunks:type_name -> cairn.meta.Chunk
+	4,  // 14: cairn.meta.ChunkRef.chunk:type_name -> cairn.meta.Chunk
+	25, // 15: cairn.meta.ChunkRefs.items:type_name -> cairn.meta.ChunkRef
+	4,  // 16: cairn.meta.ChunkForget.chunks:type_name -> cairn.meta.Chunk
+	5,  // 17: cairn.meta.ChunkFix.entries:type_name -> cairn.meta.ChunkRecord
+	9,  // 18: cairn.meta.Op.create_inode:type_name -> cairn.meta.CreateInode
+	10, // 19: cairn.meta.Op.create_dentry:type_name -> cairn.meta.CreateDentry
+	11, // 20: cairn.meta.Op.delete_dentry:type_name -> cairn.meta.DeleteDentry
+	12, // 21: cairn.meta.Op.replace_dentry:type_name -> cairn.meta.ReplaceDentry
+	13, // 22: cairn.meta.Op.setattr:type_name -> cairn.meta.Setattr
+	14, // 23: cairn.meta.Op.link:type_name -> cairn.meta.Link
+	15, // 24: cairn.meta.Op.touch_dir:type_name -> cairn.meta.TouchDir
+	16, // 25: cairn.meta.Op.evict:type_name -> cairn.meta.Evict
+	17, // 26: cairn.meta.Op.set_xattr:type_name -> cairn.meta.SetXattr
+	18, // 27: cairn.meta.Op.remove_xattr:type_name -> cairn.meta.RemoveXattr
+	19, // 28: cairn.meta.Op.append_extents:type_name -> cairn.meta.AppendExtents
+	20, // 29: cairn.meta.Op.fence:type_name -> cairn.meta.Fence
+	21, // 30: cairn.meta.Op.unfence:type_name -> cairn.meta.Unfence
+	22, // 31: cairn.meta.Op.set_range:type_name -> cairn.meta.SetRange
+	23, // 32: cairn.meta.Op.ack_freed:type_name -> cairn.meta.AckFreed
+	33, // 33: cairn.meta.Op.set_routing:type_name -> cairn.meta.SetRouting
+	34, // 34: cairn.meta.Op.import_dentries:type_name -> cairn.meta.ImportDentries
+	36, // 35: cairn.meta.Op.purge_dentries:type_name -> cairn.meta.PurgeDentries
+	24, // 36: cairn.meta.Op.splice_chunks:type_name -> cairn.meta.SpliceChunks
+	26, // 37: cairn.meta.Op.chunk_refs:type_name -> cairn.meta.ChunkRefs
+	27, // 38: cairn.meta.Op.chunk_collect:type_name -> cairn.meta.ChunkCollect
+	28, // 39: cairn.meta.Op.chunk_forget:type_name -> cairn.meta.ChunkForget
+	29, // 40: cairn.meta.Op.chunk_fix:type_name -> cairn.meta.ChunkFix
+	31, // 41: cairn.meta.Routing.exceptions:type_name -> cairn.meta.RouteException
+	32, // 42: cairn.meta.SetRouting.current:type_name -> cairn.meta.Routing
+	32, // 43: cairn.meta.SetRouting.previous:type_name -> cairn.meta.Routing
+	8,  // 44: cairn.meta.ImportDentries.dentries:type_name -> cairn.meta.Dentry
+	35, // 45: cairn.meta.PurgeDentries.keys:type_name -> cairn.meta.DentryKey
+	30, // 46: cairn.meta.Txn.ops:type_name -> cairn.meta.Op
+	7,  // 47: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
+	8,  // 48: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
+	5,  // 49: cairn.meta.OpResult.chunks:type_name -> cairn.meta.ChunkRecord
+	38, // 50: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
+	37, // 51: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
+	37, // 52: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
+	39, // 53: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
+	8,  // 54: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
+	7,  // 55: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
+	7,  // 56: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
+	8,  // 57: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
+	7,  // 58: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
+	3,  // 59: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
+	7,  // 60: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
+	8,  // 61: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
+	5,  // 62: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
+	52, // 63: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
+	52, // 64: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
+	41, // 65: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	43, // 66: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	45, // 67: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	47, // 68: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	51, // 69: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	49, // 70: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
+	42, // 71: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	44, // 72: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	46, // 73: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	48, // 74: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	53, // 75: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	50, // 76: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
+	71, // [71:77] is the sub-list for method output_type
+	65, // [65:71] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -3788,7 +4640,7 @@ func file_meta_proto_init() {
 	if File_meta_proto != nil {
 		return
 	}
-	file_meta_proto_msgTypes[18].OneofWrappers = []any{
+	file_meta_proto_msgTypes[26].OneofWrappers = []any{
 		(*Op_CreateInode)(nil),
 		(*Op_CreateDentry)(nil),
 		(*Op_DeleteDentry)(nil),
@@ -3807,14 +4659,19 @@ func file_meta_proto_init() {
 		(*Op_SetRouting)(nil),
 		(*Op_ImportDentries)(nil),
 		(*Op_PurgeDentries)(nil),
+		(*Op_SpliceChunks)(nil),
+		(*Op_ChunkRefs)(nil),
+		(*Op_ChunkCollect)(nil),
+		(*Op_ChunkForget)(nil),
+		(*Op_ChunkFix)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   43,
+			NumEnums:      4,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
