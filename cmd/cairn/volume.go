@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,9 +13,12 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
+	"github.com/cairnfs/cairn/pkg/bench/workload"
+	"github.com/cairnfs/cairn/pkg/chunker"
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
+	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
 func newVolumeCmd() *cobra.Command {
@@ -35,6 +39,9 @@ func newVolumeCreateCmd() *cobra.Command {
 		cf                     clusterFlags
 		metas, datas, replicas uint32
 		capacity               uint64
+		layout                 string
+		chunkAlg               string
+		chunkSizes             string
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
@@ -42,7 +49,7 @@ func newVolumeCreateCmd() *cobra.Command {
 		Long: `Create a volume: 1-63 letters, digits, '.', '_' or '-', starting with a letter
 or digit. Its partitions are placed at once; the command fails without changing
 anything if the name exists or too few nodes are alive for the replica count.`,
-		Example: "  cairn volume create photos\n  cairn volume create scratch --replicas 1 --data-partitions 4",
+		Example: "  cairn volume create photos\n  cairn volume create scratch --replicas 1 --data-partitions 4\n  cairn volume create vms --layout cdc --chunk-sizes 16KiB,64KiB,256KiB",
 		Args:    exactArgs(1, "a volume name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := clustermap.ValidateVolumeName(args[0]); err != nil {
@@ -51,15 +58,28 @@ anything if the name exists or too few nodes are alive for the replica count.`,
 			if replicas > 7 {
 				return usagef(cmd, "--replicas %d: at most 7", replicas)
 			}
+			l, err := clustermap.ParseLayout(layout)
+			if err != nil {
+				return usagef(cmd, "--layout: %v", err)
+			}
+			chunking, err := chunkingFlags(chunkAlg, chunkSizes)
+			if err != nil {
+				return usageError{err, cmd}
+			}
+			if err := clustermap.ValidateChunkLayout(uint32(l), chunking); err != nil {
+				return usageError{err, cmd}
+			}
 			return withMaster(cmd, &cf, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) error {
 				resp, err := m.CreateVolume(ctx, &pb.CreateVolumeRequest{
 					Name: args[0], MetaPartitions: metas, DataPartitions: datas, Replicas: int32(replicas), CapacityBytes: capacity,
+					DefaultLayout: uint32(l), Chunking: chunking,
 				}, o...)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "created volume %q (id %d): %d meta and %d data partitions, %d replicas each\n",
-					resp.Volume.Name, resp.Volume.Id, len(resp.Volume.MetaPartitions), len(resp.Volume.DataPartitions), resp.Volume.Replicas)
+				v := resp.Volume
+				fmt.Fprintf(cmd.OutOrStdout(), "created volume %q (id %d): %d meta and %d data partitions, %d replicas each, %s layout\n",
+					v.Name, v.Id, len(v.MetaPartitions), len(v.DataPartitions), v.Replicas, clustermap.LayoutName(metapb.FileLayout(v.DefaultLayout)))
 				return nil
 			})
 		},
@@ -70,7 +90,40 @@ anything if the name exists or too few nodes are alive for the replica count.`,
 	f.Uint32Var(&datas, "data-partitions", 0, "initial data partitions (default 10)")
 	f.Uint32Var(&replicas, "replicas", 0, "replicas of each partition (default 3)")
 	f.Uint64Var(&capacity, "capacity", 0, "capacity in bytes (0: unlimited)")
+	f.StringVar(&layout, "layout", "extent", "layout of new files: extent, or cdc (content-defined chunks with dedup); a directory's user.cairn.layout attribute overrides it")
+	f.StringVar(&chunkAlg, "chunk-algorithm", "fastcdc1", "how cdc files are cut: fastcdc1 or rabin1 (fixed at creation)")
+	f.StringVar(&chunkSizes, "chunk-sizes", "", "MIN,AVG,MAX chunk sizes of cdc files, AVG a power of two, MAX at most 1MiB (default 64KiB,256KiB,1MiB)")
 	return cmd
+}
+
+// chunkingFlags reads --chunk-algorithm and --chunk-sizes into a volume's
+// chunking; no sizes means chunker.Default's with the chosen algorithm.
+func chunkingFlags(alg, sizes string) (*pb.ChunkLayout, error) {
+	cfg := chunker.Default()
+	switch alg {
+	case chunker.FastCDC1.String():
+		cfg.Algorithm = chunker.FastCDC1
+	case chunker.Rabin1.String():
+		cfg.Algorithm = chunker.Rabin1
+	default:
+		return nil, fmt.Errorf("--chunk-algorithm %q: want fastcdc1 or rabin1", alg)
+	}
+	if sizes != "" {
+		parts := strings.Split(sizes, ",")
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("--chunk-sizes %q: want MIN,AVG,MAX (e.g. 64KiB,256KiB,1MiB)", sizes)
+		}
+		var n [3]int
+		for i, p := range parts {
+			v, err := workload.ParseSize(p)
+			if err != nil || v > math.MaxInt32 {
+				return nil, fmt.Errorf("--chunk-sizes %q: bad size %q", sizes, p)
+			}
+			n[i] = int(v)
+		}
+		cfg.MinSize, cfg.AvgSize, cfg.MaxSize = n[0], n[1], n[2]
+	}
+	return clustermap.ChunkLayoutOf(cfg), nil
 }
 
 func newVolumeListCmd() *cobra.Command {
@@ -130,8 +183,9 @@ func newVolumeInfoCmd() *cobra.Command {
 				if v.CapacityBytes > 0 {
 					capacity = humanBytes(v.CapacityBytes)
 				}
-				fmt.Fprintf(out, "volume %s (id %d), created %s\ncapacity %s, %d replicas, %d hash slots\n\n",
-					v.Name, v.Id, time.UnixMilli(v.CreatedUnixMs).Format(time.RFC3339), capacity, v.Replicas, len(v.SlotOwners))
+				fmt.Fprintf(out, "volume %s (id %d), created %s\ncapacity %s, %d replicas, %d hash slots\nlayout of new files %s; cdc chunks %v\n\n",
+					v.Name, v.Id, time.UnixMilli(v.CreatedUnixMs).Format(time.RFC3339), capacity, v.Replicas, len(v.SlotOwners),
+					clustermap.LayoutName(metapb.FileLayout(v.DefaultLayout)), clustermap.ChunkConfig(v.Chunking))
 				slots := map[uint64]int{}
 				for _, o := range v.SlotOwners {
 					slots[o]++

@@ -73,3 +73,28 @@ func ChunkShard(v *pb.Volume, fp []byte) (uint64, error) {
 	h := binary.BigEndian.Uint64(fp[1:9])
 	return parts[h%uint64(len(parts))], nil
 }
+
+// Layout names as users write them (cairn volume create --layout, the
+// user.cairn.layout directory attribute).
+var layoutNames = map[string]metapb.FileLayout{
+	"extent": metapb.FileLayout_FILE_LAYOUT_EXTENT,
+	"cdc":    metapb.FileLayout_FILE_LAYOUT_CDC,
+}
+
+// ParseLayout reads a layout name: "extent" or "cdc".
+func ParseLayout(name string) (metapb.FileLayout, error) {
+	if l, ok := layoutNames[name]; ok {
+		return l, nil
+	}
+	return 0, fmt.Errorf("%w: unknown file layout %q (want extent or cdc)", ErrInvalid, name)
+}
+
+// LayoutName is the user-facing name of l ("extent", "cdc").
+func LayoutName(l metapb.FileLayout) string {
+	for name, v := range layoutNames {
+		if v == l {
+			return name
+		}
+	}
+	return fmt.Sprintf("layout(%d)", int32(l))
+}

@@ -297,11 +297,18 @@ func (s *State) createVolume(now int64, c *pb.CreateVolume) (uint64, error) {
 	if slots < uint32(metas) || slots > MaxSlotCount {
 		return 0, fmt.Errorf("%w volume %q: slot count %d must be between the meta partition count %d and %d", ErrInvalid, c.Name, slots, metas, MaxSlotCount)
 	}
+	if err := ValidateChunkLayout(c.DefaultLayout, c.Chunking); err != nil {
+		return 0, fmt.Errorf("volume %q: %w", c.Name, err)
+	}
 
 	v := &pb.Volume{
 		Id: s.m.NextVolumeId, Name: c.Name, CreatedUnixMs: now,
 		CapacityBytes: c.CapacityBytes, Replicas: c.Replicas,
 		RoutingVersion: 1,
+		DefaultLayout:  c.DefaultLayout,
+		// Stored explicitly, never as nil: the cut points of the volume's
+		// chunks must not change if the default does.
+		Chunking: ChunkLayoutOf(ChunkConfig(c.Chunking)),
 	}
 	s.m.NextVolumeId++
 	metaIndex := uint64(0)
@@ -323,6 +330,10 @@ func (s *State) createVolume(now int64, c *pb.CreateVolume) (uint64, error) {
 		}
 		s.m.Partitions[p.Id] = p
 	}
+	// The chunk index lives on the first meta partitions for the volume's
+	// life: a fingerprint's shard must never move, and growth only adds
+	// partitions for names.
+	v.ChunkIndexPartitions = slices.Clone(v.MetaPartitions)
 	v.SlotOwners = make([]uint64, slots)
 	for i := range v.SlotOwners {
 		// Contiguous slot ranges per meta partition: growing the volume later moves

@@ -3,8 +3,10 @@ package clustermap
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 
+	"github.com/cairnfs/cairn/pkg/chunker"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 )
 
@@ -14,6 +16,12 @@ func reg(uuid string, role pb.Role, addr string, id uint64) *pb.Command {
 
 func vol(name string, replicas int32, parts ...*pb.NewPartition) *pb.Command {
 	return &pb.Command{NowUnixMs: 2000, Op: &pb.Command_CreateVolume{CreateVolume: &pb.CreateVolume{Name: name, Replicas: replicas, SlotCount: 8, Partitions: parts}}}
+}
+
+func volLayout(name string, layout uint32, chunking *pb.ChunkLayout) *pb.Command {
+	c := vol(name, 3, part(meta, 1, 2, 3), part(data, 4, 5, 6))
+	c.GetCreateVolume().DefaultLayout, c.GetCreateVolume().Chunking = layout, chunking
+	return c
 }
 
 func part(kind pb.PartitionKind, replicas ...uint64) *pb.NewPartition {
@@ -69,6 +77,11 @@ func TestApply(t *testing.T) {
 		{"unknown replica", vol("v1", 3, part(meta, 1, 2, 99), part(data, 4, 5, 6)), ErrNotFound, nil, 7},
 		{"wrong replica count", vol("v1", 3, part(meta, 1, 2), part(data, 4, 5, 6)), ErrInvalid, nil, 7},
 		{"no data partition", vol("v1", 3, part(meta, 1, 2, 3)), ErrInvalid, nil, 7},
+		{"chunked volume", volLayout("v1", 1, nil), nil, uint64(1), 8},
+		{"unknown layout", volLayout("v1", 7, nil), ErrInvalid, nil, 7},
+		{"chunking min above avg", volLayout("v1", 1, &pb.ChunkLayout{Algorithm: 1, MinSize: 1 << 20, AvgSize: 1 << 16, MaxSize: 1 << 20}), ErrInvalid, nil, 7},
+		{"chunks above a data node's write", volLayout("v1", 1, &pb.ChunkLayout{Algorithm: 1, MinSize: 1 << 12, AvgSize: 1 << 20, MaxSize: 8 << 20}), ErrInvalid, nil, 7},
+		{"unknown chunk algorithm", volLayout("v1", 1, &pb.ChunkLayout{Algorithm: 9, MinSize: 1 << 12, AvgSize: 1 << 16, MaxSize: 1 << 18}), ErrInvalid, nil, 7},
 		{"delete missing volume", &pb.Command{Op: &pb.Command_DeleteVolume{DeleteVolume: &pb.DeleteVolume{Name: "nope"}}}, ErrNotFound, nil, 7},
 		{"node down", &pb.Command{Op: &pb.Command_SetNodeState{SetNodeState: &pb.SetNodeState{NodeId: 2, State: pb.NodeState_NODE_STATE_DOWN}}}, nil, nil, 8},
 		{"node state unchanged", &pb.Command{Op: &pb.Command_SetNodeState{SetNodeState: &pb.SetNodeState{NodeId: 2, State: pb.NodeState_NODE_STATE_ALIVE}}}, nil, nil, 7},
@@ -121,6 +134,12 @@ func TestCreateVolumeLayout(t *testing.T) {
 		if p.InodeStart != ranges[i][0] || p.InodeEnd != ranges[i][1] {
 			t.Fatalf("mp %d range [%d,%d], want %v", id, p.InodeStart, p.InodeEnd, ranges[i])
 		}
+	}
+	if !slices.Equal(v.ChunkIndexPartitions, v.MetaPartitions) {
+		t.Fatalf("chunk index partitions %v, want the meta partitions %v", v.ChunkIndexPartitions, v.MetaPartitions)
+	}
+	if got := ChunkConfig(v.Chunking); got != chunker.Default() {
+		t.Fatalf("chunking %v, want the default %v stored", got, chunker.Default())
 	}
 	if got := len(s.PartitionsOf(4)); got != 1 {
 		t.Fatalf("node 4 hosts %d partitions, want 1", got)

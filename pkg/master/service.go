@@ -247,6 +247,9 @@ func (v *service) CreateVolume(ctx context.Context, req *pb.CreateVolumeRequest)
 	if replicas > maxReplicas || metas+datas > clustermap.MaxPartitionsPerOp {
 		return nil, status.Errorf(codes.InvalidArgument, "at most %d replicas and %d partitions per volume", maxReplicas, clustermap.MaxPartitionsPerOp)
 	}
+	if err := clustermap.ValidateChunkLayout(req.DefaultLayout, req.Chunking); err != nil {
+		return nil, toStatus(err)
+	}
 	// One placement at a time: each sees the partitions the previous one added.
 	v.s.createMu.Lock()
 	defer v.s.createMu.Unlock()
@@ -256,6 +259,7 @@ func (v *service) CreateVolume(ctx context.Context, req *pb.CreateVolumeRequest)
 	}
 	_, err = v.s.propose(ctx, &pb.Command{Op: &pb.Command_CreateVolume{CreateVolume: &pb.CreateVolume{
 		Name: req.Name, CapacityBytes: req.CapacityBytes, Replicas: int32(replicas), Partitions: parts,
+		DefaultLayout: req.DefaultLayout, Chunking: req.Chunking,
 	}}})
 	if err != nil {
 		return nil, toStatus(err)
