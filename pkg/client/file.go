@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cairnfs/cairn/pkg/chunkcache"
 	"github.com/cairnfs/cairn/pkg/dataclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
@@ -76,6 +77,11 @@ type Stats struct {
 	// BytesToData and BytesFromData count file bytes written to and read
 	// from data nodes through Files.
 	BytesToData, BytesFromData int64
+	// DedupBytes counts bytes of chunked files' new chunks that were not
+	// sent because the volume stored them already.
+	DedupBytes int64
+	// ChunkCache is the chunk cache's state.
+	ChunkCache chunkcache.Stats
 	// Data are the data client's counters (zero before the first OpenFile).
 	Data dataclient.Stats
 }
@@ -85,7 +91,10 @@ func (v *Volume) Stats() Stats {
 	v.dataMu.Lock()
 	dc := v.data
 	v.dataMu.Unlock()
-	st := Stats{MetaRequests: v.metaRequests.Load(), BytesToData: v.bytesWritten.Load(), BytesFromData: v.bytesRead.Load()}
+	st := Stats{
+		MetaRequests: v.metaRequests.Load(), BytesToData: v.bytesWritten.Load(), BytesFromData: v.bytesRead.Load(),
+		DedupBytes: v.dedupBytes.Load(), ChunkCache: v.chunks.Stats(),
+	}
 	if dc != nil {
 		st.Data = dc.Stats()
 	}
@@ -120,6 +129,7 @@ type File struct {
 	dirty    dirtyBuf            // in-place overwrites not yet sent (write-back)
 	err      error               // a failed write-back: reported by the next flush point
 	closed   bool
+	cdc      *cdcFile // a chunked file's layout and buffer (chunked.go); nil for extents
 }
 
 // OpenFile opens regular file ino. flags are open(2) flags: O_WRONLY or
@@ -152,12 +162,18 @@ func (v *Volume) OpenFile(ctx context.Context, ino uint64, flags int) (*File, er
 	if err != nil {
 		return nil, err
 	}
+	var cdc *cdcFile
+	if in.GetLayout() == metapb.FileLayout_FILE_LAYOUT_CDC {
+		if cdc, err = newCDCFile(v, in); err != nil {
+			return nil, errnoErr(op, syscall.EIO, "inode %d: %v", ino, err)
+		}
+	}
 	v.opened(ino)
 	fctx, stop := context.WithCancel(context.Background())
 	f := &File{
 		v: v, dc: dc, ino: ino, ctx: fctx, stop: stop,
 		append: flags&syscall.O_APPEND != 0, writable: writable,
-		keys: sortedKeys(in.GetExtents()), size: in.GetSize(),
+		keys: sortedKeys(in.GetExtents()), size: in.GetSize(), cdc: cdc,
 	}
 	return f, nil
 }
@@ -292,6 +308,9 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if uint64(off) >= f.size {
 		return 0, io.EOF
 	}
+	if f.cdc != nil {
+		return f.readChunked(p, uint64(off))
+	}
 	if f.w != nil && off+int64(len(p)) > int64(f.wEnd)-int64(f.w.Size()) {
 		// The range may hold bytes still in the writer's buffer.
 		if err := f.endWriter(op); err != nil {
@@ -348,6 +367,9 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		}
 	}
 	f.modified = time.Now()
+	if f.cdc != nil {
+		return f.writeChunked(op, p, start)
+	}
 	// Fast path: continue the sequential writer.
 	if f.w != nil && start == f.wEnd {
 		// The writer may run on over existing keys, which its new keys
@@ -573,6 +595,13 @@ func (f *File) flushLocked(ctx context.Context, op string) error {
 		_ = f.flushLocked(ctx, op)
 		return err
 	}
+	if f.cdc != nil {
+		if err := f.commitChunks(op, true); err != nil {
+			return err
+		}
+		f.modified = time.Time{}
+		return nil
+	}
 	if f.w != nil {
 		if err := f.endWriter(op); err != nil {
 			return err
@@ -630,6 +659,9 @@ func (f *File) Truncate(ctx context.Context, size uint64) error {
 		return err
 	}
 	f.truncatedLocked(a.Size)
+	if f.cdc != nil {
+		return f.reloadLayout(ctx, op)
+	}
 	return nil
 }
 
@@ -644,6 +676,15 @@ func (f *File) Truncated(size uint64) {
 }
 
 func (f *File) truncatedLocked(size uint64) {
+	if c := f.cdc; c != nil {
+		// The meta partition dropped the chunks past size and moved the
+		// layout generation: read it again before the next commit.
+		c.dirty.cut(size)
+		c.metaSize = min(c.metaSize, size)
+		c.stale = true
+		f.size = size
+		return
+	}
 	f.keys = cutKeys(f.keys, size)
 	// Buffered overwrites beyond size lay over keys just cut; a later
 	// growth must read zeros there.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/clustermap"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
@@ -169,13 +170,38 @@ func (v *Volume) Readlink(ctx context.Context, ino uint64) (string, error) {
 
 // Create makes a regular file name in parent with permission bits mode
 // (after the caller's umask) owned by uid:gid. EEXIST if the name exists.
+// Its data layout is the parent's LayoutAttr, else the volume's default.
 func (v *Volume) Create(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (*Attr, error) {
-	return v.create(ctx, "create", parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: mode & 0o7777, Uid: uid, Gid: gid})
+	const op = "create"
+	layout, err := v.createLayout(ctx, op, parent)
+	if err != nil {
+		return nil, err
+	}
+	return v.create(ctx, op, parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: mode & 0o7777, Uid: uid, Gid: gid, Layout: layout})
 }
 
-// Mkdir makes a directory; the parent's link count grows by one.
+func (v *Volume) createLayout(ctx context.Context, op string, parent uint64) (metapb.FileLayout, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	return v.layoutFor(ctx, op, parent)
+}
+
+// Mkdir makes a directory; the parent's link count grows by one. A
+// parent's LayoutAttr is copied to the new directory, so that a subtree
+// keeps its layout (best effort: if that second step fails, the directory
+// exists and its files take the volume's default).
 func (v *Volume) Mkdir(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (*Attr, error) {
-	return v.create(ctx, "mkdir", parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_DIRECTORY, Mode: mode & 0o7777, Uid: uid, Gid: gid})
+	const op = "mkdir"
+	attr, err := v.create(ctx, op, parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_DIRECTORY, Mode: mode & 0o7777, Uid: uid, Gid: gid})
+	if err != nil || len(v.current().vol.GetChunkIndexPartitions()) == 0 {
+		return attr, err
+	}
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if val, lerr := v.dirLayoutAttr(ctx, op, parent); lerr == nil && val != nil {
+		_ = v.SetXattr(ctx, attr.Ino, LayoutAttr, val, 0)
+	}
+	return attr, nil
 }
 
 // Mknod makes a regular file, fifo, socket or character/block device; the
@@ -863,6 +889,12 @@ func (v *Volume) SetXattr(ctx context.Context, ino uint64, name string, value []
 	if err := checkXattrNamespace(op, name); err != nil {
 		return err
 	}
+	if name == LayoutAttr {
+		if _, err := clustermap.ParseLayout(string(value)); err != nil {
+			return errnoErr(op, syscall.EINVAL, "%s: %v", LayoutAttr, err)
+		}
+		defer v.layouts.forget(ino)
+	}
 	_, err := v.txn(ctx, op, byIno(ino), &metapb.Op{Op: &metapb.Op_SetXattr{SetXattr: &metapb.SetXattr{Ino: ino, Name: name, Value: value, Flags: flags}}})
 	return err
 }
@@ -874,6 +906,9 @@ func (v *Volume) RemoveXattr(ctx context.Context, ino uint64, name string) error
 	defer cancel()
 	if err := checkXattrNamespace(op, name); err != nil {
 		return err
+	}
+	if name == LayoutAttr {
+		defer v.layouts.forget(ino)
 	}
 	_, err := v.txn(ctx, op, byIno(ino), &metapb.Op{Op: &metapb.Op_RemoveXattr{RemoveXattr: &metapb.RemoveXattr{Ino: ino, Name: name}}})
 	return err

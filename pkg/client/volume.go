@@ -11,6 +11,7 @@
 package client
 
 import (
+	"github.com/cairnfs/cairn/pkg/chunkcache"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -56,6 +57,12 @@ type Options struct {
 	// when the buffer passes this size). 0 means 8 MiB; negative disables
 	// write-back: every overwrite is sent before WriteAt returns.
 	WriteBackBytes int
+	// ChunkBufferBytes bounds one open chunked File's unflushed writes
+	// (past it the handle commits what it has). 0 means 64 MiB.
+	ChunkBufferBytes int
+	// ChunkCacheBytes bounds the volume's cache of chunk contents, shared
+	// by its chunked Files. 0 means 256 MiB; negative caches nothing.
+	ChunkCacheBytes int64
 }
 
 func (o *Options) withDefaults() Options {
@@ -105,6 +112,11 @@ type Volume struct {
 	space usage // capacity accounting (capacity.go)
 
 	bytesWritten, bytesRead, metaRequests atomic.Int64
+	// dedupBytes counts bytes of new chunks the chunk index already had, so
+	// they were not sent.
+	dedupBytes atomic.Int64
+	chunks     *chunkcache.Cache
+	layouts    dirLayouts
 
 	openMu   sync.Mutex
 	opens    map[uint64]int  // ino -> open Files
@@ -221,6 +233,11 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 		return nil, err
 	}
 	v := &Volume{name: volume, opts: o, mc: mc, pool: redirect.NewPool(), stop: make(chan struct{})}
+	cacheBytes := o.ChunkCacheBytes
+	if cacheBytes == 0 {
+		cacheBytes = defaultChunkCacheBytes
+	}
+	v.chunks = chunkcache.New(cacheBytes)
 	v.meta = metaclient.New(v.pool, func(node uint64) (string, bool) {
 		a, ok := v.current().nodes[node]
 		return a, ok && a != ""

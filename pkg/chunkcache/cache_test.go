@@ -1,0 +1,79 @@
+package chunkcache
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cairnfs/cairn/pkg/chunker"
+)
+
+func fp(i int) chunker.Fingerprint { return chunker.Sum(chunker.FastCDC1, []byte{byte(i)}) }
+
+func TestEvictsLeastRecentlyUsed(t *testing.T) {
+	c := New(300)
+	ctx := context.Background()
+	for i := range 3 {
+		c.Put(fp(i), make([]byte, 100))
+	}
+	// Touch 0 so that 1 is the oldest, then add a fourth.
+	if _, err := c.Get(ctx, fp(0), func(context.Context) ([]byte, error) { t.Fatal("fetched a cached chunk"); return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	c.Put(fp(3), make([]byte, 100))
+	fetched := false
+	_, _ = c.Get(ctx, fp(1), func(context.Context) ([]byte, error) { fetched = true; return make([]byte, 100), nil })
+	if !fetched {
+		t.Fatal("chunk 1 should have been evicted")
+	}
+	if st := c.Stats(); st.Bytes > 300 || st.Entries != 3 {
+		t.Fatalf("stats %+v, want at most 300 bytes in 3 entries", st)
+	}
+	c.Put(fp(9), make([]byte, 400)) // larger than the cache: not kept
+	if st := c.Stats(); st.Bytes > 300 {
+		t.Fatalf("oversized chunk kept: %+v", st)
+	}
+}
+
+func TestConcurrentMissesShareOneFetch(t *testing.T) {
+	c := New(1 << 20)
+	var calls atomic.Int32
+	release := make(chan struct{})
+	fetch := func(context.Context) ([]byte, error) {
+		calls.Add(1)
+		<-release
+		return []byte("chunk"), nil
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := c.Get(context.Background(), fp(1), fetch)
+			if err != nil || string(b) != "chunk" {
+				t.Errorf("got %q, %v", b, err)
+			}
+		}()
+	}
+	for calls.Load() == 0 {
+	}
+	close(release)
+	wg.Wait()
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d fetches, want 1", n)
+	}
+}
+
+func TestFailedFetchNotRemembered(t *testing.T) {
+	c := New(1 << 20)
+	boom := errors.New("data node down")
+	if _, err := c.Get(context.Background(), fp(1), func(context.Context) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Fatalf("err %v, want %v", err, boom)
+	}
+	b, err := c.Get(context.Background(), fp(1), func(context.Context) ([]byte, error) { return []byte("ok"), nil })
+	if err != nil || string(b) != "ok" {
+		t.Fatalf("retry got %q, %v", b, err)
+	}
+}
