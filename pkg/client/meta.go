@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/clustermap"
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
 

@@ -11,12 +11,12 @@
 package client
 
 import (
-	"github.com/cairnfs/cairn/pkg/chunkcache"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/cairnfs/cairn/pkg/chunkcache"
 	"slices"
 	"sort"
 	"sync"
