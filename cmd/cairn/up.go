@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairnfs/cairn/pkg/clustermap"
 	"github.com/cairnfs/cairn/pkg/localcluster"
 )
 
@@ -23,6 +24,7 @@ func newUpCmd() *cobra.Command {
 		ready, downAfter          time.Duration
 		// Master tuning, forwarded as given ("" keeps the master's default).
 		mpMaxInodes, balanceInterval, balanceMinDentries string
+		layout                                           string
 		metaMerge                                        bool
 	)
 	cmd := &cobra.Command{
@@ -43,6 +45,9 @@ other admin commands find it through --data-dir.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if masters < 0 || metas < 0 || datas < 0 {
 				return usagef(cmd, "process counts cannot be negative")
+			}
+			if _, err := clustermap.ParseLayout(layout); err != nil {
+				return usagef(cmd, "--layout: %v", err)
 			}
 			if masters > 0 && masters%2 == 0 {
 				return usagef(cmd, "--masters must be odd (a Raft majority), not %d", masters)
@@ -71,7 +76,7 @@ other admin commands find it through --data-dir.`,
 			start := time.Now()
 			c, err := localcluster.Start(ctx, localcluster.Options{
 				DataDir: dataDir, Mount: mount, Masters: masters, Metas: metas, Datas: datas, Binary: self,
-				Volume: volume, Ready: ready, Out: cmd.OutOrStdout(), LogLevel: logLevel, DownAfter: downAfter,
+				Volume: volume, VolumeLayout: layout, Ready: ready, Out: cmd.OutOrStdout(), LogLevel: logLevel, DownAfter: downAfter,
 				MasterFlags: masterFlags, MetaFlags: metaFlags,
 			})
 			if err != nil {
@@ -99,6 +104,7 @@ other admin commands find it through --data-dir.`,
 	f.IntVar(&metas, "metas", 0, "number of meta nodes for a new cluster (default 3)")
 	f.IntVar(&datas, "datas", 0, "number of data nodes for a new cluster (default 3)")
 	f.StringVar(&volume, "volume", "default", "volume to create if missing (empty: none)")
+	f.StringVar(&layout, "layout", "extent", "layout of new files in the volume created: extent, or cdc (content-defined chunks with dedup)")
 	f.DurationVar(&ready, "ready-timeout", 60*time.Second, "how long to wait for the cluster to come up")
 	f.StringVar(&logLevel, "log-level", "info", "log level of the cluster's processes")
 	f.StringVar(&mount, "mount", "", "mount the volume here with FUSE (default <data-dir>/mnt; \"\" disables)")

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/loopback"
@@ -35,6 +36,9 @@ type Options struct {
 	Binary string
 	// Volume is created if missing once the cluster is up ("" for none).
 	Volume string
+	// VolumeLayout is the default file layout of Volume when Start creates
+	// it ("" or "extent": extents; "cdc": content-defined chunks).
+	VolumeLayout string
 	// Ready is how long to wait for all processes to be up.
 	Ready time.Duration
 	Out   io.Writer
@@ -450,8 +454,16 @@ func (c *Cluster) readiness(ctx context.Context, want int) (string, bool) {
 }
 
 func (c *Cluster) ensureVolume(ctx context.Context, name string) error {
+	req := &pb.CreateVolumeRequest{Name: name}
+	if c.opts.VolumeLayout != "" {
+		l, err := clustermap.ParseLayout(c.opts.VolumeLayout)
+		if err != nil {
+			return fmt.Errorf("volume %q: %w", name, err)
+		}
+		req.DefaultLayout = uint32(l)
+	}
 	err := c.client.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) error {
-		_, err := m.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: name}, o...)
+		_, err := m.CreateVolume(ctx, req, o...)
 		return err
 	})
 	if status.Code(err) == codes.AlreadyExists {
