@@ -73,29 +73,17 @@ problems remain, 2 on usage errors.`,
 			if grace < 0 {
 				return usagef(cmd, "--grace must not be negative")
 			}
-			mc, err := cf.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer mc.Close()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-
-			mctx, cancel := context.WithTimeout(ctx, cf.timeout)
-			var resp *pb.GetMapResponse
-			err = mc.Do(mctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) (err error) {
-				resp, err = m.GetMap(ctx, &pb.GetMapRequest{}, o...)
-				return err
-			})
-			cancel()
-			if err != nil {
-				return fmt.Errorf("read the cluster map: %w", plainError(err))
-			}
-			layout, err := fsck.LayoutFromMap(resp.GetMap(), args[0])
+			m, err := readClusterMap(ctx, cmd, &cf)
 			if err != nil {
 				return err
 			}
-			remote := fsck.NewRemote(resp.GetMap(), cf.timeout)
+			layout, err := fsck.LayoutFromMap(m, args[0])
+			if err != nil {
+				return err
+			}
+			remote := fsck.NewRemote(m, cf.timeout)
 			defer remote.Close()
 
 			start := time.Now()
@@ -153,6 +141,26 @@ problems remain, 2 on usage errors.`,
 	cmd.Flags().DurationVar(&grace, "grace", fsck.DefaultGrace, "leave records changed more recently than this alone")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report (all findings) as JSON")
 	return cmd
+}
+
+// readClusterMap reads the cluster map from the masters cf names.
+func readClusterMap(ctx context.Context, cmd *cobra.Command, cf *clusterFlags) (*pb.ClusterMap, error) {
+	mc, err := cf.client(cmd)
+	if err != nil {
+		return nil, err
+	}
+	defer mc.Close()
+	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	defer cancel()
+	var resp *pb.GetMapResponse
+	err = mc.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.GetMap(ctx, &pb.GetMapRequest{}, o...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the cluster map: %w", plainError(err))
+	}
+	return resp.GetMap(), nil
 }
 
 // fsckProgress prints a progress line to w at most every 2 s, so a long scan

@@ -113,3 +113,42 @@ func (r *Remote) GetInode(ctx context.Context, part, ino uint64) (*metapb.Inode,
 		return nil, fmt.Errorf("partition %d: inode %d: %w", part, ino, e)
 	}
 }
+
+// ScanChunks reads one page of a shard's chunk index entries, after the
+// fingerprint after (nil: from the start).
+func (r *Remote) ScanChunks(ctx context.Context, part uint64, after []byte, limit uint32) ([]*metapb.ChunkRecord, bool, error) {
+	resp, err := r.scan(ctx, &metapb.ScanRequest{PartitionId: part, Kind: metapb.ScanKind_SCAN_KIND_CHUNKS, AfterFingerprint: after, Limit: limit})
+	if err != nil {
+		return nil, false, err
+	}
+	return resp.GetChunks(), resp.GetMore(), nil
+}
+
+// ScanLayouts is ScanInodes with each inode's extents and chunk layout.
+func (r *Remote) ScanLayouts(ctx context.Context, part, afterIno uint64, limit uint32) ([]*metapb.Inode, bool, error) {
+	resp, err := r.scan(ctx, &metapb.ScanRequest{PartitionId: part, Kind: metapb.ScanKind_SCAN_KIND_INODES, AfterIno: afterIno, Limit: limit, WithExtents: true})
+	if err != nil {
+		return nil, false, err
+	}
+	return resp.GetInodes(), resp.GetMore(), nil
+}
+
+// PartitionStats reads a partition's statistics from its leader.
+func (r *Remote) PartitionStats(ctx context.Context, part uint64) (*metapb.PartitionStatsResponse, error) {
+	p, err := r.partition(part)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.attempt)
+	defer cancel()
+	return r.meta.Stats(ctx, p, 0)
+}
+
+// PendingChunkDrops is how many chunk drops wait on part's free list.
+func (r *Remote) PendingChunkDrops(ctx context.Context, part uint64) (uint64, error) {
+	st, err := r.PartitionStats(ctx, part)
+	if err != nil {
+		return 0, err
+	}
+	return st.GetPendingChunkDrops(), nil
+}
