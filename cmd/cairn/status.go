@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,7 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/fsck"
+	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
 // statusReport is the stable JSON shape of `cairn status --json`.
@@ -50,6 +54,24 @@ type statusVolume struct {
 	// UsedBytes sums what the volume's data partitions report storing.
 	UsedBytes uint64 `json:"used_bytes"`
 	Health    string `json:"health"`
+	// Layout is the layout of new files ("extent", "cdc").
+	Layout string `json:"layout"`
+	// Chunks summarizes the chunk index (nil for a volume without one, or
+	// when its shards did not answer).
+	Chunks *statusChunks `json:"chunks,omitempty"`
+}
+
+// statusChunks is a volume's chunk index, summed over its shards.
+type statusChunks struct {
+	Entries uint64 `json:"entries"`
+	// StoredBytes counts each chunk once; ReferencedBytes counts it once
+	// per reference (what the files would take without dedup).
+	StoredBytes     uint64  `json:"stored_bytes"`
+	ReferencedBytes uint64  `json:"referenced_bytes"`
+	DedupRatio      float64 `json:"dedup_ratio"`
+	ZeroRef         uint64  `json:"zero_ref"`
+	Dead            uint64  `json:"dead"`
+	PendingDrops    uint64  `json:"pending_drops"`
 }
 
 type statusPartition struct {
@@ -98,6 +120,7 @@ plus "volumes" and "partitions".`,
 				return plainError(err)
 			}
 			r := buildReport(st, time.Now())
+			addChunkStats(ctx, st.Map, &r)
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -195,6 +218,7 @@ func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
 		r.Volumes = append(r.Volumes, statusVolume{
 			ID: v.Id, Name: v.Name, MetaPartitions: len(v.MetaPartitions), DataPartitions: len(v.DataPartitions),
 			Replicas: v.Replicas, CapacityBytes: v.CapacityBytes, UsedBytes: volUsed[v.Id], Health: worse("healthy", volHealth[v.Id]),
+			Layout: clustermap.LayoutName(metapb.FileLayout(v.DefaultLayout)),
 		})
 	}
 	sort.Slice(r.Volumes, func(i, j int) bool { return r.Volumes[i].Name < r.Volumes[j].Name })
@@ -259,9 +283,15 @@ func printReport(cmd *cobra.Command, r statusReport, partitions bool) {
 		fmt.Fprintln(out, "no volumes")
 	} else {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "VOLUME\tID\tMETA PARTITIONS\tDATA PARTITIONS\tREPLICAS\tUSED\tHEALTH")
+		fmt.Fprintln(tw, "VOLUME\tID\tMETA PARTITIONS\tDATA PARTITIONS\tREPLICAS\tUSED\tLAYOUT\tCHUNKS\tDEDUP\tHEALTH")
 		for _, v := range r.Volumes {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", v.Name, v.ID, v.MetaPartitions, v.DataPartitions, v.Replicas, humanBytes(v.UsedBytes), v.Health)
+			chunks, dedup := "-", "-"
+			if c := v.Chunks; c != nil && c.Entries > 0 {
+				chunks = fmt.Sprintf("%d (%s)", c.Entries, humanBytes(c.StoredBytes))
+				dedup = fmt.Sprintf("%.2fx", c.DedupRatio)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.ID, v.MetaPartitions, v.DataPartitions, v.Replicas,
+				humanBytes(v.UsedBytes), v.Layout, chunks, dedup, v.Health)
 		}
 		tw.Flush()
 	}
@@ -281,5 +311,47 @@ func printReport(cmd *cobra.Command, r statusReport, partitions bool) {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\t%d\t%s\t%s\n", p.ID, p.Volume, p.Kind, p.Replicas, leader, p.Items, humanBytes(p.UsedBytes), p.Health)
 		}
 		tw.Flush()
+	}
+}
+
+// addChunkStats asks every chunk index shard of each volume for its
+// statistics; a volume whose shards do not all answer gets none.
+func addChunkStats(ctx context.Context, m *pb.ClusterMap, r *statusReport) {
+	remote := fsck.NewRemote(m, 2*time.Second)
+	defer remote.Close()
+	byName := map[string]*pb.Volume{}
+	for _, v := range m.GetVolumes() {
+		byName[v.GetName()] = v
+	}
+	for i := range r.Volumes {
+		v := byName[r.Volumes[i].Name]
+		if len(v.GetChunkIndexPartitions()) == 0 {
+			continue
+		}
+		c := &statusChunks{}
+		for _, part := range v.GetChunkIndexPartitions() {
+			st, err := remote.PartitionStats(ctx, part)
+			if err != nil {
+				c = nil
+				break
+			}
+			c.Entries += st.GetChunks()
+			c.StoredBytes += st.GetChunkBytes()
+			c.ReferencedBytes += st.GetChunkRefBytes()
+			c.ZeroRef += st.GetZeroRefChunks()
+			c.Dead += st.GetDeadChunks()
+		}
+		if c == nil {
+			continue
+		}
+		for _, part := range v.GetMetaPartitions() {
+			if st, err := remote.PartitionStats(ctx, part); err == nil {
+				c.PendingDrops += st.GetPendingChunkDrops()
+			}
+		}
+		if c.StoredBytes > 0 {
+			c.DedupRatio = float64(c.ReferencedBytes) / float64(c.StoredBytes)
+		}
+		r.Volumes[i].Chunks = c
 	}
 }
