@@ -22,7 +22,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 20m
 
-.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging posix proto clean
+.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc posix proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -80,6 +80,12 @@ bench-mount: build
 ## without request merging, in one cairn bench run (not part of CI).
 bench-merging: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/meta-merging.sh
+
+## bench-cdc: extent vs chunked (cdc) volumes with the client in a network
+## namespace: sequential writes, then 4 KiB inserts over a 10 MB/s link
+## (needs root; not part of CI). See docs/measurements.md.
+bench-cdc: build
+	CAIRN_BIN=$(CURDIR)/$(BIN) bench/cdc-slow-link.sh
 
 ## bench: the benchmarks (not part of CI).
 bench:
