@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
+	"github.com/cairnfs/cairn/pkg/chunkgc"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/fsck"
 )
@@ -31,7 +32,10 @@ type fsckReport struct {
 	Findings   []fsck.Finding    `json:"findings"`
 	Repairs    []fsckRepair      `json:"repairs,omitempty"`
 	Skipped    []fsck.Skip       `json:"skipped,omitempty"`
-	Clean      bool              `json:"clean"` // nothing found, or everything repaired
+	// Chunks is the recount of a chunked volume's references (cairn gc
+	// --dry-run); nil for a volume without a chunk index.
+	Chunks *chunkgc.Report `json:"chunks,omitempty"`
+	Clean  bool            `json:"clean"` // nothing found, or everything repaired
 }
 
 type fsckRepair struct {
@@ -114,6 +118,17 @@ problems remain, 2 on usage errors.`,
 				}
 			}
 			rep.Clean = fixed == len(rep.Findings)
+			if vol := volumeByName(m, layout.Volume); len(vol.GetChunkIndexPartitions()) > 0 {
+				// Chunk references, report only: cairn gc corrects leaks.
+				in, err := chunkgc.Collect(ctx, remote, vol, chunkgc.DefaultQuiet, nil)
+				if err != nil {
+					return err
+				}
+				rep.Chunks = chunkgc.Recount(in)
+				if rep.Chunks.Serious() {
+					rep.Clean = false
+				}
+			}
 			if asJSON {
 				if rep.Findings == nil {
 					rep.Findings = []fsck.Finding{}
@@ -141,6 +156,36 @@ problems remain, 2 on usage errors.`,
 	cmd.Flags().DurationVar(&grace, "grace", fsck.DefaultGrace, "leave records changed more recently than this alone")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report (all findings) as JSON")
 	return cmd
+}
+
+// volumeByName returns m's volume called name, or nil.
+func volumeByName(m *pb.ClusterMap, name string) *pb.Volume {
+	for _, v := range m.GetVolumes() {
+		if v.GetName() == name {
+			return v
+		}
+	}
+	return nil
+}
+
+// printFsckChunks summarizes a chunk reference recount.
+func printFsckChunks(w io.Writer, r *chunkgc.Report) {
+	if r == nil {
+		return
+	}
+	counts := map[chunkgc.Kind]int{}
+	for _, f := range r.Findings {
+		counts[f.Kind]++
+	}
+	fmt.Fprintf(w, "chunks: %d index entries, %d names in layouts, dedup ratio %.2f\n", r.Entries, r.LayoutChunks, r.DedupRatio())
+	if n := counts[chunkgc.Leaked]; n > 0 {
+		fmt.Fprintf(w, "chunks: %d entries with leaked references (%s); cairn gc releases them\n", n, humanBytes(r.LeakedBytes))
+	}
+	for _, k := range []chunkgc.Kind{chunkgc.Missing, chunkgc.Dangling} {
+		if n := counts[k]; n > 0 {
+			fmt.Fprintf(w, "chunks: %d %s (cairn gc VOLUME --dry-run --json lists them)\n", n, k)
+		}
+	}
 }
 
 // readClusterMap reads the cluster map from the masters cf names.
@@ -197,6 +242,7 @@ func printFsck(w io.Writer, rep *fsckReport, repair bool) {
 	for _, f := range rep.Findings[:shown] {
 		fmt.Fprintf(w, "%-20s partition %d: %s\n", f.Kind, f.Partition, f.Explanation)
 	}
+	printFsckChunks(w, rep.Chunks)
 	if !repair {
 		return
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairnfs/cairn/pkg/chunkgc"
-	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/fsck"
 )
 
@@ -59,12 +58,7 @@ With --dry-run nothing is changed. Exits 0 when no serious problem was found,
 			if err != nil {
 				return err
 			}
-			var vol *pb.Volume
-			for _, v := range m.GetVolumes() {
-				if v.GetName() == args[0] {
-					vol = v
-				}
-			}
+			vol := volumeByName(m, args[0])
 			if vol == nil {
 				return fmt.Errorf("volume %q does not exist", args[0])
 			}
@@ -110,7 +104,7 @@ With --dry-run nothing is changed. Exits 0 when no serious problem was found,
 	cf.add(cmd)
 	f := cmd.Flags()
 	f.BoolVar(&dryRun, "dry-run", false, "report only; change nothing")
-	f.DurationVar(&quiet, "quiet", 10*time.Minute, "leave entries changed within this long alone (a writer may be committing)")
+	f.DurationVar(&quiet, "quiet", chunkgc.DefaultQuiet, "leave entries changed within this long alone (a writer may be committing)")
 	f.BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	return cmd
 }

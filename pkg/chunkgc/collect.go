@@ -22,6 +22,11 @@ type Source interface {
 	Txn(ctx context.Context, part uint64, txn *metapb.Txn) (*metapb.TxnResult, error)
 }
 
+// DefaultQuiet is how long an entry must have been unchanged before a
+// recount lowers it: far longer than a writer holds references before its
+// layout commits (an operation's timeout is 30 s).
+const DefaultQuiet = 10 * time.Minute
+
 // PageSize is the number of records asked for per page.
 const PageSize = 1000
 
