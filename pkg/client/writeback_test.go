@@ -19,6 +19,13 @@ import (
 // meta node), and opens volume "v" with opts.
 func startWithData(t *testing.T, opts Options) (*Volume, *datanodetest.Cluster) {
 	t.Helper()
+	return startWithDataMap(t, opts, nil)
+}
+
+// startWithDataMap is startWithData with prep changing the map (under the
+// fake's lock) before the volume is opened.
+func startWithDataMap(t *testing.T, opts Options, prep func(m *pb.ClusterMap)) (*Volume, *datanodetest.Cluster) {
+	t.Helper()
 	dc := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{2, 3}}, Options: datanode.Options{
 		AlignDelay: 100 * time.Millisecond, AlignInterval: 500 * time.Millisecond, AlignQuietPeriod: 200 * time.Millisecond,
 	}})
@@ -30,6 +37,9 @@ func startWithData(t *testing.T, opts Options) (*Volume, *datanodetest.Cluster) 
 		f.m.Nodes[id] = &pb.Node{Id: id, Role: pb.Role_ROLE_DATA, DataAddr: dc.DataAddrs()[id], State: pb.NodeState_NODE_STATE_ALIVE}
 	}
 	addr := f.m.Nodes[1].Addr
+	if prep != nil {
+		prep(f.m)
+	}
 	f.mu.Unlock()
 	dc.SetEpoch(f.m.Epoch)
 	if err := dc.Assign(); err != nil {
