@@ -37,6 +37,10 @@ type fakeCluster struct {
 	txns        int
 	lost        int
 	loseReplies bool
+	// dieAfter >= 0 answers that many more Txns, then refuses every Txn
+	// (UNAVAILABLE) until it is set back to -1: a client that crashed
+	// mid-operation, as far as the metadata can tell.
+	dieAfter int
 
 	// Routing as docs/routing.md has the partitions apply it; a partition
 	// without an entry accepts every name (as one that never got a
@@ -134,6 +138,12 @@ func (f *fakeCluster) part(id uint64) (*metapartition.Partition, error) {
 func (f *fakeCluster) Txn(_ context.Context, req *metapb.TxnRequest) (*metapb.TxnResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.dieAfter == 0 {
+		return nil, status.Error(codes.Unavailable, "client crashed")
+	}
+	if f.dieAfter > 0 {
+		f.dieAfter--
+	}
 	p, err := f.part(req.PartitionId)
 	if err != nil {
 		return nil, err
@@ -242,7 +252,7 @@ func startFakeMap(t *testing.T, m *pb.ClusterMap) (*fakeCluster, *Volume) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeCluster{parts: map[uint64]*metapartition.Partition{}, routing: map[uint64]*fakeRouting{}}
+	f := &fakeCluster{parts: map[uint64]*metapartition.Partition{}, routing: map[uint64]*fakeRouting{}, dieAfter: -1}
 	f.m = m
 	f.m.Nodes[1].Addr = lis.Addr().String()
 	for id, p := range f.m.Partitions {

@@ -19,12 +19,13 @@ import (
 // meta node), and opens volume "v" with opts.
 func startWithData(t *testing.T, opts Options) (*Volume, *datanodetest.Cluster) {
 	t.Helper()
-	return startWithDataMap(t, opts, nil)
+	v, dc, _ := startWithDataMap(t, opts, nil)
+	return v, dc
 }
 
 // startWithDataMap is startWithData with prep changing the map (under the
 // fake's lock) before the volume is opened.
-func startWithDataMap(t *testing.T, opts Options, prep func(m *pb.ClusterMap)) (*Volume, *datanodetest.Cluster) {
+func startWithDataMap(t *testing.T, opts Options, prep func(m *pb.ClusterMap)) (*Volume, *datanodetest.Cluster, *fakeCluster) {
 	t.Helper()
 	dc := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{2, 3}}, Options: datanode.Options{
 		AlignDelay: 100 * time.Millisecond, AlignInterval: 500 * time.Millisecond, AlignQuietPeriod: 200 * time.Millisecond,
@@ -53,7 +54,7 @@ func startWithDataMap(t *testing.T, opts Options, prep func(m *pb.ClusterMap)) (
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { v.Close() })
-	return v, dc
+	return v, dc, f
 }
 
 func readWhole(t *testing.T, f *File, size int) []byte {
