@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/cairnfs/cairn/pkg/chunker"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"google.golang.org/protobuf/proto"
 )
@@ -77,6 +78,13 @@ type txn struct {
 	// dentryIdx indexes dentries by key once an op (ImportDentries,
 	// PurgeDentries) makes the linear search too slow; nil until then.
 	dentryIdx map[dentryKey]int
+
+	// Chunk index changes, each fingerprint at most once, in the order
+	// first touched, indexed by fingerprint (ChunkRefs ops carry thousands
+	// of items); and drop watermark changes.
+	chunkChanges []chunkChange
+	chunkIdx     map[chunker.Fingerprint]int
+	marks        []markChange
 }
 
 type dentryKey struct {
@@ -106,14 +114,18 @@ func (t *txn) reset(p *Partition, now int64) {
 	clear(t.inodes)
 	clear(t.dentries)
 	clear(t.dentryIdx)
+	clear(t.chunkIdx)
 	*t = txn{
 		p: p, now: now,
-		inodes:    t.inodes[:0],
-		dentries:  t.dentries[:0],
-		fences:    t.fences[:0],
-		freed:     t.freed[:0],
-		touched:   t.touched[:0],
-		dentryIdx: t.dentryIdx,
+		inodes:       t.inodes[:0],
+		dentries:     t.dentries[:0],
+		fences:       t.fences[:0],
+		freed:        t.freed[:0],
+		touched:      t.touched[:0],
+		dentryIdx:    t.dentryIdx,
+		chunkChanges: t.chunkChanges[:0],
+		chunkIdx:     t.chunkIdx,
+		marks:        t.marks[:0],
 	}
 	if p != nil {
 		t.maxIno, t.end = p.maxIno, p.end
@@ -196,6 +208,16 @@ func opName(op *metapb.Op) string {
 		return "import_dentries"
 	case *metapb.Op_PurgeDentries:
 		return "purge_dentries"
+	case *metapb.Op_SpliceChunks:
+		return "splice_chunks"
+	case *metapb.Op_ChunkRefs:
+		return "chunk_refs"
+	case *metapb.Op_ChunkCollect:
+		return "chunk_collect"
+	case *metapb.Op_ChunkForget:
+		return "chunk_forget"
+	case *metapb.Op_ChunkFix:
+		return "chunk_fix"
 	}
 	return "empty"
 }
@@ -238,6 +260,16 @@ func (t *txn) apply(op *metapb.Op) (*metapb.OpResult, *opError) {
 		return t.importDentries(o.ImportDentries)
 	case *metapb.Op_PurgeDentries:
 		return t.purgeDentries(o.PurgeDentries)
+	case *metapb.Op_SpliceChunks:
+		return t.spliceChunks(o.SpliceChunks)
+	case *metapb.Op_ChunkRefs:
+		return t.chunkRefs(o.ChunkRefs)
+	case *metapb.Op_ChunkCollect:
+		return t.chunkCollect(o.ChunkCollect)
+	case *metapb.Op_ChunkForget:
+		return t.chunkForget(o.ChunkForget)
+	case *metapb.Op_ChunkFix:
+		return t.chunkFix(o.ChunkFix)
 	}
 	// An unset oneof, or an op added to the proto after this code.
 	return nil, fail(EINVAL, "op has no known operation set")
@@ -473,6 +505,9 @@ func (t *txn) commit() {
 	}
 	for _, f := range t.freed {
 		p.free.Set(f)
+		if f.IsChunkDrop() {
+			p.cidx.drops++
+		}
 	}
 	p.freeSeq += uint64(len(t.freed))
 	if t.acked {
@@ -486,8 +521,12 @@ func (t *txn) commit() {
 		})
 		for _, f := range gone {
 			p.free.Delete(f)
+			if f.IsChunkDrop() {
+				p.cidx.drops--
+			}
 		}
 	}
+	t.commitChunks()
 	for _, k := range t.touched {
 		p.touched.push(k)
 	}
@@ -523,6 +562,15 @@ func (t *txn) createInode(m *metapb.CreateInode) (*metapb.OpResult, *opError) {
 	if rdev != 0 && typ != metapb.FileType_FILE_TYPE_CHAR_DEVICE && typ != metapb.FileType_FILE_TYPE_BLOCK_DEVICE {
 		return nil, fail(EINVAL, "rdev given for a %v", typ)
 	}
+	switch layout := m.GetLayout(); layout {
+	case metapb.FileLayout_FILE_LAYOUT_EXTENT:
+	case metapb.FileLayout_FILE_LAYOUT_CDC:
+		if typ != metapb.FileType_FILE_TYPE_REGULAR {
+			return nil, fail(EINVAL, "chunked layout given for a %v", typ)
+		}
+	default:
+		return nil, fail(EINVAL, "unknown file layout %d", layout)
+	}
 	if t.maxIno == math.MaxUint64 || (t.end != 0 && t.maxIno >= t.end) {
 		return nil, fail(ENOSPC, "inode range [%d, %d] is exhausted", t.p.start, t.end)
 	}
@@ -544,6 +592,12 @@ func (t *txn) createInode(m *metapb.CreateInode) (*metapb.OpResult, *opError) {
 	}
 	if rdev != 0 || len(target) != 0 || parent != 0 {
 		in.x = &inodeExtra{rdev: rdev, target: string(target), parent: parent}
+	}
+	if m.GetLayout() == metapb.FileLayout_FILE_LAYOUT_CDC {
+		if in.x == nil {
+			in.x = &inodeExtra{}
+		}
+		in.x.cdc = &cdcLayout{}
 	}
 	t.maxIno = ino
 	if t.created == 0 {
@@ -727,7 +781,17 @@ func (t *txn) setattr(m *metapb.Setattr) (*metapb.OpResult, *opError) {
 		if size > MaxFileSize {
 			return nil, fail(EFBIG, "size %d exceeds %d", size, uint64(MaxFileSize))
 		}
-		if lastEnd(in) > size {
+		if l := in.cdc(); l != nil {
+			// Chunks starting at or past size go; a straddling one stays
+			// whole (its bytes past size are invisible), and a truncate up
+			// reads zeros past the last chunk. A writer holding the old
+			// generation must re-read the layout.
+			keep, dropped := truncateChunks(l.chunks, size)
+			if len(dropped) > 0 || size != in.size {
+				t.dropChunks(ino, dropped)
+				n.setCDC(&cdcLayout{gen: l.gen + 1, chunks: keep})
+			}
+		} else if lastEnd(in) > size {
 			list, removed := truncateExtents(in.extents(), size)
 			n.setExtents(list)
 			t.free(ino, removed)
@@ -834,6 +898,9 @@ func (t *txn) evict(m *metapb.Evict) (*metapb.OpResult, *opError) {
 		return nil, fail(EBUSY, "inode %d still has %d links", ino, in.nlink)
 	}
 	t.free(ino, in.extents())
+	if l := in.cdc(); l != nil {
+		t.dropChunks(ino, l.chunks)
+	}
 	t.putInode(ino, nil)
 	return &metapb.OpResult{Inode: in.toProto(false)}, nil
 }
@@ -924,6 +991,9 @@ func (t *txn) appendExtents(m *metapb.AppendExtents) (*metapb.OpResult, *opError
 		return nil, fail(EISDIR, "inode %d is a directory", ino)
 	default:
 		return nil, fail(EINVAL, "inode %d is a %v, which has no data", ino, in.typ())
+	}
+	if in.cdc() != nil {
+		return nil, fail(EINVAL, "inode %d has the chunked layout; its data changes by splice_chunks", ino)
 	}
 	keys := m.GetExtents()
 	if len(keys) > MaxExtentsPerOp {

@@ -41,10 +41,32 @@
 // a migration must copy and later purge. RoutingState gives the version
 // and whether a change is in progress, for every read answer.
 //
-// Records live in two tidwall/btree B-trees, inodes by number and dentries
-// by (parent, name), in compact structs rather than protobuf messages:
-// 112 bytes per inode with one inline extent, 40 bytes per dentry plus its
-// name, plus a 16-byte name-count slot. BenchmarkMemoryPerFile measures
+// # Chunked files and the chunk index
+//
+// A regular file created with FILE_LAYOUT_CDC (VarFS) has a chunk list
+// instead of extents: its data is the concatenation of the chunks, each
+// named by a chunker.Fingerprint and stored once per volume. SpliceChunks
+// replaces a range of the list against the layout generation the writer
+// read (ESTALE if another writer committed first); every chunk a layout
+// gives up (splice, truncate, Evict) becomes a chunk drop on the free list.
+//
+// Independently, a partition holds a shard of the volume's chunk index:
+// entries by fingerprint with the chunk's location, a reference count, a
+// dead flag and the apply time of their last change, and per source
+// partition the highest drop_seq applied (the watermark that makes a
+// retried drop a no-op). ChunkRefs takes and gives back references,
+// ChunkCollect marks unreferenced entries dead after a grace, ChunkForget
+// deletes them once their bytes are freed, ChunkFix corrects counts from a
+// recount. Which fingerprints a partition holds is the caller's business
+// (clustermap.ChunkShard); docs/design.md "The chunk index" has the
+// reference rules and what a crash can leave.
+//
+// Records live in tidwall/btree B-trees, inodes by number, dentries by
+// (parent, name) and chunk index entries by fingerprint, in compact structs
+// rather than protobuf messages: 112 bytes per inode with one inline
+// extent (a chunked file's list lives behind it, 64 bytes per chunk), 40
+// bytes per dentry plus its name, plus a 16-byte name-count slot, 88 bytes
+// per chunk index entry. BenchmarkMemoryPerFile measures
 // about 256 bytes per file (inode, dentry, one extent) at a million files,
 // 266 after a snapshot round trip. Protobuf messages appear only at the
 // boundary: Apply decodes a metapb.Batch, queries return metapb.Inode and
@@ -72,7 +94,8 @@
 //   - CreateInode: type must be valid (EINVAL); mode keeps permission bits
 //     only; a symlink needs a target of 1..4096 bytes without NUL (ENOENT,
 //     ENAMETOOLONG, EINVAL) and other types none; rdev only for devices
-//     (EINVAL). nlink is 2 for a directory, else 1; a/m/c/btime = now.
+//     (EINVAL); layout CDC only for regular files, an unknown layout value:
+//     EINVAL. nlink is 2 for a directory, else 1; a/m/c/btime = now.
 //     Range exhausted: ENOSPC.
 //   - CreateDentry: name 1..255 bytes, not "." or "..", no '/' or NUL
 //     (ENAMETOOLONG, EINVAL); parent fenced: ENOENT; parent homed here but
@@ -91,8 +114,13 @@
 //   - Setattr: the inode must be local (ENOENT); unknown valid bits: EINVAL.
 //     SIZE on a directory: EISDIR, on other non-regular files: EINVAL,
 //     beyond 2^63-1: EFBIG; it cuts extents beyond the size (the cut parts
-//     go to the free list) and sets mtime. *_NOW wins over the explicit
-//     time. Any change sets ctime = now, then CTIME overrides it.
+//     go to the free list) and sets mtime. On a chunked file it drops the
+//     chunks that start at or beyond the size (chunk drops on the free
+//     list), keeps a chunk that straddles it whole (its bytes past the size
+//     are invisible), and a truncate up only raises the size (zeros past the
+//     chunks); layout_gen++ whenever the chunk list or the size changes.
+//     *_NOW wins over the explicit time. Any change sets ctime = now, then
+//     CTIME overrides it.
 //   - Link: nlink += delta, EINVAL below 0 or above 2^32-1; ctime = now.
 //     Any inode at nlink 0 is an orphan (see Orphans) and stays readable
 //     until Evict; going back above 0 (linkat of an open unlinked file)
@@ -103,13 +131,15 @@
 //     repeated (ino, op_id) succeeds without changing anything. op_id 0 is
 //     never deduplicated.
 //   - Evict: requires nlink == 0, else EBUSY (the inode is still named);
-//     removes the inode and puts its extents on the free list.
+//     removes the inode and puts its extents on the free list, and each
+//     entry of a chunked file's list as a chunk drop.
 //   - SetXattr / RemoveXattr: name 1..255 bytes, else ERANGE (as
 //     setxattr(2)); value up to 64 KiB, else E2BIG; XATTR_CREATE on an
 //     existing name: EEXIST; XATTR_REPLACE or RemoveXattr of a missing one:
 //     ENODATA; both flags or unknown flags: EINVAL; more than 1 MiB of
 //     xattrs on one inode: ENOSPC. ctime = now.
-//   - AppendExtents: regular files (EISDIR, EINVAL otherwise); keys must
+//   - AppendExtents: regular files of the extent layout (EISDIR, EINVAL
+//     otherwise, also for a chunked file); keys must
 //     be non-empty and end by 2^63-1 (EINVAL, EFBIG); at most 4096 keys
 //     (E2BIG) and 65536 extents per inode after merging (EFBIG). Keys are
 //     written in order over the map, cutting older keys (later writes
@@ -121,9 +151,48 @@
 //     EBUSY; more than 65536 fences: EAGAIN; the same token again is a
 //     no-op. Unfence with another token: EINVAL; of an unfenced parent: a
 //     no-op (retries).
-//   - AckFreed{upto_seq}: drops the free-list entries with Seq <= upto_seq
-//     (at commit, after the Txn's own frees); upto_seq beyond the last Seq
-//     given out: EINVAL; acknowledging again is a no-op.
+//   - AckFreed{upto_seq}: drops the free-list entries (extent ranges and
+//     chunk drops alike) with Seq <= upto_seq (at commit, after the Txn's
+//     own frees); upto_seq beyond the last Seq given out: EINVAL;
+//     acknowledging again is a no-op.
+//   - SpliceChunks{ino, base_gen, start, end, chunks, mtime_ns}: the inode
+//     must be local (ENOENT); more than MaxChunksPerOp chunks: E2BIG; not a
+//     chunked file: EINVAL; layout_gen != base_gen: ESTALE; start > end or
+//     end beyond the list: EINVAL; a chunk with a fingerprint that is not
+//     chunker.FingerprintSize bytes or has algorithm 0, size 0, partition
+//     0 or an extent offset + size that overflows: EINVAL; more than
+//     MaxChunksPerInode chunks after the splice: EFBIG. chunks[start:end)
+//     go to the free list as chunk drops, in order; size = the sum of all
+//     chunk sizes, layout_gen++, mtime = mtime_ns (0: now), ctime = now.
+//     An empty splice is allowed and still moves layout_gen.
+//   - ChunkRefs{items, source_partition}: more than MaxChunksPerOp items:
+//     E2BIG; a bad fingerprint, delta 0, drop_seq with delta > 0 or without
+//     source_partition, or a registration (delta > 0 with a partition) of
+//     size 0 or overflowing its extent: EINVAL (nothing applied). Items
+//     apply in order: a drop (drop_seq > 0) at or below the source's
+//     watermark is skipped, otherwise it raises the watermark and applies;
+//     delta < 0 lowers a live entry's count, never below 0 (missing and
+//     dead entries are left alone); delta > 0 adds to a live entry (EINVAL
+//     if the item's size is given and differs, or past MaxChunkRefs), makes
+//     a missing or dead one live at the item's location with delta
+//     references if a location is given, and otherwise (a lookup) changes
+//     nothing. mtime_ns = now whenever refs or state change. Results: one
+//     ChunkRecord per item, the live entry after the item, or just the
+//     fingerprint with partition 0 (a dead entry is answered as missing).
+//     A drop from a new source when MaxChunkSources watermarks exist:
+//     ENOSPC.
+//   - ChunkCollect{fingerprints, older_than_ns}: more than MaxChunksPerOp:
+//     E2BIG, a bad fingerprint: EINVAL. Marks dead (mtime = now) each live
+//     entry with refs 0 and mtime <= older_than_ns; results: the entries
+//     marked.
+//   - ChunkForget{chunks}: E2BIG, EINVAL as ChunkCollect. Deletes each
+//     entry that is dead at exactly the chunk's partition, extent, offset
+//     and size; results: the entries deleted (a choice of this package; the
+//     proto names none).
+//   - ChunkFix{entries}: E2BIG, EINVAL as ChunkCollect, refs past
+//     MaxChunkRefs: EINVAL. Sets refs (mtime = now) of each live entry whose
+//     mtime still is the entry's mtime_ns and whose refs differ; results:
+//     the entries changed.
 //   - SetRange{end}: only cuts: 0 (reopen), below the start, below
 //     MaxIno(), or above the current end: EINVAL.
 //   - CreateDentry, DeleteDentry, ReplaceDentry under a routing that does
@@ -168,9 +237,10 @@
 //
 // A Txn holds at most 1024 ops (E2BIG); an op with nothing set (or one
 // from a newer protocol) is EINVAL. Results of mutating ops carry the
-// inode's attributes but not its extents or xattrs (read those with
-// GetInode / ListXattr), so that an append does not copy the whole extent
-// map into its reply.
+// inode's attributes, layout and layout_gen but not its extents, chunks or
+// xattrs (read those with GetInode / ListXattr, or ScanInodes with
+// extents), so that an append does not copy the whole extent map into its
+// reply.
 //
 // # Determinism and snapshots
 //
@@ -185,7 +255,9 @@
 // checks the checksum, the framing and every invariant Apply maintains
 // (the routing is validated as SetRouting does) before it replaces
 // anything, and rebuilds the derived indexes (orphans, name counts, the
-// memory estimate of Stats). Version 3 added the routing; versions 1 and 2
+// memory estimate of Stats, the chunk index's collection candidates, dead
+// set and sums). Version 3 added the routing, version 4 chunked inodes,
+// chunk drops, the chunk index and the drop watermarks; versions 1 to 3
 // are still read.
 //
 // # What the meta node service must do
@@ -221,9 +293,13 @@
 //     replaced by rename, setuid/setgid clearing on chown and write, xattr
 //     namespaces (EOPNOTSUPP).
 //  6. Reclaim: a sweeper evicts orphans no client has open, and a collector
-//     punches the free list's ranges on the data nodes, then takes them off
-//     the list with AckFreed{upto_seq} (nothing sends it yet, so for now
-//     the list only grows; Stats.FreeExtents shows by how much).
+//     punches the free list's extent ranges on the data nodes, sends its
+//     chunk drops as ChunkRefs{delta -1, drop_seq: Seq, source_partition:
+//     self} to their shards, and then takes them off the list with
+//     AckFreed{upto_seq}. On the index side it lists CollectCandidates
+//     older than a grace, marks them dead with ChunkCollect, frees the dead
+//     entries' bytes (DeadChunks) on the data nodes and deletes them with
+//     ChunkForget.
 //  7. Serialize queries with Apply and Restore (see Partition), take the
 //     Clone under that serialization and run WriteTo outside it.
 //  8. Stamp Batch.now_ns on the leader, and keep it monotonic across

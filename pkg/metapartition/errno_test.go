@@ -72,6 +72,43 @@ func TestErrno(t *testing.T) {
 		manyKeys[i] = ek(uint64(i), 1, uint64(i), 1)
 	}
 	unlinked := [][]*metapb.Op{{deleteDentry(1, "f", 2, reg), link(2, -1)}}
+	// Chunked file 5 (/c) with one chunk c1 (refs 1), at generation 1.
+	c1 := chunkAt(1, 10, 0)
+	cdc := [][]*metapb.Op{{createCDC(0o644), createDentry(1, "c", 0, reg), chunkRefs(0, ref(c1, 1, 0)), splice(0, 0, 0, 0, 0, c1)}}
+	chunksN := func(n int, first byte) []*metapb.Chunk {
+		out := make([]*metapb.Chunk, n)
+		for i := range out {
+			c := chunkAt(first, 1, uint64(i))
+			c.Fingerprint = slices.Clone(c.Fingerprint)
+			c.Fingerprint[2], c.Fingerprint[3] = byte(i>>8), byte(i)
+			out[i] = c
+		}
+		return out
+	}
+	fullLayout := slices.Clone(cdc)
+	for i := range MaxChunksPerInode / MaxChunksPerOp {
+		n := MaxChunksPerOp
+		if i == MaxChunksPerInode/MaxChunksPerOp-1 {
+			n-- // the file has c1 already
+		}
+		fullLayout = append(fullLayout, []*metapb.Op{splice(5, uint64(1+i), 0, 0, 0, chunksN(n, 2)...)})
+	}
+	tooManyChunks := chunksN(MaxChunksPerOp+1, 3)
+	tooManyRefs := make([]*metapb.ChunkRef, MaxChunksPerOp+1)
+	tooManyFix := make([]*metapb.ChunkRecord, MaxChunksPerOp+1)
+	for i, c := range tooManyChunks {
+		tooManyRefs[i] = ref(c, 1, 0)
+		tooManyFix[i] = &metapb.ChunkRecord{Chunk: c}
+	}
+	shortFP := &metapb.Chunk{Fingerprint: []byte{1, 2, 3}, Size: 10, PartitionId: 7}
+	alg0 := chunkAt(1, 10, 0)
+	alg0.Fingerprint = slices.Clone(alg0.Fingerprint)
+	alg0.Fingerprint[0] = 0
+	noSize, noLoc, overflow := chunkAt(2, 0, 0), chunkAt(2, 10, 0), chunkAt(2, 10, math.MaxUint64-5)
+	noLoc.PartitionId = 0
+	createLayout := func(typ metapb.FileType, layout metapb.FileLayout) *metapb.Op {
+		return &metapb.Op{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: typ, Mode: 0o755, Layout: layout, Target: map[bool][]byte{true: []byte("t")}[typ == lnk]}}}
+	}
 	maxLinks := [][]*metapb.Op{{link(2, math.MaxInt32), link(2, math.MaxInt32)}}
 
 	cases := []struct {
@@ -192,6 +229,52 @@ func TestErrno(t *testing.T) {
 		{name: "unfence token 0", ops: []*metapb.Op{unfence(3, 0)}, want: EINVAL},
 		{name: "fence ino 0 without create", ops: []*metapb.Op{fence(0, 1)}, want: EINVAL},
 
+		// chunked layout: create_inode, splice_chunks, append_extents, truncate
+		{name: "create_inode chunked directory", ops: []*metapb.Op{createLayout(dir, metapb.FileLayout_FILE_LAYOUT_CDC)}, want: EINVAL},
+		{name: "create_inode chunked symlink", ops: []*metapb.Op{createLayout(lnk, metapb.FileLayout_FILE_LAYOUT_CDC)}, want: EINVAL},
+		{name: "create_inode unknown layout", ops: []*metapb.Op{createLayout(reg, 7)}, want: EINVAL},
+		{name: "splice_chunks missing inode", ops: []*metapb.Op{splice(99, 0, 0, 0, 0, c1)}, want: ENOENT},
+		{name: "splice_chunks extent file", ops: []*metapb.Op{splice(2, 0, 0, 0, 0, c1)}, want: EINVAL},
+		{name: "splice_chunks directory", ops: []*metapb.Op{splice(3, 0, 0, 0, 0, c1)}, want: EINVAL},
+		{name: "splice_chunks stale generation", setup: cdc, ops: []*metapb.Op{splice(5, 0, 0, 0, 0, c1)}, want: ESTALE},
+		{name: "splice_chunks future generation", setup: cdc, ops: []*metapb.Op{splice(5, 2, 0, 0, 0, c1)}, want: ESTALE},
+		{name: "splice_chunks start after end", setup: cdc, ops: []*metapb.Op{splice(5, 1, 1, 0, 0, c1)}, want: EINVAL},
+		{name: "splice_chunks end beyond the list", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 2, 0, c1)}, want: EINVAL},
+		{name: "splice_chunks short fingerprint", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, shortFP)}, want: EINVAL},
+		{name: "splice_chunks fingerprint algorithm 0", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, alg0)}, want: EINVAL},
+		{name: "splice_chunks size 0", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, c1, noSize)}, want: EINVAL},
+		{name: "splice_chunks partition 0", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, noLoc)}, want: EINVAL},
+		{name: "splice_chunks nil chunk", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, nil)}, want: EINVAL},
+		{name: "splice_chunks extent overflow", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, overflow)}, want: EINVAL},
+		{name: "splice_chunks too many in one op", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, tooManyChunks...)}, want: E2BIG},
+		{name: "splice_chunks too many in the file", setup: fullLayout, ops: []*metapb.Op{splice(5, 17, 0, 0, 0, c1)}, want: EFBIG},
+		{name: "append_extents chunked file", setup: cdc, ops: []*metapb.Op{appendExtents(5, 1, ek(0, 1, 0, 1))}, want: EINVAL},
+		{name: "truncate chunked beyond max", setup: cdc, ops: []*metapb.Op{truncate(5, math.MaxInt64+1)}, want: EFBIG},
+
+		// chunk_refs
+		{name: "chunk_refs delta 0", ops: []*metapb.Op{chunkRefs(0, ref(c1, 0, 0))}, want: EINVAL},
+		{name: "chunk_refs short fingerprint", ops: []*metapb.Op{chunkRefs(0, ref(c1, 1, 0), ref(shortFP, 1, 0))}, want: EINVAL},
+		{name: "chunk_refs fingerprint algorithm 0", ops: []*metapb.Op{chunkRefs(0, ref(bare(alg0), 1, 0))}, want: EINVAL},
+		{name: "chunk_refs nil chunk", ops: []*metapb.Op{chunkRefs(0, ref(nil, -1, 0))}, want: EINVAL},
+		{name: "chunk_refs drop without source", ops: []*metapb.Op{chunkRefs(0, ref(c1, -1, 4))}, want: EINVAL},
+		{name: "chunk_refs drop raising the count", ops: []*metapb.Op{chunkRefs(3, ref(c1, 1, 4))}, want: EINVAL},
+		{name: "chunk_refs registration of size 0", ops: []*metapb.Op{chunkRefs(0, ref(noSize, 1, 0))}, want: EINVAL},
+		{name: "chunk_refs registration overflowing its extent", ops: []*metapb.Op{chunkRefs(0, ref(overflow, 1, 0))}, want: EINVAL},
+		{name: "chunk_refs size differs from the entry", setup: cdc, ops: []*metapb.Op{chunkRefs(0, ref(bare(chunkAt(1, 11, 0)), 1, 0))}, want: EINVAL},
+		{name: "chunk_refs too many references", setup: cdc, ops: []*metapb.Op{chunkRefs(0, ref(bare(c1), math.MaxInt64, 0))}, want: EINVAL},
+		{name: "chunk_refs too many items", ops: []*metapb.Op{chunkRefs(0, tooManyRefs...)}, want: E2BIG},
+
+		// chunk_collect, chunk_forget, chunk_fix
+		{name: "chunk_collect short fingerprint", ops: []*metapb.Op{chunkCollect(10, c1, shortFP)}, want: EINVAL},
+		{name: "chunk_collect too many", ops: []*metapb.Op{chunkCollect(10, tooManyChunks...)}, want: E2BIG},
+		{name: "chunk_forget short fingerprint", ops: []*metapb.Op{chunkForget(shortFP)}, want: EINVAL},
+		{name: "chunk_forget fingerprint algorithm 0", ops: []*metapb.Op{chunkForget(alg0)}, want: EINVAL},
+		{name: "chunk_forget too many", ops: []*metapb.Op{chunkForget(tooManyChunks...)}, want: E2BIG},
+		{name: "chunk_fix short fingerprint", ops: []*metapb.Op{chunkFix(&metapb.ChunkRecord{Chunk: shortFP})}, want: EINVAL},
+		{name: "chunk_fix without chunk", ops: []*metapb.Op{chunkFix(&metapb.ChunkRecord{Refs: 1})}, want: EINVAL},
+		{name: "chunk_fix too many references", ops: []*metapb.Op{chunkFix(&metapb.ChunkRecord{Chunk: c1, Refs: math.MaxInt64 + 1})}, want: EINVAL},
+		{name: "chunk_fix too many", ops: []*metapb.Op{chunkFix(tooManyFix...)}, want: E2BIG},
+
 		// set_range
 		{name: "set_range reopen", ops: []*metapb.Op{setRange(0)}, want: EINVAL},
 		{name: "set_range below max inode", ops: []*metapb.Op{setRange(3)}, want: EINVAL},
@@ -214,7 +297,7 @@ func TestErrno(t *testing.T) {
 				for i, ops := range tc.setup {
 					mustRun(t, p, int64(10+i), ops...)
 				}
-				before, stats, orphans := snap(t, p), p.Stats(5), p.Orphans()
+				before, stats, orphans, cstats := snap(t, p), p.Stats(5), p.Orphans(), p.ChunkStats()
 				ops, failedOp := tc.ops, tc.failedOp
 				if withPrefix {
 					ops = append(slices.Clone(prefix), ops...)
@@ -235,6 +318,9 @@ func TestErrno(t *testing.T) {
 				}
 				if o := p.Orphans(); !slices.Equal(o, orphans) {
 					t.Errorf("failed txn changed orphans: %v, was %v", o, orphans)
+				}
+				if c := p.ChunkStats(); c != cstats {
+					t.Errorf("failed txn changed chunk stats: %+v, was %+v", c, cstats)
 				}
 			})
 		}

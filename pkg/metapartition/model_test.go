@@ -4,18 +4,21 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/cairnfs/cairn/pkg/chunker"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
-// model is a reference implementation of the state machine's namespace
-// and attribute semantics, written independently with maps and whole-state
-// copies for atomicity. It leaves out extent maps (it tracks only size) and
-// the free list; TestAppendExtents and TestTruncate cover those.
+// model is a reference implementation of the state machine's namespace,
+// attribute, chunked-layout and chunk-index semantics, written
+// independently with maps and an undo journal for atomicity. It leaves out
+// extent maps (it tracks only size) and the free list; TestAppendExtents,
+// TestTruncate and the chunk tests cover those.
 type model struct {
 	version  int // bumped by every committed Txn
 	maxIno   uint64
@@ -23,6 +26,8 @@ type model struct {
 	dentries map[mKey]mDentry
 	fences   map[uint64]uint64
 	touched  []opKey // oldest first, at most TouchHistory
+	chunks   map[chunker.Fingerprint]mChunk
+	marks    map[uint64]uint64 // drop watermarks by source
 }
 
 type mInode struct {
@@ -32,6 +37,23 @@ type mInode struct {
 	size                uint64
 	atime, mtime, ctime int64
 	xattrs              map[string]string
+	cdc                 bool
+	gen                 uint64
+	layout              []mChunkRef // a chunked file's chunks, never written in place
+}
+
+type mChunkRef struct {
+	fp   chunker.Fingerprint
+	size uint32
+}
+
+// mChunk is an index entry.
+type mChunk struct {
+	pid, eid, off uint64
+	size          uint32
+	refs          uint64
+	dead          bool
+	mtime         int64
 }
 
 type mKey struct {
@@ -45,7 +67,8 @@ type mDentry struct {
 }
 
 func newModel() *model {
-	return &model{inodes: map[uint64]*mInode{}, dentries: map[mKey]mDentry{}, fences: map[uint64]uint64{}}
+	return &model{inodes: map[uint64]*mInode{}, dentries: map[mKey]mDentry{}, fences: map[uint64]uint64{},
+		chunks: map[chunker.Fingerprint]mChunk{}, marks: map[uint64]uint64{}}
 }
 
 func mName(name string) Errno {
@@ -98,6 +121,35 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 			}
 		})
 	}
+	saveChunk := func(fp chunker.Fingerprint) {
+		old, ok := m.chunks[fp]
+		undo = append(undo, func() {
+			if ok {
+				m.chunks[fp] = old
+			} else {
+				delete(m.chunks, fp)
+			}
+		})
+	}
+	saveMark := func(src uint64) {
+		old, ok := m.marks[src]
+		undo = append(undo, func() {
+			if ok {
+				m.marks[src] = old
+			} else {
+				delete(m.marks, src)
+			}
+		})
+	}
+	// fingerprint: 33 bytes, algorithm byte not 0.
+	fingerprint := func(b []byte) (chunker.Fingerprint, bool) {
+		var fp chunker.Fingerprint
+		if len(b) != 33 || b[0] == 0 {
+			return fp, false
+		}
+		copy(fp[:], b)
+		return fp, true
+	}
 	oldMax, oldTouched := m.maxIno, m.touched
 	undo = append(undo, func() { m.maxIno, m.touched = oldMax, oldTouched })
 	var created uint64
@@ -139,6 +191,9 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 			switch o := op.Op.(type) {
 			case *metapb.Op_CreateInode:
 				x := o.CreateInode
+				if x.Layout > metapb.FileLayout_FILE_LAYOUT_CDC || (x.Layout == metapb.FileLayout_FILE_LAYOUT_CDC && x.Type != reg) {
+					return EINVAL
+				}
 				c.maxIno++
 				in := &mInode{typ: x.Type, perm: x.Mode & 0o7777, uid: x.Uid, gid: x.Gid, nlink: 1, atime: now, mtime: now, ctime: now}
 				if x.Type == dir {
@@ -147,6 +202,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 				if x.Type == lnk {
 					in.size = uint64(len(x.Target))
 				}
+				in.cdc = x.Layout == metapb.FileLayout_FILE_LAYOUT_CDC
 				saveIno(c.maxIno)
 				c.inodes[c.maxIno] = in
 				if created == 0 {
@@ -249,6 +305,18 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 					if in.typ != reg {
 						return EINVAL
 					}
+					if in.cdc {
+						var off uint64
+						keep := 0
+						for keep < len(in.layout) && off < x.Size {
+							off += uint64(in.layout[keep].size)
+							keep++
+						}
+						if keep < len(in.layout) || x.Size != in.size {
+							in.layout = slices.Clone(in.layout[:keep])
+							in.gen++
+						}
+					}
 					in.size, in.mtime = x.Size, now
 				}
 				if x.Valid&uint32(metapb.SetattrValid_SETATTR_MODE) != 0 {
@@ -344,7 +412,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 				if in.typ == dir {
 					return EISDIR
 				}
-				if in.typ != reg {
+				if in.typ != reg || in.cdc {
 					return EINVAL
 				}
 				in.size = max(in.size, x.Size)
@@ -380,6 +448,134 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 					saveFence(parent)
 					delete(c.fences, parent)
 				}
+			case *metapb.Op_SpliceChunks:
+				x := o.SpliceChunks
+				_, in, e := local(x.Ino)
+				if e != OK {
+					return e
+				}
+				switch {
+				case !in.cdc:
+					return EINVAL
+				case x.BaseGen != in.gen:
+					return ESTALE
+				case x.Start > x.End || int(x.End) > len(in.layout):
+					return EINVAL
+				}
+				var add []mChunkRef
+				for _, ch := range x.Chunks {
+					fp, ok := fingerprint(ch.Fingerprint)
+					if !ok || ch.Size == 0 || ch.PartitionId == 0 {
+						return EINVAL
+					}
+					add = append(add, mChunkRef{fp, ch.Size})
+				}
+				layout := slices.Concat(in.layout[:x.Start], add, in.layout[x.End:])
+				in.size = 0
+				for _, r := range layout {
+					in.size += uint64(r.size)
+				}
+				in.layout, in.gen, in.mtime, in.ctime = layout, in.gen+1, now, now
+				if x.MtimeNs != 0 {
+					in.mtime = x.MtimeNs
+				}
+			case *metapb.Op_ChunkRefs:
+				x := o.ChunkRefs
+				type item struct {
+					fp  chunker.Fingerprint
+					ch  *metapb.Chunk
+					ref *metapb.ChunkRef
+				}
+				var items []item
+				for _, r := range x.Items {
+					fp, ok := fingerprint(r.Chunk.GetFingerprint())
+					switch {
+					case !ok, r.Delta == 0:
+						return EINVAL
+					case r.DropSeq != 0 && (r.Delta > 0 || x.SourcePartition == 0):
+						return EINVAL
+					case r.Delta > 0 && r.Chunk.PartitionId != 0 && r.Chunk.Size == 0:
+						return EINVAL
+					}
+					items = append(items, item{fp, r.Chunk, r})
+				}
+				for _, it := range items {
+					ent, ok := c.chunks[it.fp]
+					live := ok && !ent.dead
+					d := it.ref.Delta
+					if live && d > 0 && it.ch.Size != 0 && it.ch.Size != ent.size {
+						return EINVAL
+					}
+					if it.ref.DropSeq != 0 {
+						if it.ref.DropSeq <= c.marks[x.SourcePartition] {
+							continue
+						}
+						saveMark(x.SourcePartition)
+						c.marks[x.SourcePartition] = it.ref.DropSeq
+					}
+					switch {
+					case d < 0:
+						if live && ent.refs > 0 {
+							saveChunk(it.fp)
+							ent.refs -= min(ent.refs, uint64(-d))
+							ent.mtime = now
+							c.chunks[it.fp] = ent
+						}
+					case live:
+						saveChunk(it.fp)
+						ent.refs += uint64(d)
+						ent.mtime = now
+						c.chunks[it.fp] = ent
+					case it.ch.PartitionId != 0:
+						saveChunk(it.fp)
+						c.chunks[it.fp] = mChunk{pid: it.ch.PartitionId, eid: it.ch.ExtentId, off: it.ch.ExtentOffset, size: it.ch.Size, refs: uint64(d), mtime: now}
+					}
+				}
+			case *metapb.Op_ChunkCollect:
+				x := o.ChunkCollect
+				for _, b := range x.Fingerprints {
+					if _, ok := fingerprint(b); !ok {
+						return EINVAL
+					}
+				}
+				for _, b := range x.Fingerprints {
+					fp, _ := fingerprint(b)
+					if ent, ok := c.chunks[fp]; ok && !ent.dead && ent.refs == 0 && ent.mtime <= x.OlderThanNs {
+						saveChunk(fp)
+						ent.dead, ent.mtime = true, now
+						c.chunks[fp] = ent
+					}
+				}
+			case *metapb.Op_ChunkForget:
+				x := o.ChunkForget
+				for _, ch := range x.Chunks {
+					if _, ok := fingerprint(ch.Fingerprint); !ok {
+						return EINVAL
+					}
+				}
+				for _, ch := range x.Chunks {
+					fp, _ := fingerprint(ch.Fingerprint)
+					ent, ok := c.chunks[fp]
+					if ok && ent.dead && ent.pid == ch.PartitionId && ent.eid == ch.ExtentId && ent.off == ch.ExtentOffset && ent.size == ch.Size {
+						saveChunk(fp)
+						delete(c.chunks, fp)
+					}
+				}
+			case *metapb.Op_ChunkFix:
+				x := o.ChunkFix
+				for _, r := range x.Entries {
+					if _, ok := fingerprint(r.Chunk.GetFingerprint()); !ok || r.Refs > math.MaxInt64 {
+						return EINVAL
+					}
+				}
+				for _, r := range x.Entries {
+					fp, _ := fingerprint(r.Chunk.Fingerprint)
+					if ent, ok := c.chunks[fp]; ok && !ent.dead && ent.mtime == r.MtimeNs && ent.refs != r.Refs {
+						saveChunk(fp)
+						ent.refs, ent.mtime = r.Refs, now
+						c.chunks[fp] = ent
+					}
+				}
 			default:
 				panic(fmt.Sprintf("model: op %T not modelled", op.Op))
 			}
@@ -403,6 +599,8 @@ type gen struct {
 	m     *model
 	opID  uint64
 	names []string
+	now   int64             // the time of the batch being generated
+	seqs  map[uint64]uint64 // next drop seq per source
 
 	// Sorted views of the model, rebuilt when its version changes.
 	version  int
@@ -432,7 +630,7 @@ func (g *gen) refresh() {
 }
 
 func newGen(seed uint64, m *model) *gen {
-	return &gen{rng: rand.New(rand.NewPCG(seed, 0x5eed)), m: m,
+	return &gen{rng: rand.New(rand.NewPCG(seed, 0x5eed)), m: m, seqs: map[uint64]uint64{},
 		names: []string{"a", "b", "c", "Makefile", "x.txt", "dir", "long-" + strings.Repeat("n", 40)}}
 }
 
@@ -483,7 +681,7 @@ func (g *gen) types() metapb.FileType {
 
 func (g *gen) txn() []*metapb.Op {
 	g.opID++
-	switch g.rng.IntN(14) {
+	switch g.rng.IntN(20) {
 	case 0, 1, 2: // create
 		typ := g.types()
 		create := createInode(typ, uint32(g.rng.IntN(0o10000)))
@@ -549,10 +747,129 @@ func (g *gen) txn() []*metapb.Op {
 			id -= uint64(g.rng.IntN(10))
 		}
 		return []*metapb.Op{touchDir(g.dir(), int32(g.rng.IntN(3))-1, id)}
+	case 14: // create a chunked file (sometimes of a type that cannot be)
+		typ := reg
+		if g.rng.IntN(10) == 0 {
+			typ = dir
+		}
+		return []*metapb.Op{{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: typ, Mode: 0o644, Layout: metapb.FileLayout_FILE_LAYOUT_CDC}}},
+			createDentry(g.dir(), g.name(), 0, typ)}
+	case 15: // splice, mostly of a chunked file
+		ino := g.ino()
+		if cdcs := g.cdcInodes(); len(cdcs) > 0 && g.rng.IntN(10) != 0 {
+			ino = cdcs[g.rng.IntN(len(cdcs))]
+		}
+		var gen uint64
+		n := 0
+		if in := g.m.inodes[ino]; in != nil {
+			gen, n = in.gen, len(in.layout)
+			if g.rng.IntN(8) == 0 {
+				gen++
+			}
+		}
+		start := g.rng.IntN(n + 1)
+		end := start + g.rng.IntN(n-start+1)
+		if g.rng.IntN(15) == 0 {
+			end = n + 1
+		}
+		var add []*metapb.Chunk
+		for range g.rng.IntN(4) {
+			add = append(add, g.chunk(true))
+		}
+		return []*metapb.Op{splice(ino, gen, uint32(start), uint32(end), int64(g.rng.IntN(2)*5), add...)}
+	case 16, 17: // chunk refs: lookups, registrations, decrements, drops
+		var items []*metapb.ChunkRef
+		src := uint64(1 + g.rng.IntN(2))
+		for range 1 + g.rng.IntN(4) {
+			switch g.rng.IntN(5) {
+			case 0:
+				items = append(items, ref(bare(g.chunk(false)), int64(1+g.rng.IntN(3)), 0))
+			case 1:
+				items = append(items, ref(g.chunk(true), int64(1+g.rng.IntN(2)), 0))
+			case 2:
+				items = append(items, ref(g.chunk(false), -int64(1+g.rng.IntN(3)), 0))
+			default:
+				seq := g.seqs[src] + 1
+				if g.rng.IntN(4) == 0 && seq > 3 {
+					seq -= uint64(1 + g.rng.IntN(3)) // a retry
+				} else {
+					g.seqs[src] = seq
+				}
+				items = append(items, ref(g.chunk(false), -1, seq))
+			}
+		}
+		if g.rng.IntN(30) == 0 {
+			items = append(items, ref(g.chunk(false), 0, 0))
+		}
+		return []*metapb.Op{chunkRefs(src, items...)}
+	case 18: // collect, forget
+		if g.rng.IntN(2) == 0 {
+			var chunks []*metapb.Chunk
+			for range 1 + g.rng.IntN(3) {
+				chunks = append(chunks, g.chunk(false))
+			}
+			return []*metapb.Op{chunkCollect(g.now-int64(g.rng.IntN(30)), chunks...)}
+		}
+		var chunks []*metapb.Chunk
+		for _, fp := range g.entries() {
+			if e := g.m.chunks[fp]; e.dead && g.rng.IntN(2) == 0 {
+				off := e.off
+				if g.rng.IntN(4) == 0 {
+					off++
+				}
+				chunks = append(chunks, &metapb.Chunk{Fingerprint: fp[:], Size: e.size, PartitionId: e.pid, ExtentId: e.eid, ExtentOffset: off})
+			}
+		}
+		return []*metapb.Op{chunkForget(chunks...)}
+	case 19: // fix
+		var recs []*metapb.ChunkRecord
+		for _, fp := range g.entries() {
+			if g.rng.IntN(3) == 0 {
+				e := g.m.chunks[fp]
+				mt := e.mtime
+				if g.rng.IntN(4) == 0 {
+					mt--
+				}
+				recs = append(recs, &metapb.ChunkRecord{Chunk: &metapb.Chunk{Fingerprint: fp[:]}, Refs: uint64(g.rng.IntN(3)), MtimeNs: mt})
+			}
+		}
+		return []*metapb.Op{chunkFix(recs...)}
 	default: // create a file and write it in one txn
 		return []*metapb.Op{createInode(reg, 0o644), createDentry(g.dir(), g.name(), 0, reg),
 			appendExtents(0, 0, ek(0, uint64(g.rng.IntN(5)), 0, uint64(1+g.rng.IntN(100))))}
 	}
+}
+
+// chunk returns one of 8 chunks, each always of the same size, at a random
+// location (withLoc) or without one; rarely a size-0 one.
+func (g *gen) chunk(withLoc bool) *metapb.Chunk {
+	n := byte(1 + g.rng.IntN(8))
+	size := uint32(n) * 3
+	if g.rng.IntN(40) == 0 {
+		size = 0
+	}
+	c := chunkAt(n, size, uint64(g.rng.IntN(4))*100)
+	if !withLoc {
+		c.PartitionId, c.ExtentId, c.ExtentOffset = 0, 0, 0
+	}
+	return c
+}
+
+// cdcInodes lists the model's chunked files, sorted.
+func (g *gen) cdcInodes() []uint64 {
+	g.refresh()
+	var out []uint64
+	for _, ino := range g.inodes {
+		if g.m.inodes[ino].cdc {
+			out = append(out, ino)
+		}
+	}
+	return out
+}
+
+// entries lists the model's index fingerprints, sorted.
+func (g *gen) entries() []chunker.Fingerprint {
+	return slices.SortedFunc(maps.Keys(g.m.chunks), func(a, b chunker.Fingerprint) int { return strings.Compare(string(a[:]), string(b[:])) })
 }
 
 // checkModel compares every attribute the model tracks with p's answers.
@@ -574,6 +891,11 @@ func checkModel(t *testing.T, step int, m *model, p *Partition) {
 			atime: in.AtimeNs, mtime: in.MtimeNs, ctime: in.CtimeNs}
 		want := *mi
 		want.xattrs = nil
+		got.cdc, got.gen = in.Layout == metapb.FileLayout_FILE_LAYOUT_CDC, in.LayoutGen
+		for _, ch := range in.Chunks {
+			fp, _ := parseFingerprint(ch.Fingerprint)
+			got.layout = append(got.layout, mChunkRef{fp, ch.Size})
+		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("step %d: inode %d\n got %+v\nwant %+v", step, ino, got, want)
 		}
@@ -617,6 +939,23 @@ func checkModel(t *testing.T, step int, m *model, p *Partition) {
 	if got := p.Orphans(); !slices.Equal(got, orphans) {
 		t.Fatalf("step %d: orphans %v, model %v", step, got, orphans)
 	}
+	recs, _ := p.ScanChunks(chunker.Fingerprint{}, 1<<20)
+	if len(recs) != len(m.chunks) {
+		t.Fatalf("step %d: %d chunk entries, model %d", step, len(recs), len(m.chunks))
+	}
+	for _, r := range recs {
+		fp, _ := parseFingerprint(r.Chunk.Fingerprint)
+		got := mChunk{pid: r.Chunk.PartitionId, eid: r.Chunk.ExtentId, off: r.Chunk.ExtentOffset, size: r.Chunk.Size, refs: r.Refs, dead: r.Dead, mtime: r.MtimeNs}
+		if want, ok := m.chunks[fp]; !ok || got != want {
+			t.Fatalf("step %d: chunk %v: %+v, model %+v", step, fp, got, want)
+		}
+	}
+	for src, seq := range m.marks {
+		if got := p.ChunkWatermark(src); got != seq {
+			t.Fatalf("step %d: watermark of %d: %d, model %d", step, src, got, seq)
+		}
+	}
+	checkDerived(t, p)
 }
 
 // TestModel drives random operation sequences through the partition and
@@ -640,6 +979,7 @@ func TestModel(t *testing.T) {
 			for step := range steps {
 				now := int64(10 + step)
 				b := &metapb.Batch{NowNs: now}
+				g.now = now
 				var ops [][]*metapb.Op
 				for range 1 + g.rng.IntN(4) {
 					o := g.txn()
@@ -677,7 +1017,7 @@ func TestModel(t *testing.T) {
 				t.Fatal("original and restored partitions snapshot differently")
 			}
 			s := p.Stats(3)
-			t.Logf("%d inodes, %d dentries, %d orphans, %d free extents, top %v; results %v", s.Inodes, s.Dentries, s.Orphans, s.FreeExtents, s.TopNames, errnos)
+			t.Logf("%d inodes, %d dentries, %d orphans, %d free extents, top %v, chunks %+v; results %v", s.Inodes, s.Dentries, s.Orphans, s.FreeExtents, s.TopNames, p.ChunkStats(), errnos)
 		})
 	}
 }

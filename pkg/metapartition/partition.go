@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/cairnfs/cairn/pkg/chunker"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/tidwall/btree"
 	"google.golang.org/protobuf/proto"
@@ -12,8 +13,9 @@ import (
 
 // Partition is the replicated state of one meta partition: its inodes,
 // its dentries, its inode range, fences, the free list, the TouchDir and
-// request histories and the dentry routing, plus indexes derived from them
-// (orphans, name counts, memory estimate).
+// request histories, the dentry routing, and its shard of the volume's
+// chunk index with the drop watermarks, plus indexes derived from them
+// (orphans, name counts, chunk collection candidates, memory estimate).
 //
 // Concurrency: Partition has no locks. Apply, ApplyBatch, Restore and Clone
 // change it and must not run concurrently with anything else on the same
@@ -35,22 +37,38 @@ type Partition struct {
 	free     *btree.BTreeG[FreedExtent] // by Seq
 	touched  opRing
 	requests reqRing
-	routing  *routing // nil: never got SetRouting, accepts every name
+	routing  *routing                   // nil: never got SetRouting, accepts every name
+	chunks   *btree.BTreeG[chunkEntry]  // chunk index entries by fingerprint (chunks.go)
+	marks    *btree.Map[uint64, uint64] // source partition -> highest drop_seq applied
 
 	// Derived from the above, rebuilt by Restore, never serialized.
 	orphans *btree.Set[uint64]   // inodes with nlink 0
 	names   map[uint64]uint32    // nameHash(name) -> number of dentries with that name
 	hot     *btree.BTreeG[nameN] // names with count >= 2, most frequent first
 	mem     int64                // estimated bytes of inodes and dentries (see memory.go)
+	cidx    chunkDerived         // collection candidates, dead entries, byte sums (chunks.go)
 
 	probe   inode // lookup key for Apply's inode lookups (Apply is serial)
 	scratch txn   // reused by Apply, one Txn at a time
 }
 
-// FreedExtent is a physical extent range no file refers to any more (cut by
-// a truncate, overwritten by a later write, or left by an evicted inode),
-// waiting for the data node to punch it out. Seq orders the free list and is
-// what an acknowledgement would name.
+// FreedExtent is an entry of the free list, in one of two forms.
+//
+// An extent range (Fingerprint zero) is a physical range no file refers to
+// any more (cut by a truncate, overwritten by a later write, or left by an
+// evicted inode), waiting for the data node to punch it out.
+//
+// A chunk drop (Fingerprint non-zero) is one reference of a chunked file's
+// layout to a chunk, given up by a SpliceChunks, a truncate or an Evict
+// that committed here. Its bytes are not freed by this partition: the
+// reference is given back to the chunk index (a ChunkRefs with delta -1 and
+// drop_seq = Seq on the fingerprint's shard), which frees the chunk when no
+// reference is left. Location and Size are the chunk's, as the layout
+// named it.
+//
+// Both forms share one Seq numbering, which orders the list and is what
+// AckFreed names: an entry leaves the list only when the collector has
+// finished with it and every entry before it.
 type FreedExtent struct {
 	Seq          uint64
 	Ino          uint64 // the inode that referred to it
@@ -58,6 +76,21 @@ type FreedExtent struct {
 	ExtentID     uint64
 	ExtentOffset uint64
 	Size         uint64
+	// Fingerprint is the dropped chunk's fingerprint, zero for an extent
+	// range (no valid fingerprint is zero: algorithm 0 is invalid).
+	Fingerprint chunker.Fingerprint
+}
+
+// IsChunkDrop reports whether f is a chunk drop rather than an extent range.
+func (f FreedExtent) IsChunkDrop() bool { return !f.Fingerprint.IsZero() }
+
+// Chunk returns a chunk drop's chunk (fingerprint and location), as the
+// ChunkRef that gives its reference back names it.
+func (f FreedExtent) Chunk() *metapb.Chunk {
+	return &metapb.Chunk{
+		Fingerprint: append([]byte(nil), f.Fingerprint[:]...), Size: uint32(f.Size),
+		PartitionId: f.PartitionID, ExtentId: f.ExtentID, ExtentOffset: f.ExtentOffset,
+	}
 }
 
 // Fence is a parent directory closed for new dentries until Unfence.
@@ -236,6 +269,9 @@ func newEmpty() *Partition {
 		orphans:  new(btree.Set[uint64]),
 		names:    make(map[uint64]uint32),
 		hot:      btree.NewBTreeGOptions(nameNLess, treeOpts),
+		chunks:   btree.NewBTreeGOptions(chunkEntryLess, treeOpts),
+		marks:    new(btree.Map[uint64, uint64]),
+		cidx:     newChunkDerived(),
 	}
 }
 
@@ -443,13 +479,23 @@ func (p *Partition) Orphans() []uint64 {
 	return out
 }
 
-// FreeList returns the freed extent ranges in Seq order. They stay until
-// AckFreed takes them off.
+// FreeList returns the free list (extent ranges and chunk drops) in Seq
+// order. Entries stay until AckFreed takes them off.
 func (p *Partition) FreeList() []FreedExtent {
-	out := make([]FreedExtent, 0, p.free.Len())
+	return p.FreeListHead(p.free.Len())
+}
+
+// FreeListHead returns the first limit entries of the free list in Seq
+// order (fewer if the list is shorter; none for limit <= 0), in O(limit):
+// what a collector round works on.
+func (p *Partition) FreeListHead(limit int) []FreedExtent {
+	if limit <= 0 {
+		return nil
+	}
+	out := make([]FreedExtent, 0, min(limit, p.free.Len()))
 	p.free.Scan(func(f FreedExtent) bool {
 		out = append(out, f)
-		return true
+		return len(out) < limit
 	})
 	return out
 }

@@ -102,6 +102,17 @@ type inodeExtra struct {
 	target string   // symlink target
 	exts   []extent // extents after ext0, sorted by fileOff
 	xattrs []xattr  // sorted by name
+	// cdc is a FILE_LAYOUT_CDC file's layout; nil for every other inode.
+	// Behind a pointer so that the inodeExtra of directories and symlinks
+	// (parent pointers, targets) does not grow by a slice and a counter.
+	cdc *cdcLayout
+}
+
+// cdcLayout is a chunked file's layout: the chunks in file order and the
+// generation SpliceChunks checks. Immutable once reachable, like inodeExtra.
+type cdcLayout struct {
+	gen    uint64
+	chunks []chunkRef
 }
 
 type xattr struct {
@@ -137,7 +148,7 @@ func (in *inode) extra() *inodeExtra {
 // setExtra stores x, or nil if it holds nothing, so that inodes that lose
 // their rare parts give the memory back.
 func (in *inode) setExtra(x *inodeExtra) {
-	if x.rdev == 0 && x.parent == 0 && x.target == "" && len(x.exts) == 0 && len(x.xattrs) == 0 {
+	if x.rdev == 0 && x.parent == 0 && x.target == "" && len(x.exts) == 0 && len(x.xattrs) == 0 && x.cdc == nil {
 		in.x = nil
 		return
 	}
@@ -164,6 +175,29 @@ func (in *inode) target() string {
 		return ""
 	}
 	return in.x.target
+}
+
+// cdc returns a chunked file's layout, nil for an extent-layout inode.
+func (in *inode) cdc() *cdcLayout {
+	if in.x == nil {
+		return nil
+	}
+	return in.x.cdc
+}
+
+// layout is the inode's FileLayout: CDC exactly when it has a cdcLayout.
+func (in *inode) layout() metapb.FileLayout {
+	if in.cdc() != nil {
+		return metapb.FileLayout_FILE_LAYOUT_CDC
+	}
+	return metapb.FileLayout_FILE_LAYOUT_EXTENT
+}
+
+// setCDC stores l as the clone in's chunk layout.
+func (in *inode) setCDC(l *cdcLayout) {
+	x := in.extra()
+	x.cdc = l
+	in.setExtra(x)
 }
 
 func (in *inode) xattrs() []xattr {
@@ -238,10 +272,12 @@ func xattrBytes(xs []xattr) int {
 	return n
 }
 
-// toProto converts in for a reply. Results of mutating ops leave out extents
-// and xattrs (full == false): they are read with GetInode and ListXattr, and
-// copying a large extent map into every AppendExtents result would make
-// appends cost O(extents) in allocations.
+// toProto converts in for a reply. Results of mutating ops leave out extents,
+// chunks and xattrs (full == false): they are read with GetInode and
+// ListXattr, and copying a large extent map into every AppendExtents result
+// (or a chunk list into every SpliceChunks result) would make writes cost
+// O(extents) in allocations. Layout and layout_gen are always there: a
+// writer of a chunked file needs the new generation from its splice.
 func (in *inode) toProto(full bool) *metapb.Inode {
 	m := &metapb.Inode{
 		Ino:     in.ino,
@@ -257,12 +293,23 @@ func (in *inode) toProto(full bool) *metapb.Inode {
 		BtimeNs: in.btime,
 		Rdev:    in.rdev(),
 		Parent:  in.parent(),
+		Layout:  in.layout(),
 	}
 	if t := in.target(); t != "" {
 		m.Target = []byte(t)
 	}
+	l := in.cdc()
+	if l != nil {
+		m.LayoutGen = l.gen
+	}
 	if !full {
 		return m
+	}
+	if l != nil && len(l.chunks) > 0 {
+		m.Chunks = make([]*metapb.Chunk, len(l.chunks))
+		for i, c := range l.chunks {
+			m.Chunks[i] = c.toProto()
+		}
 	}
 	if n := in.extentCount(); n > 0 {
 		m.Extents = make([]*metapb.ExtentKey, 0, n)

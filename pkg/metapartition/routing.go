@@ -320,8 +320,9 @@ func (t *txn) purgeDentries(m *metapb.PurgeDentries) (*metapb.OpResult, *opError
 // ---- Queries. ----
 
 // ScanInodes returns up to limit inodes with numbers above after, in
-// increasing order, and whether more follow. Extents are included only when
-// withExtents is set; xattrs always. limit <= 0 returns nothing.
+// increasing order, and whether more follow. Extents and chunk lists are
+// included only when withExtents is set; xattrs, layout and layout_gen
+// always. limit <= 0 returns nothing.
 func (p *Partition) ScanInodes(after uint64, limit int, withExtents bool) ([]*metapb.Inode, bool) {
 	if limit <= 0 {
 		return nil, false
@@ -338,7 +339,7 @@ func (p *Partition) ScanInodes(after uint64, limit int, withExtents bool) ([]*me
 		}
 		m := in.toProto(true)
 		if !withExtents {
-			m.Extents = nil
+			m.Extents, m.Chunks = nil, nil
 		}
 		out = append(out, m)
 		return true

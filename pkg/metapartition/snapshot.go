@@ -9,25 +9,29 @@ import (
 	"io"
 	"math"
 
+	"github.com/cairnfs/cairn/pkg/chunker"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/tidwall/btree"
 	"google.golang.org/protobuf/proto"
 )
 
-// Snapshot format, version 3 (version 1, without parent pointers, request
-// ids and routing, and version 2, without routing, are still read). All integers are unsigned varints except
-// times (zigzag varints) and the trailer; records are in key order, so equal
-// states encode to equal bytes.
+// Snapshot format, version 4 (version 1, without parent pointers, request
+// ids and routing, version 2, without routing, and version 3, without
+// chunks, are still read). All integers are unsigned varints except times
+// (zigzag varints), fingerprints (chunker.FingerprintSize raw bytes) and the
+// trailer; records are in key order, so equal states encode to equal bytes.
 //
 //	magic "CAIRNMP\n", version
 //	start, end, maxIno, freeSeq
 //	#inodes,   inode*    ino type perm uid gid nlink size atime mtime ctime btime
 //	                     rdev parent(v2) len(target) target #extents (fileOff pid eid extOff size)*
 //	                     #xattrs (len(name) name len(value) value)*
+//	                     layout(v4: 0 extent, 1 cdc) [gen #chunks chunk*] (v4), where chunk is
+//	                     fp size pid eid extOff
 //	#dentries, dentry*   parent len(name) name ino type
 //	#fences,   fence*    parent token
-//	#free,     freed*    seq ino pid eid extOff size
+//	#free,     freed*    seq ino pid eid extOff size drop(v4: 0 or 1) [fp] (v4)
 //	#touched,  opKey*    ino opID, oldest first
 //	#requests, request*  id len(result) result (a TxnResult in deterministic
 //	                     protobuf, as remembered), oldest first (v2)
@@ -35,10 +39,12 @@ import (
 //	                     [table] (v3), where table is
 //	                     version #slots slot* #exceptions (len(name) name kind mp)*
 //	                     with exceptions sorted by name
+//	#chunkEntries, entry* fp size pid eid extOff refs dead(0/1) mtime, by fp (v4)
+//	#watermarks, mark*   source seq, by source (v4)
 //	crc32c of everything above, 4 bytes little-endian
 const (
 	snapMagic   = "CAIRNMP\n"
-	snapVersion = 3
+	snapVersion = 4
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -61,6 +67,8 @@ type Frozen struct {
 	touched  []opKey
 	requests []reqEntry
 	routing  *routing // immutable, shared with the partition
+	chunks   *btree.BTreeG[chunkEntry]
+	marks    *btree.Map[uint64, uint64]
 }
 
 // Clone returns a Frozen copy of the replicated state. It costs O(1) for the
@@ -78,6 +86,8 @@ func (p *Partition) Clone() *Frozen {
 		touched:  p.touched.ordered(),
 		requests: p.requests.ordered(),
 		routing:  p.routing,
+		chunks:   p.chunks.Copy(),
+		marks:    p.marks.Copy(),
 	}
 }
 
@@ -176,6 +186,17 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 			s.u(uint64(len(x.value)))
 			s.buf = append(s.buf, x.value...)
 		}
+		if l := in.cdc(); l == nil {
+			s.u(uint64(metapb.FileLayout_FILE_LAYOUT_EXTENT))
+		} else {
+			s.u(uint64(metapb.FileLayout_FILE_LAYOUT_CDC))
+			s.u(l.gen)
+			s.u(uint64(len(l.chunks)))
+			for _, c := range l.chunks {
+				s.chunk(c)
+				s.record()
+			}
+		}
 		return s.record()
 	})
 
@@ -203,6 +224,10 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 		s.u(e.ExtentID)
 		s.u(e.ExtentOffset)
 		s.u(e.Size)
+		s.bool(e.IsChunkDrop())
+		if e.IsChunkDrop() {
+			s.buf = append(s.buf, e.Fingerprint[:]...)
+		}
 		return s.record()
 	})
 
@@ -233,6 +258,21 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 			s.routeTable(r.previous)
 		}
 	}
+
+	s.u(uint64(f.chunks.Len()))
+	f.chunks.Scan(func(e chunkEntry) bool {
+		s.chunk(e.c)
+		s.u(e.refs)
+		s.bool(e.dead)
+		s.i(e.mtime)
+		return s.record()
+	})
+	s.u(uint64(f.marks.Len()))
+	f.marks.Scan(func(source, seq uint64) bool {
+		s.u(source)
+		s.u(seq)
+		return s.record()
+	})
 	s.flush()
 	if s.err != nil {
 		return s.n, fmt.Errorf("metapartition: write snapshot: %w", s.err)
@@ -269,6 +309,14 @@ func (s *snapWriter) routeTable(rt *routeTable) {
 		s.u(e.mp)
 		s.record()
 	}
+}
+
+func (s *snapWriter) chunk(c chunkRef) {
+	s.buf = append(s.buf, c.fp[:]...)
+	s.u(uint64(c.size))
+	s.u(c.pid)
+	s.u(c.eid)
+	s.u(c.extOff)
 }
 
 func (s *snapWriter) extent(e extent) {
@@ -476,6 +524,12 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 	n = r.count("free extents", 6)
 	for i := 0; i < n && r.err == nil; i++ {
 		f := FreedExtent{Seq: r.u(), Ino: r.u(), PartitionID: r.u(), ExtentID: r.u(), ExtentOffset: r.u(), Size: r.u()}
+		if r.version >= 4 && r.flag("chunk drop") {
+			f.Fingerprint = r.fingerprint("chunk drop")
+			if r.err == nil && (f.Size > math.MaxUint32 || f.PartitionID == 0) {
+				r.failf("chunk drop %d: size %d or partition %d invalid", f.Seq, f.Size, f.PartitionID)
+			}
+		}
 		if r.err != nil {
 			break
 		}
@@ -485,6 +539,9 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 		}
 		prev = f.Seq
 		p.free.Load(f)
+		if f.IsChunkDrop() {
+			p.cidx.drops++
+		}
 	}
 
 	n = r.count("touched ops", 2)
@@ -529,6 +586,9 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 	if r.version >= 3 {
 		p.routing = r.routing()
 	}
+	if r.version >= 4 {
+		r.chunkIndex(p)
+	}
 	if r.err == nil && r.off != len(r.b) {
 		r.failf("%d bytes after the last record", len(r.b)-r.off)
 	}
@@ -536,6 +596,70 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 		return nil, r.err
 	}
 	return p, nil
+}
+
+// fingerprint reads a raw fingerprint, which must have a non-zero
+// algorithm byte (as parseFingerprint requires).
+func (r *snapReader) fingerprint(what string) chunker.Fingerprint {
+	var fp chunker.Fingerprint
+	if r.err != nil {
+		return fp
+	}
+	if len(r.b)-r.off < len(fp) {
+		r.failf("%s: fingerprint cut short", what)
+		return fp
+	}
+	copy(fp[:], r.b[r.off:])
+	r.off += len(fp)
+	if fp[0] == byte(chunker.AlgorithmInvalid) {
+		r.failf("%s: fingerprint with algorithm 0", what)
+	}
+	return fp
+}
+
+// chunk reads a chunk with its location and checks it as checkChunk does.
+func (r *snapReader) chunk(what string) chunkRef {
+	c := chunkRef{fp: r.fingerprint(what), size: r.u32(what + " size"), pid: r.u(), eid: r.u(), extOff: r.u()}
+	if r.err == nil && (c.size == 0 || c.pid == 0 || c.extOff > math.MaxUint64-uint64(c.size)) {
+		r.failf("%s %v: invalid size %d or location %d/%d@%d", what, c.fp, c.size, c.pid, c.eid, c.extOff)
+	}
+	return c
+}
+
+// chunkIndex reads the chunk index and the drop watermarks into p (v4).
+func (r *snapReader) chunkIndex(p *Partition) {
+	n := r.count("chunk entries", chunker.FingerprintSize+7)
+	var last chunkEntry
+	for i := 0; i < n && r.err == nil; i++ {
+		e := chunkEntry{c: r.chunk("chunk entry"), refs: r.u(), dead: r.flag("dead"), mtime: r.i()}
+		if r.err != nil {
+			break
+		}
+		if e.refs > MaxChunkRefs || (e.dead && e.refs != 0) || (i > 0 && !chunkEntryLess(last, e)) {
+			r.failf("chunk entry %v: %d references, dead %v, or out of order", e.c.fp, e.refs, e.dead)
+			break
+		}
+		last = e
+		p.chunks.Load(e)
+		p.cidx.add(e)
+	}
+	n = r.count("watermarks", 2)
+	if n > MaxChunkSources {
+		r.failf("%d watermarks, more than %d", n, MaxChunkSources)
+	}
+	var prev uint64
+	for i := 0; i < n && r.err == nil; i++ {
+		source, seq := r.u(), r.u()
+		if r.err != nil {
+			break
+		}
+		if source == 0 || seq == 0 || (i > 0 && source <= prev) {
+			r.failf("watermark %d/%d invalid or out of order", source, seq)
+			break
+		}
+		prev = source
+		p.marks.Load(source, seq)
+	}
 }
 
 // routing reads the routing state and validates it as SetRouting does.
@@ -667,6 +791,10 @@ func (r *snapReader) inode() *inode {
 	if total > MaxXattrBytesPerInode {
 		r.failf("inode %d: %d bytes of xattrs, more than %d", in.ino, total, MaxXattrBytesPerInode)
 	}
+	var cdc *cdcLayout
+	if r.version >= 4 {
+		cdc = r.cdcLayout(in)
+	}
 	if r.err != nil {
 		return nil
 	}
@@ -683,6 +811,10 @@ func (r *snapReader) inode() *inode {
 		r.failf("inode %d: a %v with extents", in.ino, typ)
 	case in.size > MaxFileSize:
 		r.failf("inode %d: size %d", in.ino, in.size)
+	case cdc != nil && typ != metapb.FileType_FILE_TYPE_REGULAR:
+		r.failf("inode %d: a %v with the chunked layout", in.ino, typ)
+	case cdc != nil && len(exts) > 0:
+		r.failf("inode %d: extents and the chunked layout", in.ino)
 	}
 	if r.err != nil {
 		return nil
@@ -690,10 +822,40 @@ func (r *snapReader) inode() *inode {
 	if len(exts) > 0 {
 		in.ext0 = exts[0]
 	}
-	x := &inodeExtra{rdev: rdev, parent: parent, target: target, xattrs: xs}
+	x := &inodeExtra{rdev: rdev, parent: parent, target: target, xattrs: xs, cdc: cdc}
 	if len(exts) > 1 {
 		x.exts = exts[1:]
 	}
 	in.setExtra(x)
 	return in
+}
+
+// cdcLayout reads an inode's layout field (v4) and, for a chunked file, its
+// chunk list, which must have no chunk starting at or past the size (what
+// SpliceChunks and truncates maintain).
+func (r *snapReader) cdcLayout(in *inode) *cdcLayout {
+	switch layout := r.u(); {
+	case r.err != nil:
+		return nil
+	case layout == uint64(metapb.FileLayout_FILE_LAYOUT_EXTENT):
+		return nil
+	case layout != uint64(metapb.FileLayout_FILE_LAYOUT_CDC):
+		r.failf("inode %d: unknown layout %d", in.ino, layout)
+		return nil
+	}
+	l := &cdcLayout{gen: r.u()}
+	n := r.count("chunks", chunker.FingerprintSize+4)
+	if n > MaxChunksPerInode {
+		r.failf("inode %d: %d chunks, more than %d", in.ino, n, MaxChunksPerInode)
+	}
+	var off uint64
+	for i := 0; i < n && r.err == nil; i++ {
+		c := r.chunk("chunk")
+		if r.err == nil && off >= in.size {
+			r.failf("inode %d: chunk %d starts at %d, not below size %d", in.ino, i, off, in.size)
+		}
+		off += uint64(c.size)
+		l.chunks = append(l.chunks, c)
+	}
+	return l
 }
