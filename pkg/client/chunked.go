@@ -63,6 +63,7 @@ type cdcFile struct {
 	dirty    dirtyBuf        // writes not yet committed, over the committed content
 	stale    bool            // the layout was changed under the handle (truncate): reload before committing
 	nextRead uint64          // where a sequential reader would read next (read-ahead)
+	stream   *cdcStream      // an append being cut and uploaded as it arrives (stream.go)
 }
 
 func newCDCFile(v *Volume, in *metapb.Inode) (*cdcFile, error) {
@@ -165,6 +166,11 @@ func (f *File) prefetch(off uint64) {
 func (f *File) readChunked(p []byte, off uint64) (int, error) {
 	const op = "read"
 	c := f.cdc
+	if s := c.stream; s != nil && off+uint64(len(p)) > c.offs[s.baseIdx] {
+		if err := f.finishStream(op, true); err != nil {
+			return 0, err
+		}
+	}
 	n := int(min(uint64(len(p)), f.size-off))
 	if off == c.nextRead && n > 0 {
 		f.prefetch(off + uint64(n))
@@ -181,6 +187,27 @@ func (f *File) readChunked(p []byte, off uint64) (int, error) {
 }
 
 func (f *File) writeChunked(op string, p []byte, off uint64) (int, error) {
+	c := f.cdc
+	if c.stream != nil && off != f.size {
+		// Not an append: the streamed part commits before the buffer
+		// takes the write.
+		if err := f.finishStream(op, true); err != nil {
+			return 0, err
+		}
+	}
+	if c.stream == nil && off == f.size && c.dirty.len() == 0 && !c.stale &&
+		f.size == c.metaSize && c.metaSize == c.offs[len(c.chunks)] {
+		if err := f.startStream(op); err != nil {
+			return 0, err
+		}
+	}
+	if c.stream != nil {
+		if err := f.appendStream(op, p); err != nil {
+			return 0, err
+		}
+		f.grow(off + uint64(len(p)))
+		return len(p), nil
+	}
 	f.cdc.dirty.insert(off, p)
 	f.grow(off + uint64(len(p)))
 	if f.cdc.dirty.len() > f.v.chunkBufferBytes() {
@@ -200,6 +227,7 @@ type piece struct {
 	fp   chunker.Fingerprint
 	data []byte
 	old  int
+	held bool // the commit holds its reference already (a streamed chunk)
 }
 
 // pieceReader serves the content of a layout being built to Rechunk.
@@ -345,6 +373,9 @@ func (f *File) newLayout(op string) ([]piece, error) {
 // and would be cut again by the next write.
 func (f *File) commitChunks(op string, final bool) error {
 	c := f.cdc
+	if c.stream != nil {
+		return f.finishStream(op, final)
+	}
 	if c.dirty.len() == 0 && !c.stale && f.size == c.metaSize && c.metaSize == c.offs[len(c.chunks)] {
 		return nil
 	}
@@ -364,6 +395,15 @@ func (f *File) commitChunks(op string, final bool) error {
 		tail = &ps[len(ps)-1]
 		ps = ps[:len(ps)-1]
 	}
+	return f.commitLayout(ctx, op, ps, tail, &chunkRefs{f: f, op: op}, c.dirty.len() > 0)
+}
+
+// commitLayout commits ps as the file's new layout: references for the
+// changed middle (except pieces refs already holds), then the splice. tail,
+// if set, stays buffered after the commit; wrote says the handle had
+// writes, so that the mtime moves even when no chunk changed.
+func (f *File) commitLayout(ctx context.Context, op string, ps []piece, tail *piece, refs *chunkRefs, wrote bool) error {
+	c := f.cdc
 	// The changed middle: what lies between the kept prefix and suffix.
 	n := len(c.chunks)
 	i := 0
@@ -374,7 +414,6 @@ func (f *File) commitChunks(op string, final bool) error {
 	for j < len(ps)-i && j < n-i && ps[len(ps)-1-j].old == n-1-j {
 		j++
 	}
-	refs := &chunkRefs{f: f, op: op}
 	defer refs.refundUnless(ctx)
 	if err := refs.acquire(ctx, ps[i:len(ps)-j]); err != nil {
 		return err
@@ -387,7 +426,6 @@ func (f *File) commitChunks(op string, final bool) error {
 	for k, p := range ps {
 		chunks[k] = p.ch
 	}
-	dirtyMtime := c.dirty.len() > 0
 	gen, partial, err := f.splice(ctx, op, c.gen, i, n-j, chunks[i:len(chunks)-j])
 	for try := 0; isErrno(err, syscall.ESTALE) && try < staleRetries; try++ {
 		// Another writer committed first. Close-to-open: this handle's
@@ -401,6 +439,9 @@ func (f *File) commitChunks(op string, final bool) error {
 		again := append(append([]piece(nil), ps[:i]...), ps[len(ps)-j:]...)
 		if partial {
 			again = append([]piece(nil), ps...)
+			for k := range again {
+				again[k].held = false
+			}
 		}
 		if err = refs.acquire(ctx, again); err != nil {
 			return err
@@ -411,11 +452,11 @@ func (f *File) commitChunks(op string, final bool) error {
 	if err != nil {
 		// A layout that went in partly uses some of the references: they
 		// stay (at worst leaked, never too few).
-		refs.committed = partial
+		refs.setCommitted(partial)
 		c.stale = true
 		return err
 	}
-	refs.committed = true
+	refs.setCommitted(true)
 	for _, p := range ps {
 		if p.data != nil {
 			f.v.chunks.Put(p.fp, p.data)
@@ -427,7 +468,7 @@ func (f *File) commitChunks(op string, final bool) error {
 		c.dirty.insert(size, tail.data)
 	}
 	f.sizeDirt = false
-	if i == len(ps)-j && n-j == i && dirtyMtime {
+	if i == len(ps)-j && n-j == i && wrote {
 		// The writes changed no chunk (the same bytes again); the mtime
 		// still moves, as for any write.
 		if _, err := f.v.Setattr(ctx, f.ino, SetattrIn{Valid: SetMtimeNow | SetCtime, Ctime: time.Now()}); err != nil {
@@ -479,8 +520,10 @@ func (f *File) reloadLayout(ctx context.Context, op string) error {
 // commit that fails gives them back (a crash instead leaves them leaked,
 // which cairn gc recounts).
 type chunkRefs struct {
-	f         *File
-	op        string
+	f  *File
+	op string
+
+	mu        sync.Mutex // acquire runs in several streamed batches at once
 	taken     map[chunker.Fingerprint]*refTaken
 	committed bool
 }
@@ -495,9 +538,6 @@ type refTaken struct {
 // shared (dedup), any other is uploaded, then registered. A kept chunk the
 // index no longer has is EIO.
 func (r *chunkRefs) acquire(ctx context.Context, ps []piece) error {
-	if len(ps) == 0 {
-		return nil
-	}
 	type want struct {
 		idx  []int // indexes into ps
 		data []byte
@@ -506,6 +546,9 @@ func (r *chunkRefs) acquire(ctx context.Context, ps []piece) error {
 	var order []chunker.Fingerprint
 	for k := range ps {
 		p := &ps[k]
+		if p.held {
+			continue
+		}
 		if p.data == nil {
 			fp, err := fingerprintOf(p.ch)
 			if err != nil {
@@ -523,6 +566,9 @@ func (r *chunkRefs) acquire(ctx context.Context, ps []piece) error {
 		if p.data != nil {
 			w.data = p.data
 		}
+	}
+	if len(order) == 0 {
+		return nil
 	}
 	lookups := make([]*metapb.ChunkRef, len(order))
 	for k, fp := range order {
@@ -612,6 +658,8 @@ func (r *chunkRefs) acquire(ctx context.Context, ps []piece) error {
 }
 
 func (r *chunkRefs) took(ch *metapb.Chunk, n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.taken == nil {
 		r.taken = map[chunker.Fingerprint]*refTaken{}
 	}
@@ -626,14 +674,26 @@ func (r *chunkRefs) took(ch *metapb.Chunk, n int64) {
 // refundUnless gives back the references of a commit that did not happen
 // (best effort: a failure leaves them leaked, as a crash would).
 func (r *chunkRefs) refundUnless(ctx context.Context) {
+	r.mu.Lock()
 	if r.committed || len(r.taken) == 0 {
+		r.mu.Unlock()
 		return
 	}
 	items := make([]*metapb.ChunkRef, 0, len(r.taken))
 	for _, t := range r.taken {
 		items = append(items, &metapb.ChunkRef{Chunk: t.ch, Delta: -t.n})
 	}
+	r.taken = nil
+	r.mu.Unlock()
 	_, _ = r.f.v.chunkRefs(ctx, r.op, items)
+}
+
+// setCommitted records that a layout now uses the references (they are no
+// longer the commit's to give back).
+func (r *chunkRefs) setCommitted(v bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.committed = v
 }
 
 // chunkRefs applies items on the partitions holding their shards of the

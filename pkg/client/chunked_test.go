@@ -476,3 +476,65 @@ func TestChunkedCrashLeavesOnlyLeaks(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkedStreamingAppend writes a file in small sequential writes
+// (streamed: cut and uploaded while writing), long enough to commit
+// several times (more than maxChunksPerSplice chunks), with a read in the
+// middle and appends after reopening; every byte goes to the data nodes
+// about once.
+func TestChunkedStreamingAppend(t *testing.T) {
+	v := startChunked(t, Options{})
+	ctx := context.Background()
+	a, err := v.Create(ctx, RootIno, "log", 0o644, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(21, 22))
+	model := randBytes(rng, 6<<20) // about 6000 chunks of 1 KiB on average
+	before := v.Stats().BytesToData
+	f, err := v.OpenFile(ctx, a.Ino, syscall.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := len(model) / 2
+	for off := 0; off < half; off += 7000 {
+		if _, err := f.WriteAt(model[off:min(half, off+7000)], int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A read of what was just written ends the stream (commits it).
+	buf := make([]byte, 1000)
+	if _, err := f.ReadAt(buf, int64(half-1000)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf, model[half-1000:half]) {
+		t.Fatal("a read during an append returns other bytes")
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, err := v.OpenFile(ctx, a.Ino, syscall.O_WRONLY|syscall.O_APPEND)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := half; off < len(model); off += 65536 {
+		if _, err := g.WriteAt(model[off:min(len(model), off+65536)], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkLayout(t, v, a.Ino, len(model))
+	r, err := v.OpenFile(ctx, a.Ino, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	if got := readWhole(t, r, len(model)); !bytes.Equal(got, model) {
+		t.Fatal("the appended file differs from what was written")
+	}
+	if sent := v.Stats().BytesToData - before; sent > int64(len(model))+int64(len(model))/50 {
+		t.Fatalf("sent %d bytes for a %d-byte file, want each byte about once", sent, len(model))
+	}
+}

@@ -677,6 +677,13 @@ func (f *File) Truncated(size uint64) {
 
 func (f *File) truncatedLocked(size uint64) {
 	if c := f.cdc; c != nil {
+		if c.stream != nil {
+			// Commit the append first; if that fails, the next flush
+			// point reports it.
+			if err := f.finishStream("truncate", true); err != nil {
+				f.err = err
+			}
+		}
 		// The meta partition dropped the chunks past size and moved the
 		// layout generation: read it again before the next commit.
 		c.dirty.cut(size)

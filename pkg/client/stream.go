@@ -1,0 +1,194 @@
+package client
+
+import (
+	"bytes"
+	"sync"
+	"syscall"
+
+	"github.com/cairnfs/cairn/pkg/chunker"
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
+
+// Streaming appends. A chunked file written sequentially at its end (the
+// common large write: cp, a download, a checkpoint) does not go through the
+// write buffer: its bytes are cut into chunks as they arrive, and batches
+// of chunks are fingerprinted, looked up and uploaded in the background
+// while the writer goes on, so that the network and the data nodes work
+// during the writes as for the extent layout, and memory stays bounded.
+// The layout still commits only at a flush point (or every
+// maxChunksPerSplice chunks).
+const (
+	// streamBatch is how many chunks one background batch handles (one
+	// lookup and one registration request per shard).
+	streamBatch = 16
+	// streamBatchesInFlight bounds the batches being uploaded; a writer
+	// that gets further ahead waits.
+	streamBatchesInFlight = 4
+)
+
+// cdcStream is an append in progress. The committed chunks from baseIdx on
+// are replaced by pieces followed by the bytes in buf. A cut is final once
+// MaxSize bytes follow the chunk's start (it then depends on no later
+// byte), so only the last MaxSize bytes at most wait in buf.
+type cdcStream struct {
+	baseIdx int
+	buf     []byte // bytes not cut yet; buf[0] is at file offset bufOff
+	bufOff  uint64
+	refs    *chunkRefs
+	sem     chan struct{}
+	wg      sync.WaitGroup
+
+	mu     sync.Mutex // pieces, sent and err: batches write back into pieces
+	pieces []piece
+	sent   int // pieces[:sent] went out in batches
+	err    error
+}
+
+// startStream begins an append at the end of a committed layout. The last
+// committed chunk may have been cut by the end of the file, so cutting
+// starts again at its start.
+func (f *File) startStream(op string) error {
+	c := f.cdc
+	n := len(c.chunks)
+	s := &cdcStream{baseIdx: n, bufOff: c.offs[n], refs: &chunkRefs{f: f, op: op}, sem: make(chan struct{}, streamBatchesInFlight)}
+	if n > 0 {
+		data, err := f.chunkData(f.ctx, op, c.chunks[n-1])
+		if err != nil {
+			return err
+		}
+		s.baseIdx, s.bufOff = n-1, c.offs[n-1]
+		s.buf = append(make([]byte, 0, 2*c.cut.Config().MaxSize), data...)
+	}
+	c.stream = s
+	return nil
+}
+
+// appendStream adds p at the end of the stream, cuts every chunk whose cut
+// is final and sends full batches.
+func (f *File) appendStream(op string, p []byte) error {
+	c, s := f.cdc, f.cdc.stream
+	s.buf = append(s.buf, p...)
+	maxSize := c.cut.Config().MaxSize
+	cur := 0
+	var cut []piece
+	for len(s.buf)-cur >= maxSize {
+		l := c.cut.Next(s.buf[cur : cur+maxSize])
+		cut = append(cut, piece{data: bytes.Clone(s.buf[cur : cur+l]), old: -1})
+		cur += l
+	}
+	if cur == 0 {
+		return nil
+	}
+	s.bufOff += uint64(cur)
+	s.buf = s.buf[:copy(s.buf, s.buf[cur:])]
+	s.mu.Lock()
+	s.pieces = append(s.pieces, cut...)
+	ready := len(s.pieces) - s.sent
+	total := len(s.pieces)
+	s.mu.Unlock()
+	if ready >= streamBatch {
+		f.sendBatch(op)
+	}
+	if total >= maxChunksPerSplice {
+		// One splice commits at most this many chunks: commit what is
+		// cut and go on streaming after it.
+		return f.finishStream(op, false)
+	}
+	return nil
+}
+
+// sendBatch hands the pieces not yet sent to a background batch, waiting
+// while streamBatchesInFlight batches are running.
+func (f *File) sendBatch(op string) {
+	c, s := f.cdc, f.cdc.stream
+	s.mu.Lock()
+	start := s.sent
+	batch := append([]piece(nil), s.pieces[start:]...)
+	s.sent = len(s.pieces)
+	s.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	alg := c.cut.Config().Algorithm
+	s.sem <- struct{}{}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() { <-s.sem }()
+		for k := range batch {
+			b := &batch[k]
+			b.fp = chunker.Sum(alg, b.data)
+			b.ch = &metapb.Chunk{Fingerprint: b.fp[:], Size: uint32(len(b.data))}
+		}
+		ctx, cancel := f.v.opCtx(f.ctx)
+		defer cancel()
+		err := s.refs.acquire(ctx, batch)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err != nil {
+			if s.err == nil {
+				s.err = err
+			}
+			return
+		}
+		for k := range batch {
+			b := &batch[k]
+			f.v.chunks.Put(b.fp, b.data)
+			b.data, b.held = nil, true
+			s.pieces[start+k] = *b
+		}
+	}()
+}
+
+// finishStream waits for the stream's batches and commits the streamed
+// chunks. With final, the bytes still in the buffer are cut too (the last
+// chunk by the end of the data) and the stream ends; without, they stay
+// buffered and the stream goes on after the committed chunks.
+func (f *File) finishStream(op string, final bool) error {
+	c, s := f.cdc, f.cdc.stream
+	f.sendBatch(op)
+	s.wg.Wait()
+	ctx, cancel := f.v.opCtx(f.ctx)
+	defer cancel()
+	if s.err != nil {
+		// The streamed bytes are lost: the handle's view goes back to
+		// what is committed, and the error reaches the writer here, as a
+		// write-back error would.
+		s.refs.refundUnless(ctx)
+		c.stream = nil
+		c.stale = true
+		f.size = c.metaSize
+		return dataErr(op, f.ino, s.err)
+	}
+	ps := make([]piece, 0, s.baseIdx+len(s.pieces)+4)
+	for i, ch := range c.chunks[:s.baseIdx] {
+		ps = append(ps, piece{ch: ch, old: i})
+	}
+	ps = append(ps, s.pieces...)
+	if final {
+		alg := c.cut.Config().Algorithm
+		prev := 0
+		for _, end := range c.cut.Cut(s.buf) {
+			data := bytes.Clone(s.buf[prev:end])
+			fp := chunker.Sum(alg, data)
+			ps = append(ps, piece{ch: &metapb.Chunk{Fingerprint: fp[:], Size: uint32(len(data))}, fp: fp, data: data, old: -1})
+			prev = end
+		}
+	}
+	err := f.commitLayout(ctx, op, ps, nil, s.refs, true)
+	if err != nil || final {
+		c.stream = nil
+		if err != nil {
+			f.size = c.metaSize
+			c.stale = true
+		}
+		return err
+	}
+	if c.offs[len(c.chunks)] != s.bufOff {
+		c.stream = nil
+		return errnoErr(op, syscall.EIO, "inode %d: streamed layout ends at %d, its buffer starts at %d", f.ino, c.offs[len(c.chunks)], s.bufOff)
+	}
+	s.baseIdx, s.pieces, s.sent = len(c.chunks), nil, 0
+	s.refs = &chunkRefs{f: f, op: op}
+	return nil
+}
