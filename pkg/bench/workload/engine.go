@@ -11,6 +11,7 @@ package workload
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -72,6 +73,8 @@ type Thread struct {
 	truncated bool
 	fatal     error
 	ctx       context.Context
+	nonce     uint64 // Unique's stamp of this thread and run
+	stamp     uint64 // Unique's counter
 }
 
 // Dir is this thread's private directory.
@@ -111,6 +114,24 @@ func (t *Thread) Buffer(n int64) []byte {
 		t.buf = b
 	}
 	return t.buf[:n]
+}
+
+// Unique makes p, a block about to be written, differ from every block
+// written before, in this run or another: each 4 KiB of it starts with a
+// nonce of this thread and run and a counter. A file system that
+// deduplicates (Cairn's cdc layout) would otherwise store a block written
+// over and over once, and a write benchmark would measure nothing. It
+// returns p.
+func (t *Thread) Unique(p []byte) []byte {
+	if t.nonce == 0 {
+		t.nonce = uint64(time.Now().UnixNano())*0x9e3779b97f4a7c15 ^ uint64(t.Global) | 1
+	}
+	for off := 0; off+16 <= len(p); off += 4096 {
+		t.stamp++
+		binary.LittleEndian.PutUint64(p[off:], t.nonce)
+		binary.LittleEndian.PutUint64(p[off+8:], t.stamp)
+	}
+	return p
 }
 
 // clockEpoch anchors Thread.Clock. A duration since a fixed time.Time reads

@@ -136,7 +136,7 @@ func writeSmall(t *Thread, name string, data []byte, fsync bool) (int64, error) 
 	if err != nil {
 		return 0, err
 	}
-	n, err := fh.Write(data)
+	n, err := fh.Write(t.Unique(data))
 	if err == nil && fsync {
 		err = fh.Sync()
 	}
@@ -312,7 +312,7 @@ func (w *insertWL) Setup(ctx context.Context, t *Thread) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := writeSized(t.FS, t.Path("big."+strconv.Itoa(i)), w.size, buf[:w.block]); err != nil {
+		if err := writeSized(t, t.Path("big."+strconv.Itoa(i)), w.size, buf[:w.block]); err != nil {
 			return err
 		}
 		sizes[i] = w.size
@@ -341,7 +341,7 @@ func (w *insertWL) Run(_ context.Context, t *Thread, p int) error {
 		case "overwrite":
 			off := t.Rand.Int64N(size - n + 1)
 			var wn int
-			wn, err = fh.WriteAt(buf[:n], off)
+			wn, err = fh.WriteAt(t.Unique(buf[:n]), off)
 			moved = int64(wn)
 		case "insert":
 			off := t.Rand.Int64N(size + 1)
@@ -357,7 +357,7 @@ func (w *insertWL) Run(_ context.Context, t *Thread, p int) error {
 			}
 			if err == nil {
 				var wn int
-				wn, err = fh.WriteAt(buf[:n], off)
+				wn, err = fh.WriteAt(t.Unique(buf[:n]), off)
 				moved += int64(wn)
 				sizes[i] = size + n
 			}

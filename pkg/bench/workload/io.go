@@ -112,7 +112,7 @@ func (w *ioWL) Setup(ctx context.Context, t *Thread) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := writeSized(t.FS, fileName(t, i), st.sizes[i], t.Buffer(w.block)); err != nil {
+		if err := writeSized(t, fileName(t, i), st.sizes[i], t.Buffer(w.block)); err != nil {
 			return err
 		}
 		if w.dropCache {
@@ -125,14 +125,14 @@ func (w *ioWL) Setup(ctx context.Context, t *Thread) error {
 }
 
 // writeSized writes size bytes to a new file in len(block) calls.
-func writeSized(f fsys.FS, name string, size int64, block []byte) error {
-	fh, err := f.OpenFile(name, syscall.O_CREAT|syscall.O_WRONLY|syscall.O_TRUNC, 0o644)
+func writeSized(t *Thread, name string, size int64, block []byte) error {
+	fh, err := t.FS.OpenFile(name, syscall.O_CREAT|syscall.O_WRONLY|syscall.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
 	for off := int64(0); off < size; off += int64(len(block)) {
 		n := min(int64(len(block)), size-off)
-		if _, err := fh.Write(block[:n]); err != nil {
+		if _, err := fh.Write(t.Unique(block[:n])); err != nil {
 			fh.Close()
 			return err
 		}
@@ -161,6 +161,7 @@ func (w *ioWL) Run(_ context.Context, t *Thread, _ int) error {
 			size := st.sizes[i]
 			for off, k := int64(0), int64(0); off < size && t.More(k, 1<<62); off, k = off+w.block, k+1 {
 				n := min(w.block, size-off)
+				t.Unique(buf[:n])
 				s := t.Clock()
 				wn, err := fh.Write(buf[:n])
 				m.Done(s, int64(wn), err)
@@ -222,6 +223,9 @@ func (w *ioWL) Run(_ context.Context, t *Thread, _ int) error {
 		for k := int64(0); t.More(k, w.ops); k++ {
 			i := t.Rand.Int64N(w.files)
 			off := t.Rand.Int64N(st.sizes[i]/w.block) * w.block
+			if write {
+				t.Unique(buf)
+			}
 			s := t.Clock()
 			var n int
 			var err error

@@ -72,7 +72,7 @@ func writePool(ctx context.Context, t *Thread, n int64, size Dist, block int64) 
 			return ctx.Err()
 		}
 		st.sizes[i] = size.Sample(t.Rand)
-		if err := writeSized(t.FS, t.Path("p."+strconv.FormatInt(i, 10)), st.sizes[i], buf); err != nil {
+		if err := writeSized(t, t.Path("p."+strconv.FormatInt(i, 10)), st.sizes[i], buf); err != nil {
 			return err
 		}
 	}
@@ -120,7 +120,7 @@ func (w *mixedWL) Run(_ context.Context, t *Thread, _ int) error {
 		}
 		size := w.size.Sample(t.Rand)
 		s := t.Clock()
-		err := writeSized(t.FS, t.Path("w."+strconv.FormatInt(k, 10)), size, buf)
+		err := writeSized(t, t.Path("w."+strconv.FormatInt(k, 10)), size, buf)
 		if err != nil {
 			size = 0
 		}
@@ -157,7 +157,7 @@ func (w *iterWL) Setup(ctx context.Context, t *Thread) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := writeSized(t.FS, iterFile(t.Dir(), 0, i), w.size.Sample(t.Rand), buf); err != nil {
+		if err := writeSized(t, iterFile(t.Dir(), 0, i), w.size.Sample(t.Rand), buf); err != nil {
 			return err
 		}
 	}
@@ -194,7 +194,7 @@ func (w *iterWL) Run(ctx context.Context, t *Thread, _ int) error {
 			out := iterFile(t.Dir(), it, i)
 			size := w.size.Sample(t.Rand)
 			s := t.Clock()
-			err := writeSized(t.FS, out+".tmp", size, buf)
+			err := writeSized(t, out+".tmp", size, buf)
 			if err == nil {
 				err = t.FS.Rename(out+".tmp", out)
 			}
@@ -283,7 +283,7 @@ func (w *massiveWL) Run(_ context.Context, t *Thread, _ int) error {
 					err = nil
 				}
 			} else {
-				moved, err = fh.WriteAt(buf[:n], off)
+				moved, err = fh.WriteAt(t.Unique(buf[:n]), off)
 			}
 			if cerr := fh.Close(); err == nil {
 				err = cerr

@@ -183,7 +183,7 @@ func (w *replayWL) Setup(ctx context.Context, t *Thread) error {
 			}
 			continue
 		}
-		if err := writeSized(t.FS, p, e.Size, buf); err != nil {
+		if err := writeSized(t, p, e.Size, buf); err != nil {
 			return fmt.Errorf("create %s the trace expects: %w", e.Path, err)
 		}
 	}
