@@ -407,11 +407,18 @@ func (t *txn) seen(k opKey) bool {
 	return t.p.touched.has(k)
 }
 
+// nextSeq is the Seq of the next free-list entry. Numbering starts at 1,
+// never 0: a chunk drop's Seq travels as ChunkRef.drop_seq, where 0 means
+// "not a drop" (no watermark, no dedup). A partition restored from a
+// snapshot written before chunk drops existed may hold entries at Seq 0;
+// they are extent ranges.
+func (t *txn) nextSeq() uint64 { return max(t.p.freeSeq, 1) + uint64(len(t.freed)) }
+
 // free queues extent ranges for the free list, numbered in order.
 func (t *txn) free(ino uint64, pieces []extent) {
 	for _, e := range pieces {
 		t.freed = append(t.freed, FreedExtent{
-			Seq: t.p.freeSeq + uint64(len(t.freed)), Ino: ino,
+			Seq: t.nextSeq(), Ino: ino,
 			PartitionID: e.pid, ExtentID: e.eid, ExtentOffset: e.extOff, Size: e.size,
 		})
 	}
@@ -509,7 +516,9 @@ func (t *txn) commit() {
 			p.cidx.drops++
 		}
 	}
-	p.freeSeq += uint64(len(t.freed))
+	if len(t.freed) > 0 {
+		p.freeSeq = t.nextSeq()
+	}
 	if t.acked {
 		var gone []FreedExtent
 		p.free.Scan(func(f FreedExtent) bool {
@@ -1102,7 +1111,7 @@ func (t *txn) setRange(m *metapb.SetRange) (*metapb.OpResult, *opError) {
 
 func (t *txn) ackFreed(m *metapb.AckFreed) (*metapb.OpResult, *opError) {
 	upto := m.GetUptoSeq()
-	if next := t.p.freeSeq + uint64(len(t.freed)); upto >= next {
+	if next := t.nextSeq(); upto >= next {
 		return nil, fail(EINVAL, "ack_freed up to %d, but the last free-list entry given out is %d", upto, int64(next)-1)
 	}
 	t.acked = true

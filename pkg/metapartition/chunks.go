@@ -254,7 +254,7 @@ func (t *txn) newSources() int {
 func (t *txn) dropChunks(ino uint64, chunks []chunkRef) {
 	for _, c := range chunks {
 		t.freed = append(t.freed, FreedExtent{
-			Seq: t.p.freeSeq + uint64(len(t.freed)), Ino: ino,
+			Seq: t.nextSeq(), Ino: ino,
 			PartitionID: c.pid, ExtentID: c.eid, ExtentOffset: c.extOff, Size: uint64(c.size),
 			Fingerprint: c.fp,
 		})

@@ -145,7 +145,7 @@ func TestChunkedFile(t *testing.T) {
 		t.Fatalf("after the second splice %v", in)
 	}
 	drops := chunkDrops(p)
-	want := FreedExtent{Seq: 0, Ino: 2, PartitionID: 7, ExtentID: 1, ExtentOffset: 10, Size: 20, Fingerprint: testFP(2)}
+	want := FreedExtent{Seq: 1, Ino: 2, PartitionID: 7, ExtentID: 1, ExtentOffset: 10, Size: 20, Fingerprint: testFP(2)}
 	if len(drops) != 1 || drops[0] != want || !proto.Equal(drops[0].Chunk(), b) {
 		t.Fatalf("chunk drops %v, want %v", drops, want)
 	}
@@ -223,8 +223,12 @@ func TestChunkedEvict(t *testing.T) {
 	if s := p.ChunkStats(); s.PendingDrops != 3 {
 		t.Fatalf("stats %+v", s)
 	}
-	// Acknowledged drops leave the list and the count.
-	mustRun(t, p, 12, &metapb.Op{Op: &metapb.Op_AckFreed{AckFreed: &metapb.AckFreed{UptoSeq: 1}}})
+	// Acknowledged drops leave the list and the count. Seqs start at 1
+	// (drop_seq 0 is no drop).
+	if drops[0].Seq != 1 {
+		t.Fatalf("first free-list seq %d, want 1", drops[0].Seq)
+	}
+	mustRun(t, p, 12, &metapb.Op{Op: &metapb.Op_AckFreed{AckFreed: &metapb.AckFreed{UptoSeq: 2}}})
 	if s := p.ChunkStats(); s.PendingDrops != 1 || len(p.FreeList()) != 1 {
 		t.Fatalf("after ack: stats %+v, free %v", s, p.FreeList())
 	}

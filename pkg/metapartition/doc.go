@@ -154,7 +154,8 @@
 //   - AckFreed{upto_seq}: drops the free-list entries (extent ranges and
 //     chunk drops alike) with Seq <= upto_seq (at commit, after the Txn's
 //     own frees); upto_seq beyond the last Seq given out: EINVAL;
-//     acknowledging again is a no-op.
+//     acknowledging again is a no-op. Seqs start at 1 (a chunk drop's Seq
+//     is its drop_seq, where 0 means no drop).
 //   - SpliceChunks{ino, base_gen, start, end, chunks, mtime_ns}: the inode
 //     must be local (ENOENT); more than MaxChunksPerOp chunks: E2BIG; not a
 //     chunked file: EINVAL; layout_gen != base_gen: ESTALE; start > end or

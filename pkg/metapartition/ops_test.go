@@ -188,9 +188,9 @@ func TestLinkUnlinkOrphanEvict(t *testing.T) {
 	if o := p.Orphans(); len(o) != 0 {
 		t.Errorf("orphans after evict: %v", o)
 	}
-	want := []FreedExtent{
-		{Seq: 0, Ino: 2, PartitionID: 7, ExtentID: 5, ExtentOffset: 0, Size: 100},
-		{Seq: 1, Ino: 2, PartitionID: 7, ExtentID: 6, ExtentOffset: 0, Size: 200},
+	want := []FreedExtent{ // seqs start at 1
+		{Seq: 1, Ino: 2, PartitionID: 7, ExtentID: 5, ExtentOffset: 0, Size: 100},
+		{Seq: 2, Ino: 2, PartitionID: 7, ExtentID: 6, ExtentOffset: 0, Size: 200},
 	}
 	if got := p.FreeList(); !slices.Equal(got, want) {
 		t.Errorf("free list %+v, want %+v", got, want)

@@ -29,7 +29,7 @@ type Partition struct {
 	start   uint64 // first inode number of the range
 	end     uint64 // last inode number, 0 = open-ended
 	maxIno  uint64 // highest allocated inode number, start-1 before the first
-	freeSeq uint64 // sequence number of the next free-list entry
+	freeSeq uint64 // sequence number of the next free-list entry (0: 1, see txn.nextSeq)
 
 	inodes   *btree.BTreeG[*inode]
 	dentries *btree.BTreeG[dentry]
@@ -68,7 +68,8 @@ type Partition struct {
 //
 // Both forms share one Seq numbering, which orders the list and is what
 // AckFreed names: an entry leaves the list only when the collector has
-// finished with it and every entry before it.
+// finished with it and every entry before it. Seqs start at 1 (a chunk
+// drop's Seq is its ChunkRef.drop_seq, and drop_seq 0 means "not a drop").
 type FreedExtent struct {
 	Seq          uint64
 	Ino          uint64 // the inode that referred to it

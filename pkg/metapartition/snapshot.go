@@ -526,8 +526,8 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 		f := FreedExtent{Seq: r.u(), Ino: r.u(), PartitionID: r.u(), ExtentID: r.u(), ExtentOffset: r.u(), Size: r.u()}
 		if r.version >= 4 && r.flag("chunk drop") {
 			f.Fingerprint = r.fingerprint("chunk drop")
-			if r.err == nil && (f.Size > math.MaxUint32 || f.PartitionID == 0) {
-				r.failf("chunk drop %d: size %d or partition %d invalid", f.Seq, f.Size, f.PartitionID)
+			if r.err == nil && (f.Seq == 0 || f.Size > math.MaxUint32 || f.PartitionID == 0) {
+				r.failf("chunk drop %d: seq 0, or size %d or partition %d invalid", f.Seq, f.Size, f.PartitionID)
 			}
 		}
 		if r.err != nil {

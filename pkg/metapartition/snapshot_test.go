@@ -261,10 +261,10 @@ func TestRestoreValidates(t *testing.T) {
 		{"valid v4 minimal", header(4, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0, 0, 0, 0).bytes(), true},
 		// inode 1: a chunked file of size 15 with chunks of 10 and 10 bytes
 		// (the second straddles the size), generation 3; a chunk drop at seq
-		// 0; the index with two entries (one dead), a watermark.
-		{"valid v4 chunks", header(4, 1, 0, 1, 1).
+		// 1; the index with two entries (one dead), a watermark.
+		{"valid v4 chunks", header(4, 1, 0, 1, 2).
 			u(1).inodeRec(1, reg, 0o644, 1, 15).u(0, 0).u(1, 3, 2).fp(1).u(10, 7, 1, 0).fp(2).u(10, 7, 1, 10).
-			u(0, 0).u(1, 0, 1, 7, 1, 20, 10, 1).fp(3).u(0, 0).u(0).
+			u(0, 0).u(1, 1, 1, 7, 1, 20, 10, 1).fp(3).u(0, 0).u(0).
 			u(2).fp(1).u(10, 7, 1, 0, 1, 0).u(zz(5)).fp(4).u(9, 7, 2, 0, 0, 1).u(zz(6)).
 			u(1, 9, 4).bytes(), true},
 		{"v4 chunk starts at size", header(4, 1, 0, 1, 0).
@@ -282,8 +282,10 @@ func TestRestoreValidates(t *testing.T) {
 			u(0, 0, 0, 0, 0, 0, 0, 0).bytes(), false},
 		{"v4 fingerprint algorithm 0", header(4, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0, 0).
 			u(1).raw(make([]byte, chunker.FingerprintSize)...).u(10, 7, 1, 0, 1, 0, 0).u(0).bytes(), false},
-		{"v4 chunk drop flag 2", header(4, 1, 0, 0, 1).u(0, 0, 0).u(1, 0, 1, 7, 1, 0, 5, 2).u(0, 0, 0, 0, 0).bytes(), false},
-		{"v4 chunk drop partition 0", header(4, 1, 0, 0, 1).u(0, 0, 0).u(1, 0, 1, 0, 1, 0, 5, 1).fp(1).u(0, 0, 0, 0, 0).bytes(), false},
+		{"v4 chunk drop flag 2", header(4, 1, 0, 0, 2).u(0, 0, 0).u(1, 1, 1, 7, 1, 0, 5, 2).u(0, 0, 0, 0, 0).bytes(), false},
+		{"v4 chunk drop partition 0", header(4, 1, 0, 0, 2).u(0, 0, 0).u(1, 1, 1, 0, 1, 0, 5, 1).fp(1).u(0, 0, 0, 0, 0).bytes(), false},
+		{"v4 chunk drop at seq 0", header(4, 1, 0, 0, 1).u(0, 0, 0).u(1, 0, 1, 7, 1, 0, 5, 1).fp(1).u(0, 0, 0, 0, 0).bytes(), false},
+		{"v4 extent at seq 0", header(4, 1, 0, 0, 1).u(0, 0, 0).u(1, 0, 1, 7, 1, 0, 5, 0).u(0, 0, 0, 0, 0).bytes(), true},
 		{"v4 dead entry with references", header(4, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0, 0).
 			u(1).fp(1).u(10, 7, 1, 0, 1, 1, 0).u(0).bytes(), false},
 		{"v4 entries out of order", header(4, 1, 0, 0, 0).u(0, 0, 0, 0, 0, 0, 0).
