@@ -21,9 +21,10 @@ const (
 	// streamBatch is how many chunks one background batch handles (one
 	// lookup and one registration request per shard).
 	streamBatch = 16
-	// streamBatchesInFlight bounds the batches being uploaded; a writer
-	// that gets further ahead waits.
-	streamBatchesInFlight = 4
+	// streamBatchesInFlight bounds the batches being uploaded (at most 32
+	// MiB of chunks at the default sizes); a writer that gets further
+	// ahead waits.
+	streamBatchesInFlight = 8
 )
 
 // cdcStream is an append in progress. The committed chunks from baseIdx on
@@ -146,6 +147,20 @@ func (f *File) sendBatch(op string) {
 // buffered and the stream goes on after the committed chunks.
 func (f *File) finishStream(op string, final bool) error {
 	c, s := f.cdc, f.cdc.stream
+	if final {
+		// The rest goes out with the last batch, not after it.
+		var rest []piece
+		prev := 0
+		for _, end := range c.cut.Cut(s.buf) {
+			rest = append(rest, piece{data: bytes.Clone(s.buf[prev:end]), old: -1})
+			prev = end
+		}
+		s.bufOff += uint64(prev)
+		s.buf = s.buf[:0]
+		s.mu.Lock()
+		s.pieces = append(s.pieces, rest...)
+		s.mu.Unlock()
+	}
 	f.sendBatch(op)
 	s.wg.Wait()
 	ctx, cancel := f.v.opCtx(f.ctx)
@@ -165,16 +180,6 @@ func (f *File) finishStream(op string, final bool) error {
 		ps = append(ps, piece{ch: ch, old: i})
 	}
 	ps = append(ps, s.pieces...)
-	if final {
-		alg := c.cut.Config().Algorithm
-		prev := 0
-		for _, end := range c.cut.Cut(s.buf) {
-			data := bytes.Clone(s.buf[prev:end])
-			fp := chunker.Sum(alg, data)
-			ps = append(ps, piece{ch: &metapb.Chunk{Fingerprint: fp[:], Size: uint32(len(data))}, fp: fp, data: data, old: -1})
-			prev = end
-		}
-	}
 	err := f.commitLayout(ctx, op, ps, nil, s.refs, true)
 	if err != nil || final {
 		c.stream = nil

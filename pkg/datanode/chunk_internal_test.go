@@ -32,7 +32,7 @@ func TestCheckChunk(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, got, code, err := checkChunk(tc.payload)
+			_, got, code, err := checkChunk(tc.payload, true)
 			if code != tc.want {
 				t.Fatalf("code %v (%v), want %v", code, err, tc.want)
 			}

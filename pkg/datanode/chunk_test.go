@@ -121,7 +121,7 @@ func TestChunkFingerprintChecked(t *testing.T) {
 	}{
 		{"bytes changed after fingerprinting", 1, dataproto.Header{Op: dataproto.OpWriteChunk, Partition: 1}, chunkPayload(fp, wrong), dataproto.CodeFingerprintMismatch},
 		{"fingerprint of other bytes", 1, dataproto.Header{Op: dataproto.OpWriteChunk, Partition: 1}, chunkPayload(chunker.Sum(chunker.FastCDC1, []byte("x")), data), dataproto.CodeFingerprintMismatch},
-		{"corrupted forward", 2, dataproto.Header{Op: dataproto.OpWriteChunk, Flags: dataproto.FlagForwarded | dataproto.FlagCreate, Kind: 2, Partition: 1, Extent: ext, Offset: end}, chunkPayload(fp, wrong), dataproto.CodeFingerprintMismatch},
+		{"corrupted forward without a CRC", 2, dataproto.Header{Op: dataproto.OpWriteChunk, Flags: dataproto.FlagForwarded | dataproto.FlagCreate | dataproto.FlagNoCRC, Kind: 2, Partition: 1, Extent: ext, Offset: end}, chunkPayload(fp, wrong), dataproto.CodeFingerprintMismatch},
 		{"unknown algorithm", 1, dataproto.Header{Op: dataproto.OpWriteChunk, Partition: 1}, chunkPayload(unknown, data), dataproto.CodeBadRequest},
 		{"no chunk bytes", 1, dataproto.Header{Op: dataproto.OpWriteChunk, Partition: 1}, fp[:], dataproto.CodeBadRequest},
 		{"forward without an extent", 2, dataproto.Header{Op: dataproto.OpWriteChunk, Flags: dataproto.FlagForwarded | dataproto.FlagCreate, Partition: 1}, chunkPayload(fp, data), dataproto.CodeBadRequest},
