@@ -35,15 +35,23 @@ import (
 type testCluster struct {
 	hosts []*Host
 	addrs map[uint64]string
-	part  *pb.Partition
+	part  *pb.Partition   // the first of parts
+	parts []*pb.Partition // every host holds a replica of each
 	stop  []func()
 }
 
 func newTestCluster(tb testing.TB, opts Options) *testCluster {
 	tb.Helper()
-	c := &testCluster{addrs: map[uint64]string{}, part: &pb.Partition{
+	return newTestClusterOf(tb, opts, &pb.Partition{
 		Id: 1, Kind: pb.PartitionKind_PARTITION_KIND_META, Replicas: []uint64{1, 2, 3}, InodeStart: 1,
-	}}
+	})
+}
+
+// newTestClusterOf is newTestCluster with the given meta partitions, each
+// replicated on nodes 1, 2 and 3.
+func newTestClusterOf(tb testing.TB, opts Options, parts ...*pb.Partition) *testCluster {
+	tb.Helper()
+	c := &testCluster{addrs: map[uint64]string{}, part: parts[0], parts: parts}
 	lns := map[uint64]net.Listener{}
 	for id := uint64(1); id <= 3; id++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -73,7 +81,7 @@ func newTestCluster(tb testing.TB, opts Options) *testCluster {
 			tb.Fatal(err)
 		}
 		rh.Start()
-		if err := h.Assign([]*pb.Partition{c.part}); err != nil {
+		if err := h.Assign(c.parts); err != nil {
 			tb.Fatal(err)
 		}
 		ln := lns[id]
@@ -97,19 +105,25 @@ func newTestCluster(tb testing.TB, opts Options) *testCluster {
 	return c
 }
 
-// leader waits until one host leads the partition and returns it.
+// leader waits until one host leads the (first) partition and returns it.
 func (c *testCluster) leader(tb testing.TB) *Host {
+	tb.Helper()
+	return c.leaderOf(tb, c.part.Id)
+}
+
+// leaderOf waits until one host leads partition id and returns it.
+func (c *testCluster) leaderOf(tb testing.TB, id uint64) *Host {
 	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, h := range c.hosts {
-			if st, err := h.env.Raft.Status(multiraft.GroupID(c.part.Id)); err == nil && st.IsLeader {
+			if st, err := h.env.Raft.Status(multiraft.GroupID(id)); err == nil && st.IsLeader {
 				return h
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	tb.Fatal("no leader after 10s")
+	tb.Fatalf("no leader of partition %d after 10s", id)
 	return nil
 }
 

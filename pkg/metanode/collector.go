@@ -9,11 +9,14 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataclient"
+	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/redirect"
 )
 
 // The deletion collector (CFS §2.7.3): deleting a file only moves its extents
@@ -21,26 +24,67 @@ import (
 // crash); the partition's leader later frees them on the data nodes and then
 // takes them off the list with AckFreed. Freeing is idempotent on the data
 // nodes, so a leader change or crash between the two steps only repeats work.
+//
+// Chunked files put chunk drops on the same list: those are not freed here
+// but given back to the chunk index shard that counts the chunk
+// (ChunkRefs{delta -1, drop_seq}), whose watermark makes a repeat a no-op;
+// only then are they acknowledged. The same loop reclaims, on the leader of
+// every partition holding chunk index entries, the entries that have had no
+// references for a grace: marked dead, freed on the data nodes, forgotten.
+// See docs/design.md "The chunk index".
 const (
 	defaultCollectInterval = 5 * time.Second
-	// collectBatch bounds the extents freed per partition per round, so one
-	// huge deletion cannot hold the collector for long.
+	// collectBatch bounds the free-list entries handled per partition per
+	// round, so one huge deletion cannot hold the collector for long. It is
+	// below metapartition.MaxChunksPerOp, so one shard's drops of a round
+	// fit one ChunkRefs.
 	collectBatch = 1024
 	collectRound = 30 * time.Second
+	// reclaimBatch bounds the chunk index entries collected and the dead
+	// ones freed per partition per round.
+	reclaimBatch = 1024
+	// DefaultChunkGrace is how long a chunk index entry must have had no
+	// references before the collector reclaims it, unless
+	// Options.ChunkGrace says otherwise.
+	DefaultChunkGrace = 5 * time.Minute
+	// mapMaxAge is how old the collector's copy of the cluster map may be
+	// when it routes chunk drops; a failed send re-reads it.
+	mapMaxAge = 30 * time.Second
+	// shardCallTimeout bounds one ChunkRefs call to another partition.
+	shardCallTimeout = 10 * time.Second
+	// warnEvery rate-limits the warning about drops a volume cannot take.
+	warnEvery = time.Minute
 )
 
 // collector frees the extents on the free lists of the partitions this node
-// leads.
+// leads, hands their chunk drops to the chunk index, and reclaims the
+// unreferenced chunks of the index shards it leads.
 type collector struct {
-	h *Host
+	h     *Host
+	grace time.Duration
+	pool  *redirect.Pool
+	meta  *metaclient.Client
 
-	mu   sync.Mutex
-	data map[uint64]*dataclient.Client // by volume id
+	mu     sync.Mutex
+	data   map[uint64]*dataclient.Client // by volume id
+	cmap   *pb.ClusterMap                // last map read, for shards and node addresses
+	mapAt  time.Time
+	warned map[uint64]time.Time // partition -> last "no chunk index" warning
+}
+
+func newCollector(h *Host) *collector {
+	c := &collector{h: h, grace: h.opts.ChunkGrace, pool: redirect.NewPool(),
+		data: map[uint64]*dataclient.Client{}, warned: map[uint64]time.Time{}}
+	if c.grace <= 0 {
+		c.grace = DefaultChunkGrace
+	}
+	c.meta = metaclient.New(c.pool, c.resolve)
+	return c
 }
 
 func (h *Host) runCollector() {
 	defer h.wg.Done()
-	c := &collector{h: h, data: map[uint64]*dataclient.Client{}}
+	c := newCollector(h)
 	defer c.close()
 	interval := h.opts.CollectInterval
 	if interval <= 0 {
@@ -64,7 +108,10 @@ func (h *Host) runCollector() {
 		}()
 		for _, p := range h.ledPartitions() {
 			if err := c.collect(ctx, p); err != nil {
-				h.log.Warn("deletion collector", "partition", p.part.id, "err", err)
+				h.log.Warn("deletion collector", "partition", p.part.id, "volume", p.volume, "err", err)
+			}
+			if err := c.reclaim(ctx, p); err != nil {
+				h.log.Warn("chunk reclaim", "partition", p.part.id, "volume", p.volume, "err", err)
 			}
 		}
 		cancel()
@@ -89,23 +136,28 @@ func (h *Host) ledPartitions() []ledPartition {
 	return out
 }
 
-// collect frees one batch of p's free list and acknowledges what was freed.
+// collect handles one batch of p's free list: chunk drops go to their
+// shards, extent ranges are freed on the data nodes, and the longest prefix
+// of the batch that is done is acknowledged.
 func (c *collector) collect(ctx context.Context, lp ledPartition) error {
 	var (
 		freed []metapartition.FreedExtent
-		// referenced marks entries whose file still has a key on the same
-		// extent: the bytes they free were replaced, but the extent lives
-		// on (a large extent holds one file, and deleting it would lose the
-		// rest). Their data is left alone; the file's last key frees it.
+		// referenced marks extent entries whose file still has a key on the
+		// same extent: the bytes they free were replaced, but the extent
+		// lives on (a large extent holds one file, and deleting it would
+		// lose the rest). Their data is left alone; the file's last key
+		// frees it.
 		referenced []bool
+		drops      bool
 	)
 	lp.part.sm.read(func(mp *metapartition.Partition) {
-		freed = mp.FreeList()
-		if len(freed) > collectBatch {
-			freed = freed[:collectBatch]
-		}
+		freed = mp.FreeListHead(collectBatch)
 		referenced = make([]bool, len(freed))
 		for i, f := range freed {
+			if f.IsChunkDrop() {
+				drops = true
+				continue
+			}
 			in, errno := mp.GetInode(f.Ino)
 			if errno != 0 {
 				continue
@@ -121,41 +173,318 @@ func (c *collector) collect(ctx context.Context, lp ledPartition) error {
 	if len(freed) == 0 {
 		return nil
 	}
-	dc, err := c.dataClient(ctx, lp.volume)
-	if err != nil {
-		return err
+	var errs []error
+	// Drops first: dropStop is the Seq of the first drop no shard applied,
+	// where the acknowledged prefix must end.
+	dropStop := ^uint64(0)
+	if drops {
+		var err error
+		if dropStop, err = c.sendDrops(ctx, lp, freed); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	// Acknowledge only the prefix that was freed, so a failure is retried
+	var dc *dataclient.Client
+	// Acknowledge only the prefix that was done, so a failure is retried
 	// next round and nothing after it is dropped from the list early.
 	var upto uint64
+	var acked, extents, applied int
 	for i, f := range freed {
-		if referenced[i] {
-			upto = f.Seq
+		if f.IsChunkDrop() {
+			if f.Seq >= dropStop {
+				break
+			}
+			upto, acked, applied = f.Seq, acked+1, applied+1
 			continue
 		}
-		failed, err := dc.FreeUnreferenced(ctx, []*metapb.ExtentKey{{
-			PartitionId: f.PartitionID, ExtentId: f.ExtentID, ExtentOffset: f.ExtentOffset, Size: f.Size,
-		}})
-		if err != nil || len(failed) > 0 {
-			if upto == 0 {
-				return fmt.Errorf("free extent %d of data partition %d: %w", f.ExtentID, f.PartitionID, err)
+		if !referenced[i] {
+			if dc == nil {
+				var err error
+				if dc, err = c.dataClient(ctx, lp.volume); err != nil {
+					errs = append(errs, err)
+					break
+				}
 			}
-			break
+			failed, err := dc.FreeUnreferenced(ctx, []*metapb.ExtentKey{{
+				PartitionId: f.PartitionID, ExtentId: f.ExtentID, ExtentOffset: f.ExtentOffset, Size: f.Size,
+			}})
+			if err != nil || len(failed) > 0 {
+				errs = append(errs, fmt.Errorf("free extent %d of data partition %d (free-list seq %d): %w", f.ExtentID, f.PartitionID, f.Seq, err))
+				break
+			}
+			extents++
 		}
-		upto = f.Seq
+		upto, acked = f.Seq, acked+1
 	}
+	if acked == 0 {
+		return errors.Join(errs...)
+	}
+	if err := c.ack(ctx, lp, upto); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	c.h.metrics.freed.Add(float64(extents))
+	c.h.metrics.dropsApplied.Add(float64(applied))
+	return errors.Join(errs...)
+}
+
+func (c *collector) ack(ctx context.Context, lp ledPartition, upto uint64) error {
 	res, err := lp.part.merger.submit(ctx, &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_AckFreed{AckFreed: &metapb.AckFreed{UptoSeq: upto}}}}})
 	if err != nil {
-		return fmt.Errorf("acknowledge freed extents up to %d: %w", upto, err)
+		return fmt.Errorf("acknowledge the free list up to %d: %w", upto, err)
 	}
 	if res.Errno != 0 {
-		return fmt.Errorf("acknowledge freed extents up to %d: errno %d: %s", upto, res.Errno, res.Message)
+		return fmt.Errorf("acknowledge the free list up to %d: %v: %s", upto, metapartition.Errno(res.Errno), res.Message)
 	}
-	c.h.metrics.freed.Add(float64(len(freed)))
 	return nil
 }
 
-// dataClient returns the data client of a volume, built from the masters'
+// sendDrops gives the batch's chunk drops back to their shards: per shard
+// one ChunkRefs (in Seq order, with this partition as the source), in one
+// Txn. It returns the Seq of the first drop that was not applied (all
+// ones: every drop was), which ends the prefix that may be acknowledged:
+// a shard's Txn applies all of its drops or none, and drops after a failed
+// one that another shard applied are skipped by its watermark when they
+// are sent again.
+func (c *collector) sendDrops(ctx context.Context, lp ledPartition, freed []metapartition.FreedExtent) (uint64, error) {
+	first := ^uint64(0)
+	for _, f := range freed {
+		if f.IsChunkDrop() {
+			first = f.Seq
+			break
+		}
+	}
+	m, err := c.clusterMap(ctx)
+	if err != nil {
+		return first, fmt.Errorf("chunk drops from seq %d: %w", first, err)
+	}
+	vol := m.GetVolumes()[lp.volume]
+	if vol == nil {
+		return first, fmt.Errorf("chunk drops from seq %d: volume %d is not in the cluster map", first, lp.volume)
+	}
+	if len(vol.GetChunkIndexPartitions()) == 0 {
+		// Keep them: dropping them would leak nothing but the volume has
+		// no index to give them to; a volume made before chunked files
+		// should not have any.
+		c.warnNoIndex(lp, vol, first)
+		return first, nil
+	}
+	type group struct {
+		shard uint64
+		items []*metapb.ChunkRef
+		first uint64
+	}
+	var groups []*group
+	byShard := map[uint64]*group{}
+	for _, f := range freed {
+		if !f.IsChunkDrop() {
+			continue
+		}
+		s, err := clustermap.ChunkShard(vol, f.Fingerprint[:])
+		if err != nil {
+			return first, fmt.Errorf("chunk drop seq %d (%v): %w", f.Seq, f.Fingerprint, err)
+		}
+		g := byShard[s]
+		if g == nil {
+			g = &group{shard: s, first: f.Seq}
+			byShard[s] = g
+			groups = append(groups, g)
+		}
+		g.items = append(g.items, &metapb.ChunkRef{Chunk: f.Chunk(), Delta: -1, DropSeq: f.Seq})
+	}
+	stop := ^uint64(0)
+	var errs []error
+	for _, g := range groups {
+		txn := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_ChunkRefs{ChunkRefs: &metapb.ChunkRefs{Items: g.items, SourcePartition: lp.part.id}}}}}
+		if err := c.shardTxn(ctx, lp, m, g.shard, txn); err != nil {
+			stop = min(stop, g.first)
+			errs = append(errs, fmt.Errorf("%d chunk drops from seq %d to chunk index partition %d: %w", len(g.items), g.first, g.shard, err))
+		}
+	}
+	if len(errs) > 0 {
+		c.forgetMap() // a moved leader or partition: read the map again
+	}
+	return stop, errors.Join(errs...)
+}
+
+// shardTxn applies txn on chunk index partition shard: through this node's
+// merger when it is lp itself, else on its leader.
+func (c *collector) shardTxn(ctx context.Context, lp ledPartition, m *pb.ClusterMap, shard uint64, txn *metapb.Txn) error {
+	var res *metapb.TxnResult
+	var err error
+	if shard == lp.part.id {
+		res, err = lp.part.merger.submit(ctx, txn)
+	} else {
+		p := m.GetPartitions()[shard]
+		if p == nil {
+			return fmt.Errorf("meta partition %d is not in the cluster map", shard)
+		}
+		cctx, cancel := context.WithTimeout(ctx, shardCallTimeout)
+		res, err = c.meta.Txn(cctx, p, txn)
+		cancel()
+	}
+	if err != nil {
+		return err
+	}
+	if res.GetErrno() != 0 {
+		return fmt.Errorf("%v: %s", metapartition.Errno(res.Errno), res.Message)
+	}
+	return nil
+}
+
+func (c *collector) warnNoIndex(lp ledPartition, vol *pb.Volume, first uint64) {
+	c.mu.Lock()
+	last := c.warned[lp.part.id]
+	now := time.Now()
+	if now.Sub(last) >= warnEvery {
+		c.warned[lp.part.id] = now
+	}
+	c.mu.Unlock()
+	if now.Sub(last) >= warnEvery {
+		c.h.log.Warn("chunk drops kept on the free list: the volume has no chunk index partitions",
+			"partition", lp.part.id, "volume", vol.GetName(), "first_seq", first)
+	}
+}
+
+// reclaim frees the chunks of p's index shard that have had no references
+// for the grace: ChunkCollect marks them dead (it checks again at apply,
+// so a reference taken meanwhile wins), their bytes are freed on the data
+// nodes, and ChunkForget deletes the entries still dead there. Dead entries
+// a crash left are found again by DeadChunks and finished.
+func (c *collector) reclaim(ctx context.Context, lp ledPartition) error {
+	olderThan := time.Now().Add(-c.grace).UnixNano()
+	var (
+		cands []*metapb.ChunkRecord
+		stats metapartition.ChunkStats
+	)
+	lp.part.sm.read(func(mp *metapartition.Partition) {
+		stats = mp.ChunkStats()
+		cands = mp.CollectCandidates(olderThan, reclaimBatch)
+	})
+	if stats.Entries == 0 {
+		return nil
+	}
+	if len(cands) > 0 {
+		m := &metapb.ChunkCollect{OlderThanNs: olderThan, Fingerprints: make([][]byte, len(cands))}
+		for i, r := range cands {
+			m.Fingerprints[i] = r.GetChunk().GetFingerprint()
+		}
+		if _, err := c.submit(ctx, lp, &metapb.Op{Op: &metapb.Op_ChunkCollect{ChunkCollect: m}}); err != nil {
+			return fmt.Errorf("collect %d unreferenced chunks: %w", len(cands), err)
+		}
+	}
+	var dead []*metapb.ChunkRecord
+	lp.part.sm.read(func(mp *metapartition.Partition) { dead = mp.DeadChunks(reclaimBatch) })
+	if len(dead) == 0 {
+		return nil
+	}
+	dc, err := c.dataClient(ctx, lp.volume)
+	if err != nil {
+		return fmt.Errorf("free %d dead chunks: %w", len(dead), err)
+	}
+	keys := make([]*metapb.ExtentKey, len(dead))
+	for i, r := range dead {
+		ch := r.GetChunk()
+		keys[i] = dataclient.ChunkLocation{PartitionID: ch.GetPartitionId(), ExtentID: ch.GetExtentId(), Offset: ch.GetExtentOffset(), Size: uint64(ch.GetSize())}.ExtentKey(0)
+	}
+	failed, freeErr := dc.Free(ctx, keys)
+	notFreed := make(map[*metapb.ExtentKey]bool, len(failed))
+	for _, k := range failed {
+		notFreed[k] = true
+	}
+	forget := &metapb.ChunkForget{}
+	for i, r := range dead {
+		if !notFreed[keys[i]] {
+			forget.Chunks = append(forget.Chunks, r.GetChunk())
+		}
+	}
+	if freeErr != nil {
+		freeErr = fmt.Errorf("free %d of %d dead chunks on the data nodes: %w", len(failed), len(dead), freeErr)
+	}
+	if len(forget.Chunks) == 0 {
+		return freeErr
+	}
+	res, err := c.submit(ctx, lp, &metapb.Op{Op: &metapb.Op_ChunkForget{ChunkForget: forget}})
+	if err != nil {
+		return errors.Join(freeErr, fmt.Errorf("forget %d freed chunks: %w", len(forget.Chunks), err))
+	}
+	c.h.metrics.chunksReclaimed.Add(float64(len(res.GetResults()[0].GetChunks())))
+	return freeErr
+}
+
+// submit applies one op on lp and returns the result, an error for a
+// failed Txn.
+func (c *collector) submit(ctx context.Context, lp ledPartition, op *metapb.Op) (*metapb.TxnResult, error) {
+	res, err := lp.part.merger.submit(ctx, &metapb.Txn{Ops: []*metapb.Op{op}})
+	if err != nil {
+		return nil, err
+	}
+	if res.Errno != 0 {
+		return nil, fmt.Errorf("%v: %s", metapartition.Errno(res.Errno), res.Message)
+	}
+	return res, nil
+}
+
+// fetchMap reads the cluster map from Options.ClusterMap or the masters.
+func (c *collector) fetchMap(ctx context.Context) (*pb.ClusterMap, error) {
+	if f := c.h.opts.ClusterMap; f != nil {
+		return f(ctx)
+	}
+	if c.h.env.Masters == nil {
+		return nil, errors.New("no master client to read the cluster map")
+	}
+	var resp *pb.GetMapResponse
+	err := c.h.env.Masters.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.GetMap(ctx, &pb.GetMapRequest{}, o...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get cluster map: %w", err)
+	}
+	return resp.GetMap(), nil
+}
+
+// clusterMap returns the map read at most mapMaxAge ago, reading it if
+// needed.
+func (c *collector) clusterMap(ctx context.Context) (*pb.ClusterMap, error) {
+	c.mu.Lock()
+	m, at := c.cmap, c.mapAt
+	c.mu.Unlock()
+	if m != nil && time.Since(at) < mapMaxAge {
+		return m, nil
+	}
+	m, err := c.fetchMap(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.cmap, c.mapAt = m, time.Now()
+	c.mu.Unlock()
+	return m, nil
+}
+
+func (c *collector) forgetMap() {
+	c.mu.Lock()
+	c.cmap = nil
+	c.mu.Unlock()
+}
+
+// resolve finds a meta node's address: the node's own view first (the
+// peers of its partitions), then the cluster map (any node), for the
+// leaders of other volumes' and partitions' shards.
+func (c *collector) resolve(id uint64) (string, bool) {
+	if r := c.h.env.Resolve; r != nil {
+		if a, ok := r(id); ok {
+			return a, true
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.cmap.GetNodes()[id]; n != nil && n.GetAddr() != "" {
+		return n.GetAddr(), true
+	}
+	return "", false
+}
+
+// dataClient returns the data client of a volume, built from the cluster
 // map on first use.
 func (c *collector) dataClient(ctx context.Context, volume uint64) (*dataclient.Client, error) {
 	c.mu.Lock()
@@ -163,27 +492,20 @@ func (c *collector) dataClient(ctx context.Context, volume uint64) (*dataclient.
 	if dc := c.data[volume]; dc != nil {
 		return dc, nil
 	}
-	if c.h.env.Masters == nil {
-		return nil, errors.New("no master client to find the data partitions")
-	}
 	src := func(ctx context.Context) (*dataclient.Topology, error) {
-		var resp *pb.GetMapResponse
-		err := c.h.env.Masters.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) (err error) {
-			resp, err = m.GetMap(ctx, &pb.GetMapRequest{}, o...)
-			return err
-		})
+		m, err := c.fetchMap(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("get cluster map: %w", err)
+			return nil, err
 		}
-		v := resp.Map.Volumes[volume]
+		v := m.GetVolumes()[volume]
 		if v == nil {
 			return nil, fmt.Errorf("volume %d is not in the cluster map", volume)
 		}
-		return dataclient.FromMap(resp.Map, v.Name)
+		return dataclient.FromMap(m, v.Name)
 	}
 	dc, err := dataclient.New(ctx, src, dataclient.Options{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("data client of volume %d: %w", volume, err)
 	}
 	c.data[volume] = dc
 	return dc, nil
@@ -195,4 +517,5 @@ func (c *collector) close() {
 	for _, dc := range c.data {
 		dc.Close()
 	}
+	c.pool.Close()
 }

@@ -36,8 +36,19 @@ type Options struct {
 	// MaxBatchTxns caps how many Txns one proposal carries (default 256).
 	MaxBatchTxns int
 	// CollectInterval is how often the leader frees deleted files' extents on
-	// the data nodes (default 5s); negative disables the collector.
+	// the data nodes, hands chunk drops to the chunk index and reclaims
+	// unreferenced chunks (default 5s); negative disables the collector.
 	CollectInterval time.Duration
+	// ChunkGrace is how long a chunk index entry must have had no
+	// references before the collector frees its chunk (default
+	// DefaultChunkGrace). It must exceed the time a writer takes from a
+	// reference it gave back to one it takes again for the same content,
+	// and a recount's window (docs/design.md "The chunk index").
+	ChunkGrace time.Duration
+	// ClusterMap, if set, is where the collector reads the cluster map (the
+	// volumes' chunk index partitions, partitions' replicas, node
+	// addresses); default: the masters (node.Env.Masters).
+	ClusterMap func(ctx context.Context) (*pb.ClusterMap, error)
 }
 
 // Host is the meta role's partition host.
@@ -287,15 +298,21 @@ func (h *Host) partition(id uint64) *partition {
 }
 
 type metrics struct {
-	freed     prometheus.Counter
-	txns      prometheus.Counter
-	proposals prometheus.Counter
-	batchTxns prometheus.Histogram
+	freed           prometheus.Counter
+	dropsApplied    prometheus.Counter
+	chunksReclaimed prometheus.Counter
+	txns            prometheus.Counter
+	proposals       prometheus.Counter
+	batchTxns       prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		freed:     prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_extents_freed_total", Help: "Deleted files' extents the collector freed on data nodes."}),
+		freed: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_extents_freed_total", Help: "Deleted files' extents the collector freed on data nodes."}),
+		dropsApplied: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_chunk_drops_applied_total",
+			Help: "Chunk references given up by chunked files' layouts that the collector handed to their chunk index shard and acknowledged."}),
+		chunksReclaimed: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_chunks_reclaimed_total",
+			Help: "Unreferenced chunks the collector freed on data nodes and deleted from the chunk index."}),
 		txns:      prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_txns_total", Help: "Meta transactions committed or refused by this node's partitions."}),
 		proposals: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_proposals_total", Help: "Raft proposals made for meta transactions (merged batches)."}),
 		batchTxns: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -303,6 +320,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
 	}
-	reg.MustRegister(m.freed, m.txns, m.proposals, m.batchTxns)
+	reg.MustRegister(m.freed, m.dropsApplied, m.chunksReclaimed, m.txns, m.proposals, m.batchTxns)
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cairnfs/cairn/pkg/chunker"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
@@ -184,6 +185,9 @@ func (s *service) PartitionStats(ctx context.Context, req *metapb.PartitionStats
 		resp.MaxIno, resp.InodeStart, resp.InodeEnd = st.MaxIno, st.InodeStart, st.InodeEnd
 		resp.RoutingVersion, resp.RoutingMoving = st.RoutingVersion, st.RoutingMoving
 		resp.MemoryBytes = st.MemoryBytes
+		cs := mp.ChunkStats()
+		resp.Chunks, resp.ChunkBytes, resp.ChunkRefBytes = uint64(cs.Entries), cs.Bytes, cs.RefBytes
+		resp.ZeroRefChunks, resp.DeadChunks, resp.PendingChunkDrops = uint64(cs.ZeroRef), uint64(cs.Dead), uint64(cs.PendingDrops)
 		for _, nc := range st.TopNames {
 			resp.TopNames = append(resp.TopNames, &metapb.NameCount{Name: []byte(nc.Name), Count: uint64(nc.Count)})
 		}
@@ -197,12 +201,23 @@ func (s *service) PartitionStats(ctx context.Context, req *metapb.PartitionStats
 	return resp, nil
 }
 
-// Scan pages through a partition's inodes or dentries in key order, on the
-// leader after a read barrier (as Lookup and ReadDir). An unknown kind is
-// errno EINVAL.
+// Scan pages through a partition's inodes, dentries or chunk index
+// entries (dead ones included) in key order, on the leader after a read
+// barrier (as Lookup and ReadDir). An unknown kind, or an after_fingerprint
+// that is neither empty (from the start) nor chunker.FingerprintSize bytes,
+// is errno EINVAL.
 func (s *service) Scan(ctx context.Context, req *metapb.ScanRequest) (*metapb.ScanResponse, error) {
+	var afterFP chunker.Fingerprint
 	switch req.Kind {
 	case metapb.ScanKind_SCAN_KIND_INODES, metapb.ScanKind_SCAN_KIND_DENTRIES:
+	case metapb.ScanKind_SCAN_KIND_CHUNKS:
+		switch len(req.AfterFingerprint) {
+		case 0:
+		case len(afterFP):
+			copy(afterFP[:], req.AfterFingerprint)
+		default:
+			return &metapb.ScanResponse{Errno: int32(metapartition.EINVAL)}, nil
+		}
 	default:
 		return &metapb.ScanResponse{Errno: int32(metapartition.EINVAL)}, nil
 	}
@@ -218,10 +233,13 @@ func (s *service) Scan(ctx context.Context, req *metapb.ScanRequest) (*metapb.Sc
 	resp := &metapb.ScanResponse{}
 	p.sm.read(func(mp *metapartition.Partition) {
 		resp.RoutingVersion, _ = mp.RoutingState()
-		if req.Kind == metapb.ScanKind_SCAN_KIND_INODES {
+		switch req.Kind {
+		case metapb.ScanKind_SCAN_KIND_INODES:
 			resp.Inodes, resp.More = mp.ScanInodes(req.AfterIno, limit, req.WithExtents)
-		} else {
+		case metapb.ScanKind_SCAN_KIND_DENTRIES:
 			resp.Dentries, resp.More = mp.ScanDentries(req.AfterParent, string(req.AfterName), limit, req.NotOwned)
+		default:
+			resp.Chunks, resp.More = mp.ScanChunks(afterFP, limit)
 		}
 	})
 	if st, err := s.h.env.Raft.Status(multiraft.GroupID(req.PartitionId)); err == nil {
