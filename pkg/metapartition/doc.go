@@ -230,10 +230,13 @@
 //
 // Exactly-once: a Txn with a non-zero request_id that succeeds is
 // remembered with its result in a FIFO of the last RequestHistory (16384)
-// ids, part of the replicated state and of snapshots; a Txn carrying a
-// remembered id returns the remembered result and applies nothing. A
-// failed Txn is not remembered (it changed nothing, so applying a retry is
-// safe). Clients use one random id per logical step and reuse it on every
+// ids holding at most RequestHistoryBytes (32 MiB) of results, part of the
+// replicated state and of snapshots; a Txn carrying a remembered id
+// returns the remembered result and applies nothing. A failed Txn is not
+// remembered (it changed nothing, so applying a retry is safe), nor is one
+// whose result alone exceeds the byte bound. A retry of a step forgotten
+// meanwhile applies again: for ChunkRefs that leaks references, never
+// loses one. Clients use one random id per logical step and reuse it on every
 // retry of that step.
 //
 // A Txn holds at most 1024 ops (E2BIG); an op with nothing set (or one

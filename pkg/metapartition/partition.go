@@ -175,14 +175,18 @@ func (r *opRing) ordered() []opKey {
 	return append(out, r.buf[:r.head]...)
 }
 
-// reqRing remembers the results of the last RequestHistory successful Txns
-// by request id, oldest first once full. Results are kept marshalled
-// (deterministic protobuf, a few hundred bytes each), which bounds the
-// history to a few MiB and is also their snapshot form.
+// reqRing remembers the results of the last successful Txns by request
+// id, oldest first: at most RequestHistory of them, and at most
+// RequestHistoryBytes of results, the oldest forgotten first. Results are
+// kept marshalled (deterministic protobuf, a few hundred bytes each, up to
+// a few hundred KiB for a ChunkRefs of many items), which is also their
+// snapshot form. Remembered entries are buf[head:]; the slice is compacted
+// when half of it is forgotten entries.
 type reqRing struct {
-	buf  []reqEntry
-	head int
-	set  map[uint64][]byte
+	buf   []reqEntry
+	head  int
+	bytes int // sum of len(res) over the remembered entries
+	set   map[uint64][]byte
 }
 
 type reqEntry struct {
@@ -218,27 +222,39 @@ func (r *reqRing) push(id uint64, res *metapb.TxnResult) {
 	r.pushBytes(id, b)
 }
 
+// pushBytes remembers the marshalled result b under id (not remembered
+// yet), then forgets the oldest entries until both bounds hold. A result
+// larger than RequestHistoryBytes alone is not remembered.
 func (r *reqRing) pushBytes(id uint64, b []byte) {
+	if len(b) > RequestHistoryBytes {
+		return
+	}
 	if r.set == nil {
 		r.set = make(map[uint64][]byte)
 	}
-	e := reqEntry{id: id, res: b}
-	if len(r.buf) < RequestHistory {
-		r.buf = append(r.buf, e)
-	} else {
-		delete(r.set, r.buf[r.head].id)
-		r.buf[r.head] = e
-		r.head = (r.head + 1) % RequestHistory
-	}
+	r.buf = append(r.buf, reqEntry{id: id, res: b})
 	r.set[id] = b
+	r.bytes += len(b)
+	for len(r.buf)-r.head > RequestHistory || r.bytes > RequestHistoryBytes {
+		old := r.buf[r.head]
+		r.buf[r.head] = reqEntry{}
+		r.head++
+		delete(r.set, old.id)
+		r.bytes -= len(old.res)
+	}
+	if r.head >= 1024 && 2*r.head >= len(r.buf) {
+		n := copy(r.buf, r.buf[r.head:])
+		clear(r.buf[n:])
+		r.buf, r.head = r.buf[:n], 0
+	}
 }
 
+// live returns the remembered entries oldest first (shared, not to be
+// modified).
+func (r *reqRing) live() []reqEntry { return r.buf[r.head:] }
+
 // ordered returns the remembered entries oldest first, in a new slice.
-func (r *reqRing) ordered() []reqEntry {
-	out := make([]reqEntry, 0, len(r.buf))
-	out = append(out, r.buf[r.head:]...)
-	return append(out, r.buf[:r.head]...)
-}
+func (r *reqRing) ordered() []reqEntry { return slices.Clone(r.live()) }
 
 var treeOpts = btree.Options{NoLocks: true}
 

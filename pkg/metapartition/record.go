@@ -45,6 +45,11 @@ const (
 	// state and of snapshots), so that a retried Txn is answered, not
 	// applied again.
 	RequestHistory = 16384
+	// RequestHistoryBytes bounds the remembered results' marshalled bytes
+	// (the oldest are forgotten first; a larger result is not remembered):
+	// a ChunkRefs of thousands of items answers with a record per item,
+	// and RequestHistory of those would take gigabytes.
+	RequestHistoryBytes = 32 << 20
 	// MaxFileSize is the largest file size and extent end: st_size is signed.
 	MaxFileSize = math.MaxInt64
 )

@@ -77,8 +77,8 @@ func TestRequestIDExactlyOnce(t *testing.T) {
 			t.Fatal(r.Message)
 		}
 	}
-	if len(q.requests.set) != RequestHistory || len(q.requests.buf) != RequestHistory {
-		t.Fatalf("history holds %d/%d, want %d", len(q.requests.set), len(q.requests.buf), RequestHistory)
+	if len(q.requests.set) != RequestHistory || len(q.requests.live()) != RequestHistory {
+		t.Fatalf("history holds %d/%d, want %d", len(q.requests.set), len(q.requests.live()), RequestHistory)
 	}
 	if r := runID(t, q, 50, 77, create...); r.Errno != int32(EEXIST) {
 		t.Fatalf("forgotten id 77 should apply again (EEXIST), got %v", r)
@@ -184,4 +184,47 @@ func TestAckFreed(t *testing.T) {
 	if len(q.FreeList()) != 0 || q.Stats(0).FreeExtents != 0 {
 		t.Fatalf("free list not empty: %v", q.FreeList())
 	}
+}
+
+// TestRequestHistoryBytes: the remembered results are bounded in bytes too,
+// oldest forgotten first; a result above the bound alone is not
+// remembered; the bound holds across compaction and snapshots.
+func TestRequestHistoryBytes(t *testing.T) {
+	var r reqRing
+	quarter := make([]byte, RequestHistoryBytes/4)
+	for id := uint64(1); id <= 10; id++ {
+		r.pushBytes(id, quarter)
+	}
+	if len(r.live()) != 4 || r.live()[0].id != 7 || !r.has(10) || r.has(6) || r.bytes != RequestHistoryBytes {
+		t.Fatalf("after 10 quarters: %d entries from %d, %d bytes", len(r.live()), r.live()[0].id, r.bytes)
+	}
+	r.pushBytes(11, make([]byte, RequestHistoryBytes+1))
+	if r.has(11) || len(r.live()) != 4 {
+		t.Fatalf("an oversized result was remembered or evicted others")
+	}
+	// Small entries push the quarters out one by one, and the buffer is
+	// compacted on the way.
+	for id := uint64(100); id < 100+3*RequestHistory; id++ {
+		r.pushBytes(id, []byte{1})
+	}
+	if len(r.live()) != RequestHistory || r.bytes != RequestHistory || len(r.set) != RequestHistory || cap(r.buf) > 4*RequestHistory {
+		t.Fatalf("after small entries: %d live, %d bytes, %d in set, cap %d", len(r.live()), r.bytes, len(r.set), cap(r.buf))
+	}
+	if r.live()[0].id != 100+2*RequestHistory || !r.has(99+3*RequestHistory) {
+		t.Fatalf("oldest remembered is %d", r.live()[0].id)
+	}
+}
+
+// TestChunkRefsExactlyOnce: a retried ChunkRefs (lookups take references)
+// is answered from the history, not applied twice.
+func TestChunkRefsExactlyOnce(t *testing.T) {
+	p := newRoot(t)
+	a := chunkAt(1, 10, 0)
+	mustRun(t, p, 1, chunkRefs(0, ref(a, 1, 0)))
+	first := runID(t, p, 2, 55, chunkRefs(0, ref(bare(a), 2, 0)))
+	again := runID(t, p, 3, 55, chunkRefs(0, ref(bare(a), 2, 0)))
+	if !proto.Equal(first, again) || first.Results[0].Chunks[0].Refs != 3 {
+		t.Fatalf("retry answered %v, first %v", again, first)
+	}
+	wantEntry(t, p, a, 3, false, 2)
 }
