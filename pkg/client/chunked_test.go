@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -536,5 +537,55 @@ func TestChunkedStreamingAppend(t *testing.T) {
 	}
 	if sent := v.Stats().BytesToData - before; sent > int64(len(model))+int64(len(model))/50 {
 		t.Fatalf("sent %d bytes for a %d-byte file, want each byte about once", sent, len(model))
+	}
+}
+
+// TestChunkedMissingChunkIsEIO: a chunk whose bytes are gone from every
+// replica makes reads of it fail with EIO naming its fingerprint, never
+// return zeros; the other chunks still read.
+func TestChunkedMissingChunkIsEIO(t *testing.T) {
+	v := startChunked(t, Options{ChunkCacheBytes: -1})
+	ctx := context.Background()
+	a, err := v.Create(ctx, RootIno, "f", 0o644, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := randBytes(rand.New(rand.NewPCG(3, 4)), 64<<10)
+	f, err := v.OpenFile(ctx, a.Ino, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	in, err := v.getInode(ctx, "test", a.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := in.GetChunks()[1]
+	dc, err := v.dataClient(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dc.Free(ctx, []*metapb.ExtentKey{chunkLocation(lost).ExtentKey(0)}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := v.OpenFile(ctx, a.Ino, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(ctx)
+	first := make([]byte, in.GetChunks()[0].GetSize())
+	if _, err := g.ReadAt(first, 0); err != nil || !bytes.Equal(first, data[:len(first)]) {
+		t.Fatalf("the intact first chunk: %v", err)
+	}
+	buf := make([]byte, lost.GetSize())
+	_, err = g.ReadAt(buf, int64(len(first)))
+	fp, _ := fingerprintOf(lost)
+	if !isErrno(err, syscall.EIO) || !strings.Contains(err.Error(), fp.String()) {
+		t.Fatalf("read of a lost chunk: %v; want EIO naming %v", err, fp)
 	}
 }
