@@ -3,7 +3,7 @@
 // volume's chunked files name the chunk, reports what differs, and plans
 // the corrections that are safe.
 //
-// Reference rules (docs/design.md, "Chunk index"): a writer takes a
+// Reference rules (docs/design.md, "The chunk index"): a writer takes a
 // reference before the layout that uses it commits, and a reference is
 // given back only after the layout that dropped it committed (the drop
 // waits on the inode's free list until the chunk's shard applies it). So a
