@@ -124,7 +124,7 @@ func newNodeCmd(role string) *cobra.Command {
 		dataListen, dataAdvertise                         string
 		masters                                           []string
 		nodeID, capacity                                  uint64
-		heartbeat                                         time.Duration
+		heartbeat, chunkGrace                             time.Duration
 		merge                                             bool
 	)
 	pbRole, what, port := pb.Role_ROLE_META, "meta node: hosts meta partitions (inodes and dentries)", 17100
@@ -149,13 +149,16 @@ node comes back as the same node), sends a heartbeat with its utilization every
 			if len(masters) == 0 {
 				return usagef(cmd, "--master is required")
 			}
+			if chunkGrace < 0 {
+				return usagef(cmd, "--chunk-grace must not be negative")
+			}
 			// Ctrl-C while waiting for a master to register with ends the wait.
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			n, err := node.Start(ctx, node.Config{
 				Role: pbRole, DataDir: dataDir, Listen: listen, Advertise: advertise, Zone: zone,
 				DataListen: dataListen, DataAdvertise: dataAdvertise,
 				Masters: masters, MetricsAddr: mAddr, NodeID: nodeID, HeartbeatInterval: heartbeat,
-				CapacityBytes: capacity, Logger: log.With("role", role), NewPartitions: partitionsOf(role, merge),
+				CapacityBytes: capacity, Logger: log.With("role", role), NewPartitions: partitionsOf(role, metanode.Options{DisableMerging: !merge, ChunkGrace: chunkGrace}),
 			})
 			stop()
 			if err != nil {
@@ -179,6 +182,7 @@ node comes back as the same node), sends a heartbeat with its utilization every
 	}
 	if role == "meta" {
 		f.BoolVar(&merge, "merge", true, "merge concurrent requests of a partition into one Raft proposal (FalconFS request merging); --merge=false only for comparisons")
+		f.DurationVar(&chunkGrace, "chunk-grace", metanode.DefaultChunkGrace, "how long a chunk must have had no reference before its bytes are reclaimed")
 	}
 	f.Uint64Var(&capacity, "capacity", 0, "capacity in bytes to report (default: the data dir's file system)")
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
@@ -186,11 +190,11 @@ node comes back as the same node), sends a heartbeat with its utilization every
 	return cmd
 }
 
-// partitionsOf is the partition host of a node role; merge applies to meta
+// partitionsOf is the partition host of a node role; meta applies to meta
 // nodes.
-func partitionsOf(role string, merge bool) func(node.Env) (node.PartitionHost, error) {
+func partitionsOf(role string, meta metanode.Options) func(node.Env) (node.PartitionHost, error) {
 	if role == "meta" {
-		return metanode.NewFactory(metanode.Options{DisableMerging: !merge})
+		return metanode.NewFactory(meta)
 	}
 	return datanode.NewFactory(datanode.Options{})
 }

@@ -24,7 +24,7 @@ func newUpCmd() *cobra.Command {
 		ready, downAfter          time.Duration
 		// Master tuning, forwarded as given ("" keeps the master's default).
 		mpMaxInodes, balanceInterval, balanceMinDentries string
-		layout                                           string
+		layout, chunkGrace                               string
 		metaMerge                                        bool
 	)
 	cmd := &cobra.Command{
@@ -73,6 +73,9 @@ other admin commands find it through --data-dir.`,
 			if !metaMerge {
 				metaFlags = append(metaFlags, "--merge=false")
 			}
+			if chunkGrace != "" {
+				metaFlags = append(metaFlags, "--chunk-grace", chunkGrace)
+			}
 			start := time.Now()
 			c, err := localcluster.Start(ctx, localcluster.Options{
 				DataDir: dataDir, Mount: mount, Masters: masters, Metas: metas, Datas: datas, Binary: self,
@@ -111,6 +114,7 @@ other admin commands find it through --data-dir.`,
 	f.StringVar(&mpMaxInodes, "mp-max-inodes", "", "passed to the masters: grow a volume when a meta partition holds more inodes or dentries (default: the master's)")
 	f.StringVar(&balanceInterval, "balance-interval", "", "passed to the masters: how often they check growth and balance (default: the master's)")
 	f.StringVar(&balanceMinDentries, "balance-min-dentries", "", "passed to the masters: balance only volumes with at least this many dentries (default: the master's)")
+	f.StringVar(&chunkGrace, "chunk-grace", "", "passed to the meta nodes: how long a chunk must have had no reference before its bytes are reclaimed (default: the meta nodes' 5m)")
 	f.BoolVar(&metaMerge, "meta-merge", true, "request merging on the meta nodes (--meta-merge=false only to compare, see make bench-merging)")
 	f.DurationVar(&downAfter, "down-after", 0, "mark a node down after this long without heartbeats (default: the master's 10s)")
 	return cmd

@@ -98,7 +98,9 @@ func volumeChunks(t *testing.T, dir, volume string) (layout string, stored, refe
 // agree), an insert in the middle of a cached file, done as a POSIX
 // program must (write the new bytes and the old tail, fsync), sends under
 // 2% of the file to the data nodes (the mount's byte counter), the
-// contents stay exact, and cairn gc finds every count right.
+// contents stay exact, cairn gc finds every count right, and removing
+// the files gives the space back (the collector reclaims chunks without
+// references after the grace, 1 s here).
 // CAIRN_LONG=1 uses 1 GiB files instead of 64 MiB.
 func TestChunkedMount(t *testing.T) {
 	size := 64 << 20
@@ -106,7 +108,7 @@ func TestChunkedMount(t *testing.T) {
 		size = 1 << 30
 	}
 	dir := filepath.Join(t.TempDir(), "cdc")
-	startUp(t, dir, "--mount", "")
+	startUp(t, dir, "--mount", "", "--chunk-grace", "1s")
 	mustCairn(t, "volume", "create", "cdc", "--layout", "cdc", "--data-dir", dir)
 	ports, err := loopback.FreePorts(1)
 	must(t, err)
@@ -196,5 +198,22 @@ func TestChunkedMount(t *testing.T) {
 			t.Fatalf("cairn gc --dry-run (exit %d):\n%s%s", r.code, r.stdout, r.stderr)
 		}
 		time.Sleep(2 * time.Second)
+	}
+
+	must(t, os.Remove(filepath.Join(mp, "a")))
+	must(t, os.Remove(filepath.Join(mp, "b")))
+	deadline = time.Now().Add(90 * time.Second)
+	for {
+		du := diskUsage(t, dir)
+		_, stored, _, _ := volumeChunks(t, dir, "cdc")
+		if stored == 0 && du-du0 < (du2-du0)/10 {
+			t.Logf("after removing both files: disk usage %d MiB, no chunk stored", du>>20)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("90 s after removing both files: disk usage %d MiB (started at %d, %d with the files), %d chunk bytes still indexed",
+				du>>20, du0>>20, du2>>20, stored)
+		}
+		time.Sleep(time.Second)
 	}
 }
