@@ -62,6 +62,11 @@ cleanup() {
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
   done
+  # Whatever still runs in the namespaces (deleting a namespace does not
+  # stop its processes).
+  for ns in "$NS_S" "$NS_C"; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null
+  done
   ip netns del "$NS_S" 2>/dev/null
   ip netns del "$NS_C" 2>/dev/null
   if (( rc == 0 )); then rm -rf "$WORK"; else echo "logs kept in $WORK" >&2; fi
@@ -85,7 +90,9 @@ in_srv() { ip netns exec "$NS_S" "$@"; }
 role() {
   local name=$1; shift
   mkdir -p "$WORK/$name"
-  in_srv "$CAIRN" "$@" --data-dir "$WORK/$name" >"$WORK/$name.log" 2>&1 &
+  # Not through in_srv: $! must be the process itself (ip netns exec
+  # execs it), not a subshell around it, or the cleanup would miss it.
+  ip netns exec "$NS_S" "$CAIRN" "$@" --data-dir "$WORK/$name" >"$WORK/$name.log" 2>&1 &
   PIDS+=($!)
 }
 role master master --peers "1=$SRV:17000" --listen "$SRV:17000" --metrics-addr "127.0.0.1:17001"
