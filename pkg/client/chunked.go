@@ -538,6 +538,16 @@ type refTaken struct {
 // shared (dedup), any other is uploaded, then registered. A kept chunk the
 // index no longer has is EIO.
 func (r *chunkRefs) acquire(ctx context.Context, ps []piece) error {
+	_, err := r.take(ctx, ps, false)
+	return err
+}
+
+// take is acquire. With speculate it skips the lookup: new pieces are
+// uploaded at once and registered, and a registration that finds the chunk
+// stored already frees the upload. That costs the bandwidth of duplicates
+// but one index commit instead of two, which is what fresh data wants.
+// shared counts the distinct chunks the index had already.
+func (r *chunkRefs) take(ctx context.Context, ps []piece, speculate bool) (shared int, err error) {
 	type want struct {
 		idx  []int // indexes into ps
 		data []byte
@@ -552,7 +562,7 @@ func (r *chunkRefs) acquire(ctx context.Context, ps []piece) error {
 		if p.data == nil {
 			fp, err := fingerprintOf(p.ch)
 			if err != nil {
-				return errnoErr(r.op, syscall.EIO, "inode %d: %v", r.f.ino, err)
+				return 0, errnoErr(r.op, syscall.EIO, "inode %d: %v", r.f.ino, err)
 			}
 			p.fp = fp
 		}
@@ -568,37 +578,50 @@ func (r *chunkRefs) acquire(ctx context.Context, ps []piece) error {
 		}
 	}
 	if len(order) == 0 {
-		return nil
-	}
-	lookups := make([]*metapb.ChunkRef, len(order))
-	for k, fp := range order {
-		w := byFP[fp]
-		lookups[k] = &metapb.ChunkRef{Chunk: &metapb.Chunk{Fingerprint: fp[:], Size: ps[w.idx[0]].ch.GetSize()}, Delta: int64(len(w.idx))}
-	}
-	recs, err := r.f.v.chunkRefs(ctx, r.op, lookups)
-	if err != nil {
-		return err
+		return 0, nil
 	}
 	var missing []chunker.Fingerprint
-	for k, fp := range order {
-		w := byFP[fp]
-		if loc := recs[k].GetChunk(); loc.GetPartitionId() != 0 {
-			r.took(loc, int64(len(w.idx)))
-			for _, idx := range w.idx {
-				ps[idx].ch = loc
+	if speculate {
+		for _, fp := range order {
+			if byFP[fp].data == nil {
+				speculate = false // a kept chunk must be looked up
+				break
 			}
-			if w.data != nil {
-				r.f.v.dedupBytes.Add(int64(len(w.data)))
+		}
+	}
+	if speculate {
+		missing = order
+	} else {
+		lookups := make([]*metapb.ChunkRef, len(order))
+		for k, fp := range order {
+			w := byFP[fp]
+			lookups[k] = &metapb.ChunkRef{Chunk: &metapb.Chunk{Fingerprint: fp[:], Size: ps[w.idx[0]].ch.GetSize()}, Delta: int64(len(w.idx))}
+		}
+		recs, err := r.f.v.chunkRefs(ctx, r.op, lookups)
+		if err != nil {
+			return 0, err
+		}
+		for k, fp := range order {
+			w := byFP[fp]
+			if loc := recs[k].GetChunk(); loc.GetPartitionId() != 0 {
+				r.took(loc, int64(len(w.idx)))
+				for _, idx := range w.idx {
+					ps[idx].ch = loc
+				}
+				if w.data != nil {
+					r.f.v.dedupBytes.Add(int64(len(w.data)))
+				}
+				shared++
+				continue
 			}
-			continue
+			if w.data == nil {
+				return shared, errnoErr(r.op, syscall.EIO, "inode %d: chunk %v of the layout is no longer in the chunk index", r.f.ino, fp)
+			}
+			missing = append(missing, fp)
 		}
-		if w.data == nil {
-			return errnoErr(r.op, syscall.EIO, "inode %d: chunk %v of the layout is no longer in the chunk index", r.f.ino, fp)
-		}
-		missing = append(missing, fp)
 	}
 	if len(missing) == 0 {
-		return nil
+		return shared, nil
 	}
 	// Upload what the index lacks, then register it.
 	locs := make([]dataclient.ChunkLocation, len(missing))
@@ -621,7 +644,7 @@ func (r *chunkRefs) acquire(ctx context.Context, ps []piece) error {
 	wg.Wait()
 	for k, err := range errs {
 		if err != nil {
-			return dataErr(r.op, r.f.ino, fmt.Errorf("upload chunk %v: %w", missing[k], err))
+			return shared, dataErr(r.op, r.f.ino, fmt.Errorf("upload chunk %v: %w", missing[k], err))
 		}
 	}
 	regs := make([]*metapb.ChunkRef, len(missing))
@@ -631,11 +654,11 @@ func (r *chunkRefs) acquire(ctx context.Context, ps []piece) error {
 			Fingerprint: fp[:], Size: uint32(l.Size), PartitionId: l.PartitionID, ExtentId: l.ExtentID, ExtentOffset: l.Offset,
 		}}
 	}
-	recs, err = r.f.v.chunkRefs(ctx, r.op, regs)
+	recs, err := r.f.v.chunkRefs(ctx, r.op, regs)
 	if err != nil {
 		// The uploads are stored but unregistered: leaked bytes, the
 		// price of a failed index update (docs/design.md).
-		return err
+		return shared, err
 	}
 	var dup []*metapb.ExtentKey
 	for k, fp := range missing {
@@ -646,15 +669,17 @@ func (r *chunkRefs) acquire(ctx context.Context, ps []piece) error {
 			ps[idx].ch = loc
 		}
 		if l := locs[k]; loc.GetPartitionId() != l.PartitionID || loc.GetExtentId() != l.ExtentID || loc.GetExtentOffset() != l.Offset {
-			// Another writer registered the same bytes first: ours are a
-			// second copy nobody refers to.
+			// The index had the bytes already (another writer's, or a
+			// speculative upload's): ours are a second copy nobody
+			// refers to.
 			dup = append(dup, l.ExtentKey(0))
+			shared++
 		}
 	}
 	if len(dup) > 0 {
 		_, _ = r.f.dc.Free(ctx, dup)
 	}
-	return nil
+	return shared, nil
 }
 
 func (r *chunkRefs) took(ch *metapb.Chunk, n int64) {

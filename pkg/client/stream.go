@@ -18,13 +18,14 @@ import (
 // The layout still commits only at a flush point (or every
 // maxChunksPerSplice chunks).
 const (
-	// streamBatch is how many chunks one background batch handles (one
-	// lookup and one registration request per shard).
-	streamBatch = 16
-	// streamBatchesInFlight bounds the batches being uploaded (at most 32
-	// MiB of chunks at the default sizes); a writer that gets further
-	// ahead waits.
-	streamBatchesInFlight = 8
+	// streamBatchBytes is how many bytes of chunks one background batch
+	// handles: a lookup and a registration (or a registration alone, see
+	// cdcStream.speculate) per shard, each a Raft commit on the shard, so
+	// batches must be large for the index not to dominate.
+	streamBatchBytes = 8 << 20
+	// streamBatchesInFlight bounds the batches being uploaded (32 MiB); a
+	// writer that gets further ahead waits.
+	streamBatchesInFlight = 4
 )
 
 // cdcStream is an append in progress. The committed chunks from baseIdx on
@@ -39,10 +40,17 @@ type cdcStream struct {
 	sem     chan struct{}
 	wg      sync.WaitGroup
 
-	mu     sync.Mutex // pieces, sent and err: batches write back into pieces
+	mu     sync.Mutex // pieces, sent, err, speculate: batches write back
 	pieces []piece
 	sent   int // pieces[:sent] went out in batches
+	ready  int // bytes of pieces[sent:]
 	err    error
+	// speculate makes batches upload before asking the index (one commit
+	// per shard instead of two). A stream starts by asking, so that data
+	// the volume has already costs no bandwidth; a batch that finds under
+	// a quarter of its chunks stored switches speculation on, one that
+	// finds half or more (uploaded for nothing) switches it off.
+	speculate bool
 }
 
 // startStream begins an append at the end of a committed layout. The last
@@ -84,10 +92,11 @@ func (f *File) appendStream(op string, p []byte) error {
 	s.buf = s.buf[:copy(s.buf, s.buf[cur:])]
 	s.mu.Lock()
 	s.pieces = append(s.pieces, cut...)
-	ready := len(s.pieces) - s.sent
+	s.ready += cur
+	ready := s.ready
 	total := len(s.pieces)
 	s.mu.Unlock()
-	if ready >= streamBatch {
+	if ready >= streamBatchBytes {
 		f.sendBatch(op)
 	}
 	if total >= maxChunksPerSplice {
@@ -105,7 +114,8 @@ func (f *File) sendBatch(op string) {
 	s.mu.Lock()
 	start := s.sent
 	batch := append([]piece(nil), s.pieces[start:]...)
-	s.sent = len(s.pieces)
+	s.sent, s.ready = len(s.pieces), 0
+	speculate := s.speculate
 	s.mu.Unlock()
 	if len(batch) == 0 {
 		return
@@ -123,7 +133,7 @@ func (f *File) sendBatch(op string) {
 		}
 		ctx, cancel := f.v.opCtx(f.ctx)
 		defer cancel()
-		err := s.refs.acquire(ctx, batch)
+		shared, err := s.refs.take(ctx, batch, speculate)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err != nil {
@@ -131,6 +141,12 @@ func (f *File) sendBatch(op string) {
 				s.err = err
 			}
 			return
+		}
+		switch n := len(batch); {
+		case shared*4 < n:
+			s.speculate = true
+		case shared*2 >= n:
+			s.speculate = false
 		}
 		for k := range batch {
 			b := &batch[k]
@@ -159,6 +175,7 @@ func (f *File) finishStream(op string, final bool) error {
 		s.buf = s.buf[:0]
 		s.mu.Lock()
 		s.pieces = append(s.pieces, rest...)
+		s.ready += prev
 		s.mu.Unlock()
 	}
 	f.sendBatch(op)
@@ -193,7 +210,7 @@ func (f *File) finishStream(op string, final bool) error {
 		c.stream = nil
 		return errnoErr(op, syscall.EIO, "inode %d: streamed layout ends at %d, its buffer starts at %d", f.ino, c.offs[len(c.chunks)], s.bufOff)
 	}
-	s.baseIdx, s.pieces, s.sent = len(c.chunks), nil, 0
+	s.baseIdx, s.pieces, s.sent, s.ready = len(c.chunks), nil, 0, 0
 	s.refs = &chunkRefs{f: f, op: op}
 	return nil
 }
