@@ -101,11 +101,19 @@ func volumeChunks(t *testing.T, dir, volume string) (layout string, stored, refe
 // contents stay exact, cairn gc finds every count right, and removing
 // the files gives the space back (the collector reclaims chunks without
 // references after the grace, 1 s here).
-// CAIRN_LONG=1 uses 1 GiB files instead of 64 MiB.
+// CAIRN_LONG=1 uses 1 GiB files instead of 64 MiB; CAIRN_CHUNKED_MIB=N
+// uses N MiB.
 func TestChunkedMount(t *testing.T) {
 	size := 64 << 20
 	if os.Getenv("CAIRN_LONG") != "" {
 		size = 1 << 30
+	}
+	if v := os.Getenv("CAIRN_CHUNKED_MIB"); v != "" {
+		mib, err := strconv.Atoi(v)
+		if err != nil || mib < 1 || mib > 16<<10 {
+			t.Fatalf("CAIRN_CHUNKED_MIB=%q: want a size in MiB from 1 to 16384", v)
+		}
+		size = mib << 20
 	}
 	dir := filepath.Join(t.TempDir(), "cdc")
 	startUp(t, dir, "--mount", "", "--chunk-grace", "1s")
