@@ -196,7 +196,7 @@ func (f *File) writeChunked(op string, p []byte, off uint64) (int, error) {
 		}
 	}
 	if c.stream == nil && off == f.size && c.dirty.len() == 0 && !c.stale &&
-		f.size == c.metaSize && c.metaSize == c.offs[len(c.chunks)] {
+		f.size == c.metaSize && c.metaSize == c.offs[len(c.chunks)] && 2*c.cut.Config().MaxSize <= streamBlockSize {
 		if err := f.startStream(op); err != nil {
 			return 0, err
 		}
@@ -227,7 +227,8 @@ type piece struct {
 	fp   chunker.Fingerprint
 	data []byte
 	old  int
-	held bool // the commit holds its reference already (a streamed chunk)
+	held bool         // the commit holds its reference already (a streamed chunk)
+	blk  *streamBlock // the stream block data is a slice of, if any
 }
 
 // pieceReader serves the content of a layout being built to Rechunk.

@@ -240,13 +240,13 @@ func (f *fakeCluster) PartitionStats(_ context.Context, req *metapb.PartitionSta
 }
 
 // startFake serves a volume "v" of three partitions on loopback and opens it.
-func startFake(t *testing.T) (*fakeCluster, *Volume) {
+func startFake(t testing.TB) (*fakeCluster, *Volume) {
 	return startFakeMap(t, testMap())
 }
 
 // startFakeMap serves the map m (volume "v", partition 10 holding the
 // root) on loopback and opens volume "v".
-func startFakeMap(t *testing.T, m *pb.ClusterMap) (*fakeCluster, *Volume) {
+func startFakeMap(t testing.TB, m *pb.ClusterMap) (*fakeCluster, *Volume) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,8 +1,8 @@
 package client
 
 import (
-	"bytes"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cairnfs/cairn/pkg/chunker"
@@ -26,7 +26,38 @@ const (
 	// streamBatchesInFlight bounds the batches being uploaded (32 MiB); a
 	// writer that gets further ahead waits.
 	streamBatchesInFlight = 4
+	// streamBlockSize is the size of the buffers a stream cuts chunks in:
+	// a chunk is a slice of a block, so a byte is copied once (from the
+	// writer into a block), and blocks are reused once their chunks are
+	// uploaded. It must hold two chunks of the largest size.
+	streamBlockSize = 8 << 20
 )
+
+// streamBlocks recycles stream blocks: allocating fresh memory for every
+// chunk cost more CPU than cutting it.
+var streamBlocks = sync.Pool{New: func() any {
+	b := make([]byte, streamBlockSize)
+	return &b
+}}
+
+// streamBlock is a block and the count of its users: the stream while it
+// writes into it, and every chunk cut from it until its batch is done.
+type streamBlock struct {
+	buf  *[]byte
+	refs atomic.Int32
+}
+
+func newStreamBlock() *streamBlock {
+	b := &streamBlock{buf: streamBlocks.Get().(*[]byte)}
+	b.refs.Store(1)
+	return b
+}
+
+func (b *streamBlock) release() {
+	if b.refs.Add(-1) == 0 {
+		streamBlocks.Put(b.buf)
+	}
+}
 
 // cdcStream is an append in progress. The committed chunks from baseIdx on
 // are replaced by pieces followed by the bytes in buf. A cut is final once
@@ -34,7 +65,9 @@ const (
 // byte), so only the last MaxSize bytes at most wait in buf.
 type cdcStream struct {
 	baseIdx int
-	buf     []byte // bytes not cut yet; buf[0] is at file offset bufOff
+	blk     *streamBlock // the block being written
+	start   int          // bytes (*blk.buf)[start:end] are not cut yet;
+	end     int          // the first is at file offset bufOff
 	bufOff  uint64
 	refs    *chunkRefs
 	sem     chan struct{}
@@ -60,39 +93,75 @@ func (f *File) startStream(op string) error {
 	c := f.cdc
 	n := len(c.chunks)
 	s := &cdcStream{baseIdx: n, bufOff: c.offs[n], refs: &chunkRefs{f: f, op: op}, sem: make(chan struct{}, streamBatchesInFlight)}
+	var last []byte
 	if n > 0 {
 		data, err := f.chunkData(f.ctx, op, c.chunks[n-1])
 		if err != nil {
 			return err
 		}
-		s.baseIdx, s.bufOff = n-1, c.offs[n-1]
-		s.buf = append(make([]byte, 0, 2*c.cut.Config().MaxSize), data...)
+		s.baseIdx, s.bufOff, last = n-1, c.offs[n-1], data
 	}
+	s.blk = newStreamBlock()
 	c.stream = s
+	s.pieces = s.write(c.cut, last)
+	for _, pc := range s.pieces {
+		s.ready += len(pc.data)
+	}
 	return nil
+}
+
+// write copies p into the stream's blocks and returns the chunks whose
+// cut is final, as slices of the blocks (each holding a reference).
+func (s *cdcStream) write(cut *chunker.Cutter, p []byte) []piece {
+	maxSize := cut.Config().MaxSize
+	var out []piece
+	for len(p) > 0 {
+		buf := *s.blk.buf
+		if s.end == len(buf) {
+			// Full: the bytes not cut yet move to a fresh block.
+			nb := newStreamBlock()
+			s.end = copy(*nb.buf, buf[s.start:s.end])
+			s.start = 0
+			s.blk.release()
+			s.blk, buf = nb, *nb.buf
+		}
+		n := copy(buf[s.end:], p)
+		s.end += n
+		p = p[n:]
+		for s.end-s.start >= maxSize {
+			l := cut.Next(buf[s.start : s.start+maxSize])
+			s.blk.refs.Add(1)
+			out = append(out, piece{data: buf[s.start : s.start+l : s.start+l], blk: s.blk, old: -1})
+			s.start += l
+			s.bufOff += uint64(l)
+		}
+	}
+	return out
+}
+
+// close gives back the stream's block.
+func (s *cdcStream) close() {
+	if s.blk != nil {
+		s.blk.release()
+		s.blk = nil
+	}
 }
 
 // appendStream adds p at the end of the stream, cuts every chunk whose cut
 // is final and sends full batches.
 func (f *File) appendStream(op string, p []byte) error {
 	c, s := f.cdc, f.cdc.stream
-	s.buf = append(s.buf, p...)
-	maxSize := c.cut.Config().MaxSize
-	cur := 0
-	var cut []piece
-	for len(s.buf)-cur >= maxSize {
-		l := c.cut.Next(s.buf[cur : cur+maxSize])
-		cut = append(cut, piece{data: bytes.Clone(s.buf[cur : cur+l]), old: -1})
-		cur += l
-	}
-	if cur == 0 {
+	cut := s.write(c.cut, p)
+	if len(cut) == 0 {
 		return nil
 	}
-	s.bufOff += uint64(cur)
-	s.buf = s.buf[:copy(s.buf, s.buf[cur:])]
+	n := 0
+	for _, pc := range cut {
+		n += len(pc.data)
+	}
 	s.mu.Lock()
 	s.pieces = append(s.pieces, cut...)
-	s.ready += cur
+	s.ready += n
 	ready := s.ready
 	total := len(s.pieces)
 	s.mu.Unlock()
@@ -134,6 +203,11 @@ func (f *File) sendBatch(op string) {
 		ctx, cancel := f.v.opCtx(f.ctx)
 		defer cancel()
 		shared, err := s.refs.take(ctx, batch, speculate)
+		for _, b := range batch {
+			// The bytes are on the data nodes (or the batch failed):
+			// the block may be reused.
+			b.blk.release()
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err != nil {
@@ -150,8 +224,7 @@ func (f *File) sendBatch(op string) {
 		}
 		for k := range batch {
 			b := &batch[k]
-			f.v.chunks.Put(b.fp, b.data)
-			b.data, b.held = nil, true
+			b.data, b.blk, b.held = nil, nil, true
 			s.pieces[start+k] = *b
 		}
 	}()
@@ -166,13 +239,15 @@ func (f *File) finishStream(op string, final bool) error {
 	if final {
 		// The rest goes out with the last batch, not after it.
 		var rest []piece
+		buf := (*s.blk.buf)[s.start:s.end]
 		prev := 0
-		for _, end := range c.cut.Cut(s.buf) {
-			rest = append(rest, piece{data: bytes.Clone(s.buf[prev:end]), old: -1})
+		for _, end := range c.cut.Cut(buf) {
+			s.blk.refs.Add(1)
+			rest = append(rest, piece{data: buf[prev:end:end], blk: s.blk, old: -1})
 			prev = end
 		}
 		s.bufOff += uint64(prev)
-		s.buf = s.buf[:0]
+		s.start = s.end
 		s.mu.Lock()
 		s.pieces = append(s.pieces, rest...)
 		s.ready += prev
@@ -187,6 +262,7 @@ func (f *File) finishStream(op string, final bool) error {
 		// what is committed, and the error reaches the writer here, as a
 		// write-back error would.
 		s.refs.refundUnless(ctx)
+		s.close()
 		c.stream = nil
 		c.stale = true
 		f.size = c.metaSize
@@ -199,6 +275,7 @@ func (f *File) finishStream(op string, final bool) error {
 	ps = append(ps, s.pieces...)
 	err := f.commitLayout(ctx, op, ps, nil, s.refs, true)
 	if err != nil || final {
+		s.close()
 		c.stream = nil
 		if err != nil {
 			f.size = c.metaSize
@@ -207,6 +284,7 @@ func (f *File) finishStream(op string, final bool) error {
 		return err
 	}
 	if c.offs[len(c.chunks)] != s.bufOff {
+		s.close()
 		c.stream = nil
 		return errnoErr(op, syscall.EIO, "inode %d: streamed layout ends at %d, its buffer starts at %d", f.ino, c.offs[len(c.chunks)], s.bufOff)
 	}

@@ -25,7 +25,7 @@ func startWithData(t *testing.T, opts Options) (*Volume, *datanodetest.Cluster) 
 
 // startWithDataMap is startWithData with prep changing the map (under the
 // fake's lock) before the volume is opened.
-func startWithDataMap(t *testing.T, opts Options, prep func(m *pb.ClusterMap)) (*Volume, *datanodetest.Cluster, *fakeCluster) {
+func startWithDataMap(t testing.TB, opts Options, prep func(m *pb.ClusterMap)) (*Volume, *datanodetest.Cluster, *fakeCluster) {
 	t.Helper()
 	dc := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{2, 3}}, Options: datanode.Options{
 		AlignDelay: 100 * time.Millisecond, AlignInterval: 500 * time.Millisecond, AlignQuietPeriod: 200 * time.Millisecond,
