@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -527,6 +528,9 @@ type chunkRefs struct {
 	mu        sync.Mutex // acquire runs in several streamed batches at once
 	taken     map[chunker.Fingerprint]*refTaken
 	committed bool
+	// prefer is the data partition of this commit's uploads, once one
+	// succeeded (dataclient.WriteChunkPrefer).
+	prefer atomic.Uint64
 }
 
 type refTaken struct {
@@ -636,8 +640,9 @@ func (r *chunkRefs) take(ctx context.Context, ps []piece, speculate bool) (share
 			defer wg.Done()
 			defer func() { <-sem }()
 			data := byFP[fp].data
-			locs[k], errs[k] = r.f.dc.WriteChunk(ctx, fp, data)
+			locs[k], errs[k] = r.f.dc.WriteChunkPrefer(ctx, r.prefer.Load(), fp, data)
 			if errs[k] == nil {
+				r.prefer.CompareAndSwap(0, locs[k].PartitionID)
 				r.f.v.bytesWritten.Add(int64(len(data)))
 			}
 		}()

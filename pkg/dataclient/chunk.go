@@ -58,6 +58,14 @@ func (l ChunkLocation) String() string {
 // request the node calls malformed. It stores the chunk even if an
 // identical one is stored elsewhere: deduplication is the chunk index's.
 func (c *Client) WriteChunk(ctx context.Context, fp chunker.Fingerprint, data []byte) (ChunkLocation, error) {
+	return c.WriteChunkPrefer(ctx, 0, fp, data)
+}
+
+// WriteChunkPrefer is WriteChunk that first tries partition prefer (0: none)
+// while it is writable. Writers of many chunks keep to one partition, as a
+// sequential writer keeps to one extent: its group commit then syncs one
+// store's files for all of them instead of every partition's.
+func (c *Client) WriteChunkPrefer(ctx context.Context, prefer uint64, fp chunker.Fingerprint, data []byte) (ChunkLocation, error) {
 	if len(data) == 0 || len(data) > dataproto.MaxChunk {
 		return ChunkLocation{}, fmt.Errorf("%w: chunk %v of %d bytes", ErrChunkTooLarge, fp, len(data))
 	}
@@ -67,7 +75,7 @@ func (c *Client) WriteChunk(ctx context.Context, fp chunker.Fingerprint, data []
 	var last error
 	deadline := time.Now().Add(c.opts.WaitWritable)
 	for time.Now().Before(deadline) {
-		p, err := c.pick(ctx)
+		p, err := c.pickPrefer(ctx, prefer)
 		if err != nil {
 			return ChunkLocation{}, errors.Join(err, last)
 		}

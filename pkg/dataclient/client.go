@@ -311,6 +311,17 @@ func (c *Client) exclude(id uint64, d time.Duration) {
 // pick chooses a writable partition at random (CFS §2.7.1), waiting up to
 // WaitWritable for one, and refreshing a topology older than RefreshEvery.
 func (c *Client) pick(ctx context.Context) (*pb.Partition, error) {
+	return c.pickPrefer(ctx, 0)
+}
+
+// pickPrefer is pick, but returns partition prefer while it is writable
+// (known, healthy and not avoided).
+func (c *Client) pickPrefer(ctx context.Context, prefer uint64) (*pb.Partition, error) {
+	if prefer != 0 {
+		if p := c.preferred(prefer); p != nil {
+			return p, nil
+		}
+	}
 	deadline := time.Now().Add(c.opts.WaitWritable)
 	for {
 		c.mu.Lock()
@@ -362,6 +373,21 @@ func (c *Client) choose() (*pb.Partition, time.Duration) {
 		return nil, max(wait, 10*time.Millisecond)
 	}
 	return ok[rand.N(len(ok))], 0
+}
+
+// preferred returns partition id if it is writable now, else nil.
+func (c *Client) preferred(id uint64) *pb.Partition {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if until, ex := c.excluded[id]; ex && time.Now().Before(until) {
+		return nil
+	}
+	for _, p := range c.topo.Partitions {
+		if p.Id == id && len(p.Replicas) > 0 && c.healthyLocked(p) {
+			return p
+		}
+	}
+	return nil
 }
 
 // healthyLocked: every replica's node is alive and reachable.
