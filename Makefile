@@ -81,11 +81,13 @@ bench-mount: build
 bench-merging: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/meta-merging.sh
 
-## bench-cdc: extent vs chunked (cdc) volumes with the client in a network
-## namespace: sequential writes, then 4 KiB inserts over a 10 MB/s link
-## (needs root; not part of CI). See docs/measurements.md.
+## bench-cdc: extent vs chunked (cdc) volumes: with the client in a network
+## namespace, sequential writes, then 4 KiB inserts over a 10 MB/s link
+## (needs root); then sequential writes through two mounts (not part of CI).
+## See docs/measurements.md.
 bench-cdc: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/cdc-slow-link.sh
+	CAIRN_BIN=$(CURDIR)/$(BIN) bench/cdc-mount.sh
 
 ## bench: the benchmarks (not part of CI).
 bench:
