@@ -52,12 +52,16 @@ func NewLayout(masters, metas, datas int) (*Layout, error) {
 	// Masters are Raft ids 1..n; meta and data nodes share one id space, so meta
 	// nodes get 1..metas and data nodes follow.
 	nodeID := uint64(0)
+	// All ports in one call: FreePorts releases its ports when it returns,
+	// so separate calls per process could hand two processes the same one.
+	all, err := loopback.FreePorts(3 * (masters + metas + datas))
+	if err != nil {
+		return nil, err
+	}
 	add := func(role string, n int) error {
 		for i := 1; i <= n; i++ {
-			ports, err := loopback.FreePorts(3)
-			if err != nil {
-				return err
-			}
+			ports := all[:3]
+			all = all[3:]
 			id := uint64(i)
 			if role != "master" {
 				nodeID++
