@@ -158,6 +158,21 @@ func TestTable(t *testing.T) {
 	}
 }
 
+// TestTableClientFigures: a target whose client counts its traffic gets a
+// line with metadata requests per open and per operation and bytes sent.
+func TestTableClientFigures(t *testing.T) {
+	reps := []Repetition{rep(time.Second, opResult("open", 10, 0, 0, time.Millisecond))}
+	reps[0].Phases[0].Extra = map[string]float64{"meta_requests_per_open": 1.04, "meta_requests_per_op": 1.04, "data_sent_bytes": 3 << 20}
+	spec, _ := workload.Resolve("seq-write", nil)
+	w := WorkloadReport{Name: "seq-write", Spec: spec, Concurrency: Concurrency{Nodes: 1, Processes: 1, Threads: 1},
+		Targets: []TargetReport{{Target: "cairn:m/v", Repetitions: reps, Phases: Summarize(reps)}}}
+	out := Table(&Report{Schema: Schema, Config: Config{Repetitions: 1}, Workloads: []WorkloadReport{w}})
+	want := "write on cairn:m/v: 1.04 metadata requests per open, 1.04 per operation, 3 MiB sent to data nodes"
+	if !strings.Contains(out, want) {
+		t.Fatalf("table lacks %q:\n%s", want, out)
+	}
+}
+
 func TestHTMLAndCharts(t *testing.T) {
 	r := sampleReport()
 	page, err := HTML(r)

@@ -164,6 +164,7 @@ func Table(r *Report) string {
 				}
 			}
 		}
+		writeClientFigures(&b, w)
 		if truncatedAny(w) {
 			fmt.Fprintln(&b, "  * the phase hit its time bound (key duration) before finishing its count")
 		}
@@ -188,6 +189,35 @@ func Table(r *Report) string {
 		}
 	}
 	return b.String()
+}
+
+// writeClientFigures adds a line per phase and target whose client counted
+// its own traffic (the cairn: backend): metadata requests per open and per
+// operation, and the file bytes sent to data nodes.
+func writeClientFigures(b *strings.Builder, w WorkloadReport) {
+	for _, t := range w.Targets {
+		for _, p := range t.Phases {
+			figs := map[string]Figure{}
+			for _, f := range p.Figures {
+				if f.N > 0 {
+					figs[f.Name] = f
+				}
+			}
+			var parts []string
+			if f, ok := figs["meta_requests_per_open"]; ok {
+				parts = append(parts, spread(f)+" metadata requests per open")
+			}
+			if f, ok := figs["meta_requests_per_op"]; ok {
+				parts = append(parts, spread(f)+" per operation")
+			}
+			if f, ok := figs["data_sent_bytes"]; ok {
+				parts = append(parts, Num(float64(f.Median)/(1<<20))+" MiB sent to data nodes")
+			}
+			if len(parts) > 0 {
+				fmt.Fprintf(b, "  %s on %s: %s\n", p.Phase, t.Target, strings.Join(parts, ", "))
+			}
+		}
+	}
 }
 
 func truncatedAny(w WorkloadReport) bool {

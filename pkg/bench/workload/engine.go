@@ -563,10 +563,11 @@ func MergePhases(parts []PhaseResult) PhaseResult {
 }
 
 // addCounterFigures adds the figures of a backend's traffic counters over a
-// phase (fsys.Counter: the cairn backend's metadata requests and opens):
-// meta_requests, meta_requests_per_op (over every measured operation) and
-// meta_requests_per_open (over the files the phase opened, when it opened
-// any). Across worker processes the merged report keeps the largest.
+// phase (fsys.Counter: the cairn backend's metadata requests, opens and
+// data bytes): meta_requests, meta_requests_per_op (over every measured
+// operation), meta_requests_per_open (over the files the phase opened, when
+// it opened any), data_sent_bytes and data_recv_bytes. Across worker
+// processes the merged report keeps the largest.
 func addCounterFigures(extra map[string]float64, before, after map[string]int64, ops []OpResult) map[string]float64 {
 	meta, ok := after["meta_requests"]
 	if !ok {
@@ -586,6 +587,13 @@ func addCounterFigures(extra map[string]float64, before, after map[string]int64,
 	}
 	if opens := after["opens"] - before["opens"]; opens > 0 {
 		extra["meta_requests_per_open"] = float64(meta) / float64(opens)
+	}
+	// File bytes the client sent to and read from data nodes: with a
+	// deduplicating layout, less than the phase wrote.
+	for _, k := range []string{"data_sent_bytes", "data_recv_bytes"} {
+		if v, ok := after[k]; ok {
+			extra[k] = float64(v - before[k])
+		}
 	}
 	return extra
 }
