@@ -171,6 +171,12 @@ func TestTableClientFigures(t *testing.T) {
 	if !strings.Contains(out, want) {
 		t.Fatalf("table lacks %q:\n%s", want, out)
 	}
+	reps[0].Phases[0].Extra = map[string]float64{"meta_requests_per_op": 3.5, "data_sent_bytes": 0}
+	w.Targets[0].Phases = Summarize(reps)
+	out = Table(&Report{Schema: Schema, Config: Config{Repetitions: 1}, Workloads: []WorkloadReport{w}})
+	if want := "write on cairn:m/v: 3.50 metadata requests per operation\n"; !strings.Contains(out, want) {
+		t.Fatalf("table lacks %q:\n%s", want, out)
+	}
 }
 
 func TestHTMLAndCharts(t *testing.T) {

@@ -208,9 +208,13 @@ func writeClientFigures(b *strings.Builder, w WorkloadReport) {
 				parts = append(parts, spread(f)+" metadata requests per open")
 			}
 			if f, ok := figs["meta_requests_per_op"]; ok {
-				parts = append(parts, spread(f)+" per operation")
+				what := " metadata requests per operation"
+				if len(parts) > 0 {
+					what = " per operation"
+				}
+				parts = append(parts, spread(f)+what)
 			}
-			if f, ok := figs["data_sent_bytes"]; ok {
+			if f, ok := figs["data_sent_bytes"]; ok && f.Median > 0 {
 				parts = append(parts, Num(float64(f.Median)/(1<<20))+" MiB sent to data nodes")
 			}
 			if len(parts) > 0 {
