@@ -314,9 +314,16 @@ func printReport(cmd *cobra.Command, r statusReport, partitions bool) {
 	}
 }
 
+// chunkStatsWait bounds the whole chunk statistics step of status, so a
+// dead meta node delays the command by at most this, whatever the number
+// of volumes.
+const chunkStatsWait = 3 * time.Second
+
 // addChunkStats asks every chunk index shard of each volume for its
-// statistics; a volume whose shards do not all answer gets none.
+// statistics; a volume whose shards do not all answer in time gets none.
 func addChunkStats(ctx context.Context, m *pb.ClusterMap, r *statusReport) {
+	ctx, cancel := context.WithTimeout(ctx, chunkStatsWait)
+	defer cancel()
 	remote := fsck.NewRemote(m, 2*time.Second)
 	defer remote.Close()
 	byName := map[string]*pb.Volume{}
