@@ -182,7 +182,7 @@ node comes back as the same node), sends a heartbeat with its utilization every
 	}
 	if role == "meta" {
 		f.BoolVar(&merge, "merge", true, "merge concurrent requests of a partition into one Raft proposal (FalconFS request merging); --merge=false only for comparisons")
-		f.DurationVar(&chunkGrace, "chunk-grace", metanode.DefaultChunkGrace, "how long a chunk must have had no reference before its bytes are reclaimed")
+		f.DurationVar(&chunkGrace, "chunk-grace", metanode.DefaultChunkGrace, "how long a chunk must have had no reference before its bytes are reclaimed (0: the default)")
 	}
 	f.Uint64Var(&capacity, "capacity", 0, "capacity in bytes to report (default: the data dir's file system)")
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
