@@ -335,10 +335,18 @@ func addChunkStats(ctx context.Context, m *pb.ClusterMap, r *statusReport) {
 		if len(v.GetChunkIndexPartitions()) == 0 {
 			continue
 		}
+		// One request per meta partition: the shards' stats carry the
+		// index figures, every partition's its pending drops.
+		stats := map[uint64]*metapb.PartitionStatsResponse{}
+		for _, part := range v.GetMetaPartitions() {
+			if st, err := remote.PartitionStats(ctx, part); err == nil {
+				stats[part] = st
+			}
+		}
 		c := &statusChunks{}
 		for _, part := range v.GetChunkIndexPartitions() {
-			st, err := remote.PartitionStats(ctx, part)
-			if err != nil {
+			st, ok := stats[part]
+			if !ok {
 				c = nil
 				break
 			}
@@ -351,10 +359,8 @@ func addChunkStats(ctx context.Context, m *pb.ClusterMap, r *statusReport) {
 		if c == nil {
 			continue
 		}
-		for _, part := range v.GetMetaPartitions() {
-			if st, err := remote.PartitionStats(ctx, part); err == nil {
-				c.PendingDrops += st.GetPendingChunkDrops()
-			}
+		for _, st := range stats {
+			c.PendingDrops += st.GetPendingChunkDrops()
 		}
 		if c.StoredBytes > 0 {
 			c.DedupRatio = float64(c.ReferencedBytes) / float64(c.StoredBytes)
