@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/chunker"
 	"github.com/cairnfs/cairn/pkg/clustermap"
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
@@ -731,56 +732,51 @@ func (r *chunkRefs) setCommitted(v bool) {
 // chunk index (one exactly-once Txn per shard, in parallel) and returns the
 // records in the order of items.
 func (v *Volume) chunkRefs(ctx context.Context, op string, items []*metapb.ChunkRef) ([]*metapb.ChunkRecord, error) {
-	vol := v.current().vol
+	w := v.current()
 	byShard := map[uint64][]int{}
-	var shards []uint64
+	var shards []*pb.Partition
 	for k, it := range items {
-		s, err := clustermap.ChunkShard(vol, it.GetChunk().GetFingerprint())
+		s, err := clustermap.ChunkShard(w.vol, it.GetChunk().GetFingerprint())
 		if err != nil {
 			return nil, errnoErr(op, syscall.EIO, "chunk index: %v", err)
 		}
 		if byShard[s] == nil {
-			shards = append(shards, s)
+			p, ok := w.parts[s]
+			if !ok {
+				return nil, errnoErr(op, syscall.EIO, "chunk index partition %d is not in the volume's view", s)
+			}
+			shards = append(shards, p)
 		}
 		byShard[s] = append(byShard[s], k)
 	}
 	out := make([]*metapb.ChunkRecord, len(items))
-	errs := make([]error, len(shards))
-	var wg sync.WaitGroup
-	for si, s := range shards {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			idx := byShard[s]
-			var ops []*metapb.Op
-			for k := 0; k < len(idx); k += maxRefItemsPerOp {
-				part := idx[k:min(k+maxRefItemsPerOp, len(idx))]
-				m := &metapb.ChunkRefs{Items: make([]*metapb.ChunkRef, len(part))}
-				for q, x := range part {
-					m.Items[q] = items[x]
-				}
-				ops = append(ops, &metapb.Op{Op: &metapb.Op_ChunkRefs{ChunkRefs: m}})
+	err := v.each(shards, func(p *pb.Partition) error {
+		idx := byShard[p.GetId()]
+		var ops []*metapb.Op
+		for k := 0; k < len(idx); k += maxRefItemsPerOp {
+			part := idx[k:min(k+maxRefItemsPerOp, len(idx))]
+			m := &metapb.ChunkRefs{Items: make([]*metapb.ChunkRef, len(part))}
+			for q, x := range part {
+				m.Items[q] = items[x]
 			}
-			res, err := v.txn(ctx, op, byID(s), ops...)
-			if err != nil {
-				errs[si] = err
-				return
-			}
-			for oi, r := range res.GetResults() {
-				recs := r.GetChunks()
-				for q, rec := range recs {
-					if x := oi*maxRefItemsPerOp + q; x < len(idx) {
-						out[idx[x]] = rec
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
+			ops = append(ops, &metapb.Op{Op: &metapb.Op_ChunkRefs{ChunkRefs: m}})
 		}
+		res, err := v.txn(ctx, op, byID(p.GetId()), ops...)
+		if err != nil {
+			return err
+		}
+		// Each shard writes only its own items' slots of out.
+		for oi, r := range res.GetResults() {
+			for q, rec := range r.GetChunks() {
+				if x := oi*maxRefItemsPerOp + q; x < len(idx) {
+					out[idx[x]] = rec
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	for k, rec := range out {
 		if rec == nil {
