@@ -147,6 +147,12 @@ func (p *Partition) applyTxn(now int64, m *metapb.Txn) *metapb.TxnResult {
 			return res // a retry: answered, not applied again
 		}
 	}
+	if e := m.GetNsEpoch(); m.GetNsGuard() && e != p.nsEpoch {
+		return &metapb.TxnResult{
+			Errno:   int32(ENSCHANGED),
+			Message: fmt.Sprintf("resolved under namespace epoch %d, now %d", e, p.nsEpoch),
+		}
+	}
 	t := &p.scratch
 	t.reset(p, now)
 	defer t.reset(nil, 0) // drop references to the batch and to old records
@@ -506,8 +512,15 @@ func (t *txn) commit() {
 	for _, c := range t.fences {
 		if c.token == 0 {
 			p.fences.Delete(c.parent)
-		} else {
-			p.fences.Set(c.parent, c.token)
+			continue
+		}
+		p.fences.Set(c.parent, c.token)
+		// A new fence (or lock) changes what paths through the directory
+		// may resolve to: path Txns resolved before it are refused
+		// (ns_epoch), and the node's namespace replica forgets the entry.
+		p.nsEpoch++
+		if p.onFence != nil {
+			p.onFence(c.parent)
 		}
 	}
 	for _, f := range t.freed {
@@ -648,7 +661,7 @@ func (t *txn) createDentry(m *metapb.CreateDentry) (*metapb.OpResult, *opError) 
 	if err := t.checkRoute(parent, name); err != nil {
 		return nil, err
 	}
-	if t.fenceOf(parent) != 0 {
+	if f := t.fenceOf(parent); f != 0 && f&lockBit == 0 {
 		return nil, fail(ENOENT, "parent %d is fenced (being removed)", parent)
 	}
 	if err := t.checkParent(parent); err != nil {
@@ -1057,9 +1070,12 @@ func (t *txn) fence(m *metapb.Fence) (*metapb.OpResult, *opError) {
 	if err != nil {
 		return nil, err
 	}
-	token := m.GetToken()
+	token := m.GetToken() &^ lockBit
 	if token == 0 {
 		return nil, fail(EINVAL, "fence token must be non-zero")
+	}
+	if m.GetLock() {
+		token |= lockBit
 	}
 	switch cur := t.fenceOf(parent); {
 	case cur == token:
@@ -1079,14 +1095,14 @@ func (t *txn) unfence(m *metapb.Unfence) (*metapb.OpResult, *opError) {
 	if err != nil {
 		return nil, err
 	}
-	token := m.GetToken()
+	token := m.GetToken() &^ lockBit
 	if token == 0 {
 		return nil, fail(EINVAL, "fence token must be non-zero")
 	}
 	switch cur := t.fenceOf(parent); {
 	case cur == 0:
 		return &metapb.OpResult{}, nil // a retry, or never fenced here
-	case cur != token:
+	case cur&^lockBit != token:
 		return nil, fail(EINVAL, "parent %d is fenced with another token", parent)
 	}
 	t.putFence(parent, 0)

@@ -40,6 +40,10 @@ const (
 	// (retry shortly, same or next routing).
 	EWRONGMP Errno = 4097
 	EMOVING  Errno = 4098
+	// ENSCHANGED refuses a Txn whose path was resolved under an older
+	// namespace epoch (Txn.ns_epoch): a fence was applied since, so the
+	// meta node resolves the path again. It never reaches a client.
+	ENSCHANGED Errno = 4099
 )
 
 var errnoNames = map[Errno]string{
@@ -63,6 +67,7 @@ var errnoNames = map[Errno]string{
 	ESTALE:       "ESTALE",
 	EWRONGMP:     "EWRONGMP",
 	EMOVING:      "EMOVING",
+	ENSCHANGED:   "ENSCHANGED",
 }
 
 // String returns the symbolic name (ENOENT), or "errno N" for values this

@@ -716,3 +716,49 @@ func TestCreateInodeWantIno(t *testing.T) {
 		t.Fatalf("failed want_ino allocated: max ino %d", got)
 	}
 }
+
+func TestNamespaceLock(t *testing.T) {
+	p := world(t)
+	var told []uint64
+	p.OnFence(func(ino uint64) { told = append(told, ino) })
+	e0 := p.NsEpoch()
+	lock := &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: 3, Token: 9 | lockBit, Lock: true}}}
+	mustRun(t, p, 5, lock, lock) // the top bit of a token is ignored; a retry is fine
+	if !p.Fenced(3) || p.NsEpoch() != e0+1 || !slices.Equal(told, []uint64{3}) {
+		t.Fatalf("after lock: fenced %v, epoch %d (was %d), told %v", p.Fenced(3), p.NsEpoch(), e0, told)
+	}
+	if got := p.Fences(); !slices.Equal(got, []Fence{{Parent: 3, Token: 9, Lock: true}}) {
+		t.Errorf("Fences %v", got)
+	}
+	// A lock refuses no names, but a fence of another token is EBUSY.
+	mustRun(t, p, 6, createInode(reg, 0o644), createDentry(3, "x", 0, reg))
+	if r := run(t, p, 7, fence(3, 10)); Errno(r.Errno) != EBUSY {
+		t.Errorf("fence over a lock: %v", Errno(r.Errno))
+	}
+	// A Txn resolved under the old epoch is refused whole; the current one passes.
+	stale := &metapb.Txn{Ops: []*metapb.Op{createInode(reg, 0o644), createDentry(3, "y", 0, reg)}, NsEpoch: e0, NsGuard: true}
+	if r := applyBatch(t, p, 8, &metapb.Batch{NowNs: 8, Txns: []*metapb.Txn{stale}})[0]; Errno(r.Errno) != ENSCHANGED {
+		t.Errorf("stale ns_epoch: %v", Errno(r.Errno))
+	}
+	stale.NsEpoch = p.NsEpoch()
+	if r := applyBatch(t, p, 9, &metapb.Batch{NowNs: 9, Txns: []*metapb.Txn{stale}})[0]; r.Errno != 0 {
+		t.Errorf("current ns_epoch: %s", r.Message)
+	}
+	mustRun(t, p, 10, unfence(3, 9))
+	if p.Fenced(3) || p.NsEpoch() != e0+1 {
+		t.Errorf("after unlock: fenced %v, epoch %d", p.Fenced(3), p.NsEpoch())
+	}
+	// The epoch is replicated state: it survives a snapshot, the hook stays.
+	q := newRoot(t)
+	q.OnFence(func(ino uint64) { told = append(told, ino) })
+	if err := q.Restore(snap(t, p)); err != nil {
+		t.Fatal(err)
+	}
+	if q.NsEpoch() != p.NsEpoch() {
+		t.Errorf("restored epoch %d, want %d", q.NsEpoch(), p.NsEpoch())
+	}
+	mustRun(t, q, 11, fence(1, 4))
+	if told[len(told)-1] != 1 {
+		t.Errorf("hook lost by Restore: %v", told)
+	}
+}

@@ -40,6 +40,7 @@ type Partition struct {
 	routing  *routing                   // nil: never got SetRouting, accepts every name
 	chunks   *btree.BTreeG[chunkEntry]  // chunk index entries by fingerprint (chunks.go)
 	marks    *btree.Map[uint64, uint64] // source partition -> highest drop_seq applied
+	nsEpoch  uint64                     // fences applied so far (Txn.ns_epoch)
 
 	// Derived from the above, rebuilt by Restore, never serialized.
 	orphans *btree.Set[uint64]   // inodes with nlink 0
@@ -47,6 +48,10 @@ type Partition struct {
 	hot     *btree.BTreeG[nameN] // names with count >= 2, most frequent first
 	mem     int64                // estimated bytes of inodes and dentries (see memory.go)
 	cidx    chunkDerived         // collection candidates, dead entries, byte sums (chunks.go)
+
+	// onFence is told every directory a new fence or lock covers, at
+	// apply, so a namespace replica kept beside the partition forgets it.
+	onFence func(ino uint64)
 
 	probe   inode // lookup key for Apply's inode lookups (Apply is serial)
 	scratch txn   // reused by Apply, one Txn at a time
@@ -98,6 +103,7 @@ func (f FreedExtent) Chunk() *metapb.Chunk {
 type Fence struct {
 	Parent uint64
 	Token  uint64
+	Lock   bool // a namespace lock (Fence.lock): refuses no names
 }
 
 // NameCount is a dentry name and how many dentries of this partition carry it.
@@ -522,7 +528,7 @@ func (p *Partition) FreeListHead(limit int) []FreedExtent {
 func (p *Partition) Fences() []Fence {
 	out := make([]Fence, 0, p.fences.Len())
 	p.fences.Scan(func(parent, token uint64) bool {
-		out = append(out, Fence{Parent: parent, Token: token})
+		out = append(out, Fence{Parent: parent, Token: token &^ lockBit, Lock: token&lockBit != 0})
 		return true
 	})
 	return out
@@ -605,3 +611,25 @@ func (h *nameHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return x
 }
+
+// lockBit marks a stored fence token as a namespace lock (Fence.lock): it
+// invalidates and blocks namespace fetches like a fence but refuses no
+// names. Client tokens have it cleared.
+const lockBit = 1 << 63
+
+// NsEpoch returns the number of fences and locks applied so far: a path
+// resolved at epoch e is still valid while NsEpoch() == e (Txn.ns_epoch).
+func (p *Partition) NsEpoch() uint64 { return p.nsEpoch }
+
+// Fenced reports whether a fence or a namespace lock covers directory ino:
+// a namespace fetch of it must wait (answer EBUSY) until it is lifted.
+func (p *Partition) Fenced(ino uint64) bool {
+	_, ok := p.fences.Get(ino)
+	return ok
+}
+
+// OnFence sets fn to be called, during Apply, with every directory a newly
+// applied fence or namespace lock covers. The hook survives Restore; a
+// restored partition's caller must drop its namespace replica itself,
+// because the fences applied in the skipped log are not replayed.
+func (p *Partition) OnFence(fn func(ino uint64)) { p.onFence = fn }

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Snapshot format, version 4 (version 1, without parent pointers, request
+// Snapshot format, version 5 (version 1, without parent pointers, request
 // ids and routing, version 2, without routing, and version 3, without
-// chunks, are still read). All integers are unsigned varints except times
+// chunks, and version 4, without the namespace epoch, are still read). All integers are unsigned varints except times
 // (zigzag varints), fingerprints (chunker.FingerprintSize raw bytes) and the
 // trailer; records are in key order, so equal states encode to equal bytes.
 //
@@ -41,10 +41,11 @@ import (
 //	                     with exceptions sorted by name
 //	#chunkEntries, entry* fp size pid eid extOff refs dead(0/1) mtime, by fp (v4)
 //	#watermarks, mark*   source seq, by source (v4)
+//	nsEpoch              fences applied so far (v5)
 //	crc32c of everything above, 4 bytes little-endian
 const (
 	snapMagic   = "CAIRNMP\n"
-	snapVersion = 4
+	snapVersion = 5
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -69,6 +70,7 @@ type Frozen struct {
 	routing  *routing // immutable, shared with the partition
 	chunks   *btree.BTreeG[chunkEntry]
 	marks    *btree.Map[uint64, uint64]
+	nsEpoch  uint64
 }
 
 // Clone returns a Frozen copy of the replicated state. It costs O(1) for the
@@ -88,6 +90,7 @@ func (p *Partition) Clone() *Frozen {
 		routing:  p.routing,
 		chunks:   p.chunks.Copy(),
 		marks:    p.marks.Copy(),
+		nsEpoch:  p.nsEpoch,
 	}
 }
 
@@ -273,6 +276,7 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 		s.u(seq)
 		return s.record()
 	})
+	s.u(f.nsEpoch)
 	s.flush()
 	if s.err != nil {
 		return s.n, fmt.Errorf("metapartition: write snapshot: %w", s.err)
@@ -337,6 +341,7 @@ func (p *Partition) Restore(data []byte) error {
 	if err != nil {
 		return err
 	}
+	q.onFence = p.onFence
 	*p = *q
 	return nil
 }
@@ -588,6 +593,9 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 	}
 	if r.version >= 4 {
 		r.chunkIndex(p)
+	}
+	if r.version >= 5 {
+		p.nsEpoch = r.u()
 	}
 	if r.err == nil && r.off != len(r.b) {
 		r.failf("%d bytes after the last record", len(r.b)-r.off)

@@ -271,6 +271,58 @@ func (ScanKind) EnumDescriptor() ([]byte, []int) {
 	return file_meta_proto_rawDescGZIP(), []int{3}
 }
 
+type PathOp int32
+
+const (
+	PathOp_PATH_OP_UNSPECIFIED PathOp = 0
+	PathOp_PATH_OP_LOOKUP      PathOp = 1 // the last component's dentry (and inode if homed here)
+	PathOp_PATH_OP_CREATE      PathOp = 2 // a new inode and its name (create, mkdir, mknod, symlink)
+	PathOp_PATH_OP_UNLINK      PathOp = 3 // remove a non-directory name
+)
+
+// Enum value maps for PathOp.
+var (
+	PathOp_name = map[int32]string{
+		0: "PATH_OP_UNSPECIFIED",
+		1: "PATH_OP_LOOKUP",
+		2: "PATH_OP_CREATE",
+		3: "PATH_OP_UNLINK",
+	}
+	PathOp_value = map[string]int32{
+		"PATH_OP_UNSPECIFIED": 0,
+		"PATH_OP_LOOKUP":      1,
+		"PATH_OP_CREATE":      2,
+		"PATH_OP_UNLINK":      3,
+	}
+)
+
+func (x PathOp) Enum() *PathOp {
+	p := new(PathOp)
+	*p = x
+	return p
+}
+
+func (x PathOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PathOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_meta_proto_enumTypes[4].Descriptor()
+}
+
+func (PathOp) Type() protoreflect.EnumType {
+	return &file_meta_proto_enumTypes[4]
+}
+
+func (x PathOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PathOp.Descriptor instead.
+func (PathOp) EnumDescriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{4}
+}
+
 // Chunk is one content-defined chunk: size bytes named by fingerprint (a
 // chunker.Fingerprint: algorithm id then SHA-256), stored at extent_offset
 // of extent extent_id in data partition partition_id. A chunk's file offset
@@ -1570,11 +1622,18 @@ func (x *AppendExtents) GetSize() uint64 {
 }
 
 // Fence refuses new dentries under parent until Unfence with the same token
-// (rmdir's emptiness check across partitions).
+// (rmdir's emptiness check across partitions). Applying a new fence also
+// invalidates the directory in the partition's namespace replica and bumps
+// its namespace epoch (Txn.ns_epoch), so path operations resolved before it
+// are resolved again. The token's top bit is ignored.
 type Fence struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Token  uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// lock makes the fence a namespace lock only: it refuses no names, but
+	// still invalidates and makes namespace fetches of the directory answer
+	// EBUSY until it is lifted (directory rename, chmod, chown).
+	Lock          bool `protobuf:"varint,3,opt,name=lock,proto3" json:"lock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1621,6 +1680,13 @@ func (x *Fence) GetToken() uint64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *Fence) GetLock() bool {
+	if x != nil {
+		return x.Lock
+	}
+	return false
 }
 
 type Unfence struct {
@@ -2912,7 +2978,13 @@ type Txn struct {
 	// state, kept in snapshots) and answers a repeated id with the remembered
 	// result without applying again. A client picks a random id per logical
 	// step and reuses it on every retry of that step.
-	RequestId     uint64 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId uint64 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// With ns_guard, ns_epoch is the partition's namespace epoch the Txn's
+	// path was resolved under: the Txn fails with ENSCHANGED, applying
+	// nothing, when a fence has been applied since (the server resolves the
+	// path again).
+	NsEpoch       uint64 `protobuf:"varint,3,opt,name=ns_epoch,json=nsEpoch,proto3" json:"ns_epoch,omitempty"`
+	NsGuard       bool   `protobuf:"varint,4,opt,name=ns_guard,json=nsGuard,proto3" json:"ns_guard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2959,6 +3031,20 @@ func (x *Txn) GetRequestId() uint64 {
 		return x.RequestId
 	}
 	return 0
+}
+
+func (x *Txn) GetNsEpoch() uint64 {
+	if x != nil {
+		return x.NsEpoch
+	}
+	return 0
+}
+
+func (x *Txn) GetNsGuard() bool {
+	if x != nil {
+		return x.NsGuard
+	}
+	return false
 }
 
 type OpResult struct {
@@ -3240,10 +3326,14 @@ func (x *TxnResponse) GetResult() *TxnResult {
 }
 
 type LookupRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
-	Parent        uint64                 `protobuf:"varint,2,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          []byte                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	Parent      uint64                 `protobuf:"varint,2,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name        []byte                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// ns_fetch marks a namespace replica's fetch by another meta node: it
+	// answers EBUSY while the named inode is fenced here, and is not counted
+	// as a client request.
+	NsFetch       bool `protobuf:"varint,4,opt,name=ns_fetch,json=nsFetch,proto3" json:"ns_fetch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3297,6 +3387,13 @@ func (x *LookupRequest) GetName() []byte {
 		return x.Name
 	}
 	return nil
+}
+
+func (x *LookupRequest) GetNsFetch() bool {
+	if x != nil {
+		return x.NsFetch
+	}
+	return false
 }
 
 type LookupResponse struct {
@@ -3371,6 +3468,7 @@ type GetInodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
 	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	NsFetch       bool                   `protobuf:"varint,3,opt,name=ns_fetch,json=nsFetch,proto3" json:"ns_fetch,omitempty"` // as LookupRequest.ns_fetch
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3417,6 +3515,13 @@ func (x *GetInodeRequest) GetIno() uint64 {
 		return x.Ino
 	}
 	return 0
+}
+
+func (x *GetInodeRequest) GetNsFetch() bool {
+	if x != nil {
+		return x.NsFetch
+	}
+	return false
 }
 
 type GetInodeResponse struct {
@@ -4136,6 +4241,327 @@ func (x *PartitionStatsResponse) GetPendingChunkDrops() uint64 {
 	return 0
 }
 
+type Cred struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uid           uint32                 `protobuf:"varint,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           uint32                 `protobuf:"varint,2,opt,name=gid,proto3" json:"gid,omitempty"`
+	Groups        []uint32               `protobuf:"varint,3,rep,packed,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Cred) Reset() {
+	*x = Cred{}
+	mi := &file_meta_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Cred) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Cred) ProtoMessage() {}
+
+func (x *Cred) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Cred.ProtoReflect.Descriptor instead.
+func (*Cred) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *Cred) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *Cred) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+func (x *Cred) GetGroups() []uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type PathRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	Op          PathOp                 `protobuf:"varint,2,opt,name=op,proto3,enum=cairn.meta.PathOp" json:"op,omitempty"`
+	Path        []byte                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"` // absolute inside the volume: "/a/b/c"
+	Cred        *Cred                  `protobuf:"bytes,4,opt,name=cred,proto3" json:"cred,omitempty"`
+	// LOOKUP: permission bits (4 read, 2 write, 1 exec) checked on the last
+	// component when its inode is homed here.
+	Access uint32 `protobuf:"varint,5,opt,name=access,proto3" json:"access,omitempty"`
+	// CREATE: the inode to create (type, mode, uid, gid, rdev, target,
+	// layout); the name is the last component.
+	Create        *Inode `protobuf:"bytes,6,opt,name=create,proto3" json:"create,omitempty"`
+	RequestId     uint64 `protobuf:"varint,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // CREATE, UNLINK: the Txn's request id
+	OpId          uint64 `protobuf:"varint,8,opt,name=op_id,json=opId,proto3" json:"op_id,omitempty"`                // CREATE, UNLINK: the parent TouchDir's op id
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathRequest) Reset() {
+	*x = PathRequest{}
+	mi := &file_meta_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathRequest) ProtoMessage() {}
+
+func (x *PathRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathRequest.ProtoReflect.Descriptor instead.
+func (*PathRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *PathRequest) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *PathRequest) GetOp() PathOp {
+	if x != nil {
+		return x.Op
+	}
+	return PathOp_PATH_OP_UNSPECIFIED
+}
+
+func (x *PathRequest) GetPath() []byte {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+func (x *PathRequest) GetCred() *Cred {
+	if x != nil {
+		return x.Cred
+	}
+	return nil
+}
+
+func (x *PathRequest) GetAccess() uint32 {
+	if x != nil {
+		return x.Access
+	}
+	return 0
+}
+
+func (x *PathRequest) GetCreate() *Inode {
+	if x != nil {
+		return x.Create
+	}
+	return nil
+}
+
+func (x *PathRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *PathRequest) GetOpId() uint64 {
+	if x != nil {
+		return x.OpId
+	}
+	return 0
+}
+
+type PathResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Errno       int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
+	Message     string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Parent      uint64                 `protobuf:"varint,3,opt,name=parent,proto3" json:"parent,omitempty"`                             // the resolved parent directory
+	ParentInode *Inode                 `protobuf:"bytes,4,opt,name=parent_inode,json=parentInode,proto3" json:"parent_inode,omitempty"` // the parent's attributes as the replica knows them (mode, uid, gid)
+	Dentry      *Dentry                `protobuf:"bytes,5,opt,name=dentry,proto3" json:"dentry,omitempty"`                              // LOOKUP: the name; CREATE: the new name; UNLINK: the removed name
+	Inode       *Inode                 `protobuf:"bytes,6,opt,name=inode,proto3" json:"inode,omitempty"`                                // the inode, when homed on this partition
+	// EWRONGMP: the partition that owns the last name under the resolved
+	// parent (a path-walk exception, or the client's routing is stale).
+	Owner uint64 `protobuf:"varint,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	// CREATE / UNLINK: whether the parent's TouchDir ran in the same Txn
+	// (else the client sends it to the parent's home).
+	ParentTouched bool `protobuf:"varint,8,opt,name=parent_touched,json=parentTouched,proto3" json:"parent_touched,omitempty"`
+	// UNLINK: whether the link count was dropped here (the inode is homed
+	// here); nlink is the count left.
+	LinkDropped bool   `protobuf:"varint,9,opt,name=link_dropped,json=linkDropped,proto3" json:"link_dropped,omitempty"`
+	Nlink       uint32 `protobuf:"varint,10,opt,name=nlink,proto3" json:"nlink,omitempty"`
+	// A symlink in the middle of the path (errno ELOOP with symlink set): the
+	// number of components before it and its target; the client substitutes
+	// and asks again.
+	Symlink        bool   `protobuf:"varint,11,opt,name=symlink,proto3" json:"symlink,omitempty"`
+	SymlinkAt      uint32 `protobuf:"varint,12,opt,name=symlink_at,json=symlinkAt,proto3" json:"symlink_at,omitempty"`
+	SymlinkTarget  []byte `protobuf:"bytes,13,opt,name=symlink_target,json=symlinkTarget,proto3" json:"symlink_target,omitempty"`
+	RoutingVersion uint64 `protobuf:"varint,14,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PathResponse) Reset() {
+	*x = PathResponse{}
+	mi := &file_meta_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathResponse) ProtoMessage() {}
+
+func (x *PathResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathResponse.ProtoReflect.Descriptor instead.
+func (*PathResponse) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *PathResponse) GetErrno() int32 {
+	if x != nil {
+		return x.Errno
+	}
+	return 0
+}
+
+func (x *PathResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PathResponse) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *PathResponse) GetParentInode() *Inode {
+	if x != nil {
+		return x.ParentInode
+	}
+	return nil
+}
+
+func (x *PathResponse) GetDentry() *Dentry {
+	if x != nil {
+		return x.Dentry
+	}
+	return nil
+}
+
+func (x *PathResponse) GetInode() *Inode {
+	if x != nil {
+		return x.Inode
+	}
+	return nil
+}
+
+func (x *PathResponse) GetOwner() uint64 {
+	if x != nil {
+		return x.Owner
+	}
+	return 0
+}
+
+func (x *PathResponse) GetParentTouched() bool {
+	if x != nil {
+		return x.ParentTouched
+	}
+	return false
+}
+
+func (x *PathResponse) GetLinkDropped() bool {
+	if x != nil {
+		return x.LinkDropped
+	}
+	return false
+}
+
+func (x *PathResponse) GetNlink() uint32 {
+	if x != nil {
+		return x.Nlink
+	}
+	return 0
+}
+
+func (x *PathResponse) GetSymlink() bool {
+	if x != nil {
+		return x.Symlink
+	}
+	return false
+}
+
+func (x *PathResponse) GetSymlinkAt() uint32 {
+	if x != nil {
+		return x.SymlinkAt
+	}
+	return 0
+}
+
+func (x *PathResponse) GetSymlinkTarget() []byte {
+	if x != nil {
+		return x.SymlinkTarget
+	}
+	return nil
+}
+
+func (x *PathResponse) GetRoutingVersion() uint64 {
+	if x != nil {
+		return x.RoutingVersion
+	}
+	return 0
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
@@ -4256,10 +4682,11 @@ const file_meta_proto_rawDesc = "" +
 	"\rAppendExtents\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12/\n" +
 	"\aextents\x18\x02 \x03(\v2\x15.cairn.meta.ExtentKeyR\aextents\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x04R\x04size\"5\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\"I\n" +
 	"\x05Fence\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"7\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
+	"\x04lock\x18\x03 \x01(\bR\x04lock\"7\n" +
 	"\aUnfence\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"\x1c\n" +
@@ -4340,11 +4767,13 @@ const file_meta_proto_rawDesc = "" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\":\n" +
 	"\rPurgeDentries\x12)\n" +
-	"\x04keys\x18\x01 \x03(\v2\x15.cairn.meta.DentryKeyR\x04keys\"F\n" +
+	"\x04keys\x18\x01 \x03(\v2\x15.cairn.meta.DentryKeyR\x04keys\"|\n" +
 	"\x03Txn\x12 \n" +
 	"\x03ops\x18\x01 \x03(\v2\x0e.cairn.meta.OpR\x03ops\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\x04R\trequestId\"\x90\x01\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x19\n" +
+	"\bns_epoch\x18\x03 \x01(\x04R\ansEpoch\x12\x19\n" +
+	"\bns_guard\x18\x04 \x01(\bR\ansGuard\"\x90\x01\n" +
 	"\bOpResult\x12'\n" +
 	"\x05inode\x18\x01 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12*\n" +
 	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12/\n" +
@@ -4362,19 +4791,21 @@ const file_meta_proto_rawDesc = "" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12!\n" +
 	"\x03txn\x18\x02 \x01(\v2\x0f.cairn.meta.TxnR\x03txn\"<\n" +
 	"\vTxnResponse\x12-\n" +
-	"\x06result\x18\x01 \x01(\v2\x15.cairn.meta.TxnResultR\x06result\"^\n" +
+	"\x06result\x18\x01 \x01(\v2\x15.cairn.meta.TxnResultR\x06result\"y\n" +
 	"\rLookupRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x16\n" +
 	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\fR\x04name\"\xa4\x01\n" +
+	"\x04name\x18\x03 \x01(\fR\x04name\x12\x19\n" +
+	"\bns_fetch\x18\x04 \x01(\bR\ansFetch\"\xa4\x01\n" +
 	"\x0eLookupResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12*\n" +
 	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12'\n" +
 	"\x05inode\x18\x03 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12'\n" +
-	"\x0frouting_version\x18\x04 \x01(\x04R\x0eroutingVersion\"F\n" +
+	"\x0frouting_version\x18\x04 \x01(\x04R\x0eroutingVersion\"a\n" +
 	"\x0fGetInodeRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x10\n" +
-	"\x03ino\x18\x02 \x01(\x04R\x03ino\"Q\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x19\n" +
+	"\bns_fetch\x18\x03 \x01(\bR\ansFetch\"Q\n" +
 	"\x10GetInodeResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12'\n" +
 	"\x05inode\x18\x02 \x01(\v2\x11.cairn.meta.InodeR\x05inode\"\x8b\x01\n" +
@@ -4440,7 +4871,38 @@ const file_meta_proto_rawDesc = "" +
 	"\x0fzero_ref_chunks\x18\x10 \x01(\x04R\rzeroRefChunks\x12\x1f\n" +
 	"\vdead_chunks\x18\x11 \x01(\x04R\n" +
 	"deadChunks\x12.\n" +
-	"\x13pending_chunk_drops\x18\x12 \x01(\x04R\x11pendingChunkDrops*\xc9\x01\n" +
+	"\x13pending_chunk_drops\x18\x12 \x01(\x04R\x11pendingChunkDrops\"B\n" +
+	"\x04Cred\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\x12\x16\n" +
+	"\x06groups\x18\x03 \x03(\rR\x06groups\"\x85\x02\n" +
+	"\vPathRequest\x12!\n" +
+	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\"\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x12.cairn.meta.PathOpR\x02op\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\fR\x04path\x12$\n" +
+	"\x04cred\x18\x04 \x01(\v2\x10.cairn.meta.CredR\x04cred\x12\x16\n" +
+	"\x06access\x18\x05 \x01(\rR\x06access\x12)\n" +
+	"\x06create\x18\x06 \x01(\v2\x11.cairn.meta.InodeR\x06create\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\a \x01(\x04R\trequestId\x12\x13\n" +
+	"\x05op_id\x18\b \x01(\x04R\x04opId\"\xe0\x03\n" +
+	"\fPathResponse\x12\x14\n" +
+	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
+	"\x06parent\x18\x03 \x01(\x04R\x06parent\x124\n" +
+	"\fparent_inode\x18\x04 \x01(\v2\x11.cairn.meta.InodeR\vparentInode\x12*\n" +
+	"\x06dentry\x18\x05 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12'\n" +
+	"\x05inode\x18\x06 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12\x14\n" +
+	"\x05owner\x18\a \x01(\x04R\x05owner\x12%\n" +
+	"\x0eparent_touched\x18\b \x01(\bR\rparentTouched\x12!\n" +
+	"\flink_dropped\x18\t \x01(\bR\vlinkDropped\x12\x14\n" +
+	"\x05nlink\x18\n" +
+	" \x01(\rR\x05nlink\x12\x18\n" +
+	"\asymlink\x18\v \x01(\bR\asymlink\x12\x1d\n" +
+	"\n" +
+	"symlink_at\x18\f \x01(\rR\tsymlinkAt\x12%\n" +
+	"\x0esymlink_target\x18\r \x01(\fR\rsymlinkTarget\x12'\n" +
+	"\x0frouting_version\x18\x0e \x01(\x04R\x0eroutingVersion*\xc9\x01\n" +
 	"\bFileType\x12\x15\n" +
 	"\x11FILE_TYPE_UNKNOWN\x10\x00\x12\x15\n" +
 	"\x11FILE_TYPE_REGULAR\x10\x01\x12\x17\n" +
@@ -4470,8 +4932,14 @@ const file_meta_proto_rawDesc = "" +
 	"\x15SCAN_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SCAN_KIND_INODES\x10\x01\x12\x16\n" +
 	"\x12SCAN_KIND_DENTRIES\x10\x02\x12\x14\n" +
-	"\x10SCAN_KIND_CHUNKS\x10\x032\xa2\x03\n" +
-	"\bMetaNode\x126\n" +
+	"\x10SCAN_KIND_CHUNKS\x10\x03*]\n" +
+	"\x06PathOp\x12\x17\n" +
+	"\x13PATH_OP_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0ePATH_OP_LOOKUP\x10\x01\x12\x12\n" +
+	"\x0ePATH_OP_CREATE\x10\x02\x12\x12\n" +
+	"\x0ePATH_OP_UNLINK\x10\x032\xdd\x03\n" +
+	"\bMetaNode\x129\n" +
+	"\x04Path\x12\x17.cairn.meta.PathRequest\x1a\x18.cairn.meta.PathResponse\x126\n" +
 	"\x03Txn\x12\x16.cairn.meta.TxnRequest\x1a\x17.cairn.meta.TxnResponse\x12?\n" +
 	"\x06Lookup\x12\x19.cairn.meta.LookupRequest\x1a\x1a.cairn.meta.LookupResponse\x12E\n" +
 	"\bGetInode\x12\x1b.cairn.meta.GetInodeRequest\x1a\x1c.cairn.meta.GetInodeResponse\x12B\n" +
@@ -4491,148 +4959,160 @@ func file_meta_proto_rawDescGZIP() []byte {
 	return file_meta_proto_rawDescData
 }
 
-var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_meta_proto_goTypes = []any{
 	(FileType)(0),                  // 0: cairn.meta.FileType
 	(FileLayout)(0),                // 1: cairn.meta.FileLayout
 	(SetattrValid)(0),              // 2: cairn.meta.SetattrValid
 	(ScanKind)(0),                  // 3: cairn.meta.ScanKind
-	(*Chunk)(nil),                  // 4: cairn.meta.Chunk
-	(*ChunkRecord)(nil),            // 5: cairn.meta.ChunkRecord
-	(*ExtentKey)(nil),              // 6: cairn.meta.ExtentKey
-	(*Inode)(nil),                  // 7: cairn.meta.Inode
-	(*Dentry)(nil),                 // 8: cairn.meta.Dentry
-	(*CreateInode)(nil),            // 9: cairn.meta.CreateInode
-	(*CreateDentry)(nil),           // 10: cairn.meta.CreateDentry
-	(*DeleteDentry)(nil),           // 11: cairn.meta.DeleteDentry
-	(*ReplaceDentry)(nil),          // 12: cairn.meta.ReplaceDentry
-	(*Setattr)(nil),                // 13: cairn.meta.Setattr
-	(*Link)(nil),                   // 14: cairn.meta.Link
-	(*TouchDir)(nil),               // 15: cairn.meta.TouchDir
-	(*Evict)(nil),                  // 16: cairn.meta.Evict
-	(*SetXattr)(nil),               // 17: cairn.meta.SetXattr
-	(*RemoveXattr)(nil),            // 18: cairn.meta.RemoveXattr
-	(*AppendExtents)(nil),          // 19: cairn.meta.AppendExtents
-	(*Fence)(nil),                  // 20: cairn.meta.Fence
-	(*Unfence)(nil),                // 21: cairn.meta.Unfence
-	(*SetRange)(nil),               // 22: cairn.meta.SetRange
-	(*AckFreed)(nil),               // 23: cairn.meta.AckFreed
-	(*SpliceChunks)(nil),           // 24: cairn.meta.SpliceChunks
-	(*ChunkRef)(nil),               // 25: cairn.meta.ChunkRef
-	(*ChunkRefs)(nil),              // 26: cairn.meta.ChunkRefs
-	(*ChunkCollect)(nil),           // 27: cairn.meta.ChunkCollect
-	(*ChunkForget)(nil),            // 28: cairn.meta.ChunkForget
-	(*ChunkFix)(nil),               // 29: cairn.meta.ChunkFix
-	(*Op)(nil),                     // 30: cairn.meta.Op
-	(*RouteException)(nil),         // 31: cairn.meta.RouteException
-	(*Routing)(nil),                // 32: cairn.meta.Routing
-	(*SetRouting)(nil),             // 33: cairn.meta.SetRouting
-	(*ImportDentries)(nil),         // 34: cairn.meta.ImportDentries
-	(*DentryKey)(nil),              // 35: cairn.meta.DentryKey
-	(*PurgeDentries)(nil),          // 36: cairn.meta.PurgeDentries
-	(*Txn)(nil),                    // 37: cairn.meta.Txn
-	(*OpResult)(nil),               // 38: cairn.meta.OpResult
-	(*TxnResult)(nil),              // 39: cairn.meta.TxnResult
-	(*Batch)(nil),                  // 40: cairn.meta.Batch
-	(*TxnRequest)(nil),             // 41: cairn.meta.TxnRequest
-	(*TxnResponse)(nil),            // 42: cairn.meta.TxnResponse
-	(*LookupRequest)(nil),          // 43: cairn.meta.LookupRequest
-	(*LookupResponse)(nil),         // 44: cairn.meta.LookupResponse
-	(*GetInodeRequest)(nil),        // 45: cairn.meta.GetInodeRequest
-	(*GetInodeResponse)(nil),       // 46: cairn.meta.GetInodeResponse
-	(*ReadDirRequest)(nil),         // 47: cairn.meta.ReadDirRequest
-	(*ReadDirResponse)(nil),        // 48: cairn.meta.ReadDirResponse
-	(*ScanRequest)(nil),            // 49: cairn.meta.ScanRequest
-	(*ScanResponse)(nil),           // 50: cairn.meta.ScanResponse
-	(*PartitionStatsRequest)(nil),  // 51: cairn.meta.PartitionStatsRequest
-	(*NameCount)(nil),              // 52: cairn.meta.NameCount
-	(*PartitionStatsResponse)(nil), // 53: cairn.meta.PartitionStatsResponse
-	nil,                            // 54: cairn.meta.Inode.XattrsEntry
+	(PathOp)(0),                    // 4: cairn.meta.PathOp
+	(*Chunk)(nil),                  // 5: cairn.meta.Chunk
+	(*ChunkRecord)(nil),            // 6: cairn.meta.ChunkRecord
+	(*ExtentKey)(nil),              // 7: cairn.meta.ExtentKey
+	(*Inode)(nil),                  // 8: cairn.meta.Inode
+	(*Dentry)(nil),                 // 9: cairn.meta.Dentry
+	(*CreateInode)(nil),            // 10: cairn.meta.CreateInode
+	(*CreateDentry)(nil),           // 11: cairn.meta.CreateDentry
+	(*DeleteDentry)(nil),           // 12: cairn.meta.DeleteDentry
+	(*ReplaceDentry)(nil),          // 13: cairn.meta.ReplaceDentry
+	(*Setattr)(nil),                // 14: cairn.meta.Setattr
+	(*Link)(nil),                   // 15: cairn.meta.Link
+	(*TouchDir)(nil),               // 16: cairn.meta.TouchDir
+	(*Evict)(nil),                  // 17: cairn.meta.Evict
+	(*SetXattr)(nil),               // 18: cairn.meta.SetXattr
+	(*RemoveXattr)(nil),            // 19: cairn.meta.RemoveXattr
+	(*AppendExtents)(nil),          // 20: cairn.meta.AppendExtents
+	(*Fence)(nil),                  // 21: cairn.meta.Fence
+	(*Unfence)(nil),                // 22: cairn.meta.Unfence
+	(*SetRange)(nil),               // 23: cairn.meta.SetRange
+	(*AckFreed)(nil),               // 24: cairn.meta.AckFreed
+	(*SpliceChunks)(nil),           // 25: cairn.meta.SpliceChunks
+	(*ChunkRef)(nil),               // 26: cairn.meta.ChunkRef
+	(*ChunkRefs)(nil),              // 27: cairn.meta.ChunkRefs
+	(*ChunkCollect)(nil),           // 28: cairn.meta.ChunkCollect
+	(*ChunkForget)(nil),            // 29: cairn.meta.ChunkForget
+	(*ChunkFix)(nil),               // 30: cairn.meta.ChunkFix
+	(*Op)(nil),                     // 31: cairn.meta.Op
+	(*RouteException)(nil),         // 32: cairn.meta.RouteException
+	(*Routing)(nil),                // 33: cairn.meta.Routing
+	(*SetRouting)(nil),             // 34: cairn.meta.SetRouting
+	(*ImportDentries)(nil),         // 35: cairn.meta.ImportDentries
+	(*DentryKey)(nil),              // 36: cairn.meta.DentryKey
+	(*PurgeDentries)(nil),          // 37: cairn.meta.PurgeDentries
+	(*Txn)(nil),                    // 38: cairn.meta.Txn
+	(*OpResult)(nil),               // 39: cairn.meta.OpResult
+	(*TxnResult)(nil),              // 40: cairn.meta.TxnResult
+	(*Batch)(nil),                  // 41: cairn.meta.Batch
+	(*TxnRequest)(nil),             // 42: cairn.meta.TxnRequest
+	(*TxnResponse)(nil),            // 43: cairn.meta.TxnResponse
+	(*LookupRequest)(nil),          // 44: cairn.meta.LookupRequest
+	(*LookupResponse)(nil),         // 45: cairn.meta.LookupResponse
+	(*GetInodeRequest)(nil),        // 46: cairn.meta.GetInodeRequest
+	(*GetInodeResponse)(nil),       // 47: cairn.meta.GetInodeResponse
+	(*ReadDirRequest)(nil),         // 48: cairn.meta.ReadDirRequest
+	(*ReadDirResponse)(nil),        // 49: cairn.meta.ReadDirResponse
+	(*ScanRequest)(nil),            // 50: cairn.meta.ScanRequest
+	(*ScanResponse)(nil),           // 51: cairn.meta.ScanResponse
+	(*PartitionStatsRequest)(nil),  // 52: cairn.meta.PartitionStatsRequest
+	(*NameCount)(nil),              // 53: cairn.meta.NameCount
+	(*PartitionStatsResponse)(nil), // 54: cairn.meta.PartitionStatsResponse
+	(*Cred)(nil),                   // 55: cairn.meta.Cred
+	(*PathRequest)(nil),            // 56: cairn.meta.PathRequest
+	(*PathResponse)(nil),           // 57: cairn.meta.PathResponse
+	nil,                            // 58: cairn.meta.Inode.XattrsEntry
 }
 var file_meta_proto_depIdxs = []int32{
-	4,  // 0: cairn.meta.ChunkRecord.chunk:type_name -> cairn.meta.Chunk
+	5,  // 0: cairn.meta.ChunkRecord.chunk:type_name -> cairn.meta.Chunk
 	0,  // 1: cairn.meta.Inode.type:type_name -> cairn.meta.FileType
-	54, // 2: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
-	6,  // 3: cairn.meta.Inode.extents:type_name -> cairn.meta.ExtentKey
+	58, // 2: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
+	7,  // 3: cairn.meta.Inode.extents:type_name -> cairn.meta.ExtentKey
 	1,  // 4: cairn.meta.Inode.layout:type_name -> cairn.meta.FileLayout
-	4,  // 5: cairn.meta.Inode.chunks:type_name -> cairn.meta.Chunk
+	5,  // 5: cairn.meta.Inode.chunks:type_name -> cairn.meta.Chunk
 	0,  // 6: cairn.meta.Dentry.type:type_name -> cairn.meta.FileType
 	0,  // 7: cairn.meta.CreateInode.type:type_name -> cairn.meta.FileType
 	1,  // 8: cairn.meta.CreateInode.layout:type_name -> cairn.meta.FileLayout
 	0,  // 9: cairn.meta.CreateDentry.type:type_name -> cairn.meta.FileType
 	0,  // 10: cairn.meta.DeleteDentry.expect_type:type_name -> cairn.meta.FileType
 	0,  // 11: cairn.meta.ReplaceDentry.type:type_name -> cairn.meta.FileType
-	6,  // 12: cairn.meta.AppendExtents.extents:type_name -> cairn.meta.ExtentKey
-	4,  // 13: cairn.meta.SpliceChunks.chunks:type_name -> cairn.meta.Chunk
-	4,  // 14: cairn.meta.ChunkRef.chunk:type_name -> cairn.meta.Chunk
-	25, // 15: cairn.meta.ChunkRefs.items:type_name -> cairn.meta.ChunkRef
-	4,  // 16: cairn.meta.ChunkForget.chunks:type_name -> cairn.meta.Chunk
-	5,  // 17: cairn.meta.ChunkFix.entries:type_name -> cairn.meta.ChunkRecord
-	9,  // 18: cairn.meta.Op.create_inode:type_name -> cairn.meta.CreateInode
-	10, // 19: cairn.meta.Op.create_dentry:type_name -> cairn.meta.CreateDentry
-	11, // 20: cairn.meta.Op.delete_dentry:type_name -> cairn.meta.DeleteDentry
-	12, // 21: cairn.meta.Op.replace_dentry:type_name -> cairn.meta.ReplaceDentry
-	13, // 22: cairn.meta.Op.setattr:type_name -> cairn.meta.Setattr
-	14, // 23: cairn.meta.Op.link:type_name -> cairn.meta.Link
-	15, // 24: cairn.meta.Op.touch_dir:type_name -> cairn.meta.TouchDir
-	16, // 25: cairn.meta.Op.evict:type_name -> cairn.meta.Evict
-	17, // 26: cairn.meta.Op.set_xattr:type_name -> cairn.meta.SetXattr
-	18, // 27: cairn.meta.Op.remove_xattr:type_name -> cairn.meta.RemoveXattr
-	19, // 28: cairn.meta.Op.append_extents:type_name -> cairn.meta.AppendExtents
-	20, // 29: cairn.meta.Op.fence:type_name -> cairn.meta.Fence
-	21, // 30: cairn.meta.Op.unfence:type_name -> cairn.meta.Unfence
-	22, // 31: cairn.meta.Op.set_range:type_name -> cairn.meta.SetRange
-	23, // 32: cairn.meta.Op.ack_freed:type_name -> cairn.meta.AckFreed
-	33, // 33: cairn.meta.Op.set_routing:type_name -> cairn.meta.SetRouting
-	34, // 34: cairn.meta.Op.import_dentries:type_name -> cairn.meta.ImportDentries
-	36, // 35: cairn.meta.Op.purge_dentries:type_name -> cairn.meta.PurgeDentries
-	24, // 36: cairn.meta.Op.splice_chunks:type_name -> cairn.meta.SpliceChunks
-	26, // 37: cairn.meta.Op.chunk_refs:type_name -> cairn.meta.ChunkRefs
-	27, // 38: cairn.meta.Op.chunk_collect:type_name -> cairn.meta.ChunkCollect
-	28, // 39: cairn.meta.Op.chunk_forget:type_name -> cairn.meta.ChunkForget
-	29, // 40: cairn.meta.Op.chunk_fix:type_name -> cairn.meta.ChunkFix
-	31, // 41: cairn.meta.Routing.exceptions:type_name -> cairn.meta.RouteException
-	32, // 42: cairn.meta.SetRouting.current:type_name -> cairn.meta.Routing
-	32, // 43: cairn.meta.SetRouting.previous:type_name -> cairn.meta.Routing
-	8,  // 44: cairn.meta.ImportDentries.dentries:type_name -> cairn.meta.Dentry
-	35, // 45: cairn.meta.PurgeDentries.keys:type_name -> cairn.meta.DentryKey
-	30, // 46: cairn.meta.Txn.ops:type_name -> cairn.meta.Op
-	7,  // 47: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
-	8,  // 48: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
-	5,  // 49: cairn.meta.OpResult.chunks:type_name -> cairn.meta.ChunkRecord
-	38, // 50: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
-	37, // 51: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
-	37, // 52: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
-	39, // 53: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
-	8,  // 54: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
-	7,  // 55: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
-	7,  // 56: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
-	8,  // 57: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
-	7,  // 58: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
+	7,  // 12: cairn.meta.AppendExtents.extents:type_name -> cairn.meta.ExtentKey
+	5,  // 13: cairn.meta.SpliceChunks.chunks:type_name -> cairn.meta.Chunk
+	5,  // 14: cairn.meta.ChunkRef.chunk:type_name -> cairn.meta.Chunk
+	26, // 15: cairn.meta.ChunkRefs.items:type_name -> cairn.meta.ChunkRef
+	5,  // 16: cairn.meta.ChunkForget.chunks:type_name -> cairn.meta.Chunk
+	6,  // 17: cairn.meta.ChunkFix.entries:type_name -> cairn.meta.ChunkRecord
+	10, // 18: cairn.meta.Op.create_inode:type_name -> cairn.meta.CreateInode
+	11, // 19: cairn.meta.Op.create_dentry:type_name -> cairn.meta.CreateDentry
+	12, // 20: cairn.meta.Op.delete_dentry:type_name -> cairn.meta.DeleteDentry
+	13, // 21: cairn.meta.Op.replace_dentry:type_name -> cairn.meta.ReplaceDentry
+	14, // 22: cairn.meta.Op.setattr:type_name -> cairn.meta.Setattr
+	15, // 23: cairn.meta.Op.link:type_name -> cairn.meta.Link
+	16, // 24: cairn.meta.Op.touch_dir:type_name -> cairn.meta.TouchDir
+	17, // 25: cairn.meta.Op.evict:type_name -> cairn.meta.Evict
+	18, // 26: cairn.meta.Op.set_xattr:type_name -> cairn.meta.SetXattr
+	19, // 27: cairn.meta.Op.remove_xattr:type_name -> cairn.meta.RemoveXattr
+	20, // 28: cairn.meta.Op.append_extents:type_name -> cairn.meta.AppendExtents
+	21, // 29: cairn.meta.Op.fence:type_name -> cairn.meta.Fence
+	22, // 30: cairn.meta.Op.unfence:type_name -> cairn.meta.Unfence
+	23, // 31: cairn.meta.Op.set_range:type_name -> cairn.meta.SetRange
+	24, // 32: cairn.meta.Op.ack_freed:type_name -> cairn.meta.AckFreed
+	34, // 33: cairn.meta.Op.set_routing:type_name -> cairn.meta.SetRouting
+	35, // 34: cairn.meta.Op.import_dentries:type_name -> cairn.meta.ImportDentries
+	37, // 35: cairn.meta.Op.purge_dentries:type_name -> cairn.meta.PurgeDentries
+	25, // 36: cairn.meta.Op.splice_chunks:type_name -> cairn.meta.SpliceChunks
+	27, // 37: cairn.meta.Op.chunk_refs:type_name -> cairn.meta.ChunkRefs
+	28, // 38: cairn.meta.Op.chunk_collect:type_name -> cairn.meta.ChunkCollect
+	29, // 39: cairn.meta.Op.chunk_forget:type_name -> cairn.meta.ChunkForget
+	30, // 40: cairn.meta.Op.chunk_fix:type_name -> cairn.meta.ChunkFix
+	32, // 41: cairn.meta.Routing.exceptions:type_name -> cairn.meta.RouteException
+	33, // 42: cairn.meta.SetRouting.current:type_name -> cairn.meta.Routing
+	33, // 43: cairn.meta.SetRouting.previous:type_name -> cairn.meta.Routing
+	9,  // 44: cairn.meta.ImportDentries.dentries:type_name -> cairn.meta.Dentry
+	36, // 45: cairn.meta.PurgeDentries.keys:type_name -> cairn.meta.DentryKey
+	31, // 46: cairn.meta.Txn.ops:type_name -> cairn.meta.Op
+	8,  // 47: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
+	9,  // 48: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
+	6,  // 49: cairn.meta.OpResult.chunks:type_name -> cairn.meta.ChunkRecord
+	39, // 50: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
+	38, // 51: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
+	38, // 52: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
+	40, // 53: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
+	9,  // 54: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 55: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
+	8,  // 56: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
+	9,  // 57: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
+	8,  // 58: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
 	3,  // 59: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
-	7,  // 60: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
-	8,  // 61: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
-	5,  // 62: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
-	52, // 63: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
-	52, // 64: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
-	41, // 65: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	43, // 66: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	45, // 67: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	47, // 68: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	51, // 69: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	49, // 70: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
-	42, // 71: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	44, // 72: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	46, // 73: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	48, // 74: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	53, // 75: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	50, // 76: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
-	71, // [71:77] is the sub-list for method output_type
-	65, // [65:71] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	8,  // 60: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
+	9,  // 61: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
+	6,  // 62: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
+	53, // 63: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
+	53, // 64: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
+	4,  // 65: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
+	55, // 66: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
+	8,  // 67: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
+	8,  // 68: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
+	9,  // 69: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 70: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
+	56, // 71: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
+	42, // 72: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	44, // 73: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	46, // 74: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	48, // 75: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	52, // 76: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	50, // 77: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
+	57, // 78: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
+	43, // 79: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	45, // 80: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	47, // 81: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	49, // 82: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	54, // 83: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	51, // 84: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
+	78, // [78:85] is the sub-list for method output_type
+	71, // [71:78] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -4670,8 +5150,8 @@ func file_meta_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   51,
+			NumEnums:      5,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
+	MetaNode_Path_FullMethodName           = "/cairn.meta.MetaNode/Path"
 	MetaNode_Txn_FullMethodName            = "/cairn.meta.MetaNode/Txn"
 	MetaNode_Lookup_FullMethodName         = "/cairn.meta.MetaNode/Lookup"
 	MetaNode_GetInode_FullMethodName       = "/cairn.meta.MetaNode/GetInode"
@@ -40,6 +41,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type MetaNodeClient interface {
+	Path(ctx context.Context, in *PathRequest, opts ...grpc.CallOption) (*PathResponse, error)
 	Txn(ctx context.Context, in *TxnRequest, opts ...grpc.CallOption) (*TxnResponse, error)
 	Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*LookupResponse, error)
 	GetInode(ctx context.Context, in *GetInodeRequest, opts ...grpc.CallOption) (*GetInodeResponse, error)
@@ -54,6 +56,16 @@ type metaNodeClient struct {
 
 func NewMetaNodeClient(cc grpc.ClientConnInterface) MetaNodeClient {
 	return &metaNodeClient{cc}
+}
+
+func (c *metaNodeClient) Path(ctx context.Context, in *PathRequest, opts ...grpc.CallOption) (*PathResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PathResponse)
+	err := c.cc.Invoke(ctx, MetaNode_Path_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (c *metaNodeClient) Txn(ctx context.Context, in *TxnRequest, opts ...grpc.CallOption) (*TxnResponse, error) {
@@ -120,6 +132,7 @@ func (c *metaNodeClient) Scan(ctx context.Context, in *ScanRequest, opts ...grpc
 // All implementations must embed UnimplementedMetaNodeServer
 // for forward compatibility.
 type MetaNodeServer interface {
+	Path(context.Context, *PathRequest) (*PathResponse, error)
 	Txn(context.Context, *TxnRequest) (*TxnResponse, error)
 	Lookup(context.Context, *LookupRequest) (*LookupResponse, error)
 	GetInode(context.Context, *GetInodeRequest) (*GetInodeResponse, error)
@@ -136,6 +149,9 @@ type MetaNodeServer interface {
 // pointer dereference when methods are called.
 type UnimplementedMetaNodeServer struct{}
 
+func (UnimplementedMetaNodeServer) Path(context.Context, *PathRequest) (*PathResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Path not implemented")
+}
 func (UnimplementedMetaNodeServer) Txn(context.Context, *TxnRequest) (*TxnResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Txn not implemented")
 }
@@ -173,6 +189,24 @@ func RegisterMetaNodeServer(s grpc.ServiceRegistrar, srv MetaNodeServer) {
 		t.testEmbeddedByValue()
 	}
 	s.RegisterService(&MetaNode_ServiceDesc, srv)
+}
+
+func _MetaNode_Path_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PathRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaNodeServer).Path(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MetaNode_Path_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaNodeServer).Path(ctx, req.(*PathRequest))
+	}
+	return interceptor(ctx, in, info, handler)
 }
 
 func _MetaNode_Txn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
@@ -290,6 +324,10 @@ var MetaNode_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "cairn.meta.MetaNode",
 	HandlerType: (*MetaNodeServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Path",
+			Handler:    _MetaNode_Path_Handler,
+		},
 		{
 			MethodName: "Txn",
 			Handler:    _MetaNode_Txn_Handler,
