@@ -151,6 +151,13 @@ func (v *Volume) OpenFile(ctx context.Context, ino uint64, flags int) (*File, er
 	if err != nil {
 		return nil, err
 	}
+	return v.openInode(octx, op, in, flags)
+}
+
+// openInode opens the file whose inode the caller just read.
+func (v *Volume) openInode(ctx context.Context, op string, in *metapb.Inode, flags int) (*File, error) {
+	ino := in.GetIno()
+	writable := flags&syscall.O_ACCMODE != syscall.O_RDONLY
 	switch in.GetType() {
 	case metapb.FileType_FILE_TYPE_REGULAR:
 	case metapb.FileType_FILE_TYPE_DIRECTORY:
@@ -158,7 +165,7 @@ func (v *Volume) OpenFile(ctx context.Context, ino uint64, flags int) (*File, er
 	default:
 		return nil, errnoErr(op, syscall.EINVAL, "inode %d is a %v, which has no data", ino, in.GetType())
 	}
-	dc, err := v.dataClient(octx)
+	dc, err := v.dataClient(ctx)
 	if err != nil {
 		return nil, err
 	}

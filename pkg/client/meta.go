@@ -550,37 +550,96 @@ func (v *Volume) unlink(ctx context.Context, parent uint64, name string) error {
 	return nil
 }
 
-// fenceEmpty fences dir on every partition and reports whether no partition
-// holds a name under it. While fenced, no name can be created under dir.
-// The returned unfence lifts the fences; call it in every case (it is nil
-// when err is not). If the volume gained a partition meanwhile (growth),
-// that one is fenced too before the check counts.
-func (v *Volume) fenceEmpty(ctx context.Context, op string, dir uint64) (empty bool, unfence func(), err error) {
+// fenceEmpty fences dir, named (parent, name), on every partition and
+// reports whether no partition holds a name under it, for rmdir and a
+// rename over a directory. The returned unfence lifts the fences; call it
+// in every case (it is nil when err is not). If the volume gained a
+// partition meanwhile (growth), that one is fenced too before the check
+// counts.
+func (v *Volume) fenceEmpty(ctx context.Context, op string, parent uint64, name string, dir uint64) (empty bool, unfence func(), err error) {
 	for {
-		parts := v.current().all()
-		empty, unfence, err := v.fenceEmptyOn(ctx, op, dir, parts)
+		w := v.current()
+		parts := w.all()
+		unfence, err := v.fenceOn(ctx, op, dir, false, nsOwners(w, parent, name, dir), parts)
 		if err != nil {
 			return false, nil, err
 		}
-		if samePartitions(parts, v.current().all()) {
-			return empty, unfence, nil
+		if !samePartitions(parts, v.current().all()) {
+			unfence()
+			if ctx.Err() != nil {
+				return false, nil, transportErr(op, ctx.Err())
+			}
+			continue
 		}
-		unfence()
+		// A listing that agrees on the routing, so that a name being
+		// moved counts on one partition at least.
+		resps, _, err := v.dirPage(ctx, op, dir, "", 1, false)
+		if err != nil {
+			unfence()
+			return false, nil, err
+		}
+		for _, r := range resps {
+			if len(r.GetDentries()) > 0 {
+				return false, unfence, nil
+			}
+		}
+		return true, unfence, nil
+	}
+}
+
+// nsLock takes a namespace lock (Fence.lock) on directory dir on every
+// partition, for a change of what paths through dir resolve to or who may
+// search it (directory rename, chmod, chown): every partition's namespace
+// replica forgets dir, and fetches of it wait until unlock. parent and name
+// are dir's dentry (parent 0 when unknown: only dir's home is locked
+// first). unlock is nil when err is not.
+func (v *Volume) nsLock(ctx context.Context, op string, parent uint64, name string, dir uint64) (unlock func(), err error) {
+	for {
+		w := v.current()
+		parts := w.all()
+		unlock, err := v.fenceOn(ctx, op, dir, true, nsOwners(w, parent, name, dir), parts)
+		if err != nil || samePartitions(parts, v.current().all()) {
+			return unlock, err
+		}
+		unlock()
 		if ctx.Err() != nil {
-			return false, nil, transportErr(op, ctx.Err())
+			return nil, transportErr(op, ctx.Err())
 		}
 	}
+}
+
+// nsOwners lists the partitions a namespace replica fetches dir's entry
+// from: the dentry's (parent, name), when known, and dir's home.
+func nsOwners(w *view, parent uint64, name string, dir uint64) map[uint64]bool {
+	out := map[uint64]bool{}
+	if parent != 0 {
+		if p, err := w.route(parent, name); err == nil {
+			out[p.GetId()] = true
+		}
+	}
+	if p, err := w.home(dir); err == nil {
+		out[p.GetId()] = true
+	}
+	return out
 }
 
 func samePartitions(a, b []*pb.Partition) bool {
 	return slices.EqualFunc(a, b, func(x, y *pb.Partition) bool { return x.GetId() == y.GetId() })
 }
 
-func (v *Volume) fenceEmptyOn(ctx context.Context, op string, dir uint64, parts []*pb.Partition) (empty bool, unfence func(), err error) {
+// fenceOn fences dir (lock: with a namespace lock) on every partition of
+// parts, first on the owners, then on the others. The owners go first
+// because a fenced owner refuses namespace fetches of dir: once it holds
+// the fence, no other partition's replica can learn dir's old entry again,
+// and the fence on that partition then drops what it learnt before
+// (FalconFS §4.3, the owner locks before it invalidates). Another fence on
+// dir (EBUSY) is waited for, up to ~1 s. unfence lifts what was placed,
+// also after ctx ended.
+func (v *Volume) fenceOn(ctx context.Context, op string, dir uint64, lock bool, owners map[uint64]bool, parts []*pb.Partition) (unfence func(), err error) {
 	token := newID()
 	unfence = func() {
 		// Also after the operation's deadline: a fence left behind blocks
-		// creates under dir until a sweeper lifts it.
+		// creates under dir until it expires.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.opts.AttemptTimeout)
 		defer cancel()
 		_ = v.each(parts, func(p *pb.Partition) error {
@@ -588,40 +647,39 @@ func (v *Volume) fenceEmptyOn(ctx context.Context, op string, dir uint64, parts 
 			return err
 		})
 	}
+	var first, rest []*pb.Partition
+	for _, p := range parts {
+		if owners[p.GetId()] {
+			first = append(first, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	fence := func(p *pb.Partition) error {
+		_, err := v.txn(ctx, op, byID(p.GetId()), &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: dir, Token: token, Lock: lock}}})
+		return err
+	}
 	backoff := backoffMin
 	for {
-		err = v.each(parts, func(p *pb.Partition) error {
-			_, err := v.txn(ctx, op, byID(p.GetId()), &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: dir, Token: token}}})
-			return err
-		})
+		err = v.each(first, fence)
 		if err == nil {
-			break
+			err = v.each(rest, fence)
+		}
+		if err == nil {
+			return unfence, nil
 		}
 		unfence()
 		if !isErrno(err, syscall.EBUSY) || backoff > backoffMax {
-			return false, nil, err
+			return nil, err
 		}
-		// Another rmdir/rename holds the fence: wait for it.
+		// Another rmdir/rename/chmod holds the fence: wait for it.
 		select {
 		case <-ctx.Done():
-			return false, nil, transportErr(op, ctx.Err())
+			return nil, transportErr(op, ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff *= 2
 	}
-	// A listing that agrees on the routing, so that a name being moved
-	// counts on one partition at least.
-	resps, _, err := v.dirPage(ctx, op, dir, "", 1, false)
-	if err != nil {
-		unfence()
-		return false, nil, err
-	}
-	for _, r := range resps {
-		if len(r.GetDentries()) > 0 {
-			return false, unfence, nil
-		}
-	}
-	return true, unfence, nil
 }
 
 // Rmdir removes the empty directory name in parent: ENOTDIR if it is not a
@@ -646,7 +704,7 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 		return errnoErr(op, syscall.ENOTDIR, "%d/%q", parent, name)
 	}
 	dir := d.GetIno()
-	empty, unfence, err := v.fenceEmpty(ctx, op, dir)
+	empty, unfence, err := v.fenceEmpty(ctx, op, parent, name, dir)
 	if err != nil {
 		return err
 	}
@@ -720,7 +778,21 @@ func (v *Volume) Setattr(ctx context.Context, ino uint64, in SetattrIn) (*Attr, 
 			m.Mode = mode
 		}
 	}
+	// A directory's mode or owner decides who may search it, which every
+	// partition's namespace replica caches: the change is made under a
+	// namespace lock. Other inodes change in one step; the partition
+	// refuses the step for a directory (EISDIR), so files cost no lookup.
+	m.RefuseDir = in.Valid&(SetMode|SetUID|SetGID) != 0
 	res, err := v.txn(ctx, op, byIno(ino), opSetattr(m))
+	if m.RefuseDir && isErrno(err, syscall.EISDIR) && in.Valid&SetSize == 0 {
+		unlock, lerr := v.nsLock(ctx, op, 0, "", ino)
+		if lerr != nil {
+			return nil, lerr
+		}
+		defer unlock()
+		m.RefuseDir = false
+		res, err = v.txn(ctx, op, byIno(ino), opSetattr(m))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -138,7 +138,7 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		}
 	}
 	if !exchange && dstDir {
-		empty, unfence, err := v.fenceEmpty(ctx, op, dst.GetIno())
+		empty, unfence, err := v.fenceEmpty(ctx, op, newParent, newName, dst.GetIno())
 		if err != nil {
 			return err
 		}
@@ -146,6 +146,22 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		if !empty {
 			return errnoErr(op, syscall.ENOTEMPTY, "%d/%q", newParent, newName)
 		}
+	}
+	// A directory that moves changes where the paths below it lead:
+	// namespace replicas must forget it before the move commits.
+	if srcDir {
+		unlock, err := v.nsLock(ctx, op, oldParent, oldName, src.GetIno())
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+	if exchange && dstDir {
+		unlock, err := v.nsLock(ctx, op, newParent, newName, dst.GetIno())
+		if err != nil {
+			return err
+		}
+		defer unlock()
 	}
 
 	w := v.current()

@@ -107,6 +107,39 @@ func (c *Client) GetInode(ctx context.Context, p *pb.Partition, ino uint64) (*me
 	return resp, err
 }
 
+// FetchDentry is Lookup as a namespace replica's fetch
+// (LookupRequest.ns_fetch): EBUSY while the named inode is fenced on p.
+func (c *Client) FetchDentry(ctx context.Context, p *pb.Partition, parent uint64, name string) (*metapb.LookupResponse, error) {
+	var resp *metapb.LookupResponse
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.Lookup(ctx, &metapb.LookupRequest{PartitionId: p.Id, Parent: parent, Name: []byte(name), NsFetch: true}, o...)
+		return err
+	})
+	return resp, err
+}
+
+// FetchInode is GetInode as a namespace replica's fetch: EBUSY while ino
+// is fenced on p.
+func (c *Client) FetchInode(ctx context.Context, p *pb.Partition, ino uint64) (*metapb.GetInodeResponse, error) {
+	var resp *metapb.GetInodeResponse
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.GetInode(ctx, &metapb.GetInodeRequest{PartitionId: p.Id, Ino: ino, NsFetch: true}, o...)
+		return err
+	})
+	return resp, err
+}
+
+// Path runs a path operation on p (the partition the last name routes to).
+func (c *Client) Path(ctx context.Context, p *pb.Partition, req *metapb.PathRequest) (*metapb.PathResponse, error) {
+	var resp *metapb.PathResponse
+	req.PartitionId = p.Id
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.Path(ctx, req, o...)
+		return err
+	})
+	return resp, err
+}
+
 // ReadDir lists p's share of directory parent after the name after.
 func (c *Client) ReadDir(ctx context.Context, p *pb.Partition, parent uint64, after string, limit uint32, plus bool) (*metapb.ReadDirResponse, error) {
 	var resp *metapb.ReadDirResponse

@@ -7,16 +7,12 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataclient"
-	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/multiraft"
-	"github.com/cairnfs/cairn/pkg/redirect"
 )
 
 // The deletion collector (CFS §2.7.3): deleting a file only moves its extents
@@ -47,7 +43,7 @@ const (
 	// references before the collector reclaims it, unless
 	// Options.ChunkGrace says otherwise.
 	DefaultChunkGrace = 5 * time.Minute
-	// mapMaxAge is how old the collector's copy of the cluster map may be
+	// mapMaxAge is how old the node's copy of the cluster map may be
 	// when it routes chunk drops; a failed send re-reads it.
 	mapMaxAge = 30 * time.Second
 	// shardCallTimeout bounds one ChunkRefs call to another partition.
@@ -62,23 +58,19 @@ const (
 type collector struct {
 	h     *Host
 	grace time.Duration
-	pool  *redirect.Pool
-	meta  *metaclient.Client
+	*peers
 
 	mu     sync.Mutex
 	data   map[uint64]*dataclient.Client // by volume id
-	cmap   *pb.ClusterMap                // last map read, for shards and node addresses
-	mapAt  time.Time
-	warned map[uint64]time.Time // partition -> last "no chunk index" warning
+	warned map[uint64]time.Time          // partition -> last "no chunk index" warning
 }
 
 func newCollector(h *Host) *collector {
-	c := &collector{h: h, grace: h.opts.ChunkGrace, pool: redirect.NewPool(),
+	c := &collector{h: h, grace: h.opts.ChunkGrace, peers: h.peers,
 		data: map[uint64]*dataclient.Client{}, warned: map[uint64]time.Time{}}
 	if c.grace <= 0 {
 		c.grace = DefaultChunkGrace
 	}
-	c.meta = metaclient.New(c.pool, c.resolve)
 	return c
 }
 
@@ -423,67 +415,6 @@ func (c *collector) submit(ctx context.Context, lp ledPartition, op *metapb.Op) 
 	return res, nil
 }
 
-// fetchMap reads the cluster map from Options.ClusterMap or the masters.
-func (c *collector) fetchMap(ctx context.Context) (*pb.ClusterMap, error) {
-	if f := c.h.opts.ClusterMap; f != nil {
-		return f(ctx)
-	}
-	if c.h.env.Masters == nil {
-		return nil, errors.New("no master client to read the cluster map")
-	}
-	var resp *pb.GetMapResponse
-	err := c.h.env.Masters.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) (err error) {
-		resp, err = m.GetMap(ctx, &pb.GetMapRequest{}, o...)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("get cluster map: %w", err)
-	}
-	return resp.GetMap(), nil
-}
-
-// clusterMap returns the map read at most mapMaxAge ago, reading it if
-// needed.
-func (c *collector) clusterMap(ctx context.Context) (*pb.ClusterMap, error) {
-	c.mu.Lock()
-	m, at := c.cmap, c.mapAt
-	c.mu.Unlock()
-	if m != nil && time.Since(at) < mapMaxAge {
-		return m, nil
-	}
-	m, err := c.fetchMap(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.cmap, c.mapAt = m, time.Now()
-	c.mu.Unlock()
-	return m, nil
-}
-
-func (c *collector) forgetMap() {
-	c.mu.Lock()
-	c.cmap = nil
-	c.mu.Unlock()
-}
-
-// resolve finds a meta node's address: the node's own view first (the
-// peers of its partitions), then the cluster map (any node), for the
-// leaders of other volumes' and partitions' shards.
-func (c *collector) resolve(id uint64) (string, bool) {
-	if r := c.h.env.Resolve; r != nil {
-		if a, ok := r(id); ok {
-			return a, true
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n := c.cmap.GetNodes()[id]; n != nil && n.GetAddr() != "" {
-		return n.GetAddr(), true
-	}
-	return "", false
-}
-
 // dataClient returns the data client of a volume, built from the cluster
 // map on first use.
 func (c *collector) dataClient(ctx context.Context, volume uint64) (*dataclient.Client, error) {
@@ -517,5 +448,4 @@ func (c *collector) close() {
 	for _, dc := range c.data {
 		dc.Close()
 	}
-	c.pool.Close()
 }

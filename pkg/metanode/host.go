@@ -27,6 +27,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/multiraft"
 	"github.com/cairnfs/cairn/pkg/node"
+	"github.com/cairnfs/cairn/pkg/nsreplica"
 )
 
 // Options tune the meta role.
@@ -57,6 +58,7 @@ type Host struct {
 	opts    Options
 	log     *slog.Logger
 	metrics *metrics
+	peers   *peers
 
 	mu      sync.RWMutex
 	parts   map[uint64]*partition
@@ -78,8 +80,12 @@ const rootMode = 0o777
 // partition is one hosted meta partition.
 type partition struct {
 	id     uint64
+	volume uint64
 	sm     *lockedSM
 	merger *merger
+	// ns is the partition's namespace replica (path.go): a cache of
+	// directory entries that the partition's fences invalidate at apply.
+	ns *nsreplica.Replica
 	// wantEnd is the cluster map's inode_end (0: open), which the leader
 	// makes the partition's range end (ranges.go).
 	wantEnd atomic.Uint64
@@ -89,6 +95,9 @@ type partition struct {
 type lockedSM struct {
 	mu sync.RWMutex
 	p  *metapartition.Partition
+	// restored runs after a Restore, under the lock: the fences of the
+	// log the snapshot skipped were never applied here.
+	restored func()
 }
 
 func (l *lockedSM) Apply(index uint64, data []byte) (any, error) {
@@ -106,7 +115,13 @@ func (l *lockedSM) Snapshot() ([]byte, error) {
 func (l *lockedSM) Restore(data []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.p.Restore(data)
+	if err := l.p.Restore(data); err != nil {
+		return err
+	}
+	if l.restored != nil {
+		l.restored()
+	}
+	return nil
 }
 
 // read runs fn under the read lock.
@@ -127,7 +142,8 @@ func New(env node.Env, opts Options) (*Host, error) {
 		parts: map[uint64]*partition{}, volumes: map[uint64]uint64{},
 		stop: make(chan struct{}), rangeKick: make(chan struct{}, 1),
 	}
-	h.metrics = newMetrics(env.Registry)
+	h.peers = newPeers(h)
+	h.metrics = newMetrics(env.Registry, h)
 	metapb.RegisterMetaNodeServer(env.GRPC, &service{h: h})
 	if opts.CollectInterval >= 0 {
 		h.wg.Add(1)
@@ -185,12 +201,14 @@ func (h *Host) open(p *pb.Partition) error {
 	if err != nil {
 		return err
 	}
-	sm := &lockedSM{p: mp}
+	ns := nsreplica.New(0)
+	mp.OnFence(ns.Invalidate)
+	sm := &lockedSM{p: mp, restored: ns.Clear}
 	peers := make([]multiraft.NodeID, len(p.Replicas))
 	for i, r := range p.Replicas {
 		peers[i] = multiraft.NodeID(r)
 	}
-	part := &partition{id: p.Id, sm: sm, merger: newMerger(h, p.Id)}
+	part := &partition{id: p.Id, volume: p.VolumeId, sm: sm, merger: newMerger(h, p.Id), ns: ns}
 	opts := multiraft.GroupOptions{OnLeaderChange: func(li multiraft.LeaderInfo) {
 		if !li.IsLeader {
 			return
@@ -288,6 +306,7 @@ func (h *Host) Close() error {
 	for _, p := range h.parts {
 		p.merger.close()
 	}
+	h.peers.close()
 	return nil
 }
 
@@ -298,6 +317,8 @@ func (h *Host) partition(id uint64) *partition {
 }
 
 type metrics struct {
+	requests        *prometheus.CounterVec // by rpc: requests from clients
+	nsFetches       prometheus.Counter
 	freed           prometheus.Counter
 	dropsApplied    prometheus.Counter
 	chunksReclaimed prometheus.Counter
@@ -306,8 +327,12 @@ type metrics struct {
 	batchTxns       prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, h *Host) *metrics {
 	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_meta_client_requests_total",
+			Help: "Requests from clients this node's meta partitions received, by RPC (namespace fetches between meta nodes are not counted)."}, []string{"rpc"}),
+		nsFetches: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_ns_fetches_total",
+			Help: "Namespace replica entries this node fetched from other meta partitions to resolve paths."}),
 		freed: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_extents_freed_total", Help: "Deleted files' extents the collector freed on data nodes."}),
 		dropsApplied: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_chunk_drops_applied_total",
 			Help: "Chunk references given up by chunked files' layouts that the collector handed to their chunk index shard and acknowledged."}),
@@ -320,6 +345,29 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
 	}
-	reg.MustRegister(m.freed, m.dropsApplied, m.chunksReclaimed, m.txns, m.proposals, m.batchTxns)
+	reg.MustRegister(m.requests, m.nsFetches, m.freed, m.dropsApplied, m.chunksReclaimed, m.txns, m.proposals, m.batchTxns)
+	nsStat := func(f func(nsreplica.Stats) float64) func() float64 {
+		return func() float64 {
+			h.mu.RLock()
+			defer h.mu.RUnlock()
+			var sum float64
+			for _, p := range h.parts {
+				sum += f(p.ns.Stats())
+			}
+			return sum
+		}
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_meta_ns_replica_entries",
+			Help: "Directory entries in the namespace replicas of this node's meta partitions."}, nsStat(func(s nsreplica.Stats) float64 { return float64(s.Entries) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_meta_ns_replica_bytes",
+			Help: "Estimated memory of the namespace replicas of this node's meta partitions."}, nsStat(func(s nsreplica.Stats) float64 { return float64(s.Bytes) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_meta_ns_replica_hits_total",
+			Help: "Path components resolved from a namespace replica."}, nsStat(func(s nsreplica.Stats) float64 { return float64(s.Hits) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_meta_ns_replica_misses_total",
+			Help: "Path components a namespace replica did not have."}, nsStat(func(s nsreplica.Stats) float64 { return float64(s.Misses) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_meta_ns_replica_invalidations_total",
+			Help: "Directories invalidated in namespace replicas by fences and locks."}, nsStat(func(s nsreplica.Stats) float64 { return float64(s.Invalidations) })),
+	)
 	return m
 }

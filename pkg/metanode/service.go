@@ -81,6 +81,7 @@ func raftStatus(id uint64, err error) error {
 // partition's routing (EWRONGMP, EMOVING), is TxnResult.errno; gRPC errors
 // are only for requests that did not reach the state machine.
 func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnResponse, error) {
+	s.h.metrics.requests.WithLabelValues("txn").Inc()
 	if n := len(req.GetTxn().GetOps()); n == 0 || n > maxOpsPerTxn {
 		return nil, status.Errorf(codes.InvalidArgument, "a transaction has 1 to %d operations, not %d", maxOpsPerTxn, n)
 	}
@@ -109,6 +110,9 @@ func (s *service) redirectAfter(ctx context.Context, id uint64, err error) error
 }
 
 func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metapb.LookupResponse, error) {
+	if !req.NsFetch {
+		s.h.metrics.requests.WithLabelValues("lookup").Inc()
+	}
 	p, err := s.readable(ctx, req.PartitionId)
 	if err != nil {
 		return nil, err
@@ -116,6 +120,11 @@ func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metap
 	resp := &metapb.LookupResponse{}
 	p.sm.read(func(mp *metapartition.Partition) {
 		d, ino, e := mp.Lookup(req.Parent, string(req.Name))
+		if e == metapartition.OK && req.NsFetch && mp.Fenced(d.GetIno()) {
+			// A coordinator holds the directory: the replica must not
+			// learn it until the change is done (FalconFS §4.3).
+			d, ino, e = nil, nil, metapartition.EBUSY
+		}
 		resp.Errno, resp.Dentry, resp.Inode = int32(e), d, ino
 		resp.RoutingVersion, _ = mp.RoutingState()
 	})
@@ -123,6 +132,9 @@ func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metap
 }
 
 func (s *service) GetInode(ctx context.Context, req *metapb.GetInodeRequest) (*metapb.GetInodeResponse, error) {
+	if !req.NsFetch {
+		s.h.metrics.requests.WithLabelValues("get_inode").Inc()
+	}
 	p, err := s.readable(ctx, req.PartitionId)
 	if err != nil {
 		return nil, err
@@ -130,12 +142,16 @@ func (s *service) GetInode(ctx context.Context, req *metapb.GetInodeRequest) (*m
 	resp := &metapb.GetInodeResponse{}
 	p.sm.read(func(mp *metapartition.Partition) {
 		ino, e := mp.GetInode(req.Ino)
+		if e == metapartition.OK && req.NsFetch && mp.Fenced(req.Ino) {
+			ino, e = nil, metapartition.EBUSY
+		}
 		resp.Errno, resp.Inode = int32(e), ino
 	})
 	return resp, nil
 }
 
 func (s *service) ReadDir(ctx context.Context, req *metapb.ReadDirRequest) (*metapb.ReadDirResponse, error) {
+	s.h.metrics.requests.WithLabelValues("read_dir").Inc()
 	limit := int(req.Limit)
 	if limit <= 0 {
 		limit = defaultLimit
@@ -166,6 +182,7 @@ func (s *service) ReadDir(ctx context.Context, req *metapb.ReadDirRequest) (*met
 }
 
 func (s *service) PartitionStats(ctx context.Context, req *metapb.PartitionStatsRequest) (*metapb.PartitionStatsResponse, error) {
+	s.h.metrics.requests.WithLabelValues("partition_stats").Inc()
 	if n := len(req.CountNames); n > maxCountNames {
 		return nil, status.Errorf(codes.InvalidArgument, "%d names to count, more than %d", n, maxCountNames)
 	}
@@ -207,6 +224,7 @@ func (s *service) PartitionStats(ctx context.Context, req *metapb.PartitionStats
 // that is neither empty (from the start) nor chunker.FingerprintSize bytes,
 // is errno EINVAL.
 func (s *service) Scan(ctx context.Context, req *metapb.ScanRequest) (*metapb.ScanResponse, error) {
+	s.h.metrics.requests.WithLabelValues("scan").Inc()
 	var afterFP chunker.Fingerprint
 	switch req.Kind {
 	case metapb.ScanKind_SCAN_KIND_INODES, metapb.ScanKind_SCAN_KIND_DENTRIES:

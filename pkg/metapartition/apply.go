@@ -777,6 +777,9 @@ func (t *txn) setattr(m *metapb.Setattr) (*metapb.OpResult, *opError) {
 	if valid == 0 {
 		return &metapb.OpResult{Inode: in.toProto(false)}, nil
 	}
+	if m.GetRefuseDir() && in.typ() == metapb.FileType_FILE_TYPE_DIRECTORY {
+		return nil, fail(EISDIR, "directory %d: mode and owner change under a namespace lock", ino)
+	}
 	if has(valid, metapb.SetattrValid_SETATTR_PARENT) {
 		switch {
 		case in.typ() != metapb.FileType_FILE_TYPE_DIRECTORY:

@@ -10,8 +10,9 @@ import "strconv"
 type Errno int32
 
 // The errno values the state machine returns (which operation returns which
-// is documented in the package comment), plus EPERM and ENOTEMPTY, which
-// the meta node service needs for the checks it makes across partitions,
+// is documented in the package comment), plus EPERM, EACCES, EXDEV, ELOOP
+// and ENOTEMPTY, which the meta node service needs for the checks it makes
+// across partitions and for path operations,
 // and EIO for a remembered result that cannot be decoded (never expected).
 const (
 	OK           Errno = 0
@@ -20,8 +21,10 @@ const (
 	EIO          Errno = 5
 	E2BIG        Errno = 7
 	EAGAIN       Errno = 11
+	EACCES       Errno = 13
 	EBUSY        Errno = 16
 	EEXIST       Errno = 17
+	EXDEV        Errno = 18
 	ENOTDIR      Errno = 20
 	EISDIR       Errno = 21
 	EINVAL       Errno = 22
@@ -30,6 +33,7 @@ const (
 	ERANGE       Errno = 34
 	ENAMETOOLONG Errno = 36
 	ENOTEMPTY    Errno = 39
+	ELOOP        Errno = 40
 	ENODATA      Errno = 61
 	ESTALE       Errno = 116
 
@@ -53,8 +57,10 @@ var errnoNames = map[Errno]string{
 	EIO:          "EIO",
 	E2BIG:        "E2BIG",
 	EAGAIN:       "EAGAIN",
+	EACCES:       "EACCES",
 	EBUSY:        "EBUSY",
 	EEXIST:       "EEXIST",
+	EXDEV:        "EXDEV",
 	ENOTDIR:      "ENOTDIR",
 	EISDIR:       "EISDIR",
 	EINVAL:       "EINVAL",
@@ -63,6 +69,7 @@ var errnoNames = map[Errno]string{
 	ERANGE:       "ERANGE",
 	ENAMETOOLONG: "ENAMETOOLONG",
 	ENOTEMPTY:    "ENOTEMPTY",
+	ELOOP:        "ELOOP",
 	ENODATA:      "ENODATA",
 	ESTALE:       "ESTALE",
 	EWRONGMP:     "EWRONGMP",

@@ -633,3 +633,9 @@ func (p *Partition) Fenced(ino uint64) bool {
 // restored partition's caller must drop its namespace replica itself,
 // because the fences applied in the skipped log are not replayed.
 func (p *Partition) OnFence(fn func(ino uint64)) { p.onFence = fn }
+
+// Holds reports whether ino is in the partition's inode range (the
+// partition is its home, whether or not it is allocated).
+func (p *Partition) Holds(ino uint64) bool {
+	return ino >= p.start && (p.end == 0 || ino <= p.end)
+}

@@ -379,3 +379,21 @@ func (p *Partition) ScanDentries(afterParent uint64, afterName string, limit int
 	})
 	return out, more
 }
+
+// Route returns the partition the current routing sends (parent, name) to;
+// ok is false when the partition never got a routing (it then accepts
+// every name, see docs/routing.md).
+func (p *Partition) Route(parent uint64, name string) (owner uint64, ok bool) {
+	if p.routing == nil {
+		return 0, false
+	}
+	mp, _ := p.routing.current.table.Route(parent, name)
+	return mp, true
+}
+
+// CheckRoute says whether the partition serves (parent, name) now: OK, or
+// EWRONGMP / EMOVING as docs/routing.md's table says; write selects the
+// mutation column.
+func (p *Partition) CheckRoute(parent uint64, name string, write bool) Errno {
+	return p.routing.check(parent, name, write)
+}

@@ -1162,17 +1162,21 @@ func (x *ReplaceDentry) GetExpectIno() uint64 {
 }
 
 type Setattr struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
-	Valid         uint32                 `protobuf:"varint,2,opt,name=valid,proto3" json:"valid,omitempty"` // SetattrValid bits
-	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
-	Uid           uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
-	Size          uint64                 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
-	AtimeNs       int64                  `protobuf:"varint,7,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
-	MtimeNs       int64                  `protobuf:"varint,8,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
-	CtimeNs       int64                  `protobuf:"varint,9,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
-	Parent        uint64                 `protobuf:"varint,10,opt,name=parent,proto3" json:"parent,omitempty"` // with SETATTR_PARENT; directories only (ENOTDIR)
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Ino     uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Valid   uint32                 `protobuf:"varint,2,opt,name=valid,proto3" json:"valid,omitempty"` // SetattrValid bits
+	Mode    uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid     uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid     uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	Size    uint64                 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	AtimeNs int64                  `protobuf:"varint,7,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
+	MtimeNs int64                  `protobuf:"varint,8,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	CtimeNs int64                  `protobuf:"varint,9,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
+	Parent  uint64                 `protobuf:"varint,10,opt,name=parent,proto3" json:"parent,omitempty"` // with SETATTR_PARENT; directories only (ENOTDIR)
+	// refuse_dir fails the op with EISDIR, applying nothing, when the inode
+	// is a directory: a directory's mode or owner changes only under a
+	// namespace lock (Fence.lock), which the client takes and asks again.
+	RefuseDir     bool `protobuf:"varint,11,opt,name=refuse_dir,json=refuseDir,proto3" json:"refuse_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1275,6 +1279,13 @@ func (x *Setattr) GetParent() uint64 {
 		return x.Parent
 	}
 	return 0
+}
+
+func (x *Setattr) GetRefuseDir() bool {
+	if x != nil {
+		return x.RefuseDir
+	}
+	return false
 }
 
 // Link adds delta to the inode's link count and sets its ctime. A regular file
@@ -4648,7 +4659,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x12\x1d\n" +
 	"\n" +
-	"expect_ino\x18\x05 \x01(\x04R\texpectIno\"\xe6\x01\n" +
+	"expect_ino\x18\x05 \x01(\x04R\texpectIno\"\x85\x02\n" +
 	"\aSetattr\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
 	"\x05valid\x18\x02 \x01(\rR\x05valid\x12\x12\n" +
@@ -4660,7 +4671,9 @@ const file_meta_proto_rawDesc = "" +
 	"\bmtime_ns\x18\b \x01(\x03R\amtimeNs\x12\x19\n" +
 	"\bctime_ns\x18\t \x01(\x03R\actimeNs\x12\x16\n" +
 	"\x06parent\x18\n" +
-	" \x01(\x04R\x06parent\".\n" +
+	" \x01(\x04R\x06parent\x12\x1d\n" +
+	"\n" +
+	"refuse_dir\x18\v \x01(\bR\trefuseDir\".\n" +
 	"\x04Link\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
 	"\x05delta\x18\x02 \x01(\x05R\x05delta\"R\n" +

@@ -1,0 +1,598 @@
+package client
+
+import (
+	"context"
+	"strings"
+	"syscall"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/nsreplica"
+	"github.com/cairnfs/cairn/pkg/perm"
+)
+
+// The path API: stateless operations by full path (FalconFS §4). The client
+// keeps no metadata: every call sends the whole path ("/a/b/c", inside the
+// volume) to the meta partition the last name routes to, which resolves the
+// directories in its namespace replica, checks cred's search permission on
+// every one, and runs the operation there. open, stat, lstat, readlink,
+// create, mkdir, symlink and unlink are one request in the common case;
+// extra hops happen only when the last name's inode is homed on another
+// partition (renamed or hard-linked names), when the name is redirected by
+// a path-walk exception or the client's routing is stale (the partition
+// names the owner), and for every symlink in the middle of a path (the
+// partition returns it, the client substitutes the target and asks again).
+// rmdir, rename, link and setattr resolve their paths this way, then run
+// the coordinated inode operations.
+//
+// Credentials are the caller's assertion: the server checks permissions as
+// a local file system would for that identity (POSIX mode bits, no ACLs),
+// for correctness, not as a security boundary.
+
+// Cred is the identity a path operation runs as.
+type Cred = perm.Cred
+
+// maxSymlinkHops bounds the symlinks one path operation follows (Linux's
+// MAXSYMLINKS): ELOOP beyond.
+const maxSymlinkHops = 40
+
+// maxPathHops bounds the redirects to another partition one step follows.
+const maxPathHops = 4
+
+func credPB(c Cred) *metapb.Cred {
+	return &metapb.Cred{Uid: c.Uid, Gid: c.Gid, Groups: c.Groups}
+}
+
+// pathResult is a resolved path: the last name's dentry and inode (nil
+// when the name does not exist: errno ENOENT with the parent known), the
+// parent directory with its attributes, and the path as finally resolved
+// (symlinks substituted).
+type pathResult struct {
+	resp *metapb.PathResponse
+	path string
+	name string // the last component ("" for the root or a path ending in "..")
+}
+
+// pathStep sends one path request to the partition the last name routes
+// to, following the partition's redirects. It returns the response even
+// when its errno is not 0 (callers need the resolved parent of a missing
+// name); transport failures are errors.
+func (v *Volume) pathStep(ctx context.Context, op, path string, req *metapb.PathRequest) (*metapb.PathResponse, error) {
+	comps, _, e := nsreplica.Split(path)
+	if e != 0 {
+		return nil, errnoErr(op, e, "path %q", path)
+	}
+	name := ""
+	if n := len(comps); n > 0 && comps[n-1] != ".." {
+		name = comps[n-1]
+	}
+	req.Path = []byte(path)
+	var target uint64
+	for hop := 0; ; hop++ {
+		pick := func(w *view) (*pb.Partition, error) {
+			switch {
+			case target != 0:
+				return byID(target)(w)
+			case name == "":
+				return w.home(RootIno)
+			}
+			// A path-walk name's owner depends on the parent, which
+			// only the partition knows: any partition redirects.
+			return w.route(0, name)
+		}
+		var resp *metapb.PathResponse
+		err := v.do(ctx, op, pick, func(ctx context.Context, p *pb.Partition) (err error) {
+			resp, err = v.meta.Path(ctx, p, req)
+			if err == nil && syscall.Errno(resp.GetErrno()) == errnoMoving {
+				err = routingCheck(resp.GetErrno(), p.GetId(), resp.GetMessage())
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if syscall.Errno(resp.GetErrno()) != errnoWrongMP {
+			return resp, nil
+		}
+		if hop >= maxPathHops || resp.GetOwner() == 0 {
+			return nil, errnoErr(op, syscall.EIO, "%q: meta partitions keep redirecting (last: %s)", path, resp.GetMessage())
+		}
+		if resp.GetRoutingVersion() > v.current().routing {
+			v.refresh(ctx)
+		}
+		target = resp.GetOwner()
+	}
+}
+
+// substitute replaces component k of comps with a symlink's target.
+func substitute(comps []string, k int, target string, trailing bool) string {
+	var b strings.Builder
+	if !strings.HasPrefix(target, "/") {
+		for _, c := range comps[:k] {
+			b.WriteString("/")
+			b.WriteString(c)
+		}
+		b.WriteString("/")
+	}
+	b.WriteString(target)
+	for _, c := range comps[k+1:] {
+		b.WriteString("/")
+		b.WriteString(c)
+	}
+	if trailing {
+		b.WriteString("/")
+	}
+	return b.String()
+}
+
+// resolve runs req on path, substituting symlinks met in the middle of the
+// path and, with follow, a symlink as the last component. A non-zero errno
+// of the final answer is returned as an *Error along with the result (so
+// callers can use the parent of a missing name).
+func (v *Volume) resolve(ctx context.Context, op, path string, follow bool, req *metapb.PathRequest) (*pathResult, error) {
+	for hops := 0; ; hops++ {
+		if hops > maxSymlinkHops {
+			return nil, errnoErr(op, syscall.ELOOP, "%q: more than %d symlinks", path, maxSymlinkHops)
+		}
+		comps, trailing, e := nsreplica.Split(path)
+		if e != 0 {
+			return nil, errnoErr(op, e, "path %q", path)
+		}
+		resp, err := v.pathStep(ctx, op, path, req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.GetSymlink() {
+			k := int(resp.GetSymlinkAt())
+			if k >= len(comps) {
+				return nil, errnoErr(op, syscall.EIO, "%q: symlink at component %d of %d", path, k, len(comps))
+			}
+			path = substitute(comps, k, string(resp.GetSymlinkTarget()), trailing)
+			continue
+		}
+		r := &pathResult{resp: resp, path: path}
+		if n := len(comps); n > 0 && comps[n-1] != ".." {
+			r.name = comps[n-1]
+		}
+		if e := syscall.Errno(resp.GetErrno()); e != 0 {
+			return r, &Error{Op: op, Errno: e, Msg: resp.GetMessage()}
+		}
+		d := resp.GetDentry()
+		if follow && r.name != "" && d.GetType() == metapb.FileType_FILE_TYPE_SYMLINK && req.Op == metapb.PathOp_PATH_OP_LOOKUP {
+			in, err := v.inodeOf(ctx, op, resp)
+			if err != nil {
+				return nil, err
+			}
+			path = substitute(comps, len(comps)-1, string(in.GetTarget()), trailing)
+			continue
+		}
+		return r, nil
+	}
+}
+
+// inodeOf returns the looked-up name's inode: from the answer when it is
+// homed on the name's partition, else from its home (a second hop).
+func (v *Volume) inodeOf(ctx context.Context, op string, resp *metapb.PathResponse) (*metapb.Inode, error) {
+	if in := resp.GetInode(); in != nil {
+		return in, nil
+	}
+	return v.getInode(ctx, op, resp.GetDentry().GetIno())
+}
+
+// lookupPath resolves path and returns the last name's inode, checking
+// access (perm bits) on it.
+func (v *Volume) lookupPath(ctx context.Context, op, path string, follow bool, access uint32, cred Cred) (*pathResult, *metapb.Inode, error) {
+	r, err := v.resolve(ctx, op, path, follow, &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP, Cred: credPB(cred), Access: access})
+	if err != nil {
+		return r, nil, err
+	}
+	in, err := v.inodeOf(ctx, op, r.resp)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.resp.GetInode() == nil && access != 0 && !perm.Allowed(cred, typeBits(in.GetType())|in.GetMode(), in.GetUid(), in.GetGid(), access) {
+		return nil, nil, errnoErr(op, syscall.EACCES, "%q", path)
+	}
+	return r, in, nil
+}
+
+// StatPath returns the attributes of the file path names, following a
+// final symlink.
+func (v *Volume) StatPath(ctx context.Context, path string, cred Cred) (*Attr, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	_, in, err := v.lookupPath(ctx, "stat", path, true, 0, cred)
+	if err != nil {
+		return nil, err
+	}
+	return toAttr(in), nil
+}
+
+// LstatPath is StatPath without following a final symlink.
+func (v *Volume) LstatPath(ctx context.Context, path string, cred Cred) (*Attr, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	_, in, err := v.lookupPath(ctx, "lstat", path, false, 0, cred)
+	if err != nil {
+		return nil, err
+	}
+	return toAttr(in), nil
+}
+
+// ReadlinkPath returns the target of the symlink path names (EINVAL if it
+// is not one).
+func (v *Volume) ReadlinkPath(ctx context.Context, path string, cred Cred) (string, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	_, in, err := v.lookupPath(ctx, "readlink", path, false, 0, cred)
+	if err != nil {
+		return "", err
+	}
+	if in.GetType() != metapb.FileType_FILE_TYPE_SYMLINK {
+		return "", errnoErr("readlink", syscall.EINVAL, "%q is not a symlink", path)
+	}
+	return string(in.GetTarget()), nil
+}
+
+// accessOf is the permission an open with flags needs.
+func accessOf(flags int) uint32 {
+	var a uint32
+	switch flags & syscall.O_ACCMODE {
+	case syscall.O_RDONLY:
+		a = perm.Read
+	case syscall.O_WRONLY:
+		a = perm.Write
+	default:
+		a = perm.Read | perm.Write
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		a |= perm.Write
+	}
+	return a
+}
+
+// OpenPath opens the regular file path names, following symlinks. With
+// O_CREAT a missing file is created with permission bits mode, owned by
+// cred (EEXIST with O_EXCL if it exists); O_TRUNC truncates; access is
+// checked against cred. A read-only open of an existing file is one
+// request.
+func (v *Volume) OpenPath(ctx context.Context, path string, flags int, mode uint32, cred Cred) (*File, error) {
+	const op = "open"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if flags&syscall.O_CREAT != 0 {
+		in, created, err := v.createPath(ctx, op, path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: mode & 0o7777}, cred, flags&syscall.O_EXCL != 0)
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			return v.openInode(ctx, op, in, flags&^syscall.O_TRUNC)
+		}
+	}
+	_, in, err := v.lookupPath(ctx, op, path, true, accessOf(flags), cred)
+	if err != nil {
+		return nil, err
+	}
+	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		return v.OpenFile(ctx, in.GetIno(), flags)
+	}
+	return v.openInode(ctx, op, in, flags)
+}
+
+// CreatePath creates the regular file path names (EEXIST if it exists).
+func (v *Volume) CreatePath(ctx context.Context, path string, mode uint32, cred Cred) (*Attr, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	in, _, err := v.createPath(ctx, "create", path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: mode & 0o7777}, cred, true)
+	if err != nil {
+		return nil, err
+	}
+	return toAttr(in), nil
+}
+
+// MkdirPath creates the directory path names; the parent's layout
+// attribute is copied to it, as Mkdir does.
+func (v *Volume) MkdirPath(ctx context.Context, path string, mode uint32, cred Cred) (*Attr, error) {
+	const op = "mkdir"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	in, _, err := v.createPath(ctx, op, path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_DIRECTORY, Mode: mode & 0o7777}, cred, true)
+	if err != nil {
+		return nil, err
+	}
+	if len(v.current().vol.GetChunkIndexPartitions()) > 0 {
+		if val, lerr := v.dirLayoutAttr(ctx, op, in.GetParent()); lerr == nil && val != nil {
+			_ = v.SetXattr(ctx, in.GetIno(), LayoutAttr, val, 0)
+		}
+	}
+	return toAttr(in), nil
+}
+
+// SymlinkPath creates the symlink path -> target.
+func (v *Volume) SymlinkPath(ctx context.Context, target, path string, cred Cred) (*Attr, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	if target == "" || len(target) >= nsreplica.MaxPath || strings.IndexByte(target, 0) >= 0 {
+		return nil, errnoErr("symlink", syscall.EINVAL, "symlink target of %d bytes", len(target))
+	}
+	in, _, err := v.createPath(ctx, "symlink", path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_SYMLINK, Mode: 0o777, Target: []byte(target)}, cred, true)
+	if err != nil {
+		return nil, err
+	}
+	return toAttr(in), nil
+}
+
+// createPath makes the inode tmpl describes under the name path ends in.
+// created is false when the name existed and excl is not set (the caller
+// opens it). Symlinks in the parent's path are followed, not a final one.
+func (v *Volume) createPath(ctx context.Context, op, path string, tmpl *metapb.Inode, cred Cred, excl bool) (in *metapb.Inode, created bool, err error) {
+	tmpl.Uid, tmpl.Gid = cred.Uid, cred.Gid
+	if tmpl.Type == metapb.FileType_FILE_TYPE_REGULAR && len(v.current().vol.GetChunkIndexPartitions()) > 0 {
+		// The layout is the parent directory's attribute: on volumes
+		// that have chunked files the parent is looked up first.
+		trimmed := strings.TrimRight(path, "/")
+		if i := strings.LastIndexByte(trimmed, '/'); i >= 0 {
+			_, pin, err := v.lookupPath(ctx, op, trimmed[:i+1], true, 0, cred)
+			if err != nil {
+				return nil, false, err
+			}
+			if tmpl.Layout, err = v.layoutFor(ctx, op, pin.GetIno()); err != nil {
+				return nil, false, err
+			}
+		}
+	}
+	req := &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_CREATE, Cred: credPB(cred), Create: tmpl, RequestId: newID(), OpId: newID()}
+	r, err := v.resolve(ctx, op, path, false, req)
+	switch {
+	case err == nil:
+	case isErrno(err, syscall.EEXIST) && !excl:
+		return nil, false, nil
+	case isErrno(err, syscall.ENOSPC) && r != nil && r.resp.GetParent() != 0:
+		// The name's partition has no inode number left (its range was
+		// cut): the inode API makes it on another partition.
+		ci := &metapb.CreateInode{Type: tmpl.Type, Mode: tmpl.Mode, Uid: tmpl.Uid, Gid: tmpl.Gid, Target: tmpl.Target, Layout: tmpl.Layout}
+		attr, err := v.create(ctx, op, r.resp.GetParent(), r.name, ci)
+		if err != nil {
+			return nil, false, err
+		}
+		in, err := v.getInode(ctx, op, attr.Ino)
+		return in, err == nil, err
+	default:
+		return nil, false, err
+	}
+	resp := r.resp
+	in = resp.GetInode()
+	if !resp.GetParentTouched() {
+		ci := &metapb.CreateInode{Type: tmpl.Type}
+		touch := v.createTouch(resp.GetParent(), ci)
+		touch.GetTouchDir().OpId = req.OpId
+		if err := v.touchAfterCreate(ctx, op, resp.GetParent(), r.name, in, touch); err != nil {
+			return nil, false, err
+		}
+	}
+	return in, true, nil
+}
+
+// UnlinkPath removes the non-directory path names (EISDIR for a
+// directory), one request when the file's inode and the parent are homed
+// on the name's partition.
+func (v *Volume) UnlinkPath(ctx context.Context, path string, cred Cred) error {
+	const op = "unlink"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	req := &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_UNLINK, Cred: credPB(cred), RequestId: newID(), OpId: newID()}
+	r, err := v.resolve(ctx, op, path, false, req)
+	if isErrno(err, syscall.EXDEV) && r != nil {
+		// A sticky parent and an inode homed elsewhere: check the owner
+		// here, then take the inode path.
+		in, err := v.getInode(ctx, op, r.resp.GetDentry().GetIno())
+		if err != nil {
+			return err
+		}
+		pin := r.resp.GetParentInode()
+		if !perm.MayDelete(cred, pin.GetMode(), pin.GetUid(), in.GetUid()) {
+			return errnoErr(op, syscall.EPERM, "%q: sticky directory", path)
+		}
+		return v.Unlink(ctx, r.resp.GetParent(), r.name)
+	}
+	if err != nil {
+		return err
+	}
+	resp := r.resp
+	ino := resp.GetDentry().GetIno()
+	switch {
+	case !resp.GetLinkDropped():
+		v.dropLinks(ctx, op, ino, 1)
+	case resp.GetNlink() == 0:
+		v.evict(ctx, op, ino)
+	}
+	if !resp.GetParentTouched() {
+		_, _ = v.txn(ctx, op, byIno(resp.GetParent()), opTouchDir(resp.GetParent(), 0, req.OpId))
+	}
+	return nil
+}
+
+// mayChange checks that cred may remove or add a name in the directory a
+// path result's parent is (write and search, and the sticky rule for a
+// name owned by owner when remove).
+func mayChange(op string, r *pathResult, cred Cred, remove bool, owner uint32) error {
+	pin := r.resp.GetParentInode()
+	if !perm.Allowed(cred, syscall.S_IFDIR|pin.GetMode(), pin.GetUid(), pin.GetGid(), perm.Write|perm.Exec) {
+		return errnoErr(op, syscall.EACCES, "%q: no write permission on the parent", r.path)
+	}
+	if remove && !perm.MayDelete(cred, pin.GetMode(), pin.GetUid(), owner) {
+		return errnoErr(op, syscall.EPERM, "%q: sticky directory", r.path)
+	}
+	return nil
+}
+
+// RmdirPath removes the empty directory path names.
+func (v *Volume) RmdirPath(ctx context.Context, path string, cred Cred) error {
+	const op = "rmdir"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	r, in, err := v.lookupPath(ctx, op, path, false, 0, cred)
+	if err != nil {
+		return err
+	}
+	if r.name == "" {
+		return errnoErr(op, syscall.EBUSY, "%q names the root or ends in \"..\"", path)
+	}
+	if in.GetType() != metapb.FileType_FILE_TYPE_DIRECTORY {
+		return errnoErr(op, syscall.ENOTDIR, "%q", path)
+	}
+	if err := mayChange(op, r, cred, true, in.GetUid()); err != nil {
+		return err
+	}
+	return v.Rmdir(ctx, r.resp.GetParent(), r.name)
+}
+
+// newName resolves the parent of a name to be created or replaced by
+// rename or link: the name may exist (returned) or not.
+func (v *Volume) newName(ctx context.Context, op, path string, cred Cred) (*pathResult, *metapb.Inode, error) {
+	r, in, err := v.lookupPath(ctx, op, path, false, 0, cred)
+	switch {
+	case err == nil:
+		return r, in, nil
+	case isErrno(err, syscall.ENOENT) && r != nil && r.resp.GetParent() != 0:
+		return r, nil, nil
+	}
+	return nil, nil, err
+}
+
+// RenamePath renames oldPath to newPath (rename(2) semantics, replacing a
+// file or an empty directory).
+func (v *Volume) RenamePath(ctx context.Context, oldPath, newPath string, cred Cred) error {
+	const op = "rename"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	ro, in, err := v.lookupPath(ctx, op, oldPath, false, 0, cred)
+	if err != nil {
+		return err
+	}
+	rn, dst, err := v.newName(ctx, op, newPath, cred)
+	if err != nil {
+		return err
+	}
+	if ro.name == "" || rn.name == "" {
+		return errnoErr(op, syscall.EBUSY, "rename of %q to %q: the root or a path ending in \"..\"", oldPath, newPath)
+	}
+	if err := mayChange(op, ro, cred, true, in.GetUid()); err != nil {
+		return err
+	}
+	var dstOwner uint32
+	if dst != nil {
+		dstOwner = dst.GetUid()
+	}
+	if err := mayChange(op, rn, cred, dst != nil, dstOwner); err != nil {
+		return err
+	}
+	return v.Rename(ctx, ro.resp.GetParent(), ro.name, rn.resp.GetParent(), rn.name, 0)
+}
+
+// LinkPath gives the file oldPath names the additional name newPath.
+func (v *Volume) LinkPath(ctx context.Context, oldPath, newPath string, cred Cred) (*Attr, error) {
+	const op = "link"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	_, in, err := v.lookupPath(ctx, op, oldPath, false, 0, cred)
+	if err != nil {
+		return nil, err
+	}
+	rn, dst, err := v.newName(ctx, op, newPath, cred)
+	if err != nil {
+		return nil, err
+	}
+	if dst != nil {
+		return nil, errnoErr(op, syscall.EEXIST, "%q", newPath)
+	}
+	if rn.name == "" {
+		return nil, errnoErr(op, syscall.EEXIST, "%q", newPath)
+	}
+	if err := mayChange(op, rn, cred, false, 0); err != nil {
+		return nil, err
+	}
+	return v.Link(ctx, in.GetIno(), rn.resp.GetParent(), rn.name)
+}
+
+// ReadDirPath lists the directory path names (following symlinks), all
+// of it, without "." and "..".
+func (v *Volume) ReadDirPath(ctx context.Context, path string, cred Cred) ([]DirEntry, error) {
+	const op = "readdir"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	_, in, err := v.lookupPath(ctx, op, path, true, perm.Read, cred)
+	if err != nil {
+		return nil, err
+	}
+	if in.GetType() != metapb.FileType_FILE_TYPE_DIRECTORY {
+		return nil, errnoErr(op, syscall.ENOTDIR, "%q", path)
+	}
+	var out []DirEntry
+	for cursor := ""; ; {
+		page, more, err := v.ReadDir(ctx, in.GetIno(), cursor, maxReadDirPage)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if !more || len(page) == 0 {
+			return out, nil
+		}
+		cursor = page[len(page)-1].Name
+	}
+}
+
+// maxReadDirPage is the page ReadDirPath asks for.
+const maxReadDirPage = 4096
+
+// SetattrPath changes the attributes of the file path names (following
+// symlinks) as Setattr does, after the checks chmod(2), chown(2),
+// truncate(2) and utimes(2) make for cred: a mode change or explicit times
+// need the owner (EPERM), a new owner needs root, a new group the owner
+// and a group cred is in, a size write permission (EACCES), "now" times
+// the owner or write permission.
+func (v *Volume) SetattrPath(ctx context.Context, path string, in SetattrIn, cred Cred) (*Attr, error) {
+	const op = "setattr"
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	_, cur, err := v.lookupPath(ctx, op, path, true, 0, cred)
+	if err != nil {
+		return nil, err
+	}
+	if e := setattrAllowed(cred, cur, in); e != 0 {
+		return nil, errnoErr(op, e, "%q", path)
+	}
+	return v.Setattr(ctx, cur.GetIno(), in)
+}
+
+// setattrAllowed is the permission part of chmod/chown/truncate/utimes.
+func setattrAllowed(c Cred, cur *metapb.Inode, in SetattrIn) syscall.Errno {
+	root, owner := c.Uid == 0, c.Uid == cur.GetUid()
+	writable := perm.Allowed(c, typeBits(cur.GetType())|cur.GetMode(), cur.GetUid(), cur.GetGid(), perm.Write)
+	inGroup := func(g uint32) bool {
+		if g == c.Gid {
+			return true
+		}
+		for _, x := range c.Groups {
+			if x == g {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case root:
+		return 0
+	case in.Valid&SetUID != 0 && in.Uid != cur.GetUid():
+		return syscall.EPERM
+	case in.Valid&SetGID != 0 && in.Gid != cur.GetGid() && !(owner && inGroup(in.Gid)):
+		return syscall.EPERM
+	case in.Valid&(SetMode|SetUID|SetGID|SetAtime|SetMtime|SetCtime) != 0 && !owner:
+		return syscall.EPERM
+	case in.Valid&SetSize != 0 && !writable:
+		return syscall.EACCES
+	case in.Valid&(SetAtimeNow|SetMtimeNow) != 0 && !owner && !writable:
+		return syscall.EACCES
+	}
+	return 0
+}
