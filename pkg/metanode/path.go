@@ -343,7 +343,7 @@ func (s *service) fetchOnce(ctx context.Context, p *partition, m *nsMiss, comps 
 			local = mp.Holds(RootIno)
 			if local {
 				in, e = mp.GetInode(RootIno)
-				busy = mp.Fenced(RootIno)
+				busy = mp.Fenced(RootIno, time.Now().UnixNano())
 			}
 			return
 		}
@@ -351,7 +351,7 @@ func (s *service) fetchOnce(ctx context.Context, p *partition, m *nsMiss, comps 
 		local = routed && owner == p.id
 		if local {
 			d, in, e = mp.Lookup(m.parent, m.name)
-			busy = e == metapartition.OK && mp.Fenced(d.GetIno())
+			busy = e == metapartition.OK && mp.Fenced(d.GetIno(), time.Now().UnixNano())
 		}
 	})
 	if busy {
@@ -455,7 +455,7 @@ func (s *service) fetchInode(ctx context.Context, p *partition, ino uint64) (*me
 	p.sm.read(func(mp *metapartition.Partition) {
 		if local = mp.Holds(ino); local {
 			in, e = mp.GetInode(ino)
-			if e == metapartition.OK && mp.Fenced(ino) {
+			if e == metapartition.OK && mp.Fenced(ino, time.Now().UnixNano()) {
 				e = metapartition.EBUSY
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -120,7 +121,7 @@ func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metap
 	resp := &metapb.LookupResponse{}
 	p.sm.read(func(mp *metapartition.Partition) {
 		d, ino, e := mp.Lookup(req.Parent, string(req.Name))
-		if e == metapartition.OK && req.NsFetch && mp.Fenced(d.GetIno()) {
+		if e == metapartition.OK && req.NsFetch && mp.Fenced(d.GetIno(), time.Now().UnixNano()) {
 			// A coordinator holds the directory: the replica must not
 			// learn it until the change is done (FalconFS §4.3).
 			d, ino, e = nil, nil, metapartition.EBUSY
@@ -142,7 +143,7 @@ func (s *service) GetInode(ctx context.Context, req *metapb.GetInodeRequest) (*m
 	resp := &metapb.GetInodeResponse{}
 	p.sm.read(func(mp *metapartition.Partition) {
 		ino, e := mp.GetInode(req.Ino)
-		if e == metapartition.OK && req.NsFetch && mp.Fenced(req.Ino) {
+		if e == metapartition.OK && req.NsFetch && mp.Fenced(req.Ino, time.Now().UnixNano()) {
 			ino, e = nil, metapartition.EBUSY
 		}
 		resp.Errno, resp.Inode = int32(e), ino

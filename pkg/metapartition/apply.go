@@ -381,8 +381,10 @@ func (t *txn) fenceOf(parent uint64) uint64 {
 			return c.token
 		}
 	}
-	tok, _ := t.p.fences.Get(parent)
-	return tok
+	if f, ok := t.p.fences.Get(parent); ok && !f.expired(t.now) {
+		return f.token
+	}
+	return 0
 }
 
 func (t *txn) putFence(parent, token uint64) {
@@ -514,7 +516,7 @@ func (t *txn) commit() {
 			p.fences.Delete(c.parent)
 			continue
 		}
-		p.fences.Set(c.parent, c.token)
+		p.fences.Set(c.parent, fenceRec{token: c.token, at: t.now})
 		// A new fence (or lock) changes what paths through the directory
 		// may resolve to: path Txns resolved before it are refused
 		// (ns_epoch), and the node's namespace replica forgets the entry.
@@ -522,6 +524,9 @@ func (t *txn) commit() {
 		if p.onFence != nil {
 			p.onFence(c.parent)
 		}
+	}
+	if len(t.fences) > 0 && p.fences.Len() > fencePruneAt {
+		p.pruneFences(t.now)
 	}
 	for _, f := range t.freed {
 		p.free.Set(f)

@@ -289,8 +289,8 @@
 //  4. rmdir: Fence the directory on every MP, sum CountChildren (ENOTEMPTY
 //     if any), then DeleteDentry (expect_type DIRECTORY) on the name's MP,
 //     Link -2 and Evict on the directory's home, TouchDir -1 the parent,
-//     and Unfence everywhere (also on failure). A sweeper lifts fences left
-//     by a crashed coordinator (Fences lists them).
+//     and Unfence everywhere (also on failure). Fences left by a crashed
+//     coordinator lapse FenceTTL after they were set (Raft apply time).
 //  5. Check what needs the whole namespace: existence and type (ENOTDIR)
 //     of a parent homed on another MP, permissions, a directory moved into its own subtree,
 //     RENAME_NOREPLACE / RENAME_EXCHANGE, ENOTEMPTY for a directory

@@ -502,7 +502,7 @@ func TestFence(t *testing.T) {
 	}
 	// Other parents are not affected; existing names can still go.
 	mustRun(t, p, 7, createInode(reg, 0o644), createDentry(1, "x", 0, reg))
-	if got := p.Fences(); !slices.Equal(got, []Fence{{Parent: 3, Token: 77}}) {
+	if got := p.Fences(); !slices.Equal(got, []Fence{{Parent: 3, Token: 77, SetNs: 5}}) {
 		t.Errorf("Fences %v", got)
 	}
 	if s := p.Stats(0); s.Fences != 1 {
@@ -724,10 +724,10 @@ func TestNamespaceLock(t *testing.T) {
 	e0 := p.NsEpoch()
 	lock := &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: 3, Token: 9 | lockBit, Lock: true}}}
 	mustRun(t, p, 5, lock, lock) // the top bit of a token is ignored; a retry is fine
-	if !p.Fenced(3) || p.NsEpoch() != e0+1 || !slices.Equal(told, []uint64{3}) {
-		t.Fatalf("after lock: fenced %v, epoch %d (was %d), told %v", p.Fenced(3), p.NsEpoch(), e0, told)
+	if !p.Fenced(3, 5) || p.NsEpoch() != e0+1 || !slices.Equal(told, []uint64{3}) {
+		t.Fatalf("after lock: fenced %v, epoch %d (was %d), told %v", p.Fenced(3, 5), p.NsEpoch(), e0, told)
 	}
-	if got := p.Fences(); !slices.Equal(got, []Fence{{Parent: 3, Token: 9, Lock: true}}) {
+	if got := p.Fences(); !slices.Equal(got, []Fence{{Parent: 3, Token: 9, Lock: true, SetNs: 5}}) {
 		t.Errorf("Fences %v", got)
 	}
 	// A lock refuses no names, but a fence of another token is EBUSY.
@@ -745,8 +745,8 @@ func TestNamespaceLock(t *testing.T) {
 		t.Errorf("current ns_epoch: %s", r.Message)
 	}
 	mustRun(t, p, 10, unfence(3, 9))
-	if p.Fenced(3) || p.NsEpoch() != e0+1 {
-		t.Errorf("after unlock: fenced %v, epoch %d", p.Fenced(3), p.NsEpoch())
+	if p.Fenced(3, 10) || p.NsEpoch() != e0+1 {
+		t.Errorf("after unlock: fenced %v, epoch %d", p.Fenced(3, 10), p.NsEpoch())
 	}
 	// The epoch is replicated state: it survives a snapshot, the hook stays.
 	q := newRoot(t)
@@ -760,5 +760,34 @@ func TestNamespaceLock(t *testing.T) {
 	mustRun(t, q, 11, fence(1, 4))
 	if told[len(told)-1] != 1 {
 		t.Errorf("hook lost by Restore: %v", told)
+	}
+}
+
+// A fence left by a coordinator that crashed lapses FenceTTL after it was
+// set: names can be made again, another coordinator can fence, and the
+// lapsed fences are pruned.
+func TestFenceLapses(t *testing.T) {
+	p := world(t)
+	mustRun(t, p, 5, fence(3, 77))
+	if !p.Fenced(3, 5+FenceTTL-1) || p.Fenced(3, 5+FenceTTL) {
+		t.Errorf("Fenced before/at the TTL: %v/%v", p.Fenced(3, 5+FenceTTL-1), p.Fenced(3, 5+FenceTTL))
+	}
+	if r := run(t, p, 5+FenceTTL-1, createInode(reg, 0o644), createDentry(3, "x", 0, reg)); Errno(r.Errno) != ENOENT {
+		t.Errorf("create under a live fence: %v", Errno(r.Errno))
+	}
+	later := 5 + FenceTTL
+	mustRun(t, p, later, createInode(reg, 0o644), createDentry(3, "x", 0, reg))
+	mustRun(t, p, later+1, fence(3, 78)) // replaces the lapsed one
+	if got := p.Fences(); !slices.Equal(got, []Fence{{Parent: 3, Token: 78, SetNs: later + 1}}) {
+		t.Errorf("Fences %v", got)
+	}
+	mustRun(t, p, later+2, unfence(3, 78))
+	// Lapsed fences are pruned once there are many.
+	for i := range fencePruneAt + 1 {
+		mustRun(t, p, 10, fence(uint64(1000+i), 1))
+	}
+	mustRun(t, p, 10+FenceTTL, fence(1, 2))
+	if n := len(p.Fences()); n != 1 {
+		t.Errorf("%d fences after pruning, want 1", n)
 	}
 }

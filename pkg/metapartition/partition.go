@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/cairnfs/cairn/pkg/chunker"
 	"github.com/cairnfs/cairn/pkg/metapb"
@@ -33,8 +34,8 @@ type Partition struct {
 
 	inodes   *btree.BTreeG[*inode]
 	dentries *btree.BTreeG[dentry]
-	fences   *btree.Map[uint64, uint64] // parent -> token
-	free     *btree.BTreeG[FreedExtent] // by Seq
+	fences   *btree.Map[uint64, fenceRec] // parent -> token, time set
+	free     *btree.BTreeG[FreedExtent]   // by Seq
 	touched  opRing
 	requests reqRing
 	routing  *routing                   // nil: never got SetRouting, accepts every name
@@ -103,7 +104,8 @@ func (f FreedExtent) Chunk() *metapb.Chunk {
 type Fence struct {
 	Parent uint64
 	Token  uint64
-	Lock   bool // a namespace lock (Fence.lock): refuses no names
+	Lock   bool  // a namespace lock (Fence.lock): refuses no names
+	SetNs  int64 // apply time it was set; it lapses FenceTTL later
 }
 
 // NameCount is a dentry name and how many dentries of this partition carry it.
@@ -287,7 +289,7 @@ func newEmpty() *Partition {
 	return &Partition{
 		inodes:   btree.NewBTreeGOptions(inodeLess, treeOpts),
 		dentries: btree.NewBTreeGOptions(dentryLess, treeOpts),
-		fences:   new(btree.Map[uint64, uint64]),
+		fences:   new(btree.Map[uint64, fenceRec]),
 		free:     btree.NewBTreeGOptions(freedLess, treeOpts),
 		orphans:  new(btree.Set[uint64]),
 		names:    make(map[uint64]uint32),
@@ -523,12 +525,12 @@ func (p *Partition) FreeListHead(limit int) []FreedExtent {
 	return out
 }
 
-// Fences returns the fenced parents, sorted, so that a sweeper can lift
-// fences left by a coordinator that crashed.
+// Fences returns the fences in place (expired ones included until they
+// are pruned), sorted by parent.
 func (p *Partition) Fences() []Fence {
 	out := make([]Fence, 0, p.fences.Len())
-	p.fences.Scan(func(parent, token uint64) bool {
-		out = append(out, Fence{Parent: parent, Token: token &^ lockBit, Lock: token&lockBit != 0})
+	p.fences.Scan(func(parent uint64, f fenceRec) bool {
+		out = append(out, Fence{Parent: parent, Token: f.token &^ lockBit, Lock: f.token&lockBit != 0, SetNs: f.at})
 		return true
 	})
 	return out
@@ -621,11 +623,45 @@ const lockBit = 1 << 63
 // resolved at epoch e is still valid while NsEpoch() == e (Txn.ns_epoch).
 func (p *Partition) NsEpoch() uint64 { return p.nsEpoch }
 
-// Fenced reports whether a fence or a namespace lock covers directory ino:
-// a namespace fetch of it must wait (answer EBUSY) until it is lifted.
-func (p *Partition) Fenced(ino uint64) bool {
-	_, ok := p.fences.Get(ino)
-	return ok
+// Fenced reports whether a fence or a namespace lock covers directory ino
+// at time now (Unix ns): a namespace fetch of it must wait (answer EBUSY)
+// until it is lifted or lapses.
+func (p *Partition) Fenced(ino uint64, now int64) bool {
+	f, ok := p.fences.Get(ino)
+	return ok && !f.expired(now)
+}
+
+// FenceTTL is how long a fence or namespace lock holds without Unfence. A
+// coordinator lifts its fences within one operation's deadline (seconds);
+// one that crashed leaves them, and they lapse after FenceTTL instead of
+// blocking the directory forever.
+const FenceTTL = int64(2 * time.Minute)
+
+// fencePruneAt is the number of fences above which a new fence's commit
+// deletes the lapsed ones.
+const fencePruneAt = 1024
+
+// fenceRec is a fence in place: its token (lockBit for a namespace lock)
+// and the apply time it was set at.
+type fenceRec struct {
+	token uint64
+	at    int64
+}
+
+func (f fenceRec) expired(now int64) bool { return now-f.at >= FenceTTL }
+
+// pruneFences deletes the fences lapsed at now.
+func (p *Partition) pruneFences(now int64) {
+	var lapsed []uint64
+	p.fences.Scan(func(parent uint64, f fenceRec) bool {
+		if f.expired(now) {
+			lapsed = append(lapsed, parent)
+		}
+		return true
+	})
+	for _, parent := range lapsed {
+		p.fences.Delete(parent)
+	}
 }
 
 // OnFence sets fn to be called, during Apply, with every directory a newly

@@ -34,7 +34,7 @@ const (
 	// operation's share on one partition and needs a handful of ops.
 	MaxOpsPerTxn = 1024
 	// MaxFences bounds concurrent fences (EAGAIN beyond); a fence lives for
-	// the duration of one rmdir.
+	// the duration of one rmdir, rename or directory chmod, or FenceTTL.
 	MaxFences = 1 << 16
 	// TouchHistory is how many (ino, op_id) pairs of TouchDir the partition
 	// remembers to make retried TouchDirs idempotent (a FIFO, part of the

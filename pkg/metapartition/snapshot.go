@@ -30,7 +30,7 @@ import (
 //	                     layout(v4: 0 extent, 1 cdc) [gen #chunks chunk*] (v4), where chunk is
 //	                     fp size pid eid extOff
 //	#dentries, dentry*   parent len(name) name ino type
-//	#fences,   fence*    parent token
+//	#fences,   fence*    parent token at(v5, zigzag)
 //	#free,     freed*    seq ino pid eid extOff size drop(v4: 0 or 1) [fp] (v4)
 //	#touched,  opKey*    ino opID, oldest first
 //	#requests, request*  id len(result) result (a TxnResult in deterministic
@@ -63,7 +63,7 @@ type Frozen struct {
 
 	inodes   *btree.BTreeG[*inode]
 	dentries *btree.BTreeG[dentry]
-	fences   *btree.Map[uint64, uint64]
+	fences   *btree.Map[uint64, fenceRec]
 	free     *btree.BTreeG[FreedExtent]
 	touched  []opKey
 	requests []reqEntry
@@ -213,9 +213,10 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 	})
 
 	s.u(uint64(f.fences.Len()))
-	f.fences.Scan(func(parent, token uint64) bool {
+	f.fences.Scan(func(parent uint64, fr fenceRec) bool {
 		s.u(parent)
-		s.u(token)
+		s.u(fr.token)
+		s.i(fr.at)
 		return s.record()
 	})
 
@@ -515,6 +516,10 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 	}
 	for i := 0; i < n && r.err == nil; i++ {
 		parent, token := r.u(), r.u()
+		var at int64
+		if r.version >= 5 {
+			at = r.i()
+		}
 		if r.err != nil {
 			break
 		}
@@ -523,7 +528,7 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 			break
 		}
 		prev = parent
-		p.fences.Load(parent, token)
+		p.fences.Load(parent, fenceRec{token: token, at: at})
 	}
 
 	n = r.count("free extents", 6)
