@@ -77,6 +77,12 @@ type Stats struct {
 	// BytesToData and BytesFromData count file bytes written to and read
 	// from data nodes through Files.
 	BytesToData, BytesFromData int64
+	// MetadataBytes estimates the memory the SDK holds for metadata: the
+	// volume's routing view (partitions, slot and exception tables, node
+	// addresses) and the directory layout cache. The SDK caches no
+	// dentries or inodes; a FUSE mount's kernel caches and go-fuse's node
+	// table are not counted.
+	MetadataBytes int64
 	// DedupBytes counts bytes of chunked files' new chunks that were not
 	// sent because the volume stored them already.
 	DedupBytes int64
@@ -94,6 +100,7 @@ func (v *Volume) Stats() Stats {
 	st := Stats{
 		MetaRequests: v.metaRequests.Load(), BytesToData: v.bytesWritten.Load(), BytesFromData: v.bytesRead.Load(),
 		DedupBytes: v.dedupBytes.Load(), ChunkCache: v.chunks.Stats(),
+		MetadataBytes: v.current().bytes + v.layouts.bytes(),
 	}
 	if dc != nil {
 		st.Data = dc.Stats()

@@ -47,6 +47,17 @@ func (d *dirLayouts) put(dir uint64, value []byte) {
 	d.m[dir] = dirLayout{value: value, at: time.Now()}
 }
 
+// bytes estimates the cache's memory (map slot, record and value).
+func (d *dirLayouts) bytes() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := int64(0)
+	for _, e := range d.m {
+		n += 64 + int64(len(e.value))
+	}
+	return n
+}
+
 func (d *dirLayouts) forget(dir uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnfs/cairn/pkg/chunkcache"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
@@ -140,6 +141,9 @@ type view struct {
 	parts   map[uint64]*pb.Partition // the volume's meta partitions by id
 	byStart []*pb.Partition          // the same, by inode_start
 	nodes   map[uint64]string        // node id -> address
+	// bytes estimates the view's memory: the map records it keeps (their
+	// encoded size, a lower bound of the decoded form) and its indexes.
+	bytes int64
 }
 
 func newView(m *pb.ClusterMap, volume string) (*view, error) {
@@ -186,6 +190,10 @@ func newView(m *pb.ClusterMap, volume string) (*view, error) {
 	sort.Slice(w.byStart, func(i, j int) bool { return w.byStart[i].GetInodeStart() < w.byStart[j].GetInodeStart() })
 	for id, n := range m.GetNodes() {
 		w.nodes[id] = n.GetAddr()
+	}
+	w.bytes = int64(proto.Size(vol)) + int64(len(w.nodes))*48 + int64(len(w.table.Slots))*8
+	for _, p := range w.parts {
+		w.bytes += int64(proto.Size(p)) + 2*16
 	}
 	return w, nil
 }

@@ -41,6 +41,8 @@ func NewMetrics(reg prometheus.Registerer, v *client.Volume) (*Metrics, error) {
 			func() float64 { return float64(v.Stats().BytesFromData) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_meta_requests_total", Help: "Requests sent to meta partitions (every attempt)."},
 			func() float64 { return float64(v.Stats().MetaRequests) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_client_metadata_bytes", Help: "Estimated memory the client library holds for metadata (routing view, directory layout cache; not the kernel's caches)."},
+			func() float64 { return float64(v.Stats().MetadataBytes) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_chunk_dedup_bytes_total", Help: "Bytes of new chunks of chunked files not sent because the volume stored them already."},
 			func() float64 { return float64(v.Stats().DedupBytes) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_client_chunk_cache_bytes", Help: "Bytes of chunk contents in the client's chunk cache."},
