@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -306,5 +307,42 @@ func TestRoutingBalance(t *testing.T) {
 	}
 	t.Logf("Makefile of %d directories routes to %v", nDirs, spread)
 	checkTree(t, fresh, want)
+
+	// The stateless path API on redirected names (FalconFS §6.7 corner
+	// cases): a path-walk name goes to any partition, which names the
+	// owner (one extra hop; one more when the balancer moved the name away
+	// from its inode, which never moves); a stale client (v may not have
+	// read the new exceptions yet) is redirected the same way. Never a
+	// wrong answer.
+	for ci, c := range []*client.Volume{fresh, v} {
+		var hashed, walked, maxWalked int64
+		const n = 200
+		for i := range n {
+			for _, name := range []string{"Makefile", fmt.Sprintf("src%04d.c", i)} {
+				before := c.Stats().MetaRequests
+				a, err := c.StatPath(ctx, fmt.Sprintf("/p%04d/%s", i, name), client.Cred{})
+				if err != nil {
+					t.Fatalf("stat /p%04d/%s: %v", i, name, err)
+				}
+				used := c.Stats().MetaRequests - before
+				if name == "Makefile" {
+					walked += used
+					maxWalked = max(maxWalked, used)
+				} else {
+					hashed += used
+				}
+				if b, err := c.Lookup(ctx, dirs[i], name); err != nil || b.Ino != a.Ino {
+					t.Fatalf("stat /p%04d/%s: inode %d, lookup by inode says %v %v", i, name, a.Ino, b, err)
+				}
+			}
+		}
+		_, err := c.StatPath(ctx, "/p0000/nothing/Makefile", client.Cred{})
+		wantErrno(t, "stat through a missing directory", err, syscall.ENOENT)
+		t.Logf("client %d: path stats take %.2f requests for hashed names, %.2f (at most %d) for the path-walk name",
+			ci, float64(hashed)/n, float64(walked)/n, maxWalked)
+		if maxWalked > 3 || (c == fresh && float64(hashed)/n > 1.05) {
+			t.Errorf("more hops than one redirect and the inode's home")
+		}
+	}
 	checkHealthy(t, dir)
 }
