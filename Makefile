@@ -22,7 +22,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 20m
 
-.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc posix proto clean
+.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl posix proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -88,6 +88,14 @@ bench-merging: build
 bench-cdc: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/cdc-slow-link.sh
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/cdc-mount.sh
+
+## bench-dl: dl-traversal (FalconFS §6.4) on a fresh `cairn up` through the
+## stateless SDK client, the SDK client with a warm directory cache and a FUSE
+## mount with the kernel's caches off, with the meta nodes' requests per open
+## (not part of CI; long with the default 1M files: set BENCH_DL_FLAGS, e.g.
+## "--dirs 64 --files 2000 --depth 3", for a quick run). See docs/bench.md.
+bench-dl: build
+	CAIRN_BIN=$(CURDIR)/$(BIN) bench/dl-traversal.sh $(BENCH_DL_FLAGS)
 
 ## bench: the benchmarks (not part of CI).
 bench:

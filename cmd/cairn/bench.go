@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,7 +41,7 @@ See docs/bench.md for the workloads, the report and the trace format.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newBenchRunCmd(), newBenchReplayCmd(), newBenchWorkerCmd(), newBenchTraceStatsCmd(),
-		newBenchRecordCmd(), newBenchWorkloadsCmd(), newBenchOverheadCmd())
+		newBenchRecordCmd(), newBenchWorkloadsCmd(), newBenchOverheadCmd(), newBenchSummaryCmd())
 	return cmd
 }
 
@@ -59,11 +60,12 @@ type benchRunFlags struct {
 	workerTimeout time.Duration
 	progress      string
 	interval      time.Duration
+	metaMetrics   []string
 }
 
 func (f *benchRunFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringArrayVar(&f.targets, "target", nil, "file system to benchmark: posix:PATH or cairn:MASTER/VOLUME (repeat to compare; ratios are to the first)")
+	fl.StringArrayVar(&f.targets, "target", nil, "file system to benchmark: posix:PATH, cairn:MASTER/VOLUME (stateless SDK client) or cairn-cached:MASTER/VOLUME (SDK client with a directory cache) (repeat to compare; ratios are to the first)")
 	fl.StringArrayVar(&f.set, "set", nil, "workload key=value, applied to every workload that has the key (repeatable)")
 	fl.IntVar(&f.threads, "threads", 0, "threads per worker process (shorthand for --set threads=N)")
 	fl.IntVar(&f.processes, "processes", 0, "worker processes per node (shorthand for --set processes=N)")
@@ -76,6 +78,34 @@ func (f *benchRunFlags) add(cmd *cobra.Command) {
 	fl.DurationVar(&f.workerTimeout, "worker-timeout", 0, "how long to wait for a worker's result after the start (default: phases x the duration bound + 10% + 1m)")
 	fl.StringVar(&f.progress, "progress", "auto", "live progress: auto (bars on a terminal, lines otherwise), bars, lines or off")
 	fl.DurationVar(&f.interval, "progress-interval", 5*time.Second, "period of the plain progress lines")
+	fl.StringArrayVar(&f.metaMetrics, "meta-metrics", nil, "TARGET=MASTER[,MASTER...]/VOLUME: for a posix target on a Cairn mount, read that volume's meta nodes' metrics around every phase (cairn: targets read theirs anyway; repeatable)")
+}
+
+// metaMetricsMap parses the --meta-metrics values against the run's targets.
+func (f *benchRunFlags) metaMetricsMap(cmd *cobra.Command, targets []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, v := range f.metaMetrics {
+		i := strings.LastIndex(v, "=")
+		if i <= 0 {
+			return nil, usagef(cmd, "--meta-metrics %q: want TARGET=MASTER[,MASTER...]/VOLUME", v)
+		}
+		t, mm := v[:i], v[i+1:]
+		if p, ok := strings.CutPrefix(t, "posix:"); ok && !filepath.IsAbs(p) {
+			abs, err := filepath.Abs(p)
+			if err != nil {
+				return nil, usagef(cmd, "--meta-metrics %q: %v", v, err)
+			}
+			t = "posix:" + abs
+		}
+		if !slices.Contains(targets, t) {
+			return nil, usagef(cmd, "--meta-metrics %q: %s is not one of the targets (%s)", v, t, strings.Join(targets, ", "))
+		}
+		if err := fsys.CheckMetaMetrics(mm); err != nil {
+			return nil, usagef(cmd, "--meta-metrics %q: %v", v, err)
+		}
+		out[t] = mm
+	}
+	return out, nil
 }
 
 // overrides turns --set and the shorthands into workload keys.
@@ -119,6 +149,10 @@ func (f *benchRunFlags) execute(cmd *cobra.Command, plan *workload.Plan) error {
 			}
 			targets[i] = "posix:" + abs
 		}
+	}
+	metaMetrics, err := f.metaMetricsMap(cmd, targets)
+	if err != nil {
+		return err
 	}
 	remote := append(append([]string{}, plan.Workers...), f.workers...)
 	if f.local {
@@ -181,7 +215,7 @@ func (f *benchRunFlags) execute(cmd *cobra.Command, plan *workload.Plan) error {
 	rep, runErr := bench.Run(ctx, bench.Options{
 		Targets: targets, Workloads: plan.Workloads, Repetitions: reps, Sweep: sweep, Local: f.local, Remote: remote,
 		WorkerCommand: []string{self, "bench", "worker", "--stdio"}, SetupTimeout: f.setupTimeout, WorkerTimeout: f.workerTimeout,
-		Observer: display, Command: os.Args, Log: cmd.ErrOrStderr(),
+		MetaMetrics: metaMetrics, Observer: display, Command: os.Args, Log: cmd.ErrOrStderr(),
 	})
 	display.Close()
 	if rep == nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,11 @@ type Options struct {
 	// times its duration bound, plus a margin); CleanupTimeout bounds file
 	// removal; ConnectTimeout bounds connecting to a remote worker.
 	SetupTimeout, WorkerTimeout, CleanupTimeout, ConnectTimeout time.Duration
+	// MetaMetrics maps a target (as in Targets) to the Cairn volume,
+	// "MASTER[,MASTER...]/VOLUME", whose meta nodes' metrics its workers read
+	// around every phase: for posix: targets on a Cairn mount (cairn: and
+	// cairn-cached: targets read their own volume's without it).
+	MetaMetrics map[string]string
 	// Dial connects to remote workers (default: TCP).
 	Dial     func(ctx context.Context, addr string) (net.Conn, error)
 	Observer Observer
@@ -97,6 +103,14 @@ func (o *Options) defaults() error {
 	for _, t := range o.Targets {
 		if err := fsys.CheckTarget(t); err != nil {
 			return err
+		}
+	}
+	for t, mm := range o.MetaMetrics {
+		if !slices.Contains(o.Targets, t) {
+			return fmt.Errorf("meta metrics for %s: not one of the targets", t)
+		}
+		if err := fsys.CheckMetaMetrics(mm); err != nil {
+			return fmt.Errorf("meta metrics for %s: %w", t, err)
 		}
 	}
 	if o.Repetitions < 1 {
@@ -286,12 +300,15 @@ func runOnce(ctx context.Context, o *Options, v variant, target string, repIdx i
 	if o.Observer != nil {
 		o.Observer.Note(fmt.Sprintf("[%d/%d] %s on %s (repetition %d/%d): setting up %d worker(s)", info.Index, info.Total, v.name, target, repIdx, info.Repetitions, len(members)))
 	}
+	stopNotes := setupNotes(o, members, fmt.Sprintf("[%d/%d] %s on %s", info.Index, info.Total, v.name, target))
 	parallel(members, func(m *member) {
 		s := &Setup{Version: ProtocolVersion, RunID: o.RunID, Name: m.w.Name(), Target: target, Spec: spec, Dir: dir,
-			FirstWorker: m.first, Workers: workers, Processes: m.processes, SetupNs: int64(o.SetupTimeout), RunNs: int64(bound)}
+			FirstWorker: m.first, Workers: workers, Processes: m.processes, SetupNs: int64(o.SetupTimeout), RunNs: int64(bound),
+			MetaMetrics: o.MetaMetrics[target]}
 		m.ready, m.err = m.w.setup(ctx, s)
 		m.stage = "setup"
 	})
+	stopNotes()
 	var ready []*member
 	for _, m := range members {
 		if m.err != nil {
@@ -402,6 +419,57 @@ func runOnce(ctx context.Context, o *Options, v variant, target string, repIdx i
 	}
 	rep.DurationS = time.Since(started).Seconds()
 	return rep, conc, fails
+}
+
+// setupNoteEvery is the period of the notes on a long setup.
+const setupNoteEvery = 30 * time.Second
+
+// setupNotes reports, every setupNoteEvery while the workers set up, the
+// entries the in-process workers have prepared so far (workloads that
+// build large data sets count them; worker processes and remote workers
+// send nothing until they are ready). The returned function stops it.
+func setupNotes(o *Options, members []*member, what string) (stop func()) {
+	if o.Observer == nil {
+		return func() {}
+	}
+	var lives []*workload.Progress
+	for _, m := range members {
+		if l := m.w.live(); l != nil {
+			lives = append(lives, l)
+		}
+	}
+	if len(lives) == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(setupNoteEvery)
+		defer t.Stop()
+		start := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			var ops int64
+			for _, l := range lives {
+				if s := l.Snapshot(); s.Phase == "setup" {
+					ops += s.Ops
+				}
+			}
+			if ops > 0 {
+				el := time.Since(start)
+				o.Observer.Note(fmt.Sprintf("%s: setting up, %d entries ready after %s (%.0f/s)", what, ops, el.Round(time.Second), float64(ops)/el.Seconds()))
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }
 
 func parallel(ms []*member, f func(*member)) {

@@ -25,7 +25,7 @@ import (
 )
 
 // ProtocolVersion is checked on setup: master and worker must speak the same.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // maxMessage bounds one protocol message (a result with every histogram of a
 // large workload is well under a megabyte).
@@ -67,6 +67,10 @@ type Setup struct {
 	Processes   int            `json:"processes"`    // processes this node runs
 	SetupNs     int64          `json:"setup_timeout_ns"`
 	RunNs       int64          `json:"run_timeout_ns"`
+	// MetaMetrics, "MASTER[,MASTER...]/VOLUME", makes a target that cannot
+	// read the servers' metrics itself (a posix: target on a Cairn mount)
+	// read those of that volume's meta nodes around every phase.
+	MetaMetrics string `json:"meta_metrics,omitempty"`
 }
 
 func (s *Setup) check() error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -43,6 +44,7 @@ type inProcess struct {
 	dir        string
 	facts      report.HostFacts
 	allow      []string
+	metrics    io.Closer // the reader of the meta nodes' metrics, when the target needs one of its own
 }
 
 func newInProcess(name, node string, index int, allow []string) *inProcess {
@@ -67,6 +69,14 @@ func (w *inProcess) setup(ctx context.Context, s *Setup) (*Ready, error) {
 	r, err := workload.NewRunner(f, s.Spec, workload.Placement{Worker: w.index, Workers: s.Workers, Dir: s.Dir}, w.progress)
 	if err != nil {
 		return nil, err
+	}
+	if _, own := f.(fsys.ServerSampler); s.MetaMetrics != "" && !own {
+		mm, err := fsys.OpenMetaMetrics(ctx, s.MetaMetrics)
+		if err != nil {
+			return nil, fmt.Errorf("target %s: %w", s.Target, err)
+		}
+		w.metrics = mm
+		r.SampleServersWith(mm)
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Duration(s.SetupNs))
 	defer cancel()
@@ -110,10 +120,16 @@ func (w *inProcess) cleanup(ctx context.Context, timeout time.Duration, all bool
 }
 
 func (w *inProcess) close() error {
-	if w.fs == nil {
-		return nil
+	var merr error
+	if w.metrics != nil {
+		if err := w.metrics.Close(); err != nil {
+			merr = fmt.Errorf("close the meta metrics reader: %w", err)
+		}
 	}
-	return w.fs.Close()
+	if w.fs == nil {
+		return merr
+	}
+	return errors.Join(w.fs.Close(), merr)
 }
 
 // checkAllowed enforces a worker daemon's --allow list: posix targets must lie

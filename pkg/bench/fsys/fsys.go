@@ -24,6 +24,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/cairnfs/cairn/pkg/bench/servermetrics"
 )
 
 // FS is one session with a file system under test. Implementations must be
@@ -92,11 +94,22 @@ type Describer interface {
 }
 
 // Counter is implemented by backends whose client counts its own traffic
-// (cairn: metadata requests, opens, bytes to and from data nodes). The values
+// (cairn: metadata requests, opens, bytes to and from data nodes; posix:
+// opens only). The values
 // are cumulative over the session; the engine reports their increase over
 // each phase.
 type Counter interface {
 	Counters() map[string]int64
+}
+
+// ServerSampler is implemented by backends that can read the servers' own
+// metrics (cairn: and cairn-cached: read the meta nodes' /metrics of their
+// volume; OpenMetaMetrics gives one for a Cairn mount). The engine samples
+// before and after every phase, outside its measured window, and reports
+// the difference (servermetrics.Figures). A sample records what could not
+// be read instead of failing.
+type ServerSampler interface {
+	SampleServers(ctx context.Context) servermetrics.Sample
 }
 
 // Options change how a target is opened.

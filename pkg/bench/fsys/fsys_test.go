@@ -27,6 +27,12 @@ func TestCheckTarget(t *testing.T) {
 		{"cairn:127.0.0.1:17000", "MASTER[,MASTER...]/VOLUME"},
 		{"cairn:host/vol", `master "host"`},
 		{"cairn:h:1/a/b", "MASTER[,MASTER...]/VOLUME"},
+		{"cairn-cached:127.0.0.1:17000/default", ""},
+		{"cairn-cached:a:1,b:2/vol?dircache=65536", ""},
+		{"cairn-cached:a:1/vol?dircache=-1", "want a number of directories"},
+		{"cairn-cached:a:1/vol?cache=1", `unknown option "cache" (known: dircache)`},
+		{"cairn:a:1/vol?dircache=1", `unknown option "dircache" (this scheme takes none)`},
+		{"cairn-cached:host/vol", `master "host"`},
 	}
 	for _, tc := range tests {
 		err := CheckTarget(tc.target)
@@ -53,6 +59,7 @@ func TestOpenErrors(t *testing.T) {
 		{"posix:" + file, "is not a directory"},
 		{"posix:/proc", "is not writable"},
 		{"cairn:127.0.0.1:1/default", "no master at 127.0.0.1:1 answered"},
+		{"cairn-cached:127.0.0.1:1/default", "no master at 127.0.0.1:1 answered"},
 	}
 	for _, tc := range tests {
 		_, err := Open(context.Background(), tc.target, Options{})

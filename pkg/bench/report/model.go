@@ -6,8 +6,11 @@
 package report
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/cairnfs/cairn/pkg/bench/stats"
@@ -119,6 +122,10 @@ type PhaseFigures struct {
 	Truncated bool        `json:"truncated,omitempty"`
 	Figures   []Figure    `json:"figures"` // of the phase as a whole
 	Ops       []OpFigures `json:"ops"`
+	// Notes say which figures are missing and why (a meta node whose
+	// metrics could not be read), prefixed with the repetition when there
+	// are several.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // OpFigures are the figures of one operation of a phase.
@@ -210,6 +217,7 @@ func Summarize(reps []Repetition) []PhaseFigures {
 	opOrder := map[string][]string{}
 	figOrder := map[[2]string][]string{}
 	truncated := map[string]bool{}
+	notes := map[string][]string{}
 	firstErr := map[[2]string]string{}
 	seenPhase, seenOp := map[string]bool{}, map[[2]string]bool{}
 	add := func(k key, f pointFigure, rep, n int) {
@@ -231,6 +239,14 @@ func Summarize(reps []Repetition) []PhaseFigures {
 				phaseOrder = append(phaseOrder, p.Name)
 			}
 			truncated[p.Name] = truncated[p.Name] || p.Truncated
+			for _, n := range p.Notes {
+				if len(reps) > 1 {
+					n = fmt.Sprintf("repetition %d: %s", r.Index, n)
+				}
+				if !slices.Contains(notes[p.Name], n) {
+					notes[p.Name] = append(notes[p.Name], n)
+				}
+			}
 			window := time.Duration(p.EndNs - p.StartNs)
 			add(key{p.Name, "", FigDuration}, pointFigure{FigDuration, "s", "lower", window.Seconds()}, ri, len(reps))
 			for _, x := range sortedExtra(p.Extra) {
@@ -272,7 +288,7 @@ func Summarize(reps []Repetition) []PhaseFigures {
 	}
 	var out []PhaseFigures
 	for _, ph := range phaseOrder {
-		pf := PhaseFigures{Phase: ph, Truncated: truncated[ph], Figures: build(ph, "")}
+		pf := PhaseFigures{Phase: ph, Truncated: truncated[ph], Figures: build(ph, ""), Notes: notes[ph]}
 		for _, op := range opOrder[ph] {
 			pf.Ops = append(pf.Ops, OpFigures{Op: op, FirstError: firstErr[[2]string{ph, op}], Figures: build(ph, op)})
 		}
@@ -293,6 +309,8 @@ func sortedExtra(m map[string]float64) []string {
 // extraUnit reads the unit from an extra figure's name suffix (recorded_s).
 func extraUnit(name string) string {
 	switch {
+	case strings.HasSuffix(name, "_bytes_per_entry"):
+		return "B"
 	case len(name) > 2 && name[len(name)-2:] == "_s":
 		return "s"
 	case len(name) > 6 && name[len(name)-6:] == "_bytes":

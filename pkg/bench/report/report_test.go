@@ -174,8 +174,76 @@ func TestTableClientFigures(t *testing.T) {
 	reps[0].Phases[0].Extra = map[string]float64{"meta_requests_per_op": 3.5, "data_sent_bytes": 0}
 	w.Targets[0].Phases = Summarize(reps)
 	out = Table(&Report{Schema: Schema, Config: Config{Repetitions: 1}, Workloads: []WorkloadReport{w}})
-	if want := "write on cairn:m/v: 3.50 metadata requests per operation\n"; !strings.Contains(out, want) {
+	if want := "write on cairn:m/v: 3.50 metadata requests per operation (the client's count)\n"; !strings.Contains(out, want) {
 		t.Fatalf("table lacks %q:\n%s", want, out)
+	}
+}
+
+// TestTableServerFigures: the counts from the meta nodes' metrics are shown
+// next to the client's, labelled, and a node that could not be read is a
+// note rather than a zero.
+func TestTableServerFigures(t *testing.T) {
+	reps := []Repetition{rep(time.Second, opResult("read", 100, 0, 0, time.Millisecond))}
+	reps[0].Phases[0].Extra = map[string]float64{"meta_requests_per_open": 2, "meta_requests_per_op": 2,
+		"server_meta_requests": 100, "server_meta_requests_per_open": 1, "server_ns_fetches": 3, "server_ns_fetches_per_open": 0.03,
+		"server_meta_nodes": 3, "server_ns_replica_entries": 1000, "server_ns_replica_bytes": 96000, "server_ns_replica_bytes_per_entry": 96}
+	spec, _ := workload.Resolve("dl-traversal", nil)
+	w := WorkloadReport{Name: "dl-traversal", Spec: spec, Concurrency: Concurrency{Nodes: 1, Processes: 1, Threads: 1},
+		Targets: []TargetReport{{Target: "cairn-cached:m/v", Repetitions: reps, Phases: Summarize(reps)}}}
+	r := &Report{Schema: Schema, Config: Config{Repetitions: 1, Targets: []string{"cairn-cached:m/v"}}, Workloads: []WorkloadReport{w}}
+	out := Table(r)
+	want := "write on cairn-cached:m/v: 2.00 metadata requests per open, 2.00 per operation (the client's count); " +
+		"1.00 metadata requests per open and 0.03 namespace fetches per open from the meta nodes' metrics (3 nodes, every client of the cluster); " +
+		"namespace replicas 96 B per entry (1000 entries at the end)\n"
+	if !strings.Contains(out, want) {
+		t.Fatalf("table lacks %q:\n%s", want, out)
+	}
+	if f := fig(t, w.Targets[0].Phases[0].Figures, "server_ns_replica_bytes_per_entry"); f.Unit != "B" {
+		t.Errorf("bytes per entry in %q", f.Unit)
+	}
+	page, err := HTML(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), "from the meta nodes&#39; metrics") {
+		t.Errorf("report.html lacks the meta nodes' counts")
+	}
+
+	// A node that could not be read: no server figure, a note instead.
+	reps[0].Phases[0].Extra = map[string]float64{"opens": 100}
+	reps[0].Phases[0].Notes = []string{"meta node 127.0.0.1:1 could not be read after the phase: connection refused"}
+	w.Targets[0].Phases = Summarize(reps)
+	r.Workloads[0] = w
+	out = Table(r)
+	for _, want := range []string{
+		"write on cairn-cached:m/v: no counts from the meta nodes' metrics (see the notes)\n",
+		"    note: meta node 127.0.0.1:1 could not be read after the phase: connection refused\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "0.00 metadata requests") {
+		t.Errorf("a zero where the count is unknown:\n%s", out)
+	}
+
+	if got := w.Targets[0].Phases[0].Notes; len(got) != 1 {
+		t.Errorf("notes %v", got)
+	}
+	page, err = HTML(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), "could not be read after the phase") {
+		t.Errorf("report.html lacks the note")
+	}
+	// A phase that opens nothing: the meta nodes' counts per operation.
+	reps[0].Phases[0].Extra = map[string]float64{"server_meta_requests": 40, "server_meta_requests_per_op": 1, "server_ns_fetches": 0, "server_ns_fetches_per_op": 0}
+	reps[0].Phases[0].Notes = nil
+	w.Targets[0].Phases = Summarize(reps)
+	r.Workloads[0] = w
+	if out = Table(r); !strings.Contains(out, "write on cairn-cached:m/v: 1.00 metadata requests per operation and 0.00 namespace fetches per operation from the meta nodes' metrics\n") {
+		t.Errorf("per operation:\n%s", out)
 	}
 }
 

@@ -93,6 +93,21 @@ func spread(f Figure) string {
 	return fmt.Sprintf("%s [%s–%s]", Num(float64(f.Median)), Num(float64(f.Min)), Num(float64(f.Max)))
 }
 
+// perSpread is spread for a ratio (requests per open): always two decimals
+// below 100, so that 1 and 1.04 line up.
+func perSpread(f Figure) string {
+	one := func(v float64) string {
+		if math.IsNaN(v) || math.Abs(v) >= 100 {
+			return Num(v)
+		}
+		return fmt.Sprintf("%.2f", v)
+	}
+	if f.N <= 1 {
+		return one(float64(f.Median))
+	}
+	return fmt.Sprintf("%s [%s–%s]", one(float64(f.Median)), one(float64(f.Min)), one(float64(f.Max)))
+}
+
 // Table renders the run as the terminal table: for every workload, one line
 // per phase, operation and target, with median [min–max] over repetitions,
 // latency percentiles and the ratio of the main figure to the first target.
@@ -191,10 +206,36 @@ func Table(r *Report) string {
 	return b.String()
 }
 
-// writeClientFigures adds a line per phase and target whose client counted
-// its own traffic (the cairn: backend): metadata requests per open and per
-// operation, and the file bytes sent to data nodes.
+// writeClientFigures adds a line per phase and target with traffic
+// figures (clientLines), and the phase's notes below it.
 func writeClientFigures(b *strings.Builder, w WorkloadReport) {
+	for _, l := range clientLines(w) {
+		if l.Text != "" {
+			fmt.Fprintf(b, "  %s on %s: %s\n", l.Phase, l.Target, l.Text)
+		} else {
+			fmt.Fprintf(b, "  %s on %s:\n", l.Phase, l.Target)
+		}
+		for _, n := range l.Notes {
+			fmt.Fprintf(b, "    note: %s\n", n)
+		}
+	}
+}
+
+// clientLine is one phase on one target: the sentence with its traffic
+// figures and the notes on what is missing.
+type clientLine struct {
+	Phase, Target, Text string
+	Notes               []string
+}
+
+// clientLines describes, for every phase and target that has them, the
+// client's own counts (the SDK backends: metadata requests per open and per
+// operation, bytes sent to data nodes) and the counts from the meta nodes'
+// metrics (requests and namespace fetches per open, or per operation in
+// phases that open nothing; namespace replica bytes per entry), each
+// labelled with where it comes from.
+func clientLines(w WorkloadReport) []clientLine {
+	var out []clientLine
 	for _, t := range w.Targets {
 		for _, p := range t.Phases {
 			figs := map[string]Figure{}
@@ -203,25 +244,59 @@ func writeClientFigures(b *strings.Builder, w WorkloadReport) {
 					figs[f.Name] = f
 				}
 			}
-			var parts []string
+			var client []string
 			if f, ok := figs["meta_requests_per_open"]; ok {
-				parts = append(parts, spread(f)+" metadata requests per open")
+				client = append(client, perSpread(f)+" metadata requests per open")
 			}
 			if f, ok := figs["meta_requests_per_op"]; ok {
 				what := " metadata requests per operation"
-				if len(parts) > 0 {
+				if len(client) > 0 {
 					what = " per operation"
 				}
-				parts = append(parts, spread(f)+what)
+				client = append(client, perSpread(f)+what)
 			}
 			if f, ok := figs["data_sent_bytes"]; ok && f.Median > 0 {
-				parts = append(parts, Num(float64(f.Median)/(1<<20))+" MiB sent to data nodes")
+				client = append(client, Num(float64(f.Median)/(1<<20))+" MiB sent to data nodes")
 			}
-			if len(parts) > 0 {
-				fmt.Fprintf(b, "  %s on %s: %s\n", p.Phase, t.Target, strings.Join(parts, ", "))
+			var server []string
+			for _, c := range []struct{ fig, what string }{
+				{"server_meta_requests", " metadata requests"}, {"server_ns_fetches", " namespace fetches"},
+			} {
+				if f, ok := figs[c.fig+"_per_open"]; ok {
+					server = append(server, perSpread(f)+c.what+" per open")
+				} else if f, ok := figs[c.fig+"_per_op"]; ok {
+					server = append(server, perSpread(f)+c.what+" per operation")
+				} else if f, ok := figs[c.fig]; ok {
+					server = append(server, spread(f)+c.what)
+				}
+			}
+			var parts []string
+			if len(client) > 0 {
+				parts = append(parts, strings.Join(client, ", ")+" (the client's count)")
+			}
+			if len(server) > 0 {
+				from := " from the meta nodes' metrics"
+				if f, ok := figs["server_meta_nodes"]; ok {
+					from += fmt.Sprintf(" (%s nodes, every client of the cluster)", Num(float64(f.Median)))
+				}
+				parts = append(parts, strings.Join(server, " and ")+from)
+			}
+			if f, ok := figs["server_ns_replica_bytes_per_entry"]; ok {
+				s := "namespace replicas " + Num(float64(f.Median)) + " B per entry"
+				if e, ok := figs["server_ns_replica_entries"]; ok {
+					s += " (" + Num(float64(e.Median)) + " entries at the end)"
+				}
+				parts = append(parts, s)
+			}
+			if len(server) == 0 && len(p.Notes) > 0 {
+				parts = append(parts, "no counts from the meta nodes' metrics (see the notes)")
+			}
+			if len(parts) > 0 || len(p.Notes) > 0 {
+				out = append(out, clientLine{Phase: p.Phase, Target: t.Target, Text: strings.Join(parts, "; "), Notes: p.Notes})
 			}
 		}
 	}
+	return out
 }
 
 func truncatedAny(w WorkloadReport) bool {

@@ -94,6 +94,7 @@ type htmlWorkload struct {
 	Charts               []htmlChart
 	Rows                 []htmlRow
 	Errors               []string
+	Traffic              []clientLine
 }
 
 type htmlPage struct {
@@ -189,6 +190,7 @@ func HTML(r *Report) ([]byte, error) {
 				}
 			}
 		}
+		hw.Traffic = clientLines(w)
 		for _, t := range w.Targets {
 			for _, rep := range t.Repetitions {
 				for _, ws := range rep.Workers {
@@ -266,6 +268,7 @@ img.chart{max-width:100%;height:auto;border:1px solid #e0e0e0;background:#fff}
 .err{font-size:12px;color:#b71c1c}
 details{margin:8px 0} summary{cursor:pointer;color:#37474f}
 code{font-size:12px}
+ul.traffic{font-size:13px;margin:6px 0;padding-left:20px} ul.traffic li{margin:2px 0}
 </style></head><body>
 <header><h1>cairn bench report</h1>
 <div class="meta">run {{.R.RunID}} · started {{.R.StartedAt.Format "2006-01-02 15:04:05 MST"}} · took {{.Duration}} · {{.R.Config.Repetitions}} repetition(s) per target, targets interleaved{{if .R.Config.RemoteWorkers}} · remote workers {{join .R.Config.RemoteWorkers ", "}}{{end}}</div></header>
@@ -283,6 +286,8 @@ code{font-size:12px}
 {{range .Rows}}<tr{{if .First}} class="grp"{{end}}><td class="l">{{if .First}}{{.Phase}}{{if .Truncated}}*{{end}}{{end}}</td><td class="l">{{if .First}}{{.Op}}{{end}}</td><td class="l"><i class="sw" style="background:{{.Color}}"></i>{{.Target}}</td><td>{{.Ops}}</td><td>{{.Tput}}</td><td>{{.P50}}</td><td>{{.P99}}</td><td>{{.Errs}}</td><td class="{{.RatioClass}}">{{.Ratio}}</td></tr>
 {{end}}</table>
 {{range .Errors}}<div class="err">first error: {{.}}</div>{{end}}
+{{if .Traffic}}<h3>Metadata requests</h3><p class="note">the client's count: what this benchmark's client sent (SDK targets); from the meta nodes' metrics: what the meta nodes received from every client of the cluster during the phase, read before and after it</p>
+<ul class="traffic">{{range .Traffic}}<li><b>{{.Phase}}</b> on {{.Target}}: {{.Text}}{{range .Notes}}<div class="err">note: {{.}}</div>{{end}}</li>{{end}}</ul>{{end}}
 {{end}}
 {{if .Scaling}}<h2>Scaling</h2><div class="charts">{{range .Scaling}}<figure{{if .Width}} style="width:{{.Width}}px"{{end}}><h3>{{.Title}}</h3><p class="note">{{.Note}}</p><img class="chart" alt="scaling of {{.Title}}" src="{{.Src}}"{{if .Width}} width="{{.Width}}"{{end}}></figure>{{end}}</div>{{end}}
 <h2>Machines</h2>

@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/cairnfs/cairn/pkg/bench/fsys"
+	"github.com/cairnfs/cairn/pkg/bench/servermetrics"
 	"github.com/cairnfs/cairn/pkg/bench/stats"
 )
 
@@ -209,6 +211,10 @@ func (t *Thread) More(i, count int64) bool {
 	return true
 }
 
+// SetupProgress counts ops entries (and bytes) prepared by Setup, for the
+// live progress of a long setup; it measures nothing.
+func (t *Thread) SetupProgress(ops, bytes int64) { t.live.Add(ops, bytes) }
+
 // Stop ends the thread's phase with err, which the phase result reports.
 func (t *Thread) Stop(err error) {
 	if t.fatal == nil {
@@ -233,7 +239,10 @@ type PhaseResult struct {
 	Truncated bool               `json:"truncated,omitempty"`
 	Ops       []OpResult         `json:"ops"`
 	Extra     map[string]float64 `json:"extra,omitempty"`
-	Error     string             `json:"error,omitempty"`
+	// Notes say what the figures lack and why (a meta node whose metrics
+	// could not be read); they do not make the phase fail.
+	Notes []string `json:"notes,omitempty"`
+	Error string   `json:"error,omitempty"`
 }
 
 // Result is one worker process's measurements of a workload.
@@ -316,6 +325,7 @@ type Runner struct {
 	threads  []*Thread
 	progress *Progress
 	setupNs  int64
+	server   fsys.ServerSampler
 }
 
 // NewRunner builds the workload for this process. progress may be nil.
@@ -334,6 +344,9 @@ func NewRunner(f fsys.FS, spec *Spec, pl Placement, progress *Progress) (*Runner
 		progress = &Progress{}
 	}
 	r := &Runner{spec: spec, w: w, fs: f, pl: pl, progress: progress}
+	if s, ok := f.(fsys.ServerSampler); ok {
+		r.server = s
+	}
 	n := spec.Threads()
 	for i := 0; i < n; i++ {
 		g := pl.Worker*n + i
@@ -347,6 +360,11 @@ func NewRunner(f fsys.FS, spec *Spec, pl Placement, progress *Progress) (*Runner
 	return r, nil
 }
 
+// SampleServersWith makes every phase read the servers' metrics through s
+// before and after it (for a target that cannot read them itself, such as
+// a posix: target on a Cairn mount); nil turns it off.
+func (r *Runner) SampleServersWith(s fsys.ServerSampler) { r.server = s }
+
 // Phases lists the workload's phases.
 func (r *Runner) Phases() []string { return r.w.Phases() }
 
@@ -354,6 +372,10 @@ func (r *Runner) Phases() []string { return r.w.Phases() }
 // not measured; ctx bounds it.
 func (r *Runner) Setup(ctx context.Context) error {
 	start := time.Now()
+	lives := r.progress.begin(r.spec.Name(), "setup", 0, len(r.w.Phases()), 0, 0, len(r.threads))
+	for i, t := range r.threads {
+		t.live = &lives[i]
+	}
 	if err := fsys.MkdirAll(r.fs, path.Join(r.pl.Dir, "shared"), 0o755); err != nil {
 		return fmt.Errorf("create workspace %s on %s: %w", r.pl.Dir, r.fs, err)
 	}
@@ -419,6 +441,11 @@ func (r *Runner) Run(ctx context.Context) *Result {
 		if counted {
 			before = counter.Counters()
 		}
+		// The servers' metrics are read outside the phase's window.
+		var serverBefore servermetrics.Sample
+		if r.server != nil {
+			serverBefore = r.server.SampleServers(ctx)
+		}
 		lives := r.progress.begin(r.spec.Name(), name, p, len(phases), expected, limit, len(r.threads))
 		ph := PhaseResult{Name: name, StartNs: int64(time.Since(t0)), Threads: len(r.threads)}
 		errs := make([]error, len(r.threads))
@@ -466,8 +493,24 @@ func (r *Runner) Run(ctx context.Context) *Result {
 		}); ok {
 			ph.Extra = x.Extra(p)
 		}
+		var opens int64
 		if counted {
-			ph.Extra = addCounterFigures(ph.Extra, before, counter.Counters(), ph.Ops)
+			after := counter.Counters()
+			ph.Extra = addCounterFigures(ph.Extra, before, after, ph.Ops, r.server != nil)
+			opens = after["opens"] - before["opens"]
+		}
+		if r.server != nil {
+			// Read even when the run was interrupted: the sample has its
+			// own time bounds.
+			serverAfter := r.server.SampleServers(context.WithoutCancel(ctx))
+			figs, notes := servermetrics.Figures(serverBefore, serverAfter, opens, opCount(ph.Ops))
+			if ph.Extra == nil && len(figs) > 0 {
+				ph.Extra = map[string]float64{}
+			}
+			for k, v := range figs {
+				ph.Extra[k] = v
+			}
+			ph.Notes = append(ph.Notes, notes...)
 		}
 		if firstErr == nil && ctx.Err() != nil {
 			firstErr = fmt.Errorf("stopped: %w", context.Cause(ctx))
@@ -551,9 +594,21 @@ func MergePhases(parts []PhaseResult) PhaseResult {
 			if out.Extra == nil {
 				out.Extra = map[string]float64{}
 			}
-			out.Extra[k] = max(out.Extra[k], v)
+			if k == "opens" {
+				out.Extra[k] += v
+			} else {
+				out.Extra[k] = max(out.Extra[k], v)
+			}
+		}
+		for _, n := range p.Notes {
+			if !slices.Contains(out.Notes, n) {
+				out.Notes = append(out.Notes, n)
+			}
 		}
 	}
+	// The servers' counts cover every process; the opens and operations
+	// add up.
+	servermetrics.Derive(out.Extra, int64(out.Extra["opens"]), opCount(out.Ops))
 	names := sortedKeys(ops)
 	sort.Strings(names)
 	for _, n := range names {
@@ -562,14 +617,33 @@ func MergePhases(parts []PhaseResult) PhaseResult {
 	return out
 }
 
+// opCount is the number of operations measured in a phase.
+func opCount(ops []OpResult) int64 {
+	var n int64
+	for _, o := range ops {
+		n += o.Count
+	}
+	return n
+}
+
 // addCounterFigures adds the figures of a backend's traffic counters over a
-// phase (fsys.Counter: the cairn backend's metadata requests, opens and
-// data bytes): meta_requests, meta_requests_per_op (over every measured
-// operation), meta_requests_per_open (over the files the phase opened, when
-// it opened any), data_sent_bytes and data_recv_bytes. Across worker
-// processes the merged report keeps the largest.
-func addCounterFigures(extra map[string]float64, before, after map[string]int64, ops []OpResult) map[string]float64 {
+// phase (fsys.Counter: the SDK backends' metadata requests, opens and data
+// bytes; the posix backend's opens): meta_requests, meta_requests_per_op
+// (over every measured operation), meta_requests_per_open (over the files
+// the phase opened, when it opened any), data_sent_bytes and
+// data_recv_bytes. Across worker processes the merged report keeps the
+// largest of each. opens (the files opened, added up across processes) is
+// added when the client counts its metadata requests or withOpens is set
+// (the servers' metrics are read, and their counts are divided by it).
+func addCounterFigures(extra map[string]float64, before, after map[string]int64, ops []OpResult, withOpens bool) map[string]float64 {
 	meta, ok := after["meta_requests"]
+	_, counts := after["opens"]
+	if counts && (ok || withOpens) {
+		if extra == nil {
+			extra = map[string]float64{}
+		}
+		extra["opens"] = float64(after["opens"] - before["opens"])
+	}
 	if !ok {
 		return extra
 	}
@@ -578,11 +652,7 @@ func addCounterFigures(extra map[string]float64, before, after map[string]int64,
 		extra = map[string]float64{}
 	}
 	extra["meta_requests"] = float64(meta)
-	var n int64
-	for _, o := range ops {
-		n += o.Count
-	}
-	if n > 0 {
+	if n := opCount(ops); n > 0 {
 		extra["meta_requests_per_op"] = float64(meta) / float64(n)
 	}
 	if opens := after["opens"] - before["opens"]; opens > 0 {

@@ -41,6 +41,9 @@ func init() {
 			{Name: "burst", Type: tInt, Default: "1", Min: 1, Max: 1_000_000, Doc: "files read from one directory before moving to another (FalconFS §6.5); 1 is a fully random order"},
 			{Name: "mode", Type: tEnum, Default: "read", Choices: []string{"read", "write"}, Doc: "read the files, or overwrite them (labeling)"},
 			{Name: "drop_cache", Type: tBool, Default: "false", Doc: "evict the files from the page cache after setup"},
+			{Name: "tree", Type: tString, Default: "", Doc: "directory below the target's root holding the data set, kept after the run and shared by every run and target that names it " +
+				"(setup creates only the leaf directories whose last file is missing, so later runs and other targets on the same file system reuse it; name it after its shape); " +
+				"empty: a new tree in the run's workspace, removed afterwards"},
 		},
 		New: newDL,
 	})
@@ -152,12 +155,16 @@ type dlWL struct {
 	shard, write, dropCache              bool
 	leaves, files, chunksPerDir          int64
 	seed                                 uint64
+	tree                                 string // kept tree below the target's root; "" for one in the workspace
 }
 
 func newDL(s *Spec) (Workload, error) {
 	w := &dlWL{fanout: s.Int("fanout"), depth: s.Int("depth"), perDir: s.Int("files_per_dir"), epochs: s.Int("epochs"),
 		burst: s.Int("burst"), size: s.Dist("file_size"), shard: s.Bool("shard"), write: s.Str("mode") == "write",
-		dropCache: s.Bool("drop_cache"), seed: uint64(s.Int("seed"))}
+		dropCache: s.Bool("drop_cache"), seed: uint64(s.Int("seed")), tree: s.Str("tree")}
+	if w.tree != "" && (!fs.ValidPath(w.tree) || w.tree == ".") {
+		return nil, fmt.Errorf("tree %q: want a relative directory below the target's root, like dl-tree", w.tree)
+	}
 	w.leaves = 1
 	for i := int64(0); i < w.depth; i++ {
 		w.leaves *= w.fanout
@@ -189,6 +196,9 @@ func (w *dlWL) leafDir(t *Thread, leaf int64) string {
 		parts[i] = "d" + strconv.FormatInt(leaf%w.fanout, 10)
 		leaf /= w.fanout
 	}
+	if w.tree != "" {
+		return w.tree + "/" + strings.Join(parts, "/")
+	}
 	return t.Shared("tree", strings.Join(parts, "/"))
 }
 
@@ -201,7 +211,9 @@ func (w *dlWL) Expect(int) int64 {
 
 // Setup builds the tree: global thread g writes the leaf directories whose
 // index is g modulo the number of threads, so the tree is built once, in
-// parallel, whatever the number of workers.
+// parallel, whatever the number of workers. In a kept tree (key tree), a
+// leaf whose last file exists with at least the smallest file size is
+// complete (files are written in order) and left as it is.
 func (w *dlWL) Setup(ctx context.Context, t *Thread) error {
 	buf := t.Buffer(max(w.size.Hi, 1))
 	for leaf := int64(t.Global); leaf < w.leaves; leaf += int64(t.GlobalThreads) {
@@ -209,13 +221,27 @@ func (w *dlWL) Setup(ctx context.Context, t *Thread) error {
 			return ctx.Err()
 		}
 		dir := w.leafDir(t, leaf)
-		if err := mkdirAll(t, dir); err != nil {
-			return err
+		file := func(i int64) string { return dir + "/f." + strconv.FormatInt(i, 10) }
+		complete := false
+		if w.tree != "" {
+			st, err := t.FS.Stat(file(w.perDir - 1))
+			complete = err == nil && st.Mode().IsRegular() && st.Size() >= w.size.Lo
+		}
+		if !complete {
+			if err := mkdirAll(t, dir); err != nil {
+				return err
+			}
 		}
 		for i := int64(0); i < w.perDir; i++ {
-			name := dir + "/f." + strconv.FormatInt(i, 10)
-			if _, err := writeSmall(t, name, buf[:w.size.Sample(t.Rand)], false); err != nil {
-				return err
+			name := file(i)
+			if !complete {
+				n, err := writeSmall(t, name, buf[:w.size.Sample(t.Rand)], false)
+				if err != nil {
+					return err
+				}
+				t.SetupProgress(1, n)
+			} else {
+				t.SetupProgress(1, 0)
 			}
 			if w.dropCache {
 				if err := dropCache(t.FS, name); err != nil {
@@ -227,14 +253,24 @@ func (w *dlWL) Setup(ctx context.Context, t *Thread) error {
 	return nil
 }
 
-// mkdirAll tolerates other threads creating the same parents concurrently.
+// mkdirAll creates dir and its missing parents, tolerating other threads
+// creating the same ones concurrently. It tries dir first and walks up only
+// when a parent is missing, so that filling a large tree costs one mkdir
+// per directory rather than one per level.
 func mkdirAll(t *Thread, dir string) error {
-	parts := strings.Split(dir, "/")
-	for i := 1; i <= len(parts); i++ {
-		p := strings.Join(parts[:i], "/")
-		if err := t.FS.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
+	err := t.FS.Mkdir(dir, 0o755)
+	if err == nil || errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	i := strings.LastIndexByte(dir, '/')
+	if !errors.Is(err, fs.ErrNotExist) || i <= 0 {
+		return err
+	}
+	if err := mkdirAll(t, dir[:i]); err != nil {
+		return err
+	}
+	if err := t.FS.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
 	}
 	return nil
 }
