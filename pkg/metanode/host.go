@@ -319,6 +319,7 @@ func (h *Host) partition(id uint64) *partition {
 type metrics struct {
 	requests        *prometheus.CounterVec // by rpc: requests from clients
 	nsFetches       prometheus.Counter
+	pathHops        prometheus.Counter // path requests forwarded, inodes completed
 	freed           prometheus.Counter
 	dropsApplied    prometheus.Counter
 	chunksReclaimed prometheus.Counter
@@ -333,6 +334,8 @@ func newMetrics(reg prometheus.Registerer, h *Host) *metrics {
 			Help: "Requests from clients this node's meta partitions received, by RPC (namespace fetches between meta nodes are not counted)."}, []string{"rpc"}),
 		nsFetches: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_ns_fetches_total",
 			Help: "Namespace replica entries this node fetched from other meta partitions to resolve paths."}),
+		pathHops: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_path_hops_total",
+			Help: "Path requests this node passed on to the owner of the last name, and inodes it read from their home to complete a lookup (server-side hops a client did not make)."}),
 		freed: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_extents_freed_total", Help: "Deleted files' extents the collector freed on data nodes."}),
 		dropsApplied: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_chunk_drops_applied_total",
 			Help: "Chunk references given up by chunked files' layouts that the collector handed to their chunk index shard and acknowledged."}),
@@ -345,7 +348,7 @@ func newMetrics(reg prometheus.Registerer, h *Host) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
 	}
-	reg.MustRegister(m.requests, m.nsFetches, m.freed, m.dropsApplied, m.chunksReclaimed, m.txns, m.proposals, m.batchTxns)
+	reg.MustRegister(m.requests, m.nsFetches, m.pathHops, m.freed, m.dropsApplied, m.chunksReclaimed, m.txns, m.proposals, m.batchTxns)
 	nsStat := func(f func(nsreplica.Stats) float64) func() float64 {
 		return func() float64 {
 			h.mu.RLock()

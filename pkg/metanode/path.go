@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
@@ -75,28 +76,92 @@ type pathPlan struct {
 	build func(res *metapb.TxnResult) *metapb.PathResponse
 }
 
-// Path serves the path operations; see metapb.PathRequest.
+// Path serves the path operations; see metapb.PathRequest. Besides
+// resolving, it saves the client the hops FalconFS saves it: a name this
+// partition does not own is forwarded to its owner (FalconFS §4.2.1), and
+// a LOOKUP whose inode is homed elsewhere is completed with the inode
+// from its home, so an open is one client request whatever the routing.
 func (s *service) Path(ctx context.Context, req *metapb.PathRequest) (*metapb.PathResponse, error) {
-	s.h.metrics.requests.WithLabelValues("path").Inc()
+	if !req.Forwarded {
+		s.h.metrics.requests.WithLabelValues("path").Inc()
+	}
+	p, resp, err := s.pathHere(ctx, req)
+	if err != nil || resp.Errno != 0 {
+		if err == nil && metapartition.Errno(resp.Errno) == metapartition.EWRONGMP && resp.Owner != 0 && !req.Forwarded {
+			return s.forwardPath(ctx, req, resp), nil
+		}
+		return resp, err
+	}
+	if req.Op == metapb.PathOp_PATH_OP_LOOKUP && resp.Inode == nil && resp.Dentry.GetIno() != 0 {
+		s.completeInode(ctx, p, req, resp)
+	}
+	return resp, nil
+}
+
+// forwardPath passes req to the partition that owns its last name and
+// returns that answer; if the owner cannot be reached, the client gets
+// the redirect (resp) and goes itself.
+func (s *service) forwardPath(ctx context.Context, req *metapb.PathRequest, resp *metapb.PathResponse) *metapb.PathResponse {
+	part, err := s.h.peers.partition(ctx, resp.Owner)
+	if err != nil {
+		return resp
+	}
+	fwd := proto.Clone(req).(*metapb.PathRequest)
+	fwd.Forwarded = true
+	s.h.metrics.pathHops.Inc()
+	out, err := s.h.peers.meta.Path(ctx, part, fwd)
+	if err != nil {
+		s.h.peers.forgetMap()
+		return resp
+	}
+	return out
+}
+
+// completeInode adds the looked-up name's inode, homed on another
+// partition (a renamed or hard-linked name, or one a routing change
+// moved), and checks the access asked for on it. If the home cannot
+// answer now, the client asks it itself.
+func (s *service) completeInode(ctx context.Context, p *partition, req *metapb.PathRequest, resp *metapb.PathResponse) {
+	part, err := s.h.peers.home(ctx, p.volume, resp.Dentry.Ino)
+	if err != nil {
+		return
+	}
+	s.h.metrics.pathHops.Inc()
+	fctx, cancel := context.WithTimeout(ctx, nsFetchTimeout)
+	defer cancel()
+	r, err := s.h.peers.meta.FetchInode(fctx, part, resp.Dentry.Ino)
+	if err != nil || r.Errno != 0 {
+		return
+	}
+	in := r.Inode
+	if req.Access != 0 && !perm.Allowed(credOf(req.Cred), modeOf(in), in.GetUid(), in.GetGid(), req.Access) {
+		*resp = metapb.PathResponse{Errno: int32(metapartition.EACCES), Message: fmt.Sprintf("%q: permission denied", req.Path)}
+		return
+	}
+	resp.Inode = in
+}
+
+// pathHere resolves and runs req on this partition.
+func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*partition, *metapb.PathResponse, error) {
 	comps, trailing, e := nsreplica.Split(string(req.Path))
 	if e != 0 {
-		return pathErr(metapartition.Errno(e), req.Path, "not a valid path"), nil
+		return nil, pathErr(metapartition.Errno(e), req.Path, "not a valid path"), nil
 	}
 	switch req.Op {
 	case metapb.PathOp_PATH_OP_LOOKUP:
 	case metapb.PathOp_PATH_OP_CREATE, metapb.PathOp_PATH_OP_UNLINK:
 		if len(comps) == 0 || comps[len(comps)-1] == ".." {
-			return pathErr(metapartition.EINVAL, req.Path, "%v needs a name as the last component", req.Op), nil
+			return nil, pathErr(metapartition.EINVAL, req.Path, "%v needs a name as the last component", req.Op), nil
 		}
 		if req.Op == metapb.PathOp_PATH_OP_CREATE && req.Create == nil {
-			return pathErr(metapartition.EINVAL, req.Path, "create without the inode to create"), nil
+			return nil, pathErr(metapartition.EINVAL, req.Path, "create without the inode to create"), nil
 		}
 	default:
-		return pathErr(metapartition.EINVAL, req.Path, "unknown path operation %v", req.Op), nil
+		return nil, pathErr(metapartition.EINVAL, req.Path, "unknown path operation %v", req.Op), nil
 	}
 	p, err := s.readable(ctx, req.PartitionId)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cred := credOf(req.Cred)
 	for round := 0; round < maxPathRounds; round++ {
@@ -106,29 +171,29 @@ func (s *service) Path(ctx context.Context, req *metapb.PathRequest) (*metapb.Pa
 		case plan.miss != nil:
 			resp, err := s.fetch(ctx, p, plan.miss, comps)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if resp != nil {
 				resp.Message = fmt.Sprintf("%q: %s", req.Path, resp.Message)
-				return resp, nil
+				return p, resp, nil
 			}
 		case plan.txn != nil:
 			res, err := p.merger.submit(ctx, plan.txn)
 			if err != nil {
 				if errors.Is(err, multiraft.ErrNotLeader) {
-					return nil, s.redirectAfter(ctx, req.PartitionId, err)
+					return nil, nil, s.redirectAfter(ctx, req.PartitionId, err)
 				}
-				return nil, raftStatus(req.PartitionId, err)
+				return nil, nil, raftStatus(req.PartitionId, err)
 			}
 			if metapartition.Errno(res.Errno) == metapartition.ENSCHANGED {
 				continue // a fence landed since the resolution: resolve again
 			}
-			return plan.build(res), nil
+			return p, plan.build(res), nil
 		default:
-			return plan.resp, nil
+			return p, plan.resp, nil
 		}
 	}
-	return nil, status.Errorf(codes.Unavailable, "path %q: still changing after %d resolutions", req.Path, maxPathRounds)
+	return nil, nil, status.Errorf(codes.Unavailable, "path %q: still changing after %d resolutions", req.Path, maxPathRounds)
 }
 
 // planPath resolves the path's directories in the replica and plans the

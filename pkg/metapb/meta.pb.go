@@ -4323,9 +4323,13 @@ type PathRequest struct {
 	Access uint32 `protobuf:"varint,5,opt,name=access,proto3" json:"access,omitempty"`
 	// CREATE: the inode to create (type, mode, uid, gid, rdev, target,
 	// layout); the name is the last component.
-	Create        *Inode `protobuf:"bytes,6,opt,name=create,proto3" json:"create,omitempty"`
-	RequestId     uint64 `protobuf:"varint,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // CREATE, UNLINK: the Txn's request id
-	OpId          uint64 `protobuf:"varint,8,opt,name=op_id,json=opId,proto3" json:"op_id,omitempty"`                // CREATE, UNLINK: the parent TouchDir's op id
+	Create    *Inode `protobuf:"bytes,6,opt,name=create,proto3" json:"create,omitempty"`
+	RequestId uint64 `protobuf:"varint,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // CREATE, UNLINK: the Txn's request id
+	OpId      uint64 `protobuf:"varint,8,opt,name=op_id,json=opId,proto3" json:"op_id,omitempty"`                // CREATE, UNLINK: the parent TouchDir's op id
+	// forwarded marks a request a meta partition passed on to the owner of
+	// the last name (a path-walk name, or a client with a stale routing):
+	// not counted as a client request, never forwarded again.
+	Forwarded     bool `protobuf:"varint,9,opt,name=forwarded,proto3" json:"forwarded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4414,6 +4418,13 @@ func (x *PathRequest) GetOpId() uint64 {
 		return x.OpId
 	}
 	return 0
+}
+
+func (x *PathRequest) GetForwarded() bool {
+	if x != nil {
+		return x.Forwarded
+	}
+	return false
 }
 
 type PathResponse struct {
@@ -4888,7 +4899,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
 	"\x03gid\x18\x02 \x01(\rR\x03gid\x12\x16\n" +
-	"\x06groups\x18\x03 \x03(\rR\x06groups\"\x85\x02\n" +
+	"\x06groups\x18\x03 \x03(\rR\x06groups\"\xa3\x02\n" +
 	"\vPathRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\"\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x12.cairn.meta.PathOpR\x02op\x12\x12\n" +
@@ -4898,7 +4909,8 @@ const file_meta_proto_rawDesc = "" +
 	"\x06create\x18\x06 \x01(\v2\x11.cairn.meta.InodeR\x06create\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\a \x01(\x04R\trequestId\x12\x13\n" +
-	"\x05op_id\x18\b \x01(\x04R\x04opId\"\xe0\x03\n" +
+	"\x05op_id\x18\b \x01(\x04R\x04opId\x12\x1c\n" +
+	"\tforwarded\x18\t \x01(\bR\tforwarded\"\xe0\x03\n" +
 	"\fPathResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
