@@ -26,7 +26,7 @@ func nameIn(prefix string, want int) string {
 // TestPathOverGRPC resolves paths across two partitions (slot 0 on 1, slot
 // 1 on 2): a missing directory is fetched from its owner and kept, a
 // fetch of a fenced directory waits for the fence, a name sent to the wrong
-// partition comes back with its owner, a symlink in the middle is handed to
+// partition is forwarded to its owner, a symlink in the middle is handed to
 // the client, and a missing intermediate directory is ENOENT.
 func TestPathOverGRPC(t *testing.T) {
 	p1 := &pb.Partition{Id: 1, Kind: pb.PartitionKind_PARTITION_KIND_META, Replicas: []uint64{1, 2, 3}, InodeStart: 1, InodeEnd: 1 << 20, VolumeId: 7}
@@ -80,9 +80,14 @@ func TestPathOverGRPC(t *testing.T) {
 	if r := path(parts[1], metapb.PathOp_PATH_OP_LOOKUP, "/"+dir+"/"+file, nil); r.Errno != 0 || r.Inode == nil {
 		t.Fatalf("lookup: %v", r)
 	}
-	// Sent to the wrong partition: the owner comes back.
-	if r := path(parts[0], metapb.PathOp_PATH_OP_LOOKUP, "/"+dir+"/"+file, nil); metapartition.Errno(r.Errno) != metapartition.EWRONGMP || r.Owner != 2 {
+	// Sent to the wrong partition: forwarded to the owner; a forwarded
+	// request is not forwarded again, the owner comes back instead.
+	if r := path(parts[0], metapb.PathOp_PATH_OP_LOOKUP, "/"+dir+"/"+file, nil); r.Errno != 0 || r.Inode == nil || string(r.Dentry.GetName()) != file {
 		t.Fatalf("lookup on the wrong partition: %v", r)
+	}
+	fwd, err := mc.Path(ctx, parts[0], &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP, Path: []byte("/" + dir + "/" + file), Cred: &metapb.Cred{}, Forwarded: true})
+	if err != nil || metapartition.Errno(fwd.Errno) != metapartition.EWRONGMP || fwd.Owner != 2 {
+		t.Fatalf("forwarded lookup on the wrong partition: %v %v", fwd, err)
 	}
 	if r := path(parts[1], metapb.PathOp_PATH_OP_LOOKUP, "/nope/"+file, nil); metapartition.Errno(r.Errno) != metapartition.ENOENT {
 		t.Fatalf("missing directory: %v", r)
