@@ -199,20 +199,18 @@ func (v *Volume) lookupPath(ctx context.Context, op, path string, follow bool, a
 // StatPath returns the attributes of the file path names, following a
 // final symlink.
 func (v *Volume) StatPath(ctx context.Context, path string, cred Cred) (*Attr, error) {
-	ctx, cancel := v.opCtx(ctx)
-	defer cancel()
-	_, in, err := v.lookupPath(ctx, "stat", path, true, 0, cred)
-	if err != nil {
-		return nil, err
-	}
-	return toAttr(in), nil
+	return v.statPath(ctx, "stat", path, true, cred)
 }
 
 // LstatPath is StatPath without following a final symlink.
 func (v *Volume) LstatPath(ctx context.Context, path string, cred Cred) (*Attr, error) {
+	return v.statPath(ctx, "lstat", path, false, cred)
+}
+
+func (v *Volume) statPath(ctx context.Context, op, path string, follow bool, cred Cred) (*Attr, error) {
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
-	_, in, err := v.lookupPath(ctx, "lstat", path, false, 0, cred)
+	_, in, err := v.lookupPath(ctx, op, path, follow, 0, cred)
 	if err != nil {
 		return nil, err
 	}

@@ -306,17 +306,27 @@ func (s *service) planCreate(mp *metapartition.Partition, req *metapb.PathReques
 		}
 		ops = append(ops, &metapb.Op{Op: &metapb.Op_TouchDir{TouchDir: &metapb.TouchDir{Ino: dir.Ino, NlinkDelta: delta, OpId: req.OpId}}})
 	}
-	txn := &metapb.Txn{Ops: ops, RequestId: req.RequestId, NsEpoch: mp.NsEpoch(), NsGuard: true}
-	return pathPlan{txn: txn, build: func(res *metapb.TxnResult) *metapb.PathResponse {
-		if res.Errno != 0 {
-			r := pathErr(metapartition.Errno(res.Errno), req.Path, "create: %s", res.Message)
-			r.Parent = dir.Ino
-			return r
-		}
+	return guardedPlan(mp, req, "create", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
 		base.Inode = res.Results[0].GetInode()
 		base.Dentry = res.Results[1].GetDentry()
 		base.ParentTouched = touched
 		return base
+	})
+}
+
+// guardedPlan proposes ops as the request's Txn, held to the namespace
+// epoch the path was just resolved under (ENSCHANGED makes Path resolve
+// again); done builds the answer of a success, a refusal names the path
+// and the resolved parent.
+func guardedPlan(mp *metapartition.Partition, req *metapb.PathRequest, what string, parent uint64, ops []*metapb.Op, done func(*metapb.TxnResult) *metapb.PathResponse) pathPlan {
+	txn := &metapb.Txn{Ops: ops, RequestId: req.RequestId, NsEpoch: mp.NsEpoch(), NsGuard: true}
+	return pathPlan{txn: txn, build: func(res *metapb.TxnResult) *metapb.PathResponse {
+		if res.Errno != 0 {
+			r := pathErr(metapartition.Errno(res.Errno), req.Path, "%s: %s", what, res.Message)
+			r.Parent = parent
+			return r
+		}
+		return done(res)
 	}}
 }
 
@@ -354,13 +364,7 @@ func (s *service) planUnlink(mp *metapartition.Partition, req *metapb.PathReques
 	if touched {
 		ops = append(ops, &metapb.Op{Op: &metapb.Op_TouchDir{TouchDir: &metapb.TouchDir{Ino: dir.Ino, OpId: req.OpId}}})
 	}
-	txn := &metapb.Txn{Ops: ops, RequestId: req.RequestId, NsEpoch: mp.NsEpoch(), NsGuard: true}
-	return pathPlan{txn: txn, build: func(res *metapb.TxnResult) *metapb.PathResponse {
-		if res.Errno != 0 {
-			r := pathErr(metapartition.Errno(res.Errno), req.Path, "unlink: %s", res.Message)
-			r.Parent = dir.Ino
-			return r
-		}
+	return guardedPlan(mp, req, "unlink", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
 		base.Dentry = d
 		base.ParentTouched, base.LinkDropped = touched, dropped
 		if dropped {
@@ -368,7 +372,7 @@ func (s *service) planUnlink(mp *metapartition.Partition, req *metapb.PathReques
 			base.Nlink = base.Inode.GetNlink()
 		}
 		return base
-	}}
+	})
 }
 
 // fetch fills the replica entry m names, from this partition's own state
