@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -179,6 +180,13 @@ func StartTelemetry(addr string, health func() error) (*Telemetry, error) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	// Profiles of a running server, on the same (by default loopback)
+	// endpoint: go tool pprof http://ADDR/debug/pprof/profile.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	t := &Telemetry{
 		Registry: reg,
 		srv:      &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},

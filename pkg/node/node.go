@@ -235,10 +235,20 @@ func (n *Node) registerUntilDone(ctx context.Context) error {
 	}
 }
 
+// storeCacheBytes is the node store's block cache.
+const storeCacheBytes = 128 << 20
+
 // openPartitions opens the node's store and Raft host, lets the role build its
 // partition host, and registers the gRPC services.
 func (n *Node) openPartitions() (err error) {
-	if n.db, err = pebble.Open(filepath.Join(n.cfg.DataDir, "db"), &pebble.Options{}); err != nil {
+	// Raft hands the host's storage ranges of log entries to send to
+	// followers and to apply; once the log's recent entries are flushed
+	// to tables, every read decompresses their blocks again unless the
+	// block cache holds them, and Pebble's default (8 MiB) is too small
+	// beside the snapshots stored in the same DB.
+	cache := pebble.NewCache(storeCacheBytes)
+	defer cache.Unref()
+	if n.db, err = pebble.Open(filepath.Join(n.cfg.DataDir, "db"), &pebble.Options{Cache: cache}); err != nil {
 		return fmt.Errorf("open node store: %w", err)
 	}
 	resolve := func(id uint64) (string, bool) {
