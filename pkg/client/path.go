@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -567,17 +568,7 @@ func (v *Volume) SetattrPath(ctx context.Context, path string, in SetattrIn, cre
 func setattrAllowed(c Cred, cur *metapb.Inode, in SetattrIn) syscall.Errno {
 	root, owner := c.Uid == 0, c.Uid == cur.GetUid()
 	writable := perm.Allowed(c, typeBits(cur.GetType())|cur.GetMode(), cur.GetUid(), cur.GetGid(), perm.Write)
-	inGroup := func(g uint32) bool {
-		if g == c.Gid {
-			return true
-		}
-		for _, x := range c.Groups {
-			if x == g {
-				return true
-			}
-		}
-		return false
-	}
+	inGroup := func(g uint32) bool { return g == c.Gid || slices.Contains(c.Groups, g) }
 	switch {
 	case root:
 		return 0

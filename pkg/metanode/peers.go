@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -138,24 +137,24 @@ func (p *peers) home(ctx context.Context, volume, ino uint64) (*pb.Partition, er
 	}
 }
 
-// homeIn finds the partition of volume whose range holds ino in m.
+// homeIn finds the partition of volume whose range holds ino in m: the
+// one starting last at or below ino, as the client's view decides. A
+// volume has a handful of partitions, so a scan beats sorting per call.
 func homeIn(m *pb.ClusterMap, volume, ino uint64) *pb.Partition {
-	v := m.GetVolumes()[volume]
-	parts := make([]*pb.Partition, 0, len(v.GetMetaPartitions()))
-	for _, id := range v.GetMetaPartitions() {
-		if part := m.GetPartitions()[id]; part != nil {
-			parts = append(parts, part)
+	var best *pb.Partition
+	for _, id := range m.GetVolumes()[volume].GetMetaPartitions() {
+		part := m.GetPartitions()[id]
+		if part != nil && part.GetInodeStart() <= ino && (best == nil || part.GetInodeStart() > best.GetInodeStart()) {
+			best = part
 		}
 	}
-	sort.Slice(parts, func(i, j int) bool { return parts[i].GetInodeStart() < parts[j].GetInodeStart() })
-	i := sort.Search(len(parts), func(i int) bool { return parts[i].GetInodeStart() > ino }) - 1
-	if ino == 0 || i < 0 {
+	if ino == 0 || best == nil {
 		return nil
 	}
-	if end := parts[i].GetInodeEnd(); end != 0 && ino > end {
+	if end := best.GetInodeEnd(); end != 0 && ino > end {
 		return nil
 	}
-	return parts[i]
+	return best
 }
 
 // route returns the partition the map's live routing sends (parent, name)

@@ -22,6 +22,17 @@ import (
 // metricValue reads one un-labelled sample from a Prometheus endpoint.
 func metricValue(t *testing.T, addr, name string) float64 {
 	t.Helper()
+	v, n := scrapeSum(t, addr, name, false)
+	if n == 0 {
+		t.Fatalf("metric %s not served by %s", name, addr)
+	}
+	return v
+}
+
+// scrapeSum sums the samples of metric name at a Prometheus endpoint (with
+// labelled, every label set) and says how many there were.
+func scrapeSum(t *testing.T, addr, name string, labelled bool) (sum float64, n int) {
+	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatalf("scrape %s: %v", addr, err)
@@ -29,16 +40,17 @@ func metricValue(t *testing.T, addr, name string) float64 {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
-			v, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
-				t.Fatalf("metric %s: %v", name, err)
-			}
-			return v
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 || (f[0] != name && !(labelled && strings.HasPrefix(f[0], name+"{"))) {
+			continue
 		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			t.Fatalf("metric %s: %v", f[0], err)
+		}
+		sum, n = sum+v, n+1
 	}
-	t.Fatalf("metric %s not served by %s", name, addr)
-	return 0
+	return sum, n
 }
 
 // diskUsage is the space the files under the data nodes' dirs take.

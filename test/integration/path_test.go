@@ -1,12 +1,9 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,7 +19,7 @@ var (
 	userCred = client.Cred{Uid: 1000, Gid: 1000}
 )
 
-// metaRequests sums a counter (all labels) over the cluster's meta nodes.
+// metaCounter sums a counter (all labels) over the cluster's meta nodes.
 func metaCounter(t *testing.T, dir, name string) float64 {
 	t.Helper()
 	l, err := localcluster.LoadLayout(dir)
@@ -31,25 +28,10 @@ func metaCounter(t *testing.T, dir, name string) float64 {
 	}
 	var sum float64
 	for _, p := range l.Procs {
-		if p.Role != "meta" {
-			continue
+		if p.Role == "meta" {
+			v, _ := scrapeSum(t, p.MetricsAddr, name, true)
+			sum += v
 		}
-		resp, err := http.Get("http://" + p.MetricsAddr + "/metrics")
-		if err != nil {
-			t.Fatalf("scrape %s: %v", p.Name, err)
-		}
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) == 2 && (f[0] == name || strings.HasPrefix(f[0], name+"{")) {
-				v, err := strconv.ParseFloat(f[1], 64)
-				if err != nil {
-					t.Fatalf("metric %s: %v", f[0], err)
-				}
-				sum += v
-			}
-		}
-		resp.Body.Close()
 	}
 	return sum
 }
