@@ -20,7 +20,7 @@
 #
 #   bench/dl-traversal.sh [--out DIR] [--dirs N] [--files N] [--depth N]
 #       [--file-size SIZE] [--threads N] [--epochs N] [--duration D]
-#       [--setup-timeout D] [--no-fuse]
+#       [--setup-timeout D] [--no-fuse] [--cluster DIR]
 #
 # Defaults: --dirs 100000 leaf directories, --files 1000000, --depth 5
 # (fanout 10, 111,111 directories, 10 files each), --file-size 4KiB,
@@ -30,7 +30,10 @@
 # `make bench-dl` runs it. Without /dev/fuse or fuse3 (`make deps`) the
 # FUSE target is left out with a warning (--no-fuse leaves it out). Every
 # process it starts is stopped on exit, also on failure or Ctrl-C; the work
-# directory is removed after a success, the report is kept.
+# directory is removed after a success, the report is kept. --cluster DIR
+# runs the cluster in DIR and keeps it: a later run with the same DIR
+# restarts that cluster and finds the tree built so far, so an interrupted
+# build resumes where it stopped.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,6 +49,7 @@ epochs=2
 duration=120s
 setup_timeout=12h
 fuse=1
+cluster=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -58,7 +62,8 @@ while [[ $# -gt 0 ]]; do
     --duration) duration=$2; shift 2 ;;
     --setup-timeout) setup_timeout=$2; shift 2 ;;
     --no-fuse) fuse=0; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    --cluster) cluster=$2; shift 2 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -85,7 +90,7 @@ tree="dl-tree-${fanout}x${depth}x${per_dir}-${size}"
 echo "tree: fanout $fanout, depth $depth: $leaves leaf directories ($((leaves + inner)) directories in all), $per_dir files of $size each ($((leaves * per_dir)) files)"
 
 WORK=$(mktemp -d /var/tmp/cairn-dl.XXXXXX)
-DATA=$WORK/cluster
+DATA=${cluster:-$WORK/cluster}
 MNT=$WORK/mnt
 UP_PID=""
 MOUNT_PID=""

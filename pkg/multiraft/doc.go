@@ -77,7 +77,10 @@
 // (see storage.go for the key layout): entries, hard state, and the latest
 // snapshot (its data and its metadata: index, term, ConfState), which is also
 // the truncation state, since the log always starts right after it. The DB is
-// shared: other code may use other prefixes.
+// shared: other code may use other prefixes. Raft reads back nearly every
+// entry it writes (to apply it once committed, to send it to a follower), so
+// each group keeps its newest durable entries in memory (entrycache.go, 1 MiB
+// per group) and reads Pebble only for older ones.
 //
 // # Snapshots and truncation
 //

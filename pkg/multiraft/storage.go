@@ -131,6 +131,11 @@ type storage struct {
 	cur    logState
 	staged *logState // nil when nothing is staged
 
+	// cache holds the newest durable entries; cacheOps are the staged
+	// changes to it, applied by commitStaged.
+	cache    *entryCache
+	cacheOps []func(*entryCache)
+
 	// latestConf returns the group's latest applied configuration (nil:
 	// unknown). freshWanted asks the host to take a new snapshot: raft wanted
 	// one and the stored one predates a membership change.
@@ -143,7 +148,7 @@ var _ raft.Storage = (*storage)(nil)
 // loadStorage reads group g's persisted state. exists reports whether anything
 // of the group is in the DB.
 func loadStorage(db *pebble.DB, g GroupID) (st *storage, exists bool, err error) {
-	st = &storage{db: db, group: g}
+	st = &storage{db: db, group: g, cache: newEntryCache(entryCacheBytes)}
 	st.cur.hard = &raftpb.HardState{}
 	st.cur.snap = raftpb.EnsureSnapshotMetadata(nil)
 
@@ -238,6 +243,9 @@ func (s *storage) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	if lo == hi {
 		return nil, nil
 	}
+	if ents, ok := s.cache.get(lo, hi, maxSize); ok {
+		return ents, nil
+	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(s.group, lo), UpperBound: entryKey(s.group, hi)})
 	if err != nil {
 		return nil, fmt.Errorf("group %d: read entries: %w", s.group, err)
@@ -286,6 +294,9 @@ func (s *storage) Term(i uint64) (uint64, error) {
 		return 0, raft.ErrUnavailable
 	case i == s.cur.lastIndex:
 		return s.cur.lastTerm, nil
+	}
+	if t, ok := s.cache.term(i); ok {
+		return t, nil
 	}
 	v, found, err := getValue(s.db, entryKey(s.group, i))
 	if err != nil {
@@ -442,6 +453,7 @@ func (s *storage) stageEntries(b *pebble.Batch, ents []*raftpb.Entry) error {
 		}
 	}
 	n.lastIndex, n.lastTerm = last, ents[len(ents)-1].GetTerm()
+	s.cacheOps = append(s.cacheOps, func(c *entryCache) { c.append(ents) })
 	return nil
 }
 
@@ -473,6 +485,10 @@ func (s *storage) stageSnapshot(b *pebble.Batch, meta *raftpb.SnapshotMetadata, 
 	n.snap = raftpb.EnsureSnapshotMetadata(proto.Clone(meta).(*raftpb.SnapshotMetadata))
 	if dropAll || meta.GetIndex() >= n.lastIndex {
 		n.lastIndex, n.lastTerm = meta.GetIndex(), meta.GetTerm()
+		s.cacheOps = append(s.cacheOps, (*entryCache).clear)
+	} else {
+		idx := meta.GetIndex()
+		s.cacheOps = append(s.cacheOps, func(c *entryCache) { c.compactTo(idx) })
 	}
 	return nil
 }
@@ -484,10 +500,14 @@ func (s *storage) commitStaged() {
 		s.cur = *s.staged
 		s.staged = nil
 	}
+	for _, op := range s.cacheOps {
+		op(s.cache)
+	}
+	s.cacheOps = s.cacheOps[:0]
 }
 
 // dropStaged forgets staged state whose batch was not committed.
-func (s *storage) dropStaged() { s.staged = nil }
+func (s *storage) dropStaged() { s.staged, s.cacheOps = nil, s.cacheOps[:0] }
 
 // destroyGroup deletes everything group g persisted, durably.
 func destroyGroup(db *pebble.DB, g GroupID) error {
