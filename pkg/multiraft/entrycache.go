@@ -98,26 +98,23 @@ func (c *entryCache) compactTo(i uint64) {
 // trim drops the oldest entries until the cache fits maxBytes, keeping the
 // newest entry whatever its size: it is the one raft reads next.
 func (c *entryCache) trim() {
-	k, bytes := 0, c.bytes
-	for bytes > c.maxBytes && k < len(c.ents)-1 {
+	k := 0
+	for bytes := c.bytes; bytes > c.maxBytes && k < len(c.ents)-1; k++ {
 		bytes -= c.sizes[k]
-		k++
 	}
-	if k > 0 {
-		c.dropFront(k)
-	}
+	c.dropFront(k)
 }
 
-// dropFront removes the k oldest entries, copying the rest down so the
-// backing arrays do not keep growing at the front.
+// dropFront removes the k oldest entries. It re-slices rather than copying
+// the rest down, so a full cache pays for the entries it drops, not for the
+// ones it keeps; append moves the live entries to a new array when the
+// capacity runs out, which bounds the array at about twice the cache.
 func (c *entryCache) dropFront(k int) {
 	for _, n := range c.sizes[:k] {
 		c.bytes -= n
 	}
-	n := copy(c.ents, c.ents[k:])
-	clear(c.ents[n:])
-	c.ents = c.ents[:n]
-	c.sizes = c.sizes[:copy(c.sizes, c.sizes[k:])]
+	clear(c.ents[:k]) // let the dropped entries be collected now
+	c.ents, c.sizes = c.ents[k:], c.sizes[k:]
 }
 
 func (c *entryCache) clear() {

@@ -241,11 +241,11 @@ const storeCacheBytes = 128 << 20
 // openPartitions opens the node's store and Raft host, lets the role build its
 // partition host, and registers the gRPC services.
 func (n *Node) openPartitions() (err error) {
-	// Raft hands the host's storage ranges of log entries to send to
-	// followers and to apply; once the log's recent entries are flushed
-	// to tables, every read decompresses their blocks again unless the
-	// block cache holds them, and Pebble's default (8 MiB) is too small
-	// beside the snapshots stored in the same DB.
+	// The Raft host serves recent log entries from memory; older ones (a
+	// follower catching up) and snapshots come from tables, whose blocks
+	// are decompressed again on every read unless the block cache holds
+	// them, and Pebble's default (8 MiB) is small beside the snapshots
+	// stored in the same DB.
 	cache := pebble.NewCache(storeCacheBytes)
 	defer cache.Unref()
 	if n.db, err = pebble.Open(filepath.Join(n.cfg.DataDir, "db"), &pebble.Options{Cache: cache}); err != nil {
