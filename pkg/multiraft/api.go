@@ -152,7 +152,8 @@ func (h *Host) proposeConf(id GroupID, cc raftpb.ConfChangeI) (<-chan proposalRe
 
 // ReadIndex is a linearizable read barrier: it returns once this replica's
 // state machine reflects every entry committed before the call, as confirmed
-// by the leader with a round of heartbeats (raft's ReadIndex, ReadOnlySafe).
+// by the leader with a round of heartbeats (raft's ReadIndex, ReadOnlySafe),
+// or, on a leader that holds a read lease, by the lease alone (lease.go).
 // Reads of the local state machine after it returns are linearizable. It
 // works on followers too (the request goes to the leader), and fails fast
 // with ErrNotLeader when no leader is known, ErrLeadershipLost if the leader
@@ -171,6 +172,15 @@ func (h *Host) ReadIndex(ctx context.Context, id GroupID) error {
 	if bs.Lead == raft.None {
 		h.mu.Unlock()
 		return &NotLeaderError{Group: id, Term: bs.GetTerm()}
+	}
+	if bs.RaftState == raft.StateLeader {
+		if idx, ok := h.leaseRead(g); ok {
+			if g.applied >= idx {
+				h.mu.Unlock()
+				return nil
+			}
+			return h.waitApplied(ctx, g, idx)
+		}
 	}
 	rid := h.nextID()
 	rctx := appendHeader(nil, h.id, rid)
@@ -256,9 +266,30 @@ func (h *Host) TransferLeader(id GroupID, to NodeID) error {
 		return fmt.Errorf("group %d: transfer leadership: node %d is not a member", id, to)
 	}
 	h.unquiesce(g)
+	// The transferee's election overrides the followers' leases.
+	g.lease.noLeaseTerm = g.rn.BasicStatus().GetTerm()
 	if !h.guard(g, "transfer leader", func() { g.rn.TransferLeader(uint64(to)) }) {
 		return fmt.Errorf("%w: %v", ErrGroupFailed, g.err)
 	}
 	h.wake()
 	return nil
+}
+
+// waitApplied waits until g's state machine has applied index, for a read
+// served from the lease. Called with mu held; returns with it released.
+func (h *Host) waitApplied(ctx context.Context, g *group, index uint64) error {
+	rid := h.nextID()
+	ch := make(chan error, 1)
+	g.reads[rid] = &readWaiter{ch: ch, index: index, known: true}
+	h.wake()
+	h.mu.Unlock()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		h.mu.Lock()
+		delete(g.reads, rid)
+		h.mu.Unlock()
+		return ctx.Err()
+	}
 }

@@ -46,6 +46,9 @@ type Heartbeat struct {
 	// whose log and commit match quiesces too.
 	Quiesce        bool
 	Index, LogTerm uint64
+	// Stamp is the leader's lease clock when it sent the heartbeat; a
+	// follower's response echoes it (see lease.go). 0: none.
+	Stamp int64
 }
 
 // Empty reports whether b carries nothing but the liveness beat.
@@ -59,18 +62,31 @@ func (hb *Heartbeat) toMessage(from, to NodeID) *raftpb.Message {
 		Term: proto.Uint64(hb.Term),
 	}
 	if hb.Response {
+		// A response's stamp is the host's business, not raft's: a context
+		// would read to raft as a ReadIndex acknowledgement.
 		m.Type = raftpb.MsgHeartbeatResp.Enum()
 	} else {
 		m.Type = raftpb.MsgHeartbeat.Enum()
 		m.Commit = proto.Uint64(hb.Commit)
+		if hb.Stamp != 0 {
+			// Raft echoes a heartbeat's context in its response.
+			m.Context = stampContext(hb.Stamp)
+		}
 	}
 	return m
 }
 
-// coalescible reports whether m can travel as a Heartbeat.
+// coalescible reports whether m can travel as a Heartbeat: a heartbeat
+// without a context, or a response whose context is a lease stamp.
 func coalescible(m *raftpb.Message) bool {
-	t := m.GetType()
-	return (t == raftpb.MsgHeartbeat || t == raftpb.MsgHeartbeatResp) && len(m.GetContext()) == 0
+	switch m.GetType() {
+	case raftpb.MsgHeartbeat:
+		return len(m.GetContext()) == 0
+	case raftpb.MsgHeartbeatResp:
+		_, stamped := stampOf(m.GetContext())
+		return len(m.GetContext()) == 0 || stamped
+	}
+	return false
 }
 
 // heartbeatOf compacts a coalescible message of group g.
@@ -78,6 +94,7 @@ func heartbeatOf(g GroupID, m *raftpb.Message) Heartbeat {
 	hb := Heartbeat{Group: g, Term: m.GetTerm()}
 	if m.GetType() == raftpb.MsgHeartbeatResp {
 		hb.Response = true
+		hb.Stamp, _ = stampOf(m.GetContext())
 	} else {
 		hb.Commit = m.GetCommit()
 	}
@@ -97,7 +114,9 @@ func validMessage(m *raftpb.Message, from, to NodeID) bool {
 	}
 	// Proposals are never forwarded between hosts (Propose fails fast on a
 	// follower), and forgetting the leader is this host's own decision.
-	if t == raftpb.MsgProp || t == raftpb.MsgForgetLeader {
+	// Leadership transfers start only on the leader's own host
+	// (Host.TransferLeader), which read leases rely on (lease.go).
+	if t == raftpb.MsgProp || t == raftpb.MsgForgetLeader || t == raftpb.MsgTransferLeader {
 		return false
 	}
 	// Raft treats term 0 as a local message; only a forwarded ReadIndex
@@ -132,6 +151,7 @@ func encodeBatch(b *Batch) (*transportpb.Batch, error) {
 			pb.Heartbeats[i] = &transportpb.Heartbeat{
 				Group: uint64(hb.Group), Term: hb.Term, Commit: hb.Commit,
 				Response: hb.Response, Quiesce: hb.Quiesce, Index: hb.Index, LogTerm: hb.LogTerm,
+				Stamp: hb.Stamp,
 			}
 		}
 	}
@@ -159,6 +179,7 @@ func decodeBatch(pb *transportpb.Batch) (b *Batch, malformed int) {
 			b.Heartbeats[i] = Heartbeat{
 				Group: GroupID(hb.GetGroup()), Term: hb.GetTerm(), Commit: hb.GetCommit(),
 				Response: hb.GetResponse(), Quiesce: hb.GetQuiesce(), Index: hb.GetIndex(), LogTerm: hb.GetLogTerm(),
+				Stamp: hb.GetStamp(),
 			}
 		}
 	}

@@ -16,7 +16,8 @@
 //     liveness;
 //  3. takes every group's Ready and stages the log entries, hard states and
 //     received snapshots of all groups in ONE Pebble batch;
-//  4. commits that batch, with Sync if any group needs durability. One fsync
+//  4. sends what may leave before the batch is durable (see Early sends),
+//     then commits that batch, with Sync if any group needs durability. One fsync
 //     per round whatever the number of groups: group commit. The state lock
 //     is released meanwhile, so proposals keep arriving for the next round;
 //  5. sends the round's messages, one Batch per peer host;
@@ -116,5 +117,24 @@
 // fails fast on a follower (ErrNotLeader names the leader); if leadership or
 // the term changes before the entry applies, the caller gets
 // ErrLeadershipLost: the outcome is unknown and retries must be idempotent.
-// ReadIndex gives a linearizable read barrier through raft's ReadIndex.
+// ReadIndex gives a linearizable read barrier: from the leader's read lease
+// when it holds one, else through raft's ReadIndex.
+//
+// # Read leases
+//
+// Leaders stamp their heartbeats with their monotonic clock; followers echo
+// the stamp in their responses. While a quorum has acknowledged a heartbeat
+// of the current term stamped less than (ElectionTicks-2) ticks (less 10%)
+// ago, no other leader can have been elected: a follower that accepted such
+// a heartbeat grants no vote for ElectionTicks of its ticks, whether its
+// replica ticks (raft's CheckQuorum lease), is quiesced (the host liveness
+// rule), or its host restarted (hosts refuse votes for their first
+// ElectionTicks ticks). A leader that started a leadership transfer trusts no
+// lease for the rest of the term. See lease.go and docs/design.md.
+//
+// # Early sends
+//
+// A round sends every message that does not acknowledge durable state
+// (everything but append and vote responses) before committing its batch, so
+// a leader's appends travel while its own fsync runs.
 package multiraft

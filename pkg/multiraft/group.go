@@ -47,6 +47,8 @@ type group struct {
 	snapSent map[NodeID]uint64
 	// snapRetryTick delays the next snapshot attempt after one failed.
 	snapRetryTick uint64
+	// lease is the leader's read lease (lease.go).
+	lease leaseState
 }
 
 // proposal is a caller waiting for its entry to apply.
@@ -307,6 +309,7 @@ func (h *Host) applyReady(g *group, rd *raft.Ready, n uint64) {
 			return
 		}
 		g.applied = meta.GetIndex()
+		g.lease.appliedTerm = meta.GetTerm()
 		g.conf = proto.Clone(meta.GetConfState()).(*raftpb.ConfState)
 		h.peersFresh = false
 		h.stats.SnapshotsApplied++
@@ -402,6 +405,7 @@ func (h *Host) applyEntry(g *group, e *raftpb.Entry) bool {
 		return false
 	}
 	g.applied = e.GetIndex()
+	g.lease.appliedTerm = e.GetTerm()
 	return true
 }
 

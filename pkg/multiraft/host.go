@@ -58,6 +58,11 @@ type Host struct {
 	notifyQueue []GroupID
 	notifyLast  map[GroupID]pendingNote
 	notifyc     chan struct{} // cap 1
+
+	// clockBase is the zero of the lease clock; leaseNanos the lease
+	// duration (0: no leases). See lease.go.
+	clockBase  time.Time
+	leaseNanos int64
 }
 
 type pendingNote struct {
@@ -94,6 +99,8 @@ func NewHost(cfg Config) (*Host, error) {
 		// restart, still in the log, never match waiters after it.
 		seq: rand.Uint64() >> 1,
 	}
+	h.clockBase = cfg.Now()
+	h.leaseNanos = int64(cfg.leaseDuration())
 	h.stats.BatchesSentPerPeer = make(map[NodeID]uint64)
 	return h, nil
 }
@@ -275,6 +282,21 @@ func (h *Host) processRound(tick bool) (more bool) {
 		work = append(work, readyWork{g: g, rd: rd, n: g.readies})
 	}
 
+	// Phase 3b: send what may leave before the batch is durable: every
+	// message but acknowledgements of appends and votes (raft's msgs as
+	// opposed to its msgsAfterAppend). A leader's appends thus reach its
+	// followers while its own write is in flight, so the leader's and the
+	// followers' syncs overlap (Raft thesis §10.2.1); the leader still
+	// counts itself toward a commit only once its write is durable (its own
+	// acknowledgement is stepped at Advance).
+	if !wb.Empty() {
+		early := newOutbox(h)
+		for i := range work {
+			h.queueMessages(work[i].g, &work[i].rd, early, sendEarly)
+		}
+		early.flush(false)
+	}
+
 	// Phase 4: group commit, without the state lock.
 	if !wb.Empty() {
 		h.mu.Unlock()
@@ -302,8 +324,12 @@ func (h *Host) processRound(tick bool) (more bool) {
 	}
 
 	// Phase 5: send. Everything raft asked to persist before sending is durable.
-	for _, w := range work {
-		h.queueMessages(w.g, &w.rd, out)
+	late := sendLate
+	if wb.Empty() {
+		late = sendAll
+	}
+	for i := range work {
+		h.queueMessages(work[i].g, &work[i].rd, out, late)
 	}
 	out.flush(tick)
 

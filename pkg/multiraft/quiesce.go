@@ -36,6 +36,10 @@ func (h *Host) handleBatch(b *Batch) {
 		if g.err != nil {
 			continue
 		}
+		if isVoteRequest(gm.Message) && !h.votesAllowed() {
+			h.stats.VotesRefused++
+			continue
+		}
 		h.stats.MessagesReceived++
 		// Anything but a heartbeat response means the group has work
 		// (an append, a vote, a read), so it must tick again.
@@ -68,6 +72,9 @@ func (h *Host) handleBatch(b *Batch) {
 			h.unquiesce(g)
 		}
 		h.step(g, hb.toMessage(b.From, b.To))
+		if hb.Response && hb.Stamp != 0 {
+			h.leaseAck(g, b.From, hb.Term, hb.Stamp)
+		}
 	}
 }
 
@@ -169,6 +176,7 @@ func (h *Host) tick(out *outbox) {
 		} else {
 			g.idleTicks = 0
 		}
+		g.lease.reads = 0
 		if !h.guard(g, "tick", g.rn.Tick) {
 			continue
 		}
@@ -213,7 +221,7 @@ func (h *Host) canQuiesce(g *group) bool {
 	if bs.RaftState != raft.StateLeader || bs.LeadTransferee != 0 {
 		return false
 	}
-	if len(g.proposals) > 0 || len(g.reads) > 0 || g.rn.HasReady() {
+	if len(g.proposals) > 0 || len(g.reads) > 0 || g.lease.reads > 0 || g.rn.HasReady() {
 		return false
 	}
 	last := g.st.cur.lastIndex
@@ -315,11 +323,34 @@ func (h *Host) checkSnapshotSends(g *group) {
 	}
 }
 
-// queueMessages puts g's outbound raft messages into the round's batches.
-func (h *Host) queueMessages(g *group, rd *raft.Ready, out *outbox) {
+// sendWhich selects the messages of a Ready that queueMessages takes.
+type sendWhich int
+
+const (
+	sendAll   sendWhich = iota
+	sendEarly           // those that may leave before the round's write is durable
+	sendLate            // those that must wait for it
+)
+
+// afterDurable reports whether m acknowledges state that must be durable
+// before anyone hears of it: an append or a vote (raft's msgsAfterAppend).
+func afterDurable(m *raftpb.Message) bool {
+	switch m.GetType() {
+	case raftpb.MsgAppResp, raftpb.MsgVoteResp, raftpb.MsgPreVoteResp:
+		return true
+	}
+	return false
+}
+
+// queueMessages puts g's outbound raft messages (those which selects) into
+// the round's batches.
+func (h *Host) queueMessages(g *group, rd *raft.Ready, out *outbox, which sendWhich) {
 	for _, m := range rd.Messages {
 		to := NodeID(m.GetTo())
 		if to == h.id || to == 0 {
+			continue
+		}
+		if which != sendAll && afterDurable(m) != (which == sendLate) {
 			continue
 		}
 		if m.GetType() == raftpb.MsgSnap {
@@ -355,7 +386,13 @@ func (o *outbox) batch(to NodeID) *Batch {
 func (o *outbox) add(g GroupID, m *raftpb.Message) {
 	b := o.batch(NodeID(m.GetTo()))
 	if coalescible(m) {
-		b.Heartbeats = append(b.Heartbeats, heartbeatOf(g, m))
+		hb := heartbeatOf(g, m)
+		if !hb.Response && o.h.leaseNanos > 0 {
+			// Stamped no later than sent: the lease a response gives
+			// errs short.
+			hb.Stamp = o.h.stamp()
+		}
+		b.Heartbeats = append(b.Heartbeats, hb)
 		return
 	}
 	b.Messages = append(b.Messages, GroupMessage{Group: g, Message: m})

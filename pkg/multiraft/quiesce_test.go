@@ -182,8 +182,14 @@ func TestFollowerQuiesceNeedsMatchingLog(t *testing.T) {
 func TestPeerRestartWakesQuiescedGroups(t *testing.T) {
 	c := newCluster(t, 3, 23, nil)
 	c.addGroup(1)
-	c.hosts[1].Campaign(1)
-	c.waitLeader(1)
+	// Hosts grant no votes in their first ElectionTicks ticks, so node 1
+	// becomes leader by transfer.
+	if lead := c.waitLeader(1); lead != 1 {
+		if err := c.hosts[lead].TransferLeader(1, 1); err != nil {
+			t.Fatal(err)
+		}
+		c.runUntil("node 1 leads", 400, func() bool { return c.leader(1) == 1 })
+	}
 	c.propose(1, "a")
 	c.runUntil("quiesced", 400, func() bool { return c.allQuiesced(1) })
 	if c.leader(1) != 1 {

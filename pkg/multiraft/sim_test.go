@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -271,6 +272,34 @@ type cluster struct {
 	// roundsPerTick: rounds are network hops; ticks are rarer.
 	roundsPerTick int
 	cfg           func(*Config)
+	// clock is the simulated time read leases see: it advances by one
+	// tick interval on every ticking round, so that ticks and time agree
+	// as they do with a real ticker.
+	clockMu sync.Mutex
+	clock   time.Time
+}
+
+// simTick is the tick interval the simulated clock advances by.
+const simTick = 100 * time.Millisecond
+
+func (c *cluster) now() time.Time {
+	c.net.mu.Lock()
+	live := c.net.live
+	c.net.mu.Unlock()
+	if live {
+		// Started hosts tick off real tickers.
+		return time.Now()
+	}
+	c.clockMu.Lock()
+	defer c.clockMu.Unlock()
+	return c.clock
+}
+
+// advance moves the simulated clock on by d.
+func (c *cluster) advance(d time.Duration) {
+	c.clockMu.Lock()
+	c.clock = c.clock.Add(d)
+	c.clockMu.Unlock()
 }
 
 func newCluster(t testing.TB, n int, seed uint64, cfg func(*Config)) *cluster {
@@ -284,6 +313,7 @@ func newCluster(t testing.TB, n int, seed uint64, cfg func(*Config)) *cluster {
 		sms:           make(map[NodeID]map[GroupID]*kvSM),
 		roundsPerTick: 4,
 		cfg:           cfg,
+		clock:         time.Unix(1_000_000, 0),
 	}
 	for i := 1; i <= n; i++ {
 		c.addNode(NodeID(i))
@@ -317,6 +347,8 @@ func (c *cluster) openHost(id NodeID) {
 		HeartbeatTicks:  1,
 		SnapshotEntries: 10000,
 		Logger:          quietLogger(),
+		TickInterval:    simTick,
+		Now:             c.now,
 	}
 	if c.cfg != nil {
 		c.cfg(&cfg)
@@ -375,6 +407,9 @@ func (c *cluster) stepWith(tick bool) {
 	c.net.mu.Lock()
 	c.net.round++
 	c.net.mu.Unlock()
+	if tick {
+		c.advance(simTick)
+	}
 	c.net.deliverDue()
 	for _, id := range c.ids {
 		if c.isDown(id) {

@@ -92,6 +92,13 @@ type Config struct {
 	// Logger receives the host's logs and raft's (raft's info goes to Debug);
 	// default slog.Default().
 	Logger *slog.Logger
+	// Now is the clock of read leases (default time.Now). Leases assume
+	// that clocks of different hosts run at rates within 10% of each other
+	// and that Now and the ticker measure the same time; tests that drive
+	// rounds by hand set it to a clock they advance with the ticks.
+	Now func() time.Time
+	// DisableLeaseReads makes every ReadIndex a round of heartbeats.
+	DisableLeaseReads bool
 }
 
 func (c *Config) setDefaults() error {
@@ -136,6 +143,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return nil
 }
@@ -219,6 +229,11 @@ type HostStats struct {
 	// PeersDown counts peers declared dead by the node-level liveness rule;
 	// PeersRestarted peers seen with a new incarnation.
 	PeersDown, PeersRestarted uint64
+	// LeaseReads counts read barriers served from a leader's lease,
+	// LeaseMisses those that needed a round of heartbeats instead;
+	// VotesRefused vote requests dropped because this host started less
+	// than ElectionTicks ticks ago.
+	LeaseReads, LeaseMisses, VotesRefused uint64
 	// Groups and GroupsQuiesced are current counts.
 	Groups, GroupsQuiesced int
 }

@@ -183,9 +183,14 @@ type Heartbeat struct {
 	// quiesce marks the leader's last heartbeat before it stops ticking the
 	// group; index and log_term are the leader's last log position, which the
 	// follower must match to quiesce too.
-	Quiesce       bool   `protobuf:"varint,5,opt,name=quiesce,proto3" json:"quiesce,omitempty"`
-	Index         uint64 `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
-	LogTerm       uint64 `protobuf:"varint,7,opt,name=log_term,json=logTerm,proto3" json:"log_term,omitempty"`
+	Quiesce bool   `protobuf:"varint,5,opt,name=quiesce,proto3" json:"quiesce,omitempty"`
+	Index   uint64 `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
+	LogTerm uint64 `protobuf:"varint,7,opt,name=log_term,json=logTerm,proto3" json:"log_term,omitempty"`
+	// stamp is the leader's clock (nanoseconds on its monotonic clock) when it
+	// sent the heartbeat; a follower that accepted the heartbeat echoes it in
+	// its response, which gives the leader its read lease (see lease.go).
+	// 0: none.
+	Stamp         int64 `protobuf:"varint,8,opt,name=stamp,proto3" json:"stamp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -269,6 +274,13 @@ func (x *Heartbeat) GetLogTerm() uint64 {
 	return 0
 }
 
+func (x *Heartbeat) GetStamp() int64 {
+	if x != nil {
+		return x.Stamp
+	}
+	return 0
+}
+
 // Ack ends a stream.
 type Ack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -321,7 +333,7 @@ const file_pkg_multiraft_transportpb_transport_proto_rawDesc = "" +
 	"heartbeats\">\n" +
 	"\fGroupMessage\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\fR\amessage\"\xb4\x01\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\"\xca\x01\n" +
 	"\tHeartbeat\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x16\n" +
@@ -329,7 +341,8 @@ const file_pkg_multiraft_transportpb_transport_proto_rawDesc = "" +
 	"\bresponse\x18\x04 \x01(\bR\bresponse\x12\x18\n" +
 	"\aquiesce\x18\x05 \x01(\bR\aquiesce\x12\x14\n" +
 	"\x05index\x18\x06 \x01(\x04R\x05index\x12\x19\n" +
-	"\blog_term\x18\a \x01(\x04R\alogTerm\"\x05\n" +
+	"\blog_term\x18\a \x01(\x04R\alogTerm\x12\x14\n" +
+	"\x05stamp\x18\b \x01(\x03R\x05stamp\"\x05\n" +
 	"\x03Ack2E\n" +
 	"\tTransport\x128\n" +
 	"\x06Stream\x12\x16.cairn.multiraft.Batch\x1a\x14.cairn.multiraft.Ack(\x01B4Z2github.com/cairnfs/cairn/pkg/multiraft/transportpbb\x06proto3"
