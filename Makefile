@@ -22,7 +22,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 20m
 
-.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl posix proto clean
+.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta posix proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -96,6 +96,14 @@ bench-cdc: build
 ## "--dirs 64 --files 2000 --depth 3", for a quick run). See docs/bench.md.
 bench-dl: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/dl-traversal.sh $(BENCH_DL_FLAGS)
+
+## bench-meta: metadata and dl-traversal side by side on the FUSE passthrough
+## peer, the JuiceFS peer, a fresh `cairn up` mount and the Cairn SDK, in one
+## cairn bench run each; prints ops/s per phase, the ratios Cairn / JuiceFS and
+## their geometric mean (not part of CI; flags through BENCH_META_FLAGS, e.g.
+## "--files 100 --repetitions 1 --dl-files 512"). See docs/bench.md.
+bench-meta: build
+	CAIRN_BIN=$(CURDIR)/$(BIN) bench/meta.sh $(BENCH_META_FLAGS)
 
 ## bench: the benchmarks (not part of CI).
 bench:

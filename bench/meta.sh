@@ -1,0 +1,302 @@
+#!/usr/bin/env bash
+# Metadata side by side: Cairn against JuiceFS and the FUSE ceiling. Two
+# `cairn bench run`s on the same four targets, in this order:
+#
+#   1. posix:/mnt/peers/passthrough  the go-fuse loopback of the local disk
+#                                    (the FUSE ceiling; first target, so the
+#                                    report's own ratios are "÷ passthrough");
+#   2. posix:/mnt/peers/juicefs      JuiceFS on Redis with a local-directory bucket;
+#   3. posix:DIR/mnt                 a fresh `cairn up` cluster's FUSE mount (with
+#                                    the meta nodes' counts, --meta-metrics);
+#   4. cairn:MASTER/default          the same volume through the SDK (stateless).
+#
+# The first run is `metadata` (mdtest-like: DirCreation ... FileRemoval, then
+# TreeCreation and TreeRemoval), the second `dl-traversal` (a tree read in a
+# random order once per epoch; built once per file system as a kept tree shared
+# by the mount and the SDK, and removed from the peers at the end). Then it
+# prints one compact table: per phase the ops/s of every target (median over
+# the repetitions) and the ratios Cairn mount ÷ JuiceFS, Cairn SDK ÷ JuiceFS and
+# Cairn mount ÷ passthrough, with the geometric mean of the eight metadata
+# phases DirCreation, DirStat, DirRemoval, FileCreation, FileStat, FileRead,
+# Rename and FileRemoval.
+#
+#   bench/meta.sh [--out DIR] [--files N] [--threads N] [--repetitions N]
+#       [--duration D] [--dl-files N] [--dl-fanout N] [--dl-depth N]
+#       [--dl-file-size SIZE] [--dl-epochs N] [--no-dl] [--setup-timeout D]
+#
+# Defaults: --files 500 (directories and files per thread), --threads 8,
+# --repetitions 3, the workloads' 60s bound per phase (--duration), and a
+# dl-traversal tree of --dl-files 4096 files of --dl-file-size 4KiB in
+# --dl-fanout 8 ^ --dl-depth 2 = 64 leaf directories, --dl-epochs 2. The
+# environment can set the same: BENCH_META_FILES, BENCH_META_THREADS,
+# BENCH_META_REPETITIONS, BENCH_META_DL_FILES (flags win). `make bench-meta`
+# runs it (flags through BENCH_META_FLAGS). The reports go to
+# DIR/metadata and DIR/dl-traversal (default bench-reports/meta-TIMESTAMP),
+# the table to DIR/summary.txt.
+#
+# A peer that is already mounted is used and left running; a peer this script
+# starts (bench/peers/peer.sh) is stopped on exit, as is the cluster, also on
+# failure or Ctrl-C. The work directory is removed after a success and kept
+# with the logs after a failure.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+CAIRN=${CAIRN_BIN:-$REPO/bin/cairn}
+PEER=$HERE/peers/peer.sh
+out=$REPO/bench-reports/meta-$(date -u +%Y%m%dT%H%M%SZ)
+files=${BENCH_META_FILES:-500}
+threads=${BENCH_META_THREADS:-8}
+reps=${BENCH_META_REPETITIONS:-3}
+dl_files=${BENCH_META_DL_FILES:-4096}
+dl_fanout=8
+dl_depth=2
+dl_size=4KiB
+dl_epochs=2
+duration=""
+setup_timeout=30m
+dl=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) out=$2; shift 2 ;;
+    --files) files=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --repetitions) reps=$2; shift 2 ;;
+    --duration) duration=$2; shift 2 ;;
+    --dl-files) dl_files=$2; shift 2 ;;
+    --dl-fanout) dl_fanout=$2; shift 2 ;;
+    --dl-depth) dl_depth=$2; shift 2 ;;
+    --dl-file-size) dl_size=$2; shift 2 ;;
+    --dl-epochs) dl_epochs=$2; shift 2 ;;
+    --no-dl) dl=0; shift ;;
+    --setup-timeout) setup_timeout=$2; shift 2 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+for v in files threads reps dl_files dl_fanout dl_depth dl_epochs; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "error: --${v//_/-} wants a positive integer, got '${!v}'" >&2; exit 2; }
+done
+[[ -x $CAIRN ]] || { echo "error: $CAIRN not built (make build)" >&2; exit 2; }
+[[ -x $PEER ]] || { echo "error: $PEER missing" >&2; exit 2; }
+[[ -e /dev/fuse ]] || { echo "error: no /dev/fuse: the FUSE targets cannot be mounted" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "error: python3 is needed to read report.json" >&2; exit 2; }
+
+# dl-traversal tree: fanout^depth leaves with enough files each for --dl-files.
+leaves=1
+for ((i = 0; i < dl_depth; i++)); do leaves=$((leaves * dl_fanout)); done
+per_dir=$(( (dl_files + leaves - 1) / leaves ))
+
+WORK=$(mktemp -d /var/tmp/cairn-meta.XXXXXX)
+DATA=$WORK/cluster
+MNT=$DATA/mnt
+# A name of this run only: the tree is kept by the bench on every target and
+# removed from the peers by this script (the cluster is thrown away).
+tree=bench-meta-${WORK##*.}-${dl_fanout}x${dl_depth}x${per_dir}-${dl_size}
+UP_PID=""
+started=()     # peers this script started (and stops)
+peer_mnts=()   # every peer mount used (the dl tree is removed from each)
+tree_made=0
+
+# stop PID NAME: SIGTERM, up to 60 s, then SIGKILL.
+stop() {
+  local pid=$1 name=$2
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "$name ($pid) still alive after 60 s: SIGKILL" >&2
+    kill -KILL "$pid" 2>/dev/null
+  fi
+  wait "$pid" 2>/dev/null
+}
+cleanup() {
+  local rc=$?
+  set +e
+  if (( tree_made )); then
+    for m in "${peer_mnts[@]}"; do
+      [[ -d $m/$tree ]] && { echo "removing the dl-traversal tree $m/$tree"; rm -rf "${m:?}/$tree"; }
+    done
+  fi
+  stop "$UP_PID" "cairn up"   # stops every node and master and unmounts DIR/mnt
+  if mountpoint -q "$MNT" 2>/dev/null || { [[ -e $MNT ]] && ! stat "$MNT" >/dev/null 2>&1; }; then
+    fusermount3 -u -z "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
+  fi
+  for p in "${started[@]}"; do
+    echo "stopping the $p peer (started by this script)"
+    "$PEER" stop "$p" >/dev/null 2>&1 || echo "warning: stopping $p failed" >&2
+  done
+  if (( rc == 0 )); then rm -rf "$WORK"; else echo "logs kept in $WORK" >&2; fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The peers: passthrough (the ceiling, first target), then JuiceFS.
+for p in passthrough juicefs; do
+  mnt=$("$PEER" mount "$p")
+  if mountpoint -q "$mnt" 2>/dev/null; then
+    timeout 10 stat -f "$mnt" >/dev/null 2>&1 || { echo "error: $p is mounted at $mnt but does not answer (not ours: left alone)" >&2; exit 1; }
+    echo "$p: already mounted at $mnt, using it (left running)"
+  else
+    echo "$p: starting it with bench/peers/peer.sh"
+    started+=("$p")
+    mnt=$("$PEER" start "$p" 2>"$WORK/peer-$p.log" | tail -n 1) || { echo "error: starting $p failed:" >&2; tail -20 "$WORK/peer-$p.log" >&2; exit 1; }
+    echo "$p: mounted at $mnt"
+  fi
+  peer_mnts+=("$mnt")
+done
+
+echo "starting cairn up on $DATA (mount $MNT)"
+"$CAIRN" up --data-dir "$DATA" >"$WORK/up.log" 2>&1 &
+UP_PID=$!
+for _ in $(seq 1 900); do
+  grep -q "^Data dir:" "$WORK/up.log" && break
+  kill -0 "$UP_PID" 2>/dev/null || { echo "error: cairn up exited:" >&2; cat "$WORK/up.log" >&2; exit 1; }
+  sleep 0.1
+done
+grep -q "^Data dir:" "$WORK/up.log" || { echo "error: cairn up not up after 90 s:" >&2; tail -20 "$WORK/up.log" >&2; exit 1; }
+mountpoint -q "$MNT" || { echo "error: cairn up did not mount $MNT:" >&2; tail -20 "$WORK/up.log" >&2; exit 1; }
+master=$(python3 -c 'import json,sys
+procs = json.load(open(sys.argv[1]))["procs"]
+print(",".join(p["addr"] for p in procs if p["role"] == "master"))' "$DATA/cluster.json")
+[[ -n $master ]] || { echo "error: no master in $DATA/cluster.json" >&2; exit 1; }
+echo "cluster up, master $master, volume default mounted at $MNT"
+
+targets=(--target "posix:${peer_mnts[0]}" --target "posix:${peer_mnts[1]}"
+  --target "posix:$MNT" --target "cairn:$master/default"
+  --meta-metrics "posix:$MNT=$master/default")
+common=(--threads "$threads" --repetitions "$reps" --progress lines --progress-interval 30s)
+[[ -z $duration ]] || common+=(--set "duration=$duration")
+mkdir -p "$out"
+rc=0
+
+# run NAME ARGS...: one cairn bench run into $out/NAME; a usage error (2)
+# stops the script, a run-time failure (1) is reported and the rest goes on.
+run() {
+  local name=$1; shift
+  local r=0
+  "$CAIRN" bench run "$@" "${common[@]}" "${targets[@]}" --out "$out/$name" || r=$?
+  if (( r != 0 )); then
+    for _ in $(seq 1 30); do kill -0 "$UP_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$UP_PID" 2>/dev/null || { echo "cairn up has stopped (interrupted?); partial reports in $out" >&2; exit 130; }
+    (( r == 2 )) && { echo "error: cairn bench run refused its arguments" >&2; exit 2; }
+    echo "warning: cairn bench run ($name) exited $r; its report holds what was measured" >&2
+    rc=1
+  fi
+}
+
+echo
+echo "=== 1/$((1 + dl)): metadata, --files $files per thread, $threads threads, $reps repetition(s) ==="
+run metadata --workload metadata --set "files=$files"
+
+if (( dl )); then
+  echo
+  echo "=== 2/2: dl-traversal, tree $tree: $leaves leaf directories x $per_dir files of $dl_size ($((leaves * per_dir)) files), $dl_epochs epoch(s) ==="
+  tree_made=1
+  run dl-traversal --workload dl-traversal --set "fanout=$dl_fanout" --set "depth=$dl_depth" \
+    --set "files_per_dir=$per_dir" --set "file_size=$dl_size" --set "epochs=$dl_epochs" \
+    --set "tree=$tree" --setup-timeout "$setup_timeout"
+fi
+
+echo
+reports=("$out/metadata/report.json")
+(( dl )) && reports+=("$out/dl-traversal/report.json")
+python3 - "${reports[@]}" <<'PY' | tee "$out/summary.txt" || rc=1
+import json, math, os, sys
+
+EIGHT = ["DirCreation", "DirStat", "DirRemoval", "FileCreation",
+         "FileStat", "FileRead", "Rename", "FileRemoval"]
+NAMES = ["passthrough", "JuiceFS", "Cairn mount", "Cairn SDK"]
+RATIOS = [("mount/JFS", 2, 1), ("SDK/JFS", 3, 1), ("mount/pass", 2, 0)]
+
+def fmt(v):
+    if v is None:
+        return "-"
+    if v >= 1e6:
+        return "%.2fM" % (v / 1e6)
+    if v >= 1e4:
+        return "%.1fk" % (v / 1e3)
+    if v >= 100:
+        return "%.0f" % v
+    return "%.3g" % v
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+def rfmt(r):
+    return "-" if r is None else "%.2fx" % r
+
+geo = {}   # ratio column -> list of ratios over the eight phases
+for path in sys.argv[1:]:
+    if not os.path.exists(path):
+        print("no report: %s" % path)
+        continue
+    rep = json.load(open(path))
+    for wl in rep["workloads"]:
+        tg = wl["targets"]
+        if len(tg) != 4:
+            print("%s: %d targets in the report, 4 expected" % (wl["name"], len(tg)))
+            continue
+        vals = wl["spec"]["values"]
+        conc = wl.get("concurrency") or {}
+        shape = ", ".join("%s=%s" % (k, vals[k]) for k in
+                          ("files", "fanout", "depth", "files_per_dir", "file_size", "epochs")
+                          if k in vals and (wl["kind"] != "metadata" or k == "files"))
+        print("%s (%s; %s threads, %s repetition(s)); ops/s, median over repetitions; * = phase hit its time bound"
+              % (wl["name"], shape, conc.get("threads", "?"), rep["config"].get("repetitions", "?")))
+        for i, t in enumerate(tg):
+            print("  %-12s %s" % (NAMES[i], t["target"]))
+        hdr = "%-13s %-7s" % ("PHASE", "OP") + "".join("%11s " % n for n in NAMES) + \
+              "".join("%11s" % r[0] for r in RATIOS)
+        print(hdr)
+        # phases and ops in the order of the first target that has them
+        order = []
+        for t in tg:
+            for ph in t["phases"]:
+                for op in ph["ops"]:
+                    if (ph["phase"], op["op"]) not in order:
+                        order.append((ph["phase"], op["op"]))
+        for phase, opname in order:
+            rates, cells = [], []
+            for t in tg:
+                v, trunc = None, False
+                for ph in t["phases"]:
+                    if ph["phase"] != phase:
+                        continue
+                    trunc = bool(ph.get("truncated"))
+                    for op in ph["ops"]:
+                        if op["op"] == opname:
+                            for f in op["figures"]:
+                                if f["name"] == "ops_rate":
+                                    v = f.get("median")
+                rates.append(v)
+                cells.append(fmt(v) + ("*" if trunc else " "))
+            line = "%-13s %-7s" % (phase, opname) + "".join("%12s" % c for c in cells)
+            for name, a, b in RATIOS:
+                r = ratio(rates[a], rates[b])
+                line += "%11s" % rfmt(r)
+                if wl["kind"] == "metadata" and phase in EIGHT and r is not None:
+                    geo.setdefault(name, []).append(r)
+            print(line)
+        if wl["kind"] == "metadata":
+            line = "%-21s" % "geomean (8 phases)" + " " * 48
+            for name, _, _ in RATIOS:
+                rs = geo.get(name, [])
+                g = math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else None
+                line += "%11s" % rfmt(g)
+            print(line)
+            rs = geo.get("mount/JFS", [])
+            if rs:
+                g = math.exp(sum(math.log(r) for r in rs) / len(rs))
+                print("Cairn mount / JuiceFS, geometric mean of %d of the 8 metadata phases: %.2fx" % (len(rs), g))
+        if rep.get("failures"):
+            print("failures: %d (see %s)" % (len(rep["failures"]), path))
+        print()
+PY
+if (( dl )); then
+  echo "reports: $out/metadata and $out/dl-traversal (report.json, report.html); this table: $out/summary.txt"
+else
+  echo "report: $out/metadata (report.json, report.html); this table: $out/summary.txt"
+fi
+exit $rc
