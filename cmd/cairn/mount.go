@@ -23,6 +23,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/bench/trace"
 	"github.com/cairnfs/cairn/pkg/client"
+	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/fusefs"
 	"github.com/cairnfs/cairn/pkg/localcluster"
 )
@@ -277,6 +278,7 @@ file system (docs/bench.md, "Traces").`,
 				}
 				mux := http.NewServeMux()
 				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+				daemon.HandleProfiles(mux)
 				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 				go func() { _ = srv.Serve(ln) }()
 				defer srv.Close()

@@ -17,6 +17,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -180,13 +181,7 @@ func StartTelemetry(addr string, health func() error) (*Telemetry, error) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	// Profiles of a running server, on the same (by default loopback)
-	// endpoint: go tool pprof http://ADDR/debug/pprof/profile.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	HandleProfiles(mux)
 	t := &Telemetry{
 		Registry: reg,
 		srv:      &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
@@ -219,4 +214,20 @@ func NewUUID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// HandleProfiles serves Go's profiles of the running process under
+// /debug/pprof/ on mux (go tool pprof http://ADDR/debug/pprof/profile).
+// Block and mutex profiles record only when CAIRN_PROFILE_CONTENTION is
+// set (to any value), since recording them costs time on every wait.
+func HandleProfiles(mux *http.ServeMux) {
+	if os.Getenv("CAIRN_PROFILE_CONTENTION") != "" {
+		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+		runtime.SetMutexProfileFraction(100)
+	}
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
