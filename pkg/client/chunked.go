@@ -52,7 +52,7 @@ const (
 
 // LayoutAttr is the directory attribute naming the layout of new regular
 // files created in it ("extent" or "cdc"); new subdirectories inherit it.
-const LayoutAttr = "user.cairn.layout"
+const LayoutAttr = clustermap.LayoutAttr
 
 // cdcFile is the chunked half of a File: the layout as last committed (or
 // read at open) and the writes not yet committed. Guarded by File.mu.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/metapartition"
@@ -162,6 +163,200 @@ func (f *fakeCluster) Txn(_ context.Context, req *metapb.TxnRequest) (*metapb.Tx
 		return nil, status.Error(codes.Unavailable, "reply lost after commit")
 	}
 	return &metapb.TxnResponse{Result: res}, nil
+}
+
+// apply applies t on p as the next Raft entry (f.mu held).
+func (f *fakeCluster) apply(p *metapartition.Partition, t *metapb.Txn) *metapb.TxnResult {
+	f.now++
+	return p.ApplyBatch(&metapb.Batch{NowNs: f.now, Txns: []*metapb.Txn{t}})[0]
+}
+
+// homeOf returns the partition whose range holds ino (f.mu held).
+func (f *fakeCluster) homeOf(ino uint64) *metapartition.Partition {
+	for _, p := range f.parts {
+		if p.Holds(ino) {
+			if _, e := p.GetInode(ino); e == 0 {
+				return p
+			}
+		}
+	}
+	for _, p := range f.parts {
+		if p.Holds(ino) {
+			return p
+		}
+	}
+	return nil
+}
+
+// followUp applies a follow-up Txn on the home of ino, as a meta node
+// sends it.
+func (f *fakeCluster) followUp(ino uint64, t *metapb.Txn) *metapb.TxnResult {
+	h := f.homeOf(ino)
+	if h == nil {
+		return &metapb.TxnResult{Errno: int32(metapartition.ENOENT)}
+	}
+	return f.apply(h, t)
+}
+
+// Path serves by-inode requests (PathRequest.parent_ino) as a meta node
+// does: the routing check, the Txn on the name's partition and the
+// follow-ups on the other partitions, in order. loseReplies and dieAfter
+// treat a CREATE or UNLINK as one Txn.
+func (f *fakeCluster) Path(_ context.Context, req *metapb.PathRequest) (*metapb.PathResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if req.ParentIno == 0 {
+		return nil, status.Error(codes.Unimplemented, "the fake serves names by inode only")
+	}
+	mutation := req.Op != metapb.PathOp_PATH_OP_LOOKUP
+	if mutation && f.dieAfter == 0 {
+		return nil, status.Error(codes.Unavailable, "client crashed")
+	}
+	p, err := f.part(req.PartitionId)
+	if err != nil {
+		return nil, err
+	}
+	parent, name := req.ParentIno, string(req.Path)
+	r := f.routing[req.PartitionId]
+	if e, _ := r.check(req.PartitionId, parent, name, mutation); e != 0 {
+		f.refuse(e)
+		resp := &metapb.PathResponse{Errno: int32(e), Parent: parent}
+		if r != nil {
+			resp.RoutingVersion = r.version
+			if e == metapartition.EWRONGMP {
+				resp.Owner, _ = r.cur.Route(parent, name)
+			}
+		}
+		return resp, nil
+	}
+	var resp *metapb.PathResponse
+	switch req.Op {
+	case metapb.PathOp_PATH_OP_LOOKUP:
+		d, in, e := p.Lookup(parent, name)
+		resp = &metapb.PathResponse{Errno: int32(e), Parent: parent, Dentry: d, Inode: in}
+		if e == 0 && in == nil {
+			if h := f.homeOf(d.Ino); h != nil {
+				resp.Inode, _ = h.GetInode(d.Ino)
+			}
+		}
+		return resp, nil
+	case metapb.PathOp_PATH_OP_CREATE:
+		resp = f.pathCreate(p, req, parent, name)
+	case metapb.PathOp_PATH_OP_UNLINK:
+		resp = f.pathUnlink(p, req, parent, name)
+	default:
+		return &metapb.PathResponse{Errno: int32(metapartition.EINVAL)}, nil
+	}
+	if f.dieAfter > 0 {
+		f.dieAfter--
+	}
+	f.txns++
+	if f.loseReplies && f.txns%3 == 0 {
+		f.lost++
+		return nil, status.Error(codes.Unavailable, "reply lost after commit")
+	}
+	return resp, nil
+}
+
+func (f *fakeCluster) pathCreate(p *metapartition.Partition, req *metapb.PathRequest, parent uint64, name string) *metapb.PathResponse {
+	c := req.Create
+	ci := &metapb.CreateInode{Type: c.Type, Mode: c.Mode, Uid: c.Uid, Gid: c.Gid, Rdev: c.Rdev, Target: c.Target, Layout: c.Layout}
+	var delta int32
+	if isDirType(c.Type) {
+		ci.Parent, delta = parent, 1
+	}
+	var attr []byte
+	if req.InheritLayout {
+		if h := f.homeOf(parent); h != nil {
+			in, _ := h.GetInode(parent)
+			attr = in.GetXattrs()[LayoutAttr]
+		}
+		if c.Type == metapb.FileType_FILE_TYPE_REGULAR {
+			for _, vol := range f.m.Volumes {
+				ci.Layout = metapb.FileLayout(vol.GetDefaultLayout())
+			}
+			if l, err := clustermap.ParseLayout(string(attr)); attr != nil && err == nil {
+				ci.Layout = l
+			}
+		}
+	}
+	touch := opTouchDir(parent, delta, req.OpId)
+	ops := []*metapb.Op{opCreateInode(ci), opCreateDentry(parent, name, 0, c.Type)}
+	local := p.Holds(parent)
+	if local {
+		ops = append(ops, touch)
+	}
+	res := f.apply(p, &metapb.Txn{Ops: ops, RequestId: req.RequestId})
+	if res.Errno != 0 {
+		return &metapb.PathResponse{Errno: res.Errno, Message: res.Message, Parent: parent}
+	}
+	in := res.Results[0].Inode
+	resp := &metapb.PathResponse{Parent: parent, Inode: in, Dentry: res.Results[1].Dentry, ParentTouched: true, LayoutAttr: attr}
+	if local {
+		return resp
+	}
+	if tr := f.followUp(parent, &metapb.Txn{Ops: []*metapb.Op{touch}}); tr.Errno == int32(metapartition.ENOENT) || tr.Errno == int32(metapartition.ENOTDIR) {
+		f.apply(p, &metapb.Txn{Ops: []*metapb.Op{opDeleteDentry(parent, name, in.Ino, 0), opLink(in.Ino, -int32(in.Nlink)), opEvict(in.Ino)},
+			RequestId: metapartition.FollowUpID(req.RequestId, metapartition.FollowUpUndo)})
+		return &metapb.PathResponse{Errno: tr.Errno, Parent: parent, Message: "parent removed"}
+	}
+	return resp
+}
+
+func (f *fakeCluster) pathUnlink(p *metapartition.Partition, req *metapb.PathRequest, parent uint64, name string) *metapb.PathResponse {
+	var d *metapb.Dentry
+	var in *metapb.Inode
+	if res, ok := p.Answered(req.RequestId); ok {
+		d = res.Results[0].Dentry
+		in, _ = p.GetInode(d.Ino)
+	} else {
+		var e metapartition.Errno
+		if d, in, e = p.Lookup(parent, name); e != 0 {
+			return &metapb.PathResponse{Errno: int32(e), Parent: parent}
+		}
+		if isDirType(d.Type) {
+			return &metapb.PathResponse{Errno: int32(metapartition.EISDIR), Parent: parent}
+		}
+	}
+	keep := req.KeepAll || slices.Contains(req.KeepOpen, d.Ino)
+	ops := []*metapb.Op{opDeleteDentry(parent, name, d.Ino, d.Type)}
+	if in != nil {
+		ops = append(ops, opLink(d.Ino, -1))
+		if in.Nlink == 1 && !keep {
+			ops = append(ops, opEvict(d.Ino))
+		}
+	}
+	if p.Holds(parent) {
+		ops = append(ops, opTouchDir(parent, 0, req.OpId))
+	}
+	res := f.apply(p, &metapb.Txn{Ops: ops, RequestId: req.RequestId})
+	if res.Errno != 0 {
+		return &metapb.PathResponse{Errno: res.Errno, Message: res.Message, Parent: parent}
+	}
+	resp := &metapb.PathResponse{Parent: parent, Dentry: d, LinkDropped: true, ParentTouched: true}
+	for _, r := range res.Results[1:] {
+		if r.Inode.GetIno() == d.Ino {
+			if resp.Inode == nil {
+				resp.Inode, resp.Nlink = r.Inode, r.Inode.Nlink
+			} else {
+				resp.Evicted = true
+			}
+		}
+	}
+	if !p.Holds(d.Ino) {
+		lr := f.followUp(d.Ino, &metapb.Txn{Ops: []*metapb.Op{opLink(d.Ino, -1)}, RequestId: metapartition.FollowUpID(req.RequestId, metapartition.FollowUpLink)})
+		if lr.Errno == 0 {
+			resp.Inode, resp.Nlink = lr.Results[0].Inode, lr.Results[0].Inode.Nlink
+			if resp.Nlink == 0 && !keep {
+				er := f.followUp(d.Ino, &metapb.Txn{Ops: []*metapb.Op{opEvict(d.Ino)}, RequestId: metapartition.FollowUpID(req.RequestId, metapartition.FollowUpEvict)})
+				resp.Evicted = er.Errno == 0
+			}
+		}
+	}
+	if !p.Holds(parent) {
+		f.followUp(parent, &metapb.Txn{Ops: []*metapb.Op{opTouchDir(parent, 0, req.OpId)}})
+	}
+	return resp
 }
 
 func (f *fakeCluster) Lookup(_ context.Context, req *metapb.LookupRequest) (*metapb.LookupResponse, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
@@ -116,24 +117,50 @@ func (v *Volume) lookupDentry(ctx context.Context, op string, parent uint64, nam
 
 // Lookup returns the attributes of the inode named name in directory
 // parent: ENOENT if there is no such name or no such parent, ENOTDIR if
-// parent is not a directory, EINVAL/ENAMETOOLONG for a bad name.
+// parent is not a directory, EINVAL/ENAMETOOLONG for a bad name. One
+// request when the name exists; a missing name costs a second one, which
+// tells ENOENT from ENOTDIR (see LookupChild).
 func (v *Volume) Lookup(ctx context.Context, parent uint64, name string) (*Attr, error) {
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
-	if err := checkName("lookup", name); err != nil {
+	a, err := v.lookupChild(ctx, parent, name)
+	if isErrno(err, syscall.ENOENT) {
+		if cerr := v.checkDir(ctx, "lookup", parent); cerr != nil {
+			return nil, cerr
+		}
+	}
+	return a, err
+}
+
+// LookupChild is Lookup for a caller that knows parent to be a directory
+// (a FUSE mount: the kernel looks names up only in directories it holds,
+// and answers ENOENT itself in a removed one): always one request. A
+// missing name is ENOENT without checking parent, so a parent that is not
+// a directory (or is gone) also gives ENOENT. A name whose inode is homed
+// on another partition (renamed or hard-linked) is completed by the
+// name's partition.
+func (v *Volume) LookupChild(ctx context.Context, parent uint64, name string) (*Attr, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	return v.lookupChild(ctx, parent, name)
+}
+
+func (v *Volume) lookupChild(ctx context.Context, parent uint64, name string) (*Attr, error) {
+	const op = "lookup"
+	if err := checkName(op, name); err != nil {
 		return nil, err
 	}
-	d, in, err := v.lookupDentry(ctx, "lookup", parent, name)
+	resp, err := v.nameReq(ctx, op, parent, name, &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP})
 	if err != nil {
 		return nil, err
 	}
-	if d == nil {
-		return nil, errnoErr("lookup", syscall.ENOENT, "%d/%q", parent, name)
+	if e := syscall.Errno(resp.GetErrno()); e != 0 {
+		return nil, errnoErr(op, e, "%d/%q", parent, name)
 	}
+	in := resp.GetInode()
 	if in == nil {
-		// The name sits on another partition than its inode (renamed or
-		// hard-linked): a second hop to the inode's home.
-		if in, err = v.getInode(ctx, "lookup", d.GetIno()); err != nil {
+		// The inode's home did not answer the name's partition: ask it.
+		if in, err = v.getInode(ctx, op, resp.GetDentry().GetIno()); err != nil {
 			return nil, err
 		}
 	}
@@ -172,18 +199,31 @@ func (v *Volume) Readlink(ctx context.Context, ino uint64) (string, error) {
 // (after the caller's umask) owned by uid:gid. EEXIST if the name exists.
 // Its data layout is the parent's LayoutAttr, else the volume's default.
 func (v *Volume) Create(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (*Attr, error) {
-	const op = "create"
-	layout, err := v.createLayout(ctx, op, parent)
+	in, err := v.createFile(ctx, parent, name, mode, uid, gid)
 	if err != nil {
 		return nil, err
 	}
-	return v.create(ctx, op, parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: mode & 0o7777, Uid: uid, Gid: gid, Layout: layout})
+	return toAttr(in), nil
 }
 
-func (v *Volume) createLayout(ctx context.Context, op string, parent uint64) (metapb.FileLayout, error) {
-	ctx, cancel := v.opCtx(ctx)
+// CreateFile is Create followed by OpenFile(flags) of the new file, opened
+// from the inode the create returned: one metadata request in all (a FUSE
+// CREATE). O_TRUNC is ignored (the file is new). If the open fails, the
+// file exists and its attributes are returned with the error.
+func (v *Volume) CreateFile(ctx context.Context, parent uint64, name string, mode, uid, gid uint32, flags int) (*Attr, *File, error) {
+	in, err := v.createFile(ctx, parent, name, mode, uid, gid)
+	if err != nil {
+		return nil, nil, err
+	}
+	octx, cancel := v.opCtx(ctx)
 	defer cancel()
-	return v.layoutFor(ctx, op, parent)
+	f, err := v.openInode(octx, "open", in, flags&^syscall.O_TRUNC)
+	return toAttr(in), f, err
+}
+
+func (v *Volume) createFile(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (*metapb.Inode, error) {
+	in, _, err := v.create(ctx, "create", parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: mode & 0o7777, Uid: uid, Gid: gid})
+	return in, err
 }
 
 // Mkdir makes a directory; the parent's link count grows by one. A
@@ -192,16 +232,28 @@ func (v *Volume) createLayout(ctx context.Context, op string, parent uint64) (me
 // exists and its files take the volume's default).
 func (v *Volume) Mkdir(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (*Attr, error) {
 	const op = "mkdir"
-	attr, err := v.create(ctx, op, parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_DIRECTORY, Mode: mode & 0o7777, Uid: uid, Gid: gid})
-	if err != nil || len(v.current().vol.GetChunkIndexPartitions()) == 0 {
-		return attr, err
+	in, val, err := v.create(ctx, op, parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_DIRECTORY, Mode: mode & 0o7777, Uid: uid, Gid: gid})
+	if err != nil {
+		return nil, err
+	}
+	v.inheritLayout(ctx, op, in.GetIno(), val)
+	return toAttr(in), nil
+}
+
+// inheritLayout copies a parent's LayoutAttr (val, nil: none) to the new
+// directory dir: a second request, only when the parent has one. It is
+// not noted as a change this client's next creates must wait out
+// (dirLayouts.forget): a partition knows the new directory's attribute
+// only if a create in it came between the two steps.
+func (v *Volume) inheritLayout(ctx context.Context, op string, dir uint64, val []byte) {
+	if val == nil {
+		return
 	}
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
-	if val, lerr := v.dirLayoutAttr(ctx, op, parent); lerr == nil && val != nil {
-		_ = v.SetXattr(ctx, attr.Ino, LayoutAttr, val, 0)
+	if err := v.setXattr(ctx, op, dir, LayoutAttr, val, 0); err == nil {
+		v.layouts.put(dir, val)
 	}
-	return attr, nil
 }
 
 // Mknod makes a regular file, fifo, socket or character/block device; the
@@ -216,73 +268,93 @@ func (v *Volume) Mknod(ctx context.Context, parent uint64, name string, mode uin
 	if t != metapb.FileType_FILE_TYPE_CHAR_DEVICE && t != metapb.FileType_FILE_TYPE_BLOCK_DEVICE {
 		rdev = 0
 	}
-	return v.create(ctx, "mknod", parent, name, &metapb.CreateInode{Type: t, Mode: mode & 0o7777, Rdev: rdev, Uid: uid, Gid: gid})
+	in, _, err := v.create(ctx, "mknod", parent, name, &metapb.CreateInode{Type: t, Mode: mode & 0o7777, Rdev: rdev, Uid: uid, Gid: gid})
+	if err != nil {
+		return nil, err
+	}
+	return toAttr(in), nil
 }
 
 // Symlink makes a symbolic link name -> target (1..4096 bytes, no NUL).
 func (v *Volume) Symlink(ctx context.Context, parent uint64, name, target string, uid, gid uint32) (*Attr, error) {
-	return v.create(ctx, "symlink", parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_SYMLINK, Mode: 0o777, Target: []byte(target), Uid: uid, Gid: gid})
+	in, _, err := v.create(ctx, "symlink", parent, name, &metapb.CreateInode{Type: metapb.FileType_FILE_TYPE_SYMLINK, Mode: 0o777, Target: []byte(target), Uid: uid, Gid: gid})
+	if err != nil {
+		return nil, err
+	}
+	return toAttr(in), nil
 }
 
-// create: one Txn [CreateInode, CreateDentry] on the name's partition, with
-// the parent's TouchDir in it when the parent is homed there, else a
-// TouchDir Txn to the parent's home afterwards. If that finds the parent
-// gone (a concurrent rmdir), the create is undone and fails with ENOENT.
-// When the name's partition has no inode number left (its range was cut by
-// growth), the inode is made on another partition first (createElsewhere).
-func (v *Volume) create(ctx context.Context, op string, parent uint64, name string, ci *metapb.CreateInode) (*Attr, error) {
+// create makes the inode ci describes under (parent, name) with one
+// request to the partition the name routes to (a by-inode CREATE,
+// PathRequest.parent_ino). That partition makes the inode and the name in
+// one Txn, with the parent's TouchDir in it when the parent is homed
+// there; else it sends the TouchDir to the parent's home itself (see
+// docs/design.md): a parent found removed (ENOENT) or not a directory
+// (ENOTDIR) takes the create back and fails it. Only when the partition
+// could not reach the parent's home does the client send that TouchDir
+// (same op id). A regular file's layout is the parent's LayoutAttr, which
+// the partition reads (and returns, val, for a new directory to copy;
+// nil: none). When the name's partition has no inode number left (its
+// range was cut by growth), the inode is made on another partition first
+// (createElsewhere).
+func (v *Volume) create(ctx context.Context, op string, parent uint64, name string, ci *metapb.CreateInode) (in *metapb.Inode, val []byte, err error) {
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
 	if err := checkName(op, name); err != nil {
-		return nil, err
-	}
-	var attr *Attr
-	err := replanned(ctx, op, func() (err error) {
-		attr, err = v.createOnce(ctx, op, parent, name, ci)
-		return err
-	})
-	return attr, err
-}
-
-func (v *Volume) createOnce(ctx context.Context, op string, parent uint64, name string, ci *metapb.CreateInode) (*Attr, error) {
-	w := v.current()
-	p, err := w.route(parent, name)
-	if err != nil {
-		return nil, &Error{Op: op, Errno: syscall.EIO, Err: err}
-	}
-	ph, err := w.home(parent)
-	if err != nil {
-		return nil, errnoErr(op, syscall.ENOENT, "parent %d", parent)
-	}
-	remote := ph.GetId() != p.GetId()
-	if remote {
-		// The name's partition cannot see the parent: check it here.
-		if err := v.checkDir(ctx, op, parent); err != nil {
-			return nil, err
-		}
+		return nil, nil, err
 	}
 	if isDirType(ci.Type) {
 		ci.Parent = parent
 	}
-	touch := v.createTouch(parent, ci)
-	ops := []*metapb.Op{opCreateInode(ci), opCreateDentry(parent, name, 0, ci.Type)}
-	if !remote {
-		ops = append(ops, touch)
-	}
-	res, err := v.txn(ctx, op, pinned(p.GetId(), nameKey{parent, name}), ops...)
-	if isErrno(err, syscall.ENOSPC) && res.GetFailedOp() == 0 {
-		return v.createElsewhere(ctx, op, parent, name, ci, p.GetId())
-	}
-	if err != nil {
-		return nil, err
-	}
-	in := res.GetResults()[0].GetInode()
-	if remote {
-		if err := v.touchAfterCreate(ctx, op, parent, name, in, touch); err != nil {
-			return nil, err
+	inherit := v.hasLayouts()
+	if inherit && v.layouts.changedRecently(parent) {
+		// This client changed the parent's LayoutAttr moments ago: the
+		// partition may remember the old one, so read it here.
+		inherit = false
+		if val, err = v.dirLayoutAttr(ctx, op, parent); err != nil {
+			return nil, nil, err
+		}
+		if ci.Type == metapb.FileType_FILE_TYPE_REGULAR {
+			ci.Layout = v.layoutOf(val)
 		}
 	}
-	return toAttr(in), nil
+	req := &metapb.PathRequest{
+		Op:        metapb.PathOp_PATH_OP_CREATE,
+		Create:    &metapb.Inode{Type: ci.Type, Mode: ci.Mode, Uid: ci.Uid, Gid: ci.Gid, Rdev: ci.Rdev, Target: ci.Target, Layout: ci.Layout},
+		RequestId: newID(), OpId: newID(), InheritLayout: inherit,
+	}
+	resp, err := v.nameReq(ctx, op, parent, name, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch e := syscall.Errno(resp.GetErrno()); e {
+	case 0:
+	case syscall.ENOSPC:
+		if inherit {
+			if val, err = v.dirLayoutAttr(ctx, op, parent); err != nil {
+				return nil, nil, err
+			}
+			if ci.Type == metapb.FileType_FILE_TYPE_REGULAR {
+				ci.Layout = v.layoutOf(val)
+			}
+		}
+		in, err = v.createElsewhere(ctx, op, parent, name, ci, v.RouteName(parent, name))
+		return in, val, err
+	default:
+		return nil, nil, &Error{Op: op, Errno: e, Msg: resp.GetMessage()}
+	}
+	if inherit && len(resp.GetLayoutAttr()) > 0 {
+		val = resp.GetLayoutAttr()
+	}
+	in = resp.GetInode()
+	if !resp.GetParentTouched() {
+		touch := v.createTouch(parent, ci)
+		touch.GetTouchDir().OpId = req.OpId
+		if err := v.touchAfterCreate(ctx, op, parent, name, in, touch); err != nil {
+			return nil, nil, err
+		}
+	}
+	return in, val, nil
 }
 
 // createTouch is the parent's TouchDir of a create (nlink +1 for a
@@ -318,7 +390,7 @@ func (v *Volume) touchAfterCreate(ctx context.Context, op string, parent uint64,
 // (full) one, the open-ended one first, then the name, as a hard link
 // would: a crash in between leaves an orphan inode, never a name without
 // an inode. A failed name step takes the inode back.
-func (v *Volume) createElsewhere(ctx context.Context, op string, parent uint64, name string, ci *metapb.CreateInode, full uint64) (*Attr, error) {
+func (v *Volume) createElsewhere(ctx context.Context, op string, parent uint64, name string, ci *metapb.CreateInode, full uint64) (*metapb.Inode, error) {
 	if err := v.checkDir(ctx, op, parent); err != nil {
 		return nil, err
 	}
@@ -360,7 +432,7 @@ func (v *Volume) createElsewhere(ctx context.Context, op string, parent uint64, 
 			return nil, err
 		}
 	}
-	return toAttr(in), nil
+	return in, nil
 }
 
 // Link gives inode ino the additional name newName in newParent: EPERM for
@@ -478,9 +550,13 @@ func (v *Volume) evict(ctx context.Context, op string, ino uint64) {
 // ---- Removing names. ----
 
 // Unlink removes the non-directory name in parent (EISDIR for a
-// directory). Order: DeleteDentry (expecting the looked-up inode), then
-// Link -1 on the inode's home (same Txn when local), Evict at 0 links,
-// TouchDir of the parent (same Txn when local).
+// directory) with one request to the name's partition (a by-inode UNLINK,
+// PathRequest.parent_ino), which runs the whole order: DeleteDentry
+// (expecting the inode it looks up), Link -1 on the inode's home (same Txn
+// when homed there) and Evict at 0 links, TouchDir of the parent (same Txn
+// when homed there); the steps homed elsewhere are its follow-ups. An
+// inode this Volume has open is not evicted: the last Close does it. A
+// missing name costs one more request, which tells ENOENT from ENOTDIR.
 func (v *Volume) Unlink(ctx context.Context, parent uint64, name string) error {
 	const op = "unlink"
 	ctx, cancel := v.opCtx(ctx)
@@ -488,66 +564,64 @@ func (v *Volume) Unlink(ctx context.Context, parent uint64, name string) error {
 	if err := checkName(op, name); err != nil {
 		return err
 	}
-	var err error
-	for range 3 {
-		err = replanned(ctx, op, func() error { return v.unlink(ctx, parent, name) })
-		if !isErrno(err, syscall.ESTALE) {
+	req := &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_UNLINK, RequestId: newID(), OpId: newID()}
+	v.keepOpen(req)
+	resp, err := v.nameReq(ctx, op, parent, name, req)
+	if err != nil {
+		return err
+	}
+	switch e := syscall.Errno(resp.GetErrno()); e {
+	case 0:
+	case syscall.ENOENT:
+		if err := v.checkDir(ctx, op, parent); err != nil {
 			return err
 		}
+		return errnoErr(op, e, "%d/%q: %s", parent, name, resp.GetMessage())
+	default:
+		return errnoErr(op, e, "%d/%q: %s", parent, name, resp.GetMessage())
 	}
-	return err
+	v.afterUnlink(ctx, op, req, resp)
+	return nil
 }
 
-func (v *Volume) unlink(ctx context.Context, parent uint64, name string) error {
-	const op = "unlink"
-	d, _, err := v.lookupDentry(ctx, op, parent, name)
-	if err != nil {
-		return err
+// maxKeepOpen is the most open inodes an unlink lists (keepOpen).
+const maxKeepOpen = 1024
+
+// keepOpen lists this Volume's open inodes in an unlink request, so that
+// the partition leaves their eviction to the last Close; with more than
+// maxKeepOpen it asks the partition to evict nothing.
+func (v *Volume) keepOpen(req *metapb.PathRequest) {
+	v.openMu.Lock()
+	defer v.openMu.Unlock()
+	if len(v.opens) > maxKeepOpen {
+		req.KeepAll = true
+		return
 	}
-	if d == nil {
-		return errnoErr(op, syscall.ENOENT, "%d/%q", parent, name)
+	for ino := range v.opens {
+		req.KeepOpen = append(req.KeepOpen, ino)
 	}
-	if isDirType(d.GetType()) {
-		return errnoErr(op, syscall.EISDIR, "%d/%q", parent, name)
-	}
-	w := v.current()
-	p, err := w.route(parent, name)
-	if err != nil {
-		return &Error{Op: op, Errno: syscall.EIO, Err: err}
-	}
-	ph, err := w.home(parent)
-	if err != nil {
-		return err
-	}
-	ino := d.GetIno()
-	pi, err := w.home(ino)
-	if err != nil {
-		return err
-	}
-	touch := opTouchDir(parent, 0, newID())
-	ops := []*metapb.Op{opDeleteDentry(parent, name, ino, metapb.FileType_FILE_TYPE_REGULAR)}
-	linkLocal := pi.GetId() == p.GetId()
-	if linkLocal {
-		ops = append(ops, opLink(ino, -1))
-	}
-	if ph.GetId() == p.GetId() {
-		ops = append(ops, touch)
-	}
-	res, err := v.txn(ctx, op, pinned(p.GetId(), nameKey{parent, name}), ops...)
-	if err != nil {
-		return err
-	}
-	if linkLocal {
-		if res.GetResults()[1].GetInode().GetNlink() == 0 {
+}
+
+// afterUnlink runs what an unlink's partition reported undone: the Link -1
+// of the inode (with the request id the partition used), the Evict at 0
+// links (deferred to the last Close of a file open here), the parent's
+// TouchDir (same op id). Failures leave a link count too high or a stale
+// parent (see the relaxations).
+func (v *Volume) afterUnlink(ctx context.Context, op string, req *metapb.PathRequest, resp *metapb.PathResponse) {
+	ino := resp.GetDentry().GetIno()
+	switch {
+	case !resp.GetLinkDropped():
+		id := metapartition.FollowUpID(req.RequestId, metapartition.FollowUpLink)
+		res, err := v.txnID(ctx, op, byIno(ino), id, opLink(ino, -1))
+		if err == nil && res.GetResults()[0].GetInode().GetNlink() == 0 {
 			v.evict(ctx, op, ino)
 		}
-	} else {
-		v.dropLinks(ctx, op, ino, 1)
+	case resp.GetNlink() == 0 && !resp.GetEvicted():
+		v.evict(ctx, op, ino)
 	}
-	if ph.GetId() != p.GetId() {
-		_, _ = v.txn(ctx, op, byIno(parent), touch)
+	if parent := resp.GetParent(); !resp.GetParentTouched() && parent != 0 {
+		_, _ = v.txn(ctx, op, byIno(parent), opTouchDir(parent, 0, req.OpId))
 	}
-	return nil
 }
 
 // fenceEmpty fences dir, named (parent, name), on every partition and
@@ -967,6 +1041,10 @@ func (v *Volume) SetXattr(ctx context.Context, ino uint64, name string, value []
 		}
 		defer v.layouts.forget(ino)
 	}
+	return v.setXattr(ctx, op, ino, name, value, flags)
+}
+
+func (v *Volume) setXattr(ctx context.Context, op string, ino uint64, name string, value []byte, flags uint32) error {
 	_, err := v.txn(ctx, op, byIno(ino), &metapb.Op{Op: &metapb.Op_SetXattr{SetXattr: &metapb.SetXattr{Ino: ino, Name: name, Value: value, Flags: flags}}})
 	return err
 }

@@ -17,12 +17,14 @@ import (
 // volume) to the meta partition the last name routes to, which resolves the
 // directories in its namespace replica, checks cred's search permission on
 // every one, and runs the operation there. open, stat, lstat, readlink,
-// create, mkdir, symlink and unlink are one request in the common case;
-// extra hops happen only when the last name's inode is homed on another
-// partition (renamed or hard-linked names), when the name is redirected by
-// a path-walk exception or the client's routing is stale (the partition
-// names the owner), and for every symlink in the middle of a path (the
-// partition returns it, the client substitutes the target and asks again).
+// create, mkdir, symlink and unlink are one request: the partition makes
+// the other hops itself (the home of a renamed or hard-linked name's
+// inode, the parent's home for a create's or an unlink's follow-ups, the
+// owner of a name the client routed by a stale map). The client asks
+// again only for a symlink in the middle of a path (the partition returns
+// it, the client substitutes the target), when a partition could not
+// reach the owner of the name (it names the owner) and when a follow-up
+// could not be sent (the client sends it, with the same ids).
 // rmdir, rename, link and setattr resolve their paths this way, then run
 // the coordinated inode operations.
 //
@@ -68,18 +70,33 @@ func (v *Volume) pathStep(ctx context.Context, op, path string, req *metapb.Path
 		name = comps[n-1]
 	}
 	req.Path = []byte(path)
+	return v.sendPath(ctx, op, req, func(w *view) (*pb.Partition, error) {
+		if name == "" {
+			return w.home(RootIno)
+		}
+		// A path-walk name's owner depends on the parent, which only the
+		// partition knows: any partition redirects.
+		return w.route(0, name)
+	})
+}
+
+// nameReq sends a by-inode path request (PathRequest.parent_ino) for name
+// in directory parent to the partition the name routes to, following its
+// redirects as pathStep does. The answer's errno is the caller's to read.
+func (v *Volume) nameReq(ctx context.Context, op string, parent uint64, name string, req *metapb.PathRequest) (*metapb.PathResponse, error) {
+	req.ParentIno, req.Path = parent, []byte(name)
+	return v.sendPath(ctx, op, req, byName(parent, name))
+}
+
+// sendPath sends req to the partition first picks, then to the owner a
+// partition names when it answers EWRONGMP (a stale routing it could not
+// forward), at most maxPathHops times. EMOVING is retried as for Txns.
+func (v *Volume) sendPath(ctx context.Context, op string, req *metapb.PathRequest, first picker) (*metapb.PathResponse, error) {
 	var target uint64
 	for hop := 0; ; hop++ {
-		pick := func(w *view) (*pb.Partition, error) {
-			switch {
-			case target != 0:
-				return byID(target)(w)
-			case name == "":
-				return w.home(RootIno)
-			}
-			// A path-walk name's owner depends on the parent, which
-			// only the partition knows: any partition redirects.
-			return w.route(0, name)
+		pick := first
+		if target != 0 {
+			pick = byID(target)
 		}
 		var resp *metapb.PathResponse
 		err := v.do(ctx, op, pick, func(ctx context.Context, p *pb.Partition) (err error) {
@@ -93,10 +110,17 @@ func (v *Volume) pathStep(ctx context.Context, op, path string, req *metapb.Path
 			return nil, err
 		}
 		if syscall.Errno(resp.GetErrno()) != errnoWrongMP {
+			if resp.GetRoutingVersion() > v.current().routing {
+				// A partition forwarded the request (or answered) under
+				// a newer routing than the view's: the volume grew or
+				// moved names, and its inode ranges may have changed
+				// too. Read the map (at most 5 times a second).
+				v.refresh(ctx)
+			}
 			return resp, nil
 		}
 		if hop >= maxPathHops || resp.GetOwner() == 0 {
-			return nil, errnoErr(op, syscall.EIO, "%q: meta partitions keep redirecting (last: %s)", path, resp.GetMessage())
+			return nil, errnoErr(op, syscall.EIO, "%q: meta partitions keep redirecting (last: %s)", req.Path, resp.GetMessage())
 		}
 		if resp.GetRoutingVersion() > v.current().routing {
 			v.refresh(ctx)
@@ -260,7 +284,7 @@ func (v *Volume) OpenPath(ctx context.Context, path string, flags int, mode uint
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
 	if flags&syscall.O_CREAT != 0 {
-		in, created, err := v.createPath(ctx, op, path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: mode & 0o7777}, cred, flags&syscall.O_EXCL != 0)
+		in, created, _, err := v.createPath(ctx, op, path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: mode & 0o7777}, cred, flags&syscall.O_EXCL != 0)
 		if err != nil {
 			return nil, err
 		}
@@ -282,7 +306,7 @@ func (v *Volume) OpenPath(ctx context.Context, path string, flags int, mode uint
 func (v *Volume) CreatePath(ctx context.Context, path string, mode uint32, cred Cred) (*Attr, error) {
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
-	in, _, err := v.createPath(ctx, "create", path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: mode & 0o7777}, cred, true)
+	in, _, _, err := v.createPath(ctx, "create", path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: mode & 0o7777}, cred, true)
 	if err != nil {
 		return nil, err
 	}
@@ -295,15 +319,11 @@ func (v *Volume) MkdirPath(ctx context.Context, path string, mode uint32, cred C
 	const op = "mkdir"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
-	in, _, err := v.createPath(ctx, op, path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_DIRECTORY, Mode: mode & 0o7777}, cred, true)
+	in, _, val, err := v.createPath(ctx, op, path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_DIRECTORY, Mode: mode & 0o7777}, cred, true)
 	if err != nil {
 		return nil, err
 	}
-	if len(v.current().vol.GetChunkIndexPartitions()) > 0 {
-		if val, lerr := v.dirLayoutAttr(ctx, op, in.GetParent()); lerr == nil && val != nil {
-			_ = v.SetXattr(ctx, in.GetIno(), LayoutAttr, val, 0)
-		}
-	}
+	v.inheritLayout(ctx, op, in.GetIno(), val)
 	return toAttr(in), nil
 }
 
@@ -314,72 +334,84 @@ func (v *Volume) SymlinkPath(ctx context.Context, target, path string, cred Cred
 	if target == "" || len(target) >= nsreplica.MaxPath || strings.IndexByte(target, 0) >= 0 {
 		return nil, errnoErr("symlink", syscall.EINVAL, "symlink target of %d bytes", len(target))
 	}
-	in, _, err := v.createPath(ctx, "symlink", path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_SYMLINK, Mode: 0o777, Target: []byte(target)}, cred, true)
+	in, _, _, err := v.createPath(ctx, "symlink", path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_SYMLINK, Mode: 0o777, Target: []byte(target)}, cred, true)
 	if err != nil {
 		return nil, err
 	}
 	return toAttr(in), nil
 }
 
-// createPath makes the inode tmpl describes under the name path ends in.
-// created is false when the name existed and excl is not set (the caller
-// opens it). Symlinks in the parent's path are followed, not a final one.
-func (v *Volume) createPath(ctx context.Context, op, path string, tmpl *metapb.Inode, cred Cred, excl bool) (in *metapb.Inode, created bool, err error) {
+// createPath makes the inode tmpl describes under the name path ends in,
+// with one request: the partition reads the parent's LayoutAttr for the
+// layout of a regular file and returns it (val, nil: none) for a new
+// directory to copy. created is false when the name existed and excl is
+// not set (the caller opens it). Symlinks in the parent's path are
+// followed, not a final one.
+func (v *Volume) createPath(ctx context.Context, op, path string, tmpl *metapb.Inode, cred Cred, excl bool) (in *metapb.Inode, created bool, val []byte, err error) {
 	tmpl.Uid, tmpl.Gid = cred.Uid, cred.Gid
-	if tmpl.Type == metapb.FileType_FILE_TYPE_REGULAR && len(v.current().vol.GetChunkIndexPartitions()) > 0 {
-		// The layout is the parent directory's attribute: on volumes
-		// that have chunked files the parent is looked up first.
+	inherit := v.hasLayouts()
+	if inherit && v.layouts.changedRecently(0) {
+		// This client changed a LayoutAttr moments ago and the partitions
+		// may remember the old one: look the parent up and read its
+		// attribute here.
+		inherit = false
 		trimmed := strings.TrimRight(path, "/")
 		if i := strings.LastIndexByte(trimmed, '/'); i >= 0 {
 			_, pin, err := v.lookupPath(ctx, op, trimmed[:i+1], true, 0, cred)
 			if err != nil {
-				return nil, false, err
+				return nil, false, nil, err
 			}
-			if tmpl.Layout, err = v.layoutFor(ctx, op, pin.GetIno()); err != nil {
-				return nil, false, err
+			if val, err = v.dirLayoutAttr(ctx, op, pin.GetIno()); err != nil {
+				return nil, false, nil, err
+			}
+			if tmpl.Type == metapb.FileType_FILE_TYPE_REGULAR {
+				tmpl.Layout = v.layoutOf(val)
 			}
 		}
 	}
-	req := &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_CREATE, Cred: credPB(cred), Create: tmpl, RequestId: newID(), OpId: newID()}
+	req := &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_CREATE, Cred: credPB(cred), Create: tmpl, RequestId: newID(), OpId: newID(), InheritLayout: inherit}
 	r, err := v.resolve(ctx, op, path, false, req)
 	switch {
 	case err == nil:
 	case isErrno(err, syscall.EEXIST) && !excl:
-		return nil, false, nil
+		return nil, false, nil, nil
 	case isErrno(err, syscall.ENOSPC) && r != nil && r.resp.GetParent() != 0:
 		// The name's partition has no inode number left (its range was
 		// cut): the inode API makes it on another partition.
 		ci := &metapb.CreateInode{Type: tmpl.Type, Mode: tmpl.Mode, Uid: tmpl.Uid, Gid: tmpl.Gid, Target: tmpl.Target, Layout: tmpl.Layout}
-		attr, err := v.create(ctx, op, r.resp.GetParent(), r.name, ci)
-		if err != nil {
-			return nil, false, err
-		}
-		in, err := v.getInode(ctx, op, attr.Ino)
-		return in, err == nil, err
+		in, val, err := v.create(ctx, op, r.resp.GetParent(), r.name, ci)
+		return in, err == nil, val, err
 	default:
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	resp := r.resp
+	if inherit && len(resp.GetLayoutAttr()) > 0 {
+		val = resp.GetLayoutAttr()
+	}
 	in = resp.GetInode()
 	if !resp.GetParentTouched() {
+		// The partition could not reach the parent's home: send the
+		// TouchDir (same op id), which takes the create back if the
+		// parent is gone.
 		ci := &metapb.CreateInode{Type: tmpl.Type}
 		touch := v.createTouch(resp.GetParent(), ci)
 		touch.GetTouchDir().OpId = req.OpId
 		if err := v.touchAfterCreate(ctx, op, resp.GetParent(), r.name, in, touch); err != nil {
-			return nil, false, err
+			return nil, false, nil, err
 		}
 	}
-	return in, true, nil
+	return in, true, val, nil
 }
 
 // UnlinkPath removes the non-directory path names (EISDIR for a
-// directory), one request when the file's inode and the parent are homed
-// on the name's partition.
+// directory): one request, the name's partition runs the steps homed
+// elsewhere (the inode's link, the parent's TouchDir) itself.
 func (v *Volume) UnlinkPath(ctx context.Context, path string, cred Cred) error {
 	const op = "unlink"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
 	req := &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_UNLINK, Cred: credPB(cred), RequestId: newID(), OpId: newID()}
+	v.keepOpen(req)
 	r, err := v.resolve(ctx, op, path, false, req)
 	if isErrno(err, syscall.EXDEV) && r != nil {
 		// A sticky parent and an inode homed elsewhere: check the owner
@@ -397,17 +429,7 @@ func (v *Volume) UnlinkPath(ctx context.Context, path string, cred Cred) error {
 	if err != nil {
 		return err
 	}
-	resp := r.resp
-	ino := resp.GetDentry().GetIno()
-	switch {
-	case !resp.GetLinkDropped():
-		v.dropLinks(ctx, op, ino, 1)
-	case resp.GetNlink() == 0:
-		v.evict(ctx, op, ino)
-	}
-	if !resp.GetParentTouched() {
-		_, _ = v.txn(ctx, op, byIno(resp.GetParent()), opTouchDir(resp.GetParent(), 0, req.OpId))
-	}
+	v.afterUnlink(ctx, op, req, r.resp)
 	return nil
 }
 

@@ -158,6 +158,11 @@ var routingOps = []struct {
 	}, true},
 }
 
+// byInode are the routingOps the client sends as one by-inode path
+// request (PathRequest.parent_ino): a partition that does not own the name
+// answers EWRONGMP with the owner (a meta node forwards it there itself).
+var byInode = map[string]bool{"create": true, "mkdir": true, "lookup": true, "unlink": true}
+
 // setupRouting makes directory d with file "src" and, if pre, the moving
 // name (a directory for rmdir), then prepares the move.
 func setupRouting(t *testing.T, op string, pre bool) (*fakeCluster, *Volume, uint64, *moved) {
@@ -198,6 +203,10 @@ func TestWrongMPRetried(t *testing.T) {
 			mv.copyName(t, d)
 			mv.finish(d)
 			f.mu.Unlock()
+			// Past the refresh rate limit: a by-inode request (create,
+			// mkdir, lookup, unlink) goes to the owner the partition
+			// names and re-reads the map once, not again and again.
+			time.Sleep(refreshMinGap)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := c.run(ctx, v, d, mv.hot); err != nil {
@@ -343,6 +352,11 @@ func TestRoutingDeadline(t *testing.T) {
 			}
 			if s.name == "disagree" && c.name != "readdir" && c.name != "rmdir" {
 				continue // only listings compare partitions
+			}
+			if s.name == "wrongmp" && byInode[c.name] {
+				// Sent by inode, these go to the owner the partitions'
+				// routing names (PathResponse.owner), whatever the map.
+				continue
 			}
 			t.Run(s.name+"/"+c.name, func(t *testing.T) {
 				f, v, d, mv := setupRouting(t, c.name, c.pre)

@@ -1,9 +1,11 @@
 // Package client is the Cairn Go SDK. This part is the metadata half: it
 // opens a volume, keeps the volume's routing view (meta partitions, slot
 // table, inode ranges, node addresses) and runs POSIX metadata operations
-// by inode handle against the meta partitions, orchestrating the
-// cross-partition steps in the order that leaves only orphans after a crash
-// (see docs/design.md, "Client metadata").
+// by inode handle against the meta partitions. Lookup, create, mkdir,
+// mknod, symlink and unlink are one request to the name's partition, which
+// runs their cross-partition steps itself; for rename, link, rmdir and
+// setattr the SDK orchestrates those steps, in the order that leaves only
+// orphans after a crash (see docs/design.md, "Client metadata").
 //
 // Every Txn the client sends carries a request id, random per logical step
 // and reused on every retry of that step, so a retry after an ambiguous
@@ -594,7 +596,13 @@ func newID() uint64 {
 // routing errnos are retried (see do), or end in errReplan with a pinned
 // picker.
 func (v *Volume) txn(ctx context.Context, op string, pick picker, ops ...*metapb.Op) (*metapb.TxnResult, error) {
-	t := &metapb.Txn{Ops: ops, RequestId: newID()}
+	return v.txnID(ctx, op, pick, newID(), ops...)
+}
+
+// txnID is txn with the request id given: a step a meta node may have run
+// already for a request of this client (metapartition.FollowUpID).
+func (v *Volume) txnID(ctx context.Context, op string, pick picker, id uint64, ops ...*metapb.Op) (*metapb.TxnResult, error) {
+	t := &metapb.Txn{Ops: ops, RequestId: id}
 	var res *metapb.TxnResult
 	err := v.do(ctx, op, pick, func(ctx context.Context, p *pb.Partition) (err error) {
 		res, err = v.meta.Txn(ctx, p, t)

@@ -89,6 +89,10 @@ func ParseLayout(name string) (metapb.FileLayout, error) {
 	return 0, fmt.Errorf("%w: unknown file layout %q (want extent or cdc)", ErrInvalid, name)
 }
 
+// LayoutAttr is the directory attribute naming the layout of new regular
+// files created in it ("extent" or "cdc"); new subdirectories inherit it.
+const LayoutAttr = "user.cairn.layout"
+
 // LayoutName is the user-facing name of l ("extent", "cdc").
 func LayoutName(l metapb.FileLayout) string {
 	for name, v := range layoutNames {

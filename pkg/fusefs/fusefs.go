@@ -178,7 +178,9 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 			a, err = fs.v.GetAttr(ctx, a.Parent)
 		}
 	default:
-		a, err = fs.v.Lookup(ctx, header.NodeId, name)
+		// The kernel looks up only in directories it holds (and answers
+		// ENOENT itself in a removed one): a missing name is one request.
+		a, err = fs.v.LookupChild(ctx, header.NodeId, name)
 	}
 	if err != nil {
 		if client.ErrnoOf(err) == syscall.ENOENT {
@@ -527,7 +529,9 @@ func (fs *FS) file(fh uint64) *client.File {
 	return fs.files[fh]
 }
 
-// Create makes a regular file owned by the caller and opens it.
+// Create makes a regular file owned by the caller and opens it. The reply
+// carries the new file's attributes with the attribute timeout, so a stat
+// right after is answered by the kernel.
 func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	start := time.Now()
 	if fs.tr != nil {
@@ -542,12 +546,9 @@ func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 }
 
 func (fs *FS) create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut, start time.Time) fuse.Status {
-	ctx := ctxOf(cancel)
-	a, err := fs.v.Create(ctx, in.NodeId, name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
-	if err != nil {
-		return fs.observe("create", start, status(err))
-	}
-	f, err := fs.v.OpenFile(ctx, a.Ino, int(in.Flags)&^syscall.O_TRUNC)
+	// One request: the file is opened from the inode the create returned
+	// (it is new, so there is nothing else to read).
+	a, f, err := fs.v.CreateFile(ctxOf(cancel), in.NodeId, name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid, int(in.Flags))
 	if err != nil {
 		return fs.observe("create", start, status(err))
 	}

@@ -87,6 +87,21 @@ func (c *Client) Txn(ctx context.Context, p *pb.Partition, txn *metapb.Txn) (*me
 	return resp.Result, nil
 }
 
+// FollowUpTxn is Txn for a meta node finishing a client's request on
+// another partition (TxnRequest.follow_up): the partition does not count
+// it as a client request.
+func (c *Client) FollowUpTxn(ctx context.Context, p *pb.Partition, txn *metapb.Txn) (*metapb.TxnResult, error) {
+	var resp *metapb.TxnResponse
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.Txn(ctx, &metapb.TxnRequest{PartitionId: p.Id, Txn: txn, FollowUp: true}, o...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Result, nil
+}
+
 // Lookup finds (parent, name) on p.
 func (c *Client) Lookup(ctx context.Context, p *pb.Partition, parent uint64, name string) (*metapb.LookupResponse, error) {
 	var resp *metapb.LookupResponse

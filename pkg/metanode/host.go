@@ -59,6 +59,7 @@ type Host struct {
 	log     *slog.Logger
 	metrics *metrics
 	peers   *peers
+	layouts layoutCache // parents' layout attributes for creates (layout.go)
 
 	mu      sync.RWMutex
 	parts   map[uint64]*partition
@@ -319,7 +320,9 @@ func (h *Host) partition(id uint64) *partition {
 type metrics struct {
 	requests        *prometheus.CounterVec // by rpc: requests from clients
 	nsFetches       prometheus.Counter
-	pathHops        prometheus.Counter // path requests forwarded, inodes completed
+	pathHops        prometheus.Counter     // path requests forwarded, inodes completed
+	followUps       *prometheus.CounterVec // by step and outcome: steps run to finish creates and unlinks
+	followUpsIn     prometheus.Counter     // follow-up Txns received from other meta nodes
 	freed           prometheus.Counter
 	dropsApplied    prometheus.Counter
 	chunksReclaimed prometheus.Counter
@@ -336,6 +339,10 @@ func newMetrics(reg prometheus.Registerer, h *Host) *metrics {
 			Help: "Namespace replica entries this node fetched from other meta partitions to resolve paths."}),
 		pathHops: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_path_hops_total",
 			Help: "Path requests this node passed on to the owner of the last name, and inodes it read from their home to complete a lookup (server-side hops a client did not make)."}),
+		followUps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_meta_follow_ups_total",
+			Help: "Steps this node ran besides a client's create or unlink Txn to finish it: a parent's touch_dir, an unlinked inode's link and evict on other partitions, undo_create (a create under a removed parent taken back), by step and outcome (ok, refused, unreached)."}, []string{"step", "outcome"}),
+		followUpsIn: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_follow_ups_received_total",
+			Help: "Follow-up transactions this node's partitions received from other meta nodes (not counted as client requests)."}),
 		freed: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_extents_freed_total", Help: "Deleted files' extents the collector freed on data nodes."}),
 		dropsApplied: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_chunk_drops_applied_total",
 			Help: "Chunk references given up by chunked files' layouts that the collector handed to their chunk index shard and acknowledged."}),
@@ -348,7 +355,7 @@ func newMetrics(reg prometheus.Registerer, h *Host) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
 	}
-	reg.MustRegister(m.requests, m.nsFetches, m.pathHops, m.freed, m.dropsApplied, m.chunksReclaimed, m.txns, m.proposals, m.batchTxns)
+	reg.MustRegister(m.requests, m.nsFetches, m.pathHops, m.followUps, m.followUpsIn, m.freed, m.dropsApplied, m.chunksReclaimed, m.txns, m.proposals, m.batchTxns)
 	nsStat := func(f func(nsreplica.Stats) float64) func() float64 {
 		return func() float64 {
 			h.mu.RLock()

@@ -2,7 +2,6 @@ package metanode
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
-	"github.com/cairnfs/cairn/pkg/multiraft"
 	"github.com/cairnfs/cairn/pkg/nsreplica"
 	"github.com/cairnfs/cairn/pkg/perm"
 )
@@ -74,16 +72,34 @@ type pathPlan struct {
 	miss  *nsMiss
 	txn   *metapb.Txn
 	build func(res *metapb.TxnResult) *metapb.PathResponse
+	// again, if set, says that a refused Txn is to be planned again
+	// (the name changed between the plan and the apply).
+	again func(res *metapb.TxnResult) bool
+	// follow are the steps the Txn owes other partitions (followup.go).
+	follow *followUp
+	// layoutMiss is a parent homed elsewhere whose layout attribute a
+	// create must read first (layout.go); defaultLayout says that the
+	// Txn's new file takes the volume's default layout.
+	layoutMiss    uint64
+	defaultLayout bool
 }
 
 // Path serves the path operations; see metapb.PathRequest. Besides
 // resolving, it saves the client the hops FalconFS saves it: a name this
-// partition does not own is forwarded to its owner (FalconFS §4.2.1), and
-// a LOOKUP whose inode is homed elsewhere is completed with the inode
-// from its home, so an open is one client request whatever the routing.
+// partition does not own is forwarded to its owner (FalconFS §4.2.1), a
+// LOOKUP whose inode is homed elsewhere is completed with the inode from
+// its home, so an open is one client request whatever the routing, and a
+// CREATE or UNLINK runs its steps homed elsewhere itself (followup.go).
+// Requests by inode (PathRequest.parent_ino) skip the resolution: the
+// SDK's inode API and a FUSE mount send their lookups, creates and
+// unlinks that way.
 func (s *service) Path(ctx context.Context, req *metapb.PathRequest) (*metapb.PathResponse, error) {
 	if !req.Forwarded {
-		s.h.metrics.requests.WithLabelValues("path").Inc()
+		rpc := "path"
+		if req.ParentIno != 0 {
+			rpc = "name" // by inode: the inode API's and a FUSE mount's names
+		}
+		s.h.metrics.requests.WithLabelValues(rpc).Inc()
 	}
 	p, resp, err := s.pathHere(ctx, req)
 	if err != nil || resp.Errno != 0 {
@@ -143,14 +159,24 @@ func (s *service) completeInode(ctx context.Context, p *partition, req *metapb.P
 
 // pathHere resolves and runs req on this partition.
 func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*partition, *metapb.PathResponse, error) {
-	comps, trailing, e := nsreplica.Split(string(req.Path))
-	if e != 0 {
-		return nil, pathErr(metapartition.Errno(e), req.Path, "not a valid path"), nil
+	var (
+		comps    []string
+		trailing bool
+	)
+	if req.ParentIno != 0 {
+		if e := nameErrno(string(req.Path)); e != metapartition.OK {
+			return nil, pathErr(e, req.Path, "not a valid name in directory %d", req.ParentIno), nil
+		}
+	} else {
+		var e syscall.Errno
+		if comps, trailing, e = nsreplica.Split(string(req.Path)); e != 0 {
+			return nil, pathErr(metapartition.Errno(e), req.Path, "not a valid path"), nil
+		}
 	}
 	switch req.Op {
 	case metapb.PathOp_PATH_OP_LOOKUP:
 	case metapb.PathOp_PATH_OP_CREATE, metapb.PathOp_PATH_OP_UNLINK:
-		if len(comps) == 0 || comps[len(comps)-1] == ".." {
+		if req.ParentIno == 0 && (len(comps) == 0 || comps[len(comps)-1] == "..") {
 			return nil, pathErr(metapartition.EINVAL, req.Path, "%v needs a name as the last component", req.Op), nil
 		}
 		if req.Op == metapb.PathOp_PATH_OP_CREATE && req.Create == nil {
@@ -177,18 +203,19 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 				resp.Message = fmt.Sprintf("%q: %s", req.Path, resp.Message)
 				return p, resp, nil
 			}
+		case plan.layoutMiss != 0:
+			if err := s.fetchLayout(ctx, p, plan.layoutMiss); err != nil {
+				return nil, nil, err
+			}
 		case plan.txn != nil:
-			res, err := p.merger.submit(ctx, plan.txn)
+			resp, again, err := s.runPlan(ctx, p, req, &plan)
 			if err != nil {
-				if errors.Is(err, multiraft.ErrNotLeader) {
-					return nil, nil, s.redirectAfter(ctx, req.PartitionId, err)
-				}
-				return nil, nil, raftStatus(req.PartitionId, err)
+				return nil, nil, err
 			}
-			if metapartition.Errno(res.Errno) == metapartition.ENSCHANGED {
-				continue // a fence landed since the resolution: resolve again
+			if again {
+				continue // a fence landed since the resolution, or the name changed: resolve again
 			}
-			return p, plan.build(res), nil
+			return p, resp, nil
 		default:
 			return p, plan.resp, nil
 		}
@@ -200,6 +227,13 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 // operation on the last component. It runs under the partition's read
 // lock, so the resolution and a read answer see one state.
 func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, comps []string, trailing bool, cred perm.Cred) pathPlan {
+	if req.ParentIno != 0 {
+		// By inode: the caller names the directory; nothing to resolve
+		// or check (the kernel checked the permissions).
+		base := &metapb.PathResponse{Parent: req.ParentIno}
+		base.RoutingVersion, _ = mp.RoutingState()
+		return s.planName(p, mp, req, base, nsreplica.Entry{Ino: req.ParentIno}, string(req.Path), false, cred)
+	}
 	gen := p.ns.Gen()
 	root, ok := p.ns.Get(0, "")
 	if !ok {
@@ -241,6 +275,12 @@ func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metap
 	if !perm.Allowed(cred, dir.Mode, dir.Uid, dir.Gid, want) {
 		return pathPlan{resp: pathErr(metapartition.EACCES, req.Path, "permission denied on the parent directory")}
 	}
+	return s.planName(p, mp, req, base, dir, name, trailing, cred)
+}
+
+// planName plans the operation on the last name, in directory dir (resolved
+// from a path, or named by the caller).
+func (s *service) planName(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, name string, trailing bool, cred perm.Cred) pathPlan {
 	if re := mp.CheckRoute(dir.Ino, name, req.Op != metapb.PathOp_PATH_OP_LOOKUP); re != metapartition.OK {
 		r := pathErr(re, req.Path, "the last name is not served here")
 		r.Owner, _ = mp.Route(dir.Ino, name)
@@ -249,7 +289,7 @@ func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metap
 	}
 	switch req.Op {
 	case metapb.PathOp_PATH_OP_CREATE:
-		return s.planCreate(mp, req, base, dir, name)
+		return s.planCreate(p, mp, req, base, dir, name)
 	case metapb.PathOp_PATH_OP_UNLINK:
 		return s.planUnlink(mp, req, base, dir, name, cred)
 	}
@@ -285,33 +325,55 @@ func modeOf(in *metapb.Inode) uint32 {
 	return m
 }
 
-// planCreate is the client's create step with the parent resolved here:
-// [CreateInode, CreateDentry, TouchDir parent when homed here].
-func (s *service) planCreate(mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, name string) pathPlan {
+// planCreate is the create step with the parent resolved here:
+// [CreateInode, CreateDentry, TouchDir parent when homed here]. A parent
+// homed elsewhere gets its TouchDir from this partition (followup.go):
+// alongside the Txn for a file, after it for a directory; if the parent
+// turns out removed, the create is taken back.
+func (s *service) planCreate(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, name string) pathPlan {
 	c := req.Create
 	ci := &metapb.CreateInode{Type: c.GetType(), Mode: c.GetMode(), Uid: c.GetUid(), Gid: c.GetGid(), Rdev: c.GetRdev(), Target: c.GetTarget(), Layout: c.GetLayout()}
 	isDir := c.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY
+	useDefault := false
+	if req.InheritLayout {
+		attr, known := s.parentLayout(p, mp, dir.Ino)
+		if !known {
+			return pathPlan{layoutMiss: dir.Ino}
+		}
+		base.LayoutAttr = attr
+		if c.GetType() == metapb.FileType_FILE_TYPE_REGULAR {
+			ci.Layout, useDefault = layoutOf(attr)
+		}
+	}
+	delta := int32(0)
 	if isDir {
 		ci.Parent = dir.Ino
+		delta = 1
 	}
 	ops := []*metapb.Op{
 		{Op: &metapb.Op_CreateInode{CreateInode: ci}},
 		{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{Parent: dir.Ino, Name: []byte(name), Type: c.GetType()}}},
 	}
-	touched := mp.Holds(dir.Ino)
-	if touched {
-		delta := int32(0)
-		if isDir {
-			delta = 1
+	touch := &metapb.TouchDir{Ino: dir.Ino, NlinkDelta: delta, OpId: req.OpId}
+	var follow *followUp
+	if mp.Holds(dir.Ino) {
+		ops = append(ops, &metapb.Op{Op: &metapb.Op_TouchDir{TouchDir: touch}})
+	} else {
+		var refuse *metapb.PathResponse
+		follow, refuse = createFollowUp(mp, req, dir.Ino, name, touch)
+		if refuse != nil {
+			return pathPlan{resp: refuse}
 		}
-		ops = append(ops, &metapb.Op{Op: &metapb.Op_TouchDir{TouchDir: &metapb.TouchDir{Ino: dir.Ino, NlinkDelta: delta, OpId: req.OpId}}})
 	}
-	return guardedPlan(mp, req, "create", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
+	plan := guardedPlan(mp, req, "create", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
 		base.Inode = res.Results[0].GetInode()
 		base.Dentry = res.Results[1].GetDentry()
-		base.ParentTouched = touched
+		base.ParentTouched = len(res.Results) > 2 // else the follow-up says
 		return base
 	})
+	plan.follow = follow
+	plan.defaultLayout = useDefault
+	return plan
 }
 
 // guardedPlan proposes ops as the request's Txn, held to the namespace
@@ -330,11 +392,21 @@ func guardedPlan(mp *metapartition.Partition, req *metapb.PathRequest, what stri
 	}}
 }
 
-// planUnlink is the client's unlink step with the parent resolved here:
+// planUnlink is the unlink step with the parent resolved here:
 // [DeleteDentry (expecting the inode looked up, not a directory), Link -1
-// when the inode is homed here, TouchDir parent when homed here]. The
-// client evicts at nlink 0 and runs the steps homed elsewhere.
+// when the inode is homed here, Evict when that takes its last link (and
+// the client does not have it open), TouchDir parent when homed here].
+// The steps homed elsewhere are this partition's follow-ups (followup.go):
+// the parent's TouchDir alongside the Txn, the inode's Link -1 (and Evict
+// at 0) after it. A retry of an unlink whose Txn applied (its name is gone
+// now) is answered from the remembered result and finishes the follow-ups.
 func (s *service) planUnlink(mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, name string, cred perm.Cred) pathPlan {
+	if res, ok := mp.Answered(req.RequestId); ok && len(res.GetResults()) > 0 {
+		d := res.Results[0].GetDentry()
+		del := &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{
+			Parent: dir.Ino, Name: []byte(name), ExpectIno: d.GetIno(), ExpectType: d.GetType()}}}
+		return s.unlinkPlan(mp, req, base, dir, d, []*metapb.Op{del}, false)
+	}
 	d, in, e := mp.Lookup(dir.Ino, name)
 	switch {
 	case e != metapartition.OK:
@@ -356,23 +428,68 @@ func (s *service) planUnlink(mp *metapartition.Partition, req *metapb.PathReques
 	}
 	ops := []*metapb.Op{{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{
 		Parent: dir.Ino, Name: []byte(name), ExpectIno: d.GetIno(), ExpectType: d.GetType()}}}}
-	dropped := in != nil
-	if dropped {
+	evicting := false
+	if in != nil {
 		ops = append(ops, &metapb.Op{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: d.GetIno(), Delta: -1}}})
+		if in.GetNlink() == 1 && !keptOpen(req, d.GetIno()) {
+			ops = append(ops, &metapb.Op{Op: &metapb.Op_Evict{Evict: &metapb.Evict{Ino: d.GetIno()}}})
+			evicting = true
+		}
 	}
-	touched := mp.Holds(dir.Ino)
-	if touched {
+	if mp.Holds(dir.Ino) {
 		ops = append(ops, &metapb.Op{Op: &metapb.Op_TouchDir{TouchDir: &metapb.TouchDir{Ino: dir.Ino, OpId: req.OpId}}})
 	}
-	return guardedPlan(mp, req, "unlink", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
-		base.Dentry = d
-		base.ParentTouched, base.LinkDropped = touched, dropped
-		if dropped {
-			base.Inode = res.Results[1].GetInode()
-			base.Nlink = base.Inode.GetNlink()
-		}
-		return base
+	return s.unlinkPlan(mp, req, base, dir, d, ops, evicting)
+}
+
+// unlinkPlan proposes ops, the unlink of name d in dir, and plans the
+// follow-ups this partition owes: the parent's TouchDir and the inode's
+// link when they are homed elsewhere. A Txn refused because the name
+// changed since the lookup (ESTALE, or the type), or because the inode
+// gained a link before its Evict (EBUSY), is planned again.
+func (s *service) unlinkPlan(mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, d *metapb.Dentry, ops []*metapb.Op, evicting bool) pathPlan {
+	follow := &followUp{name: string(d.GetName()), parent: dir.Ino, unlinkIno: d.GetIno(), keep: keptOpen(req, d.GetIno())}
+	if !mp.Holds(dir.Ino) {
+		follow.touch = &metapb.TouchDir{Ino: dir.Ino, OpId: req.OpId}
+		follow.parallel = true
+	}
+	follow.remoteLink = !mp.Holds(d.GetIno())
+	plan := guardedPlan(mp, req, "unlink", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
+		return unlinkAnswer(base, d, dir.Ino, res)
 	})
+	plan.again = func(res *metapb.TxnResult) bool {
+		switch metapartition.Errno(res.Errno) {
+		case metapartition.ESTALE, metapartition.EISDIR, metapartition.ENOTDIR:
+			return res.FailedOp == 0
+		case metapartition.EBUSY:
+			return evicting && res.FailedOp == 2
+		}
+		return false
+	}
+	plan.follow = follow
+	return plan
+}
+
+// unlinkAnswer reads an unlink Txn's result (a fresh one or a remembered
+// one): the deleted name, then the inode's Link and Evict results if it
+// is homed here, and the parent's TouchDir if it is.
+func unlinkAnswer(base *metapb.PathResponse, d *metapb.Dentry, parent uint64, res *metapb.TxnResult) *metapb.PathResponse {
+	base.Dentry = d
+	seen := 0
+	for _, r := range res.GetResults()[1:] {
+		switch in := r.GetInode(); in.GetIno() {
+		case d.GetIno():
+			if seen == 0 {
+				base.Inode, base.Nlink = in, in.GetNlink()
+			}
+			seen++
+		case parent:
+			base.ParentTouched = true
+		}
+	}
+	base.LinkDropped = seen > 0
+	base.Evicted = seen > 1
+	return base
 }
 
 // fetch fills the replica entry m names, from this partition's own state

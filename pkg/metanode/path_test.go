@@ -69,8 +69,9 @@ func TestPathOverGRPC(t *testing.T) {
 		t.Fatalf("mkdir: %v", mkdir)
 	}
 	d := mkdir.Inode.Ino
-	// The file's partition does not know the directory: it fetches it.
-	if r := path(parts[1], metapb.PathOp_PATH_OP_CREATE, "/"+dir+"/"+file, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: 0o644}); r.Errno != 0 || r.Parent != d || r.ParentTouched {
+	// The file's partition does not know the directory: it fetches it,
+	// and touches it on its home itself.
+	if r := path(parts[1], metapb.PathOp_PATH_OP_CREATE, "/"+dir+"/"+file, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: 0o644}); r.Errno != 0 || r.Parent != d || !r.ParentTouched {
 		t.Fatalf("create below a directory of the other partition: %v", r)
 	}
 	leader2 := c.leaderOf(t, 2)

@@ -82,7 +82,11 @@ func raftStatus(id uint64, err error) error {
 // partition's routing (EWRONGMP, EMOVING), is TxnResult.errno; gRPC errors
 // are only for requests that did not reach the state machine.
 func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnResponse, error) {
-	s.h.metrics.requests.WithLabelValues("txn").Inc()
+	if req.FollowUp {
+		s.h.metrics.followUpsIn.Inc()
+	} else {
+		s.h.metrics.requests.WithLabelValues("txn").Inc()
+	}
 	if n := len(req.GetTxn().GetOps()); n == 0 || n > maxOpsPerTxn {
 		return nil, status.Errorf(codes.InvalidArgument, "a transaction has 1 to %d operations, not %d", maxOpsPerTxn, n)
 	}

@@ -3241,9 +3241,13 @@ func (x *Batch) GetTxns() []*Txn {
 }
 
 type TxnRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
-	Txn           *Txn                   `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	Txn         *Txn                   `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
+	// follow_up marks a Txn a meta node sends to another partition to finish
+	// a client's request (a parent's TouchDir, an inode's Link or Evict, the
+	// undo of a create): not counted as a client request.
+	FollowUp      bool `protobuf:"varint,3,opt,name=follow_up,json=followUp,proto3" json:"follow_up,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3290,6 +3294,13 @@ func (x *TxnRequest) GetTxn() *Txn {
 		return x.Txn
 	}
 	return nil
+}
+
+func (x *TxnRequest) GetFollowUp() bool {
+	if x != nil {
+		return x.FollowUp
+	}
+	return false
 }
 
 type TxnResponse struct {
@@ -4329,7 +4340,25 @@ type PathRequest struct {
 	// forwarded marks a request a meta partition passed on to the owner of
 	// the last name (a path-walk name, or a client with a stale routing):
 	// not counted as a client request, never forwarded again.
-	Forwarded     bool `protobuf:"varint,9,opt,name=forwarded,proto3" json:"forwarded,omitempty"`
+	Forwarded bool `protobuf:"varint,9,opt,name=forwarded,proto3" json:"forwarded,omitempty"`
+	// parent_ino addresses the last name by its directory instead of by a
+	// path (the SDK's inode API, a FUSE mount): path holds the name alone,
+	// nothing is resolved and no permission is checked (the kernel checks
+	// them with default_permissions; SDK callers are trusted). LOOKUP
+	// answers ENOENT for a missing name without checking the directory.
+	ParentIno uint64 `protobuf:"varint,10,opt,name=parent_ino,json=parentIno,proto3" json:"parent_ino,omitempty"`
+	// UNLINK: inodes the client has open. An unlink that takes the last link
+	// of one of them does not evict it (the client evicts it at its last
+	// close); with keep_all the partition evicts nothing (the client has
+	// more files open than it lists).
+	KeepOpen []uint64 `protobuf:"varint,11,rep,packed,name=keep_open,json=keepOpen,proto3" json:"keep_open,omitempty"`
+	KeepAll  bool     `protobuf:"varint,12,opt,name=keep_all,json=keepAll,proto3" json:"keep_all,omitempty"`
+	// CREATE: take the layout of a regular file from the parent's layout
+	// attribute (clustermap.LayoutAttr), else the volume's default, as the
+	// partition finds them (a parent homed elsewhere is read at most every
+	// few seconds); create.layout is ignored. The answer's layout_attr is
+	// the parent's attribute, for a new directory to copy.
+	InheritLayout bool `protobuf:"varint,13,opt,name=inherit_layout,json=inheritLayout,proto3" json:"inherit_layout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4427,6 +4456,34 @@ func (x *PathRequest) GetForwarded() bool {
 	return false
 }
 
+func (x *PathRequest) GetParentIno() uint64 {
+	if x != nil {
+		return x.ParentIno
+	}
+	return 0
+}
+
+func (x *PathRequest) GetKeepOpen() []uint64 {
+	if x != nil {
+		return x.KeepOpen
+	}
+	return nil
+}
+
+func (x *PathRequest) GetKeepAll() bool {
+	if x != nil {
+		return x.KeepAll
+	}
+	return false
+}
+
+func (x *PathRequest) GetInheritLayout() bool {
+	if x != nil {
+		return x.InheritLayout
+	}
+	return false
+}
+
 type PathResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Errno       int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
@@ -4438,11 +4495,17 @@ type PathResponse struct {
 	// EWRONGMP: the partition that owns the last name under the resolved
 	// parent (a path-walk exception, or the client's routing is stale).
 	Owner uint64 `protobuf:"varint,7,opt,name=owner,proto3" json:"owner,omitempty"`
-	// CREATE / UNLINK: whether the parent's TouchDir ran in the same Txn
-	// (else the client sends it to the parent's home).
+	// CREATE / UNLINK: whether the parent's TouchDir is done: in the same
+	// Txn when the parent is homed here, else sent by this partition to the
+	// parent's home (a follow-up). false only when that follow-up could not
+	// be sent: the client then sends it itself, with the request's op_id.
 	ParentTouched bool `protobuf:"varint,8,opt,name=parent_touched,json=parentTouched,proto3" json:"parent_touched,omitempty"`
-	// UNLINK: whether the link count was dropped here (the inode is homed
-	// here); nlink is the count left.
+	// UNLINK: whether the name's link is taken from its inode: in the Txn,
+	// or by this partition on the inode's home (nothing to take when the
+	// inode is gone). false only when that follow-up could not be sent: the
+	// client sends Link -1 itself, with request id
+	// metapartition.FollowUpID(request_id, FollowUpLink). nlink is the
+	// count left.
 	LinkDropped bool   `protobuf:"varint,9,opt,name=link_dropped,json=linkDropped,proto3" json:"link_dropped,omitempty"`
 	Nlink       uint32 `protobuf:"varint,10,opt,name=nlink,proto3" json:"nlink,omitempty"`
 	// A symlink in the middle of the path (errno ELOOP with symlink set): the
@@ -4452,8 +4515,15 @@ type PathResponse struct {
 	SymlinkAt      uint32 `protobuf:"varint,12,opt,name=symlink_at,json=symlinkAt,proto3" json:"symlink_at,omitempty"`
 	SymlinkTarget  []byte `protobuf:"bytes,13,opt,name=symlink_target,json=symlinkTarget,proto3" json:"symlink_target,omitempty"`
 	RoutingVersion uint64 `protobuf:"varint,14,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// UNLINK: the inode lost its last link and was evicted. With nlink 0
+	// and evicted false the client evicts it (at its last close if it has
+	// the file open).
+	Evicted bool `protobuf:"varint,15,opt,name=evicted,proto3" json:"evicted,omitempty"`
+	// CREATE with inherit_layout: the parent's layout attribute (empty:
+	// none).
+	LayoutAttr    []byte `protobuf:"bytes,16,opt,name=layout_attr,json=layoutAttr,proto3" json:"layout_attr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PathResponse) Reset() {
@@ -4582,6 +4652,20 @@ func (x *PathResponse) GetRoutingVersion() uint64 {
 		return x.RoutingVersion
 	}
 	return 0
+}
+
+func (x *PathResponse) GetEvicted() bool {
+	if x != nil {
+		return x.Evicted
+	}
+	return false
+}
+
+func (x *PathResponse) GetLayoutAttr() []byte {
+	if x != nil {
+		return x.LayoutAttr
+	}
+	return nil
 }
 
 var File_meta_proto protoreflect.FileDescriptor
@@ -4809,11 +4893,12 @@ const file_meta_proto_rawDesc = "" +
 	"\aresults\x18\x04 \x03(\v2\x14.cairn.meta.OpResultR\aresults\"C\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ns\x18\x01 \x01(\x03R\x05nowNs\x12#\n" +
-	"\x04txns\x18\x02 \x03(\v2\x0f.cairn.meta.TxnR\x04txns\"R\n" +
+	"\x04txns\x18\x02 \x03(\v2\x0f.cairn.meta.TxnR\x04txns\"o\n" +
 	"\n" +
 	"TxnRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12!\n" +
-	"\x03txn\x18\x02 \x01(\v2\x0f.cairn.meta.TxnR\x03txn\"<\n" +
+	"\x03txn\x18\x02 \x01(\v2\x0f.cairn.meta.TxnR\x03txn\x12\x1b\n" +
+	"\tfollow_up\x18\x03 \x01(\bR\bfollowUp\"<\n" +
 	"\vTxnResponse\x12-\n" +
 	"\x06result\x18\x01 \x01(\v2\x15.cairn.meta.TxnResultR\x06result\"y\n" +
 	"\rLookupRequest\x12!\n" +
@@ -4899,7 +4984,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
 	"\x03gid\x18\x02 \x01(\rR\x03gid\x12\x16\n" +
-	"\x06groups\x18\x03 \x03(\rR\x06groups\"\xa3\x02\n" +
+	"\x06groups\x18\x03 \x03(\rR\x06groups\"\xa1\x03\n" +
 	"\vPathRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\"\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x12.cairn.meta.PathOpR\x02op\x12\x12\n" +
@@ -4910,7 +4995,13 @@ const file_meta_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\a \x01(\x04R\trequestId\x12\x13\n" +
 	"\x05op_id\x18\b \x01(\x04R\x04opId\x12\x1c\n" +
-	"\tforwarded\x18\t \x01(\bR\tforwarded\"\xe0\x03\n" +
+	"\tforwarded\x18\t \x01(\bR\tforwarded\x12\x1d\n" +
+	"\n" +
+	"parent_ino\x18\n" +
+	" \x01(\x04R\tparentIno\x12\x1b\n" +
+	"\tkeep_open\x18\v \x03(\x04R\bkeepOpen\x12\x19\n" +
+	"\bkeep_all\x18\f \x01(\bR\akeepAll\x12%\n" +
+	"\x0einherit_layout\x18\r \x01(\bR\rinheritLayout\"\x9b\x04\n" +
 	"\fPathResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -4927,7 +5018,10 @@ const file_meta_proto_rawDesc = "" +
 	"\n" +
 	"symlink_at\x18\f \x01(\rR\tsymlinkAt\x12%\n" +
 	"\x0esymlink_target\x18\r \x01(\fR\rsymlinkTarget\x12'\n" +
-	"\x0frouting_version\x18\x0e \x01(\x04R\x0eroutingVersion*\xc9\x01\n" +
+	"\x0frouting_version\x18\x0e \x01(\x04R\x0eroutingVersion\x12\x18\n" +
+	"\aevicted\x18\x0f \x01(\bR\aevicted\x12\x1f\n" +
+	"\vlayout_attr\x18\x10 \x01(\fR\n" +
+	"layoutAttr*\xc9\x01\n" +
 	"\bFileType\x12\x15\n" +
 	"\x11FILE_TYPE_UNKNOWN\x10\x00\x12\x15\n" +
 	"\x11FILE_TYPE_REGULAR\x10\x01\x12\x17\n" +

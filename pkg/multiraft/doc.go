@@ -17,16 +17,23 @@
 //  3. takes every group's Ready and stages the log entries, hard states and
 //     received snapshots of all groups in ONE Pebble batch;
 //  4. sends what may leave before the batch is durable (see Early sends),
-//     then commits that batch, with Sync if any group needs durability. One fsync
-//     per round whatever the number of groups: group commit. The state lock
-//     is released meanwhile, so proposals keep arriving for the next round;
-//  5. sends the round's messages, one Batch per peer host;
-//  6. applies committed entries to the state machines, advances the
-//     RawNodes, settles waiting calls and takes snapshots that are due.
+//     then commits that batch in the background, with Sync if any group
+//     needs durability. One fsync per round whatever the number of groups:
+//     group commit;
+//  5. meanwhile applies committed entries to the state machines (they are
+//     durable on a quorum already; raft lets applying run in parallel with
+//     persisting) and answers their proposers; the state lock is then
+//     released until the batch is written, so proposals keep arriving for
+//     the next round;
+//  6. sends the round's remaining messages (append and vote responses), one
+//     Batch per peer host;
+//  7. advances the RawNodes, settles waiting calls and takes snapshots that
+//     are due.
 //
-// Because every write is durable before any message of the round leaves and
-// before anything is applied, the ordering raft requires of Ready handling
-// holds for every group at once. Tests drive rounds by hand over an in-memory
+// Because every acknowledgement leaves only once what it acknowledges is
+// durable, and raft is advanced only then, the ordering raft requires of
+// Ready handling holds for every group at once. Tests drive rounds by hand
+// over an in-memory
 // network with seeded faults; Start runs them off a ticker.
 //
 // # Transport, batching and coalesced heartbeats

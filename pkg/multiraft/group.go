@@ -299,9 +299,10 @@ func (h *Host) RemoveGroup(id GroupID, destroy bool) error {
 	return nil
 }
 
-// applyReady runs the after-persistence half of g's Ready: restore a received
-// snapshot, apply committed entries, advance, and settle waiters.
-func (h *Host) applyReady(g *group, rd *raft.Ready, n uint64) {
+// applyCommitted applies g's Ready to the state machine: restores a received
+// snapshot and applies the committed entries. It may run while the Ready's
+// writes are being persisted.
+func (h *Host) applyCommitted(g *group, rd *raft.Ready, n uint64) {
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		meta := rd.Snapshot.GetMetadata()
 		if err := g.sm.Restore(rd.Snapshot.GetData()); err != nil {
@@ -327,6 +328,11 @@ func (h *Host) applyReady(g *group, rd *raft.Ready, n uint64) {
 			return
 		}
 	}
+}
+
+// advanceReady ends g's Ready once its writes are durable: advances raft and
+// settles waiters.
+func (h *Host) advanceReady(g *group, rd *raft.Ready) {
 	if !h.guard(g, "advance", func() { g.rn.Advance(*rd) }) {
 		return
 	}

@@ -212,12 +212,17 @@ type readyWork struct {
 //  2. on a tick: ticks every active group, runs quiescence and peer liveness;
 //  3. collects every group's Ready and stages all their log, hard-state and
 //     snapshot writes in ONE Pebble batch;
-//  4. commits it (with Sync if any group needs durability): group commit;
-//  5. sends the round's messages, one Batch per peer (plus an empty beat per
-//     peer on a tick);
-//  6. applies committed entries, advances every RawNode, and takes the
-//     snapshots that are due (each in its own unsynced batch: losing it in a
-//     crash loses nothing, the log still covers it).
+//  4. sends the messages that need nothing durable (appends, heartbeats),
+//     then commits the batch (with Sync if any group needs durability:
+//     group commit) in the background;
+//  5. meanwhile applies the committed entries (durable on a quorum already)
+//     and answers their proposers;
+//  6. once the batch is durable, sends the rest of the round's messages
+//     (append and vote responses), one Batch per peer (plus an empty beat
+//     per peer on a tick);
+//  7. advances every RawNode and takes the snapshots that are due (each in
+//     its own unsynced batch: losing it in a crash loses nothing, the log
+//     still covers it).
 //
 // Tests drive it directly; Start calls it from the loop.
 func (h *Host) processRound(tick bool) (more bool) {
@@ -297,16 +302,38 @@ func (h *Host) processRound(tick bool) (more bool) {
 		early.flush(false)
 	}
 
-	// Phase 4: group commit, without the state lock.
+	// Phase 4: group commit, in the background while phase 5 runs.
+	var commitDone chan struct{}
+	var commitErr error
 	if !wb.Empty() {
-		h.mu.Unlock()
 		opts := pebble.NoSync
 		if mustSync {
 			opts = pebble.Sync
 		}
-		err := wb.Commit(opts)
+		commitDone = make(chan struct{})
+		go func() {
+			defer close(commitDone)
+			commitErr = wb.Commit(opts)
+		}()
+	}
+
+	// Phase 5: apply the committed entries while the batch is written.
+	// They are durable on a quorum already (that is what committed means),
+	// raft's contract lets applying run in parallel with persisting, and a
+	// proposer's answer then does not wait for this round's sync, which
+	// under load carries the next entries. Advance waits for the sync.
+	for i := range work {
+		if work[i].g.err == nil {
+			h.applyCommitted(work[i].g, &work[i].rd, work[i].n)
+		}
+	}
+	if commitDone != nil {
+		// The state lock is released meanwhile, so proposals keep
+		// arriving for the next round.
+		h.mu.Unlock()
+		<-commitDone
 		h.mu.Lock()
-		if err != nil {
+		if err := commitErr; err != nil {
 			for _, w := range work {
 				w.g.st.dropStaged()
 			}
@@ -323,7 +350,7 @@ func (h *Host) processRound(tick bool) (more bool) {
 		w.g.st.commitStaged()
 	}
 
-	// Phase 5: send. Everything raft asked to persist before sending is durable.
+	// Phase 6: send. Everything raft asked to persist before sending is durable.
 	late := sendLate
 	if wb.Empty() {
 		late = sendAll
@@ -333,12 +360,12 @@ func (h *Host) processRound(tick bool) (more bool) {
 	}
 	out.flush(tick)
 
-	// Phase 6: apply and advance.
+	// Phase 7: advance.
 	for _, w := range work {
 		if w.g.err != nil {
 			continue
 		}
-		h.applyReady(w.g, &w.rd, w.n)
+		h.advanceReady(w.g, &w.rd)
 		if w.g.err == nil && h.snapshotDue(w.g) {
 			h.takeSnapshot(w.g)
 		}

@@ -1,0 +1,166 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
+
+// TestOneRequestPerNameOp counts the metadata requests of each name
+// operation whose name routes to another partition than its parent's home
+// (the follow-ups are the partition's): create, create+open, mkdir, mknod,
+// symlink, lookup, open and unlink cost one each, closing an unwritten
+// file none; an unlink of a file open here leaves the eviction to the last
+// close.
+func TestOneRequestPerNameOp(t *testing.T) {
+	v, _ := startWithData(t, Options{})
+	ctx := context.Background()
+	d, err := v.Mkdir(ctx, RootIno, "d", 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := v.HomeOf(d.Ino)
+	names := map[string]string{}
+	for i := 0; len(names) < 8; i++ {
+		n := fmt.Sprint("n", i)
+		if v.RouteName(d.Ino, n) != home {
+			names[fmt.Sprint(len(names))] = n
+		}
+	}
+	name := func(i int) string { return names[fmt.Sprint(i)] }
+	cost := func(what string, want int64, fn func() error) {
+		t.Helper()
+		before := v.Stats().MetaRequests
+		if err := fn(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := v.Stats().MetaRequests - before; got != want {
+			t.Errorf("%s: %d metadata requests, want %d", what, got, want)
+		}
+	}
+	var file *Attr
+	cost("create", 1, func() (err error) { file, err = v.Create(ctx, d.Ino, name(0), 0o644, 0, 0); return err })
+	var f *File
+	cost("create and open", 1, func() (err error) {
+		_, f, err = v.CreateFile(ctx, d.Ino, name(1), 0o644, 0, 0, syscall.O_RDWR)
+		return err
+	})
+	cost("flush of an unwritten file", 0, func() error { return f.Flush(ctx) })
+	cost("close of an unwritten file", 0, func() error { return f.Close(ctx) })
+	cost("mkdir", 1, func() error { _, err := v.Mkdir(ctx, d.Ino, name(2), 0o755, 0, 0); return err })
+	cost("mknod", 1, func() error { _, err := v.Mknod(ctx, d.Ino, name(3), syscall.S_IFIFO|0o644, 0, 0, 0); return err })
+	cost("symlink", 1, func() error { _, err := v.Symlink(ctx, d.Ino, name(4), "target", 0, 0); return err })
+	cost("lookup", 1, func() error {
+		a, err := v.LookupChild(ctx, d.Ino, name(0))
+		if err == nil && a.Ino != file.Ino {
+			err = fmt.Errorf("found inode %d, want %d", a.Ino, file.Ino)
+		}
+		return err
+	})
+	cost("lookup of a missing name", 1, func() error {
+		if _, err := v.LookupChild(ctx, d.Ino, name(7)); !isErrno(err, syscall.ENOENT) {
+			return fmt.Errorf("want ENOENT, got %v", err)
+		}
+		return nil
+	})
+	cost("open", 1, func() (err error) { f, err = v.OpenFile(ctx, file.Ino, syscall.O_RDONLY); return err })
+	cost("close", 0, func() error { return f.Close(ctx) })
+	for i, what := range []string{"unlink", "", "", "unlink of a fifo", "unlink of a symlink"} {
+		if what != "" {
+			cost(what, 1, func() error { return v.Unlink(ctx, d.Ino, name(i)) })
+		}
+	}
+	if _, err := v.GetAttr(ctx, file.Ino); !isErrno(err, syscall.ENOENT) {
+		t.Errorf("unlinked file: %v, want ENOENT", err)
+	}
+	if a, err := v.GetAttr(ctx, d.Ino); err != nil || a.Nlink != 3 {
+		t.Errorf("parent after its subdirectory's mkdir: %+v %v, want nlink 3", a, err)
+	}
+
+	// Open here: the unlink does not evict, the last close does.
+	open, err := v.Lookup(ctx, d.Ino, name(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err = v.OpenFile(ctx, open.Ino, syscall.O_RDONLY); err != nil {
+		t.Fatal(err)
+	}
+	cost("unlink of an open file", 1, func() error { return v.Unlink(ctx, d.Ino, name(1)) })
+	if a, err := v.GetAttr(ctx, open.Ino); err != nil || a.Nlink != 0 {
+		t.Fatalf("open unlinked file: %+v %v", a, err)
+	}
+	cost("last close of an unlinked file", 1, func() error { return f.Close(ctx) })
+	if _, err := v.GetAttr(ctx, open.Ino); !isErrno(err, syscall.ENOENT) {
+		t.Errorf("unlinked file after its last close: %v, want ENOENT", err)
+	}
+	// The SDK's Lookup and Unlink still tell a missing name from a parent
+	// that is no directory (one more request, only then).
+	if _, err := v.Lookup(ctx, open.Ino, "x"); !isErrno(err, syscall.ENOENT) {
+		t.Errorf("lookup in a removed directory: %v", err)
+	}
+	fifo, err := v.Mknod(ctx, d.Ino, "fifo", syscall.S_IFIFO|0o644, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Lookup(ctx, fifo.Ino, "x"); !isErrno(err, syscall.ENOTDIR) {
+		t.Errorf("lookup in a fifo: %v, want ENOTDIR", err)
+	}
+	if err := v.Unlink(ctx, fifo.Ino, "x"); !isErrno(err, syscall.ENOTDIR) {
+		t.Errorf("unlink in a fifo: %v, want ENOTDIR", err)
+	}
+	if _, err := v.Create(ctx, fifo.Ino, "x", 0o644, 0, 0); !isErrno(err, syscall.ENOTDIR) {
+		t.Errorf("create in a fifo: %v, want ENOTDIR", err)
+	}
+}
+
+// TestOneRequestPerCreateWithLayouts: on a volume that can hold chunked
+// files, the partition reads the parent's layout attribute for a create
+// (one request); a mkdir below a directory with the attribute copies it
+// with a second request.
+func TestOneRequestPerCreateWithLayouts(t *testing.T) {
+	v, f := startChunkedFake(t, Options{})
+	ctx := context.Background()
+	cost := func(what string, want int64, fn func() error) {
+		t.Helper()
+		before := v.Stats().MetaRequests
+		if err := fn(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := v.Stats().MetaRequests - before; got != want {
+			t.Errorf("%s: %d metadata requests, want %d", what, got, want)
+		}
+	}
+	layoutOf := func(ino uint64) metapb.FileLayout {
+		t.Helper()
+		in, err := v.getInode(ctx, "test", ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in.GetLayout()
+	}
+	var d, plain, sub, g *Attr
+	cost("mkdir", 1, func() (err error) { d, err = v.Mkdir(ctx, RootIno, "d", 0o755, 0, 0); return err })
+	cost("create", 1, func() (err error) { plain, err = v.Create(ctx, d.Ino, "plain", 0o644, 0, 0); return err })
+	if l := layoutOf(plain.Ino); l != metapb.FileLayout_FILE_LAYOUT_CDC {
+		t.Errorf("file in a directory without the attribute: %v, want the volume's default (cdc)", l)
+	}
+	// Another client sets the attribute.
+	f.mu.Lock()
+	res := f.homeOf(d.Ino).ApplyBatch(&metapb.Batch{NowNs: 1, Txns: []*metapb.Txn{{Ops: []*metapb.Op{{Op: &metapb.Op_SetXattr{SetXattr: &metapb.SetXattr{Ino: d.Ino, Name: LayoutAttr, Value: []byte("extent")}}}}}}})[0]
+	f.mu.Unlock()
+	if res.Errno != 0 {
+		t.Fatal(res.Message)
+	}
+	cost("create below a directory with the attribute", 1, func() (err error) { g, err = v.Create(ctx, d.Ino, "g", 0o644, 0, 0); return err })
+	if l := layoutOf(g.Ino); l != metapb.FileLayout_FILE_LAYOUT_EXTENT {
+		t.Errorf("file in an extent directory: %v", l)
+	}
+	cost("mkdir copying the attribute", 2, func() (err error) { sub, err = v.Mkdir(ctx, d.Ino, "sub", 0o755, 0, 0); return err })
+	cost("create in the copy", 1, func() (err error) { g, err = v.Create(ctx, sub.Ino, "g", 0o644, 0, 0); return err })
+	if l := layoutOf(g.Ino); l != metapb.FileLayout_FILE_LAYOUT_EXTENT {
+		t.Errorf("file in a subdirectory that inherited extent: %v", l)
+	}
+}

@@ -1,0 +1,524 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/client"
+	"github.com/cairnfs/cairn/pkg/localcluster"
+)
+
+// namesAway returns n names that the volume routes, under parent, to
+// another partition than parent's home: their creates and unlinks need the
+// parent's TouchDir on another partition.
+func namesAway(t *testing.T, v *client.Volume, parent uint64, prefix string, n int) []string {
+	t.Helper()
+	home := v.HomeOf(parent)
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		if name := fmt.Sprintf("%s%d", prefix, i); v.RouteName(parent, name) != home {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// requestCounter measures metadata requests: the meta nodes' count of
+// client requests (every client of the cluster) and one client's own.
+type requestCounter struct {
+	t   *testing.T
+	dir string
+	v   *client.Volume
+}
+
+func (c requestCounter) read() (server, own float64) {
+	l, err := localcluster.LoadLayout(c.dir)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, p := range l.Procs {
+		if p.Role != "meta" {
+			continue
+		}
+		for _, line := range scrapeLines(c.t, p.MetricsAddr, "cairn_meta_client_requests_total") {
+			// The master's own reads (balancer, orphan sweeper) are not
+			// this test's.
+			if !strings.Contains(line.labels, `rpc="partition_stats"`) && !strings.Contains(line.labels, `rpc="scan"`) {
+				server += line.value
+			}
+		}
+	}
+	return server, float64(c.v.Stats().MetaRequests)
+}
+
+// per runs fn (n operations) and returns the requests per operation the
+// meta nodes counted and the client sent.
+func (c requestCounter) per(n int, fn func()) (server, own float64) {
+	s0, o0 := c.read()
+	fn()
+	s1, o1 := c.read()
+	return (s1 - s0) / float64(n), (o1 - o0) / float64(n)
+}
+
+// TestRequestsPerNameOp counts, from the meta nodes' metrics and the
+// client's own, the metadata requests of create, mkdir, mknod, symlink,
+// lookup/stat, open and unlink through the SDK's inode API and through
+// the stateless path API, for names that route to another partition than
+// their parent's home (the partition sends the parent's TouchDir, and an
+// unlink's link drop, itself): one request each.
+func TestRequestsPerNameOp(t *testing.T) {
+	dir := t.TempDir()
+	startUp(t, dir, "--mount", "")
+	v := openClient(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	if n := len(v.Partitions()); n < 2 {
+		t.Fatalf("volume has %d meta partitions, need 2", n)
+	}
+	c := requestCounter{t, dir, v}
+	// The client learns every partition's leader first: a request sent
+	// to a follower is counted there too before it is redirected.
+	_, err := v.StatFS(ctx)
+	must("statfs", err)
+	const n = 30
+	want := func(what string, fn func()) {
+		t.Helper()
+		server, own := c.per(n, fn)
+		t.Logf("%-28s %.3f requests per operation (meta nodes), %.3f (client)", what, server, own)
+		// The meta nodes also count a request a follower redirected to
+		// the leader (after a leader change): a little slack there.
+		if own != 1 || server > 1.05 {
+			t.Errorf("%s: %.3f requests per operation sent by the client, %.3f counted by the meta nodes; want 1", what, own, server)
+		}
+	}
+	follow0 := metaCounter(t, dir, "cairn_meta_follow_ups_total")
+
+	// The inode API (as a FUSE mount uses it).
+	d, err := v.Mkdir(ctx, client.RootIno, "inode", 0o755, 0, 0)
+	must("mkdir", err)
+	names := namesAway(t, v, d.Ino, "f", n)
+	dirs := namesAway(t, v, d.Ino, "d", n)
+	fifos := namesAway(t, v, d.Ino, "p", n)
+	links := namesAway(t, v, d.Ino, "l", n)
+	inos := make([]uint64, n)
+	want("create", func() {
+		for i, name := range names {
+			a, err := v.Create(ctx, d.Ino, name, 0o644, 0, 0)
+			must("create", err)
+			inos[i] = a.Ino
+		}
+	})
+	want("mkdir", func() {
+		for _, name := range dirs {
+			_, err := v.Mkdir(ctx, d.Ino, name, 0o755, 0, 0)
+			must("mkdir", err)
+		}
+	})
+	want("mknod", func() {
+		for _, name := range fifos {
+			_, err := v.Mknod(ctx, d.Ino, name, syscall.S_IFIFO|0o644, 0, 0, 0)
+			must("mknod", err)
+		}
+	})
+	want("symlink", func() {
+		for _, name := range links {
+			_, err := v.Symlink(ctx, d.Ino, name, "target", 0, 0)
+			must("symlink", err)
+		}
+	})
+	want("lookup", func() {
+		for _, name := range names {
+			_, err := v.LookupChild(ctx, d.Ino, name)
+			must("lookup", err)
+		}
+	})
+	want("lookup of a missing name", func() {
+		for _, name := range names {
+			_, err := v.LookupChild(ctx, d.Ino, name+"-missing")
+			wantErrno(t, "lookup of a missing name", err, syscall.ENOENT)
+		}
+	})
+	want("open+close", func() {
+		for _, ino := range inos {
+			f, err := v.OpenFile(ctx, ino, syscall.O_RDWR)
+			must("open", err)
+			must("close", f.Close(ctx))
+		}
+	})
+	want("create+open+close", func() {
+		for _, name := range names {
+			_, f, err := v.CreateFile(ctx, d.Ino, name+"-o", 0o644, 0, 0, syscall.O_WRONLY)
+			must("create and open", err)
+			must("close", f.Close(ctx))
+		}
+	})
+	for _, group := range []struct {
+		what  string
+		names []string
+	}{{"unlink", names}, {"unlink of a fifo", fifos}, {"unlink of a symlink", links}} {
+		want(group.what, func() {
+			for _, name := range group.names {
+				must(group.what, v.Unlink(ctx, d.Ino, name))
+			}
+		})
+	}
+	a, err := v.GetAttr(ctx, d.Ino)
+	must("getattr", err)
+	if a.Nlink != 2+n {
+		t.Errorf("parent nlink %d after %d mkdirs, want %d", a.Nlink, n, 2+n)
+	}
+	for _, ino := range inos {
+		if _, err := v.GetAttr(ctx, ino); client.ErrnoOf(err) != syscall.ENOENT {
+			t.Errorf("inode %d after its unlink: %v, want ENOENT", ino, err)
+		}
+	}
+
+	// The path API. A first pass through /path warms the replicas.
+	_, err = v.MkdirPath(ctx, "/path", 0o755, rootCred)
+	must("mkdir /path", err)
+	pa, err := v.StatPath(ctx, "/path", rootCred)
+	must("stat /path", err)
+	pnames := namesAway(t, v, pa.Ino, "f", n)
+	pdirs := namesAway(t, v, pa.Ino, "d", n)
+	plinks := namesAway(t, v, pa.Ino, "l", n)
+	_, err = v.StatPath(ctx, "/path/"+pnames[0], rootCred)
+	wantErrno(t, "warm-up stat", err, syscall.ENOENT)
+	want("path create", func() {
+		for _, name := range pnames {
+			_, err := v.CreatePath(ctx, "/path/"+name, 0o644, rootCred)
+			must("create", err)
+		}
+	})
+	want("path mkdir", func() {
+		for _, name := range pdirs {
+			_, err := v.MkdirPath(ctx, "/path/"+name, 0o755, rootCred)
+			must("mkdir", err)
+		}
+	})
+	want("path symlink", func() {
+		for _, name := range plinks {
+			_, err := v.SymlinkPath(ctx, "target", "/path/"+name, rootCred)
+			must("symlink", err)
+		}
+	})
+	want("path stat", func() {
+		for _, name := range pnames {
+			_, err := v.StatPath(ctx, "/path/"+name, rootCred)
+			must("stat", err)
+		}
+	})
+	want("path open+close", func() {
+		for _, name := range pnames {
+			f, err := v.OpenPath(ctx, "/path/"+name, syscall.O_RDONLY, 0, rootCred)
+			must("open", err)
+			must("close", f.Close(ctx))
+		}
+	})
+	want("path open(O_CREAT)+close", func() {
+		for _, name := range pnames {
+			f, err := v.OpenPath(ctx, "/path/"+name+"-o", syscall.O_CREAT|syscall.O_WRONLY, 0o644, rootCred)
+			must("open", err)
+			must("close", f.Close(ctx))
+		}
+	})
+	want("path unlink", func() {
+		for _, name := range pnames {
+			must("unlink", v.UnlinkPath(ctx, "/path/"+name, rootCred))
+		}
+	})
+	want("path unlink of a symlink", func() {
+		for _, name := range plinks {
+			must("unlink", v.UnlinkPath(ctx, "/path/"+name, rootCred))
+		}
+	})
+	pa, err = v.StatPath(ctx, "/path", rootCred)
+	must("stat /path", err)
+	if pa.Nlink != 2+n {
+		t.Errorf("/path nlink %d after %d mkdirs, want %d", pa.Nlink, n, 2+n)
+	}
+	if f := metaCounter(t, dir, "cairn_meta_follow_ups_total") - follow0; f < 4*n {
+		t.Errorf("the meta nodes sent %.0f follow-ups, want at least %d: the names did not test a parent homed elsewhere", f, 4*n)
+	}
+	runFsck(t, dir, 0, "--grace", "0s")
+}
+
+// TestCreateRacingRmdir creates files (named to route away from the
+// directory's home: the TouchDir runs alongside the create) in directories
+// that another client removes at the same time, unlinking what it lists
+// until its rmdir succeeds; the creators go on after it. A create that
+// succeeds has its name in place until the remover unlinks it; one that
+// loses the race (fenced, or its parent's TouchDir finds the parent gone
+// and the create is taken back) fails with ENOENT; no create that starts
+// after the rmdir returned succeeds; in the end fsck finds no name under a
+// removed directory, no orphan and no wrong link count.
+func TestCreateRacingRmdir(t *testing.T) {
+	dir := t.TempDir()
+	startUp(t, dir, "--mount", "")
+	v, remover := openClient(t, dir), openClient(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const rounds, creators, perCreator, afterRemoval = 6, 6, 30, 2
+	var created, refused, lateOK int
+	for r := range rounds {
+		name := fmt.Sprintf("race%d", r)
+		d, err := v.Mkdir(ctx, client.RootIno, name, 0o755, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var removedAt time.Time
+		removed := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := range creators {
+			names := namesAway(t, v, d.Ino, fmt.Sprintf("g%d-", g), perCreator+afterRemoval)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i, n := range names {
+					if i == perCreator {
+						// The rest after the rmdir: its partition no
+						// longer fences the directory, the TouchDir
+						// finds it gone.
+						<-removed
+					}
+					start := time.Now()
+					var err error
+					if i%2 == 1 {
+						_, err = v.Mkdir(ctx, d.Ino, n, 0o755, 0, 0)
+					} else {
+						_, err = v.Create(ctx, d.Ino, n, 0o644, 0, 0)
+					}
+					mu.Lock()
+					switch errno := client.ErrnoOf(err); {
+					case errno == 0:
+						created++
+						if !removedAt.IsZero() && start.After(removedAt) {
+							lateOK++
+						}
+					case errno == syscall.ENOENT:
+						refused++
+					default:
+						t.Errorf("create %d/%s: %v", d.Ino, n, err)
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		time.Sleep(time.Duration(r%4) * 5 * time.Millisecond)
+		for {
+			ents, _, err := remover.ReadDir(ctx, d.Ino, "", 4096)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if e.Type == syscall.S_IFDIR {
+					err = remover.Rmdir(ctx, d.Ino, e.Name)
+				} else {
+					err = remover.Unlink(ctx, d.Ino, e.Name)
+				}
+				if err != nil && client.ErrnoOf(err) != syscall.ENOENT {
+					t.Fatalf("remove %s: %v", e.Name, err)
+				}
+			}
+			err = remover.Rmdir(ctx, client.RootIno, name)
+			if err == nil {
+				mu.Lock()
+				removedAt = time.Now()
+				mu.Unlock()
+				close(removed)
+				break
+			}
+			if e := client.ErrnoOf(err); e != syscall.ENOTEMPTY && e != syscall.EBUSY {
+				t.Fatalf("rmdir %s: %v", name, err)
+			}
+		}
+		wg.Wait()
+	}
+	l, err := localcluster.LoadLayout(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var undone float64
+	for _, p := range l.Procs {
+		if p.Role == "meta" {
+			for _, line := range scrapeLines(t, p.MetricsAddr, "cairn_meta_follow_ups_total") {
+				if strings.Contains(line.labels, `step="undo_create"`) {
+					undone += line.value
+				}
+			}
+		}
+	}
+	t.Logf("%d creates succeeded, %d refused (parent removed), %.0f of them taken back after the parent's TouchDir", created, refused, undone)
+	if refused == 0 || created == 0 || undone == 0 {
+		t.Errorf("the race did not happen: %d created, %d refused, %.0f taken back", created, refused, undone)
+	}
+	if lateOK > 0 {
+		t.Errorf("%d creates that started after their directory was removed succeeded", lateOK)
+	}
+	runFsck(t, dir, 0, "--grace", "0s")
+}
+
+// fuseCost is what one FUSE request of a kind may cost in metadata
+// requests: one for every request that reads or changes metadata, none
+// for closing a file without writes.
+var fuseCost = map[string]float64{
+	"lookup": 1, "getattr": 1, "create": 1, "mkdir": 1, "mknod": 1, "symlink": 1,
+	"unlink": 1, "open": 1, "readlink": 1, "flush": 0, "release": 0,
+}
+
+// fuseOps reads the mount's FUSE request counts by op (every errno).
+func fuseOps(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for op := range fuseCost {
+		for _, line := range scrapeLines(t, addr, "cairn_fuse_requests_total") {
+			if strings.Contains(line.labels, `op="`+op+`"`) {
+				out[op] += line.value
+			}
+		}
+	}
+	return out
+}
+
+// TestMountRequestsPerOp drives a `cairn up` mount with creat, mkdir,
+// mknod, symlink, stat, open and unlink on names that route to another
+// partition than their directory's home, and checks from the mount's
+// metrics that every FUSE request costs one metadata request at most
+// (LOOKUP, GETATTR, CREATE, MKDIR, MKNOD, SYMLINK, UNLINK, OPEN) and a
+// FLUSH or RELEASE of an unwritten file none. It logs the requests per
+// system call (the kernel adds a LOOKUP before a create and a GETATTR of
+// the directory after each change in it).
+func TestMountRequestsPerOp(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rq")
+	_, mp := startMounted(t, dir)
+	maddr := mountMetricsAddr(t, mp)
+	v := openClient(t, dir)
+	d := filepath.Join(mp, "d")
+	must(t, os.Mkdir(d, 0o755))
+	st, err := os.Stat(d)
+	must(t, err)
+	ino := st.Sys().(*syscall.Stat_t).Ino
+	const n = 30
+	files := namesAway(t, v, ino, "f", n)
+	dirs := namesAway(t, v, ino, "d", n)
+	fifos := namesAway(t, v, ino, "p", n)
+	links := namesAway(t, v, ino, "l", n)
+	phase := func(what string, fn func(name string) error, names []string) {
+		t.Helper()
+		time.Sleep(100 * time.Millisecond) // asynchronous RELEASEs land
+		ops0, m0 := fuseOps(t, maddr), metricValue(t, maddr, "cairn_client_meta_requests_total")
+		for _, name := range names {
+			if err := fn(filepath.Join(d, name)); err != nil {
+				t.Fatalf("%s %s: %v", what, name, err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		ops1, m1 := fuseOps(t, maddr), metricValue(t, maddr, "cairn_client_meta_requests_total")
+		var bound float64
+		var kinds []string
+		for op, c := range ops1 {
+			if delta := c - ops0[op]; delta > 0 {
+				bound += delta * fuseCost[op]
+				kinds = append(kinds, fmt.Sprintf("%s %.0f", op, delta))
+			}
+		}
+		sort.Strings(kinds)
+		t.Logf("%-10s %.2f metadata requests per call; FUSE requests: %s", what, (m1-m0)/float64(len(names)), strings.Join(kinds, ", "))
+		// One more is a retried attempt (the client counts every one).
+		if m1-m0 > bound+1 {
+			t.Errorf("%s: %.0f metadata requests for FUSE requests that may cost %.0f", what, m1-m0, bound)
+		}
+	}
+	phase("creat", func(p string) error {
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}, files)
+	phase("stat", func(p string) error { _, err := os.Stat(p); return err }, files)
+	time.Sleep(1100 * time.Millisecond) // the kernel's entries and attributes expire
+	phase("stat cold", func(p string) error { _, err := os.Stat(p); return err }, files)
+	phase("open", func(p string) error {
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}, files)
+	phase("mkdir", func(p string) error { return os.Mkdir(p, 0o755) }, dirs)
+	phase("mknod", func(p string) error { return syscall.Mkfifo(p, 0o644) }, fifos)
+	phase("symlink", func(p string) error { return os.Symlink("target", p) }, links)
+	phase("unlink", func(p string) error { return os.Remove(p) }, append(append(files, fifos...), links...))
+}
+
+// scrapeLine is one sample of a metric: its labels ("{...}") and value.
+type scrapeLine struct {
+	labels string
+	value  float64
+}
+
+// scrapeLines returns the samples of metric name at a Prometheus endpoint.
+func scrapeLines(t *testing.T, addr, name string) []scrapeLine {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	var out []scrapeLine
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 || !strings.HasPrefix(f[0], name+"{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			t.Fatalf("metric %s: %v", f[0], err)
+		}
+		out = append(out, scrapeLine{labels: strings.TrimPrefix(f[0], name), value: v})
+	}
+	return out
+}
+
+// mountMetricsAddr finds the metrics address of the `cairn mount` serving
+// mp (cairn up passes it --metrics) in its command line.
+func mountMetricsAddr(t *testing.T, mp string) string {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) < 2 || args[1] != "mount" || args[len(args)-1] != mp {
+			continue
+		}
+		for i, a := range args[:len(args)-1] {
+			if a == "--metrics" {
+				return args[i+1]
+			}
+		}
+	}
+	t.Fatalf("no cairn mount of %s with --metrics found", mp)
+	return ""
+}
