@@ -16,6 +16,7 @@ import (
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/fsck"
 	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/replicaset"
 )
 
 // statusReport is the stable JSON shape of `cairn status --json`.
@@ -80,7 +81,11 @@ type statusPartition struct {
 	Kind          string   `json:"kind"`
 	Replicas      []uint64 `json:"replicas"`
 	ReplicasAlive int      `json:"replicas_alive"`
-	Health        string   `json:"health"`
+	// Down and Stale (data partitions): replicas out of the write chain, and
+	// replicas catching up that may not head it (pkg/replicaset).
+	Down   []uint64 `json:"down,omitempty"`
+	Stale  []uint64 `json:"stale,omitempty"`
+	Health string   `json:"health"`
 	// Leader is the replica that reported itself leader (0: none reported).
 	Leader uint64 `json:"leader"`
 	// Items are records (meta) or extents (data); UsedBytes the data stored;
@@ -203,6 +208,10 @@ func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
 			}
 		}
 		sp.Health = partitionHealth(sp.ReplicasAlive, len(p.Replicas))
+		if p.Kind == pb.PartitionKind_PARTITION_KIND_DATA {
+			sp.Down, sp.Stale = p.Down, p.Stale
+			sp.Health = dataHealth(p, sp.Health)
+		}
 		sp.Leader = leaders[p.Id]
 		if r := reports[p.Id]; r != nil {
 			sp.Items, sp.UsedBytes = r.Items, r.UsedBytes
@@ -237,8 +246,24 @@ func partitionHealth(alive, total int) string {
 	return "unavailable"
 }
 
+// dataHealth refines a data partition's health with its write chain:
+// read-only when the chain takes no writes (too few replicas alive, or none
+// that holds every acknowledged write), recovering while a returned replica
+// catches up.
+func dataHealth(p *pb.Partition, health string) string {
+	switch {
+	case health == "unavailable":
+		return health
+	case !replicaset.Writable(p):
+		return "read-only"
+	case health == "healthy" && len(p.Stale) > 0:
+		return "recovering"
+	}
+	return health
+}
+
 func worse(a, b string) string {
-	rank := map[string]int{"": 0, "healthy": 1, "degraded": 2, "unavailable": 3}
+	rank := map[string]int{"": 0, "healthy": 1, "recovering": 2, "degraded": 3, "read-only": 4, "unavailable": 5}
 	if rank[b] > rank[a] {
 		return b
 	}
@@ -299,16 +324,18 @@ func printReport(cmd *cobra.Command, r statusReport, partitions bool) {
 	for _, p := range r.Partitions {
 		counts[p.Health]++
 	}
-	fmt.Fprintf(out, "\npartitions: %d healthy, %d degraded, %d unavailable\n", counts["healthy"], counts["degraded"], counts["unavailable"])
+	fmt.Fprintf(out, "\npartitions: %d healthy, %d recovering, %d degraded, %d read-only, %d unavailable\n",
+		counts["healthy"], counts["recovering"], counts["degraded"], counts["read-only"], counts["unavailable"])
 	if partitions {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "PARTITION\tVOLUME\tKIND\tREPLICAS\tLEADER\tITEMS\tUSED\tHEALTH")
+		fmt.Fprintln(tw, "PARTITION\tVOLUME\tKIND\tREPLICAS\tDOWN\tSTALE\tLEADER\tITEMS\tUSED\tHEALTH")
 		for _, p := range r.Partitions {
 			leader := "-"
 			if p.Leader != 0 {
 				leader = fmt.Sprint(p.Leader)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\t%d\t%s\t%s\n", p.ID, p.Volume, p.Kind, p.Replicas, leader, p.Items, humanBytes(p.UsedBytes), p.Health)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\t%s\t%s\t%d\t%s\t%s\n", p.ID, p.Volume, p.Kind, p.Replicas, idList(p.Down), idList(p.Stale),
+				leader, p.Items, humanBytes(p.UsedBytes), p.Health)
 		}
 		tw.Flush()
 	}
@@ -367,4 +394,12 @@ func addChunkStats(ctx context.Context, m *pb.ClusterMap, r *statusReport) {
 		}
 		r.Volumes[i].Chunks = c
 	}
+}
+
+// idList prints node ids, or "-" for none.
+func idList(ids []uint64) string {
+	if len(ids) == 0 {
+		return "-"
+	}
+	return fmt.Sprint(ids)
 }

@@ -126,6 +126,7 @@ type File struct {
 	writable bool
 	keys     []*metapb.ExtentKey // the extent map, sorted by file offset, non-overlapping
 	size     uint64              // the file size including unflushed writes
+	recorded uint64              // the size the metadata holds (open, last flush, truncate)
 	pending  []*metapb.ExtentKey // keys written since the last flush, in write order
 	touched  bool                // an overwrite happened since the last flush
 	sizeDirt bool                // size grew since the last flush
@@ -187,7 +188,7 @@ func (v *Volume) openInode(ctx context.Context, op string, in *metapb.Inode, fla
 	f := &File{
 		v: v, dc: dc, ino: ino, ctx: fctx, stop: stop,
 		append: flags&syscall.O_APPEND != 0, writable: writable,
-		keys: sortedKeys(in.GetExtents()), size: in.GetSize(), cdc: cdc,
+		keys: sortedKeys(in.GetExtents()), size: in.GetSize(), recorded: in.GetSize(), cdc: cdc,
 	}
 	return f, nil
 }
@@ -301,8 +302,12 @@ func dataErr(op string, ino uint64, err error) error {
 		return e
 	}
 	n := ErrnoOf(err)
-	if errors.Is(err, dataclient.ErrNoWritablePartition) {
+	switch {
+	case errors.Is(err, dataclient.ErrNoSpace):
 		n = syscall.ENOSPC
+	case errors.Is(err, dataclient.ErrNoWritablePartition):
+		// Replicas are down or failing: not a lack of space.
+		n = syscall.EIO
 	}
 	return &Error{Op: op, Errno: n, Msg: fmt.Sprintf("inode %d", ino), Err: err}
 }
@@ -526,29 +531,49 @@ func (f *File) writeSeq(op string, p []byte, off uint64) (int, error) {
 		f.wEnd = off
 	}
 	n, err := f.w.Write(p)
+	if err != nil {
+		// The writer failed for good: nothing of p is written.
+		_ = f.endWriter(op)
+		return 0, dataErr(op, f.ino, err)
+	}
 	f.wEnd += uint64(n)
 	f.grow(f.wEnd)
 	f.v.bytesWritten.Add(int64(n))
-	if err != nil {
-		return n, dataErr(op, f.ino, err)
-	}
 	return n, nil
 }
 
 // writeNew writes p at off as a new extent (a hole inside the file).
 func (f *File) writeNew(op string, p []byte, off uint64) error {
 	w := f.dc.NewWriter(f.ctx, off)
-	if _, err := w.Write(p); err != nil {
-		return dataErr(op, f.ino, err)
-	}
-	keys, err := w.Close()
-	if err != nil {
+	_, err := w.Write(p)
+	keys, cerr := w.Close()
+	// What the data nodes acknowledged is kept either way (it is real
+	// data, and a key never names bytes a replica lacks).
+	f.addKeys(keys)
+	if err = errors.Join(err, cerr); err != nil {
+		f.fallBack()
 		return dataErr(op, f.ino, err)
 	}
 	f.v.bytesWritten.Add(int64(len(p)))
-	f.addKeys(keys)
 	f.grow(off + uint64(len(p)))
 	return nil
+}
+
+// fallBack brings the size back to what exists after a sequential write
+// failed: the size the metadata records or the end of the last extent key,
+// whichever is larger. Without it the size would cover bytes that no data
+// node holds, which would read as zeros.
+func (f *File) fallBack() {
+	end := f.recorded
+	for _, k := range f.keys {
+		end = max(end, k.FileOffset+k.Size)
+	}
+	if end < f.size {
+		f.size = end
+	}
+	if f.size == f.recorded && len(f.pending) == 0 {
+		f.sizeDirt = false
+	}
 }
 
 func (f *File) addKeys(keys []*metapb.ExtentKey) {
@@ -568,10 +593,11 @@ func (f *File) endWriter(op string) error {
 	w := f.w
 	f.w = nil
 	keys, err := w.Close()
+	f.addKeys(keys) // the acknowledged bytes, even when the rest failed
 	if err != nil {
+		f.fallBack()
 		return dataErr(op, f.ino, err)
 	}
-	f.addKeys(keys)
 	return nil
 }
 
@@ -644,6 +670,7 @@ func (f *File) flushLocked(ctx context.Context, op string) error {
 		f.touched = false
 	}
 	f.pending, f.sizeDirt, f.modified = nil, false, time.Time{}
+	f.recorded = f.size
 	if f.touched {
 		// Overwrites in place change no key; the mtime still moves.
 		if _, err := f.v.Setattr(ctx, f.ino, SetattrIn{Valid: SetMtimeNow | SetCtime, Ctime: time.Now()}); err != nil {
@@ -710,7 +737,7 @@ func (f *File) truncatedLocked(size uint64) {
 	// Buffered overwrites beyond size lay over keys just cut; a later
 	// growth must read zeros there.
 	f.dirty.cut(size)
-	f.size = size
+	f.size, f.recorded = size, size
 	if f.r != nil {
 		f.r.Close()
 		f.r = nil

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/replicaset"
 )
 
 // Errors returned by Apply; callers map them to user-facing codes with errors.Is.
@@ -167,6 +168,8 @@ func (s *State) Apply(cmd *pb.Command) (any, error) {
 		changed = err == nil
 	case *pb.Command_AdvanceMigration:
 		changed, err = s.advanceMigration(op.AdvanceMigration)
+	case *pb.Command_MarkInSync:
+		changed, err = s.markInSync(op.MarkInSync)
 	default:
 		return nil, fmt.Errorf("%w command: unknown operation %T", ErrInvalid, op)
 	}
@@ -260,6 +263,43 @@ func (s *State) setNodeState(now int64, c *pb.SetNodeState) (bool, error) {
 	}
 	n.State = c.State
 	n.StateChangedUnixMs = now
+	if n.Role == pb.Role_ROLE_DATA {
+		s.chainsFollow(n.Id, c.State == pb.NodeState_NODE_STATE_ALIVE)
+	}
+	return true, nil
+}
+
+// chainsFollow takes a data node out of the write chains of its partitions
+// when it stops being alive, and puts it back when it is alive again
+// (pkg/replicaset). A changed partition takes the epoch this command gives
+// the map, so writers with an older view of its chain are refused.
+func (s *State) chainsFollow(node uint64, alive bool) {
+	for _, p := range s.PartitionsOf(node) {
+		if p.Kind != pb.PartitionKind_PARTITION_KIND_DATA {
+			continue
+		}
+		var changed bool
+		if alive {
+			changed = replicaset.NodeUp(p, node)
+		} else {
+			changed = replicaset.NodeDown(p, node)
+		}
+		if changed {
+			p.Epoch = s.m.Epoch + 1
+		}
+	}
+}
+
+// markInSync clears a replica's stale mark (replicaset.InSync).
+func (s *State) markInSync(c *pb.MarkInSync) (bool, error) {
+	p, ok := s.m.Partitions[c.PartitionId]
+	if !ok || p.Kind != pb.PartitionKind_PARTITION_KIND_DATA {
+		return false, fmt.Errorf("data partition %d: %w", c.PartitionId, ErrNotFound)
+	}
+	if !replicaset.InSync(p, c.NodeId, c.Epoch) {
+		return false, nil
+	}
+	p.Epoch = s.m.Epoch + 1
 	return true, nil
 }
 

@@ -193,3 +193,57 @@ func TestValidateVolumeName(t *testing.T) {
 		}
 	}
 }
+
+// TestDataNodeStateMovesChains: a data node going down leaves the write
+// chains of its data partitions (and a meta node's state leaves meta
+// partitions alone); coming back, it follows as a stale replica until it
+// reports a full alignment at the partition's current epoch.
+func TestDataNodeStateMovesChains(t *testing.T) {
+	s := cluster(t)
+	apply := func(c *pb.Command) {
+		t.Helper()
+		if _, err := s.Apply(c); err != nil {
+			t.Fatalf("apply %v: %v", c, err)
+		}
+	}
+	state := func(node uint64, st pb.NodeState) *pb.Command {
+		return &pb.Command{Op: &pb.Command_SetNodeState{SetNodeState: &pb.SetNodeState{NodeId: node, State: st}}}
+	}
+	insync := func(p, node, epoch uint64) *pb.Command {
+		return &pb.Command{Op: &pb.Command_MarkInSync{MarkInSync: &pb.MarkInSync{PartitionId: p, NodeId: node, Epoch: epoch}}}
+	}
+	apply(vol("v1", 3, part(meta, 1, 2, 3), part(data, 4, 5, 6)))
+	var mp, dp *pb.Partition
+	for _, p := range s.Map().Partitions {
+		if p.Kind == data {
+			dp = p
+		} else {
+			mp = p
+		}
+	}
+	apply(state(1, pb.NodeState_NODE_STATE_DOWN))
+	if len(mp.Down) != 0 || mp.Epoch != 0 {
+		t.Fatalf("a meta node's state changed its meta partition: %v", mp)
+	}
+	apply(state(4, pb.NodeState_NODE_STATE_DOWN))
+	if !slices.Equal(dp.Replicas, []uint64{5, 6, 4}) || !slices.Equal(dp.Down, []uint64{4}) || !slices.Equal(dp.Stale, []uint64{4}) || dp.Epoch != s.Map().Epoch {
+		t.Fatalf("after data node 4 went down: %v (map epoch %d)", dp, s.Map().Epoch)
+	}
+	apply(state(4, pb.NodeState_NODE_STATE_OUT))
+	apply(state(4, pb.NodeState_NODE_STATE_ALIVE))
+	if len(dp.Down) != 0 || !slices.Equal(dp.Stale, []uint64{4}) || dp.Epoch != s.Map().Epoch {
+		t.Fatalf("after data node 4 came back: %v", dp)
+	}
+	epoch := s.Map().Epoch
+	apply(insync(dp.Id, 4, dp.Epoch-1)) // an alignment from before the change
+	if len(dp.Stale) != 1 || s.Map().Epoch != epoch {
+		t.Fatalf("an old alignment cleared the stale mark: %v", dp)
+	}
+	apply(insync(dp.Id, 4, dp.Epoch))
+	if len(dp.Stale) != 0 || s.Map().Epoch != epoch+1 || dp.Epoch != epoch+1 {
+		t.Fatalf("after the alignment report: %v (map epoch %d)", dp, s.Map().Epoch)
+	}
+	if _, err := s.Apply(insync(mp.Id, 1, 0)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("mark in sync of a meta partition: %v", err)
+	}
+}

@@ -759,6 +759,12 @@ func (x *Migration) GetMovedDentries() uint64 {
 
 // Partition is a meta or data partition with its replica set; replicas[0] is the
 // preferred leader / chain head.
+//
+// A data partition's write chain is replicas minus down, in replicas' order
+// (docs/design.md, "Writes with a replica down"). The master keeps replicas
+// ordered so that replicas able to lead come first, stale ones next and down
+// ones last; the chain takes writes while it holds at least the write quorum
+// (size - size/2 replicas) and its head is not stale.
 type Partition struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -766,8 +772,17 @@ type Partition struct {
 	Kind     PartitionKind          `protobuf:"varint,3,opt,name=kind,proto3,enum=cairn.cluster.PartitionKind" json:"kind,omitempty"`
 	Replicas []uint64               `protobuf:"varint,4,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
 	// Inode range [inode_start, inode_end] of a meta partition; inode_end 0 means open.
-	InodeStart    uint64 `protobuf:"varint,5,opt,name=inode_start,json=inodeStart,proto3" json:"inode_start,omitempty"`
-	InodeEnd      uint64 `protobuf:"varint,6,opt,name=inode_end,json=inodeEnd,proto3" json:"inode_end,omitempty"`
+	InodeStart uint64 `protobuf:"varint,5,opt,name=inode_start,json=inodeStart,proto3" json:"inode_start,omitempty"`
+	InodeEnd   uint64 `protobuf:"varint,6,opt,name=inode_end,json=inodeEnd,proto3" json:"inode_end,omitempty"`
+	// Data partitions: replicas whose node is down, left out of the write chain.
+	Down []uint64 `protobuf:"varint,7,rep,packed,name=down,proto3" json:"down,omitempty"`
+	// Data partitions: replicas that may lack acknowledged writes (they were
+	// down while the partition took writes). They follow in the chain but may
+	// not head it until they report a full alignment (PartitionReport.in_sync_epoch).
+	Stale []uint64 `protobuf:"varint,8,rep,packed,name=stale,proto3" json:"stale,omitempty"`
+	// Map epoch of the last change of replicas, down or stale: a write carrying
+	// an older epoch is refused (the writer's view of the chain is out of date).
+	Epoch         uint64 `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -840,6 +855,27 @@ func (x *Partition) GetInodeStart() uint64 {
 func (x *Partition) GetInodeEnd() uint64 {
 	if x != nil {
 		return x.InodeEnd
+	}
+	return 0
+}
+
+func (x *Partition) GetDown() []uint64 {
+	if x != nil {
+		return x.Down
+	}
+	return nil
+}
+
+func (x *Partition) GetStale() []uint64 {
+	if x != nil {
+		return x.Stale
+	}
+	return nil
+}
+
+func (x *Partition) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
 	}
 	return 0
 }
@@ -967,6 +1003,7 @@ type Command struct {
 	//	*Command_AddMetaPartition
 	//	*Command_StartMigration
 	//	*Command_AdvanceMigration
+	//	*Command_MarkInSync
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1088,6 +1125,15 @@ func (x *Command) GetAdvanceMigration() *AdvanceMigration {
 	return nil
 }
 
+func (x *Command) GetMarkInSync() *MarkInSync {
+	if x != nil {
+		if x, ok := x.Op.(*Command_MarkInSync); ok {
+			return x.MarkInSync
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1124,6 +1170,10 @@ type Command_AdvanceMigration struct {
 	AdvanceMigration *AdvanceMigration `protobuf:"bytes,17,opt,name=advance_migration,json=advanceMigration,proto3,oneof"`
 }
 
+type Command_MarkInSync struct {
+	MarkInSync *MarkInSync `protobuf:"bytes,18,opt,name=mark_in_sync,json=markInSync,proto3,oneof"`
+}
+
 func (*Command_Init) isCommand_Op() {}
 
 func (*Command_Register) isCommand_Op() {}
@@ -1140,6 +1190,71 @@ func (*Command_StartMigration) isCommand_Op() {}
 
 func (*Command_AdvanceMigration) isCommand_Op() {}
 
+func (*Command_MarkInSync) isCommand_Op() {}
+
+// MarkInSync clears the stale mark of replica node_id of data partition
+// partition_id, which reported a full alignment with the chain's head at
+// partition epoch epoch. Refused (no change) when the partition changed since.
+type MarkInSync struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	NodeId        uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkInSync) Reset() {
+	*x = MarkInSync{}
+	mi := &file_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkInSync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkInSync) ProtoMessage() {}
+
+func (x *MarkInSync) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkInSync.ProtoReflect.Descriptor instead.
+func (*MarkInSync) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MarkInSync) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *MarkInSync) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *MarkInSync) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 // AddMetaPartition grows a volume by one meta partition (CFS Algorithm 1): the
 // volume's open-ended meta partition gets inode_end = cut_end (above every inode
 // it has allocated) and the new partition the open range [cut_end+1, ...). It
@@ -1155,7 +1270,7 @@ type AddMetaPartition struct {
 
 func (x *AddMetaPartition) Reset() {
 	*x = AddMetaPartition{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1282,7 @@ func (x *AddMetaPartition) String() string {
 func (*AddMetaPartition) ProtoMessage() {}
 
 func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1295,7 @@ func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMetaPartition.ProtoReflect.Descriptor instead.
 func (*AddMetaPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AddMetaPartition) GetVolume() string {
@@ -1220,7 +1335,7 @@ type StartMigration struct {
 
 func (x *StartMigration) Reset() {
 	*x = StartMigration{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1347,7 @@ func (x *StartMigration) String() string {
 func (*StartMigration) ProtoMessage() {}
 
 func (x *StartMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1360,7 @@ func (x *StartMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMigration.ProtoReflect.Descriptor instead.
 func (*StartMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StartMigration) GetVolume() string {
@@ -1298,7 +1413,7 @@ type AdvanceMigration struct {
 
 func (x *AdvanceMigration) Reset() {
 	*x = AdvanceMigration{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1425,7 @@ func (x *AdvanceMigration) String() string {
 func (*AdvanceMigration) ProtoMessage() {}
 
 func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1438,7 @@ func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceMigration.ProtoReflect.Descriptor instead.
 func (*AdvanceMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AdvanceMigration) GetVolume() string {
@@ -1363,7 +1478,7 @@ type InitCluster struct {
 
 func (x *InitCluster) Reset() {
 	*x = InitCluster{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1490,7 @@ func (x *InitCluster) String() string {
 func (*InitCluster) ProtoMessage() {}
 
 func (x *InitCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1503,7 @@ func (x *InitCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
 func (*InitCluster) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InitCluster) GetClusterId() string {
@@ -1412,7 +1527,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1539,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1552,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RegisterNode) GetUuid() string {
@@ -1492,7 +1607,7 @@ type SetNodeState struct {
 
 func (x *SetNodeState) Reset() {
 	*x = SetNodeState{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1619,7 @@ func (x *SetNodeState) String() string {
 func (*SetNodeState) ProtoMessage() {}
 
 func (x *SetNodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1632,7 @@ func (x *SetNodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeState.ProtoReflect.Descriptor instead.
 func (*SetNodeState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetNodeState) GetNodeId() uint64 {
@@ -1544,7 +1659,7 @@ type NewPartition struct {
 
 func (x *NewPartition) Reset() {
 	*x = NewPartition{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1671,7 @@ func (x *NewPartition) String() string {
 func (*NewPartition) ProtoMessage() {}
 
 func (x *NewPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1684,7 @@ func (x *NewPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewPartition.ProtoReflect.Descriptor instead.
 func (*NewPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NewPartition) GetKind() PartitionKind {
@@ -1601,7 +1716,7 @@ type CreateVolume struct {
 
 func (x *CreateVolume) Reset() {
 	*x = CreateVolume{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1728,7 @@ func (x *CreateVolume) String() string {
 func (*CreateVolume) ProtoMessage() {}
 
 func (x *CreateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1741,7 @@ func (x *CreateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolume.ProtoReflect.Descriptor instead.
 func (*CreateVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateVolume) GetName() string {
@@ -1687,7 +1802,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1814,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1827,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -1737,7 +1852,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1864,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1877,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegisterRequest) GetClusterId() string {
@@ -1825,7 +1940,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1952,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1965,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegisterResponse) GetClusterId() string {
@@ -1887,7 +2002,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2014,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2027,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Usage) GetCapacityBytes() uint64 {
@@ -1945,18 +2060,21 @@ func (x *Usage) GetCpuUtil() float64 {
 
 // PartitionReport is what a node says about one partition it hosts.
 type PartitionReport struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Leader        bool                   `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"`
-	UsedBytes     uint64                 `protobuf:"varint,3,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
-	Items         uint64                 `protobuf:"varint,4,opt,name=items,proto3" json:"items,omitempty"` // inodes+dentries (meta) or extents (data)
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Leader    bool                   `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	UsedBytes uint64                 `protobuf:"varint,3,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	Items     uint64                 `protobuf:"varint,4,opt,name=items,proto3" json:"items,omitempty"` // inodes+dentries (meta) or extents (data)
+	// Data partitions: the partition epoch at which this replica, while in the
+	// write chain, completed a full alignment with the chain's head; 0 if none.
+	InSyncEpoch   uint64 `protobuf:"varint,5,opt,name=in_sync_epoch,json=inSyncEpoch,proto3" json:"in_sync_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PartitionReport) Reset() {
 	*x = PartitionReport{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2086,7 @@ func (x *PartitionReport) String() string {
 func (*PartitionReport) ProtoMessage() {}
 
 func (x *PartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2099,7 @@ func (x *PartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReport.ProtoReflect.Descriptor instead.
 func (*PartitionReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PartitionReport) GetId() uint64 {
@@ -2012,6 +2130,13 @@ func (x *PartitionReport) GetItems() uint64 {
 	return 0
 }
 
+func (x *PartitionReport) GetInSyncEpoch() uint64 {
+	if x != nil {
+		return x.InSyncEpoch
+	}
+	return 0
+}
+
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2027,7 +2152,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2164,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2177,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeartbeatRequest) GetNodeId() uint64 {
@@ -2119,7 +2244,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2256,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2269,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HeartbeatResponse) GetEpoch() uint64 {
@@ -2183,7 +2308,7 @@ type GetMapRequest struct {
 
 func (x *GetMapRequest) Reset() {
 	*x = GetMapRequest{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2320,7 @@ func (x *GetMapRequest) String() string {
 func (*GetMapRequest) ProtoMessage() {}
 
 func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2333,7 @@ func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapRequest.ProtoReflect.Descriptor instead.
 func (*GetMapRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 type GetMapResponse struct {
@@ -2220,7 +2345,7 @@ type GetMapResponse struct {
 
 func (x *GetMapResponse) Reset() {
 	*x = GetMapResponse{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2357,7 @@ func (x *GetMapResponse) String() string {
 func (*GetMapResponse) ProtoMessage() {}
 
 func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2370,7 @@ func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapResponse.ProtoReflect.Descriptor instead.
 func (*GetMapResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetMapResponse) GetMap() *ClusterMap {
@@ -2272,7 +2397,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2409,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2422,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateVolumeRequest) GetName() string {
@@ -2358,7 +2483,7 @@ type VolumeRequest struct {
 
 func (x *VolumeRequest) Reset() {
 	*x = VolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2495,7 @@ func (x *VolumeRequest) String() string {
 func (*VolumeRequest) ProtoMessage() {}
 
 func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2508,7 @@ func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{26}
+	return file_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *VolumeRequest) GetName() string {
@@ -2415,7 +2540,7 @@ type VolumeResponse struct {
 
 func (x *VolumeResponse) Reset() {
 	*x = VolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2552,7 @@ func (x *VolumeResponse) String() string {
 func (*VolumeResponse) ProtoMessage() {}
 
 func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2565,7 @@ func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeResponse.ProtoReflect.Descriptor instead.
 func (*VolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{27}
+	return file_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *VolumeResponse) GetVolume() *Volume {
@@ -2500,7 +2625,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2637,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2650,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 type ListVolumesResponse struct {
@@ -2538,7 +2663,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2675,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2688,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -2589,7 +2714,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2726,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2739,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{30}
+	return file_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteVolumeResponse) GetEpoch() uint64 {
@@ -2632,7 +2757,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +2769,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +2782,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{31}
+	return file_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 // PingResponse tells who a master is and what it knows of the leader.
@@ -2678,7 +2803,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2815,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2828,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{32}
+	return file_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PingResponse) GetId() uint64 {
@@ -2786,7 +2911,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +2923,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2936,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{33}
+	return file_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NodeStatus) GetNode() *Node {
@@ -2871,7 +2996,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3008,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3021,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{34}
+	return file_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 type StatusResponse struct {
@@ -2911,7 +3036,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2923,7 +3048,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2936,7 +3061,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{35}
+	return file_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StatusResponse) GetMap() *ClusterMap {
@@ -3021,7 +3146,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05phase\x18\x04 \x01(\x0e2\x1d.cairn.cluster.MigrationPhaseR\x05phase\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12&\n" +
 	"\x0fstarted_unix_ms\x18\x06 \x01(\x03R\rstartedUnixMs\x12%\n" +
-	"\x0emoved_dentries\x18\a \x01(\x04R\rmovedDentries\"\xc4\x01\n" +
+	"\x0emoved_dentries\x18\a \x01(\x04R\rmovedDentries\"\x84\x02\n" +
 	"\tPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\x04R\bvolumeId\x120\n" +
@@ -3029,7 +3154,10 @@ const file_cluster_proto_rawDesc = "" +
 	"\breplicas\x18\x04 \x03(\x04R\breplicas\x12\x1f\n" +
 	"\vinode_start\x18\x05 \x01(\x04R\n" +
 	"inodeStart\x12\x1b\n" +
-	"\tinode_end\x18\x06 \x01(\x04R\binodeEnd\"\xa1\x05\n" +
+	"\tinode_end\x18\x06 \x01(\x04R\binodeEnd\x12\x12\n" +
+	"\x04down\x18\a \x03(\x04R\x04down\x12\x14\n" +
+	"\x05stale\x18\b \x03(\x04R\x05stale\x12\x14\n" +
+	"\x05epoch\x18\t \x01(\x04R\x05epoch\"\xa1\x05\n" +
 	"\n" +
 	"ClusterMap\x12\x1d\n" +
 	"\n" +
@@ -3054,7 +3182,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x15.cairn.cluster.VolumeR\x05value:\x028\x01\x1aW\n" +
 	"\x0fPartitionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\v2\x18.cairn.cluster.PartitionR\x05value:\x028\x01\"\xd4\x04\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.cairn.cluster.PartitionR\x05value:\x028\x01\"\x93\x05\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x120\n" +
 	"\x04init\x18\n" +
@@ -3065,8 +3193,15 @@ const file_cluster_proto_rawDesc = "" +
 	"\rdelete_volume\x18\x0e \x01(\v2\x1b.cairn.cluster.DeleteVolumeH\x00R\fdeleteVolume\x12O\n" +
 	"\x12add_meta_partition\x18\x0f \x01(\v2\x1f.cairn.cluster.AddMetaPartitionH\x00R\x10addMetaPartition\x12H\n" +
 	"\x0fstart_migration\x18\x10 \x01(\v2\x1d.cairn.cluster.StartMigrationH\x00R\x0estartMigration\x12N\n" +
-	"\x11advance_migration\x18\x11 \x01(\v2\x1f.cairn.cluster.AdvanceMigrationH\x00R\x10advanceMigrationB\x04\n" +
-	"\x02op\"~\n" +
+	"\x11advance_migration\x18\x11 \x01(\v2\x1f.cairn.cluster.AdvanceMigrationH\x00R\x10advanceMigration\x12=\n" +
+	"\fmark_in_sync\x18\x12 \x01(\v2\x19.cairn.cluster.MarkInSyncH\x00R\n" +
+	"markInSyncB\x04\n" +
+	"\x02op\"^\n" +
+	"\n" +
+	"MarkInSync\x12!\n" +
+	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"~\n" +
 	"\x10AddMetaPartition\x12\x16\n" +
 	"\x06volume\x18\x01 \x01(\tR\x06volume\x129\n" +
 	"\tpartition\x18\x02 \x01(\v2\x1b.cairn.cluster.NewPartitionR\tpartition\x12\x17\n" +
@@ -3133,13 +3268,14 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"used_bytes\x18\x02 \x01(\x04R\tusedBytes\x12\x19\n" +
 	"\bmem_util\x18\x03 \x01(\x01R\amemUtil\x12\x19\n" +
-	"\bcpu_util\x18\x04 \x01(\x01R\acpuUtil\"n\n" +
+	"\bcpu_util\x18\x04 \x01(\x01R\acpuUtil\"\x92\x01\n" +
 	"\x0fPartitionReport\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\bR\x06leader\x12\x1d\n" +
 	"\n" +
 	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\x12\x14\n" +
-	"\x05items\x18\x04 \x01(\x04R\x05items\"\xfc\x01\n" +
+	"\x05items\x18\x04 \x01(\x04R\x05items\x12\"\n" +
+	"\rin_sync_epoch\x18\x05 \x01(\x04R\vinSyncEpoch\"\xfc\x01\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12*\n" +
@@ -3266,7 +3402,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_cluster_proto_goTypes = []any{
 	(Role)(0),                    // 0: cairn.cluster.Role
 	(NodeState)(0),               // 1: cairn.cluster.NodeState
@@ -3280,39 +3416,40 @@ var file_cluster_proto_goTypes = []any{
 	(*Partition)(nil),            // 9: cairn.cluster.Partition
 	(*ClusterMap)(nil),           // 10: cairn.cluster.ClusterMap
 	(*Command)(nil),              // 11: cairn.cluster.Command
-	(*AddMetaPartition)(nil),     // 12: cairn.cluster.AddMetaPartition
-	(*StartMigration)(nil),       // 13: cairn.cluster.StartMigration
-	(*AdvanceMigration)(nil),     // 14: cairn.cluster.AdvanceMigration
-	(*InitCluster)(nil),          // 15: cairn.cluster.InitCluster
-	(*RegisterNode)(nil),         // 16: cairn.cluster.RegisterNode
-	(*SetNodeState)(nil),         // 17: cairn.cluster.SetNodeState
-	(*NewPartition)(nil),         // 18: cairn.cluster.NewPartition
-	(*CreateVolume)(nil),         // 19: cairn.cluster.CreateVolume
-	(*DeleteVolume)(nil),         // 20: cairn.cluster.DeleteVolume
-	(*RegisterRequest)(nil),      // 21: cairn.cluster.RegisterRequest
-	(*RegisterResponse)(nil),     // 22: cairn.cluster.RegisterResponse
-	(*Usage)(nil),                // 23: cairn.cluster.Usage
-	(*PartitionReport)(nil),      // 24: cairn.cluster.PartitionReport
-	(*HeartbeatRequest)(nil),     // 25: cairn.cluster.HeartbeatRequest
-	(*HeartbeatResponse)(nil),    // 26: cairn.cluster.HeartbeatResponse
-	(*GetMapRequest)(nil),        // 27: cairn.cluster.GetMapRequest
-	(*GetMapResponse)(nil),       // 28: cairn.cluster.GetMapResponse
-	(*CreateVolumeRequest)(nil),  // 29: cairn.cluster.CreateVolumeRequest
-	(*VolumeRequest)(nil),        // 30: cairn.cluster.VolumeRequest
-	(*VolumeResponse)(nil),       // 31: cairn.cluster.VolumeResponse
-	(*ListVolumesRequest)(nil),   // 32: cairn.cluster.ListVolumesRequest
-	(*ListVolumesResponse)(nil),  // 33: cairn.cluster.ListVolumesResponse
-	(*DeleteVolumeResponse)(nil), // 34: cairn.cluster.DeleteVolumeResponse
-	(*PingRequest)(nil),          // 35: cairn.cluster.PingRequest
-	(*PingResponse)(nil),         // 36: cairn.cluster.PingResponse
-	(*NodeStatus)(nil),           // 37: cairn.cluster.NodeStatus
-	(*StatusRequest)(nil),        // 38: cairn.cluster.StatusRequest
-	(*StatusResponse)(nil),       // 39: cairn.cluster.StatusResponse
-	nil,                          // 40: cairn.cluster.ClusterMap.NodesEntry
-	nil,                          // 41: cairn.cluster.ClusterMap.VolumesEntry
-	nil,                          // 42: cairn.cluster.ClusterMap.PartitionsEntry
-	nil,                          // 43: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	nil,                          // 44: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	(*MarkInSync)(nil),           // 12: cairn.cluster.MarkInSync
+	(*AddMetaPartition)(nil),     // 13: cairn.cluster.AddMetaPartition
+	(*StartMigration)(nil),       // 14: cairn.cluster.StartMigration
+	(*AdvanceMigration)(nil),     // 15: cairn.cluster.AdvanceMigration
+	(*InitCluster)(nil),          // 16: cairn.cluster.InitCluster
+	(*RegisterNode)(nil),         // 17: cairn.cluster.RegisterNode
+	(*SetNodeState)(nil),         // 18: cairn.cluster.SetNodeState
+	(*NewPartition)(nil),         // 19: cairn.cluster.NewPartition
+	(*CreateVolume)(nil),         // 20: cairn.cluster.CreateVolume
+	(*DeleteVolume)(nil),         // 21: cairn.cluster.DeleteVolume
+	(*RegisterRequest)(nil),      // 22: cairn.cluster.RegisterRequest
+	(*RegisterResponse)(nil),     // 23: cairn.cluster.RegisterResponse
+	(*Usage)(nil),                // 24: cairn.cluster.Usage
+	(*PartitionReport)(nil),      // 25: cairn.cluster.PartitionReport
+	(*HeartbeatRequest)(nil),     // 26: cairn.cluster.HeartbeatRequest
+	(*HeartbeatResponse)(nil),    // 27: cairn.cluster.HeartbeatResponse
+	(*GetMapRequest)(nil),        // 28: cairn.cluster.GetMapRequest
+	(*GetMapResponse)(nil),       // 29: cairn.cluster.GetMapResponse
+	(*CreateVolumeRequest)(nil),  // 30: cairn.cluster.CreateVolumeRequest
+	(*VolumeRequest)(nil),        // 31: cairn.cluster.VolumeRequest
+	(*VolumeResponse)(nil),       // 32: cairn.cluster.VolumeResponse
+	(*ListVolumesRequest)(nil),   // 33: cairn.cluster.ListVolumesRequest
+	(*ListVolumesResponse)(nil),  // 34: cairn.cluster.ListVolumesResponse
+	(*DeleteVolumeResponse)(nil), // 35: cairn.cluster.DeleteVolumeResponse
+	(*PingRequest)(nil),          // 36: cairn.cluster.PingRequest
+	(*PingResponse)(nil),         // 37: cairn.cluster.PingResponse
+	(*NodeStatus)(nil),           // 38: cairn.cluster.NodeStatus
+	(*StatusRequest)(nil),        // 39: cairn.cluster.StatusRequest
+	(*StatusResponse)(nil),       // 40: cairn.cluster.StatusResponse
+	nil,                          // 41: cairn.cluster.ClusterMap.NodesEntry
+	nil,                          // 42: cairn.cluster.ClusterMap.VolumesEntry
+	nil,                          // 43: cairn.cluster.ClusterMap.PartitionsEntry
+	nil,                          // 44: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	nil,                          // 45: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
@@ -3323,68 +3460,69 @@ var file_cluster_proto_depIdxs = []int32{
 	7,  // 5: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
 	3,  // 6: cairn.cluster.Migration.phase:type_name -> cairn.cluster.MigrationPhase
 	2,  // 7: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
-	40, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
-	41, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
-	42, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
-	15, // 11: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
-	16, // 12: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
-	17, // 13: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
-	19, // 14: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
-	20, // 15: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
-	12, // 16: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
-	13, // 17: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
-	14, // 18: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
-	18, // 19: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
-	7,  // 20: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	3,  // 21: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
-	0,  // 22: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
-	1,  // 23: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
-	2,  // 24: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
-	18, // 25: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
-	6,  // 26: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
-	0,  // 27: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
-	23, // 28: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
-	24, // 29: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
-	9,  // 30: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
-	43, // 31: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	44, // 32: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
-	10, // 33: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
-	6,  // 34: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
-	5,  // 35: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
-	9,  // 36: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
-	5,  // 37: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
-	4,  // 38: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
-	23, // 39: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
-	24, // 40: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
-	10, // 41: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
-	37, // 42: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
-	36, // 43: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
-	4,  // 44: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
-	5,  // 45: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
-	9,  // 46: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
-	21, // 47: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
-	25, // 48: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
-	27, // 49: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
-	29, // 50: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
-	30, // 51: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
-	32, // 52: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
-	30, // 53: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
-	38, // 54: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
-	35, // 55: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	22, // 56: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	26, // 57: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	28, // 58: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	31, // 59: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	31, // 60: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	33, // 61: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	34, // 62: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	39, // 63: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	36, // 64: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	56, // [56:65] is the sub-list for method output_type
-	47, // [47:56] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	41, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
+	42, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
+	43, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
+	16, // 11: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
+	17, // 12: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
+	18, // 13: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
+	20, // 14: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
+	21, // 15: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
+	13, // 16: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
+	14, // 17: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
+	15, // 18: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
+	12, // 19: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
+	19, // 20: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
+	7,  // 21: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	3,  // 22: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
+	0,  // 23: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
+	1,  // 24: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
+	2,  // 25: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
+	19, // 26: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
+	6,  // 27: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
+	0,  // 28: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
+	24, // 29: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
+	25, // 30: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
+	9,  // 31: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
+	44, // 32: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	45, // 33: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	10, // 34: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
+	6,  // 35: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
+	5,  // 36: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
+	9,  // 37: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
+	5,  // 38: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
+	4,  // 39: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
+	24, // 40: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
+	25, // 41: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
+	10, // 42: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
+	38, // 43: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
+	37, // 44: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
+	4,  // 45: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
+	5,  // 46: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
+	9,  // 47: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
+	22, // 48: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
+	26, // 49: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
+	28, // 50: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
+	30, // 51: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
+	31, // 52: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
+	33, // 53: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
+	31, // 54: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
+	39, // 55: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
+	36, // 56: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
+	23, // 57: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	27, // 58: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	29, // 59: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	32, // 60: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	32, // 61: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	34, // 62: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	35, // 63: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	40, // 64: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	37, // 65: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	57, // [57:66] is the sub-list for method output_type
+	48, // [48:57] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -3401,6 +3539,7 @@ func file_cluster_proto_init() {
 		(*Command_AddMetaPartition)(nil),
 		(*Command_StartMigration)(nil),
 		(*Command_AdvanceMigration)(nil),
+		(*Command_MarkInSync)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3408,7 +3547,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ import (
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/masterclient"
+	"github.com/cairnfs/cairn/pkg/replicaset"
 )
 
 // Node is a data node as the client sees it.
@@ -186,6 +187,10 @@ var (
 	// within Options.WaitWritable (all degraded, excluded after failures,
 	// or read-only).
 	ErrNoWritablePartition = errors.New("dataclient: no writable data partition")
+	// ErrNoSpace: no partition of the volume took the write because every
+	// one refused new data for lack of space (CodeReadOnly). It wraps
+	// ErrNoWritablePartition.
+	ErrNoSpace = fmt.Errorf("%w: the data nodes are out of space", ErrNoWritablePartition)
 	// ErrClosed: the client or writer is closed.
 	ErrClosed = errors.New("dataclient: closed")
 )
@@ -203,8 +208,9 @@ type Client struct {
 	topo     *Topology
 	topoAt   time.Time
 	parts    map[uint64]*pb.Partition
-	excluded map[uint64]time.Time // partition -> avoided until
-	leaders  map[uint64]uint64    // partition -> Raft leader last seen (overwrites)
+	excluded map[uint64]time.Time      // partition -> avoided until
+	lastFail map[uint64]dataproto.Code // partition -> code of its last write failure
+	leaders  map[uint64]uint64         // partition -> Raft leader last seen (overwrites)
 	closed   bool
 
 	writeFailures, readFailovers, refreshes atomic.Int64
@@ -232,7 +238,7 @@ func New(ctx context.Context, src Source, opts Options) (*Client, error) {
 	opts = opts.withDefaults()
 	c := &Client{
 		src: src, opts: opts, pool: newConnPool(opts.Conn, opts.ConnsPerNode),
-		excluded: map[uint64]time.Time{}, leaders: map[uint64]uint64{},
+		excluded: map[uint64]time.Time{}, lastFail: map[uint64]dataproto.Code{}, leaders: map[uint64]uint64{},
 	}
 	if err := c.Refresh(ctx); err != nil {
 		return nil, err
@@ -265,6 +271,13 @@ func (c *Client) Refresh(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.topo == nil || t.Epoch >= c.topo.Epoch {
+		for id := range c.excluded {
+			if old, p := c.parts[id], parts[id]; old != nil && p != nil && old.Epoch != p.Epoch {
+				// Its chain changed (a replica left or came back): the
+				// failure that excluded it may be over.
+				delete(c.excluded, id)
+			}
+		}
 		c.topo, c.topoAt, c.parts = t, time.Now(), parts
 	}
 	return nil
@@ -337,7 +350,7 @@ func (c *Client) pickPrefer(ctx context.Context, prefer uint64) (*pb.Partition, 
 		if p, wait := c.choose(); p != nil {
 			return p, nil
 		} else if time.Now().Add(wait).After(deadline) {
-			return nil, fmt.Errorf("%w among %d partitions", ErrNoWritablePartition, len(c.Topology().Partitions))
+			return nil, c.noneWritable()
 		} else {
 			select {
 			case <-ctx.Done():
@@ -375,6 +388,31 @@ func (c *Client) choose() (*pb.Partition, time.Duration) {
 	return ok[rand.N(len(ok))], 0
 }
 
+// noneWritable explains why no partition takes writes: ErrNoSpace when
+// every one's last failure was a lack of space, else ErrNoWritablePartition
+// with the count of partitions that lost replicas and of those that failed.
+func (c *Client) noneWritable() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var degraded, full, failed int
+	for _, p := range c.topo.Partitions {
+		switch {
+		case c.lastFail[p.Id] == dataproto.CodeReadOnly:
+			full++
+		case !c.healthyLocked(p):
+			degraded++
+		default:
+			failed++
+		}
+	}
+	n := len(c.topo.Partitions)
+	if n > 0 && full == n {
+		return fmt.Errorf("%w (all %d partitions)", ErrNoSpace, n)
+	}
+	return fmt.Errorf("%w among %d partitions: %d with too few live replicas (map epoch %d), %d whose last write failed, %d out of space",
+		ErrNoWritablePartition, n, degraded, c.topo.Epoch, failed, full)
+}
+
 // preferred returns partition id if it is writable now, else nil.
 func (c *Client) preferred(id uint64) *pb.Partition {
 	c.mu.Lock()
@@ -390,9 +428,13 @@ func (c *Client) preferred(id uint64) *pb.Partition {
 	return nil
 }
 
-// healthyLocked: every replica's node is alive and reachable.
+// healthyLocked: the partition's write chain takes writes
+// (pkg/replicaset) and every node in it is alive and reachable.
 func (c *Client) healthyLocked(p *pb.Partition) bool {
-	for _, r := range p.Replicas {
+	if !replicaset.Writable(p) {
+		return false
+	}
+	for _, r := range replicaset.Chain(p) {
 		if n, ok := c.topo.Nodes[r]; !ok || !n.Alive || n.Addr == "" {
 			return false
 		}
@@ -406,8 +448,17 @@ func (c *Client) healthyLocked(p *pb.Partition) bool {
 func (c *Client) failed(ctx context.Context, p *pb.Partition, err error) {
 	c.writeFailures.Add(1)
 	c.opts.Logger.Warn("data write failed; moving to another partition", "partition", p.Id, "err", err)
+	c.mu.Lock()
+	c.lastFail[p.Id] = dataproto.CodeOf(err)
+	c.mu.Unlock()
 	switch dataproto.CodeOf(err) {
 	case dataproto.CodeStaleEpoch:
+		_ = c.Refresh(ctx)
+	case dataproto.CodeNotPrimary, dataproto.CodeDegraded:
+		// The chain changed and this client's view is behind, or the
+		// partition lost replicas: read the map again, and avoid it
+		// until its chain changes.
+		c.exclude(p.Id, c.opts.ExcludeFor)
 		_ = c.Refresh(ctx)
 	case dataproto.CodeUnknownPartition, dataproto.CodeBusy:
 		// A node that has not heard of its assignment yet, or a busy one:
@@ -418,11 +469,16 @@ func (c *Client) failed(ctx context.Context, p *pb.Partition, err error) {
 	}
 }
 
-// primaryConn returns a connection to p's first replica.
+// primaryConn returns a connection to the head of p's write chain.
 func (c *Client) primaryConn(ctx context.Context, p *pb.Partition) (*dataproto.Conn, error) {
-	addr, ok := c.addr(p.Replicas[0])
+	head := replicaset.Head(p)
+	if head == 0 {
+		return nil, &dataproto.Error{Code: dataproto.CodeDegraded, Msg: fmt.Sprintf(
+			"partition %d has no replica that may head its write chain (down %v, stale %v)", p.Id, p.Down, p.Stale)}
+	}
+	addr, ok := c.addr(head)
 	if !ok {
-		return nil, fmt.Errorf("dataclient: no data address for node %d", p.Replicas[0])
+		return nil, fmt.Errorf("dataclient: no data address for node %d", head)
 	}
 	return c.pool.get(ctx, addr)
 }

@@ -127,12 +127,12 @@ func (c *Client) freeKeys(ctx context.Context, keys []*metapb.ExtentKey, flags d
 }
 
 func (c *Client) free(ctx context.Context, pid, ext, off, n uint64, flags dataproto.Flags) error {
-	p, err := c.partition(pid)
-	if err != nil {
-		return err
-	}
 	var last error
 	for attempt := 0; attempt < 3; attempt++ {
+		p, err := c.partition(pid) // again after a refresh
+		if err != nil {
+			return err
+		}
 		conn, err := c.primaryConn(ctx, p)
 		if err == nil {
 			_, _, err = conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{

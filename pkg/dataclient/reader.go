@@ -37,7 +37,8 @@ func (c *Client) ReadExtent(ctx context.Context, pid, ext uint64, extOff, commit
 
 // readOrder lists p's replicas: the Raft leader this client last
 // overwrote through first (it has applied every overwrite it acknowledged),
-// then alive ones, then the rest, each group in replica order.
+// then alive ones, then stale ones (catching up), then the rest, each group
+// in replica order.
 func (c *Client) readOrder(p *pb.Partition) []uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -47,10 +48,12 @@ func (c *Client) readOrder(p *pb.Partition) []uint64 {
 		switch {
 		case id == leader:
 			return 0
-		case c.topo.Nodes[id].Alive:
-			return 1
+		case !c.topo.Nodes[id].Alive:
+			return 3
+		case slices.Contains(p.Stale, id):
+			return 2 // may not hold the range yet
 		}
-		return 2
+		return 1
 	}
 	sort.SliceStable(out, func(i, j int) bool { return rank(out[i]) < rank(out[j]) })
 	return out

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -64,65 +65,79 @@ func (p *partition) maintain() {
 		if len(p.behind) > 0 {
 			next = min(next, opts.AlignQuietPeriod+opts.AlignQuietPeriod/4)
 		}
+		if v := p.view(); v.self(v.stale) && p.syncedEpoch.Load() != v.epoch {
+			next = min(next, 2*time.Second) // a stale replica catches up promptly
+		}
 		alignT.Reset(next)
 	}
 }
 
-// leadFromPrimary hands Raft leadership of the partition to the chain's
-// primary when this replica leads instead: reads go to the primary first,
-// and the leader is the replica that has applied every acknowledged
+// leadFromPrimary hands Raft leadership of the partition to the head of
+// its write chain when this replica leads instead: reads go to the head
+// first, and the leader is the replica that has applied every acknowledged
 // overwrite, so read-after-overwrite holds there.
 func (p *partition) leadFromPrimary() {
-	replicas, pos, _ := p.view()
-	if pos <= 0 {
+	v := p.view()
+	if v.head == 0 || v.head == v.node {
 		return
 	}
 	gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id))
 	if err != nil || !gs.IsLeader {
 		return
 	}
-	if err := p.h.env.Raft.TransferLeader(multiraft.GroupID(p.id), multiraft.NodeID(replicas[0])); err != nil {
-		p.log.Debug("transfer leadership to the primary", "err", err)
+	if err := p.h.env.Raft.TransferLeader(multiraft.GroupID(p.id), multiraft.NodeID(v.head)); err != nil {
+		p.log.Debug("transfer leadership to the head of the chain", "err", err)
 	}
 }
 
 // align brings this replica in line with a peer (CFS §2.2.5):
 //
-//   - a follower takes the primary's extent list: it creates the extents
-//     it lacks, appends the committed bytes it lacks (copied from the
-//     primary), and deletes the extents the primary no longer has (freed
+//   - a follower takes the list of the write chain's head: it creates the
+//     extents it lacks, appends the committed bytes it lacks (copied from
+//     the head), and deletes the extents the head no longer has (freed
 //     while this replica was away);
 //   - extents marked stale (an overwrite this replica could not apply, a
 //     Raft snapshot installed, a store reopened or rebuilt) are also
 //     compared block by block (CRCs) with the peer, and differing blocks
 //     copied with Overwrite.
 //
-// The primary holds every acknowledged byte by construction, so it aligns
-// only stale extents, and never deletes or extends from a follower's list
-// unless it is being rebuilt.
+// The head holds every acknowledged byte by construction (pkg/replicaset:
+// a stale replica never heads the chain), so it is a follower's only
+// source, and the head itself aligns only stale extents, from fresh
+// followers, never deleting or extending from their lists unless it is
+// being rebuilt. With no head that may lead, nobody aligns.
+//
+// A follower in the chain that completes a pass with nothing left behind
+// records the partition epoch it did so at (syncedEpoch): the master clears
+// its stale mark on that report.
 func (p *partition) align(ctx context.Context) error {
-	replicas, pos, _ := p.view()
-	if pos < 0 {
+	v := p.view()
+	if !v.self(v.replicas) || v.head == 0 {
 		return nil
 	}
 	marks, all, gen := p.staleState()
 	full := all != 0 || len(marks) > 0 || p.rebuilding.Load()
-	if pos == 0 && !full {
+	head := v.head == v.node
+	if head && !full {
 		return nil
 	}
 	var sources []uint64
-	if pos != 0 {
-		sources = append(sources, replicas[0])
-	}
-	for i, r := range replicas {
-		if i != 0 && i != pos {
-			sources = append(sources, r)
+	if head {
+		for _, r := range v.chain {
+			if r != v.node && !slices.Contains(v.stale, r) {
+				sources = append(sources, r)
+			}
 		}
+	} else {
+		sources = []uint64{v.head}
 	}
 	var errs []error
 	for _, src := range sources {
-		err := p.alignFrom(ctx, src, pos != 0, marks, all, gen)
+		err := p.alignFrom(ctx, src, !head, marks, all, gen)
 		if err == nil {
+			if !head && v.pos > 0 {
+				p.noteSynced(v)
+			}
 			return nil
 		}
 		errs = append(errs, fmt.Errorf("from node %d: %w", src, err))
@@ -131,6 +146,29 @@ func (p *partition) align(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// noteSynced records that a follower pass begun at view v left nothing to
+// do: no extent behind the head, none marked stale, not rebuilding, Raft
+// caught up with what it knows to be committed, and the replica set
+// unchanged since the pass began.
+func (p *partition) noteSynced(v chainView) {
+	if len(p.behind) > 0 || p.rebuilding.Load() {
+		return
+	}
+	if marks, all, _ := p.staleState(); all != 0 || len(marks) > 0 {
+		return
+	}
+	if gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id)); err != nil || gs.Applied < gs.Commit {
+		return
+	}
+	if p.view().epoch != v.epoch {
+		return
+	}
+	if p.syncedEpoch.Swap(v.epoch) != v.epoch && v.self(v.stale) {
+		p.log.Info("caught up with the head of the chain", "head", v.head, "epoch", v.epoch)
+		p.h.env.Refresh() // report it now
+	}
 }
 
 func (p *partition) alignFrom(ctx context.Context, src uint64, follower bool, marks map[uint64]uint64, all, gen uint64) error {
@@ -404,10 +442,10 @@ func (p *partition) scrub() {
 // this replica recorded; if none does, the extent is marked for full
 // alignment.
 func (p *partition) repair(bb extentstore.BadBlock) {
-	replicas, pos, _ := p.view()
+	v := p.view()
 	st := p.st()
-	for i, r := range replicas {
-		if i == pos {
+	for _, r := range v.replicas {
+		if r == v.node {
 			continue
 		}
 		addr, ok := p.h.env.ResolveData(r)

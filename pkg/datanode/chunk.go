@@ -69,7 +69,7 @@ func (h *Host) chunkPiece() int { return max(1, min(h.opts.maxWrite(), h.opts.sm
 // a forwarded append with FlagCreate does.
 func (s *session) writeChunk(in *dataproto.Inbound) {
 	r := s.begin(in)
-	p, replicas, pos, ok := s.target(r, true)
+	p, chain, pos, ok := s.target(r, true)
 	if !ok {
 		in.Release()
 		return
@@ -143,7 +143,7 @@ func (s *session) writeChunk(in *dataproto.Inbound) {
 	fh.Extent, fh.Offset = ext, off
 	fh.Flags |= dataproto.FlagCreate
 	fh.Kind = uint8(extentstore.KindSmall)
-	call, next, ferr := s.forward(in.Context(), replicas, pos, fh, in.Payload)
+	call, next, ferr := s.forward(in.Context(), chain, pos, fh, in.Payload)
 	in.Release()
 	s.wg.Add(1)
 	go func() {

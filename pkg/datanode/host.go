@@ -143,6 +143,9 @@ func New(env node.Env, opts Options) (*Host, error) {
 	if env.Epoch == nil {
 		env.Epoch = func() uint64 { return 0 }
 	}
+	if env.Refresh == nil {
+		env.Refresh = func() {}
+	}
 	log := env.Logger.With("component", "datanode")
 	opts = opts.withDefaults(log)
 	h := &Host{env: env, opts: opts, log: log, parts: map[uint64]*partition{}, serveDone: make(chan struct{})}
@@ -187,7 +190,7 @@ func (h *Host) Assign(assigned []*pb.Partition) error {
 	var errs []error
 	for id, p := range want {
 		if cur, ok := h.parts[id]; ok {
-			cur.setReplicas(p.Replicas, h.env.Epoch())
+			cur.setView(p, h.env.Epoch())
 			continue
 		}
 		part, err := openPartition(h, p)

@@ -15,6 +15,7 @@ import (
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/extentstore"
 	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/replicaset"
 )
 
 // partition is one data partition replica on this node.
@@ -27,9 +28,13 @@ type partition struct {
 
 	store atomic.Pointer[extentstore.Store]
 
-	mu       sync.RWMutex
-	replicas []uint64
-	epoch    uint64 // map epoch at which this node learned the replica set
+	mu sync.RWMutex
+	cv chainView // the replica set as last assigned
+
+	// syncedEpoch is the partition epoch at which this replica, in the
+	// write chain as a follower, last completed a full alignment with the
+	// head (reported to the master, which then clears a stale mark).
+	syncedEpoch atomic.Uint64
 
 	// appendSeq counts local appends; durableSeq is the highest count a
 	// returned Sync covers. A replica acknowledges append n once
@@ -83,7 +88,7 @@ func openPartition(h *Host, p *pb.Partition) (*partition, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	part := &partition{
 		id: p.Id, h: h, dir: dir, log: h.log.With("partition", p.Id),
-		replicas: slices.Clone(p.Replicas), epoch: h.env.Epoch(),
+		cv:    newChainView(p, h.env.NodeID, h.env.Epoch()),
 		stale: map[uint64]uint64{}, recent: map[uint64]time.Time{}, behind: map[uint64]behindSince{}, kick: make(chan struct{}, 1), repairs: make(chan extentstore.BadBlock, 64),
 		ctx: ctx, cancel: cancel,
 	}
@@ -148,23 +153,63 @@ func (p *partition) close() error {
 	return err
 }
 
-func (p *partition) setReplicas(replicas []uint64, epoch uint64) {
+// setView installs the replica set p assigns. A changed set takes p's epoch
+// (or, for a partition the master never changed, the map epoch at which
+// this node learned it), so that writers with an older view are refused.
+func (p *partition) setView(part *pb.Partition, mapEpoch uint64) {
+	cv := newChainView(part, p.h.env.NodeID, mapEpoch)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if slices.Equal(p.replicas, replicas) {
+	if p.cv.same(cv) {
 		return
 	}
-	p.replicas, p.epoch = slices.Clone(replicas), epoch
-	p.log.Info("replica set changed", "replicas", replicas, "epoch", epoch)
+	p.cv = cv
+	p.log.Info("replica set changed", "replicas", cv.replicas, "chain", cv.chain, "stale", cv.stale, "writable", cv.writable, "epoch", cv.epoch)
+	if cv.pos > 0 && cv.self(cv.stale) {
+		p.wakeup() // a stale follower catches up at once
+	}
 }
 
-// view returns the replica set, this node's position in it (-1 if absent)
-// and the partition's epoch.
-func (p *partition) view() (replicas []uint64, pos int, epoch uint64) {
+// view returns the replica set as this node last learned it.
+func (p *partition) view() chainView {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return p.replicas, slices.Index(p.replicas, p.h.env.NodeID), p.epoch
+	return p.cv
 }
+
+// chainView is a partition's replica set as seen from one node
+// (pkg/replicaset): immutable once made.
+type chainView struct {
+	node     uint64   // this node
+	replicas []uint64 // every replica, in the master's order
+	chain    []uint64 // the write chain: replicas not down
+	stale    []uint64 // replicas that may lack acknowledged writes
+	pos      int      // this node's position in chain, -1 if not in it
+	head     uint64   // the chain's head if it may lead (not stale), else 0
+	writable bool     // the chain takes writes
+	epoch    uint64
+}
+
+func newChainView(p *pb.Partition, node, mapEpoch uint64) chainView {
+	chain := replicaset.Chain(p)
+	epoch := p.GetEpoch()
+	if epoch == 0 {
+		epoch = mapEpoch
+	}
+	return chainView{
+		node: node, replicas: slices.Clone(p.GetReplicas()), chain: chain, stale: slices.Clone(p.GetStale()),
+		pos: slices.Index(chain, node), head: replicaset.Head(p), writable: replicaset.Writable(p), epoch: epoch,
+	}
+}
+
+// same reports whether o describes the same replica set (the epoch a node
+// learned an unchanged set at does not count).
+func (v chainView) same(o chainView) bool {
+	return slices.Equal(v.replicas, o.replicas) && slices.Equal(v.chain, o.chain) && slices.Equal(v.stale, o.stale)
+}
+
+// self reports whether this node is in list.
+func (v chainView) self(list []uint64) bool { return slices.Contains(list, v.node) }
 
 // syncThrough makes local append number seq durable (sharing the store's
 // group commit with every concurrent caller).
@@ -322,6 +367,9 @@ func (p *partition) report() *pb.PartitionReport {
 	}
 	r.UsedBytes = uint64(p.usage.PhysicalBytes)
 	r.Items = uint64(p.usage.Extents)
+	if e := p.syncedEpoch.Load(); e != 0 && e == p.view().epoch {
+		r.InSyncEpoch = e
+	}
 	return r
 }
 

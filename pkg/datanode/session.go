@@ -11,6 +11,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/extentstore"
 	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/replicaset"
 )
 
 // redialAfter is how long a session waits before dialing a replica it
@@ -166,45 +167,63 @@ func storeCode(err error) dataproto.Code {
 }
 
 // target finds the request's partition and checks its epoch and, for
-// writes, that this replica is where the request may enter the chain: the
-// primary for a client's write, a later replica for a forwarded one.
-func (s *session) target(r *reply, write bool) (p *partition, replicas []uint64, pos int, ok bool) {
+// writes, that this replica is where the request may enter the write chain
+// (pkg/replicaset): its head, while the chain takes writes, for a client's
+// write; a later member for a forwarded one. It returns the chain and this
+// node's position in it.
+func (s *session) target(r *reply, write bool) (p *partition, chain []uint64, pos int, ok bool) {
 	h := r.in.Header
 	p = s.h.partition(h.Partition)
 	if p == nil {
 		r.fail(dataproto.CodeUnknownPartition, "partition %d is not on node %d", h.Partition, s.h.env.NodeID)
 		return nil, nil, 0, false
 	}
-	replicas, pos, epoch := p.view()
+	v := p.view()
 	forwarded := h.Flags&dataproto.FlagForwarded != 0
-	if h.Epoch < epoch && (write || !forwarded) {
-		r.failHeader(dataproto.Header{Epoch: epoch}, dataproto.CodeStaleEpoch,
-			fmt.Sprintf("request carries map epoch %d; this partition's replica set is of epoch %d", h.Epoch, epoch))
+	if h.Epoch < v.epoch && (write || !forwarded) {
+		r.failHeader(dataproto.Header{Epoch: v.epoch}, dataproto.CodeStaleEpoch,
+			fmt.Sprintf("request carries map epoch %d; this partition's replica set is of epoch %d", h.Epoch, v.epoch))
 		return nil, nil, 0, false
 	}
-	if write {
-		switch {
-		case pos < 0:
-			r.fail(dataproto.CodeUnknownPartition, "node %d is not a replica of partition %d", s.h.env.NodeID, h.Partition)
-			return nil, nil, 0, false
-		case !forwarded && pos != 0:
-			r.fail(dataproto.CodeNotPrimary, "node %d is replica %d of partition %d; writes go to node %d", s.h.env.NodeID, pos, h.Partition, replicas[0])
-			return nil, nil, 0, false
-		case forwarded && pos == 0:
-			r.fail(dataproto.CodeBadRequest, "a forwarded write reached the primary of partition %d", h.Partition)
-			return nil, nil, 0, false
-		}
+	if !write {
+		return p, v.chain, v.pos, true
 	}
-	return p, replicas, pos, true
+	var (
+		code dataproto.Code
+		msg  string
+	)
+	switch {
+	case v.pos < 0:
+		code, msg = dataproto.CodeUnknownPartition, fmt.Sprintf("node %d is not in the write chain %v of partition %d", s.h.env.NodeID, v.chain, h.Partition)
+	case !forwarded && v.pos != 0:
+		code, msg = dataproto.CodeNotPrimary, fmt.Sprintf("node %d is replica %d of partition %d's write chain; writes go to node %d", s.h.env.NodeID, v.pos, h.Partition, v.chain[0])
+	case !forwarded && !v.writable:
+		code, msg = dataproto.CodeDegraded, fmt.Sprintf("partition %d takes no writes: its write chain %v has fewer than %d replicas or a stale head (stale: %v)",
+			h.Partition, v.chain, replicaset.Quorum(len(v.replicas)), v.stale)
+	case forwarded && v.pos == 0:
+		r.fail(dataproto.CodeBadRequest, "a forwarded write reached the head of partition %d's write chain", h.Partition)
+		return nil, nil, 0, false
+	default:
+		return p, v.chain, v.pos, true
+	}
+	if h.Epoch > s.h.env.Epoch() {
+		// The writer has seen a newer map than this node: the chain may have
+		// changed in ways this node has not heard of yet. Ask for the map now
+		// and let the writer retry shortly rather than avoid the partition.
+		s.h.env.Refresh()
+		code, msg = dataproto.CodeBusy, fmt.Sprintf("node %d has not yet learned map epoch %d (it knows %d): %s", s.h.env.NodeID, h.Epoch, s.h.env.Epoch(), msg)
+	}
+	r.fail(code, "%s", msg)
+	return nil, nil, 0, false
 }
 
 // forward sends h and payload to the replica after pos on this session's
 // connection to it. It returns a nil call at the end of the chain.
-func (s *session) forward(ctx context.Context, replicas []uint64, pos int, h dataproto.Header, payload []byte) (*dataproto.Call, uint64, error) {
-	if pos+1 >= len(replicas) {
+func (s *session) forward(ctx context.Context, chain []uint64, pos int, h dataproto.Header, payload []byte) (*dataproto.Call, uint64, error) {
+	if pos+1 >= len(chain) {
 		return nil, 0, nil
 	}
-	next := replicas[pos+1]
+	next := chain[pos+1]
 	addr, ok := s.h.env.ResolveData(next)
 	if !ok || addr == "" {
 		return nil, next, fmt.Errorf("no data-path address known for node %d", next)
@@ -264,13 +283,19 @@ func (s *session) finishChain(r *reply, p *partition, seq uint64, call *dataprot
 		r.failHeader(dataproto.Header{Epoch: pe.Header.Epoch}, dataproto.CodeStaleEpoch, fmt.Sprintf("replica node %d: %v", next, ferr))
 		return false
 	}
+	if pe != nil && pe.Code == dataproto.CodeReadOnly {
+		// Out of space down the chain: the writer must learn it is space,
+		// not a failed replica.
+		r.fail(dataproto.CodeReadOnly, "replica node %d: %v", next, ferr)
+		return false
+	}
 	r.fail(dataproto.CodeReplicaFailed, "replica node %d: %v", next, ferr)
 	return false
 }
 
 func (s *session) create(in *dataproto.Inbound) {
 	r := s.begin(in)
-	p, replicas, pos, ok := s.target(r, true)
+	p, chain, pos, ok := s.target(r, true)
 	if !ok {
 		return
 	}
@@ -291,7 +316,7 @@ func (s *session) create(in *dataproto.Inbound) {
 	}
 	fh := h
 	fh.Extent, fh.Kind = id, uint8(extentstore.KindLarge)
-	call, next, ferr := s.forward(in.Context(), replicas, pos, fh, nil)
+	call, next, ferr := s.forward(in.Context(), chain, pos, fh, nil)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -318,7 +343,7 @@ func createdEmpty(st *extentstore.Store, id uint64, err error) bool {
 
 func (s *session) append(in *dataproto.Inbound) {
 	r := s.begin(in)
-	p, replicas, pos, ok := s.target(r, true)
+	p, chain, pos, ok := s.target(r, true)
 	if !ok {
 		in.Release()
 		return
@@ -351,7 +376,7 @@ func (s *session) append(in *dataproto.Inbound) {
 	if forwarded {
 		p.noteAppend(h.Extent)
 	}
-	call, next, ferr := s.forward(in.Context(), replicas, pos, h, in.Payload)
+	call, next, ferr := s.forward(in.Context(), chain, pos, h, in.Payload)
 	in.Release()
 	end := h.Offset + int64(h.Length)
 	s.wg.Add(1)
@@ -365,7 +390,7 @@ func (s *session) append(in *dataproto.Inbound) {
 
 func (s *session) writeSmall(in *dataproto.Inbound) {
 	r := s.begin(in)
-	p, replicas, pos, ok := s.target(r, true)
+	p, chain, pos, ok := s.target(r, true)
 	if !ok {
 		in.Release()
 		return
@@ -403,7 +428,7 @@ func (s *session) writeSmall(in *dataproto.Inbound) {
 	fh.Op, fh.Extent, fh.Offset = dataproto.OpAppend, ext, off
 	fh.Flags |= dataproto.FlagCreate
 	fh.Kind = uint8(extentstore.KindSmall)
-	call, next, ferr := s.forward(in.Context(), replicas, pos, fh, in.Payload)
+	call, next, ferr := s.forward(in.Context(), chain, pos, fh, in.Payload)
 	in.Release()
 	s.wg.Add(1)
 	go func() {
@@ -421,7 +446,7 @@ func (s *session) writeSmall(in *dataproto.Inbound) {
 
 func (s *session) free(in *dataproto.Inbound) {
 	r := s.begin(in)
-	p, replicas, pos, ok := s.target(r, true)
+	p, chain, pos, ok := s.target(r, true)
 	if !ok {
 		return
 	}
@@ -450,7 +475,7 @@ func (s *session) free(in *dataproto.Inbound) {
 		r.storeErr(err)
 		return
 	}
-	call, next, ferr := s.forward(in.Context(), replicas, pos, h, nil)
+	call, next, ferr := s.forward(in.Context(), chain, pos, h, nil)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

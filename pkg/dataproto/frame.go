@@ -195,13 +195,18 @@ const (
 	// sender's error (or corruption before the frame CRC was computed):
 	// writing the same request elsewhere cannot succeed.
 	CodeFingerprintMismatch
-	maxCode = CodeFingerprintMismatch
+	// CodeDegraded: the partition takes no writes because too few of its
+	// replicas are alive (its write chain is below the write quorum, or no
+	// replica that holds every acknowledged write heads it); reads still
+	// work. Write elsewhere; it heals when replicas return.
+	CodeDegraded
+	maxCode = CodeDegraded
 )
 
 var codeNames = [...]string{"ok", "bad request", "bad crc", "unknown partition", "stale epoch", "not primary",
 	"extent not found", "offset mismatch", "range not held", "out of range", "replica failed", "read-only",
 	"replica failed its store", "corrupt", "not leader", "busy", "too large", "extent full", "wrong extent kind", "internal",
-	"fingerprint mismatch"}
+	"fingerprint mismatch", "degraded"}
 
 // String names the code.
 func (c Code) String() string {

@@ -630,6 +630,7 @@ func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint
 		if fs.tr != nil {
 			fs.tr.io(start, &in.InHeader, trace.OpWrite, in.Fh, in.Offset, uint32(len(data)), status(err), 0)
 		}
+		fs.dropAttrs(in.NodeId)
 		return 0, fs.observe("write", start, status(err))
 	}
 	if fs.tr != nil {
@@ -646,7 +647,21 @@ func (fs *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	if f == nil {
 		return fs.observe("flush", start, fuse.EBADF)
 	}
-	return fs.observe("flush", start, status(f.Flush(ctxOf(cancel))))
+	st := status(f.Flush(ctxOf(cancel)))
+	if st != fuse.OK {
+		fs.dropAttrs(in.NodeId)
+	}
+	return fs.observe("flush", start, st)
+}
+
+// dropAttrs makes the kernel forget the attributes it caches for ino after
+// a failed write, flush or fsync: the file's size fell back to the bytes
+// that exist (client.File), and the kernel's copy still counts the lost
+// ones.
+func (fs *FS) dropAttrs(ino uint64) {
+	if s := fs.server.Load(); s != nil {
+		s.InodeNotify(ino, -1, 0)
+	}
 }
 
 // Fsync makes the file's writes durable and visible.
@@ -657,6 +672,9 @@ func (fs *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 		return fs.observe("fsync", start, fuse.EBADF)
 	}
 	st := status(f.Fsync(ctxOf(cancel)))
+	if st != fuse.OK {
+		fs.dropAttrs(in.NodeId)
+	}
 	if fs.tr != nil {
 		o := fs.tr.handle(in.Fh)
 		fs.tr.record(start, &in.InHeader, trace.Event{Op: trace.OpFsync, Handle: o.id, Path: o.path}, st, 0)

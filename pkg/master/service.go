@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -123,11 +124,13 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		node     *pb.Node
 		assigned []*pb.Partition
 		epoch    uint64
+		inSync   []*pb.MarkInSync
 	)
 	addrs, dataAddrs := map[uint64]string{}, map[uint64]string{}
 	v.s.fsm.read(func(st *clustermap.State) {
 		if n, ok := st.Map().Nodes[req.NodeId]; ok && n.Uuid == req.Uuid {
 			node = proto.Clone(n).(*pb.Node)
+			inSync = caughtUp(st, req.NodeId, req.Partitions)
 			for _, p := range st.PartitionsOf(req.NodeId) {
 				assigned = append(assigned, proto.Clone(p).(*pb.Partition))
 				for _, r := range p.Replicas {
@@ -157,6 +160,12 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 			return nil, toStatus(err)
 		}
 		v.s.log.Info("node state changed", "node", node.Id, "state", "alive")
+	}
+	for _, c := range inSync {
+		if _, err := v.s.propose(ctx, &pb.Command{Op: &pb.Command_MarkInSync{MarkInSync: c}}); err != nil {
+			return nil, toStatus(err)
+		}
+		v.s.log.Info("stale replica caught up", "partition", c.PartitionId, "node", c.NodeId, "partition_epoch", c.Epoch)
 	}
 	return &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs, NodeDataAddrs: dataAddrs}, nil
 }
@@ -408,5 +417,20 @@ func (s *Server) pingMasters(ctx context.Context) []*pb.PingResponse {
 		}()
 	}
 	wg.Wait()
+	return out
+}
+
+// caughtUp returns the MarkInSync commands that node's partition reports
+// call for: a stale replica that completed a full alignment at its
+// partition's current epoch.
+func caughtUp(st *clustermap.State, node uint64, reports []*pb.PartitionReport) []*pb.MarkInSync {
+	var out []*pb.MarkInSync
+	for _, r := range reports {
+		p := st.Map().Partitions[r.Id]
+		if r.InSyncEpoch == 0 || p == nil || r.InSyncEpoch != p.Epoch || !slices.Contains(p.Stale, node) {
+			continue
+		}
+		out = append(out, &pb.MarkInSync{PartitionId: r.Id, NodeId: node, Epoch: r.InSyncEpoch})
+	}
 	return out
 }

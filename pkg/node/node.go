@@ -33,6 +33,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/daemon"
@@ -89,6 +90,9 @@ type Env struct {
 	// (kept in the data dir). When Assign runs for a change, Epoch already
 	// returns the epoch of that change.
 	Epoch func() uint64
+	// Refresh asks for a heartbeat now rather than at the next interval (a
+	// peer or client showed that the map moved on); it does not wait.
+	Refresh func()
 }
 
 // PartitionHost is the part of a role that hosts partitions.
@@ -126,6 +130,7 @@ type Node struct {
 
 	fatal chan error
 	stop  chan struct{}
+	kick  chan struct{} // an early heartbeat (Env.Refresh)
 	wg    sync.WaitGroup
 
 	heartbeats, heartbeatErrors prometheus.Counter
@@ -149,7 +154,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = time.Second
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, fatal: make(chan error, 1), stop: make(chan struct{}), assignment: &pb.HeartbeatResponse{}}
+	n := &Node{cfg: cfg, log: cfg.Logger, fatal: make(chan error, 1), stop: make(chan struct{}), kick: make(chan struct{}, 1), assignment: &pb.HeartbeatResponse{}}
 	var ln net.Listener
 	defer func() {
 		if err != nil {
@@ -285,7 +290,7 @@ func (n *Node) openPartitions() (err error) {
 		n.parts, err = n.cfg.NewPartitions(Env{
 			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, GRPC: n.grpc,
 			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData,
-			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch,
+			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch, Refresh: n.refresh,
 		})
 		if err != nil {
 			return fmt.Errorf("%s partitions: %w", RoleName(n.cfg.Role), err)
@@ -457,7 +462,26 @@ func (n *Node) run() {
 		case <-n.stop:
 			return
 		case <-t.C:
+		case <-n.kick:
+			// Kicks come from requests, possibly many: at most one early
+			// heartbeat per minKickGap.
+			select {
+			case <-n.stop:
+				return
+			case <-time.After(minKickGap):
+			}
 		}
+	}
+}
+
+// minKickGap spaces heartbeats that Env.Refresh asked for.
+const minKickGap = 100 * time.Millisecond
+
+// refresh wakes the heartbeat loop (Env.Refresh).
+func (n *Node) refresh() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -554,9 +578,9 @@ func (n *Node) heartbeat() error {
 }
 
 func samePartitions(a, b []*pb.Partition) bool {
-	return slices.EqualFunc(a, b, func(x, y *pb.Partition) bool {
-		return x.Id == y.Id && slices.Equal(x.Replicas, y.Replicas) && x.InodeEnd == y.InodeEnd
-	})
+	// Every field counts: the replica order, the inode range, and a data
+	// partition's write chain (down, stale, epoch).
+	return slices.EqualFunc(a, b, func(x, y *pb.Partition) bool { return proto.Equal(x, y) })
 }
 
 // usage reports the data dir's file system and the machine's memory.
