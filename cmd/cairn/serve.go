@@ -47,6 +47,7 @@ func newMasterCmd() *cobra.Command {
 		listen, dataDir, mAddr string
 		logLevel               string
 		downAfter, outAfter    time.Duration
+		reportGrace            time.Duration
 		balanceInterval        time.Duration
 		mpMaxInodes, minDents  uint64
 		sweepInterval          time.Duration
@@ -87,7 +88,7 @@ gets the same --peers list and its own --id.`,
 			}
 			s, err := master.Start(master.Config{
 				ID: id, Peers: peerMap, Listen: listen, DataDir: dataDir, MetricsAddr: mAddr,
-				DownAfter: downAfter, OutAfter: outAfter, Logger: log.With("role", "master"),
+				DownAfter: downAfter, OutAfter: outAfter, ReportGrace: reportGrace, Logger: log.With("role", "master"),
 				BalanceInterval: balanceInterval, MPMaxInodes: mpMaxInodes, BalanceMinDentries: minDents,
 				SweepInterval: sweepInterval,
 			})
@@ -107,6 +108,7 @@ gets the same --peers list and its own --id.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&downAfter, "down-after", 10*time.Second, "mark a node down after this long without heartbeats")
 	f.DurationVar(&outAfter, "out-after", 10*time.Minute, "mark a down node out after this much longer")
+	f.DurationVar(&reportGrace, "report-grace", master.DefaultReportGrace, "mark a node down after this long without heartbeats once a peer or client reported it unresponsive")
 	f.DurationVar(&balanceInterval, "balance-interval", master.DefaultBalanceInterval,
 		"how often the leader polls meta partition statistics to grow and balance volumes")
 	f.Uint64Var(&mpMaxInodes, "mp-max-inodes", master.DefaultMPMaxInodes,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"sync"
 	"syscall"
@@ -62,7 +63,11 @@ func (v *Volume) dataClient(ctx context.Context) (*dataclient.Client, error) {
 		}
 		return dataclient.FromMap(m, v.name)
 	}
-	dc, err := dataclient.New(ctx, src, v.opts.Data)
+	opts := v.opts.Data
+	if opts.ReportFailure == nil {
+		opts.ReportFailure = v.mc.NewFailureReporter(reporterName()).Report
+	}
+	dc, err := dataclient.New(ctx, src, opts)
 	if err != nil {
 		return nil, &Error{Op: "open", Errno: ErrnoOf(err), Msg: "data client of volume " + v.name, Err: err}
 	}
@@ -806,4 +811,10 @@ func (v *Volume) deferEvict(ino uint64) bool {
 	}
 	v.evictOff[ino] = true
 	return true
+}
+
+// reporterName names this client in failure reports: host and process.
+func reporterName() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("client %s:%d", host, os.Getpid())
 }

@@ -3092,6 +3092,110 @@ func (x *StatusResponse) GetLeaderId() uint64 {
 	return 0
 }
 
+type ReportFailureRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // the node that did not answer
+	Reporter      string                 `protobuf:"bytes,2,opt,name=reporter,proto3" json:"reporter,omitempty"`            // who saw it: "node 4", "client <host>"
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportFailureRequest) Reset() {
+	*x = ReportFailureRequest{}
+	mi := &file_cluster_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportFailureRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportFailureRequest) ProtoMessage() {}
+
+func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportFailureRequest.ProtoReflect.Descriptor instead.
+func (*ReportFailureRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ReportFailureRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *ReportFailureRequest) GetReporter() string {
+	if x != nil {
+		return x.Reporter
+	}
+	return ""
+}
+
+func (x *ReportFailureRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ReportFailureResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MarkedDown    bool                   `protobuf:"varint,1,opt,name=marked_down,json=markedDown,proto3" json:"marked_down,omitempty"` // the report made the leader mark the node down
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportFailureResponse) Reset() {
+	*x = ReportFailureResponse{}
+	mi := &file_cluster_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportFailureResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportFailureResponse) ProtoMessage() {}
+
+func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportFailureResponse.ProtoReflect.Descriptor instead.
+func (*ReportFailureResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ReportFailureResponse) GetMarkedDown() bool {
+	if x != nil {
+		return x.MarkedDown
+	}
+	return false
+}
+
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
@@ -3357,7 +3461,14 @@ const file_cluster_proto_rawDesc = "" +
 	"\x03map\x18\x01 \x01(\v2\x19.cairn.cluster.ClusterMapR\x03map\x12/\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x19.cairn.cluster.NodeStatusR\x05nodes\x125\n" +
 	"\amasters\x18\x03 \x03(\v2\x1b.cairn.cluster.PingResponseR\amasters\x12\x1b\n" +
-	"\tleader_id\x18\x04 \x01(\x04R\bleaderId*K\n" +
+	"\tleader_id\x18\x04 \x01(\x04R\bleaderId\"c\n" +
+	"\x14ReportFailureRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x1a\n" +
+	"\breporter\x18\x02 \x01(\tR\breporter\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"8\n" +
+	"\x15ReportFailureResponse\x12\x1f\n" +
+	"\vmarked_down\x18\x01 \x01(\bR\n" +
+	"markedDown*K\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_MASTER\x10\x01\x12\r\n" +
@@ -3377,7 +3488,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x16MIGRATION_PHASE_FREEZE\x10\x01\x12\x18\n" +
 	"\x14MIGRATION_PHASE_COPY\x10\x02\x12\x1a\n" +
 	"\x16MIGRATION_PHASE_SWITCH\x10\x03\x12\x19\n" +
-	"\x15MIGRATION_PHASE_PURGE\x10\x042\xba\x05\n" +
+	"\x15MIGRATION_PHASE_PURGE\x10\x042\x96\x06\n" +
 	"\x06Master\x12K\n" +
 	"\bRegister\x12\x1e.cairn.cluster.RegisterRequest\x1a\x1f.cairn.cluster.RegisterResponse\x12N\n" +
 	"\tHeartbeat\x12\x1f.cairn.cluster.HeartbeatRequest\x1a .cairn.cluster.HeartbeatResponse\x12E\n" +
@@ -3387,7 +3498,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\vListVolumes\x12!.cairn.cluster.ListVolumesRequest\x1a\".cairn.cluster.ListVolumesResponse\x12Q\n" +
 	"\fDeleteVolume\x12\x1c.cairn.cluster.VolumeRequest\x1a#.cairn.cluster.DeleteVolumeResponse\x12E\n" +
 	"\x06Status\x12\x1c.cairn.cluster.StatusRequest\x1a\x1d.cairn.cluster.StatusResponse\x12?\n" +
-	"\x04Ping\x12\x1a.cairn.cluster.PingRequest\x1a\x1b.cairn.cluster.PingResponseB(Z&github.com/cairnfs/cairn/pkg/clusterpbb\x06proto3"
+	"\x04Ping\x12\x1a.cairn.cluster.PingRequest\x1a\x1b.cairn.cluster.PingResponse\x12Z\n" +
+	"\rReportFailure\x12#.cairn.cluster.ReportFailureRequest\x1a$.cairn.cluster.ReportFailureResponseB(Z&github.com/cairnfs/cairn/pkg/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -3402,54 +3514,56 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_cluster_proto_goTypes = []any{
-	(Role)(0),                    // 0: cairn.cluster.Role
-	(NodeState)(0),               // 1: cairn.cluster.NodeState
-	(PartitionKind)(0),           // 2: cairn.cluster.PartitionKind
-	(MigrationPhase)(0),          // 3: cairn.cluster.MigrationPhase
-	(*Node)(nil),                 // 4: cairn.cluster.Node
-	(*Volume)(nil),               // 5: cairn.cluster.Volume
-	(*ChunkLayout)(nil),          // 6: cairn.cluster.ChunkLayout
-	(*ExceptionEntry)(nil),       // 7: cairn.cluster.ExceptionEntry
-	(*Migration)(nil),            // 8: cairn.cluster.Migration
-	(*Partition)(nil),            // 9: cairn.cluster.Partition
-	(*ClusterMap)(nil),           // 10: cairn.cluster.ClusterMap
-	(*Command)(nil),              // 11: cairn.cluster.Command
-	(*MarkInSync)(nil),           // 12: cairn.cluster.MarkInSync
-	(*AddMetaPartition)(nil),     // 13: cairn.cluster.AddMetaPartition
-	(*StartMigration)(nil),       // 14: cairn.cluster.StartMigration
-	(*AdvanceMigration)(nil),     // 15: cairn.cluster.AdvanceMigration
-	(*InitCluster)(nil),          // 16: cairn.cluster.InitCluster
-	(*RegisterNode)(nil),         // 17: cairn.cluster.RegisterNode
-	(*SetNodeState)(nil),         // 18: cairn.cluster.SetNodeState
-	(*NewPartition)(nil),         // 19: cairn.cluster.NewPartition
-	(*CreateVolume)(nil),         // 20: cairn.cluster.CreateVolume
-	(*DeleteVolume)(nil),         // 21: cairn.cluster.DeleteVolume
-	(*RegisterRequest)(nil),      // 22: cairn.cluster.RegisterRequest
-	(*RegisterResponse)(nil),     // 23: cairn.cluster.RegisterResponse
-	(*Usage)(nil),                // 24: cairn.cluster.Usage
-	(*PartitionReport)(nil),      // 25: cairn.cluster.PartitionReport
-	(*HeartbeatRequest)(nil),     // 26: cairn.cluster.HeartbeatRequest
-	(*HeartbeatResponse)(nil),    // 27: cairn.cluster.HeartbeatResponse
-	(*GetMapRequest)(nil),        // 28: cairn.cluster.GetMapRequest
-	(*GetMapResponse)(nil),       // 29: cairn.cluster.GetMapResponse
-	(*CreateVolumeRequest)(nil),  // 30: cairn.cluster.CreateVolumeRequest
-	(*VolumeRequest)(nil),        // 31: cairn.cluster.VolumeRequest
-	(*VolumeResponse)(nil),       // 32: cairn.cluster.VolumeResponse
-	(*ListVolumesRequest)(nil),   // 33: cairn.cluster.ListVolumesRequest
-	(*ListVolumesResponse)(nil),  // 34: cairn.cluster.ListVolumesResponse
-	(*DeleteVolumeResponse)(nil), // 35: cairn.cluster.DeleteVolumeResponse
-	(*PingRequest)(nil),          // 36: cairn.cluster.PingRequest
-	(*PingResponse)(nil),         // 37: cairn.cluster.PingResponse
-	(*NodeStatus)(nil),           // 38: cairn.cluster.NodeStatus
-	(*StatusRequest)(nil),        // 39: cairn.cluster.StatusRequest
-	(*StatusResponse)(nil),       // 40: cairn.cluster.StatusResponse
-	nil,                          // 41: cairn.cluster.ClusterMap.NodesEntry
-	nil,                          // 42: cairn.cluster.ClusterMap.VolumesEntry
-	nil,                          // 43: cairn.cluster.ClusterMap.PartitionsEntry
-	nil,                          // 44: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	nil,                          // 45: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	(Role)(0),                     // 0: cairn.cluster.Role
+	(NodeState)(0),                // 1: cairn.cluster.NodeState
+	(PartitionKind)(0),            // 2: cairn.cluster.PartitionKind
+	(MigrationPhase)(0),           // 3: cairn.cluster.MigrationPhase
+	(*Node)(nil),                  // 4: cairn.cluster.Node
+	(*Volume)(nil),                // 5: cairn.cluster.Volume
+	(*ChunkLayout)(nil),           // 6: cairn.cluster.ChunkLayout
+	(*ExceptionEntry)(nil),        // 7: cairn.cluster.ExceptionEntry
+	(*Migration)(nil),             // 8: cairn.cluster.Migration
+	(*Partition)(nil),             // 9: cairn.cluster.Partition
+	(*ClusterMap)(nil),            // 10: cairn.cluster.ClusterMap
+	(*Command)(nil),               // 11: cairn.cluster.Command
+	(*MarkInSync)(nil),            // 12: cairn.cluster.MarkInSync
+	(*AddMetaPartition)(nil),      // 13: cairn.cluster.AddMetaPartition
+	(*StartMigration)(nil),        // 14: cairn.cluster.StartMigration
+	(*AdvanceMigration)(nil),      // 15: cairn.cluster.AdvanceMigration
+	(*InitCluster)(nil),           // 16: cairn.cluster.InitCluster
+	(*RegisterNode)(nil),          // 17: cairn.cluster.RegisterNode
+	(*SetNodeState)(nil),          // 18: cairn.cluster.SetNodeState
+	(*NewPartition)(nil),          // 19: cairn.cluster.NewPartition
+	(*CreateVolume)(nil),          // 20: cairn.cluster.CreateVolume
+	(*DeleteVolume)(nil),          // 21: cairn.cluster.DeleteVolume
+	(*RegisterRequest)(nil),       // 22: cairn.cluster.RegisterRequest
+	(*RegisterResponse)(nil),      // 23: cairn.cluster.RegisterResponse
+	(*Usage)(nil),                 // 24: cairn.cluster.Usage
+	(*PartitionReport)(nil),       // 25: cairn.cluster.PartitionReport
+	(*HeartbeatRequest)(nil),      // 26: cairn.cluster.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 27: cairn.cluster.HeartbeatResponse
+	(*GetMapRequest)(nil),         // 28: cairn.cluster.GetMapRequest
+	(*GetMapResponse)(nil),        // 29: cairn.cluster.GetMapResponse
+	(*CreateVolumeRequest)(nil),   // 30: cairn.cluster.CreateVolumeRequest
+	(*VolumeRequest)(nil),         // 31: cairn.cluster.VolumeRequest
+	(*VolumeResponse)(nil),        // 32: cairn.cluster.VolumeResponse
+	(*ListVolumesRequest)(nil),    // 33: cairn.cluster.ListVolumesRequest
+	(*ListVolumesResponse)(nil),   // 34: cairn.cluster.ListVolumesResponse
+	(*DeleteVolumeResponse)(nil),  // 35: cairn.cluster.DeleteVolumeResponse
+	(*PingRequest)(nil),           // 36: cairn.cluster.PingRequest
+	(*PingResponse)(nil),          // 37: cairn.cluster.PingResponse
+	(*NodeStatus)(nil),            // 38: cairn.cluster.NodeStatus
+	(*StatusRequest)(nil),         // 39: cairn.cluster.StatusRequest
+	(*StatusResponse)(nil),        // 40: cairn.cluster.StatusResponse
+	(*ReportFailureRequest)(nil),  // 41: cairn.cluster.ReportFailureRequest
+	(*ReportFailureResponse)(nil), // 42: cairn.cluster.ReportFailureResponse
+	nil,                           // 43: cairn.cluster.ClusterMap.NodesEntry
+	nil,                           // 44: cairn.cluster.ClusterMap.VolumesEntry
+	nil,                           // 45: cairn.cluster.ClusterMap.PartitionsEntry
+	nil,                           // 46: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	nil,                           // 47: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
@@ -3460,9 +3574,9 @@ var file_cluster_proto_depIdxs = []int32{
 	7,  // 5: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
 	3,  // 6: cairn.cluster.Migration.phase:type_name -> cairn.cluster.MigrationPhase
 	2,  // 7: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
-	41, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
-	42, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
-	43, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
+	43, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
+	44, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
+	45, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
 	16, // 11: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
 	17, // 12: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
 	18, // 13: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
@@ -3484,8 +3598,8 @@ var file_cluster_proto_depIdxs = []int32{
 	24, // 29: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
 	25, // 30: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
 	9,  // 31: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
-	44, // 32: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	45, // 33: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	46, // 32: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	47, // 33: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 	10, // 34: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
 	6,  // 35: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
 	5,  // 36: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
@@ -3509,17 +3623,19 @@ var file_cluster_proto_depIdxs = []int32{
 	31, // 54: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
 	39, // 55: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
 	36, // 56: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	23, // 57: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	27, // 58: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	29, // 59: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	32, // 60: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	32, // 61: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	34, // 62: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	35, // 63: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	40, // 64: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	37, // 65: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	57, // [57:66] is the sub-list for method output_type
-	48, // [48:57] is the sub-list for method input_type
+	41, // 57: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
+	23, // 58: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	27, // 59: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	29, // 60: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	32, // 61: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	32, // 62: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	34, // 63: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	35, // 64: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	40, // 65: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	37, // 66: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	42, // 67: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
+	58, // [58:68] is the sub-list for method output_type
+	48, // [48:58] is the sub-list for method input_type
 	48, // [48:48] is the sub-list for extension type_name
 	48, // [48:48] is the sub-list for extension extendee
 	0,  // [0:48] is the sub-list for field type_name
@@ -3547,7 +3663,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

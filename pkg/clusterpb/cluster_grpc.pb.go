@@ -25,15 +25,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_Register_FullMethodName     = "/cairn.cluster.Master/Register"
-	Master_Heartbeat_FullMethodName    = "/cairn.cluster.Master/Heartbeat"
-	Master_GetMap_FullMethodName       = "/cairn.cluster.Master/GetMap"
-	Master_CreateVolume_FullMethodName = "/cairn.cluster.Master/CreateVolume"
-	Master_GetVolume_FullMethodName    = "/cairn.cluster.Master/GetVolume"
-	Master_ListVolumes_FullMethodName  = "/cairn.cluster.Master/ListVolumes"
-	Master_DeleteVolume_FullMethodName = "/cairn.cluster.Master/DeleteVolume"
-	Master_Status_FullMethodName       = "/cairn.cluster.Master/Status"
-	Master_Ping_FullMethodName         = "/cairn.cluster.Master/Ping"
+	Master_Register_FullMethodName      = "/cairn.cluster.Master/Register"
+	Master_Heartbeat_FullMethodName     = "/cairn.cluster.Master/Heartbeat"
+	Master_GetMap_FullMethodName        = "/cairn.cluster.Master/GetMap"
+	Master_CreateVolume_FullMethodName  = "/cairn.cluster.Master/CreateVolume"
+	Master_GetVolume_FullMethodName     = "/cairn.cluster.Master/GetVolume"
+	Master_ListVolumes_FullMethodName   = "/cairn.cluster.Master/ListVolumes"
+	Master_DeleteVolume_FullMethodName  = "/cairn.cluster.Master/DeleteVolume"
+	Master_Status_FullMethodName        = "/cairn.cluster.Master/Status"
+	Master_Ping_FullMethodName          = "/cairn.cluster.Master/Ping"
+	Master_ReportFailure_FullMethodName = "/cairn.cluster.Master/ReportFailure"
 )
 
 // MasterClient is the client API for Master service.
@@ -54,6 +55,10 @@ type MasterClient interface {
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	// Ping is answered by any master, leader or not.
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
+	// ReportFailure tells the leader that a node did not answer (Ceph §5.3's
+	// failure reports): it marks the node down at once if it has also been
+	// silent for the report grace, instead of waiting for the down timer.
+	ReportFailure(ctx context.Context, in *ReportFailureRequest, opts ...grpc.CallOption) (*ReportFailureResponse, error)
 }
 
 type masterClient struct {
@@ -154,6 +159,16 @@ func (c *masterClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *masterClient) ReportFailure(ctx context.Context, in *ReportFailureRequest, opts ...grpc.CallOption) (*ReportFailureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportFailureResponse)
+	err := c.cc.Invoke(ctx, Master_ReportFailure_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -172,6 +187,10 @@ type MasterServer interface {
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	// Ping is answered by any master, leader or not.
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
+	// ReportFailure tells the leader that a node did not answer (Ceph §5.3's
+	// failure reports): it marks the node down at once if it has also been
+	// silent for the report grace, instead of waiting for the down timer.
+	ReportFailure(context.Context, *ReportFailureRequest) (*ReportFailureResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -208,6 +227,9 @@ func (UnimplementedMasterServer) Status(context.Context, *StatusRequest) (*Statu
 }
 func (UnimplementedMasterServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
+}
+func (UnimplementedMasterServer) ReportFailure(context.Context, *ReportFailureRequest) (*ReportFailureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportFailure not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -392,6 +414,24 @@ func _Master_Ping_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_ReportFailure_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportFailureRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ReportFailure(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ReportFailure_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ReportFailure(ctx, req.(*ReportFailureRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -434,6 +474,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ping",
 			Handler:    _Master_Ping_Handler,
+		},
+		{
+			MethodName: "ReportFailure",
+			Handler:    _Master_ReportFailure_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

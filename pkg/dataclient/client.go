@@ -133,6 +133,11 @@ type Options struct {
 	ConnsPerNode int
 	// Conn bounds each connection (deadlines, calls in flight).
 	Conn dataproto.ConnOptions
+	// ReportFailure, if set, is told of every data node that did not answer
+	// (a refused or broken connection, a timeout), so that the master marks
+	// a dead node down without waiting for its down timer
+	// (masterclient.FailureReporter). It must not block.
+	ReportFailure func(node uint64, cause error)
 	// Logger receives a line for every write moved off a partition and
 	// every read moved to another replica; default: discarded.
 	Logger *slog.Logger
@@ -451,6 +456,7 @@ func (c *Client) failed(ctx context.Context, p *pb.Partition, err error) {
 	c.mu.Lock()
 	c.lastFail[p.Id] = dataproto.CodeOf(err)
 	c.mu.Unlock()
+	c.unreachable(replicaset.Head(p), err)
 	switch dataproto.CodeOf(err) {
 	case dataproto.CodeStaleEpoch:
 		_ = c.Refresh(ctx)
@@ -467,6 +473,17 @@ func (c *Client) failed(ctx context.Context, p *pb.Partition, err error) {
 	default:
 		c.exclude(p.Id, c.opts.ExcludeFor)
 	}
+}
+
+// unreachable reports node to Options.ReportFailure when err says it did
+// not answer at all; an answer with an error code shows it alive.
+func (c *Client) unreachable(node uint64, err error) {
+	var pe *dataproto.Error
+	if c.opts.ReportFailure == nil || node == 0 || errors.As(err, &pe) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) {
+		return
+	}
+	c.opts.ReportFailure(node, err)
 }
 
 // primaryConn returns a connection to the head of p's write chain.

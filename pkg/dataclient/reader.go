@@ -98,6 +98,7 @@ func (c *Client) readPiece(ctx context.Context, p *pb.Partition, ext uint64, off
 		if !retryable(err) {
 			break
 		}
+		c.unreachable(r, err)
 		c.readFailovers.Add(1)
 		c.opts.Logger.Info("data read failed; trying another replica", "partition", p.Id, "node", r, "err", err)
 	}

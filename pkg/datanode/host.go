@@ -11,6 +11,7 @@ import (
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/extentstore"
+	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/node"
 )
 
@@ -119,6 +120,9 @@ type Host struct {
 	m     *metrics
 	srv   *dataproto.Server
 	peers *peerPool
+	// reporter tells the master of replicas that did not answer a forwarded
+	// write (nil without masters, as in unit tests).
+	reporter *masterclient.FailureReporter
 
 	serveDone chan struct{}
 
@@ -150,6 +154,9 @@ func New(env node.Env, opts Options) (*Host, error) {
 	opts = opts.withDefaults(log)
 	h := &Host{env: env, opts: opts, log: log, parts: map[uint64]*partition{}, serveDone: make(chan struct{})}
 	h.peers = newPeerPool(opts.Chain)
+	if env.Masters != nil {
+		h.reporter = env.Masters.NewFailureReporter(fmt.Sprintf("node %d", env.NodeID))
+	}
 	h.srv = dataproto.NewServer(h.newSession, opts.Server)
 	m, err := newMetrics(env.Registry, h)
 	if err != nil {

@@ -283,6 +283,11 @@ func (s *session) finishChain(r *reply, p *partition, seq uint64, call *dataprot
 		r.failHeader(dataproto.Header{Epoch: pe.Header.Epoch}, dataproto.CodeStaleEpoch, fmt.Sprintf("replica node %d: %v", next, ferr))
 		return false
 	}
+	if pe == nil && !errors.Is(ferr, context.Canceled) {
+		// The next replica did not answer at all: the master may mark it
+		// down without waiting for its down timer.
+		s.h.reporter.Report(next, ferr)
+	}
 	if pe != nil && pe.Code == dataproto.CodeReadOnly {
 		// Out of space down the chain: the writer must learn it is space,
 		// not a failed replica.

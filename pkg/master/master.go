@@ -55,6 +55,10 @@ type Config struct {
 	// OutAfter how long it may stay down before it is marked out.
 	DownAfter time.Duration
 	OutAfter  time.Duration
+	// ReportGrace is how long a node that another node or a client reported
+	// unresponsive (ReportFailure) may miss heartbeats before it is marked
+	// down; default 3s, at most DownAfter.
+	ReportGrace time.Duration
 	// TickInterval is the Raft tick; elections take 10 ticks.
 	TickInterval time.Duration
 	Logger       *slog.Logger
@@ -125,6 +129,7 @@ type Server struct {
 
 	mu          sync.Mutex
 	soft        map[uint64]*nodeSoft // by node id; leader only
+	reported    map[uint64]time.Time // node -> last failure report; leader only
 	leaderSince time.Time            // zero when not leader
 	createMu    sync.Mutex           // serializes volume placement
 
@@ -154,6 +159,10 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.OutAfter <= 0 {
 		cfg.OutAfter = 10 * time.Minute
 	}
+	if cfg.ReportGrace <= 0 {
+		cfg.ReportGrace = DefaultReportGrace
+	}
+	cfg.ReportGrace = min(cfg.ReportGrace, cfg.DownAfter)
 	if cfg.BalanceInterval <= 0 {
 		cfg.BalanceInterval = DefaultBalanceInterval
 	}
@@ -172,7 +181,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.Listen == "" {
 		cfg.Listen = cfg.Peers[cfg.ID]
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, fsm: newFSM(), soft: map[uint64]*nodeSoft{}, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, fsm: newFSM(), soft: map[uint64]*nodeSoft{}, reported: map[uint64]time.Time{}, stop: make(chan struct{})}
 	s.hostname, _ = os.Hostname()
 	addrs := make([]string, 0, len(cfg.Peers))
 	for _, a := range cfg.Peers {
@@ -390,6 +399,7 @@ func (s *Server) leaderLoop() {
 		if !isLeader {
 			s.leaderSince = time.Time{}
 			clear(s.soft)
+			clear(s.reported)
 			s.mu.Unlock()
 			endRouting()
 			continue
@@ -455,10 +465,15 @@ func (s *Server) leaderDuties(ctx context.Context) {
 	}
 }
 
+// DefaultReportGrace is Config.ReportGrace's default: three heartbeats.
+const DefaultReportGrace = 3 * time.Second
+
 // livenessChanges decides which nodes to mark down or out at now (Ceph §5.4):
-// alive nodes silent for DownAfter go down, down nodes silent for OutAfter more
-// go out. Time starts at the later of the last heartbeat and this master's
-// election, so a fresh leader never condemns nodes it has not heard from yet.
+// alive nodes silent for DownAfter go down, or for ReportGrace once a peer or
+// client reported them unresponsive within the last DownAfter (Ceph §5.3);
+// down nodes silent for OutAfter more go out. Time starts at the later of the
+// last heartbeat and this master's election, so a fresh leader never
+// condemns nodes it has not heard from yet.
 func (s *Server) livenessChanges(now time.Time) []*pb.SetNodeState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -472,7 +487,9 @@ func (s *Server) livenessChanges(now time.Time) []*pb.SetNodeState {
 			silent := now.Sub(last)
 			switch n.State {
 			case pb.NodeState_NODE_STATE_ALIVE:
-				if silent > s.cfg.DownAfter {
+				rep, ok := s.reported[id]
+				reported := ok && now.Sub(rep) < s.cfg.DownAfter
+				if silent > s.cfg.DownAfter || (reported && silent > s.cfg.ReportGrace) {
 					out = append(out, &pb.SetNodeState{NodeId: id, State: pb.NodeState_NODE_STATE_DOWN})
 				}
 			case pb.NodeState_NODE_STATE_DOWN:

@@ -434,3 +434,34 @@ func caughtUp(st *clustermap.State, node uint64, reports []*pb.PartitionReport) 
 	}
 	return out
 }
+
+// ReportFailure records that a node did not answer a peer or a client and
+// marks it down at once when it has also missed heartbeats for the report
+// grace: a live node that merely refused one request keeps heartbeating and
+// is not condemned by a report alone.
+func (v *service) ReportFailure(ctx context.Context, req *pb.ReportFailureRequest) (*pb.ReportFailureResponse, error) {
+	if err := v.requireLeader(ctx); err != nil {
+		return nil, err
+	}
+	var known bool
+	v.s.fsm.read(func(st *clustermap.State) { _, known = st.Map().Nodes[req.NodeId] })
+	if !known {
+		return nil, status.Errorf(codes.NotFound, "node %d is not registered", req.NodeId)
+	}
+	now := time.Now()
+	v.s.mu.Lock()
+	v.s.reported[req.NodeId] = now
+	v.s.mu.Unlock()
+	resp := &pb.ReportFailureResponse{}
+	for _, ch := range v.s.livenessChanges(now) {
+		if ch.NodeId != req.NodeId || ch.State != pb.NodeState_NODE_STATE_DOWN {
+			continue
+		}
+		if _, err := v.s.propose(ctx, &pb.Command{Op: &pb.Command_SetNodeState{SetNodeState: ch}}); err != nil {
+			return nil, toStatus(err)
+		}
+		v.s.log.Info("node state changed", "node", ch.NodeId, "state", "down", "reported_by", req.Reporter, "reason", req.Reason)
+		resp.MarkedDown = true
+	}
+	return resp, nil
+}

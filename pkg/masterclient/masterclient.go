@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -108,4 +109,47 @@ func (c *Client) Status(ctx context.Context) (*pb.StatusResponse, error) {
 		return err
 	})
 	return resp, err
+}
+
+// FailureReporter sends failure reports (Master.ReportFailure) for nodes
+// that did not answer: in the background, at most one per node per
+// interval, so that a storm of failed requests to a dead node costs the
+// master one call a second. Safe for concurrent use.
+type FailureReporter struct {
+	c        *Client
+	reporter string
+	interval time.Duration
+
+	mu   sync.Mutex
+	last map[uint64]time.Time
+}
+
+// NewFailureReporter returns a reporter that names itself reporter ("node
+// 4", "client host:pid") in its reports.
+func (c *Client) NewFailureReporter(reporter string) *FailureReporter {
+	return &FailureReporter{c: c, reporter: reporter, interval: time.Second, last: map[uint64]time.Time{}}
+}
+
+// Report tells the master leader that node did not answer, unless this
+// reporter did so within the last interval. It does not wait.
+func (r *FailureReporter) Report(node uint64, cause error) {
+	if r == nil || node == 0 {
+		return
+	}
+	now := time.Now()
+	r.mu.Lock()
+	if now.Sub(r.last[node]) < r.interval {
+		r.mu.Unlock()
+		return
+	}
+	r.last[node] = now
+	r.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = r.c.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) error {
+			_, err := m.ReportFailure(ctx, &pb.ReportFailureRequest{NodeId: node, Reporter: r.reporter, Reason: cause.Error()}, o...)
+			return err
+		})
+	}()
 }
