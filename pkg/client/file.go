@@ -313,6 +313,11 @@ func dataErr(op string, ino uint64, err error) error {
 	case errors.Is(err, dataclient.ErrNoWritablePartition):
 		// Replicas are down or failing: not a lack of space.
 		n = syscall.EIO
+	case n == syscall.ECONNREFUSED || n == syscall.ECONNRESET || n == syscall.EPIPE || n == syscall.EHOSTUNREACH || n == syscall.ENETUNREACH:
+		// No replica could be reached: to the application the bytes are
+		// unreadable (or unwritable) here, an I/O error, whatever the
+		// socket said.
+		n = syscall.EIO
 	}
 	return &Error{Op: op, Errno: n, Msg: fmt.Sprintf("inode %d", ino), Err: err}
 }

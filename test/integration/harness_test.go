@@ -187,6 +187,9 @@ type status struct {
 		Volume    string   `json:"volume"`
 		Kind      string   `json:"kind"`
 		Replicas  []uint64 `json:"replicas"`
+		Down      []uint64 `json:"down"`
+		Stale     []uint64 `json:"stale"`
+		Leader    uint64   `json:"leader"`
 		Health    string   `json:"health"`
 		UsedBytes uint64   `json:"used_bytes"`
 	} `json:"partitions"`

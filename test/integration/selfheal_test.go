@@ -1,0 +1,382 @@
+package integration
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// victimProc is a server process of a cairn up cluster that a test kills
+// with SIGKILL and later starts again with the command line it had.
+type victimProc struct {
+	t    *testing.T
+	id   uint64
+	name string
+	pid  int
+	args []string
+	log  string
+	cmd  *exec.Cmd // the restarted process, nil before
+}
+
+// victim captures node id's command line (from /proc) so it can be
+// restarted after a kill.
+func victim(t *testing.T, dir string, st status, id uint64, role string) *victimProc {
+	t.Helper()
+	for _, n := range st.Nodes {
+		if n.ID != id || n.Role != role {
+			continue
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.Pid))
+		if err != nil {
+			t.Fatalf("%s node %d: %v", role, id, err)
+		}
+		v := &victimProc{t: t, id: id, name: fmt.Sprintf("%s node %d", role, id), pid: n.Pid,
+			args: strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00"),
+			log:  filepath.Join(dir, fmt.Sprintf("%s-%d-restarted.log", role, id))}
+		t.Cleanup(v.stop)
+		return v
+	}
+	t.Fatalf("no %s node %d in the status", role, id)
+	return nil
+}
+
+// kill sends SIGKILL and waits until the process is gone.
+func (v *victimProc) kill() {
+	v.t.Helper()
+	pid := v.pid
+	if v.cmd != nil {
+		pid = v.cmd.Process.Pid
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		v.t.Fatalf("kill %s: %v", v.name, err)
+	}
+	if v.cmd != nil {
+		_ = v.cmd.Wait()
+		v.cmd = nil
+		return
+	}
+	for i := 0; pidAlive(pid); i++ {
+		if i > 400 {
+			v.t.Fatalf("%s (pid %d) alive 20s after kill -9", v.name, pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// restart starts the process again as cairn up had started it.
+func (v *victimProc) restart() {
+	v.t.Helper()
+	logf, err := os.OpenFile(v.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(v.args[0], v.args[1:]...)
+	cmd.Env = cleanEnv()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		v.t.Fatalf("restart %s: %v", v.name, err)
+	}
+	v.cmd = cmd
+}
+
+func (v *victimProc) stop() {
+	if v.cmd == nil {
+		return
+	}
+	_ = v.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = v.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = v.cmd.Process.Kill()
+		<-done
+	}
+	v.cmd = nil
+}
+
+// mostLeading returns the node of role that heads the most partitions of
+// kind (replicas[0] for data, the reported Raft leader for meta): the
+// victim that hurts most.
+func mostLeading(st status, kind string) uint64 {
+	count := map[uint64]int{}
+	for _, p := range st.Partitions {
+		if p.Kind != kind {
+			continue
+		}
+		if kind == "data" {
+			count[p.Replicas[0]]++
+		} else if p.Leader != 0 {
+			count[p.Leader]++
+		}
+	}
+	var best uint64
+	for id, n := range count {
+		if best == 0 || n > count[best] || n == count[best] && id < best {
+			best = id
+		}
+	}
+	return best
+}
+
+// waitLeaders waits until every meta partition has reported a leader.
+func waitLeaders(t *testing.T, dir string) status {
+	t.Helper()
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		st := getStatus(t, dir)
+		ok := true
+		for _, p := range st.Partitions {
+			ok = ok && (p.Kind != "meta" || p.Leader != 0)
+		}
+		if ok {
+			return st
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("meta partitions without a reported leader after 30s: %+v", st.Partitions)
+		}
+	}
+}
+
+// written is a file the load wrote and fsynced successfully.
+type written struct {
+	path string
+	sum  [32]byte
+	size int
+}
+
+// load writes files through the mount from several goroutines (each file
+// written, fsynced and closed; sizes from 1 KiB to 3 MiB) and creates
+// directories, until stop closes. It records every file that was
+// acknowledged, every error, and the longest time one operation took.
+type load struct {
+	mu      sync.Mutex
+	files   []written
+	errs    []string
+	longest time.Duration
+	ops     int
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func startLoad(root string, writers int) *load {
+	l := &load{stop: make(chan struct{})}
+	for w := range writers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			dir := filepath.Join(root, fmt.Sprintf("w%d", w))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				l.fail("mkdir", err)
+				return
+			}
+			rng := rand.New(rand.NewPCG(uint64(w), 17))
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				size := 1<<10 + rng.IntN(64<<10)
+				if i%4 == 0 {
+					size = 1<<20 + rng.IntN(2<<20)
+				}
+				data := make([]byte, size)
+				for j := range data {
+					data[j] = byte(rng.Uint32())
+				}
+				p := filepath.Join(dir, fmt.Sprintf("f%05d", i))
+				start := time.Now()
+				err := writeSync(p, data)
+				if i%8 == 0 && err == nil {
+					err = os.Mkdir(filepath.Join(dir, fmt.Sprintf("d%05d", i)), 0o755)
+				}
+				l.done(time.Since(start))
+				if err != nil {
+					l.fail(p, err)
+					continue
+				}
+				l.mu.Lock()
+				l.files = append(l.files, written{path: p, sum: sha256.Sum256(data), size: size})
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+func writeSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (l *load) done(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ops++
+	l.longest = max(l.longest, d)
+}
+
+func (l *load) fail(what string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errs = append(l.errs, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), what, err))
+}
+
+// end stops the load and returns what it wrote.
+func (l *load) end() ([]written, []string, time.Duration, int) {
+	close(l.stop)
+	l.wg.Wait()
+	return l.files, l.errs, l.longest, l.ops
+}
+
+// verify reads every file back and counts the ones whose bytes differ.
+func verify(t *testing.T, files []written) int {
+	t.Helper()
+	bad := 0
+	for _, f := range files {
+		got, err := os.ReadFile(f.path)
+		if err != nil || sha256.Sum256(got) != f.sum {
+			bad++
+			if bad <= 5 {
+				t.Errorf("%s: %d bytes, want %d (err %v)", f.path, len(got), f.size, err)
+			}
+		}
+	}
+	return bad
+}
+
+// waitHealthy waits until every partition is healthy (no replica down or
+// stale) and returns how long that took.
+func waitHealthy(t *testing.T, dir string, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		st := getStatus(t, dir)
+		var sick []string
+		for _, p := range st.Partitions {
+			if p.Health != "healthy" {
+				sick = append(sick, fmt.Sprintf("%d:%s down%v stale%v", p.ID, p.Health, p.Down, p.Stale))
+			}
+		}
+		if len(sick) == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("partitions not healthy %s after the restart: %s", within, strings.Join(sick, ", "))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// TestWritesSurviveNodeKills is the worst case on the default layout (cairn
+// up: 3 meta nodes, 3 data nodes, 3 replicas, so every data partition has a
+// replica on every data node): under a write load through the mount, it
+// kills -9 the data node that heads the most data partitions and the meta
+// node that leads the most meta partitions. Every write must succeed (no
+// error, no operation paused more than 10 s), and every acknowledged file
+// must read back intact. The two nodes are then restarted: every partition
+// must come back to health (the data node's replicas catch up and leave the
+// stale state) without any command. Then the two other data nodes are
+// killed: the rejoined node alone must serve every byte, writes must fail
+// with EIO (replicas lost, not space), and they resume once one of the two
+// returns.
+func TestWritesSurviveNodeKills(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "heal")
+	startUp(t, dir)
+	mnt := filepath.Join(dir, "mnt")
+	st := waitLeaders(t, dir)
+	dataVictim := victim(t, dir, st, mostLeading(st, "data"), "data")
+	metaVictim := victim(t, dir, st, mostLeading(st, "meta"), "meta")
+
+	l := startLoad(filepath.Join(mnt, "load"), 4)
+	time.Sleep(3 * time.Second)
+	killedAt := time.Now()
+	dataVictim.kill()
+	metaVictim.kill()
+	t.Logf("killed %s and %s under load", dataVictim.name, metaVictim.name)
+	time.Sleep(15 * time.Second)
+	files, errs, longest, ops := l.end()
+	t.Logf("%d operations, %d files acknowledged, longest operation %s", ops, len(files), longest.Round(time.Millisecond))
+	if len(errs) > 0 {
+		t.Fatalf("%d operations failed after the kills at %s:\n%s", len(errs), killedAt.Format("15:04:05.000"), strings.Join(errs[:min(len(errs), 10)], "\n"))
+	}
+	if longest > 10*time.Second {
+		t.Errorf("an operation took %s: writes paused longer than 10s", longest)
+	}
+	if bad := verify(t, files); bad > 0 {
+		t.Fatalf("%d of %d files differ after the kills", bad, len(files))
+	}
+	st = getStatus(t, dir)
+	for _, p := range st.Partitions {
+		if p.Kind == "data" && !slices.Contains(p.Down, dataVictim.id) {
+			t.Errorf("data partition %d: the killed node is not down in the map: %+v", p.ID, p)
+		}
+	}
+
+	// Both come back; the data node's replicas catch up by themselves.
+	dataVictim.restart()
+	metaVictim.restart()
+	took := waitHealthy(t, dir, 90*time.Second)
+	t.Logf("every partition healthy %s after the restart", took.Round(time.Millisecond))
+
+	// The rejoined data node must now hold everything: kill the other two.
+	st = getStatus(t, dir)
+	var others []*victimProc
+	for _, n := range st.Nodes {
+		if n.Role == "data" && n.Pid != 0 && n.Pid != dataVictim.cmd.Process.Pid {
+			others = append(others, victim(t, dir, st, n.ID, "data"))
+		}
+	}
+	if len(others) != 2 {
+		t.Fatalf("expected two other data nodes, found %d", len(others))
+	}
+	for _, o := range others {
+		o.kill()
+	}
+	if bad := verify(t, files); bad > 0 {
+		t.Fatalf("%d of %d files differ with only the rejoined data node alive", bad, len(files))
+	}
+	err := writeSync(filepath.Join(mnt, "load", "two-down"), bytes.Repeat([]byte("x"), 200<<10))
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a write with two of three data nodes dead: %v, want EIO", err)
+	}
+	others[1].restart()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := writeSync(filepath.Join(mnt, "load", "one-back"), bytes.Repeat([]byte("y"), 200<<10))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("writes did not resume within 60s of a second data node's return: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	got, err := os.ReadFile(filepath.Join(mnt, "load", "one-back"))
+	if err != nil || !bytes.Equal(got, bytes.Repeat([]byte("y"), 200<<10)) {
+		t.Fatalf("the file written after the return reads back wrong: %d bytes, %v", len(got), err)
+	}
+}
