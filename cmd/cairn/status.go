@@ -168,6 +168,9 @@ func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
 	reports := map[uint64]*pb.PartitionReport{}
 	leaders := map[uint64]uint64{}
 	for _, ns := range st.Nodes {
+		if ns.Node.State != pb.NodeState_NODE_STATE_ALIVE {
+			continue // its last reports may be long out of date
+		}
 		for _, pr := range ns.Partitions {
 			if pr.Leader {
 				leaders[pr.Id] = ns.Node.Id

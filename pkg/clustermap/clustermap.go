@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -127,11 +128,12 @@ func (s *State) NodeByUUID(uuid string) *pb.Node {
 	return nil
 }
 
-// PartitionsOf returns the partitions whose replica set includes node, sorted by id.
+// PartitionsOf returns the partitions whose replica set includes node, or
+// that node is joining (a replica move), sorted by id.
 func (s *State) PartitionsOf(node uint64) []*pb.Partition {
 	var out []*pb.Partition
 	for _, p := range s.m.Partitions {
-		if slices.Contains(p.Replicas, node) {
+		if slices.Contains(p.Replicas, node) || (p.Joining == node && node != 0) {
 			out = append(out, p)
 		}
 	}
@@ -170,6 +172,8 @@ func (s *State) Apply(cmd *pb.Command) (any, error) {
 		changed, err = s.advanceMigration(op.AdvanceMigration)
 	case *pb.Command_MarkInSync:
 		changed, err = s.markInSync(op.MarkInSync)
+	case *pb.Command_MoveReplica:
+		changed, err = s.moveReplica(op.MoveReplica)
 	default:
 		return nil, fmt.Errorf("%w command: unknown operation %T", ErrInvalid, op)
 	}
@@ -288,6 +292,73 @@ func (s *State) chainsFollow(node uint64, alive bool) {
 			p.Epoch = s.m.Epoch + 1
 		}
 	}
+}
+
+// moveReplica records, completes or abandons a replica move.
+//
+// START needs from to be a replica, to an alive node of the partition's role
+// that holds no replica of it, and no move in progress (repeating the same
+// START is a no-op). DONE replaces from by to in replicas, at the same place
+// for a meta partition (its order is only a leader preference) and at the
+// end, stale, for a data partition (its extents may still be catching up;
+// pkg/replicaset). ABORT forgets the move in progress.
+func (s *State) moveReplica(c *pb.MoveReplica) (bool, error) {
+	p, ok := s.m.Partitions[c.PartitionId]
+	if !ok {
+		return false, fmt.Errorf("partition %d: %w", c.PartitionId, ErrNotFound)
+	}
+	inProgress := p.Joining != 0
+	same := p.Joining == c.To && p.Leaving == c.From
+	switch c.Phase {
+	case pb.MovePhase_MOVE_PHASE_START:
+		if same {
+			return false, nil
+		}
+		if inProgress {
+			return false, fmt.Errorf("%w partition %d: moving %d to %d already", ErrConflict, p.Id, p.Leaving, p.Joining)
+		}
+		if !slices.Contains(p.Replicas, c.From) {
+			return false, fmt.Errorf("%w partition %d: node %d holds no replica of it", ErrInvalid, p.Id, c.From)
+		}
+		if slices.Contains(p.Replicas, c.To) {
+			return false, fmt.Errorf("%w partition %d: node %d holds a replica already", ErrInvalid, p.Id, c.To)
+		}
+		n, ok := s.m.Nodes[c.To]
+		role := pb.Role_ROLE_META
+		if p.Kind == pb.PartitionKind_PARTITION_KIND_DATA {
+			role = pb.Role_ROLE_DATA
+		}
+		if !ok || n.Role != role || n.State != pb.NodeState_NODE_STATE_ALIVE {
+			return false, fmt.Errorf("%w partition %d: node %d is not an alive %s node", ErrInvalid, p.Id, c.To, strings.ToLower(strings.TrimPrefix(role.String(), "ROLE_")))
+		}
+		p.Joining, p.Leaving = c.To, c.From
+	case pb.MovePhase_MOVE_PHASE_DONE:
+		if !inProgress && slices.Contains(p.Replicas, c.To) && !slices.Contains(p.Replicas, c.From) {
+			return false, nil // done already
+		}
+		if !same {
+			return false, fmt.Errorf("%w partition %d: no move of %d to %d in progress", ErrConflict, p.Id, c.From, c.To)
+		}
+		i := slices.Index(p.Replicas, c.From)
+		if p.Kind == pb.PartitionKind_PARTITION_KIND_DATA {
+			p.Replicas = append(slices.Delete(p.Replicas, i, i+1), c.To)
+			p.Down = slices.DeleteFunc(p.Down, func(r uint64) bool { return r == c.From })
+			p.Stale = append(slices.DeleteFunc(p.Stale, func(r uint64) bool { return r == c.From }), c.To)
+			replicaset.Normalize(p)
+		} else {
+			p.Replicas[i] = c.To
+		}
+		p.Joining, p.Leaving = 0, 0
+	case pb.MovePhase_MOVE_PHASE_ABORT:
+		if !same {
+			return false, nil
+		}
+		p.Joining, p.Leaving = 0, 0
+	default:
+		return false, fmt.Errorf("%w move phase %v", ErrInvalid, c.Phase)
+	}
+	p.Epoch = s.m.Epoch + 1
+	return true, nil
 }
 
 // markInSync clears a replica's stale mark (replicaset.InSync).

@@ -247,3 +247,88 @@ func TestDataNodeStateMovesChains(t *testing.T) {
 		t.Fatalf("mark in sync of a meta partition: %v", err)
 	}
 }
+
+// TestMoveReplica: a move starts only from a replica to an alive node of
+// the right role without one, completes only as started (a data partition's
+// new replica joins its chain stale, at the end), and can be abandoned.
+func TestMoveReplica(t *testing.T) {
+	move := func(p, from, to uint64, phase pb.MovePhase) *pb.Command {
+		return &pb.Command{Op: &pb.Command_MoveReplica{MoveReplica: &pb.MoveReplica{PartitionId: p, From: from, To: to, Phase: phase}}}
+	}
+	const (
+		start = pb.MovePhase_MOVE_PHASE_START
+		done  = pb.MovePhase_MOVE_PHASE_DONE
+		abort = pb.MovePhase_MOVE_PHASE_ABORT
+	)
+	setup := func(t *testing.T) (*State, *pb.Partition, *pb.Partition) {
+		s := cluster(t)
+		for _, c := range []*pb.Command{
+			reg("m4", pb.Role_ROLE_META, "a:7", 0), reg("d4", pb.Role_ROLE_DATA, "a:8", 0),
+			vol("v1", 3, part(meta, 1, 2, 3), part(data, 4, 5, 6)),
+			{Op: &pb.Command_SetNodeState{SetNodeState: &pb.SetNodeState{NodeId: 4, State: pb.NodeState_NODE_STATE_DOWN}}},
+		} {
+			if _, err := s.Apply(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var mp, dp *pb.Partition
+		for _, p := range s.Map().Partitions {
+			if p.Kind == data {
+				dp = p
+			} else {
+				mp = p
+			}
+		}
+		return s, mp, dp
+	}
+	for _, tc := range []struct {
+		name    string
+		cmds    []*pb.Command
+		wantErr error
+		check   func(t *testing.T, mp, dp *pb.Partition)
+	}{
+		{"data move", []*pb.Command{move(2, 4, 8, start), move(2, 4, 8, done)}, nil, func(t *testing.T, _, dp *pb.Partition) {
+			if !slices.Equal(dp.Replicas, []uint64{5, 6, 8}) || len(dp.Down) != 0 || !slices.Equal(dp.Stale, []uint64{8}) || dp.Joining != 0 {
+				t.Fatalf("after the move: %v", dp)
+			}
+		}},
+		{"meta move keeps the place", []*pb.Command{move(1, 2, 7, start), move(1, 2, 7, done)}, nil, func(t *testing.T, mp, _ *pb.Partition) {
+			if !slices.Equal(mp.Replicas, []uint64{1, 7, 3}) || mp.Joining != 0 || mp.Leaving != 0 {
+				t.Fatalf("after the move: %v", mp)
+			}
+		}},
+		{"repeated start and done", []*pb.Command{move(2, 4, 8, start), move(2, 4, 8, start), move(2, 4, 8, done), move(2, 4, 8, done)}, nil, nil},
+		{"abort", []*pb.Command{move(2, 4, 8, start), move(2, 4, 8, abort)}, nil, func(t *testing.T, _, dp *pb.Partition) {
+			if dp.Joining != 0 || dp.Leaving != 0 || !slices.Contains(dp.Replicas, 4) {
+				t.Fatalf("after the abort: %v", dp)
+			}
+		}},
+		{"second move while one runs", []*pb.Command{move(2, 4, 8, start), move(2, 5, 8, start)}, ErrConflict, nil},
+		{"done without start", []*pb.Command{move(2, 4, 8, done)}, ErrConflict, nil},
+		{"from a non-replica", []*pb.Command{move(2, 1, 8, start)}, ErrInvalid, nil},
+		{"to a replica", []*pb.Command{move(2, 4, 5, start)}, ErrInvalid, nil},
+		{"to a meta node", []*pb.Command{move(2, 4, 7, start)}, ErrInvalid, nil},
+		{"to a down node", []*pb.Command{move(1, 2, 4, start)}, ErrInvalid, nil},
+		{"unknown partition", []*pb.Command{move(99, 4, 8, start)}, ErrNotFound, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, mp, dp := setup(t)
+			var err error
+			for _, c := range tc.cmds {
+				before := s.Map().Epoch
+				if _, err = s.Apply(c); err != nil {
+					if s.Map().Epoch != before {
+						t.Fatal("a refused move changed the epoch")
+					}
+					break
+				}
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if tc.check != nil {
+				tc.check(t, mp, dp)
+			}
+		})
+	}
+}

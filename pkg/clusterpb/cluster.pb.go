@@ -248,6 +248,58 @@ func (MigrationPhase) EnumDescriptor() ([]byte, []int) {
 	return file_cluster_proto_rawDescGZIP(), []int{3}
 }
 
+type MovePhase int32
+
+const (
+	MovePhase_MOVE_PHASE_UNSPECIFIED MovePhase = 0
+	MovePhase_MOVE_PHASE_START       MovePhase = 1 // record joining/leaving
+	MovePhase_MOVE_PHASE_DONE        MovePhase = 2 // joining replaces leaving in replicas
+	MovePhase_MOVE_PHASE_ABORT       MovePhase = 3 // forget the move
+)
+
+// Enum value maps for MovePhase.
+var (
+	MovePhase_name = map[int32]string{
+		0: "MOVE_PHASE_UNSPECIFIED",
+		1: "MOVE_PHASE_START",
+		2: "MOVE_PHASE_DONE",
+		3: "MOVE_PHASE_ABORT",
+	}
+	MovePhase_value = map[string]int32{
+		"MOVE_PHASE_UNSPECIFIED": 0,
+		"MOVE_PHASE_START":       1,
+		"MOVE_PHASE_DONE":        2,
+		"MOVE_PHASE_ABORT":       3,
+	}
+)
+
+func (x MovePhase) Enum() *MovePhase {
+	p := new(MovePhase)
+	*p = x
+	return p
+}
+
+func (x MovePhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MovePhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_cluster_proto_enumTypes[4].Descriptor()
+}
+
+func (MovePhase) Type() protoreflect.EnumType {
+	return &file_cluster_proto_enumTypes[4]
+}
+
+func (x MovePhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MovePhase.Descriptor instead.
+func (MovePhase) EnumDescriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{4}
+}
+
 // Node is a meta or data node as recorded in the replicated map.
 type Node struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
@@ -782,7 +834,12 @@ type Partition struct {
 	Stale []uint64 `protobuf:"varint,8,rep,packed,name=stale,proto3" json:"stale,omitempty"`
 	// Map epoch of the last change of replicas, down or stale: a write carrying
 	// an older epoch is refused (the writer's view of the chain is out of date).
-	Epoch         uint64 `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// A replica move in progress (re-replication, decommission): node joining
+	// receives a copy (it hosts the partition as a Raft learner, and a data
+	// partition's extents by alignment) to replace replica leaving. 0: none.
+	Joining       uint64 `protobuf:"varint,10,opt,name=joining,proto3" json:"joining,omitempty"`
+	Leaving       uint64 `protobuf:"varint,11,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -876,6 +933,20 @@ func (x *Partition) GetStale() []uint64 {
 func (x *Partition) GetEpoch() uint64 {
 	if x != nil {
 		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Partition) GetJoining() uint64 {
+	if x != nil {
+		return x.Joining
+	}
+	return 0
+}
+
+func (x *Partition) GetLeaving() uint64 {
+	if x != nil {
+		return x.Leaving
 	}
 	return 0
 }
@@ -1004,6 +1075,7 @@ type Command struct {
 	//	*Command_StartMigration
 	//	*Command_AdvanceMigration
 	//	*Command_MarkInSync
+	//	*Command_MoveReplica
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1134,6 +1206,15 @@ func (x *Command) GetMarkInSync() *MarkInSync {
 	return nil
 }
 
+func (x *Command) GetMoveReplica() *MoveReplica {
+	if x != nil {
+		if x, ok := x.Op.(*Command_MoveReplica); ok {
+			return x.MoveReplica
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1174,6 +1255,10 @@ type Command_MarkInSync struct {
 	MarkInSync *MarkInSync `protobuf:"bytes,18,opt,name=mark_in_sync,json=markInSync,proto3,oneof"`
 }
 
+type Command_MoveReplica struct {
+	MoveReplica *MoveReplica `protobuf:"bytes,19,opt,name=move_replica,json=moveReplica,proto3,oneof"`
+}
+
 func (*Command_Init) isCommand_Op() {}
 
 func (*Command_Register) isCommand_Op() {}
@@ -1192,6 +1277,80 @@ func (*Command_AdvanceMigration) isCommand_Op() {}
 
 func (*Command_MarkInSync) isCommand_Op() {}
 
+func (*Command_MoveReplica) isCommand_Op() {}
+
+// MoveReplica starts, completes or abandons the move of partition_id's
+// replica on node from to node to (pkg/clustermap). DONE is refused unless
+// the move is the one in progress; a data partition's new replica joins
+// its write chain stale.
+type MoveReplica struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	From          uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint64                 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	Phase         MovePhase              `protobuf:"varint,4,opt,name=phase,proto3,enum=cairn.cluster.MovePhase" json:"phase,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveReplica) Reset() {
+	*x = MoveReplica{}
+	mi := &file_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveReplica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveReplica) ProtoMessage() {}
+
+func (x *MoveReplica) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveReplica.ProtoReflect.Descriptor instead.
+func (*MoveReplica) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MoveReplica) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *MoveReplica) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *MoveReplica) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *MoveReplica) GetPhase() MovePhase {
+	if x != nil {
+		return x.Phase
+	}
+	return MovePhase_MOVE_PHASE_UNSPECIFIED
+}
+
 // MarkInSync clears the stale mark of replica node_id of data partition
 // partition_id, which reported a full alignment with the chain's head at
 // partition epoch epoch. Refused (no change) when the partition changed since.
@@ -1206,7 +1365,7 @@ type MarkInSync struct {
 
 func (x *MarkInSync) Reset() {
 	*x = MarkInSync{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1377,7 @@ func (x *MarkInSync) String() string {
 func (*MarkInSync) ProtoMessage() {}
 
 func (x *MarkInSync) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1390,7 @@ func (x *MarkInSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInSync.ProtoReflect.Descriptor instead.
 func (*MarkInSync) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MarkInSync) GetPartitionId() uint64 {
@@ -1270,7 +1429,7 @@ type AddMetaPartition struct {
 
 func (x *AddMetaPartition) Reset() {
 	*x = AddMetaPartition{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1441,7 @@ func (x *AddMetaPartition) String() string {
 func (*AddMetaPartition) ProtoMessage() {}
 
 func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1454,7 @@ func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMetaPartition.ProtoReflect.Descriptor instead.
 func (*AddMetaPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AddMetaPartition) GetVolume() string {
@@ -1335,7 +1494,7 @@ type StartMigration struct {
 
 func (x *StartMigration) Reset() {
 	*x = StartMigration{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1506,7 @@ func (x *StartMigration) String() string {
 func (*StartMigration) ProtoMessage() {}
 
 func (x *StartMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1519,7 @@ func (x *StartMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMigration.ProtoReflect.Descriptor instead.
 func (*StartMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StartMigration) GetVolume() string {
@@ -1413,7 +1572,7 @@ type AdvanceMigration struct {
 
 func (x *AdvanceMigration) Reset() {
 	*x = AdvanceMigration{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1584,7 @@ func (x *AdvanceMigration) String() string {
 func (*AdvanceMigration) ProtoMessage() {}
 
 func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1597,7 @@ func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceMigration.ProtoReflect.Descriptor instead.
 func (*AdvanceMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AdvanceMigration) GetVolume() string {
@@ -1478,7 +1637,7 @@ type InitCluster struct {
 
 func (x *InitCluster) Reset() {
 	*x = InitCluster{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1649,7 @@ func (x *InitCluster) String() string {
 func (*InitCluster) ProtoMessage() {}
 
 func (x *InitCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1662,7 @@ func (x *InitCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
 func (*InitCluster) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InitCluster) GetClusterId() string {
@@ -1527,7 +1686,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1698,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1711,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RegisterNode) GetUuid() string {
@@ -1607,7 +1766,7 @@ type SetNodeState struct {
 
 func (x *SetNodeState) Reset() {
 	*x = SetNodeState{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1778,7 @@ func (x *SetNodeState) String() string {
 func (*SetNodeState) ProtoMessage() {}
 
 func (x *SetNodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1791,7 @@ func (x *SetNodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeState.ProtoReflect.Descriptor instead.
 func (*SetNodeState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetNodeState) GetNodeId() uint64 {
@@ -1659,7 +1818,7 @@ type NewPartition struct {
 
 func (x *NewPartition) Reset() {
 	*x = NewPartition{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1830,7 @@ func (x *NewPartition) String() string {
 func (*NewPartition) ProtoMessage() {}
 
 func (x *NewPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1843,7 @@ func (x *NewPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewPartition.ProtoReflect.Descriptor instead.
 func (*NewPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NewPartition) GetKind() PartitionKind {
@@ -1716,7 +1875,7 @@ type CreateVolume struct {
 
 func (x *CreateVolume) Reset() {
 	*x = CreateVolume{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1887,7 @@ func (x *CreateVolume) String() string {
 func (*CreateVolume) ProtoMessage() {}
 
 func (x *CreateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1900,7 @@ func (x *CreateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolume.ProtoReflect.Descriptor instead.
 func (*CreateVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateVolume) GetName() string {
@@ -1802,7 +1961,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1973,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1986,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -1852,7 +2011,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +2023,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +2036,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegisterRequest) GetClusterId() string {
@@ -1940,7 +2099,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2111,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2124,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterResponse) GetClusterId() string {
@@ -2002,7 +2161,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2173,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2186,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Usage) GetCapacityBytes() uint64 {
@@ -2067,14 +2226,17 @@ type PartitionReport struct {
 	Items     uint64                 `protobuf:"varint,4,opt,name=items,proto3" json:"items,omitempty"` // inodes+dentries (meta) or extents (data)
 	// Data partitions: the partition epoch at which this replica, while in the
 	// write chain, completed a full alignment with the chain's head; 0 if none.
-	InSyncEpoch   uint64 `protobuf:"varint,5,opt,name=in_sync_epoch,json=inSyncEpoch,proto3" json:"in_sync_epoch,omitempty"`
+	InSyncEpoch uint64 `protobuf:"varint,5,opt,name=in_sync_epoch,json=inSyncEpoch,proto3" json:"in_sync_epoch,omitempty"`
+	// The Raft configuration, as the group's leader knows it (leaders only).
+	Voters        []uint64 `protobuf:"varint,6,rep,packed,name=voters,proto3" json:"voters,omitempty"`
+	Learners      []uint64 `protobuf:"varint,7,rep,packed,name=learners,proto3" json:"learners,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PartitionReport) Reset() {
 	*x = PartitionReport{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2248,7 @@ func (x *PartitionReport) String() string {
 func (*PartitionReport) ProtoMessage() {}
 
 func (x *PartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2261,7 @@ func (x *PartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReport.ProtoReflect.Descriptor instead.
 func (*PartitionReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PartitionReport) GetId() uint64 {
@@ -2137,6 +2299,20 @@ func (x *PartitionReport) GetInSyncEpoch() uint64 {
 	return 0
 }
 
+func (x *PartitionReport) GetVoters() []uint64 {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *PartitionReport) GetLearners() []uint64 {
+	if x != nil {
+		return x.Learners
+	}
+	return nil
+}
+
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2152,7 +2328,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2340,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2353,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HeartbeatRequest) GetNodeId() uint64 {
@@ -2238,13 +2414,16 @@ type HeartbeatResponse struct {
 	// that replicas can reach each other (gRPC, and the data path for data nodes).
 	NodeAddrs     map[uint64]string `protobuf:"bytes,3,rep,name=node_addrs,json=nodeAddrs,proto3" json:"node_addrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	NodeDataAddrs map[uint64]string `protobuf:"bytes,4,rep,name=node_data_addrs,json=nodeDataAddrs,proto3" json:"node_data_addrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Partitions this node reported hosting that the map no longer places on
+	// it (a move replaced its replica): delete their state.
+	Removed       []uint64 `protobuf:"varint,5,rep,packed,name=removed,proto3" json:"removed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +2435,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2269,7 +2448,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HeartbeatResponse) GetEpoch() uint64 {
@@ -2300,6 +2479,13 @@ func (x *HeartbeatResponse) GetNodeDataAddrs() map[uint64]string {
 	return nil
 }
 
+func (x *HeartbeatResponse) GetRemoved() []uint64 {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
 type GetMapRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2308,7 +2494,7 @@ type GetMapRequest struct {
 
 func (x *GetMapRequest) Reset() {
 	*x = GetMapRequest{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2506,7 @@ func (x *GetMapRequest) String() string {
 func (*GetMapRequest) ProtoMessage() {}
 
 func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2519,7 @@ func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapRequest.ProtoReflect.Descriptor instead.
 func (*GetMapRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 type GetMapResponse struct {
@@ -2345,7 +2531,7 @@ type GetMapResponse struct {
 
 func (x *GetMapResponse) Reset() {
 	*x = GetMapResponse{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2543,7 @@ func (x *GetMapResponse) String() string {
 func (*GetMapResponse) ProtoMessage() {}
 
 func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2556,7 @@ func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapResponse.ProtoReflect.Descriptor instead.
 func (*GetMapResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetMapResponse) GetMap() *ClusterMap {
@@ -2397,7 +2583,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2595,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2608,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{26}
+	return file_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateVolumeRequest) GetName() string {
@@ -2483,7 +2669,7 @@ type VolumeRequest struct {
 
 func (x *VolumeRequest) Reset() {
 	*x = VolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2495,7 +2681,7 @@ func (x *VolumeRequest) String() string {
 func (*VolumeRequest) ProtoMessage() {}
 
 func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2508,7 +2694,7 @@ func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{27}
+	return file_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *VolumeRequest) GetName() string {
@@ -2540,7 +2726,7 @@ type VolumeResponse struct {
 
 func (x *VolumeResponse) Reset() {
 	*x = VolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2738,7 @@ func (x *VolumeResponse) String() string {
 func (*VolumeResponse) ProtoMessage() {}
 
 func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2751,7 @@ func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeResponse.ProtoReflect.Descriptor instead.
 func (*VolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *VolumeResponse) GetVolume() *Volume {
@@ -2625,7 +2811,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2823,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2836,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 type ListVolumesResponse struct {
@@ -2663,7 +2849,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2861,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2874,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{30}
+	return file_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -2714,7 +2900,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2912,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2925,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{31}
+	return file_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteVolumeResponse) GetEpoch() uint64 {
@@ -2757,7 +2943,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +2955,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +2968,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{32}
+	return file_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 // PingResponse tells who a master is and what it knows of the leader.
@@ -2803,7 +2989,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +3001,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +3014,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{33}
+	return file_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PingResponse) GetId() uint64 {
@@ -2911,7 +3097,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2923,7 +3109,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2936,7 +3122,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{34}
+	return file_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeStatus) GetNode() *Node {
@@ -2996,7 +3182,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3194,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3207,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{35}
+	return file_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 type StatusResponse struct {
@@ -3036,7 +3222,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[36]
+	mi := &file_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3234,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[36]
+	mi := &file_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3247,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{36}
+	return file_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StatusResponse) GetMap() *ClusterMap {
@@ -3103,7 +3289,7 @@ type ReportFailureRequest struct {
 
 func (x *ReportFailureRequest) Reset() {
 	*x = ReportFailureRequest{}
-	mi := &file_cluster_proto_msgTypes[37]
+	mi := &file_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3301,7 @@ func (x *ReportFailureRequest) String() string {
 func (*ReportFailureRequest) ProtoMessage() {}
 
 func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[37]
+	mi := &file_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3314,7 @@ func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportFailureRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{37}
+	return file_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReportFailureRequest) GetNodeId() uint64 {
@@ -3161,7 +3347,7 @@ type ReportFailureResponse struct {
 
 func (x *ReportFailureResponse) Reset() {
 	*x = ReportFailureResponse{}
-	mi := &file_cluster_proto_msgTypes[38]
+	mi := &file_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3359,7 @@ func (x *ReportFailureResponse) String() string {
 func (*ReportFailureResponse) ProtoMessage() {}
 
 func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[38]
+	mi := &file_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3372,7 @@ func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportFailureResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{38}
+	return file_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReportFailureResponse) GetMarkedDown() bool {
@@ -3250,7 +3436,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05phase\x18\x04 \x01(\x0e2\x1d.cairn.cluster.MigrationPhaseR\x05phase\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12&\n" +
 	"\x0fstarted_unix_ms\x18\x06 \x01(\x03R\rstartedUnixMs\x12%\n" +
-	"\x0emoved_dentries\x18\a \x01(\x04R\rmovedDentries\"\x84\x02\n" +
+	"\x0emoved_dentries\x18\a \x01(\x04R\rmovedDentries\"\xb8\x02\n" +
 	"\tPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\x04R\bvolumeId\x120\n" +
@@ -3261,7 +3447,10 @@ const file_cluster_proto_rawDesc = "" +
 	"\tinode_end\x18\x06 \x01(\x04R\binodeEnd\x12\x12\n" +
 	"\x04down\x18\a \x03(\x04R\x04down\x12\x14\n" +
 	"\x05stale\x18\b \x03(\x04R\x05stale\x12\x14\n" +
-	"\x05epoch\x18\t \x01(\x04R\x05epoch\"\xa1\x05\n" +
+	"\x05epoch\x18\t \x01(\x04R\x05epoch\x12\x18\n" +
+	"\ajoining\x18\n" +
+	" \x01(\x04R\ajoining\x12\x18\n" +
+	"\aleaving\x18\v \x01(\x04R\aleaving\"\xa1\x05\n" +
 	"\n" +
 	"ClusterMap\x12\x1d\n" +
 	"\n" +
@@ -3286,7 +3475,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x15.cairn.cluster.VolumeR\x05value:\x028\x01\x1aW\n" +
 	"\x0fPartitionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\v2\x18.cairn.cluster.PartitionR\x05value:\x028\x01\"\x93\x05\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.cairn.cluster.PartitionR\x05value:\x028\x01\"\xd4\x05\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x120\n" +
 	"\x04init\x18\n" +
@@ -3299,8 +3488,14 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0fstart_migration\x18\x10 \x01(\v2\x1d.cairn.cluster.StartMigrationH\x00R\x0estartMigration\x12N\n" +
 	"\x11advance_migration\x18\x11 \x01(\v2\x1f.cairn.cluster.AdvanceMigrationH\x00R\x10advanceMigration\x12=\n" +
 	"\fmark_in_sync\x18\x12 \x01(\v2\x19.cairn.cluster.MarkInSyncH\x00R\n" +
-	"markInSyncB\x04\n" +
-	"\x02op\"^\n" +
+	"markInSync\x12?\n" +
+	"\fmove_replica\x18\x13 \x01(\v2\x1a.cairn.cluster.MoveReplicaH\x00R\vmoveReplicaB\x04\n" +
+	"\x02op\"\x84\x01\n" +
+	"\vMoveReplica\x12!\n" +
+	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\x04R\x02to\x12.\n" +
+	"\x05phase\x18\x04 \x01(\x0e2\x18.cairn.cluster.MovePhaseR\x05phase\"^\n" +
 	"\n" +
 	"MarkInSync\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x17\n" +
@@ -3372,14 +3567,16 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"used_bytes\x18\x02 \x01(\x04R\tusedBytes\x12\x19\n" +
 	"\bmem_util\x18\x03 \x01(\x01R\amemUtil\x12\x19\n" +
-	"\bcpu_util\x18\x04 \x01(\x01R\acpuUtil\"\x92\x01\n" +
+	"\bcpu_util\x18\x04 \x01(\x01R\acpuUtil\"\xc6\x01\n" +
 	"\x0fPartitionReport\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\bR\x06leader\x12\x1d\n" +
 	"\n" +
 	"used_bytes\x18\x03 \x01(\x04R\tusedBytes\x12\x14\n" +
 	"\x05items\x18\x04 \x01(\x04R\x05items\x12\"\n" +
-	"\rin_sync_epoch\x18\x05 \x01(\x04R\vinSyncEpoch\"\xfc\x01\n" +
+	"\rin_sync_epoch\x18\x05 \x01(\x04R\vinSyncEpoch\x12\x16\n" +
+	"\x06voters\x18\x06 \x03(\x04R\x06voters\x12\x1a\n" +
+	"\blearners\x18\a \x03(\x04R\blearners\"\xfc\x01\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12*\n" +
@@ -3389,13 +3586,14 @@ const file_cluster_proto_rawDesc = "" +
 	"partitions\x12\x10\n" +
 	"\x03pid\x18\x05 \x01(\x05R\x03pid\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x12!\n" +
-	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\x8c\x03\n" +
+	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xa6\x03\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x124\n" +
 	"\bassigned\x18\x02 \x03(\v2\x18.cairn.cluster.PartitionR\bassigned\x12N\n" +
 	"\n" +
 	"node_addrs\x18\x03 \x03(\v2/.cairn.cluster.HeartbeatResponse.NodeAddrsEntryR\tnodeAddrs\x12[\n" +
-	"\x0fnode_data_addrs\x18\x04 \x03(\v23.cairn.cluster.HeartbeatResponse.NodeDataAddrsEntryR\rnodeDataAddrs\x1a<\n" +
+	"\x0fnode_data_addrs\x18\x04 \x03(\v23.cairn.cluster.HeartbeatResponse.NodeDataAddrsEntryR\rnodeDataAddrs\x12\x18\n" +
+	"\aremoved\x18\x05 \x03(\x04R\aremoved\x1a<\n" +
 	"\x0eNodeAddrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
@@ -3488,7 +3686,12 @@ const file_cluster_proto_rawDesc = "" +
 	"\x16MIGRATION_PHASE_FREEZE\x10\x01\x12\x18\n" +
 	"\x14MIGRATION_PHASE_COPY\x10\x02\x12\x1a\n" +
 	"\x16MIGRATION_PHASE_SWITCH\x10\x03\x12\x19\n" +
-	"\x15MIGRATION_PHASE_PURGE\x10\x042\x96\x06\n" +
+	"\x15MIGRATION_PHASE_PURGE\x10\x04*h\n" +
+	"\tMovePhase\x12\x1a\n" +
+	"\x16MOVE_PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10MOVE_PHASE_START\x10\x01\x12\x13\n" +
+	"\x0fMOVE_PHASE_DONE\x10\x02\x12\x14\n" +
+	"\x10MOVE_PHASE_ABORT\x10\x032\x96\x06\n" +
 	"\x06Master\x12K\n" +
 	"\bRegister\x12\x1e.cairn.cluster.RegisterRequest\x1a\x1f.cairn.cluster.RegisterResponse\x12N\n" +
 	"\tHeartbeat\x12\x1f.cairn.cluster.HeartbeatRequest\x1a .cairn.cluster.HeartbeatResponse\x12E\n" +
@@ -3513,132 +3716,136 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_cluster_proto_goTypes = []any{
 	(Role)(0),                     // 0: cairn.cluster.Role
 	(NodeState)(0),                // 1: cairn.cluster.NodeState
 	(PartitionKind)(0),            // 2: cairn.cluster.PartitionKind
 	(MigrationPhase)(0),           // 3: cairn.cluster.MigrationPhase
-	(*Node)(nil),                  // 4: cairn.cluster.Node
-	(*Volume)(nil),                // 5: cairn.cluster.Volume
-	(*ChunkLayout)(nil),           // 6: cairn.cluster.ChunkLayout
-	(*ExceptionEntry)(nil),        // 7: cairn.cluster.ExceptionEntry
-	(*Migration)(nil),             // 8: cairn.cluster.Migration
-	(*Partition)(nil),             // 9: cairn.cluster.Partition
-	(*ClusterMap)(nil),            // 10: cairn.cluster.ClusterMap
-	(*Command)(nil),               // 11: cairn.cluster.Command
-	(*MarkInSync)(nil),            // 12: cairn.cluster.MarkInSync
-	(*AddMetaPartition)(nil),      // 13: cairn.cluster.AddMetaPartition
-	(*StartMigration)(nil),        // 14: cairn.cluster.StartMigration
-	(*AdvanceMigration)(nil),      // 15: cairn.cluster.AdvanceMigration
-	(*InitCluster)(nil),           // 16: cairn.cluster.InitCluster
-	(*RegisterNode)(nil),          // 17: cairn.cluster.RegisterNode
-	(*SetNodeState)(nil),          // 18: cairn.cluster.SetNodeState
-	(*NewPartition)(nil),          // 19: cairn.cluster.NewPartition
-	(*CreateVolume)(nil),          // 20: cairn.cluster.CreateVolume
-	(*DeleteVolume)(nil),          // 21: cairn.cluster.DeleteVolume
-	(*RegisterRequest)(nil),       // 22: cairn.cluster.RegisterRequest
-	(*RegisterResponse)(nil),      // 23: cairn.cluster.RegisterResponse
-	(*Usage)(nil),                 // 24: cairn.cluster.Usage
-	(*PartitionReport)(nil),       // 25: cairn.cluster.PartitionReport
-	(*HeartbeatRequest)(nil),      // 26: cairn.cluster.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 27: cairn.cluster.HeartbeatResponse
-	(*GetMapRequest)(nil),         // 28: cairn.cluster.GetMapRequest
-	(*GetMapResponse)(nil),        // 29: cairn.cluster.GetMapResponse
-	(*CreateVolumeRequest)(nil),   // 30: cairn.cluster.CreateVolumeRequest
-	(*VolumeRequest)(nil),         // 31: cairn.cluster.VolumeRequest
-	(*VolumeResponse)(nil),        // 32: cairn.cluster.VolumeResponse
-	(*ListVolumesRequest)(nil),    // 33: cairn.cluster.ListVolumesRequest
-	(*ListVolumesResponse)(nil),   // 34: cairn.cluster.ListVolumesResponse
-	(*DeleteVolumeResponse)(nil),  // 35: cairn.cluster.DeleteVolumeResponse
-	(*PingRequest)(nil),           // 36: cairn.cluster.PingRequest
-	(*PingResponse)(nil),          // 37: cairn.cluster.PingResponse
-	(*NodeStatus)(nil),            // 38: cairn.cluster.NodeStatus
-	(*StatusRequest)(nil),         // 39: cairn.cluster.StatusRequest
-	(*StatusResponse)(nil),        // 40: cairn.cluster.StatusResponse
-	(*ReportFailureRequest)(nil),  // 41: cairn.cluster.ReportFailureRequest
-	(*ReportFailureResponse)(nil), // 42: cairn.cluster.ReportFailureResponse
-	nil,                           // 43: cairn.cluster.ClusterMap.NodesEntry
-	nil,                           // 44: cairn.cluster.ClusterMap.VolumesEntry
-	nil,                           // 45: cairn.cluster.ClusterMap.PartitionsEntry
-	nil,                           // 46: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	nil,                           // 47: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	(MovePhase)(0),                // 4: cairn.cluster.MovePhase
+	(*Node)(nil),                  // 5: cairn.cluster.Node
+	(*Volume)(nil),                // 6: cairn.cluster.Volume
+	(*ChunkLayout)(nil),           // 7: cairn.cluster.ChunkLayout
+	(*ExceptionEntry)(nil),        // 8: cairn.cluster.ExceptionEntry
+	(*Migration)(nil),             // 9: cairn.cluster.Migration
+	(*Partition)(nil),             // 10: cairn.cluster.Partition
+	(*ClusterMap)(nil),            // 11: cairn.cluster.ClusterMap
+	(*Command)(nil),               // 12: cairn.cluster.Command
+	(*MoveReplica)(nil),           // 13: cairn.cluster.MoveReplica
+	(*MarkInSync)(nil),            // 14: cairn.cluster.MarkInSync
+	(*AddMetaPartition)(nil),      // 15: cairn.cluster.AddMetaPartition
+	(*StartMigration)(nil),        // 16: cairn.cluster.StartMigration
+	(*AdvanceMigration)(nil),      // 17: cairn.cluster.AdvanceMigration
+	(*InitCluster)(nil),           // 18: cairn.cluster.InitCluster
+	(*RegisterNode)(nil),          // 19: cairn.cluster.RegisterNode
+	(*SetNodeState)(nil),          // 20: cairn.cluster.SetNodeState
+	(*NewPartition)(nil),          // 21: cairn.cluster.NewPartition
+	(*CreateVolume)(nil),          // 22: cairn.cluster.CreateVolume
+	(*DeleteVolume)(nil),          // 23: cairn.cluster.DeleteVolume
+	(*RegisterRequest)(nil),       // 24: cairn.cluster.RegisterRequest
+	(*RegisterResponse)(nil),      // 25: cairn.cluster.RegisterResponse
+	(*Usage)(nil),                 // 26: cairn.cluster.Usage
+	(*PartitionReport)(nil),       // 27: cairn.cluster.PartitionReport
+	(*HeartbeatRequest)(nil),      // 28: cairn.cluster.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 29: cairn.cluster.HeartbeatResponse
+	(*GetMapRequest)(nil),         // 30: cairn.cluster.GetMapRequest
+	(*GetMapResponse)(nil),        // 31: cairn.cluster.GetMapResponse
+	(*CreateVolumeRequest)(nil),   // 32: cairn.cluster.CreateVolumeRequest
+	(*VolumeRequest)(nil),         // 33: cairn.cluster.VolumeRequest
+	(*VolumeResponse)(nil),        // 34: cairn.cluster.VolumeResponse
+	(*ListVolumesRequest)(nil),    // 35: cairn.cluster.ListVolumesRequest
+	(*ListVolumesResponse)(nil),   // 36: cairn.cluster.ListVolumesResponse
+	(*DeleteVolumeResponse)(nil),  // 37: cairn.cluster.DeleteVolumeResponse
+	(*PingRequest)(nil),           // 38: cairn.cluster.PingRequest
+	(*PingResponse)(nil),          // 39: cairn.cluster.PingResponse
+	(*NodeStatus)(nil),            // 40: cairn.cluster.NodeStatus
+	(*StatusRequest)(nil),         // 41: cairn.cluster.StatusRequest
+	(*StatusResponse)(nil),        // 42: cairn.cluster.StatusResponse
+	(*ReportFailureRequest)(nil),  // 43: cairn.cluster.ReportFailureRequest
+	(*ReportFailureResponse)(nil), // 44: cairn.cluster.ReportFailureResponse
+	nil,                           // 45: cairn.cluster.ClusterMap.NodesEntry
+	nil,                           // 46: cairn.cluster.ClusterMap.VolumesEntry
+	nil,                           // 47: cairn.cluster.ClusterMap.PartitionsEntry
+	nil,                           // 48: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	nil,                           // 49: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
 	1,  // 1: cairn.cluster.Node.state:type_name -> cairn.cluster.NodeState
-	7,  // 2: cairn.cluster.Volume.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	8,  // 3: cairn.cluster.Volume.migration:type_name -> cairn.cluster.Migration
-	6,  // 4: cairn.cluster.Volume.chunking:type_name -> cairn.cluster.ChunkLayout
-	7,  // 5: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	8,  // 2: cairn.cluster.Volume.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	9,  // 3: cairn.cluster.Volume.migration:type_name -> cairn.cluster.Migration
+	7,  // 4: cairn.cluster.Volume.chunking:type_name -> cairn.cluster.ChunkLayout
+	8,  // 5: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
 	3,  // 6: cairn.cluster.Migration.phase:type_name -> cairn.cluster.MigrationPhase
 	2,  // 7: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
-	43, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
-	44, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
-	45, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
-	16, // 11: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
-	17, // 12: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
-	18, // 13: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
-	20, // 14: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
-	21, // 15: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
-	13, // 16: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
-	14, // 17: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
-	15, // 18: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
-	12, // 19: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
-	19, // 20: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
-	7,  // 21: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	3,  // 22: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
-	0,  // 23: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
-	1,  // 24: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
-	2,  // 25: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
-	19, // 26: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
-	6,  // 27: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
-	0,  // 28: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
-	24, // 29: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
-	25, // 30: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
-	9,  // 31: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
-	46, // 32: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	47, // 33: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
-	10, // 34: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
-	6,  // 35: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
-	5,  // 36: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
-	9,  // 37: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
-	5,  // 38: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
-	4,  // 39: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
-	24, // 40: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
-	25, // 41: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
-	10, // 42: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
-	38, // 43: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
-	37, // 44: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
-	4,  // 45: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
-	5,  // 46: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
-	9,  // 47: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
-	22, // 48: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
-	26, // 49: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
-	28, // 50: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
-	30, // 51: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
-	31, // 52: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
-	33, // 53: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
-	31, // 54: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
-	39, // 55: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
-	36, // 56: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	41, // 57: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
-	23, // 58: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	27, // 59: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	29, // 60: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	32, // 61: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	32, // 62: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	34, // 63: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	35, // 64: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	40, // 65: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	37, // 66: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	42, // 67: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
-	58, // [58:68] is the sub-list for method output_type
-	48, // [48:58] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	45, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
+	46, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
+	47, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
+	18, // 11: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
+	19, // 12: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
+	20, // 13: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
+	22, // 14: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
+	23, // 15: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
+	15, // 16: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
+	16, // 17: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
+	17, // 18: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
+	14, // 19: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
+	13, // 20: cairn.cluster.Command.move_replica:type_name -> cairn.cluster.MoveReplica
+	4,  // 21: cairn.cluster.MoveReplica.phase:type_name -> cairn.cluster.MovePhase
+	21, // 22: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
+	8,  // 23: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	3,  // 24: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
+	0,  // 25: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
+	1,  // 26: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
+	2,  // 27: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
+	21, // 28: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
+	7,  // 29: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
+	0,  // 30: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
+	26, // 31: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
+	27, // 32: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
+	10, // 33: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
+	48, // 34: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	49, // 35: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	11, // 36: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
+	7,  // 37: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
+	6,  // 38: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
+	10, // 39: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
+	6,  // 40: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
+	5,  // 41: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
+	26, // 42: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
+	27, // 43: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
+	11, // 44: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
+	40, // 45: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
+	39, // 46: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
+	5,  // 47: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
+	6,  // 48: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
+	10, // 49: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
+	24, // 50: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
+	28, // 51: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
+	30, // 52: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
+	32, // 53: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
+	33, // 54: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
+	35, // 55: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
+	33, // 56: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
+	41, // 57: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
+	38, // 58: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
+	43, // 59: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
+	25, // 60: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	29, // 61: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	31, // 62: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	34, // 63: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	34, // 64: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	36, // 65: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	37, // 66: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	42, // 67: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	39, // 68: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	44, // 69: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
+	60, // [60:70] is the sub-list for method output_type
+	50, // [50:60] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -3656,14 +3863,15 @@ func file_cluster_proto_init() {
 		(*Command_StartMigration)(nil),
 		(*Command_AdvanceMigration)(nil),
 		(*Command_MarkInSync)(nil),
+		(*Command_MoveReplica)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   44,
+			NumEnums:      5,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

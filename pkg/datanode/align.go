@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/extentstore"
+	"github.com/cairnfs/cairn/pkg/membership"
 	"github.com/cairnfs/cairn/pkg/multiraft"
 )
 
@@ -31,11 +32,16 @@ func (p *partition) maintain() {
 	// partitions opened together do not scrub together.
 	scrubT := time.NewTimer(opts.ScrubInterval/2 + rand.N(opts.ScrubInterval/2+1))
 	defer scrubT.Stop()
+	moveT := time.NewTicker(moveInterval)
+	defer moveT.Stop()
 	var last time.Time
 	for {
 		select {
 		case <-p.ctx.Done():
 			return
+		case <-moveT.C:
+			p.driveMove()
+			continue
 		case bb := <-p.repairs:
 			p.repair(bb)
 			continue
@@ -65,10 +71,31 @@ func (p *partition) maintain() {
 		if len(p.behind) > 0 {
 			next = min(next, opts.AlignQuietPeriod+opts.AlignQuietPeriod/4)
 		}
-		if v := p.view(); v.self(v.stale) && p.syncedEpoch.Load() != v.epoch {
-			next = min(next, 2*time.Second) // a stale replica catches up promptly
+		if v := p.view(); (v.self(v.stale) && p.syncedEpoch.Load() != v.epoch) || v.joining == v.node {
+			next = min(next, 2*time.Second) // a stale or joining replica catches up promptly
 		}
 		alignT.Reset(next)
+	}
+}
+
+// moveInterval is how often a partition's leader checks for a replica move
+// to drive.
+const moveInterval = 500 * time.Millisecond
+
+// driveMove makes the next Raft configuration change of a replica move the
+// map asks for, if this replica leads the partition's group.
+func (p *partition) driveMove() {
+	v := p.view()
+	if v.joining == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	step, err := membership.Drive(ctx, p.h.env.Raft, multiraft.GroupID(p.id), v.node, v.joining, v.leaving)
+	if err != nil {
+		p.log.Warn("replica move", "joining", v.joining, "leaving", v.leaving, "step", step.Kind.String(), "err", err)
+	} else if step.Kind != membership.None {
+		p.log.Info("replica move", "joining", v.joining, "leaving", v.leaving, "step", step.Kind.String(), "node", step.Node)
 	}
 }
 
@@ -112,7 +139,7 @@ func (p *partition) leadFromPrimary() {
 // its stale mark on that report.
 func (p *partition) align(ctx context.Context) error {
 	v := p.view()
-	if !v.self(v.replicas) || v.head == 0 {
+	if !v.member() || v.head == 0 {
 		return nil
 	}
 	marks, all, gen := p.staleState()

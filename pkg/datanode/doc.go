@@ -5,7 +5,10 @@
 //
 // # Appends: chain replication (CFS §2.2.5)
 //
-// A partition's replicas are ordered; the first is the primary. A client
+// A partition's write chain is its replicas that are not down, in the
+// map's order (pkg/replicaset); its first member, never a stale replica, is
+// the primary, and the chain takes writes only while it holds the write
+// quorum (2 of 3; otherwise writes get CodeDegraded). A client
 // creates an extent on the primary (OpCreateExtent: the primary picks a
 // fresh id and passes the creation down the chain) and streams packets to
 // it (OpAppend). Every replica, on the connection's reader goroutine and so
@@ -60,8 +63,11 @@
 //
 // # Catch-up, repair, deletion
 //
-// A follower aligns with the primary when it opens a partition, every
-// AlignInterval and when an append shows it is behind: it lists the
+// A follower aligns with the primary (only ever with it: followers delete
+// what it lacks) when it opens a partition, every AlignInterval (2s while
+// it is stale, until a pass finds nothing to do, which it reports to the
+// master in PartitionReport.in_sync_epoch) and when an append shows it is
+// behind: it lists the
 // primary's extents, creates those it lacks, appends the committed bytes it
 // lacks (copied from the primary) and deletes those the primary freed;
 // extents a stream is writing, and lags shorter than AlignQuietPeriod, are

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/extentstore"
 	"github.com/cairnfs/cairn/pkg/masterclient"
+	"github.com/cairnfs/cairn/pkg/multiraft"
 	"github.com/cairnfs/cairn/pkg/node"
 )
 
@@ -185,7 +188,7 @@ func NewFactory(opts Options) func(node.Env) (node.PartitionHost, error) {
 func (h *Host) Assign(assigned []*pb.Partition) error {
 	want := map[uint64]*pb.Partition{}
 	for _, p := range assigned {
-		if p.Kind == pb.PartitionKind_PARTITION_KIND_DATA && slices.Contains(p.Replicas, h.env.NodeID) {
+		if p.Kind == pb.PartitionKind_PARTITION_KIND_DATA && (slices.Contains(p.Replicas, h.env.NodeID) || p.Joining == h.env.NodeID) {
 			want[p.Id] = p
 		}
 	}
@@ -215,6 +218,29 @@ func (h *Host) Assign(assigned []*pb.Partition) error {
 		if err := p.close(); err != nil {
 			errs = append(errs, fmt.Errorf("close data partition %d: %w", id, err))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// Remove deletes the state of partitions the map moved off this node
+// (node.Remover): the Raft group's and the extent store with every byte.
+// They are closed already (Assign runs first); an open one is left alone.
+func (h *Host) Remove(ids []uint64) error {
+	var errs []error
+	for _, id := range ids {
+		if h.partition(id) != nil {
+			continue
+		}
+		if err := h.env.Raft.DestroyGroup(multiraft.GroupID(id)); err != nil {
+			errs = append(errs, fmt.Errorf("delete data partition %d: %w", id, err))
+			continue
+		}
+		dir := filepath.Join(h.env.DataDir, fmt.Sprintf("dp-%d", id))
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("delete data partition %d: %w", id, err))
+			continue
+		}
+		h.log.Info("data partition deleted: its replica moved to another node", "partition", id, "dir", dir)
 	}
 	return errors.Join(errs...)
 }

@@ -94,9 +94,11 @@ func openPartition(h *Host, p *pb.Partition) (*partition, error) {
 	}
 	part.store.Store(st)
 	part.sm = &overwriteSM{p: part}
-	peers := make([]multiraft.NodeID, len(p.Replicas))
-	for i, r := range p.Replicas {
-		peers[i] = multiraft.NodeID(r)
+	var peers []multiraft.NodeID // none for a joining replica: the leader adds it
+	if slices.Contains(p.Replicas, h.env.NodeID) {
+		for _, r := range p.Replicas {
+			peers = append(peers, multiraft.NodeID(r))
+		}
 	}
 	if err := h.env.Raft.AddGroup(multiraft.GroupID(p.Id), peers, part.sm, multiraft.GroupOptions{}); err != nil {
 		cancel()
@@ -165,8 +167,8 @@ func (p *partition) setView(part *pb.Partition, mapEpoch uint64) {
 	}
 	p.cv = cv
 	p.log.Info("replica set changed", "replicas", cv.replicas, "chain", cv.chain, "stale", cv.stale, "writable", cv.writable, "epoch", cv.epoch)
-	if cv.pos > 0 && cv.self(cv.stale) {
-		p.wakeup() // a stale follower catches up at once
+	if (cv.pos > 0 && cv.self(cv.stale)) || cv.joining == cv.node {
+		p.wakeup() // a stale or joining replica catches up at once
 	}
 }
 
@@ -188,6 +190,8 @@ type chainView struct {
 	head     uint64   // the chain's head if it may lead (not stale), else 0
 	writable bool     // the chain takes writes
 	epoch    uint64
+	// A replica move in progress: joining replaces leaving (pkg/membership).
+	joining, leaving uint64
 }
 
 func newChainView(p *pb.Partition, node, mapEpoch uint64) chainView {
@@ -199,13 +203,20 @@ func newChainView(p *pb.Partition, node, mapEpoch uint64) chainView {
 	return chainView{
 		node: node, replicas: slices.Clone(p.GetReplicas()), chain: chain, stale: slices.Clone(p.GetStale()),
 		pos: slices.Index(chain, node), head: replicaset.Head(p), writable: replicaset.Writable(p), epoch: epoch,
+		joining: p.GetJoining(), leaving: p.GetLeaving(),
 	}
+}
+
+// member reports whether this node holds a replica or is receiving one.
+func (v chainView) member() bool {
+	return v.self(v.replicas) || (v.joining != 0 && v.joining == v.node)
 }
 
 // same reports whether o describes the same replica set (the epoch a node
 // learned an unchanged set at does not count).
 func (v chainView) same(o chainView) bool {
-	return slices.Equal(v.replicas, o.replicas) && slices.Equal(v.chain, o.chain) && slices.Equal(v.stale, o.stale)
+	return slices.Equal(v.replicas, o.replicas) && slices.Equal(v.chain, o.chain) && slices.Equal(v.stale, o.stale) &&
+		v.joining == o.joining && v.leaving == o.leaving
 }
 
 // self reports whether this node is in list.
@@ -369,6 +380,14 @@ func (p *partition) report() *pb.PartitionReport {
 	r.Items = uint64(p.usage.Extents)
 	if e := p.syncedEpoch.Load(); e != 0 && e == p.view().epoch {
 		r.InSyncEpoch = e
+	}
+	if gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id)); err == nil && gs.IsLeader {
+		for _, v := range gs.Voters {
+			r.Voters = append(r.Voters, uint64(v))
+		}
+		for _, v := range gs.Learners {
+			r.Learners = append(r.Learners, uint64(v))
+		}
 	}
 	return r
 }

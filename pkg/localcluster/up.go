@@ -46,6 +46,9 @@ type Options struct {
 	LogLevel string
 	// DownAfter, if set, is passed to the masters (--down-after).
 	DownAfter time.Duration
+	// OutAfter, if set, is passed to the masters (--out-after): how long a
+	// down node waits before its replicas move to other nodes.
+	OutAfter time.Duration
 	// MasterFlags are appended verbatim to every master's command line
 	// (e.g. "--mp-max-inodes", "2000"), after the flags Start sets, so
 	// tuning the master needs no change here.
@@ -305,6 +308,9 @@ func (c *Cluster) args(p Proc) []string {
 		args := append([]string{"master", "--id", fmt.Sprint(p.ID), "--peers", c.layout.PeersFlag()}, common...)
 		if c.opts.DownAfter > 0 {
 			args = append(args, "--down-after", c.opts.DownAfter.String())
+		}
+		if c.opts.OutAfter > 0 {
+			args = append(args, "--out-after", c.opts.OutAfter.String())
 		}
 		return append(args, c.opts.MasterFlags...)
 	default:

@@ -55,6 +55,9 @@ type Config struct {
 	// OutAfter how long it may stay down before it is marked out.
 	DownAfter time.Duration
 	OutAfter  time.Duration
+	// MaxMoves bounds the replica moves (re-replication) in progress at once;
+	// default DefaultMaxMoves.
+	MaxMoves int
 	// ReportGrace is how long a node that another node or a client reported
 	// unresponsive (ReportFailure) may miss heartbeats before it is marked
 	// down; default 3s, at most DownAfter.
@@ -127,11 +130,14 @@ type Server struct {
 	metaPool *redirect.Pool
 	meta     *metaclient.Client
 
-	mu          sync.Mutex
-	soft        map[uint64]*nodeSoft // by node id; leader only
-	reported    map[uint64]time.Time // node -> last failure report; leader only
-	leaderSince time.Time            // zero when not leader
-	createMu    sync.Mutex           // serializes volume placement
+	mu       sync.Mutex
+	soft     map[uint64]*nodeSoft // by node id; leader only
+	reported map[uint64]time.Time // node -> last failure report; leader only
+	// noTargetLogged: when a partition with nowhere to move a replica was
+	// last logged (recovery.go).
+	noTargetLogged map[uint64]time.Time
+	leaderSince    time.Time  // zero when not leader
+	createMu       sync.Mutex // serializes volume placement
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -159,6 +165,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.OutAfter <= 0 {
 		cfg.OutAfter = 10 * time.Minute
 	}
+	if cfg.MaxMoves <= 0 {
+		cfg.MaxMoves = DefaultMaxMoves
+	}
 	if cfg.ReportGrace <= 0 {
 		cfg.ReportGrace = DefaultReportGrace
 	}
@@ -181,7 +190,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.Listen == "" {
 		cfg.Listen = cfg.Peers[cfg.ID]
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, fsm: newFSM(), soft: map[uint64]*nodeSoft{}, reported: map[uint64]time.Time{}, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, fsm: newFSM(), soft: map[uint64]*nodeSoft{}, reported: map[uint64]time.Time{}, noTargetLogged: map[uint64]time.Time{}, stop: make(chan struct{})}
 	s.hostname, _ = os.Hostname()
 	addrs := make([]string, 0, len(cfg.Peers))
 	for _, a := range cfg.Peers {
@@ -463,6 +472,7 @@ func (s *Server) leaderDuties(ctx context.Context) {
 		}
 		s.log.Info("node state changed", "node", ch.NodeId, "state", stateName(ch.State))
 	}
+	s.recoverReplicas(ctx)
 }
 
 // DefaultReportGrace is Config.ReportGrace's default: three heartbeats.

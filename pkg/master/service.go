@@ -125,12 +125,14 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		assigned []*pb.Partition
 		epoch    uint64
 		inSync   []*pb.MarkInSync
+		removed  []uint64
 	)
 	addrs, dataAddrs := map[uint64]string{}, map[uint64]string{}
 	v.s.fsm.read(func(st *clustermap.State) {
 		if n, ok := st.Map().Nodes[req.NodeId]; ok && n.Uuid == req.Uuid {
 			node = proto.Clone(n).(*pb.Node)
 			inSync = caughtUp(st, req.NodeId, req.Partitions)
+			removed = movedAway(st, req.NodeId, req.Partitions)
 			for _, p := range st.PartitionsOf(req.NodeId) {
 				assigned = append(assigned, proto.Clone(p).(*pb.Partition))
 				for _, r := range p.Replicas {
@@ -167,7 +169,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		}
 		v.s.log.Info("stale replica caught up", "partition", c.PartitionId, "node", c.NodeId, "partition_epoch", c.Epoch)
 	}
-	return &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs, NodeDataAddrs: dataAddrs}, nil
+	return &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs, NodeDataAddrs: dataAddrs, Removed: removed}, nil
 }
 
 func (v *service) GetMap(ctx context.Context, _ *pb.GetMapRequest) (*pb.GetMapResponse, error) {

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/membership"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/multiraft"
@@ -90,6 +91,9 @@ type partition struct {
 	// wantEnd is the cluster map's inode_end (0: open), which the leader
 	// makes the partition's range end (ranges.go).
 	wantEnd atomic.Uint64
+	// joining and leaving are the cluster map's replica move in progress
+	// (0: none), which the leader carries out (pkg/membership).
+	joining, leaving atomic.Uint64
 }
 
 // lockedSM lets RPC handlers read a partition while the Raft loop applies to it.
@@ -152,7 +156,66 @@ func New(env node.Env, opts Options) (*Host, error) {
 	}
 	h.wg.Add(1)
 	go h.runRanges()
+	h.wg.Add(1)
+	go h.runMoves()
 	return h, nil
+}
+
+// moveInterval is how often the leaders check for replica moves to drive.
+const moveInterval = 500 * time.Millisecond
+
+// runMoves makes, for every partition this node leads whose map records a
+// replica move, the move's next Raft configuration change.
+func (h *Host) runMoves() {
+	defer h.wg.Done()
+	t := time.NewTicker(moveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		h.mu.RLock()
+		var moving []*partition
+		for _, p := range h.parts {
+			if p.joining.Load() != 0 {
+				moving = append(moving, p)
+			}
+		}
+		h.mu.RUnlock()
+		for _, p := range moving {
+			joining, leaving := p.joining.Load(), p.leaving.Load()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			step, err := membership.Drive(ctx, h.env.Raft, multiraft.GroupID(p.id), h.env.NodeID, joining, leaving)
+			cancel()
+			if err != nil {
+				h.log.Warn("replica move", "partition", p.id, "joining", joining, "leaving", leaving, "step", step.Kind.String(), "err", err)
+			} else if step.Kind != membership.None {
+				h.log.Info("replica move", "partition", p.id, "joining", joining, "leaving", leaving, "step", step.Kind.String(), "node", step.Node)
+			}
+		}
+	}
+}
+
+// Remove deletes the Raft state of partitions the map moved off this node
+// (node.Remover). They are closed already (Assign runs first).
+func (h *Host) Remove(ids []uint64) error {
+	var errs []error
+	for _, id := range ids {
+		h.mu.RLock()
+		_, open := h.parts[id]
+		h.mu.RUnlock()
+		if open {
+			continue
+		}
+		if err := h.env.Raft.DestroyGroup(multiraft.GroupID(id)); err != nil {
+			errs = append(errs, fmt.Errorf("delete meta partition %d: %w", id, err))
+			continue
+		}
+		h.log.Info("meta partition deleted: its replica moved to another node", "partition", id)
+	}
+	return errors.Join(errs...)
 }
 
 // NewFactory adapts New to node.Config.NewPartitions.
@@ -166,7 +229,7 @@ func NewFactory(opts Options) func(node.Env) (node.PartitionHost, error) {
 func (h *Host) Assign(assigned []*pb.Partition) error {
 	want := map[uint64]*pb.Partition{}
 	for _, p := range assigned {
-		if p.Kind == pb.PartitionKind_PARTITION_KIND_META {
+		if p.Kind == pb.PartitionKind_PARTITION_KIND_META && (slices.Contains(p.Replicas, h.env.NodeID) || p.Joining == h.env.NodeID) {
 			want[p.Id] = p
 		}
 	}
@@ -176,6 +239,8 @@ func (h *Host) Assign(assigned []*pb.Partition) error {
 	for id, p := range want {
 		if part, ok := h.parts[id]; ok {
 			h.noteRange(part, p)
+			part.joining.Store(p.Joining)
+			part.leaving.Store(p.Leaving)
 			continue
 		}
 		if err := h.open(p); err != nil {
@@ -205,11 +270,15 @@ func (h *Host) open(p *pb.Partition) error {
 	ns := nsreplica.New(0)
 	mp.OnFence(ns.Invalidate)
 	sm := &lockedSM{p: mp, restored: ns.Clear}
-	peers := make([]multiraft.NodeID, len(p.Replicas))
-	for i, r := range p.Replicas {
-		peers[i] = multiraft.NodeID(r)
+	var peers []multiraft.NodeID // none for a joining replica: the leader adds it
+	if slices.Contains(p.Replicas, h.env.NodeID) {
+		for _, r := range p.Replicas {
+			peers = append(peers, multiraft.NodeID(r))
+		}
 	}
 	part := &partition{id: p.Id, volume: p.VolumeId, sm: sm, merger: newMerger(h, p.Id), ns: ns}
+	part.joining.Store(p.Joining)
+	part.leaving.Store(p.Leaving)
 	opts := multiraft.GroupOptions{OnLeaderChange: func(li multiraft.LeaderInfo) {
 		if !li.IsLeader {
 			return
@@ -242,6 +311,14 @@ func (h *Host) Report() []*pb.PartitionReport {
 		r := &pb.PartitionReport{Id: id}
 		if st, err := h.env.Raft.Status(multiraft.GroupID(id)); err == nil {
 			r.Leader = st.IsLeader
+			if st.IsLeader {
+				for _, v := range st.Voters {
+					r.Voters = append(r.Voters, uint64(v))
+				}
+				for _, v := range st.Learners {
+					r.Learners = append(r.Learners, uint64(v))
+				}
+			}
 		}
 		p.sm.read(func(mp *metapartition.Partition) {
 			s := mp.Stats(0)

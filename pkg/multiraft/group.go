@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -519,6 +520,12 @@ func (h *Host) status(g *group) GroupStatus {
 		bs := g.rn.BasicStatus()
 		s.Leader, s.Term, s.IsLeader = NodeID(bs.Lead), bs.GetTerm(), bs.RaftState == raft.StateLeader
 		s.Commit = bs.GetCommit()
+		if s.IsLeader {
+			s.Match = map[NodeID]uint64{}
+			g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+				s.Match[NodeID(id)] = pr.Match
+			})
+		}
 	}
 	for _, v := range g.conf.GetVoters() {
 		s.Voters = append(s.Voters, NodeID(v))
@@ -529,4 +536,22 @@ func (h *Host) status(g *group) GroupStatus {
 	slices.Sort(s.Voters)
 	slices.Sort(s.Learners)
 	return s
+}
+
+// DestroyGroup deletes the persisted state of group id, which this host
+// must not be hosting (RemoveGroup it first): a replica moved away whose
+// state is no longer wanted.
+func (h *Host) DestroyGroup(id GroupID) error {
+	h.roundMu.Lock()
+	defer h.roundMu.Unlock()
+	h.mu.Lock()
+	err := h.checkUsable()
+	if err == nil && h.groups[id] != nil {
+		err = fmt.Errorf("group %d: %w", id, ErrGroupExists)
+	}
+	h.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return destroyGroup(h.cfg.DB, id)
 }

@@ -188,6 +188,10 @@ type GroupStatus struct {
 	// Voters and Learners are the latest applied configuration (the incoming
 	// one while a joint change is in progress), sorted.
 	Voters, Learners []NodeID
+	// Match is, on the leader only, the highest log index known to be
+	// replicated to each voter and learner (raft's progress): a learner whose
+	// Match reached Commit has caught up.
+	Match map[NodeID]uint64
 	// Err is set when the replica stopped working on this host (its state
 	// machine failed to restore, or raft hit an invariant violation); the
 	// group must be removed and re-added.

@@ -95,6 +95,14 @@ type Env struct {
 	Refresh func()
 }
 
+// Remover is a PartitionHost that deletes the state of partitions the map
+// moved off the node.
+type Remover interface {
+	// Remove deletes the state of closed partitions ids; it must be
+	// idempotent and leave open partitions alone.
+	Remove(ids []uint64) error
+}
+
 // PartitionHost is the part of a role that hosts partitions.
 type PartitionHost interface {
 	// Assign receives the node's whole assignment when it changes, and once at
@@ -563,7 +571,7 @@ func (n *Node) heartbeat() error {
 	}
 	n.mu.Unlock()
 	if !changed {
-		return nil
+		return n.remove(resp.Removed)
 	}
 	if err := n.saveAssignment(resp); err != nil {
 		return fmt.Errorf("save assignment: %w", err)
@@ -573,6 +581,27 @@ func (n *Node) heartbeat() error {
 		if err := n.parts.Assign(resp.Assigned); err != nil {
 			return fmt.Errorf("apply assignment: %w", err)
 		}
+	}
+	return n.remove(resp.Removed)
+}
+
+// remove deletes the partitions the master says were moved off this node,
+// after the assignment that no longer has them closed them.
+func (n *Node) remove(ids []uint64) error {
+	r, ok := n.parts.(Remover)
+	if !ok || len(ids) == 0 {
+		return nil
+	}
+	n.mu.Lock()
+	for _, p := range n.assignment.Assigned {
+		if slices.Contains(ids, p.Id) {
+			n.mu.Unlock()
+			return fmt.Errorf("the master asks to delete partition %d, which it also assigns here", p.Id)
+		}
+	}
+	n.mu.Unlock()
+	if err := r.Remove(ids); err != nil {
+		return fmt.Errorf("delete moved partitions: %w", err)
 	}
 	return nil
 }

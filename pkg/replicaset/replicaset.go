@@ -75,7 +75,7 @@ func NodeDown(p *pb.Partition, node uint64) bool {
 		return false
 	}
 	p.Down = append(p.Down, node)
-	normalize(p)
+	Normalize(p)
 	return true
 }
 
@@ -87,7 +87,7 @@ func NodeUp(p *pb.Partition, node uint64) bool {
 		return false
 	}
 	p.Down = slices.Delete(p.Down, i, i+1)
-	normalize(p)
+	Normalize(p)
 	return true
 }
 
@@ -101,14 +101,16 @@ func InSync(p *pb.Partition, node, epoch uint64) bool {
 		return false
 	}
 	p.Stale = slices.Delete(p.Stale, i, i+1)
-	normalize(p)
+	Normalize(p)
 	return true
 }
 
-// normalize restores p's invariants after a change: replicas ordered
-// fresh-alive, stale-alive, down (stable within each group), and, when the
-// partition takes writes, every down replica marked stale (it misses them).
-func normalize(p *pb.Partition) {
+// Normalize restores p's invariants after a change of its replicas, down
+// or stale lists: replicas ordered fresh-alive, stale-alive, down (stable
+// within each group), and, when the partition takes writes, every down
+// replica marked stale (it misses them). NodeDown, NodeUp and InSync call
+// it; a caller that edits the lists itself (a replica move) must too.
+func Normalize(p *pb.Partition) {
 	rank := func(r uint64) int {
 		switch {
 		case slices.Contains(p.Down, r):

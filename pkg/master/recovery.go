@@ -1,0 +1,182 @@
+package master
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnfs/cairn/pkg/clustermap"
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/membership"
+	"github.com/cairnfs/cairn/pkg/placement"
+)
+
+// DefaultMaxMoves is Config.MaxMoves's default.
+const DefaultMaxMoves = 4
+
+// recoverReplicas is the leader's re-replication duty (Ceph §5, CFS §2.4),
+// run with the other leader duties every second. For every partition with
+// a replica on a node that is out (down for longer than OutAfter), it
+// records a move of that replica to another alive node of the same role
+// chosen by placement (straw2 over the candidates that hold no replica of
+// the partition, in a failure domain the partition does not use yet when
+// there is one); the partition's Raft leader carries the move out
+// (pkg/membership), and a data partition's new replica copies the extents
+// by alignment. The move completes in the map (DONE) once the leader
+// reports the target configuration, and is abandoned (ABORT) if the
+// joining node stops being alive. At most MaxMoves run at once, which paces
+// recovery traffic together with the data nodes' copy rate.
+func (s *Server) recoverReplicas(ctx context.Context) {
+	type pending struct {
+		p      *pb.Partition
+		leader *pb.PartitionReport
+	}
+	var (
+		moving  []pending
+		sources []*pb.Partition // partitions with a replica on an out node, not moving
+		states  = map[uint64]pb.NodeState{}
+	)
+	s.mu.Lock()
+	leaders := map[uint64]*pb.PartitionReport{}
+	for _, soft := range s.soft {
+		for _, r := range soft.partitions {
+			if r.Leader {
+				leaders[r.Id] = r
+			}
+		}
+	}
+	s.mu.Unlock()
+	s.fsm.read(func(st *clustermap.State) {
+		for id, n := range st.Map().Nodes {
+			states[id] = n.State
+		}
+		for _, p := range st.Map().Partitions {
+			if p.Joining != 0 {
+				moving = append(moving, pending{p: clonePartition(p), leader: leaders[p.Id]})
+				continue
+			}
+			for _, r := range p.Replicas {
+				if states[r] == pb.NodeState_NODE_STATE_OUT {
+					sources = append(sources, clonePartition(p))
+					break
+				}
+			}
+		}
+	})
+	inFlight := 0
+	for _, m := range moving {
+		p := m.p
+		phase := pb.MovePhase_MOVE_PHASE_UNSPECIFIED
+		switch {
+		case states[p.Joining] != pb.NodeState_NODE_STATE_ALIVE:
+			phase = pb.MovePhase_MOVE_PHASE_ABORT
+		case m.leader != nil && membership.Done(p.Replicas, p.Joining, p.Leaving, m.leader.Voters, m.leader.Learners):
+			phase = pb.MovePhase_MOVE_PHASE_DONE
+		default:
+			inFlight++
+			continue
+		}
+		cmd := &pb.MoveReplica{PartitionId: p.Id, From: p.Leaving, To: p.Joining, Phase: phase}
+		if _, err := s.propose(ctx, &pb.Command{Op: &pb.Command_MoveReplica{MoveReplica: cmd}}); err != nil {
+			s.log.Warn("replica move", "partition", p.Id, "from", p.Leaving, "to", p.Joining, "phase", phase.String(), "err", err)
+			continue
+		}
+		s.log.Info("replica move", "partition", p.Id, "from", p.Leaving, "to", p.Joining, "phase", phase.String())
+	}
+	sort.Slice(sources, func(i, j int) bool { return sources[i].Id < sources[j].Id })
+	for _, p := range sources {
+		if inFlight >= s.cfg.MaxMoves {
+			return
+		}
+		var from uint64
+		for _, r := range p.Replicas {
+			if states[r] == pb.NodeState_NODE_STATE_OUT {
+				from = r
+				break
+			}
+		}
+		to, ok := s.moveTarget(p, from)
+		if !ok {
+			s.noTarget(p.Id)
+			continue
+		}
+		cmd := &pb.MoveReplica{PartitionId: p.Id, From: from, To: to, Phase: pb.MovePhase_MOVE_PHASE_START}
+		if _, err := s.propose(ctx, &pb.Command{Op: &pb.Command_MoveReplica{MoveReplica: cmd}}); err != nil {
+			s.log.Warn("start a replica move", "partition", p.Id, "from", from, "to", to, "err", err)
+			continue
+		}
+		inFlight++
+		s.log.Info("replica move", "partition", p.Id, "from", from, "to", to, "phase", "start", "why", "node out")
+	}
+}
+
+// moveTarget chooses the node that receives p's replica on from: an alive
+// node of p's role that holds no replica of p, in a failure domain p's
+// other replicas do not use when one is available, by straw2 on p's id.
+func (s *Server) moveTarget(p *pb.Partition, from uint64) (uint64, bool) {
+	role := pb.Role_ROLE_META
+	if p.Kind == pb.PartitionKind_PARTITION_KIND_DATA {
+		role = pb.Role_ROLE_DATA
+	}
+	cands, _ := s.candidates(role)
+	used := map[string]bool{}
+	s.fsm.read(func(st *clustermap.State) {
+		for _, r := range p.Replicas {
+			if n := st.Map().Nodes[r]; n != nil && r != from && n.Zone != "" {
+				used[n.Zone] = true
+			}
+		}
+	})
+	var free, fresh []placement.Candidate
+	for _, c := range cands {
+		if slices.Contains(p.Replicas, c.ID) {
+			continue
+		}
+		free = append(free, c)
+		if c.Zone == "" || !used[c.Zone] {
+			fresh = append(fresh, c)
+		}
+	}
+	if len(fresh) > 0 {
+		free = fresh
+	}
+	if len(free) == 0 {
+		return 0, false
+	}
+	ids, err := placement.Choose(p.Id, free, 1)
+	if err != nil || len(ids) == 0 {
+		return 0, false
+	}
+	return ids[0], true
+}
+
+// noTarget logs, at most once a minute per partition, that a replica on an
+// out node has nowhere to go (every node of the role holds one already).
+func (s *Server) noTarget(id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Since(s.noTargetLogged[id]) < time.Minute {
+		return
+	}
+	s.noTargetLogged[id] = time.Now()
+	s.log.Warn("partition has a replica on an out node and no other node to move it to; add a node", "partition", id)
+}
+
+// movedAway returns the partitions among reports that the map no longer
+// places on node (neither a replica nor a joining one): a move replaced
+// the node's replica, and the node deletes its copy.
+func movedAway(st *clustermap.State, node uint64, reports []*pb.PartitionReport) []uint64 {
+	var out []uint64
+	for _, r := range reports {
+		p := st.Map().Partitions[r.Id]
+		if p != nil && !slices.Contains(p.Replicas, node) && p.Joining != node {
+			out = append(out, r.Id)
+		}
+	}
+	return out
+}
+
+func clonePartition(p *pb.Partition) *pb.Partition { return proto.Clone(p).(*pb.Partition) }

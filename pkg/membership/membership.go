@@ -1,0 +1,135 @@
+// Package membership moves a partition's Raft configuration through a
+// replica move that the cluster map records (Partition.joining replaces
+// Partition.leaving; re-replication and decommission, Ceph §5, CFS §2.4).
+// The map says what the replica set must become; the group's leader makes
+// it so one configuration change at a time, with raft's simple protocol:
+//
+//  1. add the joining node as a learner (it receives a snapshot and the log
+//     without counting toward any quorum);
+//  2. once the learner's log has caught up with the leader's commit index,
+//     promote it to voter (so the group never waits for a lagging member);
+//  3. remove the leaving node; a leader that is itself leaving first hands
+//     leadership to another voter.
+//
+// Next is the pure decision; Drive applies it to a multiraft host. The
+// master completes the move in the map once the leader reports the target
+// configuration (Done).
+package membership
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnfs/cairn/pkg/multiraft"
+)
+
+// Kind is what a step does.
+type Kind int
+
+// The steps of a move.
+const (
+	None Kind = iota
+	AddLearner
+	Promote
+	Remove
+	TransferLeader
+)
+
+func (k Kind) String() string {
+	return [...]string{"none", "add learner", "promote", "remove", "transfer leadership"}[k]
+}
+
+// Step is the next configuration change a group's leader should make.
+type Step struct {
+	Kind Kind
+	Node uint64
+}
+
+// Group is what the leader knows of its group.
+type Group struct {
+	Self             uint64
+	Voters, Learners []uint64
+	// Match is each member's replicated log index; Commit the leader's.
+	Match  map[uint64]uint64
+	Commit uint64
+}
+
+// Next returns the step that moves g toward replacing leaving with joining.
+// It returns None when the configuration is already the target (or no move
+// is asked for).
+func Next(g Group, joining, leaving uint64) Step {
+	if joining == 0 {
+		return Step{}
+	}
+	switch {
+	case !slices.Contains(g.Voters, joining) && !slices.Contains(g.Learners, joining):
+		return Step{AddLearner, joining}
+	case slices.Contains(g.Learners, joining):
+		if g.Match[joining] >= g.Commit {
+			return Step{Promote, joining}
+		}
+		return Step{} // still catching up
+	case leaving != 0 && slices.Contains(g.Voters, leaving):
+		if leaving == g.Self {
+			return Step{TransferLeader, joining}
+		}
+		return Step{Remove, leaving}
+	case leaving != 0 && slices.Contains(g.Learners, leaving):
+		return Step{Remove, leaving}
+	}
+	return Step{}
+}
+
+// Done reports whether a group whose leader reports voters and learners has
+// completed the move of leaving to joining over replicas (the map's replica
+// set before the move).
+func Done(replicas []uint64, joining, leaving uint64, voters, learners []uint64) bool {
+	want := slices.DeleteFunc(slices.Clone(replicas), func(r uint64) bool { return r == leaving })
+	want = append(want, joining)
+	slices.Sort(want)
+	got := slices.Sorted(slices.Values(voters))
+	return joining != 0 && len(learners) == 0 && slices.Equal(want, got)
+}
+
+// Drive makes the next step of the move on host h for group id, if this
+// replica leads it. It returns the step taken (None if there was nothing
+// to do here).
+func Drive(ctx context.Context, h *multiraft.Host, id multiraft.GroupID, self, joining, leaving uint64) (Step, error) {
+	st, err := h.Status(id)
+	if err != nil || !st.IsLeader {
+		return Step{}, err
+	}
+	g := Group{Self: self, Commit: st.Commit, Match: map[uint64]uint64{}}
+	for _, v := range st.Voters {
+		g.Voters = append(g.Voters, uint64(v))
+	}
+	for _, v := range st.Learners {
+		g.Learners = append(g.Learners, uint64(v))
+	}
+	for n, m := range st.Match {
+		g.Match[uint64(n)] = m
+	}
+	step := Next(g, joining, leaving)
+	var t raftpb.ConfChangeType
+	switch step.Kind {
+	case None:
+		return step, nil
+	case TransferLeader:
+		return step, h.TransferLeader(id, multiraft.NodeID(step.Node))
+	case AddLearner:
+		t = raftpb.ConfChangeAddLearnerNode
+	case Promote:
+		t = raftpb.ConfChangeAddNode
+	case Remove:
+		t = raftpb.ConfChangeRemoveNode
+	}
+	cc := &raftpb.ConfChange{Type: t.Enum(), NodeId: proto.Uint64(step.Node)}
+	if err := h.ProposeConfChange(ctx, id, cc); err != nil {
+		return step, fmt.Errorf("group %d: %s node %d: %w", id, step.Kind, step.Node, err)
+	}
+	return step, nil
+}

@@ -1,0 +1,49 @@
+package membership
+
+import "testing"
+
+func TestNext(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		g                Group
+		joining, leaving uint64
+		want             Step
+	}{
+		{"no move", Group{Self: 1, Voters: []uint64{1, 2, 3}}, 0, 0, Step{}},
+		{"add the learner", Group{Self: 1, Voters: []uint64{1, 2, 3}}, 4, 3, Step{AddLearner, 4}},
+		{"learner behind", Group{Self: 1, Voters: []uint64{1, 2, 3}, Learners: []uint64{4}, Match: map[uint64]uint64{4: 7}, Commit: 9}, 4, 3, Step{}},
+		{"learner caught up", Group{Self: 1, Voters: []uint64{1, 2, 3}, Learners: []uint64{4}, Match: map[uint64]uint64{4: 9}, Commit: 9}, 4, 3, Step{Promote, 4}},
+		{"remove the leaving voter", Group{Self: 1, Voters: []uint64{1, 2, 3, 4}}, 4, 3, Step{Remove, 3}},
+		{"the leader leaves: hand over first", Group{Self: 3, Voters: []uint64{1, 2, 3, 4}}, 4, 3, Step{TransferLeader, 4}},
+		{"leaving as a learner", Group{Self: 1, Voters: []uint64{1, 2, 4}, Learners: []uint64{3}}, 4, 3, Step{Remove, 3}},
+		{"done", Group{Self: 1, Voters: []uint64{1, 2, 4}}, 4, 3, Step{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Next(tc.g, tc.joining, tc.leaving); got != tc.want {
+				t.Fatalf("Next = %v %d, want %v %d", got.Kind, got.Node, tc.want.Kind, tc.want.Node)
+			}
+		})
+	}
+}
+
+func TestDone(t *testing.T) {
+	replicas := []uint64{1, 2, 3}
+	for _, tc := range []struct {
+		voters, learners []uint64
+		want             bool
+	}{
+		{[]uint64{1, 2, 4}, nil, true},
+		{[]uint64{4, 2, 1}, nil, true},
+		{[]uint64{1, 2, 3, 4}, nil, false},
+		{[]uint64{1, 2, 3}, []uint64{4}, false},
+		{[]uint64{1, 2, 4}, []uint64{3}, false},
+		{[]uint64{1, 2}, nil, false},
+	} {
+		if got := Done(replicas, 4, 3, tc.voters, tc.learners); got != tc.want {
+			t.Errorf("Done(voters %v, learners %v) = %v, want %v", tc.voters, tc.learners, got, tc.want)
+		}
+	}
+	if Done(replicas, 0, 0, []uint64{1, 2, 3}, nil) {
+		t.Error("Done without a move")
+	}
+}
