@@ -380,3 +380,81 @@ func TestWritesSurviveNodeKills(t *testing.T) {
 		t.Fatalf("the file written after the return reads back wrong: %d bytes, %v", len(got), err)
 	}
 }
+
+// TestReReplicationAfterOut: on a cluster with a spare node of each role
+// (cairn up --datas 4 --metas 4), kill -9 the data node heading the most
+// data partitions and the meta node leading the most meta partitions under
+// a write load through the mount. Writes go on without an error; once the
+// nodes are out (--out-after), every partition is back to three healthy
+// replicas on the remaining nodes without any command; every acknowledged
+// file reads back intact; and the data node, started again, deletes the
+// replicas that moved off it.
+func TestReReplicationAfterOut(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rerep")
+	startUp(t, dir, "--datas", "4", "--metas", "4", "--out-after", "8s")
+	mnt := filepath.Join(dir, "mnt")
+	st := waitLeaders(t, dir)
+	dataVictim := victim(t, dir, st, mostLeading(st, "data"), "data")
+	metaVictim := victim(t, dir, st, mostLeading(st, "meta"), "meta")
+	dataDir := ""
+	for i, a := range dataVictim.args {
+		if a == "--data-dir" && i+1 < len(dataVictim.args) {
+			dataDir = dataVictim.args[i+1]
+		}
+	}
+
+	l := startLoad(filepath.Join(mnt, "load"), 4)
+	time.Sleep(3 * time.Second)
+	dataVictim.kill()
+	metaVictim.kill()
+	killed := time.Now()
+	t.Logf("killed %s and %s under load", dataVictim.name, metaVictim.name)
+
+	// Keep the load on until every partition has three healthy replicas
+	// that avoid the dead nodes.
+	var healed time.Duration
+	for {
+		time.Sleep(time.Second)
+		st := getStatus(t, dir)
+		ok := true
+		for _, p := range st.Partitions {
+			dead := slices.Contains(p.Replicas, dataVictim.id) && p.Kind == "data" || slices.Contains(p.Replicas, metaVictim.id) && p.Kind == "meta"
+			if p.Health != "healthy" || dead || len(p.Replicas) != 3 {
+				ok = false
+			}
+		}
+		if ok {
+			healed = time.Since(killed)
+			break
+		}
+		if time.Since(killed) > 2*time.Minute {
+			l.end()
+			t.Fatalf("partitions not back to three healthy replicas 2 minutes after the kills: %+v", st.Partitions)
+		}
+	}
+	files, errs, longest, ops := l.end()
+	t.Logf("healed %s after the kills; %d operations, %d files, longest operation %s", healed.Round(time.Millisecond), ops, len(files), longest.Round(time.Millisecond))
+	if len(errs) > 0 {
+		t.Fatalf("%d operations failed:\n%s", len(errs), strings.Join(errs[:min(len(errs), 10)], "\n"))
+	}
+	if longest > 10*time.Second {
+		t.Errorf("an operation took %s: writes paused longer than 10s", longest)
+	}
+	if bad := verify(t, files); bad > 0 {
+		t.Fatalf("%d of %d files differ after re-replication", bad, len(files))
+	}
+
+	// The data node comes back: what moved off it is deleted there.
+	dataVictim.restart()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left, _ := filepath.Glob(filepath.Join(dataDir, "dp-*"))
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the returned data node still holds %v 30s after its restart", left)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
