@@ -130,6 +130,7 @@ func newNodeCmd(role string) *cobra.Command {
 		nodeID, capacity                                  uint64
 		heartbeat, chunkGrace                             time.Duration
 		merge                                             bool
+		recoveryMBps                                      float64
 	)
 	pbRole, what, port := pb.Role_ROLE_META, "meta node: hosts meta partitions (inodes and dentries)", 17100
 	if role == "data" {
@@ -156,13 +157,17 @@ node comes back as the same node), sends a heartbeat with its utilization every
 			if chunkGrace < 0 {
 				return usagef(cmd, "--chunk-grace must not be negative")
 			}
+			if recoveryMBps < 0 {
+				return usagef(cmd, "--recovery-mbps must not be negative")
+			}
 			// Ctrl-C while waiting for a master to register with ends the wait.
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			n, err := node.Start(ctx, node.Config{
 				Role: pbRole, DataDir: dataDir, Listen: listen, Advertise: advertise, Zone: zone,
 				DataListen: dataListen, DataAdvertise: dataAdvertise,
 				Masters: masters, MetricsAddr: mAddr, NodeID: nodeID, HeartbeatInterval: heartbeat,
-				CapacityBytes: capacity, Logger: log.With("role", role), NewPartitions: partitionsOf(role, metanode.Options{DisableMerging: !merge, ChunkGrace: chunkGrace}),
+				CapacityBytes: capacity, Logger: log.With("role", role), NewPartitions: partitionsOf(role, metanode.Options{DisableMerging: !merge, ChunkGrace: chunkGrace},
+					datanode.Options{RecoveryBytesPerSecond: int64(recoveryMBps * (1 << 20))}),
 			})
 			stop()
 			if err != nil {
@@ -183,6 +188,8 @@ node comes back as the same node), sends a heartbeat with its utilization every
 	if role == "data" {
 		f.StringVar(&dataListen, "data-listen", fmt.Sprintf("127.0.0.1:%d", port+2), "address of the data-path protocol")
 		f.StringVar(&dataAdvertise, "data-advertise", "", "data-path address to give the master (default: the --data-listen address)")
+		f.Float64Var(&recoveryMBps, "recovery-mbps", float64(datanode.DefaultRecoveryBytesPerSecond>>20),
+			"MiB/s this node copies from peers to catch up or to fill a moved replica, so that client I/O keeps most of the disk")
 	}
 	if role == "meta" {
 		f.BoolVar(&merge, "merge", true, "merge concurrent requests of a partition into one Raft proposal (FalconFS request merging); --merge=false only for comparisons")
@@ -196,9 +203,9 @@ node comes back as the same node), sends a heartbeat with its utilization every
 
 // partitionsOf is the partition host of a node role; meta applies to meta
 // nodes.
-func partitionsOf(role string, meta metanode.Options) func(node.Env) (node.PartitionHost, error) {
+func partitionsOf(role string, meta metanode.Options, data datanode.Options) func(node.Env) (node.PartitionHost, error) {
 	if role == "meta" {
 		return metanode.NewFactory(meta)
 	}
-	return datanode.NewFactory(datanode.Options{})
+	return datanode.NewFactory(data)
 }

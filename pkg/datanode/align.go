@@ -369,6 +369,9 @@ func (p *partition) copyTail(ctx context.Context, conn *dataproto.Conn, st *exte
 	var copied int64
 	for off := info.Size; off < to; {
 		n := min(chunk, to-off)
+		if err := p.h.recovery.wait(ctx, n); err != nil {
+			return copied, err
+		}
 		_, data, err := conn.Do(ctx, &dataproto.Request{
 			Header: dataproto.Header{Op: dataproto.OpRead, Partition: p.id, Extent: info.ID, Offset: off, Arg: uint64(n), Size: to, Flags: dataproto.FlagForwarded},
 			Dst:    buf,
@@ -432,6 +435,9 @@ func (p *partition) compareBlocks(ctx context.Context, conn *dataproto.Conn, st 
 	for b := int64(0); b < limit/bs && b < int64(len(local)) && b < int64(len(remote)); b++ {
 		if local[b] == remote[b] {
 			continue
+		}
+		if err := p.h.recovery.wait(ctx, bs); err != nil {
+			return copied, err
 		}
 		_, data, err := conn.Do(ctx, &dataproto.Request{
 			Header: dataproto.Header{Op: dataproto.OpRead, Partition: p.id, Extent: e.ID, Offset: b * bs, Arg: uint64(bs), Size: limit, Flags: dataproto.FlagForwarded},

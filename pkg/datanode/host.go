@@ -48,6 +48,10 @@ type Options struct {
 	ScrubInterval time.Duration
 	// ScrubBytesPerSecond paces the scrubber; default 32 MiB/s.
 	ScrubBytesPerSecond int64
+	// RecoveryBytesPerSecond paces what the node copies from peers
+	// (alignment: catching up, filling a moved replica), over all its
+	// partitions; default DefaultRecoveryBytesPerSecond.
+	RecoveryBytesPerSecond int64
 	// LeaseTimeout bounds the wait for a small-extent lease; default 5s.
 	LeaseTimeout time.Duration
 	// ProposeTimeout bounds an overwrite's trip through Raft; default 10s.
@@ -56,6 +60,9 @@ type Options struct {
 	// reports; default 5s.
 	UsageTTL time.Duration
 }
+
+// DefaultRecoveryBytesPerSecond is Options.RecoveryBytesPerSecond's default.
+const DefaultRecoveryBytesPerSecond = 128 << 20
 
 func (o Options) withDefaults(log *slog.Logger) Options {
 	if o.Chain.ReadTimeout <= 0 {
@@ -78,6 +85,9 @@ func (o Options) withDefaults(log *slog.Logger) Options {
 	}
 	if o.ScrubBytesPerSecond <= 0 {
 		o.ScrubBytesPerSecond = 32 << 20
+	}
+	if o.RecoveryBytesPerSecond <= 0 {
+		o.RecoveryBytesPerSecond = DefaultRecoveryBytesPerSecond
 	}
 	if o.LeaseTimeout <= 0 {
 		o.LeaseTimeout = 5 * time.Second
@@ -126,6 +136,8 @@ type Host struct {
 	// reporter tells the master of replicas that did not answer a forwarded
 	// write (nil without masters, as in unit tests).
 	reporter *masterclient.FailureReporter
+	// recovery paces copies from peers (RecoveryBytesPerSecond).
+	recovery *pacer
 
 	serveDone chan struct{}
 
@@ -157,6 +169,7 @@ func New(env node.Env, opts Options) (*Host, error) {
 	opts = opts.withDefaults(log)
 	h := &Host{env: env, opts: opts, log: log, parts: map[uint64]*partition{}, serveDone: make(chan struct{})}
 	h.peers = newPeerPool(opts.Chain)
+	h.recovery = &pacer{rate: float64(opts.RecoveryBytesPerSecond)}
 	if env.Masters != nil {
 		h.reporter = env.Masters.NewFailureReporter(fmt.Sprintf("node %d", env.NodeID))
 	}
