@@ -35,6 +35,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/multiraft"
 	"github.com/cairnfs/cairn/pkg/redirect"
+	"github.com/cairnfs/cairn/pkg/replicaset"
 )
 
 // groupID is the master's only Raft group.
@@ -548,8 +549,61 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		s.fsm.read(func(st *clustermap.State) { n = len(st.Map().Nodes) })
 		return float64(n)
 	})
+	moves := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_master_replica_moves", Help: "Replica moves (re-replication) in progress."}, func() float64 {
+		var n int
+		s.fsm.read(func(st *clustermap.State) {
+			for _, p := range st.Map().Partitions {
+				if p.Joining != 0 {
+					n++
+				}
+			}
+		})
+		return float64(n)
+	})
+	health := prometheus.NewDesc("cairn_master_partitions", "Partitions by health: healthy, recovering (a replica catching up or moving), degraded (a replica down), read-only (a data partition below its write quorum).", []string{"health"}, nil)
 	m.orphansReclaimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_master_orphans_reclaimed_total", Help: "Orphan inodes the leader's sweeper reclaimed (left by crashed unlink, rmdir or link steps)."})
-	reg.MustRegister(m.epoch, m.isLeader, m.term, nodes, m.orphansReclaimed)
+	reg.MustRegister(m.epoch, m.isLeader, m.term, nodes, m.orphansReclaimed, moves, &healthCollector{s: s, desc: health})
 	m.routing = newRoutingMetrics(reg, s)
 	return m
+}
+
+// healthCollector exports the partitions' health as the map says it.
+type healthCollector struct {
+	s    *Server
+	desc *prometheus.Desc
+}
+
+func (c *healthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[string]int{"healthy": 0, "recovering": 0, "degraded": 0, "read-only": 0}
+	c.s.fsm.read(func(st *clustermap.State) {
+		for _, p := range st.Map().Partitions {
+			counts[partitionHealth(st.Map(), p)]++
+		}
+	})
+	for h, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), h)
+	}
+}
+
+// partitionHealth classifies p: read-only (a data partition whose chain
+// takes no writes), degraded (a replica's node not alive), recovering (a
+// stale replica catching up or a move in progress), else healthy.
+func partitionHealth(m *pb.ClusterMap, p *pb.Partition) string {
+	alive := 0
+	for _, r := range p.Replicas {
+		if n := m.Nodes[r]; n != nil && n.State == pb.NodeState_NODE_STATE_ALIVE {
+			alive++
+		}
+	}
+	switch {
+	case p.Kind == pb.PartitionKind_PARTITION_KIND_DATA && !replicaset.Writable(p):
+		return "read-only"
+	case alive < len(p.Replicas):
+		return "degraded"
+	case len(p.Stale) > 0 || p.Joining != 0:
+		return "recovering"
+	}
+	return "healthy"
 }
