@@ -174,6 +174,8 @@ func (s *State) Apply(cmd *pb.Command) (any, error) {
 		changed, err = s.markInSync(op.MarkInSync)
 	case *pb.Command_MoveReplica:
 		changed, err = s.moveReplica(op.MoveReplica)
+	case *pb.Command_DrainNode:
+		changed, err = s.drainNode(op.DrainNode)
 	default:
 		return nil, fmt.Errorf("%w command: unknown operation %T", ErrInvalid, op)
 	}
@@ -358,6 +360,19 @@ func (s *State) moveReplica(c *pb.MoveReplica) (bool, error) {
 		return false, fmt.Errorf("%w move phase %v", ErrInvalid, c.Phase)
 	}
 	p.Epoch = s.m.Epoch + 1
+	return true, nil
+}
+
+// drainNode starts or cancels decommissioning a node.
+func (s *State) drainNode(c *pb.DrainNode) (bool, error) {
+	n, ok := s.m.Nodes[c.NodeId]
+	if !ok {
+		return false, fmt.Errorf("node %d: %w", c.NodeId, ErrNotFound)
+	}
+	if n.Draining == c.Drain {
+		return false, nil
+	}
+	n.Draining = c.Drain
 	return true, nil
 }
 

@@ -312,8 +312,11 @@ type Node struct {
 	RegisteredUnixMs   int64                  `protobuf:"varint,7,opt,name=registered_unix_ms,json=registeredUnixMs,proto3" json:"registered_unix_ms,omitempty"`
 	StateChangedUnixMs int64                  `protobuf:"varint,8,opt,name=state_changed_unix_ms,json=stateChangedUnixMs,proto3" json:"state_changed_unix_ms,omitempty"`
 	DataAddr           string                 `protobuf:"bytes,9,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"` // data nodes: the framed data-path protocol
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Decommissioning: the master moves every replica off the node and places
+	// nothing new on it; with none left it may be shut down for good.
+	Draining      bool `protobuf:"varint,10,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -407,6 +410,13 @@ func (x *Node) GetDataAddr() string {
 		return x.DataAddr
 	}
 	return ""
+}
+
+func (x *Node) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
 }
 
 // Volume is a named file system made of meta and data partitions.
@@ -1076,6 +1086,7 @@ type Command struct {
 	//	*Command_AdvanceMigration
 	//	*Command_MarkInSync
 	//	*Command_MoveReplica
+	//	*Command_DrainNode
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1215,6 +1226,15 @@ func (x *Command) GetMoveReplica() *MoveReplica {
 	return nil
 }
 
+func (x *Command) GetDrainNode() *DrainNode {
+	if x != nil {
+		if x, ok := x.Op.(*Command_DrainNode); ok {
+			return x.DrainNode
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1259,6 +1279,10 @@ type Command_MoveReplica struct {
 	MoveReplica *MoveReplica `protobuf:"bytes,19,opt,name=move_replica,json=moveReplica,proto3,oneof"`
 }
 
+type Command_DrainNode struct {
+	DrainNode *DrainNode `protobuf:"bytes,20,opt,name=drain_node,json=drainNode,proto3,oneof"`
+}
+
 func (*Command_Init) isCommand_Op() {}
 
 func (*Command_Register) isCommand_Op() {}
@@ -1279,6 +1303,61 @@ func (*Command_MarkInSync) isCommand_Op() {}
 
 func (*Command_MoveReplica) isCommand_Op() {}
 
+func (*Command_DrainNode) isCommand_Op() {}
+
+// DrainNode starts (drain) or cancels decommissioning a meta or data node.
+type DrainNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Drain         bool                   `protobuf:"varint,2,opt,name=drain,proto3" json:"drain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNode) Reset() {
+	*x = DrainNode{}
+	mi := &file_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNode) ProtoMessage() {}
+
+func (x *DrainNode) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNode.ProtoReflect.Descriptor instead.
+func (*DrainNode) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *DrainNode) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *DrainNode) GetDrain() bool {
+	if x != nil {
+		return x.Drain
+	}
+	return false
+}
+
 // MoveReplica starts, completes or abandons the move of partition_id's
 // replica on node from to node to (pkg/clustermap). DONE is refused unless
 // the move is the one in progress; a data partition's new replica joins
@@ -1295,7 +1374,7 @@ type MoveReplica struct {
 
 func (x *MoveReplica) Reset() {
 	*x = MoveReplica{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1386,7 @@ func (x *MoveReplica) String() string {
 func (*MoveReplica) ProtoMessage() {}
 
 func (x *MoveReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1399,7 @@ func (x *MoveReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplica.ProtoReflect.Descriptor instead.
 func (*MoveReplica) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MoveReplica) GetPartitionId() uint64 {
@@ -1365,7 +1444,7 @@ type MarkInSync struct {
 
 func (x *MarkInSync) Reset() {
 	*x = MarkInSync{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1456,7 @@ func (x *MarkInSync) String() string {
 func (*MarkInSync) ProtoMessage() {}
 
 func (x *MarkInSync) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1469,7 @@ func (x *MarkInSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInSync.ProtoReflect.Descriptor instead.
 func (*MarkInSync) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MarkInSync) GetPartitionId() uint64 {
@@ -1429,7 +1508,7 @@ type AddMetaPartition struct {
 
 func (x *AddMetaPartition) Reset() {
 	*x = AddMetaPartition{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1520,7 @@ func (x *AddMetaPartition) String() string {
 func (*AddMetaPartition) ProtoMessage() {}
 
 func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1533,7 @@ func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMetaPartition.ProtoReflect.Descriptor instead.
 func (*AddMetaPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AddMetaPartition) GetVolume() string {
@@ -1494,7 +1573,7 @@ type StartMigration struct {
 
 func (x *StartMigration) Reset() {
 	*x = StartMigration{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1585,7 @@ func (x *StartMigration) String() string {
 func (*StartMigration) ProtoMessage() {}
 
 func (x *StartMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1598,7 @@ func (x *StartMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMigration.ProtoReflect.Descriptor instead.
 func (*StartMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StartMigration) GetVolume() string {
@@ -1572,7 +1651,7 @@ type AdvanceMigration struct {
 
 func (x *AdvanceMigration) Reset() {
 	*x = AdvanceMigration{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1663,7 @@ func (x *AdvanceMigration) String() string {
 func (*AdvanceMigration) ProtoMessage() {}
 
 func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1676,7 @@ func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceMigration.ProtoReflect.Descriptor instead.
 func (*AdvanceMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AdvanceMigration) GetVolume() string {
@@ -1637,7 +1716,7 @@ type InitCluster struct {
 
 func (x *InitCluster) Reset() {
 	*x = InitCluster{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +1728,7 @@ func (x *InitCluster) String() string {
 func (*InitCluster) ProtoMessage() {}
 
 func (x *InitCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +1741,7 @@ func (x *InitCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
 func (*InitCluster) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InitCluster) GetClusterId() string {
@@ -1686,7 +1765,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1777,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1790,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RegisterNode) GetUuid() string {
@@ -1766,7 +1845,7 @@ type SetNodeState struct {
 
 func (x *SetNodeState) Reset() {
 	*x = SetNodeState{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +1857,7 @@ func (x *SetNodeState) String() string {
 func (*SetNodeState) ProtoMessage() {}
 
 func (x *SetNodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +1870,7 @@ func (x *SetNodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeState.ProtoReflect.Descriptor instead.
 func (*SetNodeState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetNodeState) GetNodeId() uint64 {
@@ -1818,7 +1897,7 @@ type NewPartition struct {
 
 func (x *NewPartition) Reset() {
 	*x = NewPartition{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1909,7 @@ func (x *NewPartition) String() string {
 func (*NewPartition) ProtoMessage() {}
 
 func (x *NewPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1922,7 @@ func (x *NewPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewPartition.ProtoReflect.Descriptor instead.
 func (*NewPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NewPartition) GetKind() PartitionKind {
@@ -1875,7 +1954,7 @@ type CreateVolume struct {
 
 func (x *CreateVolume) Reset() {
 	*x = CreateVolume{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +1966,7 @@ func (x *CreateVolume) String() string {
 func (*CreateVolume) ProtoMessage() {}
 
 func (x *CreateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +1979,7 @@ func (x *CreateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolume.ProtoReflect.Descriptor instead.
 func (*CreateVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateVolume) GetName() string {
@@ -1961,7 +2040,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2052,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2065,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -2011,7 +2090,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2102,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2115,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterRequest) GetClusterId() string {
@@ -2099,7 +2178,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2190,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2203,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegisterResponse) GetClusterId() string {
@@ -2161,7 +2240,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2252,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2265,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Usage) GetCapacityBytes() uint64 {
@@ -2236,7 +2315,7 @@ type PartitionReport struct {
 
 func (x *PartitionReport) Reset() {
 	*x = PartitionReport{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2327,7 @@ func (x *PartitionReport) String() string {
 func (*PartitionReport) ProtoMessage() {}
 
 func (x *PartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2340,7 @@ func (x *PartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReport.ProtoReflect.Descriptor instead.
 func (*PartitionReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PartitionReport) GetId() uint64 {
@@ -2328,7 +2407,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2419,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2432,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HeartbeatRequest) GetNodeId() uint64 {
@@ -2423,7 +2502,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2514,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2527,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HeartbeatResponse) GetEpoch() uint64 {
@@ -2494,7 +2573,7 @@ type GetMapRequest struct {
 
 func (x *GetMapRequest) Reset() {
 	*x = GetMapRequest{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2585,7 @@ func (x *GetMapRequest) String() string {
 func (*GetMapRequest) ProtoMessage() {}
 
 func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2598,7 @@ func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapRequest.ProtoReflect.Descriptor instead.
 func (*GetMapRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 type GetMapResponse struct {
@@ -2531,7 +2610,7 @@ type GetMapResponse struct {
 
 func (x *GetMapResponse) Reset() {
 	*x = GetMapResponse{}
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2622,7 @@ func (x *GetMapResponse) String() string {
 func (*GetMapResponse) ProtoMessage() {}
 
 func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2635,7 @@ func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapResponse.ProtoReflect.Descriptor instead.
 func (*GetMapResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{26}
+	return file_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetMapResponse) GetMap() *ClusterMap {
@@ -2583,7 +2662,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2674,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2687,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{27}
+	return file_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateVolumeRequest) GetName() string {
@@ -2669,7 +2748,7 @@ type VolumeRequest struct {
 
 func (x *VolumeRequest) Reset() {
 	*x = VolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2681,7 +2760,7 @@ func (x *VolumeRequest) String() string {
 func (*VolumeRequest) ProtoMessage() {}
 
 func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2694,7 +2773,7 @@ func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *VolumeRequest) GetName() string {
@@ -2726,7 +2805,7 @@ type VolumeResponse struct {
 
 func (x *VolumeResponse) Reset() {
 	*x = VolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2738,7 +2817,7 @@ func (x *VolumeResponse) String() string {
 func (*VolumeResponse) ProtoMessage() {}
 
 func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2751,7 +2830,7 @@ func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeResponse.ProtoReflect.Descriptor instead.
 func (*VolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *VolumeResponse) GetVolume() *Volume {
@@ -2811,7 +2890,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2823,7 +2902,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2836,7 +2915,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{30}
+	return file_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 type ListVolumesResponse struct {
@@ -2849,7 +2928,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +2940,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +2953,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{31}
+	return file_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -2900,7 +2979,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +2991,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +3004,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{32}
+	return file_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteVolumeResponse) GetEpoch() uint64 {
@@ -2943,7 +3022,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3034,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3047,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{33}
+	return file_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 // PingResponse tells who a master is and what it knows of the leader.
@@ -2989,7 +3068,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3080,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3093,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{34}
+	return file_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PingResponse) GetId() uint64 {
@@ -3097,7 +3176,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3109,7 +3188,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3122,7 +3201,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{35}
+	return file_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NodeStatus) GetNode() *Node {
@@ -3182,7 +3261,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[36]
+	mi := &file_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3273,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[36]
+	mi := &file_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3286,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{36}
+	return file_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 type StatusResponse struct {
@@ -3222,7 +3301,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[37]
+	mi := &file_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3313,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[37]
+	mi := &file_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3326,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{37}
+	return file_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StatusResponse) GetMap() *ClusterMap {
@@ -3278,6 +3357,110 @@ func (x *StatusResponse) GetLeaderId() uint64 {
 	return 0
 }
 
+type DecommissionNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Cancel        bool                   `protobuf:"varint,2,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecommissionNodeRequest) Reset() {
+	*x = DecommissionNodeRequest{}
+	mi := &file_cluster_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecommissionNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecommissionNodeRequest) ProtoMessage() {}
+
+func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
+func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *DecommissionNodeRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *DecommissionNodeRequest) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+type DecommissionNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Replicas      uint32                 `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"` // replicas it still holds
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecommissionNodeResponse) Reset() {
+	*x = DecommissionNodeResponse{}
+	mi := &file_cluster_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecommissionNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecommissionNodeResponse) ProtoMessage() {}
+
+func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
+func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *DecommissionNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *DecommissionNodeResponse) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
 type ReportFailureRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"` // the node that did not answer
@@ -3289,7 +3472,7 @@ type ReportFailureRequest struct {
 
 func (x *ReportFailureRequest) Reset() {
 	*x = ReportFailureRequest{}
-	mi := &file_cluster_proto_msgTypes[38]
+	mi := &file_cluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3301,7 +3484,7 @@ func (x *ReportFailureRequest) String() string {
 func (*ReportFailureRequest) ProtoMessage() {}
 
 func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[38]
+	mi := &file_cluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3314,7 +3497,7 @@ func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportFailureRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{38}
+	return file_cluster_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReportFailureRequest) GetNodeId() uint64 {
@@ -3347,7 +3530,7 @@ type ReportFailureResponse struct {
 
 func (x *ReportFailureResponse) Reset() {
 	*x = ReportFailureResponse{}
-	mi := &file_cluster_proto_msgTypes[39]
+	mi := &file_cluster_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3359,7 +3542,7 @@ func (x *ReportFailureResponse) String() string {
 func (*ReportFailureResponse) ProtoMessage() {}
 
 func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[39]
+	mi := &file_cluster_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3372,7 +3555,7 @@ func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportFailureResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{39}
+	return file_cluster_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReportFailureResponse) GetMarkedDown() bool {
@@ -3386,7 +3569,7 @@ var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\rcluster.proto\x12\rcairn.cluster\"\xa9\x02\n" +
+	"\rcluster.proto\x12\rcairn.cluster\"\xc5\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12'\n" +
@@ -3396,7 +3579,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\x0e2\x18.cairn.cluster.NodeStateR\x05state\x12,\n" +
 	"\x12registered_unix_ms\x18\a \x01(\x03R\x10registeredUnixMs\x121\n" +
 	"\x15state_changed_unix_ms\x18\b \x01(\x03R\x12stateChangedUnixMs\x12\x1b\n" +
-	"\tdata_addr\x18\t \x01(\tR\bdataAddr\"\xe3\x04\n" +
+	"\tdata_addr\x18\t \x01(\tR\bdataAddr\x12\x1a\n" +
+	"\bdraining\x18\n" +
+	" \x01(\bR\bdraining\"\xe3\x04\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -3475,7 +3660,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x15.cairn.cluster.VolumeR\x05value:\x028\x01\x1aW\n" +
 	"\x0fPartitionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\v2\x18.cairn.cluster.PartitionR\x05value:\x028\x01\"\xd4\x05\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.cairn.cluster.PartitionR\x05value:\x028\x01\"\x8f\x06\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x120\n" +
 	"\x04init\x18\n" +
@@ -3489,8 +3674,13 @@ const file_cluster_proto_rawDesc = "" +
 	"\x11advance_migration\x18\x11 \x01(\v2\x1f.cairn.cluster.AdvanceMigrationH\x00R\x10advanceMigration\x12=\n" +
 	"\fmark_in_sync\x18\x12 \x01(\v2\x19.cairn.cluster.MarkInSyncH\x00R\n" +
 	"markInSync\x12?\n" +
-	"\fmove_replica\x18\x13 \x01(\v2\x1a.cairn.cluster.MoveReplicaH\x00R\vmoveReplicaB\x04\n" +
-	"\x02op\"\x84\x01\n" +
+	"\fmove_replica\x18\x13 \x01(\v2\x1a.cairn.cluster.MoveReplicaH\x00R\vmoveReplica\x129\n" +
+	"\n" +
+	"drain_node\x18\x14 \x01(\v2\x18.cairn.cluster.DrainNodeH\x00R\tdrainNodeB\x04\n" +
+	"\x02op\":\n" +
+	"\tDrainNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x14\n" +
+	"\x05drain\x18\x02 \x01(\bR\x05drain\"\x84\x01\n" +
 	"\vMoveReplica\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
@@ -3659,7 +3849,13 @@ const file_cluster_proto_rawDesc = "" +
 	"\x03map\x18\x01 \x01(\v2\x19.cairn.cluster.ClusterMapR\x03map\x12/\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x19.cairn.cluster.NodeStatusR\x05nodes\x125\n" +
 	"\amasters\x18\x03 \x03(\v2\x1b.cairn.cluster.PingResponseR\amasters\x12\x1b\n" +
-	"\tleader_id\x18\x04 \x01(\x04R\bleaderId\"c\n" +
+	"\tleader_id\x18\x04 \x01(\x04R\bleaderId\"J\n" +
+	"\x17DecommissionNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x16\n" +
+	"\x06cancel\x18\x02 \x01(\bR\x06cancel\"_\n" +
+	"\x18DecommissionNodeResponse\x12'\n" +
+	"\x04node\x18\x01 \x01(\v2\x13.cairn.cluster.NodeR\x04node\x12\x1a\n" +
+	"\breplicas\x18\x02 \x01(\rR\breplicas\"c\n" +
 	"\x14ReportFailureRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x1a\n" +
 	"\breporter\x18\x02 \x01(\tR\breporter\x12\x16\n" +
@@ -3691,7 +3887,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x16MOVE_PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10MOVE_PHASE_START\x10\x01\x12\x13\n" +
 	"\x0fMOVE_PHASE_DONE\x10\x02\x12\x14\n" +
-	"\x10MOVE_PHASE_ABORT\x10\x032\x96\x06\n" +
+	"\x10MOVE_PHASE_ABORT\x10\x032\xfb\x06\n" +
 	"\x06Master\x12K\n" +
 	"\bRegister\x12\x1e.cairn.cluster.RegisterRequest\x1a\x1f.cairn.cluster.RegisterResponse\x12N\n" +
 	"\tHeartbeat\x12\x1f.cairn.cluster.HeartbeatRequest\x1a .cairn.cluster.HeartbeatResponse\x12E\n" +
@@ -3702,7 +3898,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\fDeleteVolume\x12\x1c.cairn.cluster.VolumeRequest\x1a#.cairn.cluster.DeleteVolumeResponse\x12E\n" +
 	"\x06Status\x12\x1c.cairn.cluster.StatusRequest\x1a\x1d.cairn.cluster.StatusResponse\x12?\n" +
 	"\x04Ping\x12\x1a.cairn.cluster.PingRequest\x1a\x1b.cairn.cluster.PingResponse\x12Z\n" +
-	"\rReportFailure\x12#.cairn.cluster.ReportFailureRequest\x1a$.cairn.cluster.ReportFailureResponseB(Z&github.com/cairnfs/cairn/pkg/clusterpbb\x06proto3"
+	"\rReportFailure\x12#.cairn.cluster.ReportFailureRequest\x1a$.cairn.cluster.ReportFailureResponse\x12c\n" +
+	"\x10DecommissionNode\x12&.cairn.cluster.DecommissionNodeRequest\x1a'.cairn.cluster.DecommissionNodeResponseB(Z&github.com/cairnfs/cairn/pkg/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -3717,58 +3914,61 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_cluster_proto_goTypes = []any{
-	(Role)(0),                     // 0: cairn.cluster.Role
-	(NodeState)(0),                // 1: cairn.cluster.NodeState
-	(PartitionKind)(0),            // 2: cairn.cluster.PartitionKind
-	(MigrationPhase)(0),           // 3: cairn.cluster.MigrationPhase
-	(MovePhase)(0),                // 4: cairn.cluster.MovePhase
-	(*Node)(nil),                  // 5: cairn.cluster.Node
-	(*Volume)(nil),                // 6: cairn.cluster.Volume
-	(*ChunkLayout)(nil),           // 7: cairn.cluster.ChunkLayout
-	(*ExceptionEntry)(nil),        // 8: cairn.cluster.ExceptionEntry
-	(*Migration)(nil),             // 9: cairn.cluster.Migration
-	(*Partition)(nil),             // 10: cairn.cluster.Partition
-	(*ClusterMap)(nil),            // 11: cairn.cluster.ClusterMap
-	(*Command)(nil),               // 12: cairn.cluster.Command
-	(*MoveReplica)(nil),           // 13: cairn.cluster.MoveReplica
-	(*MarkInSync)(nil),            // 14: cairn.cluster.MarkInSync
-	(*AddMetaPartition)(nil),      // 15: cairn.cluster.AddMetaPartition
-	(*StartMigration)(nil),        // 16: cairn.cluster.StartMigration
-	(*AdvanceMigration)(nil),      // 17: cairn.cluster.AdvanceMigration
-	(*InitCluster)(nil),           // 18: cairn.cluster.InitCluster
-	(*RegisterNode)(nil),          // 19: cairn.cluster.RegisterNode
-	(*SetNodeState)(nil),          // 20: cairn.cluster.SetNodeState
-	(*NewPartition)(nil),          // 21: cairn.cluster.NewPartition
-	(*CreateVolume)(nil),          // 22: cairn.cluster.CreateVolume
-	(*DeleteVolume)(nil),          // 23: cairn.cluster.DeleteVolume
-	(*RegisterRequest)(nil),       // 24: cairn.cluster.RegisterRequest
-	(*RegisterResponse)(nil),      // 25: cairn.cluster.RegisterResponse
-	(*Usage)(nil),                 // 26: cairn.cluster.Usage
-	(*PartitionReport)(nil),       // 27: cairn.cluster.PartitionReport
-	(*HeartbeatRequest)(nil),      // 28: cairn.cluster.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 29: cairn.cluster.HeartbeatResponse
-	(*GetMapRequest)(nil),         // 30: cairn.cluster.GetMapRequest
-	(*GetMapResponse)(nil),        // 31: cairn.cluster.GetMapResponse
-	(*CreateVolumeRequest)(nil),   // 32: cairn.cluster.CreateVolumeRequest
-	(*VolumeRequest)(nil),         // 33: cairn.cluster.VolumeRequest
-	(*VolumeResponse)(nil),        // 34: cairn.cluster.VolumeResponse
-	(*ListVolumesRequest)(nil),    // 35: cairn.cluster.ListVolumesRequest
-	(*ListVolumesResponse)(nil),   // 36: cairn.cluster.ListVolumesResponse
-	(*DeleteVolumeResponse)(nil),  // 37: cairn.cluster.DeleteVolumeResponse
-	(*PingRequest)(nil),           // 38: cairn.cluster.PingRequest
-	(*PingResponse)(nil),          // 39: cairn.cluster.PingResponse
-	(*NodeStatus)(nil),            // 40: cairn.cluster.NodeStatus
-	(*StatusRequest)(nil),         // 41: cairn.cluster.StatusRequest
-	(*StatusResponse)(nil),        // 42: cairn.cluster.StatusResponse
-	(*ReportFailureRequest)(nil),  // 43: cairn.cluster.ReportFailureRequest
-	(*ReportFailureResponse)(nil), // 44: cairn.cluster.ReportFailureResponse
-	nil,                           // 45: cairn.cluster.ClusterMap.NodesEntry
-	nil,                           // 46: cairn.cluster.ClusterMap.VolumesEntry
-	nil,                           // 47: cairn.cluster.ClusterMap.PartitionsEntry
-	nil,                           // 48: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	nil,                           // 49: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	(Role)(0),                        // 0: cairn.cluster.Role
+	(NodeState)(0),                   // 1: cairn.cluster.NodeState
+	(PartitionKind)(0),               // 2: cairn.cluster.PartitionKind
+	(MigrationPhase)(0),              // 3: cairn.cluster.MigrationPhase
+	(MovePhase)(0),                   // 4: cairn.cluster.MovePhase
+	(*Node)(nil),                     // 5: cairn.cluster.Node
+	(*Volume)(nil),                   // 6: cairn.cluster.Volume
+	(*ChunkLayout)(nil),              // 7: cairn.cluster.ChunkLayout
+	(*ExceptionEntry)(nil),           // 8: cairn.cluster.ExceptionEntry
+	(*Migration)(nil),                // 9: cairn.cluster.Migration
+	(*Partition)(nil),                // 10: cairn.cluster.Partition
+	(*ClusterMap)(nil),               // 11: cairn.cluster.ClusterMap
+	(*Command)(nil),                  // 12: cairn.cluster.Command
+	(*DrainNode)(nil),                // 13: cairn.cluster.DrainNode
+	(*MoveReplica)(nil),              // 14: cairn.cluster.MoveReplica
+	(*MarkInSync)(nil),               // 15: cairn.cluster.MarkInSync
+	(*AddMetaPartition)(nil),         // 16: cairn.cluster.AddMetaPartition
+	(*StartMigration)(nil),           // 17: cairn.cluster.StartMigration
+	(*AdvanceMigration)(nil),         // 18: cairn.cluster.AdvanceMigration
+	(*InitCluster)(nil),              // 19: cairn.cluster.InitCluster
+	(*RegisterNode)(nil),             // 20: cairn.cluster.RegisterNode
+	(*SetNodeState)(nil),             // 21: cairn.cluster.SetNodeState
+	(*NewPartition)(nil),             // 22: cairn.cluster.NewPartition
+	(*CreateVolume)(nil),             // 23: cairn.cluster.CreateVolume
+	(*DeleteVolume)(nil),             // 24: cairn.cluster.DeleteVolume
+	(*RegisterRequest)(nil),          // 25: cairn.cluster.RegisterRequest
+	(*RegisterResponse)(nil),         // 26: cairn.cluster.RegisterResponse
+	(*Usage)(nil),                    // 27: cairn.cluster.Usage
+	(*PartitionReport)(nil),          // 28: cairn.cluster.PartitionReport
+	(*HeartbeatRequest)(nil),         // 29: cairn.cluster.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 30: cairn.cluster.HeartbeatResponse
+	(*GetMapRequest)(nil),            // 31: cairn.cluster.GetMapRequest
+	(*GetMapResponse)(nil),           // 32: cairn.cluster.GetMapResponse
+	(*CreateVolumeRequest)(nil),      // 33: cairn.cluster.CreateVolumeRequest
+	(*VolumeRequest)(nil),            // 34: cairn.cluster.VolumeRequest
+	(*VolumeResponse)(nil),           // 35: cairn.cluster.VolumeResponse
+	(*ListVolumesRequest)(nil),       // 36: cairn.cluster.ListVolumesRequest
+	(*ListVolumesResponse)(nil),      // 37: cairn.cluster.ListVolumesResponse
+	(*DeleteVolumeResponse)(nil),     // 38: cairn.cluster.DeleteVolumeResponse
+	(*PingRequest)(nil),              // 39: cairn.cluster.PingRequest
+	(*PingResponse)(nil),             // 40: cairn.cluster.PingResponse
+	(*NodeStatus)(nil),               // 41: cairn.cluster.NodeStatus
+	(*StatusRequest)(nil),            // 42: cairn.cluster.StatusRequest
+	(*StatusResponse)(nil),           // 43: cairn.cluster.StatusResponse
+	(*DecommissionNodeRequest)(nil),  // 44: cairn.cluster.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil), // 45: cairn.cluster.DecommissionNodeResponse
+	(*ReportFailureRequest)(nil),     // 46: cairn.cluster.ReportFailureRequest
+	(*ReportFailureResponse)(nil),    // 47: cairn.cluster.ReportFailureResponse
+	nil,                              // 48: cairn.cluster.ClusterMap.NodesEntry
+	nil,                              // 49: cairn.cluster.ClusterMap.VolumesEntry
+	nil,                              // 50: cairn.cluster.ClusterMap.PartitionsEntry
+	nil,                              // 51: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	nil,                              // 52: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
@@ -3779,73 +3979,77 @@ var file_cluster_proto_depIdxs = []int32{
 	8,  // 5: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
 	3,  // 6: cairn.cluster.Migration.phase:type_name -> cairn.cluster.MigrationPhase
 	2,  // 7: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
-	45, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
-	46, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
-	47, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
-	18, // 11: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
-	19, // 12: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
-	20, // 13: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
-	22, // 14: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
-	23, // 15: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
-	15, // 16: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
-	16, // 17: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
-	17, // 18: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
-	14, // 19: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
-	13, // 20: cairn.cluster.Command.move_replica:type_name -> cairn.cluster.MoveReplica
-	4,  // 21: cairn.cluster.MoveReplica.phase:type_name -> cairn.cluster.MovePhase
-	21, // 22: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
-	8,  // 23: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	3,  // 24: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
-	0,  // 25: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
-	1,  // 26: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
-	2,  // 27: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
-	21, // 28: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
-	7,  // 29: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
-	0,  // 30: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
-	26, // 31: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
-	27, // 32: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
-	10, // 33: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
-	48, // 34: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	49, // 35: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
-	11, // 36: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
-	7,  // 37: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
-	6,  // 38: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
-	10, // 39: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
-	6,  // 40: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
-	5,  // 41: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
-	26, // 42: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
-	27, // 43: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
-	11, // 44: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
-	40, // 45: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
-	39, // 46: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
-	5,  // 47: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
-	6,  // 48: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
-	10, // 49: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
-	24, // 50: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
-	28, // 51: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
-	30, // 52: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
-	32, // 53: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
-	33, // 54: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
-	35, // 55: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
-	33, // 56: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
-	41, // 57: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
-	38, // 58: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	43, // 59: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
-	25, // 60: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	29, // 61: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	31, // 62: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	34, // 63: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	34, // 64: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	36, // 65: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	37, // 66: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	42, // 67: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	39, // 68: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	44, // 69: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
-	60, // [60:70] is the sub-list for method output_type
-	50, // [50:60] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	48, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
+	49, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
+	50, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
+	19, // 11: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
+	20, // 12: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
+	21, // 13: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
+	23, // 14: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
+	24, // 15: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
+	16, // 16: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
+	17, // 17: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
+	18, // 18: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
+	15, // 19: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
+	14, // 20: cairn.cluster.Command.move_replica:type_name -> cairn.cluster.MoveReplica
+	13, // 21: cairn.cluster.Command.drain_node:type_name -> cairn.cluster.DrainNode
+	4,  // 22: cairn.cluster.MoveReplica.phase:type_name -> cairn.cluster.MovePhase
+	22, // 23: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
+	8,  // 24: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	3,  // 25: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
+	0,  // 26: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
+	1,  // 27: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
+	2,  // 28: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
+	22, // 29: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
+	7,  // 30: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
+	0,  // 31: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
+	27, // 32: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
+	28, // 33: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
+	10, // 34: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
+	51, // 35: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	52, // 36: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	11, // 37: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
+	7,  // 38: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
+	6,  // 39: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
+	10, // 40: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
+	6,  // 41: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
+	5,  // 42: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
+	27, // 43: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
+	28, // 44: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
+	11, // 45: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
+	41, // 46: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
+	40, // 47: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
+	5,  // 48: cairn.cluster.DecommissionNodeResponse.node:type_name -> cairn.cluster.Node
+	5,  // 49: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
+	6,  // 50: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
+	10, // 51: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
+	25, // 52: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
+	29, // 53: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
+	31, // 54: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
+	33, // 55: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
+	34, // 56: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
+	36, // 57: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
+	34, // 58: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
+	42, // 59: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
+	39, // 60: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
+	46, // 61: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
+	44, // 62: cairn.cluster.Master.DecommissionNode:input_type -> cairn.cluster.DecommissionNodeRequest
+	26, // 63: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	30, // 64: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	32, // 65: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	35, // 66: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	35, // 67: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	37, // 68: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	38, // 69: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	43, // 70: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	40, // 71: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	47, // 72: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
+	45, // 73: cairn.cluster.Master.DecommissionNode:output_type -> cairn.cluster.DecommissionNodeResponse
+	63, // [63:74] is the sub-list for method output_type
+	52, // [52:63] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -3864,6 +4068,7 @@ func file_cluster_proto_init() {
 		(*Command_AdvanceMigration)(nil),
 		(*Command_MarkInSync)(nil),
 		(*Command_MoveReplica)(nil),
+		(*Command_DrainNode)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3871,7 +4076,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   45,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

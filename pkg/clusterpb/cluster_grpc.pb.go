@@ -25,16 +25,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_Register_FullMethodName      = "/cairn.cluster.Master/Register"
-	Master_Heartbeat_FullMethodName     = "/cairn.cluster.Master/Heartbeat"
-	Master_GetMap_FullMethodName        = "/cairn.cluster.Master/GetMap"
-	Master_CreateVolume_FullMethodName  = "/cairn.cluster.Master/CreateVolume"
-	Master_GetVolume_FullMethodName     = "/cairn.cluster.Master/GetVolume"
-	Master_ListVolumes_FullMethodName   = "/cairn.cluster.Master/ListVolumes"
-	Master_DeleteVolume_FullMethodName  = "/cairn.cluster.Master/DeleteVolume"
-	Master_Status_FullMethodName        = "/cairn.cluster.Master/Status"
-	Master_Ping_FullMethodName          = "/cairn.cluster.Master/Ping"
-	Master_ReportFailure_FullMethodName = "/cairn.cluster.Master/ReportFailure"
+	Master_Register_FullMethodName         = "/cairn.cluster.Master/Register"
+	Master_Heartbeat_FullMethodName        = "/cairn.cluster.Master/Heartbeat"
+	Master_GetMap_FullMethodName           = "/cairn.cluster.Master/GetMap"
+	Master_CreateVolume_FullMethodName     = "/cairn.cluster.Master/CreateVolume"
+	Master_GetVolume_FullMethodName        = "/cairn.cluster.Master/GetVolume"
+	Master_ListVolumes_FullMethodName      = "/cairn.cluster.Master/ListVolumes"
+	Master_DeleteVolume_FullMethodName     = "/cairn.cluster.Master/DeleteVolume"
+	Master_Status_FullMethodName           = "/cairn.cluster.Master/Status"
+	Master_Ping_FullMethodName             = "/cairn.cluster.Master/Ping"
+	Master_ReportFailure_FullMethodName    = "/cairn.cluster.Master/ReportFailure"
+	Master_DecommissionNode_FullMethodName = "/cairn.cluster.Master/DecommissionNode"
 )
 
 // MasterClient is the client API for Master service.
@@ -59,6 +60,9 @@ type MasterClient interface {
 	// failure reports): it marks the node down at once if it has also been
 	// silent for the report grace, instead of waiting for the down timer.
 	ReportFailure(ctx context.Context, in *ReportFailureRequest, opts ...grpc.CallOption) (*ReportFailureResponse, error)
+	// DecommissionNode drains a node: every replica it holds moves to other
+	// nodes (as re-replication does), then it holds nothing. cancel stops it.
+	DecommissionNode(ctx context.Context, in *DecommissionNodeRequest, opts ...grpc.CallOption) (*DecommissionNodeResponse, error)
 }
 
 type masterClient struct {
@@ -169,6 +173,16 @@ func (c *masterClient) ReportFailure(ctx context.Context, in *ReportFailureReque
 	return out, nil
 }
 
+func (c *masterClient) DecommissionNode(ctx context.Context, in *DecommissionNodeRequest, opts ...grpc.CallOption) (*DecommissionNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecommissionNodeResponse)
+	err := c.cc.Invoke(ctx, Master_DecommissionNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -191,6 +205,9 @@ type MasterServer interface {
 	// failure reports): it marks the node down at once if it has also been
 	// silent for the report grace, instead of waiting for the down timer.
 	ReportFailure(context.Context, *ReportFailureRequest) (*ReportFailureResponse, error)
+	// DecommissionNode drains a node: every replica it holds moves to other
+	// nodes (as re-replication does), then it holds nothing. cancel stops it.
+	DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -230,6 +247,9 @@ func (UnimplementedMasterServer) Ping(context.Context, *PingRequest) (*PingRespo
 }
 func (UnimplementedMasterServer) ReportFailure(context.Context, *ReportFailureRequest) (*ReportFailureResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportFailure not implemented")
+}
+func (UnimplementedMasterServer) DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DecommissionNode not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -432,6 +452,24 @@ func _Master_ReportFailure_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_DecommissionNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecommissionNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).DecommissionNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_DecommissionNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).DecommissionNode(ctx, req.(*DecommissionNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -478,6 +516,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportFailure",
 			Handler:    _Master_ReportFailure_Handler,
+		},
+		{
+			MethodName: "DecommissionNode",
+			Handler:    _Master_DecommissionNode_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -105,8 +105,8 @@ func (p *partition) driveMove() {
 // overwrite, so read-after-overwrite holds there.
 func (p *partition) leadFromPrimary() {
 	v := p.view()
-	if v.head == 0 || v.head == v.node {
-		return
+	if v.head == 0 || v.head == v.node || v.head == v.leaving {
+		return // a head being moved away must not get leadership back
 	}
 	gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id))
 	if err != nil || !gs.IsLeader {

@@ -19,7 +19,8 @@ const DefaultMaxMoves = 4
 
 // recoverReplicas is the leader's re-replication duty (Ceph §5, CFS §2.4),
 // run with the other leader duties every second. For every partition with
-// a replica on a node that is out (down for longer than OutAfter), it
+// a replica on a node that is out (down for longer than OutAfter) or being
+// decommissioned (draining), it
 // records a move of that replica to another alive node of the same role
 // chosen by placement (straw2 over the candidates that hold no replica of
 // the partition, in a failure domain the partition does not use yet when
@@ -35,9 +36,10 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 		leader *pb.PartitionReport
 	}
 	var (
-		moving  []pending
-		sources []*pb.Partition // partitions with a replica on an out node, not moving
-		states  = map[uint64]pb.NodeState{}
+		moving   []pending
+		sources  []*pb.Partition // partitions with a replica on an out or draining node, not moving
+		states   = map[uint64]pb.NodeState{}
+		draining = map[uint64]bool{}
 	)
 	s.mu.Lock()
 	leaders := map[uint64]*pb.PartitionReport{}
@@ -52,6 +54,7 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 	s.fsm.read(func(st *clustermap.State) {
 		for id, n := range st.Map().Nodes {
 			states[id] = n.State
+			draining[id] = n.Draining
 		}
 		for _, p := range st.Map().Partitions {
 			if p.Joining != 0 {
@@ -59,7 +62,7 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 				continue
 			}
 			for _, r := range p.Replicas {
-				if states[r] == pb.NodeState_NODE_STATE_OUT {
+				if states[r] == pb.NodeState_NODE_STATE_OUT || draining[r] {
 					sources = append(sources, clonePartition(p))
 					break
 				}
@@ -91,11 +94,16 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 		if inFlight >= s.cfg.MaxMoves {
 			return
 		}
+		// An out replica first (the partition is short of one), then a
+		// draining one.
 		var from uint64
 		for _, r := range p.Replicas {
 			if states[r] == pb.NodeState_NODE_STATE_OUT {
 				from = r
 				break
+			}
+			if draining[r] && from == 0 {
+				from = r
 			}
 		}
 		to, ok := s.moveTarget(p, from)
@@ -109,7 +117,11 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 			continue
 		}
 		inFlight++
-		s.log.Info("replica move", "partition", p.Id, "from", from, "to", to, "phase", "start", "why", "node out")
+		why := "node out"
+		if states[from] != pb.NodeState_NODE_STATE_OUT {
+			why = "node decommissioned"
+		}
+		s.log.Info("replica move", "partition", p.Id, "from", from, "to", to, "phase", "start", "why", why)
 	}
 }
 

@@ -343,7 +343,7 @@ func (s *Server) candidates(role pb.Role) (out []placement.Candidate, unheard in
 			}
 		}
 		for id, n := range st.Map().Nodes {
-			if n.Role != role || n.State != pb.NodeState_NODE_STATE_ALIVE {
+			if n.Role != role || n.State != pb.NodeState_NODE_STATE_ALIVE || n.Draining {
 				continue
 			}
 			soft := s.soft[id]
@@ -465,5 +465,34 @@ func (v *service) ReportFailure(ctx context.Context, req *pb.ReportFailureReques
 		v.s.log.Info("node state changed", "node", ch.NodeId, "state", "down", "reported_by", req.Reporter, "reason", req.Reason)
 		resp.MarkedDown = true
 	}
+	return resp, nil
+}
+
+// DecommissionNode starts (or cancels) draining a meta or data node: the
+// leader's recovery duty then moves its replicas off it, a few at a time
+// (recovery.go), and placement gives it nothing new.
+func (v *service) DecommissionNode(ctx context.Context, req *pb.DecommissionNodeRequest) (*pb.DecommissionNodeResponse, error) {
+	if err := v.requireLeader(ctx); err != nil {
+		return nil, err
+	}
+	var role pb.Role
+	v.s.fsm.read(func(st *clustermap.State) {
+		if n := st.Map().Nodes[req.NodeId]; n != nil {
+			role = n.Role
+		}
+	})
+	if role == pb.Role_ROLE_UNSPECIFIED {
+		return nil, status.Errorf(codes.NotFound, "node %d is not registered", req.NodeId)
+	}
+	cmd := &pb.DrainNode{NodeId: req.NodeId, Drain: !req.Cancel}
+	if _, err := v.s.propose(ctx, &pb.Command{Op: &pb.Command_DrainNode{DrainNode: cmd}}); err != nil {
+		return nil, toStatus(err)
+	}
+	v.s.log.Info("node decommission", "node", req.NodeId, "drain", cmd.Drain)
+	resp := &pb.DecommissionNodeResponse{}
+	v.s.fsm.read(func(st *clustermap.State) {
+		resp.Node = proto.Clone(st.Map().Nodes[req.NodeId]).(*pb.Node)
+		resp.Replicas = uint32(len(st.PartitionsOf(req.NodeId)))
+	})
 	return resp, nil
 }
