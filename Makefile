@@ -22,7 +22,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 20m
 
-.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta posix proto clean
+.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta posix thrash proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -104,6 +104,14 @@ bench-dl: build
 ## "--files 100 --repetitions 1 --dl-files 512"). See docs/bench.md.
 bench-meta: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/meta.sh $(BENCH_META_FLAGS)
+
+## thrash: for THRASH_FOR (default 10m), kill -9 or pause a random meta or data
+## node of a default `cairn up` every few seconds under a write load through the
+## mount, then check every acknowledged file (not part of CI; `make test` runs
+## the same test for 40 s). See docs/design.md, "Writes with a replica down".
+THRASH_FOR ?= 10m
+thrash: build
+	CAIRN_BIN=$(CURDIR)/$(BIN) CAIRN_THRASH=$(THRASH_FOR) $(GO) test -p 1 -timeout 0 -count=1 -v -run '^TestThrash$$' ./test/integration/
 
 ## bench: the benchmarks (not part of CI).
 bench:

@@ -74,6 +74,18 @@ func (v *victimProc) kill() {
 	}
 }
 
+// signal sends sig to the running process (the restarted one, if any).
+func (v *victimProc) signal(sig syscall.Signal) {
+	v.t.Helper()
+	pid := v.pid
+	if v.cmd != nil {
+		pid = v.cmd.Process.Pid
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		v.t.Fatalf("signal %v to %s: %v", sig, v.name, err)
+	}
+}
+
 // restart starts the process again as cairn up had started it.
 func (v *victimProc) restart() {
 	v.t.Helper()
