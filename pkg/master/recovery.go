@@ -1,6 +1,7 @@
 package master
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sort"
@@ -90,6 +91,10 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 		s.log.Info("replica move", "partition", p.Id, "from", p.Leaving, "to", p.Joining, "phase", phase.String())
 	}
 	sort.Slice(sources, func(i, j int) bool { return sources[i].Id < sources[j].Id })
+	if len(sources) == 0 && inFlight == 0 && len(moving) == 0 {
+		s.balanceReplicas(ctx)
+		return
+	}
 	for _, p := range sources {
 		if inFlight >= s.cfg.MaxMoves {
 			return
@@ -192,3 +197,104 @@ func movedAway(st *clustermap.State, node uint64, reports []*pb.PartitionReport)
 }
 
 func clonePartition(p *pb.Partition) *pb.Partition { return proto.Clone(p).(*pb.Partition) }
+
+// balanceReplicas gives nodes that hold fewer replicas than others (a node
+// that joined) their share of the existing ones, one move at a time and
+// only while nothing needs recovering: for each role, while the alive,
+// non-draining node with the most replicas holds at least two more than
+// the one with the fewest, one of its replicas, of a partition that is
+// fully healthy and has none on the other node, moves there (keeping the
+// partition's failure domains apart when zones are set). Each move lowers
+// the spread, so it ends; the bound on moves in flight paces it.
+func (s *Server) balanceReplicas(ctx context.Context) {
+	for _, role := range []pb.Role{pb.Role_ROLE_META, pb.Role_ROLE_DATA} {
+		cands, _ := s.candidates(role)
+		if len(cands) < 2 {
+			continue
+		}
+		var move *pb.MoveReplica
+		s.fsm.read(func(st *clustermap.State) { move = balanceMove(st.Map(), role, cands) })
+		if move == nil {
+			continue
+		}
+		if _, err := s.propose(ctx, &pb.Command{Op: &pb.Command_MoveReplica{MoveReplica: move}}); err != nil {
+			s.log.Warn("start a balancing move", "partition", move.PartitionId, "from", move.From, "to", move.To, "err", err)
+			continue
+		}
+		s.log.Info("replica move", "partition", move.PartitionId, "from", move.From, "to", move.To, "phase", "start", "why", "balance")
+		return // one at a time
+	}
+}
+
+// balanceMove picks the balancing move for role over the candidates (alive,
+// non-draining nodes), or nil when the replica counts differ by at most one
+// or no partition qualifies.
+func balanceMove(m *pb.ClusterMap, role pb.Role, cands []placement.Candidate) *pb.MoveReplica {
+	kind := pb.PartitionKind_PARTITION_KIND_META
+	if role == pb.Role_ROLE_DATA {
+		kind = pb.PartitionKind_PARTITION_KIND_DATA
+	}
+	count := map[uint64]int{}
+	for _, c := range cands {
+		count[c.ID] = 0
+	}
+	var parts []*pb.Partition
+	for _, p := range m.Partitions {
+		if p.Kind != kind {
+			continue
+		}
+		parts = append(parts, p)
+		for _, r := range p.Replicas {
+			if _, ok := count[r]; ok {
+				count[r]++
+			}
+		}
+	}
+	ids := make([]uint64, 0, len(count))
+	for id := range count {
+		ids = append(ids, id)
+	}
+	// Sources by decreasing count (then id); the target is the node with
+	// the fewest.
+	slices.SortFunc(ids, func(a, b uint64) int {
+		if count[a] != count[b] {
+			return cmp.Compare(count[b], count[a])
+		}
+		return cmp.Compare(a, b)
+	})
+	least := ids[len(ids)-1]
+	for _, id := range ids {
+		if count[id] == count[least] && id < least {
+			least = id
+		}
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i].Id < parts[j].Id })
+	zone := func(id uint64) string {
+		if n := m.Nodes[id]; n != nil {
+			return n.Zone
+		}
+		return ""
+	}
+	for _, from := range ids {
+		if count[from]-count[least] < 2 {
+			break
+		}
+		for _, p := range parts {
+			if p.Joining != 0 || len(p.Down) > 0 || len(p.Stale) > 0 || !slices.Contains(p.Replicas, from) || slices.Contains(p.Replicas, least) {
+				continue
+			}
+			healthy, clash := true, false
+			for _, r := range p.Replicas {
+				n := m.Nodes[r]
+				healthy = healthy && n != nil && n.State == pb.NodeState_NODE_STATE_ALIVE
+				if r != from && zone(least) != "" && zone(r) == zone(least) {
+					clash = true
+				}
+			}
+			if healthy && !clash {
+				return &pb.MoveReplica{PartitionId: p.Id, From: from, To: least, Phase: pb.MovePhase_MOVE_PHASE_START}
+			}
+		}
+	}
+	return nil
+}

@@ -135,7 +135,9 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 			removed = movedAway(st, req.NodeId, req.Partitions)
 			for _, p := range st.PartitionsOf(req.NodeId) {
 				assigned = append(assigned, proto.Clone(p).(*pb.Partition))
-				for _, r := range p.Replicas {
+				// A node joining by a move must be reachable by the others
+				// (its Raft messages, alignment) before it is a replica.
+				for _, r := range append(slices.Clone(p.Replicas), p.Joining) {
 					if peer, ok := st.Map().Nodes[r]; ok {
 						addrs[r] = peer.Addr
 						if peer.DataAddr != "" {

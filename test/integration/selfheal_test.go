@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -534,4 +535,111 @@ type nodeListRow struct {
 	Replicas int    `json:"replicas"`
 	Joining  int    `json:"joining"`
 	Draining bool   `json:"draining"`
+}
+
+// TestNewNodesTakeShare adds a data node and a meta node to a running
+// default cluster holding files: the master moves existing replicas to
+// them, one at a time, until every node of a role holds within one replica
+// of the others, and every file still reads back intact.
+func TestNewNodesTakeShare(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "grow")
+	startUp(t, dir)
+	mnt := filepath.Join(dir, "mnt")
+	st := waitLeaders(t, dir)
+	l := startLoad(filepath.Join(mnt, "load"), 2)
+	time.Sleep(3 * time.Second)
+
+	// Start one more node of each role as cairn up starts its nodes: the
+	// command line of an existing one with its own id, ports and data dir.
+	for _, role := range []string{"data", "meta"} {
+		var model *victimProc
+		for _, n := range st.Nodes {
+			if n.Role == role {
+				model = victim(t, dir, st, n.ID, role)
+				break
+			}
+		}
+		extra := &victimProc{t: t, name: "new " + role + " node", log: filepath.Join(dir, "new-"+role+".log")}
+		t.Cleanup(extra.stop)
+		for i := 0; i < len(model.args); i++ {
+			a := model.args[i]
+			extra.args = append(extra.args, a)
+			if i+1 >= len(model.args) {
+				continue
+			}
+			switch a {
+			case "--node-id":
+				extra.args = append(extra.args, "0")
+				i++
+			case "--data-dir":
+				extra.args = append(extra.args, filepath.Join(dir, "new-"+role))
+				i++
+			case "--listen", "--metrics-addr", "--data-listen":
+				extra.args = append(extra.args, freeAddr(t))
+				i++
+			}
+		}
+		extra.restart()
+	}
+
+	start := time.Now()
+	for {
+		time.Sleep(time.Second)
+		var rows []nodeListRow
+		var roles []struct {
+			ID   uint64 `json:"id"`
+			Role string `json:"role"`
+		}
+		out := mustCairn(t, "node", "list", "--json", "--data-dir", dir)
+		if err := jsonUnmarshal(out, &rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := jsonUnmarshal(out, &roles); err != nil {
+			t.Fatal(err)
+		}
+		spread := map[string][2]int{} // role -> min, max
+		nodes := map[string]int{}
+		moving := 0
+		for i, r := range rows {
+			role := roles[i].Role
+			nodes[role]++
+			moving += r.Joining
+			mm, ok := spread[role]
+			if !ok {
+				mm = [2]int{r.Replicas, r.Replicas}
+			}
+			spread[role] = [2]int{min(mm[0], r.Replicas), max(mm[1], r.Replicas)}
+		}
+		balanced := nodes["data"] == 4 && nodes["meta"] == 4 && moving == 0
+		for _, role := range []string{"data", "meta"} {
+			balanced = balanced && spread[role][1]-spread[role][0] <= 1
+		}
+		if balanced {
+			t.Logf("balanced %s after the new nodes started: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(mustCairn(t, "node", "list", "--data-dir", dir)))
+			break
+		}
+		if time.Since(start) > 3*time.Minute {
+			l.end()
+			t.Fatalf("not balanced 3 minutes after the new nodes started:\n%s", mustCairn(t, "node", "list", "--data-dir", dir))
+		}
+	}
+	files, errs, _, ops := l.end()
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d operations failed while replicas moved:\n%s", len(errs), ops, strings.Join(errs[:min(len(errs), 10)], "\n"))
+	}
+	waitHealthy(t, dir, time.Minute)
+	if bad := verify(t, files); bad > 0 {
+		t.Fatalf("%d of %d files differ after the replicas moved", bad, len(files))
+	}
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
