@@ -22,7 +22,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 20m
 
-.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta posix thrash proto clean
+.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-recovery posix thrash proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -104,6 +104,12 @@ bench-dl: build
 ## "--files 100 --repetitions 1 --dl-files 512"). See docs/bench.md.
 bench-meta: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/meta.sh $(BENCH_META_FLAGS)
+
+## bench-recovery: the write pause after kill -9 of a data node and the
+## re-replication rate on `cairn up --datas 4 --out-after 10s` (not part of CI;
+## flags through BENCH_RECOVERY_FLAGS, e.g. "--mib 4096"). See docs/measurements.md.
+bench-recovery: build
+	CAIRN_BIN=$(CURDIR)/$(BIN) bench/recovery.sh $(BENCH_RECOVERY_FLAGS)
 
 ## thrash: for THRASH_FOR (default 10m), kill -9 or pause a random meta or data
 ## node of a default `cairn up` every few seconds under a write load through the

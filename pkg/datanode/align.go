@@ -162,7 +162,7 @@ func (p *partition) align(ctx context.Context) error {
 	for _, src := range sources {
 		err := p.alignFrom(ctx, src, !head, marks, all, gen)
 		if err == nil {
-			if !head && v.pos > 0 {
+			if !head && (v.pos > 0 || v.joining == v.node) {
 				p.noteSynced(v)
 			}
 			return nil
@@ -295,8 +295,10 @@ func (p *partition) alignFrom(ctx context.Context, src uint64, follower bool, ma
 // copied.
 func (p *partition) alignExtent(ctx context.Context, conn *dataproto.Conn, st *extentstore.Store, e dataproto.ExtentEntry, extend, full bool) (int64, error) {
 	info, err := st.Stat(e.ID)
+	created := false
 	switch {
 	case errors.Is(err, extentstore.ErrNotFound):
+		created = true
 		if !extend || e.Committed == 0 {
 			return 0, nil // an empty extent's creation may still be on its way down the chain
 		}
@@ -311,7 +313,11 @@ func (p *partition) alignExtent(ctx context.Context, conn *dataproto.Conn, st *e
 		return 0, err
 	}
 	var copied int64
-	if extend && info.Size < e.Committed && p.settled(e) {
+	if extend && info.Size < e.Committed && (created || p.view().pos < 0 || p.settled(e)) {
+		// No chain to race: a replica outside the write chain (joining by
+		// a move, or held down) gets no forwarded appends, and an extent
+		// this replica did not have fails every append sent here until
+		// alignment created it. Copy at once.
 		n, err := p.copyTail(ctx, conn, st, info, e.Committed)
 		copied += n
 		if err != nil {

@@ -28,13 +28,17 @@ const DefaultMaxMoves = 4
 // there is one); the partition's Raft leader carries the move out
 // (pkg/membership), and a data partition's new replica copies the extents
 // by alignment. The move completes in the map (DONE) once the leader
-// reports the target configuration, and is abandoned (ABORT) if the
+// reports the target configuration and, for a data partition, the new
+// replica reports a full alignment pass at the partition's epoch (it
+// joins the chain stale all the same: writes acknowledged since its last
+// pass are not on it yet). It is abandoned (ABORT) if the
 // joining node stops being alive. At most MaxMoves run at once, which paces
 // recovery traffic together with the data nodes' copy rate.
 func (s *Server) recoverReplicas(ctx context.Context) {
 	type pending struct {
 		p      *pb.Partition
 		leader *pb.PartitionReport
+		synced bool // the joining replica reported a full alignment at p's epoch
 	}
 	var (
 		moving   []pending
@@ -44,11 +48,13 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 	)
 	s.mu.Lock()
 	leaders := map[uint64]*pb.PartitionReport{}
-	for _, soft := range s.soft {
+	synced := map[[2]uint64]uint64{} // (node, partition) -> in-sync epoch reported
+	for node, soft := range s.soft {
 		for _, r := range soft.partitions {
 			if r.Leader {
 				leaders[r.Id] = r
 			}
+			synced[[2]uint64{node, r.Id}] = r.InSyncEpoch
 		}
 	}
 	s.mu.Unlock()
@@ -59,7 +65,8 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 		}
 		for _, p := range st.Map().Partitions {
 			if p.Joining != 0 {
-				moving = append(moving, pending{p: clonePartition(p), leader: leaders[p.Id]})
+				moving = append(moving, pending{p: clonePartition(p), leader: leaders[p.Id],
+					synced: synced[[2]uint64{p.Joining, p.Id}] == p.Epoch})
 				continue
 			}
 			for _, r := range p.Replicas {
@@ -77,7 +84,10 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 		switch {
 		case states[p.Joining] != pb.NodeState_NODE_STATE_ALIVE:
 			phase = pb.MovePhase_MOVE_PHASE_ABORT
-		case m.leader != nil && membership.Done(p.Replicas, p.Joining, p.Leaving, m.leader.Voters, m.leader.Learners):
+		case m.leader != nil && membership.Done(p.Replicas, p.Joining, p.Leaving, m.leader.Voters, m.leader.Learners) &&
+			(p.Kind != pb.PartitionKind_PARTITION_KIND_DATA || m.synced):
+			// A data partition's old replica goes only once the new one
+			// holds the extents too (a full alignment pass at this epoch).
 			phase = pb.MovePhase_MOVE_PHASE_DONE
 		default:
 			inFlight++
