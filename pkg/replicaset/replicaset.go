@@ -111,16 +111,7 @@ func InSync(p *pb.Partition, node, epoch uint64) bool {
 // replica marked stale (it misses them). NodeDown, NodeUp and InSync call
 // it; a caller that edits the lists itself (a replica move) must too.
 func Normalize(p *pb.Partition) {
-	rank := func(r uint64) int {
-		switch {
-		case slices.Contains(p.Down, r):
-			return 2
-		case slices.Contains(p.Stale, r):
-			return 1
-		}
-		return 0
-	}
-	slices.SortStableFunc(p.Replicas, func(a, b uint64) int { return rank(a) - rank(b) })
+	slices.SortStableFunc(p.Replicas, func(a, b uint64) int { return rank(p, a) - rank(p, b) })
 	if Writable(p) {
 		for _, r := range p.Replicas {
 			if slices.Contains(p.Down, r) && !slices.Contains(p.Stale, r) {
@@ -132,4 +123,15 @@ func Normalize(p *pb.Partition) {
 	order := func(a, b uint64) int { return slices.Index(p.Replicas, a) - slices.Index(p.Replicas, b) }
 	slices.SortFunc(p.Down, order)
 	slices.SortFunc(p.Stale, order)
+}
+
+// rank orders replica r of p: 0 fresh and alive, 1 stale and alive, 2 down.
+func rank(p *pb.Partition, r uint64) int {
+	switch {
+	case slices.Contains(p.Down, r):
+		return 2
+	case slices.Contains(p.Stale, r):
+		return 1
+	}
+	return 0
 }

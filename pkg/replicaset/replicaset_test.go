@@ -188,17 +188,8 @@ func TestRandomHistories(t *testing.T) {
 
 func checkInvariants(t *testing.T, p *pb.Partition) {
 	t.Helper()
-	rank := func(r uint64) int {
-		switch {
-		case slices.Contains(p.Down, r):
-			return 2
-		case slices.Contains(p.Stale, r):
-			return 1
-		}
-		return 0
-	}
 	for i := 1; i < len(p.Replicas); i++ {
-		if rank(p.Replicas[i-1]) > rank(p.Replicas[i]) {
+		if rank(p, p.Replicas[i-1]) > rank(p, p.Replicas[i]) {
 			t.Fatalf("replicas out of order: %s", show(p))
 		}
 	}
