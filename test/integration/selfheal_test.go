@@ -643,3 +643,75 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// TestMasterLeaderKilledDuringMove: with three masters, a data node dies
+// and stays out; as soon as the master leader has started moving its
+// replicas, the leader is killed too. The next leader must finish (or
+// restart) every move from the map: every data partition back to three
+// healthy replicas without the dead node, every file intact.
+func TestMasterLeaderKilledDuringMove(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "mmove")
+	startUp(t, dir, "--masters", "3", "--datas", "4", "--out-after", "5s")
+	mnt := filepath.Join(dir, "mnt")
+	st := waitLeaders(t, dir)
+	l := startLoad(filepath.Join(mnt, "load"), 2)
+	time.Sleep(4 * time.Second)
+	files, errs, _, _ := l.end()
+	if len(errs) > 0 {
+		t.Fatalf("writes failed before any fault: %v", errs)
+	}
+	dataVictim := victim(t, dir, st, mostLeading(st, "data"), "data")
+	dataVictim.kill()
+
+	// Wait for the first move, then kill the master leader.
+	start := time.Now()
+	for {
+		var rows []nodeListRow
+		r := cairn(t, "node", "list", "--json", "--data-dir", dir, "--timeout", "3s")
+		if r.code == 0 && jsonUnmarshal(r.stdout, &rows) == nil {
+			moving := 0
+			for _, row := range rows {
+				moving += row.Joining
+			}
+			if moving > 0 {
+				break
+			}
+		}
+		if time.Since(start) > time.Minute {
+			t.Fatalf("no replica move started a minute after data node %d died", dataVictim.id)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_, leaderPid := getStatus(t, dir).leaders()
+	if leaderPid == 0 {
+		t.Fatal("no master leader pid in the status")
+	}
+	if err := syscall.Kill(leaderPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed the master leader (pid %d) %s after the data node, during its replica moves", leaderPid, time.Since(start).Round(time.Millisecond))
+
+	for {
+		time.Sleep(time.Second)
+		r := cairn(t, "status", "--data-dir", dir, "--json", "--timeout", "3s")
+		var st status
+		if r.code == 0 && jsonUnmarshal(r.stdout, &st) == nil {
+			done := true
+			for _, p := range st.Partitions {
+				if p.Kind == "data" && (p.Health != "healthy" || slices.Contains(p.Replicas, dataVictim.id) || len(p.Replicas) != 3) {
+					done = false
+				}
+			}
+			if done {
+				break
+			}
+		}
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("data partitions not healed 2 minutes after the kills: %s", r.stdout)
+		}
+	}
+	t.Logf("healed %s after the data node died", time.Since(start).Round(time.Millisecond))
+	if bad := verify(t, files); bad > 0 {
+		t.Fatalf("%d of %d files differ", bad, len(files))
+	}
+}
