@@ -91,7 +91,7 @@ func (p *partition) driveMove() {
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
 	defer cancel()
-	step, err := membership.Drive(ctx, p.h.env.Raft, multiraft.GroupID(p.id), v.node, v.joining, v.leaving)
+	step, err := membership.Drive(ctx, p.h.env.Raft, multiraft.GroupID(p.id), v.node, v.replicas, v.joining, v.leaving)
 	if err != nil {
 		p.log.Warn("replica move", "joining", v.joining, "leaving", v.leaving, "step", step.Kind.String(), "err", err)
 	} else if step.Kind != membership.None {

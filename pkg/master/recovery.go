@@ -82,7 +82,10 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 		p := m.p
 		phase := pb.MovePhase_MOVE_PHASE_UNSPECIFIED
 		switch {
-		case states[p.Joining] != pb.NodeState_NODE_STATE_ALIVE:
+		case states[p.Joining] != pb.NodeState_NODE_STATE_ALIVE && (m.leader == nil || !slices.Contains(m.leader.Voters, p.Joining)):
+			// The new node died before it voted: start over elsewhere (the
+			// next move removes the learner it left). Once it votes, the
+			// move goes on: removing the old replica needs no new node.
 			phase = pb.MovePhase_MOVE_PHASE_ABORT
 		case m.leader != nil && membership.Done(p.Replicas, p.Joining, p.Leaving, m.leader.Voters, m.leader.Learners) &&
 			(p.Kind != pb.PartitionKind_PARTITION_KIND_DATA || m.synced):

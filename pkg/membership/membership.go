@@ -4,8 +4,11 @@
 // The map says what the replica set must become; the group's leader makes
 // it so one configuration change at a time, with raft's simple protocol:
 //
+//  0. remove members the map does not know (left by an abandoned move);
 //  1. add the joining node as a learner (it receives a snapshot and the log
-//     without counting toward any quorum);
+//     without counting toward any quorum); but when the leaving node has
+//     not been heard from (it is dead), remove it first, so that one more
+//     failure during the move never leaves two dead voters of four;
 //  2. once the learner's log has caught up with the leader's commit index,
 //     promote it to voter (so the group never waits for a lagging member);
 //  3. remove the leaving node; a leader that is itself leaving first hands
@@ -49,13 +52,16 @@ type Step struct {
 	Node uint64
 }
 
-// Group is what the leader knows of its group.
+// Group is what the leader knows of its group, and the map's replicas.
 type Group struct {
 	Self             uint64
+	Replicas         []uint64 // the map's replica set (before the move)
 	Voters, Learners []uint64
 	// Match is each member's replicated log index; Commit the leader's.
 	Match  map[uint64]uint64
 	Commit uint64
+	// Active: members heard from within the last election timeout.
+	Active map[uint64]bool
 }
 
 // Next returns the step that moves g toward replacing leaving with joining.
@@ -65,8 +71,16 @@ func Next(g Group, joining, leaving uint64) Step {
 	if joining == 0 {
 		return Step{}
 	}
+	for _, m := range append(slices.Clone(g.Voters), g.Learners...) {
+		if m != joining && m != g.Self && !slices.Contains(g.Replicas, m) {
+			return Step{Remove, m}
+		}
+	}
 	switch {
 	case !slices.Contains(g.Voters, joining) && !slices.Contains(g.Learners, joining):
+		if leaving != 0 && leaving != g.Self && slices.Contains(g.Voters, leaving) && !g.Active[leaving] {
+			return Step{Remove, leaving}
+		}
 		return Step{AddLearner, joining}
 	case slices.Contains(g.Learners, joining):
 		if g.Match[joining] >= g.Commit {
@@ -98,12 +112,15 @@ func Done(replicas []uint64, joining, leaving uint64, voters, learners []uint64)
 // Drive makes the next step of the move on host h for group id, if this
 // replica leads it. It returns the step taken (None if there was nothing
 // to do here).
-func Drive(ctx context.Context, h *multiraft.Host, id multiraft.GroupID, self, joining, leaving uint64) (Step, error) {
+func Drive(ctx context.Context, h *multiraft.Host, id multiraft.GroupID, self uint64, replicas []uint64, joining, leaving uint64) (Step, error) {
 	st, err := h.Status(id)
 	if err != nil || !st.IsLeader {
 		return Step{}, err
 	}
-	g := Group{Self: self, Commit: st.Commit, Match: map[uint64]uint64{}}
+	g := Group{Self: self, Replicas: replicas, Commit: st.Commit, Match: map[uint64]uint64{}, Active: map[uint64]bool{}}
+	for n, a := range st.Active {
+		g.Active[uint64(n)] = a
+	}
 	for _, v := range st.Voters {
 		g.Voters = append(g.Voters, uint64(v))
 	}

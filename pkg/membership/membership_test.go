@@ -3,20 +3,26 @@ package membership
 import "testing"
 
 func TestNext(t *testing.T) {
+	r123 := []uint64{1, 2, 3}
+	all := map[uint64]bool{1: true, 2: true, 3: true, 4: true, 5: true}
 	for _, tc := range []struct {
 		name             string
 		g                Group
 		joining, leaving uint64
 		want             Step
 	}{
-		{"no move", Group{Self: 1, Voters: []uint64{1, 2, 3}}, 0, 0, Step{}},
-		{"add the learner", Group{Self: 1, Voters: []uint64{1, 2, 3}}, 4, 3, Step{AddLearner, 4}},
-		{"learner behind", Group{Self: 1, Voters: []uint64{1, 2, 3}, Learners: []uint64{4}, Match: map[uint64]uint64{4: 7}, Commit: 9}, 4, 3, Step{}},
-		{"learner caught up", Group{Self: 1, Voters: []uint64{1, 2, 3}, Learners: []uint64{4}, Match: map[uint64]uint64{4: 9}, Commit: 9}, 4, 3, Step{Promote, 4}},
-		{"remove the leaving voter", Group{Self: 1, Voters: []uint64{1, 2, 3, 4}}, 4, 3, Step{Remove, 3}},
-		{"the leader leaves: hand over first", Group{Self: 3, Voters: []uint64{1, 2, 3, 4}}, 4, 3, Step{TransferLeader, 4}},
-		{"leaving as a learner", Group{Self: 1, Voters: []uint64{1, 2, 4}, Learners: []uint64{3}}, 4, 3, Step{Remove, 3}},
-		{"done", Group{Self: 1, Voters: []uint64{1, 2, 4}}, 4, 3, Step{}},
+		{"no move", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3}}, 0, 0, Step{}},
+		{"add the learner", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3}, Active: all}, 4, 3, Step{AddLearner, 4}},
+		{"a dead leaving voter goes first", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3}, Active: map[uint64]bool{1: true, 2: true}}, 4, 3, Step{Remove, 3}},
+		{"then the learner", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2}, Active: map[uint64]bool{1: true, 2: true}}, 4, 3, Step{AddLearner, 4}},
+		{"learner behind", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3}, Learners: []uint64{4}, Match: map[uint64]uint64{4: 7}, Commit: 9}, 4, 3, Step{}},
+		{"learner caught up", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3}, Learners: []uint64{4}, Match: map[uint64]uint64{4: 9}, Commit: 9}, 4, 3, Step{Promote, 4}},
+		{"remove the leaving voter", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3, 4}}, 4, 3, Step{Remove, 3}},
+		{"the leader leaves: hand over first", Group{Self: 3, Replicas: r123, Voters: []uint64{1, 2, 3, 4}}, 4, 3, Step{TransferLeader, 4}},
+		{"leaving as a learner", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 4}, Learners: []uint64{3}}, 4, 3, Step{Remove, 3}},
+		{"a learner of an abandoned move goes first", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3}, Learners: []uint64{5}, Active: all}, 4, 3, Step{Remove, 5}},
+		{"a voter of an abandoned move goes first", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3, 5}, Active: all}, 4, 3, Step{Remove, 5}},
+		{"done", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 4}}, 4, 3, Step{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Next(tc.g, tc.joining, tc.leaving); got != tc.want {

@@ -94,6 +94,15 @@ type partition struct {
 	// joining and leaving are the cluster map's replica move in progress
 	// (0: none), which the leader carries out (pkg/membership).
 	joining, leaving atomic.Uint64
+	replicas         atomic.Pointer[[]uint64] // the map's replica set
+}
+
+// setMove records the map's replica set and replica move of the partition.
+func (p *partition) setMove(mp *pb.Partition) {
+	r := slices.Clone(mp.Replicas)
+	p.replicas.Store(&r)
+	p.joining.Store(mp.Joining)
+	p.leaving.Store(mp.Leaving)
 }
 
 // lockedSM lets RPC handlers read a partition while the Raft loop applies to it.
@@ -187,7 +196,7 @@ func (h *Host) runMoves() {
 		for _, p := range moving {
 			joining, leaving := p.joining.Load(), p.leaving.Load()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			step, err := membership.Drive(ctx, h.env.Raft, multiraft.GroupID(p.id), h.env.NodeID, joining, leaving)
+			step, err := membership.Drive(ctx, h.env.Raft, multiraft.GroupID(p.id), h.env.NodeID, *p.replicas.Load(), joining, leaving)
 			cancel()
 			if err != nil {
 				h.log.Warn("replica move", "partition", p.id, "joining", joining, "leaving", leaving, "step", step.Kind.String(), "err", err)
@@ -239,8 +248,7 @@ func (h *Host) Assign(assigned []*pb.Partition) error {
 	for id, p := range want {
 		if part, ok := h.parts[id]; ok {
 			h.noteRange(part, p)
-			part.joining.Store(p.Joining)
-			part.leaving.Store(p.Leaving)
+			part.setMove(p)
 			continue
 		}
 		if err := h.open(p); err != nil {
@@ -277,8 +285,7 @@ func (h *Host) open(p *pb.Partition) error {
 		}
 	}
 	part := &partition{id: p.Id, volume: p.VolumeId, sm: sm, merger: newMerger(h, p.Id), ns: ns}
-	part.joining.Store(p.Joining)
-	part.leaving.Store(p.Leaving)
+	part.setMove(p)
 	opts := multiraft.GroupOptions{OnLeaderChange: func(li multiraft.LeaderInfo) {
 		if !li.IsLeader {
 			return

@@ -521,9 +521,10 @@ func (h *Host) status(g *group) GroupStatus {
 		s.Leader, s.Term, s.IsLeader = NodeID(bs.Lead), bs.GetTerm(), bs.RaftState == raft.StateLeader
 		s.Commit = bs.GetCommit()
 		if s.IsLeader {
-			s.Match = map[NodeID]uint64{}
+			s.Match, s.Active = map[NodeID]uint64{}, map[NodeID]bool{}
 			g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 				s.Match[NodeID(id)] = pr.Match
+				s.Active[NodeID(id)] = pr.RecentActive
 			})
 		}
 	}

@@ -192,6 +192,9 @@ type GroupStatus struct {
 	// replicated to each voter and learner (raft's progress): a learner whose
 	// Match reached Commit has caught up.
 	Match map[NodeID]uint64
+	// Active is, on the leader only, whether each member was heard from
+	// within the last election timeout (raft's check-quorum activity).
+	Active map[NodeID]bool
 	// Err is set when the replica stopped working on this host (its state
 	// machine failed to restore, or raft hit an invariant violation); the
 	// group must be removed and re-added.
