@@ -18,12 +18,15 @@ import (
 // DefaultMaxMoves is Config.MaxMoves's default.
 const DefaultMaxMoves = 4
 
+// reportFresh is how recent a node's heartbeat must be for its partition
+// reports to count in move decisions (three heartbeats).
+const reportFresh = 3 * time.Second
+
 // recoverReplicas is the leader's re-replication duty (Ceph §5, CFS §2.4),
 // run with the other leader duties every second. For every partition with
 // a replica on a node that is out (down for longer than OutAfter) or being
-// decommissioned (draining), it
-// records a move of that replica to another alive node of the same role
-// chosen by placement (straw2 over the candidates that hold no replica of
+// decommissioned (draining), it records a move of that replica to another
+// alive node of the same role chosen by placement (straw2 over the candidates that hold no replica of
 // the partition, in a failure domain the partition does not use yet when
 // there is one); the partition's Raft leader carries the move out
 // (pkg/membership), and a data partition's new replica copies the extents
@@ -50,6 +53,9 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 	leaders := map[uint64]*pb.PartitionReport{}
 	synced := map[[2]uint64]uint64{} // (node, partition) -> in-sync epoch reported
 	for node, soft := range s.soft {
+		if time.Since(soft.last) > reportFresh {
+			continue // a dead node's last word on leadership is out of date
+		}
 		for _, r := range soft.partitions {
 			if r.Leader {
 				leaders[r.Id] = r
