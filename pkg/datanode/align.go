@@ -68,7 +68,7 @@ func (p *partition) maintain() {
 			p.log.Warn("alignment with peers failed; retrying", "err", err)
 			next = min(next, 2*time.Second)
 		}
-		if len(p.behind) > 0 {
+		if len(p.behind) > 0 || p.skippedLag {
 			next = min(next, opts.AlignQuietPeriod+opts.AlignQuietPeriod/4)
 		}
 		if v := p.view(); (v.self(v.stale) && p.syncedEpoch.Load() != v.epoch) || v.joining == v.node {
@@ -180,7 +180,7 @@ func (p *partition) align(ctx context.Context) error {
 // caught up with what it knows to be committed, and the replica set
 // unchanged since the pass began.
 func (p *partition) noteSynced(v chainView) {
-	if len(p.behind) > 0 || p.rebuilding.Load() {
+	if len(p.behind) > 0 || p.skippedLag || p.rebuilding.Load() {
 		return
 	}
 	if marks, all, _ := p.staleState(); all != 0 || len(marks) > 0 {
@@ -220,6 +220,7 @@ func (p *partition) alignFrom(ctx context.Context, src uint64, follower bool, ma
 			}
 		}
 	}()
+	p.skippedLag = false
 	var after uint64
 	var copied int64
 	for {
@@ -242,7 +243,14 @@ func (p *partition) alignFrom(ctx context.Context, src uint64, follower bool, ma
 			remote[e.ID] = true
 			_, marked := marks[e.ID]
 			if follower && p.recentlyAppended(e.ID, quiet) {
-				continue // a stream is writing it: the chain, not alignment, feeds it
+				// A stream is writing it: the chain, not alignment, feeds it.
+				// If this replica is behind on it all the same (the stream
+				// failed here), come back after the quiet period rather than
+				// at the next interval.
+				if info, err := st.Stat(e.ID); err == nil && info.Size < e.Committed {
+					p.skippedLag = true
+				}
+				continue
 			}
 			n, err := p.alignExtent(ctx, conn, st, e, extend, all != 0 || marked || rebuilding)
 			copied += n

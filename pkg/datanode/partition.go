@@ -62,6 +62,9 @@ type partition struct {
 	// goroutine only (see settled).
 	behind     map[uint64]behindSince
 	behindSeen map[uint64]bool
+	// skippedLag: the last pass left alone an extent this replica is
+	// behind on because a stream wrote it recently (maintenance only).
+	skippedLag bool
 
 	usageMu sync.Mutex
 	usage   extentstore.Usage
