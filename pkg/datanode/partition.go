@@ -371,6 +371,9 @@ func (p *partition) report() *pb.PartitionReport {
 	r := &pb.PartitionReport{Id: p.id}
 	if gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id)); err == nil {
 		r.Leader = gs.IsLeader
+		if gs.IsLeader {
+			r.Voters, r.Learners = gs.Members()
+		}
 	}
 	p.usageMu.Lock()
 	defer p.usageMu.Unlock()
@@ -383,14 +386,6 @@ func (p *partition) report() *pb.PartitionReport {
 	r.Items = uint64(p.usage.Extents)
 	if e := p.syncedEpoch.Load(); e != 0 && e == p.view().epoch {
 		r.InSyncEpoch = e
-	}
-	if gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id)); err == nil && gs.IsLeader {
-		for _, v := range gs.Voters {
-			r.Voters = append(r.Voters, uint64(v))
-		}
-		for _, v := range gs.Learners {
-			r.Learners = append(r.Learners, uint64(v))
-		}
 	}
 	return r
 }

@@ -121,12 +121,7 @@ func Drive(ctx context.Context, h *multiraft.Host, id multiraft.GroupID, self ui
 	for n, a := range st.Active {
 		g.Active[uint64(n)] = a
 	}
-	for _, v := range st.Voters {
-		g.Voters = append(g.Voters, uint64(v))
-	}
-	for _, v := range st.Learners {
-		g.Learners = append(g.Learners, uint64(v))
-	}
+	g.Voters, g.Learners = st.Members()
 	for n, m := range st.Match {
 		g.Match[uint64(n)] = m
 	}

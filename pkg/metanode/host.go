@@ -319,12 +319,7 @@ func (h *Host) Report() []*pb.PartitionReport {
 		if st, err := h.env.Raft.Status(multiraft.GroupID(id)); err == nil {
 			r.Leader = st.IsLeader
 			if st.IsLeader {
-				for _, v := range st.Voters {
-					r.Voters = append(r.Voters, uint64(v))
-				}
-				for _, v := range st.Learners {
-					r.Learners = append(r.Learners, uint64(v))
-				}
+				r.Voters, r.Learners = st.Members()
 			}
 		}
 		p.sm.read(func(mp *metapartition.Partition) {

@@ -141,13 +141,7 @@ func (h *Host) AddGroup(id GroupID, peers []NodeID, sm StateMachine, opts GroupO
 	}
 	h.roundMu.Lock()
 	defer h.roundMu.Unlock()
-	h.mu.Lock()
-	err := h.checkUsable()
-	if err == nil && h.groups[id] != nil {
-		err = fmt.Errorf("group %d: %w", id, ErrGroupExists)
-	}
-	h.mu.Unlock()
-	if err != nil {
+	if err := h.checkAbsent(id); err != nil {
 		return err
 	}
 
@@ -545,14 +539,21 @@ func (h *Host) status(g *group) GroupStatus {
 func (h *Host) DestroyGroup(id GroupID) error {
 	h.roundMu.Lock()
 	defer h.roundMu.Unlock()
-	h.mu.Lock()
-	err := h.checkUsable()
-	if err == nil && h.groups[id] != nil {
-		err = fmt.Errorf("group %d: %w", id, ErrGroupExists)
-	}
-	h.mu.Unlock()
-	if err != nil {
+	if err := h.checkAbsent(id); err != nil {
 		return err
 	}
 	return destroyGroup(h.cfg.DB, id)
+}
+
+// checkAbsent fails unless the host is usable and does not host group id.
+func (h *Host) checkAbsent(id GroupID) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.checkUsable(); err != nil {
+		return err
+	}
+	if h.groups[id] != nil {
+		return fmt.Errorf("group %d: %w", id, ErrGroupExists)
+	}
+	return nil
 }

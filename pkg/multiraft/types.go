@@ -201,6 +201,17 @@ type GroupStatus struct {
 	Err error
 }
 
+// Members returns the configuration's voters and learners as plain ids.
+func (s GroupStatus) Members() (voters, learners []uint64) {
+	for _, v := range s.Voters {
+		voters = append(voters, uint64(v))
+	}
+	for _, v := range s.Learners {
+		learners = append(learners, uint64(v))
+	}
+	return voters, learners
+}
+
 // HostStats are cumulative counters of a host since NewHost, plus gauges.
 type HostStats struct {
 	// Rounds and Ticks count processing rounds and the rounds that ticked.
