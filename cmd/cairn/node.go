@@ -40,9 +40,12 @@ type nodeRow struct {
 	// the node.
 	Joining int `json:"joining"`
 	Leaving int `json:"leaving"`
+	// CopyLeft is what the node's data replicas catching up (stale, or
+	// joining by a move) still lack, in bytes.
+	CopyLeft uint64 `json:"copy_left_bytes"`
 }
 
-func nodeRows(m *pb.ClusterMap) []nodeRow {
+func nodeRows(m *pb.ClusterMap, recovering []*pb.ReplicaRecovery) []nodeRow {
 	rows := map[uint64]*nodeRow{}
 	for id, n := range m.GetNodes() {
 		rows[id] = &nodeRow{ID: id, Role: roleString(n.Role), Address: n.Addr, Zone: n.Zone, State: stateString(n.State), Draining: n.Draining}
@@ -58,6 +61,11 @@ func nodeRows(m *pb.ClusterMap) []nodeRow {
 		}
 		if row := rows[p.Leaving]; row != nil {
 			row.Leaving++
+		}
+	}
+	for _, x := range recovering {
+		if row := rows[x.NodeId]; row != nil {
+			row.CopyLeft += x.BytesLeft
 		}
 	}
 	out := make([]nodeRow, 0, len(rows))
@@ -79,16 +87,16 @@ func newNodeListCmd() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withMaster(cmd, &cf, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) error {
-				resp, err := m.GetMap(ctx, &pb.GetMapRequest{}, o...)
+				resp, err := m.Status(ctx, &pb.StatusRequest{}, o...)
 				if err != nil {
 					return err
 				}
-				rows := nodeRows(resp.Map)
+				rows := nodeRows(resp.Map, resp.Recovering)
 				if asJSON {
 					return printJSON(cmd, rows)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tROLE\tADDRESS\tZONE\tSTATE\tREPLICAS\tMOVING IN\tMOVING OUT")
+				fmt.Fprintln(tw, "ID\tROLE\tADDRESS\tZONE\tSTATE\tREPLICAS\tMOVING IN\tMOVING OUT\tTO COPY")
 				for _, r := range rows {
 					state := r.State
 					switch {
@@ -101,7 +109,11 @@ func newNodeListCmd() *cobra.Command {
 					if zone == "" {
 						zone = "-"
 					}
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", r.ID, r.Role, r.Address, zone, state, r.Replicas, r.Joining, r.Leaving)
+					toCopy := "-"
+					if r.CopyLeft > 0 {
+						toCopy = humanBytes(r.CopyLeft)
+					}
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", r.ID, r.Role, r.Address, zone, state, r.Replicas, r.Joining, r.Leaving, toCopy)
 				}
 				return tw.Flush()
 			})

@@ -49,6 +49,7 @@ func newMasterCmd() *cobra.Command {
 		downAfter, outAfter    time.Duration
 		reportGrace            time.Duration
 		maxMoves               int
+		minWritable            int
 		balanceInterval        time.Duration
 		mpMaxInodes, minDents  uint64
 		sweepInterval          time.Duration
@@ -89,7 +90,7 @@ gets the same --peers list and its own --id.`,
 			}
 			s, err := master.Start(master.Config{
 				ID: id, Peers: peerMap, Listen: listen, DataDir: dataDir, MetricsAddr: mAddr,
-				DownAfter: downAfter, OutAfter: outAfter, ReportGrace: reportGrace, MaxMoves: maxMoves, Logger: log.With("role", "master"),
+				DownAfter: downAfter, OutAfter: outAfter, ReportGrace: reportGrace, MaxMoves: maxMoves, MinWritable: minWritable, Logger: log.With("role", "master"),
 				BalanceInterval: balanceInterval, MPMaxInodes: mpMaxInodes, BalanceMinDentries: minDents,
 				SweepInterval: sweepInterval,
 			})
@@ -110,6 +111,7 @@ gets the same --peers list and its own --id.`,
 	f.DurationVar(&downAfter, "down-after", 10*time.Second, "mark a node down after this long without heartbeats")
 	f.DurationVar(&outAfter, "out-after", 10*time.Minute, "mark a down node out after this much longer")
 	f.IntVar(&maxMoves, "max-moves", master.DefaultMaxMoves, "replica moves (re-replication of out nodes) in progress at once")
+	f.IntVar(&minWritable, "min-writable-dps", master.DefaultMinWritable, "data partitions per volume that must take writes (or all, for a volume created with fewer); below that the leader adds partitions on data nodes with room")
 	f.DurationVar(&reportGrace, "report-grace", master.DefaultReportGrace, "mark a node down after this long without heartbeats once a peer or client reported it unresponsive")
 	f.DurationVar(&balanceInterval, "balance-interval", master.DefaultBalanceInterval,
 		"how often the leader polls meta partition statistics to grow and balance volumes")

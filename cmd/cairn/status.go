@@ -16,7 +16,6 @@ import (
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/fsck"
 	"github.com/cairnfs/cairn/pkg/metapb"
-	"github.com/cairnfs/cairn/pkg/replicaset"
 )
 
 // statusReport is the stable JSON shape of `cairn status --json`.
@@ -27,6 +26,8 @@ type statusReport struct {
 	Nodes      []statusNode      `json:"nodes"`
 	Volumes    []statusVolume    `json:"volumes"`
 	Partitions []statusPartition `json:"partitions"`
+	// Recovery is nil when no data replica is catching up.
+	Recovery *statusRecovery `json:"recovery,omitempty"`
 }
 
 type statusNode struct {
@@ -92,6 +93,18 @@ type statusPartition struct {
 	// both as the leader (or else any replica) last reported.
 	Items     uint64 `json:"items"`
 	UsedBytes uint64 `json:"used_bytes"`
+	// CopyLeft: bytes its data replicas catching up still lack.
+	CopyLeft uint64 `json:"copy_left_bytes,omitempty"`
+}
+
+// statusRecovery is the data replicas catching up (stale or joining by a
+// move): what they still lack, the rate the leader saw them copy at over
+// the last 10 s, and the time left at that rate (0: not known yet).
+type statusRecovery struct {
+	Replicas       int     `json:"replicas"`
+	BytesLeft      uint64  `json:"bytes_left"`
+	BytesPerSecond float64 `json:"bytes_per_second"`
+	ETASeconds     float64 `json:"eta_seconds,omitempty"`
 }
 
 func newStatusCmd() *cobra.Command {
@@ -198,6 +211,19 @@ func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
 		alive[nd.Id] = nd.State == pb.NodeState_NODE_STATE_ALIVE
 		r.Nodes = append(r.Nodes, n)
 	}
+	left := map[uint64]uint64{} // partition -> bytes its catching-up replicas lack
+	if len(st.Recovering) > 0 {
+		rec := &statusRecovery{BytesPerSecond: st.RecoveryBytesPerSecond}
+		for _, x := range st.Recovering {
+			left[x.PartitionId] += x.BytesLeft
+			rec.Replicas++
+			rec.BytesLeft += x.BytesLeft
+		}
+		if rec.BytesPerSecond > 0 {
+			rec.ETASeconds = float64(rec.BytesLeft) / rec.BytesPerSecond
+		}
+		r.Recovery = rec
+	}
 	volHealth := map[uint64]string{}
 	volUsed := map[uint64]uint64{}
 	for _, p := range m.Partitions {
@@ -210,11 +236,11 @@ func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
 				sp.ReplicasAlive++
 			}
 		}
-		sp.Health = partitionHealth(sp.ReplicasAlive, len(p.Replicas))
+		sp.Health = clustermap.Health(m, p)
 		if p.Kind == pb.PartitionKind_PARTITION_KIND_DATA {
 			sp.Down, sp.Stale = p.Down, p.Stale
-			sp.Health = dataHealth(p, sp.Health)
 		}
+		sp.CopyLeft = left[p.Id]
 		sp.Leader = leaders[p.Id]
 		if r := reports[p.Id]; r != nil {
 			sp.Items, sp.UsedBytes = r.Items, r.UsedBytes
@@ -222,55 +248,19 @@ func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
 				volUsed[p.VolumeId] += r.UsedBytes
 			}
 		}
-		volHealth[p.VolumeId] = worse(volHealth[p.VolumeId], sp.Health)
+		volHealth[p.VolumeId] = clustermap.Worse(volHealth[p.VolumeId], sp.Health)
 		r.Partitions = append(r.Partitions, sp)
 	}
 	sort.Slice(r.Partitions, func(i, j int) bool { return r.Partitions[i].ID < r.Partitions[j].ID })
 	for _, v := range m.Volumes {
 		r.Volumes = append(r.Volumes, statusVolume{
 			ID: v.Id, Name: v.Name, MetaPartitions: len(v.MetaPartitions), DataPartitions: len(v.DataPartitions),
-			Replicas: v.Replicas, CapacityBytes: v.CapacityBytes, UsedBytes: volUsed[v.Id], Health: worse("healthy", volHealth[v.Id]),
+			Replicas: v.Replicas, CapacityBytes: v.CapacityBytes, UsedBytes: volUsed[v.Id], Health: clustermap.Worse(clustermap.Healthy, volHealth[v.Id]),
 			Layout: clustermap.LayoutName(metapb.FileLayout(v.DefaultLayout)),
 		})
 	}
 	sort.Slice(r.Volumes, func(i, j int) bool { return r.Volumes[i].Name < r.Volumes[j].Name })
 	return r
-}
-
-// partitionHealth: healthy with every replica alive, degraded with a majority,
-// unavailable without one (a Raft group cannot commit).
-func partitionHealth(alive, total int) string {
-	switch {
-	case alive == total:
-		return "healthy"
-	case alive > total/2:
-		return "degraded"
-	}
-	return "unavailable"
-}
-
-// dataHealth refines a data partition's health with its write chain:
-// read-only when the chain takes no writes (too few replicas alive, or none
-// that holds every acknowledged write), recovering while a returned replica
-// catches up.
-func dataHealth(p *pb.Partition, health string) string {
-	switch {
-	case health == "unavailable":
-		return health
-	case !replicaset.Writable(p):
-		return "read-only"
-	case health == "healthy" && len(p.Stale) > 0:
-		return "recovering"
-	}
-	return health
-}
-
-func worse(a, b string) string {
-	rank := map[string]int{"": 0, "healthy": 1, "recovering": 2, "degraded": 3, "read-only": 4, "unavailable": 5}
-	if rank[b] > rank[a] {
-		return b
-	}
-	return a
 }
 
 func printReport(cmd *cobra.Command, r statusReport, partitions bool) {
@@ -329,16 +319,26 @@ func printReport(cmd *cobra.Command, r statusReport, partitions bool) {
 	}
 	fmt.Fprintf(out, "\npartitions: %d healthy, %d recovering, %d degraded, %d read-only, %d unavailable\n",
 		counts["healthy"], counts["recovering"], counts["degraded"], counts["read-only"], counts["unavailable"])
+	if rec := r.Recovery; rec != nil {
+		fmt.Fprintf(out, "recovery: %d data replicas catching up, %s left", rec.Replicas, humanBytes(rec.BytesLeft))
+		if rec.BytesPerSecond > 0 {
+			fmt.Fprintf(out, " at %s/s, about %s to go", humanBytes(uint64(rec.BytesPerSecond)), (time.Duration(rec.ETASeconds) * time.Second).String())
+		}
+		fmt.Fprintln(out)
+	}
 	if partitions {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "PARTITION\tVOLUME\tKIND\tREPLICAS\tDOWN\tSTALE\tLEADER\tITEMS\tUSED\tHEALTH")
+		fmt.Fprintln(tw, "PARTITION\tVOLUME\tKIND\tREPLICAS\tDOWN\tSTALE\tLEADER\tITEMS\tUSED\tTO COPY\tHEALTH")
 		for _, p := range r.Partitions {
-			leader := "-"
+			leader, toCopy := "-", "-"
 			if p.Leader != 0 {
 				leader = fmt.Sprint(p.Leader)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\t%s\t%s\t%d\t%s\t%s\n", p.ID, p.Volume, p.Kind, p.Replicas, idList(p.Down), idList(p.Stale),
-				leader, p.Items, humanBytes(p.UsedBytes), p.Health)
+			if p.CopyLeft > 0 {
+				toCopy = humanBytes(p.CopyLeft)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.ID, p.Volume, p.Kind, p.Replicas, idList(p.Down), idList(p.Stale),
+				leader, p.Items, humanBytes(p.UsedBytes), toCopy, p.Health)
 		}
 		tw.Flush()
 	}

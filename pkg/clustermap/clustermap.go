@@ -176,6 +176,9 @@ func (s *State) Apply(cmd *pb.Command) (any, error) {
 		changed, err = s.moveReplica(op.MoveReplica)
 	case *pb.Command_DrainNode:
 		changed, err = s.drainNode(op.DrainNode)
+	case *pb.Command_AddDataPartitions:
+		res, err = s.addDataPartitions(op.AddDataPartitions)
+		changed = err == nil
 	default:
 		return nil, fmt.Errorf("%w command: unknown operation %T", ErrInvalid, op)
 	}
@@ -387,6 +390,34 @@ func (s *State) markInSync(c *pb.MarkInSync) (bool, error) {
 	}
 	p.Epoch = s.m.Epoch + 1
 	return true, nil
+}
+
+// addDataPartitions appends c's data partitions to the volume and returns
+// the id of the first. All or none are added.
+func (s *State) addDataPartitions(c *pb.AddDataPartitions) (uint64, error) {
+	v := s.VolumeByName(c.Volume)
+	if v == nil {
+		return 0, fmt.Errorf("volume %q: %w", c.Volume, ErrNotFound)
+	}
+	if len(c.Partitions) == 0 || len(c.Partitions) > MaxPartitionsPerOp {
+		return 0, fmt.Errorf("%w add data partitions to %q: %d partitions, want 1..%d", ErrInvalid, c.Volume, len(c.Partitions), MaxPartitionsPerOp)
+	}
+	for i, np := range c.Partitions {
+		if np.GetKind() != pb.PartitionKind_PARTITION_KIND_DATA {
+			return 0, fmt.Errorf("%w add data partitions to %q: partition %d is not a data partition", ErrInvalid, c.Volume, i)
+		}
+		if err := s.checkReplicas(np, int(v.Replicas)); err != nil {
+			return 0, fmt.Errorf("add data partitions to %q: partition %d: %w", c.Volume, i, err)
+		}
+	}
+	first := s.m.NextPartitionId
+	for _, np := range c.Partitions {
+		p := &pb.Partition{Id: s.m.NextPartitionId, VolumeId: v.Id, Kind: pb.PartitionKind_PARTITION_KIND_DATA, Replicas: slices.Clone(np.Replicas)}
+		s.m.NextPartitionId++
+		s.m.Partitions[p.Id] = p
+		v.DataPartitions = append(v.DataPartitions, p.Id)
+	}
+	return first, nil
 }
 
 func (s *State) createVolume(now int64, c *pb.CreateVolume) (uint64, error) {

@@ -112,6 +112,60 @@ func TestApply(t *testing.T) {
 	}
 }
 
+func addData(volume string, parts ...*pb.NewPartition) *pb.Command {
+	return &pb.Command{Op: &pb.Command_AddDataPartitions{AddDataPartitions: &pb.AddDataPartitions{Volume: volume, Partitions: parts}}}
+}
+
+// TestAddDataPartitions: a volume gains data partitions, all or none, each
+// checked as volume creation checks them.
+func TestAddDataPartitions(t *testing.T) {
+	tests := []struct {
+		name    string
+		cmd     *pb.Command
+		wantErr error
+		want    []uint64 // the volume's data partitions after
+	}{
+		{"two more", addData("v1", part(data, 4, 5, 6), part(data, 6, 5, 4)), nil, []uint64{2, 3, 4}},
+		{"unknown volume", addData("v9", part(data, 4, 5, 6)), ErrNotFound, []uint64{2}},
+		{"none", addData("v1"), ErrInvalid, []uint64{2}},
+		{"a meta partition", addData("v1", part(meta, 1, 2, 3)), ErrInvalid, []uint64{2}},
+		{"too few replicas", addData("v1", part(data, 4, 5)), ErrInvalid, []uint64{2}},
+		{"one bad of two adds nothing", addData("v1", part(data, 4, 5, 6), part(data, 4, 4, 5)), ErrInvalid, []uint64{2}},
+		{"an out node", addData("v1", part(data, 4, 5, 7)), ErrInvalid, []uint64{2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := cluster(t)
+			for _, c := range []*pb.Command{
+				vol("v1", 3, part(meta, 1, 2, 3), part(data, 4, 5, 6)),
+				reg("d4", pb.Role_ROLE_DATA, "a:7", 0),
+				{Op: &pb.Command_SetNodeState{SetNodeState: &pb.SetNodeState{NodeId: 7, State: pb.NodeState_NODE_STATE_OUT}}},
+			} {
+				if _, err := s.Apply(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			epoch := s.Map().Epoch
+			_, err := s.Apply(tt.cmd)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			v := s.VolumeByName("v1")
+			if !slices.Equal(v.DataPartitions, tt.want) {
+				t.Fatalf("data partitions %v, want %v", v.DataPartitions, tt.want)
+			}
+			if wantEpoch := epoch + map[bool]uint64{true: 1}[err == nil]; s.Map().Epoch != wantEpoch {
+				t.Fatalf("epoch %d, want %d", s.Map().Epoch, wantEpoch)
+			}
+			for _, id := range v.DataPartitions {
+				if p := s.Map().Partitions[id]; p == nil || p.VolumeId != v.Id || p.Kind != data {
+					t.Fatalf("partition %d: %v", id, p)
+				}
+			}
+		})
+	}
+}
+
 func TestCreateVolumeLayout(t *testing.T) {
 	s := cluster(t)
 	_, err := s.Apply(vol("v", 3, part(meta, 1, 2, 3), part(meta, 2, 3, 1), part(meta, 3, 1, 2), part(data, 4, 5, 6)))

@@ -1087,6 +1087,7 @@ type Command struct {
 	//	*Command_MarkInSync
 	//	*Command_MoveReplica
 	//	*Command_DrainNode
+	//	*Command_AddDataPartitions
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1235,6 +1236,15 @@ func (x *Command) GetDrainNode() *DrainNode {
 	return nil
 }
 
+func (x *Command) GetAddDataPartitions() *AddDataPartitions {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AddDataPartitions); ok {
+			return x.AddDataPartitions
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1283,6 +1293,10 @@ type Command_DrainNode struct {
 	DrainNode *DrainNode `protobuf:"bytes,20,opt,name=drain_node,json=drainNode,proto3,oneof"`
 }
 
+type Command_AddDataPartitions struct {
+	AddDataPartitions *AddDataPartitions `protobuf:"bytes,21,opt,name=add_data_partitions,json=addDataPartitions,proto3,oneof"`
+}
+
 func (*Command_Init) isCommand_Op() {}
 
 func (*Command_Register) isCommand_Op() {}
@@ -1305,6 +1319,63 @@ func (*Command_MoveReplica) isCommand_Op() {}
 
 func (*Command_DrainNode) isCommand_Op() {}
 
+func (*Command_AddDataPartitions) isCommand_Op() {}
+
+// AddDataPartitions adds data partitions to a volume (its writable ones ran
+// low: replicas out of space or lost). Each partition has the volume's
+// replica count, on distinct data nodes.
+type AddDataPartitions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Partitions    []*NewPartition        `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddDataPartitions) Reset() {
+	*x = AddDataPartitions{}
+	mi := &file_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddDataPartitions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddDataPartitions) ProtoMessage() {}
+
+func (x *AddDataPartitions) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddDataPartitions.ProtoReflect.Descriptor instead.
+func (*AddDataPartitions) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AddDataPartitions) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *AddDataPartitions) GetPartitions() []*NewPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
 // DrainNode starts (drain) or cancels decommissioning a meta or data node.
 type DrainNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1316,7 +1387,7 @@ type DrainNode struct {
 
 func (x *DrainNode) Reset() {
 	*x = DrainNode{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1399,7 @@ func (x *DrainNode) String() string {
 func (*DrainNode) ProtoMessage() {}
 
 func (x *DrainNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1412,7 @@ func (x *DrainNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNode.ProtoReflect.Descriptor instead.
 func (*DrainNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DrainNode) GetNodeId() uint64 {
@@ -1374,7 +1445,7 @@ type MoveReplica struct {
 
 func (x *MoveReplica) Reset() {
 	*x = MoveReplica{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1457,7 @@ func (x *MoveReplica) String() string {
 func (*MoveReplica) ProtoMessage() {}
 
 func (x *MoveReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1470,7 @@ func (x *MoveReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplica.ProtoReflect.Descriptor instead.
 func (*MoveReplica) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MoveReplica) GetPartitionId() uint64 {
@@ -1444,7 +1515,7 @@ type MarkInSync struct {
 
 func (x *MarkInSync) Reset() {
 	*x = MarkInSync{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1527,7 @@ func (x *MarkInSync) String() string {
 func (*MarkInSync) ProtoMessage() {}
 
 func (x *MarkInSync) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1540,7 @@ func (x *MarkInSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInSync.ProtoReflect.Descriptor instead.
 func (*MarkInSync) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MarkInSync) GetPartitionId() uint64 {
@@ -1508,7 +1579,7 @@ type AddMetaPartition struct {
 
 func (x *AddMetaPartition) Reset() {
 	*x = AddMetaPartition{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1591,7 @@ func (x *AddMetaPartition) String() string {
 func (*AddMetaPartition) ProtoMessage() {}
 
 func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1604,7 @@ func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMetaPartition.ProtoReflect.Descriptor instead.
 func (*AddMetaPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AddMetaPartition) GetVolume() string {
@@ -1573,7 +1644,7 @@ type StartMigration struct {
 
 func (x *StartMigration) Reset() {
 	*x = StartMigration{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1656,7 @@ func (x *StartMigration) String() string {
 func (*StartMigration) ProtoMessage() {}
 
 func (x *StartMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1669,7 @@ func (x *StartMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMigration.ProtoReflect.Descriptor instead.
 func (*StartMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StartMigration) GetVolume() string {
@@ -1651,7 +1722,7 @@ type AdvanceMigration struct {
 
 func (x *AdvanceMigration) Reset() {
 	*x = AdvanceMigration{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1734,7 @@ func (x *AdvanceMigration) String() string {
 func (*AdvanceMigration) ProtoMessage() {}
 
 func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1747,7 @@ func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceMigration.ProtoReflect.Descriptor instead.
 func (*AdvanceMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AdvanceMigration) GetVolume() string {
@@ -1716,7 +1787,7 @@ type InitCluster struct {
 
 func (x *InitCluster) Reset() {
 	*x = InitCluster{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1799,7 @@ func (x *InitCluster) String() string {
 func (*InitCluster) ProtoMessage() {}
 
 func (x *InitCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1812,7 @@ func (x *InitCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
 func (*InitCluster) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InitCluster) GetClusterId() string {
@@ -1765,7 +1836,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1848,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1861,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterNode) GetUuid() string {
@@ -1845,7 +1916,7 @@ type SetNodeState struct {
 
 func (x *SetNodeState) Reset() {
 	*x = SetNodeState{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1928,7 @@ func (x *SetNodeState) String() string {
 func (*SetNodeState) ProtoMessage() {}
 
 func (x *SetNodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1941,7 @@ func (x *SetNodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeState.ProtoReflect.Descriptor instead.
 func (*SetNodeState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetNodeState) GetNodeId() uint64 {
@@ -1897,7 +1968,7 @@ type NewPartition struct {
 
 func (x *NewPartition) Reset() {
 	*x = NewPartition{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +1980,7 @@ func (x *NewPartition) String() string {
 func (*NewPartition) ProtoMessage() {}
 
 func (x *NewPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +1993,7 @@ func (x *NewPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewPartition.ProtoReflect.Descriptor instead.
 func (*NewPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NewPartition) GetKind() PartitionKind {
@@ -1954,7 +2025,7 @@ type CreateVolume struct {
 
 func (x *CreateVolume) Reset() {
 	*x = CreateVolume{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2037,7 @@ func (x *CreateVolume) String() string {
 func (*CreateVolume) ProtoMessage() {}
 
 func (x *CreateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2050,7 @@ func (x *CreateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolume.ProtoReflect.Descriptor instead.
 func (*CreateVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateVolume) GetName() string {
@@ -2040,7 +2111,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2123,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2136,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -2090,7 +2161,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2173,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2186,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegisterRequest) GetClusterId() string {
@@ -2178,7 +2249,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2261,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2274,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterResponse) GetClusterId() string {
@@ -2240,7 +2311,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2323,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2336,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Usage) GetCapacityBytes() uint64 {
@@ -2307,15 +2378,19 @@ type PartitionReport struct {
 	// write chain, completed a full alignment with the chain's head; 0 if none.
 	InSyncEpoch uint64 `protobuf:"varint,5,opt,name=in_sync_epoch,json=inSyncEpoch,proto3" json:"in_sync_epoch,omitempty"`
 	// The Raft configuration, as the group's leader knows it (leaders only).
-	Voters        []uint64 `protobuf:"varint,6,rep,packed,name=voters,proto3" json:"voters,omitempty"`
-	Learners      []uint64 `protobuf:"varint,7,rep,packed,name=learners,proto3" json:"learners,omitempty"`
+	Voters   []uint64 `protobuf:"varint,6,rep,packed,name=voters,proto3" json:"voters,omitempty"`
+	Learners []uint64 `protobuf:"varint,7,rep,packed,name=learners,proto3" json:"learners,omitempty"`
+	// Data partitions: this replica refuses new data (its disk filled up, or
+	// its store failed). The master creates partitions elsewhere and moves no
+	// replica to the node while it reports one.
+	ReadOnly      bool `protobuf:"varint,8,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PartitionReport) Reset() {
 	*x = PartitionReport{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2402,7 @@ func (x *PartitionReport) String() string {
 func (*PartitionReport) ProtoMessage() {}
 
 func (x *PartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2415,7 @@ func (x *PartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReport.ProtoReflect.Descriptor instead.
 func (*PartitionReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PartitionReport) GetId() uint64 {
@@ -2392,6 +2467,13 @@ func (x *PartitionReport) GetLearners() []uint64 {
 	return nil
 }
 
+func (x *PartitionReport) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2407,7 +2489,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2501,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2514,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HeartbeatRequest) GetNodeId() uint64 {
@@ -2502,7 +2584,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2596,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2609,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HeartbeatResponse) GetEpoch() uint64 {
@@ -2573,7 +2655,7 @@ type GetMapRequest struct {
 
 func (x *GetMapRequest) Reset() {
 	*x = GetMapRequest{}
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2667,7 @@ func (x *GetMapRequest) String() string {
 func (*GetMapRequest) ProtoMessage() {}
 
 func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2680,7 @@ func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapRequest.ProtoReflect.Descriptor instead.
 func (*GetMapRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{26}
+	return file_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 type GetMapResponse struct {
@@ -2610,7 +2692,7 @@ type GetMapResponse struct {
 
 func (x *GetMapResponse) Reset() {
 	*x = GetMapResponse{}
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2704,7 @@ func (x *GetMapResponse) String() string {
 func (*GetMapResponse) ProtoMessage() {}
 
 func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2717,7 @@ func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapResponse.ProtoReflect.Descriptor instead.
 func (*GetMapResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{27}
+	return file_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetMapResponse) GetMap() *ClusterMap {
@@ -2662,7 +2744,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2756,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2769,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateVolumeRequest) GetName() string {
@@ -2748,7 +2830,7 @@ type VolumeRequest struct {
 
 func (x *VolumeRequest) Reset() {
 	*x = VolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +2842,7 @@ func (x *VolumeRequest) String() string {
 func (*VolumeRequest) ProtoMessage() {}
 
 func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +2855,7 @@ func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *VolumeRequest) GetName() string {
@@ -2805,7 +2887,7 @@ type VolumeResponse struct {
 
 func (x *VolumeResponse) Reset() {
 	*x = VolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +2899,7 @@ func (x *VolumeResponse) String() string {
 func (*VolumeResponse) ProtoMessage() {}
 
 func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +2912,7 @@ func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeResponse.ProtoReflect.Descriptor instead.
 func (*VolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{30}
+	return file_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *VolumeResponse) GetVolume() *Volume {
@@ -2890,7 +2972,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +2984,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +2997,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{31}
+	return file_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 type ListVolumesResponse struct {
@@ -2928,7 +3010,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3022,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3035,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{32}
+	return file_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -2979,7 +3061,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3073,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3086,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{33}
+	return file_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteVolumeResponse) GetEpoch() uint64 {
@@ -3022,7 +3104,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3116,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3129,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{34}
+	return file_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 // PingResponse tells who a master is and what it knows of the leader.
@@ -3068,7 +3150,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3080,7 +3162,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3093,7 +3175,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{35}
+	return file_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PingResponse) GetId() uint64 {
@@ -3176,7 +3258,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_cluster_proto_msgTypes[36]
+	mi := &file_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3270,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[36]
+	mi := &file_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3283,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{36}
+	return file_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeStatus) GetNode() *Node {
@@ -3261,7 +3343,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[37]
+	mi := &file_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3355,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[37]
+	mi := &file_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,22 +3368,26 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{37}
+	return file_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Map           *ClusterMap            `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"`
-	Nodes         []*NodeStatus          `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Masters       []*PingResponse        `protobuf:"bytes,3,rep,name=masters,proto3" json:"masters,omitempty"`
-	LeaderId      uint64                 `protobuf:"varint,4,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Map      *ClusterMap            `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"`
+	Nodes    []*NodeStatus          `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Masters  []*PingResponse        `protobuf:"bytes,3,rep,name=masters,proto3" json:"masters,omitempty"`
+	LeaderId uint64                 `protobuf:"varint,4,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// The data replicas catching up (stale or joining) and what they still
+	// lack, with the rate the leader has seen them copy at.
+	Recovering             []*ReplicaRecovery `protobuf:"bytes,5,rep,name=recovering,proto3" json:"recovering,omitempty"`
+	RecoveryBytesPerSecond float64            `protobuf:"fixed64,6,opt,name=recovery_bytes_per_second,json=recoveryBytesPerSecond,proto3" json:"recovery_bytes_per_second,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[38]
+	mi := &file_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3399,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[38]
+	mi := &file_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3412,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{38}
+	return file_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StatusResponse) GetMap() *ClusterMap {
@@ -3357,6 +3443,82 @@ func (x *StatusResponse) GetLeaderId() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetRecovering() []*ReplicaRecovery {
+	if x != nil {
+		return x.Recovering
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetRecoveryBytesPerSecond() float64 {
+	if x != nil {
+		return x.RecoveryBytesPerSecond
+	}
+	return 0
+}
+
+// ReplicaRecovery is one data replica catching up: bytes_left is what the
+// head of the write chain stores beyond what the replica stores.
+type ReplicaRecovery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	NodeId        uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	BytesLeft     uint64                 `protobuf:"varint,3,opt,name=bytes_left,json=bytesLeft,proto3" json:"bytes_left,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaRecovery) Reset() {
+	*x = ReplicaRecovery{}
+	mi := &file_cluster_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaRecovery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaRecovery) ProtoMessage() {}
+
+func (x *ReplicaRecovery) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaRecovery.ProtoReflect.Descriptor instead.
+func (*ReplicaRecovery) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ReplicaRecovery) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *ReplicaRecovery) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *ReplicaRecovery) GetBytesLeft() uint64 {
+	if x != nil {
+		return x.BytesLeft
+	}
+	return 0
+}
+
 type DecommissionNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -3367,7 +3529,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_cluster_proto_msgTypes[39]
+	mi := &file_cluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +3541,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[39]
+	mi := &file_cluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +3554,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{39}
+	return file_cluster_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DecommissionNodeRequest) GetNodeId() uint64 {
@@ -3419,7 +3581,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_cluster_proto_msgTypes[40]
+	mi := &file_cluster_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3431,7 +3593,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[40]
+	mi := &file_cluster_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3444,7 +3606,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{40}
+	return file_cluster_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DecommissionNodeResponse) GetNode() *Node {
@@ -3472,7 +3634,7 @@ type ReportFailureRequest struct {
 
 func (x *ReportFailureRequest) Reset() {
 	*x = ReportFailureRequest{}
-	mi := &file_cluster_proto_msgTypes[41]
+	mi := &file_cluster_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3646,7 @@ func (x *ReportFailureRequest) String() string {
 func (*ReportFailureRequest) ProtoMessage() {}
 
 func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[41]
+	mi := &file_cluster_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3659,7 @@ func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportFailureRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{41}
+	return file_cluster_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReportFailureRequest) GetNodeId() uint64 {
@@ -3530,7 +3692,7 @@ type ReportFailureResponse struct {
 
 func (x *ReportFailureResponse) Reset() {
 	*x = ReportFailureResponse{}
-	mi := &file_cluster_proto_msgTypes[42]
+	mi := &file_cluster_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3542,7 +3704,7 @@ func (x *ReportFailureResponse) String() string {
 func (*ReportFailureResponse) ProtoMessage() {}
 
 func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[42]
+	mi := &file_cluster_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3555,7 +3717,7 @@ func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportFailureResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{42}
+	return file_cluster_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReportFailureResponse) GetMarkedDown() bool {
@@ -3660,7 +3822,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x15.cairn.cluster.VolumeR\x05value:\x028\x01\x1aW\n" +
 	"\x0fPartitionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\v2\x18.cairn.cluster.PartitionR\x05value:\x028\x01\"\x8f\x06\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.cairn.cluster.PartitionR\x05value:\x028\x01\"\xe3\x06\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x120\n" +
 	"\x04init\x18\n" +
@@ -3676,8 +3838,14 @@ const file_cluster_proto_rawDesc = "" +
 	"markInSync\x12?\n" +
 	"\fmove_replica\x18\x13 \x01(\v2\x1a.cairn.cluster.MoveReplicaH\x00R\vmoveReplica\x129\n" +
 	"\n" +
-	"drain_node\x18\x14 \x01(\v2\x18.cairn.cluster.DrainNodeH\x00R\tdrainNodeB\x04\n" +
-	"\x02op\":\n" +
+	"drain_node\x18\x14 \x01(\v2\x18.cairn.cluster.DrainNodeH\x00R\tdrainNode\x12R\n" +
+	"\x13add_data_partitions\x18\x15 \x01(\v2 .cairn.cluster.AddDataPartitionsH\x00R\x11addDataPartitionsB\x04\n" +
+	"\x02op\"h\n" +
+	"\x11AddDataPartitions\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12;\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2\x1b.cairn.cluster.NewPartitionR\n" +
+	"partitions\":\n" +
 	"\tDrainNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x14\n" +
 	"\x05drain\x18\x02 \x01(\bR\x05drain\"\x84\x01\n" +
@@ -3757,7 +3925,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"used_bytes\x18\x02 \x01(\x04R\tusedBytes\x12\x19\n" +
 	"\bmem_util\x18\x03 \x01(\x01R\amemUtil\x12\x19\n" +
-	"\bcpu_util\x18\x04 \x01(\x01R\acpuUtil\"\xc6\x01\n" +
+	"\bcpu_util\x18\x04 \x01(\x01R\acpuUtil\"\xe3\x01\n" +
 	"\x0fPartitionReport\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\bR\x06leader\x12\x1d\n" +
@@ -3766,7 +3934,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05items\x18\x04 \x01(\x04R\x05items\x12\"\n" +
 	"\rin_sync_epoch\x18\x05 \x01(\x04R\vinSyncEpoch\x12\x16\n" +
 	"\x06voters\x18\x06 \x03(\x04R\x06voters\x12\x1a\n" +
-	"\blearners\x18\a \x03(\x04R\blearners\"\xfc\x01\n" +
+	"\blearners\x18\a \x03(\x04R\blearners\x12\x1b\n" +
+	"\tread_only\x18\b \x01(\bR\breadOnly\"\xfc\x01\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12*\n" +
@@ -3844,12 +4013,21 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\a \x03(\v2\x1e.cairn.cluster.PartitionReportR\n" +
 	"partitions\"\x0f\n" +
-	"\rStatusRequest\"\xc2\x01\n" +
+	"\rStatusRequest\"\xbd\x02\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x03map\x18\x01 \x01(\v2\x19.cairn.cluster.ClusterMapR\x03map\x12/\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x19.cairn.cluster.NodeStatusR\x05nodes\x125\n" +
 	"\amasters\x18\x03 \x03(\v2\x1b.cairn.cluster.PingResponseR\amasters\x12\x1b\n" +
-	"\tleader_id\x18\x04 \x01(\x04R\bleaderId\"J\n" +
+	"\tleader_id\x18\x04 \x01(\x04R\bleaderId\x12>\n" +
+	"\n" +
+	"recovering\x18\x05 \x03(\v2\x1e.cairn.cluster.ReplicaRecoveryR\n" +
+	"recovering\x129\n" +
+	"\x19recovery_bytes_per_second\x18\x06 \x01(\x01R\x16recoveryBytesPerSecond\"l\n" +
+	"\x0fReplicaRecovery\x12!\n" +
+	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"bytes_left\x18\x03 \x01(\x04R\tbytesLeft\"J\n" +
 	"\x17DecommissionNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x16\n" +
 	"\x06cancel\x18\x02 \x01(\bR\x06cancel\"_\n" +
@@ -3914,7 +4092,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_cluster_proto_goTypes = []any{
 	(Role)(0),                        // 0: cairn.cluster.Role
 	(NodeState)(0),                   // 1: cairn.cluster.NodeState
@@ -3929,46 +4107,48 @@ var file_cluster_proto_goTypes = []any{
 	(*Partition)(nil),                // 10: cairn.cluster.Partition
 	(*ClusterMap)(nil),               // 11: cairn.cluster.ClusterMap
 	(*Command)(nil),                  // 12: cairn.cluster.Command
-	(*DrainNode)(nil),                // 13: cairn.cluster.DrainNode
-	(*MoveReplica)(nil),              // 14: cairn.cluster.MoveReplica
-	(*MarkInSync)(nil),               // 15: cairn.cluster.MarkInSync
-	(*AddMetaPartition)(nil),         // 16: cairn.cluster.AddMetaPartition
-	(*StartMigration)(nil),           // 17: cairn.cluster.StartMigration
-	(*AdvanceMigration)(nil),         // 18: cairn.cluster.AdvanceMigration
-	(*InitCluster)(nil),              // 19: cairn.cluster.InitCluster
-	(*RegisterNode)(nil),             // 20: cairn.cluster.RegisterNode
-	(*SetNodeState)(nil),             // 21: cairn.cluster.SetNodeState
-	(*NewPartition)(nil),             // 22: cairn.cluster.NewPartition
-	(*CreateVolume)(nil),             // 23: cairn.cluster.CreateVolume
-	(*DeleteVolume)(nil),             // 24: cairn.cluster.DeleteVolume
-	(*RegisterRequest)(nil),          // 25: cairn.cluster.RegisterRequest
-	(*RegisterResponse)(nil),         // 26: cairn.cluster.RegisterResponse
-	(*Usage)(nil),                    // 27: cairn.cluster.Usage
-	(*PartitionReport)(nil),          // 28: cairn.cluster.PartitionReport
-	(*HeartbeatRequest)(nil),         // 29: cairn.cluster.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 30: cairn.cluster.HeartbeatResponse
-	(*GetMapRequest)(nil),            // 31: cairn.cluster.GetMapRequest
-	(*GetMapResponse)(nil),           // 32: cairn.cluster.GetMapResponse
-	(*CreateVolumeRequest)(nil),      // 33: cairn.cluster.CreateVolumeRequest
-	(*VolumeRequest)(nil),            // 34: cairn.cluster.VolumeRequest
-	(*VolumeResponse)(nil),           // 35: cairn.cluster.VolumeResponse
-	(*ListVolumesRequest)(nil),       // 36: cairn.cluster.ListVolumesRequest
-	(*ListVolumesResponse)(nil),      // 37: cairn.cluster.ListVolumesResponse
-	(*DeleteVolumeResponse)(nil),     // 38: cairn.cluster.DeleteVolumeResponse
-	(*PingRequest)(nil),              // 39: cairn.cluster.PingRequest
-	(*PingResponse)(nil),             // 40: cairn.cluster.PingResponse
-	(*NodeStatus)(nil),               // 41: cairn.cluster.NodeStatus
-	(*StatusRequest)(nil),            // 42: cairn.cluster.StatusRequest
-	(*StatusResponse)(nil),           // 43: cairn.cluster.StatusResponse
-	(*DecommissionNodeRequest)(nil),  // 44: cairn.cluster.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil), // 45: cairn.cluster.DecommissionNodeResponse
-	(*ReportFailureRequest)(nil),     // 46: cairn.cluster.ReportFailureRequest
-	(*ReportFailureResponse)(nil),    // 47: cairn.cluster.ReportFailureResponse
-	nil,                              // 48: cairn.cluster.ClusterMap.NodesEntry
-	nil,                              // 49: cairn.cluster.ClusterMap.VolumesEntry
-	nil,                              // 50: cairn.cluster.ClusterMap.PartitionsEntry
-	nil,                              // 51: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	nil,                              // 52: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	(*AddDataPartitions)(nil),        // 13: cairn.cluster.AddDataPartitions
+	(*DrainNode)(nil),                // 14: cairn.cluster.DrainNode
+	(*MoveReplica)(nil),              // 15: cairn.cluster.MoveReplica
+	(*MarkInSync)(nil),               // 16: cairn.cluster.MarkInSync
+	(*AddMetaPartition)(nil),         // 17: cairn.cluster.AddMetaPartition
+	(*StartMigration)(nil),           // 18: cairn.cluster.StartMigration
+	(*AdvanceMigration)(nil),         // 19: cairn.cluster.AdvanceMigration
+	(*InitCluster)(nil),              // 20: cairn.cluster.InitCluster
+	(*RegisterNode)(nil),             // 21: cairn.cluster.RegisterNode
+	(*SetNodeState)(nil),             // 22: cairn.cluster.SetNodeState
+	(*NewPartition)(nil),             // 23: cairn.cluster.NewPartition
+	(*CreateVolume)(nil),             // 24: cairn.cluster.CreateVolume
+	(*DeleteVolume)(nil),             // 25: cairn.cluster.DeleteVolume
+	(*RegisterRequest)(nil),          // 26: cairn.cluster.RegisterRequest
+	(*RegisterResponse)(nil),         // 27: cairn.cluster.RegisterResponse
+	(*Usage)(nil),                    // 28: cairn.cluster.Usage
+	(*PartitionReport)(nil),          // 29: cairn.cluster.PartitionReport
+	(*HeartbeatRequest)(nil),         // 30: cairn.cluster.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 31: cairn.cluster.HeartbeatResponse
+	(*GetMapRequest)(nil),            // 32: cairn.cluster.GetMapRequest
+	(*GetMapResponse)(nil),           // 33: cairn.cluster.GetMapResponse
+	(*CreateVolumeRequest)(nil),      // 34: cairn.cluster.CreateVolumeRequest
+	(*VolumeRequest)(nil),            // 35: cairn.cluster.VolumeRequest
+	(*VolumeResponse)(nil),           // 36: cairn.cluster.VolumeResponse
+	(*ListVolumesRequest)(nil),       // 37: cairn.cluster.ListVolumesRequest
+	(*ListVolumesResponse)(nil),      // 38: cairn.cluster.ListVolumesResponse
+	(*DeleteVolumeResponse)(nil),     // 39: cairn.cluster.DeleteVolumeResponse
+	(*PingRequest)(nil),              // 40: cairn.cluster.PingRequest
+	(*PingResponse)(nil),             // 41: cairn.cluster.PingResponse
+	(*NodeStatus)(nil),               // 42: cairn.cluster.NodeStatus
+	(*StatusRequest)(nil),            // 43: cairn.cluster.StatusRequest
+	(*StatusResponse)(nil),           // 44: cairn.cluster.StatusResponse
+	(*ReplicaRecovery)(nil),          // 45: cairn.cluster.ReplicaRecovery
+	(*DecommissionNodeRequest)(nil),  // 46: cairn.cluster.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil), // 47: cairn.cluster.DecommissionNodeResponse
+	(*ReportFailureRequest)(nil),     // 48: cairn.cluster.ReportFailureRequest
+	(*ReportFailureResponse)(nil),    // 49: cairn.cluster.ReportFailureResponse
+	nil,                              // 50: cairn.cluster.ClusterMap.NodesEntry
+	nil,                              // 51: cairn.cluster.ClusterMap.VolumesEntry
+	nil,                              // 52: cairn.cluster.ClusterMap.PartitionsEntry
+	nil,                              // 53: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	nil,                              // 54: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
@@ -3979,77 +4159,80 @@ var file_cluster_proto_depIdxs = []int32{
 	8,  // 5: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
 	3,  // 6: cairn.cluster.Migration.phase:type_name -> cairn.cluster.MigrationPhase
 	2,  // 7: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
-	48, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
-	49, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
-	50, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
-	19, // 11: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
-	20, // 12: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
-	21, // 13: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
-	23, // 14: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
-	24, // 15: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
-	16, // 16: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
-	17, // 17: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
-	18, // 18: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
-	15, // 19: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
-	14, // 20: cairn.cluster.Command.move_replica:type_name -> cairn.cluster.MoveReplica
-	13, // 21: cairn.cluster.Command.drain_node:type_name -> cairn.cluster.DrainNode
-	4,  // 22: cairn.cluster.MoveReplica.phase:type_name -> cairn.cluster.MovePhase
-	22, // 23: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
-	8,  // 24: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	3,  // 25: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
-	0,  // 26: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
-	1,  // 27: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
-	2,  // 28: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
-	22, // 29: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
-	7,  // 30: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
-	0,  // 31: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
-	27, // 32: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
-	28, // 33: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
-	10, // 34: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
-	51, // 35: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	52, // 36: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
-	11, // 37: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
-	7,  // 38: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
-	6,  // 39: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
-	10, // 40: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
-	6,  // 41: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
-	5,  // 42: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
-	27, // 43: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
-	28, // 44: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
-	11, // 45: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
-	41, // 46: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
-	40, // 47: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
-	5,  // 48: cairn.cluster.DecommissionNodeResponse.node:type_name -> cairn.cluster.Node
-	5,  // 49: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
-	6,  // 50: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
-	10, // 51: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
-	25, // 52: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
-	29, // 53: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
-	31, // 54: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
-	33, // 55: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
-	34, // 56: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
-	36, // 57: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
-	34, // 58: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
-	42, // 59: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
-	39, // 60: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	46, // 61: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
-	44, // 62: cairn.cluster.Master.DecommissionNode:input_type -> cairn.cluster.DecommissionNodeRequest
-	26, // 63: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	30, // 64: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	32, // 65: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	35, // 66: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	35, // 67: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	37, // 68: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	38, // 69: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	43, // 70: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	40, // 71: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	47, // 72: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
-	45, // 73: cairn.cluster.Master.DecommissionNode:output_type -> cairn.cluster.DecommissionNodeResponse
-	63, // [63:74] is the sub-list for method output_type
-	52, // [52:63] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	50, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
+	51, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
+	52, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
+	20, // 11: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
+	21, // 12: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
+	22, // 13: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
+	24, // 14: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
+	25, // 15: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
+	17, // 16: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
+	18, // 17: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
+	19, // 18: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
+	16, // 19: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
+	15, // 20: cairn.cluster.Command.move_replica:type_name -> cairn.cluster.MoveReplica
+	14, // 21: cairn.cluster.Command.drain_node:type_name -> cairn.cluster.DrainNode
+	13, // 22: cairn.cluster.Command.add_data_partitions:type_name -> cairn.cluster.AddDataPartitions
+	23, // 23: cairn.cluster.AddDataPartitions.partitions:type_name -> cairn.cluster.NewPartition
+	4,  // 24: cairn.cluster.MoveReplica.phase:type_name -> cairn.cluster.MovePhase
+	23, // 25: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
+	8,  // 26: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	3,  // 27: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
+	0,  // 28: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
+	1,  // 29: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
+	2,  // 30: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
+	23, // 31: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
+	7,  // 32: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
+	0,  // 33: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
+	28, // 34: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
+	29, // 35: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
+	10, // 36: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
+	53, // 37: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	54, // 38: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	11, // 39: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
+	7,  // 40: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
+	6,  // 41: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
+	10, // 42: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
+	6,  // 43: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
+	5,  // 44: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
+	28, // 45: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
+	29, // 46: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
+	11, // 47: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
+	42, // 48: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
+	41, // 49: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
+	45, // 50: cairn.cluster.StatusResponse.recovering:type_name -> cairn.cluster.ReplicaRecovery
+	5,  // 51: cairn.cluster.DecommissionNodeResponse.node:type_name -> cairn.cluster.Node
+	5,  // 52: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
+	6,  // 53: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
+	10, // 54: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
+	26, // 55: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
+	30, // 56: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
+	32, // 57: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
+	34, // 58: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
+	35, // 59: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
+	37, // 60: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
+	35, // 61: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
+	43, // 62: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
+	40, // 63: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
+	48, // 64: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
+	46, // 65: cairn.cluster.Master.DecommissionNode:input_type -> cairn.cluster.DecommissionNodeRequest
+	27, // 66: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	31, // 67: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	33, // 68: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	36, // 69: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	36, // 70: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	38, // 71: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	39, // 72: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	44, // 73: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	41, // 74: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	49, // 75: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
+	47, // 76: cairn.cluster.Master.DecommissionNode:output_type -> cairn.cluster.DecommissionNodeResponse
+	66, // [66:77] is the sub-list for method output_type
+	55, // [55:66] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -4069,6 +4252,7 @@ func file_cluster_proto_init() {
 		(*Command_MarkInSync)(nil),
 		(*Command_MoveReplica)(nil),
 		(*Command_DrainNode)(nil),
+		(*Command_AddDataPartitions)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4076,7 +4260,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   48,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

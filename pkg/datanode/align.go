@@ -83,12 +83,10 @@ func (p *partition) maintain() {
 const moveInterval = 500 * time.Millisecond
 
 // driveMove makes the next Raft configuration change of a replica move the
-// map asks for, if this replica leads the partition's group.
+// map asks for, or removes a member an abandoned move left, if this replica
+// leads the partition's group.
 func (p *partition) driveMove() {
 	v := p.view()
-	if v.joining == 0 {
-		return
-	}
 	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
 	defer cancel()
 	step, err := membership.Drive(ctx, p.h.env.Raft, multiraft.GroupID(p.id), v.node, v.replicas, v.joining, v.leaving)

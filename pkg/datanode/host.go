@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
@@ -59,6 +60,24 @@ type Options struct {
 	// UsageTTL is how long a partition's measured disk usage is reused in
 	// reports; default 5s.
 	UsageTTL time.Duration
+	// FreeSpace reports the free and total bytes of the file system holding
+	// dir; default statfs(2). A partition whose store turned read-only on
+	// ENOSPC resumes once ResumeFreeRatio of it is free again.
+	FreeSpace func(dir string) (free, total uint64, err error)
+}
+
+// ResumeFreeRatio is the share of its file system that must be free again
+// before a partition whose disk filled up takes new data. It is well above
+// the master's fullRatio, so a node does not flap between full and not.
+const ResumeFreeRatio = 0.10
+
+// statfsFree is Options.FreeSpace's default.
+func statfsFree(dir string) (free, total uint64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return st.Bavail * uint64(st.Bsize), st.Blocks * uint64(st.Bsize), nil
 }
 
 // DefaultRecoveryBytesPerSecond is Options.RecoveryBytesPerSecond's default.
@@ -97,6 +116,9 @@ func (o Options) withDefaults(log *slog.Logger) Options {
 	}
 	if o.UsageTTL <= 0 {
 		o.UsageTTL = 5 * time.Second
+	}
+	if o.FreeSpace == nil {
+		o.FreeSpace = statfsFree
 	}
 	if o.Server.Logger == nil {
 		o.Server.Logger = log

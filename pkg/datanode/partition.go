@@ -382,6 +382,7 @@ func (p *partition) report() *pb.PartitionReport {
 			p.usage, p.usageAt = u, time.Now()
 		}
 	}
+	r.ReadOnly = p.st().Err() != nil
 	r.UsedBytes = uint64(p.usage.PhysicalBytes)
 	r.Items = uint64(p.usage.Extents)
 	if e := p.syncedEpoch.Load(); e != 0 && e == p.view().epoch {
@@ -392,15 +393,28 @@ func (p *partition) report() *pb.PartitionReport {
 
 // checkStore reopens a store that failed (a failed fsync or metadata
 // write leaves what is durable unknown in memory; reopening recovers the
-// last committed state, and alignment then fills what is missing). A store
-// whose metadata is damaged is rebuilt from peers.
+// last committed state, and alignment then fills what is missing), and one
+// that turned read-only on ENOSPC once ResumeFreeRatio of the disk is free
+// again (a write that hit ENOSPC may have left a torn tail, which the same
+// reopen and alignment repair). A store whose metadata is damaged is
+// rebuilt from peers.
 func (p *partition) checkStore() {
 	st := p.st()
 	err := st.Err()
-	if err == nil || !errors.Is(err, extentstore.ErrFailed) {
-		return // healthy, or read-only (which only freeing space cures)
+	switch {
+	case err == nil:
+		return
+	case errors.Is(err, extentstore.ErrFailed):
+		p.log.Error("extent store failed; reopening", "err", err)
+	case errors.Is(err, extentstore.ErrReadOnly):
+		free, total, ferr := p.h.opts.FreeSpace(p.dir)
+		if ferr != nil || total == 0 || float64(free) < ResumeFreeRatio*float64(total) {
+			return // still full: keep refusing new data
+		}
+		p.log.Info("disk has room again; reopening the read-only extent store", "free_bytes", free, "err", err)
+	default:
+		return
 	}
-	p.log.Error("extent store failed; reopening", "err", err)
 	if cerr := st.Close(); cerr != nil && !errors.Is(cerr, extentstore.ErrClosed) {
 		p.log.Warn("close failed store", "err", cerr)
 	}

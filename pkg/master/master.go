@@ -35,7 +35,6 @@ import (
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/multiraft"
 	"github.com/cairnfs/cairn/pkg/redirect"
-	"github.com/cairnfs/cairn/pkg/replicaset"
 )
 
 // groupID is the master's only Raft group.
@@ -59,6 +58,10 @@ type Config struct {
 	// MaxMoves bounds the replica moves (re-replication) in progress at once;
 	// default DefaultMaxMoves.
 	MaxMoves int
+	// MinWritable is how many data partitions of a volume must take writes
+	// (or all of them, for a volume created with fewer); below that the
+	// leader adds partitions on nodes with room. Default DefaultMinWritable.
+	MinWritable int
 	// ReportGrace is how long a node that another node or a client reported
 	// unresponsive (ReportFailure) may miss heartbeats before it is marked
 	// down; default 3s, at most DownAfter.
@@ -137,8 +140,15 @@ type Server struct {
 	// noTargetLogged: when a partition with nowhere to move a replica was
 	// last logged (recovery.go).
 	noTargetLogged map[uint64]time.Time
-	leaderSince    time.Time  // zero when not leader
-	createMu       sync.Mutex // serializes volume placement
+	// refused: nodes whose disk filled up during a replica move, and until
+	// when they are no move target (capacity.go).
+	refused map[uint64]time.Time
+	// grownAt: when data partitions were last added to a volume, by name.
+	grownAt map[string]time.Time
+	// rate tracks recovery progress (progress.go); leader only.
+	rate        recoveryRate
+	leaderSince time.Time  // zero when not leader
+	createMu    sync.Mutex // serializes volume placement
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -169,6 +179,9 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.MaxMoves <= 0 {
 		cfg.MaxMoves = DefaultMaxMoves
 	}
+	if cfg.MinWritable <= 0 {
+		cfg.MinWritable = DefaultMinWritable
+	}
 	if cfg.ReportGrace <= 0 {
 		cfg.ReportGrace = DefaultReportGrace
 	}
@@ -191,7 +204,8 @@ func Start(cfg Config) (_ *Server, err error) {
 	if cfg.Listen == "" {
 		cfg.Listen = cfg.Peers[cfg.ID]
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, fsm: newFSM(), soft: map[uint64]*nodeSoft{}, reported: map[uint64]time.Time{}, noTargetLogged: map[uint64]time.Time{}, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, fsm: newFSM(), soft: map[uint64]*nodeSoft{}, reported: map[uint64]time.Time{}, noTargetLogged: map[uint64]time.Time{},
+		refused: map[uint64]time.Time{}, grownAt: map[string]time.Time{}, stop: make(chan struct{})}
 	s.hostname, _ = os.Hostname()
 	addrs := make([]string, 0, len(cfg.Peers))
 	for _, a := range cfg.Peers {
@@ -411,6 +425,7 @@ func (s *Server) leaderLoop() {
 			clear(s.soft)
 			clear(s.reported)
 			s.mu.Unlock()
+			s.rate.reset()
 			endRouting()
 			continue
 		}
@@ -474,6 +489,8 @@ func (s *Server) leaderDuties(ctx context.Context) {
 		s.log.Info("node state changed", "node", ch.NodeId, "state", stateName(ch.State))
 	}
 	s.recoverReplicas(ctx)
+	s.growData(ctx)
+	s.sampleProgress()
 }
 
 // DefaultReportGrace is Config.ReportGrace's default: three heartbeats.
@@ -536,6 +553,9 @@ type metrics struct {
 	routing  *routingMetrics
 	// orphansReclaimed counts inodes the sweeper reclaimed (sweep.go).
 	orphansReclaimed prometheus.Counter
+	// dataGrowths counts data partitions added because a volume's writable
+	// ones ran low (capacity.go).
+	dataGrowths prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -560,9 +580,22 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		})
 		return float64(n)
 	})
-	health := prometheus.NewDesc("cairn_master_partitions", "Partitions by health: healthy, recovering (a replica catching up or moving), degraded (a replica down), read-only (a data partition below its write quorum).", []string{"health"}, nil)
+	health := prometheus.NewDesc("cairn_master_partitions", "Partitions by health: healthy, recovering (a replica catching up or moving), degraded (a replica down), read-only (a data partition below its write quorum), unavailable (a meta partition without a majority, a data partition without a replica).", []string{"health"}, nil)
 	m.orphansReclaimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_master_orphans_reclaimed_total", Help: "Orphan inodes the leader's sweeper reclaimed (left by crashed unlink, rmdir or link steps)."})
-	reg.MustRegister(m.epoch, m.isLeader, m.term, nodes, m.orphansReclaimed, moves, &healthCollector{s: s, desc: health})
+	m.dataGrowths = prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_master_data_partitions_added_total", Help: "Data partitions the leader added because a volume's writable ones ran low."})
+	left := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_master_recovery_bytes_left", Help: "Bytes the data replicas catching up (stale or joining) still lack, from the heartbeat reports."}, func() float64 {
+		rec, _ := s.rate.latest()
+		var n uint64
+		for _, r := range rec {
+			n += r.BytesLeft
+		}
+		return float64(n)
+	})
+	rate := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_master_recovery_bytes_per_second", Help: "Rate at which the data replicas catching up gained bytes over the last 10 s."}, func() float64 {
+		_, r := s.rate.latest()
+		return r
+	})
+	reg.MustRegister(m.epoch, m.isLeader, m.term, nodes, m.orphansReclaimed, m.dataGrowths, moves, left, rate, &healthCollector{s: s, desc: health})
 	m.routing = newRoutingMetrics(reg, s)
 	return m
 }
@@ -576,34 +609,16 @@ type healthCollector struct {
 func (c *healthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
-	counts := map[string]int{"healthy": 0, "recovering": 0, "degraded": 0, "read-only": 0}
+	counts := map[string]int{}
+	for _, h := range clustermap.Healths {
+		counts[h] = 0
+	}
 	c.s.fsm.read(func(st *clustermap.State) {
 		for _, p := range st.Map().Partitions {
-			counts[partitionHealth(st.Map(), p)]++
+			counts[clustermap.Health(st.Map(), p)]++
 		}
 	})
 	for h, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), h)
 	}
-}
-
-// partitionHealth classifies p: read-only (a data partition whose chain
-// takes no writes), degraded (a replica's node not alive), recovering (a
-// stale replica catching up or a move in progress), else healthy.
-func partitionHealth(m *pb.ClusterMap, p *pb.Partition) string {
-	alive := 0
-	for _, r := range p.Replicas {
-		if n := m.Nodes[r]; n != nil && n.State == pb.NodeState_NODE_STATE_ALIVE {
-			alive++
-		}
-	}
-	switch {
-	case p.Kind == pb.PartitionKind_PARTITION_KIND_DATA && !replicaset.Writable(p):
-		return "read-only"
-	case alive < len(p.Replicas):
-		return "degraded"
-	case len(p.Stale) > 0 || p.Joining != 0:
-		return "recovering"
-	}
-	return "healthy"
 }

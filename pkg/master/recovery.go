@@ -34,14 +34,17 @@ const reportFresh = 3 * time.Second
 // reports the target configuration and, for a data partition, the new
 // replica reports a full alignment pass at the partition's epoch (it
 // joins the chain stale all the same: writes acknowledged since its last
-// pass are not on it yet). It is abandoned (ABORT) if the
-// joining node stops being alive. At most MaxMoves run at once, which paces
+// pass are not on it yet). It is abandoned (ABORT) if the joining node
+// stops being alive, or if the new data replica refuses data because its
+// disk filled up (the node is then no move target for refusedFor, and it
+// deletes the partial copy once the map no longer places it there). At most MaxMoves run at once, which paces
 // recovery traffic together with the data nodes' copy rate.
 func (s *Server) recoverReplicas(ctx context.Context) {
 	type pending struct {
 		p      *pb.Partition
 		leader *pb.PartitionReport
 		synced bool // the joining replica reported a full alignment at p's epoch
+		full   bool // the joining replica refuses new data: its disk filled up
 	}
 	var (
 		moving   []pending
@@ -52,6 +55,7 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 	s.mu.Lock()
 	leaders := map[uint64]*pb.PartitionReport{}
 	synced := map[[2]uint64]uint64{} // (node, partition) -> in-sync epoch reported
+	readOnly := map[[2]uint64]bool{} // (node, partition) -> the replica refuses new data
 	for node, soft := range s.soft {
 		if time.Since(soft.last) > reportFresh {
 			continue // a dead node's last word on leadership is out of date
@@ -61,6 +65,7 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 				leaders[r.Id] = r
 			}
 			synced[[2]uint64{node, r.Id}] = r.InSyncEpoch
+			readOnly[[2]uint64{node, r.Id}] = r.ReadOnly
 		}
 	}
 	s.mu.Unlock()
@@ -72,7 +77,7 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 		for _, p := range st.Map().Partitions {
 			if p.Joining != 0 {
 				moving = append(moving, pending{p: clonePartition(p), leader: leaders[p.Id],
-					synced: synced[[2]uint64{p.Joining, p.Id}] == p.Epoch})
+					synced: synced[[2]uint64{p.Joining, p.Id}] == p.Epoch, full: readOnly[[2]uint64{p.Joining, p.Id}]})
 				continue
 			}
 			for _, r := range p.Replicas {
@@ -93,6 +98,13 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 			// next move removes the learner it left). Once it votes, the
 			// move goes on: removing the old replica needs no new node.
 			phase = pb.MovePhase_MOVE_PHASE_ABORT
+		case m.full:
+			// The new replica cannot hold the data. Removing it from the
+			// Raft group is safe even once it votes: the group had a
+			// quorum without it, and pkg/membership removes strays first.
+			phase = pb.MovePhase_MOVE_PHASE_ABORT
+			s.refuse(p.Joining)
+			s.log.Warn("replica move abandoned: the new replica's disk filled up", "partition", p.Id, "node", p.Joining)
 		case m.leader != nil && membership.Done(p.Replicas, p.Joining, p.Leaving, m.leader.Voters, m.leader.Learners) &&
 			(p.Kind != pb.PartitionKind_PARTITION_KIND_DATA || m.synced):
 			// A data partition's old replica goes only once the new one

@@ -332,8 +332,10 @@ func (s *Server) awaitCandidates(ctx context.Context, role pb.Role, want int) []
 	}
 }
 
-// candidates returns the alive nodes of role that have reported usage, and how
-// many alive nodes have not reported yet.
+// candidates returns the alive, non-draining nodes of role that have
+// reported usage and have room for a new replica (not full, not refused
+// after a move filled their disk: capacity.go), and how many alive nodes
+// have not reported yet.
 func (s *Server) candidates(role pb.Role) (out []placement.Candidate, unheard int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -352,6 +354,9 @@ func (s *Server) candidates(role pb.Role) (out []placement.Candidate, unheard in
 			if soft == nil || soft.usage == nil {
 				unheard++
 				continue
+			}
+			if nodeFull(soft) || time.Now().Before(s.refused[id]) {
+				continue // no room for a new replica (capacity.go)
 			}
 			out = append(out, placement.Candidate{
 				ID: id, Zone: n.Zone, CapacityBytes: soft.usage.CapacityBytes, UsedBytes: soft.usage.UsedBytes,
@@ -390,6 +395,7 @@ func (v *service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRe
 	v.s.mu.Unlock()
 	sort.Slice(resp.Nodes, func(i, j int) bool { return resp.Nodes[i].Node.Id < resp.Nodes[j].Node.Id })
 	resp.LeaderId = v.s.cfg.ID
+	resp.Recovering, resp.RecoveryBytesPerSecond = v.s.rate.latest()
 	resp.Masters = v.s.pingMasters(ctx)
 	return resp, nil
 }

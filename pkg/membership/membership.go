@@ -4,7 +4,8 @@
 // The map says what the replica set must become; the group's leader makes
 // it so one configuration change at a time, with raft's simple protocol:
 //
-//  0. remove members the map does not know (left by an abandoned move);
+//  0. remove members the map does not know (left by an abandoned move),
+//     whether or not a move is in progress;
 //  1. add the joining node as a learner (it receives a snapshot and the log
 //     without counting toward any quorum); but when the leaving node has
 //     not been heard from (it is dead), remove it first, so that one more
@@ -64,17 +65,20 @@ type Group struct {
 	Active map[uint64]bool
 }
 
-// Next returns the step that moves g toward replacing leaving with joining.
-// It returns None when the configuration is already the target (or no move
-// is asked for).
+// Next returns the step that moves g toward replacing leaving with joining
+// (joining 0: no move, only strays to remove). It returns None when the
+// configuration is already the target.
 func Next(g Group, joining, leaving uint64) Step {
-	if joining == 0 {
-		return Step{}
+	if len(g.Replicas) == 0 {
+		return Step{} // no replica set known: nothing to compare with
 	}
 	for _, m := range append(slices.Clone(g.Voters), g.Learners...) {
 		if m != joining && m != g.Self && !slices.Contains(g.Replicas, m) {
 			return Step{Remove, m}
 		}
+	}
+	if joining == 0 {
+		return Step{}
 	}
 	switch {
 	case !slices.Contains(g.Voters, joining) && !slices.Contains(g.Learners, joining):

@@ -22,6 +22,9 @@ func TestNext(t *testing.T) {
 		{"leaving as a learner", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 4}, Learners: []uint64{3}}, 4, 3, Step{Remove, 3}},
 		{"a learner of an abandoned move goes first", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3}, Learners: []uint64{5}, Active: all}, 4, 3, Step{Remove, 5}},
 		{"a voter of an abandoned move goes first", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3, 5}, Active: all}, 4, 3, Step{Remove, 5}},
+		{"a stray voter goes with no move in progress", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3, 5}, Active: all}, 0, 0, Step{Remove, 5}},
+		{"a stray learner goes with no move in progress", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3}, Learners: []uint64{4}}, 0, 0, Step{Remove, 4}},
+		{"no replica set known: nothing", Group{Self: 1, Voters: []uint64{1, 2, 3}}, 0, 0, Step{}},
 		{"done", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 4}}, 4, 3, Step{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -173,8 +173,9 @@ func New(env node.Env, opts Options) (*Host, error) {
 // moveInterval is how often the leaders check for replica moves to drive.
 const moveInterval = 500 * time.Millisecond
 
-// runMoves makes, for every partition this node leads whose map records a
-// replica move, the move's next Raft configuration change.
+// runMoves makes, for every partition this node leads, the next Raft
+// configuration change of the replica move its map records, or removes a
+// member an abandoned move left.
 func (h *Host) runMoves() {
 	defer h.wg.Done()
 	t := time.NewTicker(moveInterval)
@@ -186,17 +187,21 @@ func (h *Host) runMoves() {
 		case <-t.C:
 		}
 		h.mu.RLock()
-		var moving []*partition
+		// Every partition: one with no move may still have a member an
+		// abandoned move left (membership.Next removes it).
+		moving := make([]*partition, 0, len(h.parts))
 		for _, p := range h.parts {
-			if p.joining.Load() != 0 {
-				moving = append(moving, p)
-			}
+			moving = append(moving, p)
 		}
 		h.mu.RUnlock()
 		for _, p := range moving {
 			joining, leaving := p.joining.Load(), p.leaving.Load()
+			replicas := p.replicas.Load()
+			if replicas == nil {
+				continue // the map's view not recorded yet
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			step, err := membership.Drive(ctx, h.env.Raft, multiraft.GroupID(p.id), h.env.NodeID, *p.replicas.Load(), joining, leaving)
+			step, err := membership.Drive(ctx, h.env.Raft, multiraft.GroupID(p.id), h.env.NodeID, *replicas, joining, leaving)
 			cancel()
 			if err != nil {
 				h.log.Warn("replica move", "partition", p.id, "joining", joining, "leaving", leaving, "step", step.Kind.String(), "err", err)
