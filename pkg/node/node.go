@@ -134,6 +134,8 @@ type Node struct {
 
 	mu         sync.Mutex
 	registered bool
+	// unsaved: the assignment in memory is newer than the saved copy.
+	unsaved    bool
 	assignment *pb.HeartbeatResponse // last assignment heard, kept in the data dir
 
 	fatal chan error
@@ -569,12 +571,28 @@ func (n *Node) heartbeat() error {
 	} else {
 		n.assignment.Epoch = resp.Epoch
 	}
+	unsaved := n.unsaved
 	n.mu.Unlock()
 	if !changed {
-		return n.remove(resp.Removed)
+		if err := n.remove(resp.Removed); err != nil {
+			return err
+		}
+		if unsaved {
+			return n.save(resp)
+		}
+		return nil
 	}
-	if err := n.saveAssignment(resp); err != nil {
-		return fmt.Errorf("save assignment: %w", err)
+	// The saved copy only lets a restarted node open its partitions before
+	// it reaches a master. A node whose disk is full must apply the
+	// assignment all the same: deleting the partitions moved away is what
+	// frees the space. It saves again afterwards, and at every heartbeat
+	// until that works.
+	saveErr := n.saveAssignment(resp)
+	if saveErr != nil {
+		n.mu.Lock()
+		n.unsaved = true
+		n.mu.Unlock()
+		n.log.Warn("save assignment; applying it all the same and saving again later", "err", saveErr)
 	}
 	n.log.Info("partition assignment changed", "epoch", resp.Epoch, "partitions", len(resp.Assigned))
 	if n.parts != nil {
@@ -582,7 +600,26 @@ func (n *Node) heartbeat() error {
 			return fmt.Errorf("apply assignment: %w", err)
 		}
 	}
-	return n.remove(resp.Removed)
+	if err := n.remove(resp.Removed); err != nil {
+		return err
+	}
+	if saveErr != nil {
+		return n.save(resp)
+	}
+	return nil
+}
+
+// save records the assignment, noting whether a later heartbeat must try
+// again.
+func (n *Node) save(resp *pb.HeartbeatResponse) error {
+	err := n.saveAssignment(resp)
+	n.mu.Lock()
+	n.unsaved = err != nil
+	n.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("save assignment: %w", err)
+	}
+	return nil
 }
 
 // remove deletes the partitions the master says were moved off this node,

@@ -549,37 +549,8 @@ func TestNewNodesTakeShare(t *testing.T) {
 	l := startLoad(filepath.Join(mnt, "load"), 2)
 	time.Sleep(3 * time.Second)
 
-	// Start one more node of each role as cairn up starts its nodes: the
-	// command line of an existing one with its own id, ports and data dir.
 	for _, role := range []string{"data", "meta"} {
-		var model *victimProc
-		for _, n := range st.Nodes {
-			if n.Role == role {
-				model = victim(t, dir, st, n.ID, role)
-				break
-			}
-		}
-		extra := &victimProc{t: t, name: "new " + role + " node", log: filepath.Join(dir, "new-"+role+".log")}
-		t.Cleanup(extra.stop)
-		for i := 0; i < len(model.args); i++ {
-			a := model.args[i]
-			extra.args = append(extra.args, a)
-			if i+1 >= len(model.args) {
-				continue
-			}
-			switch a {
-			case "--node-id":
-				extra.args = append(extra.args, "0")
-				i++
-			case "--data-dir":
-				extra.args = append(extra.args, filepath.Join(dir, "new-"+role))
-				i++
-			case "--listen", "--metrics-addr", "--data-listen":
-				extra.args = append(extra.args, freeAddr(t))
-				i++
-			}
-		}
-		extra.restart()
+		startExtraNode(t, dir, st, role, filepath.Join(dir, "new-"+role))
 	}
 
 	start := time.Now()
@@ -631,6 +602,43 @@ func TestNewNodesTakeShare(t *testing.T) {
 	if bad := verify(t, files); bad > 0 {
 		t.Fatalf("%d of %d files differ after the replicas moved", bad, len(files))
 	}
+}
+
+// startExtraNode starts one more node of role as cairn up starts its
+// nodes: the command line of an existing one with its own id, ports and
+// data dir (dataDir).
+func startExtraNode(t *testing.T, dir string, st status, role, dataDir string) *victimProc {
+	t.Helper()
+	var model *victimProc
+	for _, n := range st.Nodes {
+		if n.Role == role {
+			model = victim(t, dir, st, n.ID, role)
+			break
+		}
+	}
+	name := filepath.Base(dataDir)
+	extra := &victimProc{t: t, name: "new " + role + " node", log: filepath.Join(dir, name+".log")}
+	t.Cleanup(extra.stop)
+	for i := 0; i < len(model.args); i++ {
+		a := model.args[i]
+		extra.args = append(extra.args, a)
+		if i+1 >= len(model.args) {
+			continue
+		}
+		switch a {
+		case "--node-id":
+			extra.args = append(extra.args, "0")
+			i++
+		case "--data-dir":
+			extra.args = append(extra.args, dataDir)
+			i++
+		case "--listen", "--metrics-addr", "--data-listen":
+			extra.args = append(extra.args, freeAddr(t))
+			i++
+		}
+	}
+	extra.restart()
+	return extra
 }
 
 // freeAddr returns a loopback address with a port free right now.
