@@ -88,14 +88,18 @@ func (v *victimProc) signal(sig syscall.Signal) {
 }
 
 // restart starts the process again as cairn up had started it.
-func (v *victimProc) restart() {
+func (v *victimProc) restart() { v.restartWith() }
+
+// restartWith starts the process again with extra flags after the ones
+// cairn up gave it (a flag given twice takes the last value).
+func (v *victimProc) restartWith(extra ...string) {
 	v.t.Helper()
 	logf, err := os.OpenFile(v.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		v.t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(v.args[0], v.args[1:]...)
+	cmd := exec.Command(v.args[0], append(slices.Clone(v.args[1:]), extra...)...)
 	cmd.Env = cleanEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -281,6 +285,27 @@ func verify(t *testing.T, files []written) int {
 	return bad
 }
 
+// waitCopying waits until cairn node list shows data node id copying data
+// to catch up (bytes left to copy).
+func waitCopying(t *testing.T, dir string, id uint64) {
+	t.Helper()
+	for start := time.Now(); ; time.Sleep(300 * time.Millisecond) {
+		var rows []nodeListRow
+		if err := jsonUnmarshal(mustCairn(t, "node", "list", "--json", "--data-dir", dir), &rows); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if r.ID == id && r.CopyLeft > 0 {
+				t.Logf("node %d has %d bytes to copy", id, r.CopyLeft)
+				return
+			}
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("node %d shows nothing to copy 30s after its restart:\n%s", id, mustCairn(t, "node", "list", "--data-dir", dir))
+		}
+	}
+}
+
 // waitHealthy waits until every partition is healthy (no replica down or
 // stale) and returns how long that took.
 func waitHealthy(t *testing.T, dir string, within time.Duration) time.Duration {
@@ -310,9 +335,10 @@ func waitHealthy(t *testing.T, dir string, within time.Duration) time.Duration {
 // kills -9 the data node that heads the most data partitions and the meta
 // node that leads the most meta partitions. Every write must succeed (no
 // error, no operation paused more than 10 s), and every acknowledged file
-// must read back intact. The two nodes are then restarted: every partition
-// must come back to health (the data node's replicas catch up and leave the
-// stale state) without any command. Then the two other data nodes are
+// must read back intact. The two nodes are then restarted, the data node
+// is killed again while it copies what it missed and restarted once more:
+// every partition must come back to health (the data node's replicas
+// catch up and leave the stale state) without any command. Then the two other data nodes are
 // killed: the rejoined node alone must serve every byte, writes must fail
 // with EIO (replicas lost, not space), and they resume once one of the two
 // returns.
@@ -349,9 +375,16 @@ func TestWritesSurviveNodeKills(t *testing.T) {
 		}
 	}
 
-	// Both come back; the data node's replicas catch up by themselves.
-	dataVictim.restart()
+	// Both come back. The data node is killed again while it catches up
+	// (copying slowly, so that the kill lands mid-copy), then comes back
+	// for good: its replicas catch up by themselves.
+	dataVictim.restartWith("--recovery-mbps", "2")
 	metaVictim.restart()
+	waitCopying(t, dir, dataVictim.id)
+	time.Sleep(2 * time.Second)
+	dataVictim.kill()
+	t.Logf("killed %s again during its own recovery", dataVictim.name)
+	dataVictim.restart()
 	took := waitHealthy(t, dir, 90*time.Second)
 	t.Logf("every partition healthy %s after the restart", took.Round(time.Millisecond))
 
@@ -535,6 +568,7 @@ type nodeListRow struct {
 	Replicas int    `json:"replicas"`
 	Joining  int    `json:"joining"`
 	Draining bool   `json:"draining"`
+	CopyLeft uint64 `json:"copy_left_bytes"`
 }
 
 // TestNewNodesTakeShare adds a data node and a meta node to a running
