@@ -123,6 +123,11 @@ done = all(p['health'] == 'healthy' for p in parts) and all(victim not in p['rep
 print('done' if done else 'moving' if moving else 'wait')" "$st" "$nodes")
   now=$(date +%s.%N)
   if [[ $state == moving && -z $moving_at ]]; then moving_at=$now; fi
+  ticks=$((${ticks:-0} + 1))
+  if (( ticks % 4 == 0 )); then # progress, as cairn status shows it
+    line=$("$CAIRN" status --data-dir "$DATA" | grep '^recovery:' || true)
+    [[ -n $line ]] && printf '%6.1f s  %s\n' "$(python3 -c "print(float('$now') - float('$killed'))")" "$line"
+  fi
   [[ $state == done ]] && break
   if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) - float(sys.argv[2]) > 900 else 1)" "$now" "$killed"; then
     echo "error: not recovered 15 minutes after the kill" >&2; exit 1

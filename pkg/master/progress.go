@@ -56,8 +56,9 @@ func recoveryOf(m *pb.ClusterMap, used map[[2]uint64]uint64) []*pb.ReplicaRecove
 // rateWindow is how far back recoveryRate looks.
 const rateWindow = 10 * time.Second
 
-// recoveryRate estimates how fast recovering replicas gain bytes: the
-// growth of what the replicas catching up store, over the last rateWindow.
+// recoveryRate estimates how fast recovering replicas gain bytes: the sum
+// over the replicas catching up of what each gained since the oldest
+// sample of the last rateWindow that has it, per second.
 // The leader samples every second with its other duties; a replica that
 // finished drops out of the sum. It also keeps the latest sample's
 // result for status and metrics.
@@ -91,19 +92,21 @@ func (r *recoveryRate) observe(now time.Time, rec []*pb.ReplicaRecovery, used ma
 		i++
 	}
 	r.samples = r.samples[i:]
-	first := r.samples[0]
-	dt := now.Sub(first.at).Seconds()
+	// Each replica counts from the oldest sample that has it: one whose
+	// catching up began inside the window counts from its start.
 	r.perSec = 0
-	if dt < 1 {
-		return 0
-	}
-	var gained float64
 	for k, have := range cur.have {
-		if was, ok := first.have[k]; ok && have > was {
-			gained += float64(have - was)
+		for _, old := range r.samples[:len(r.samples)-1] {
+			was, ok := old.have[k]
+			if !ok {
+				continue
+			}
+			if dt := now.Sub(old.at).Seconds(); dt >= 1 && have > was {
+				r.perSec += float64(have-was) / dt
+			}
+			break
 		}
 	}
-	r.perSec = gained / dt
 	return r.perSec
 }
 

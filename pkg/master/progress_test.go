@@ -76,4 +76,14 @@ func TestRecoveryRate(t *testing.T) {
 	if last, rate := r.latest(); len(last) != 1 || rate != 100 {
 		t.Fatalf("latest: %v %v", last, rate)
 	}
+	// A replica that starts catching up inside the window counts from its
+	// first sample, not from the window's start (where it is absent).
+	rec3 := []*pb.ReplicaRecovery{{PartitionId: 1, NodeId: 6}, {PartitionId: 3, NodeId: 8}}
+	obs := func(sec float64, have6, have8 uint64) float64 {
+		return r.observe(t0.Add(time.Duration(sec*float64(time.Second))), rec3, map[[2]uint64]uint64{{6, 1}: have6, {8, 3}: have8})
+	}
+	obs(15, 1500, 0)
+	if got := obs(17, 1700, 400); got != 1500/15.0+200 {
+		t.Fatalf("after 17 s with a new replica: %v B/s, want %v", got, 1500/15.0+200)
+	}
 }
