@@ -2383,7 +2383,11 @@ type PartitionReport struct {
 	// Data partitions: this replica refuses new data (its disk filled up, or
 	// its store failed). The master creates partitions elsewhere and moves no
 	// replica to the node while it reports one.
-	ReadOnly      bool `protobuf:"varint,8,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	ReadOnly bool `protobuf:"varint,8,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	// Data partitions: the live bytes of the replica's extents (sizes minus
+	// punched holes), measured at every report; used_bytes is on-disk space,
+	// measured every few seconds. Recovery progress compares replicas by it.
+	LogicalBytes  uint64 `protobuf:"varint,9,opt,name=logical_bytes,json=logicalBytes,proto3" json:"logical_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2472,6 +2476,13 @@ func (x *PartitionReport) GetReadOnly() bool {
 		return x.ReadOnly
 	}
 	return false
+}
+
+func (x *PartitionReport) GetLogicalBytes() uint64 {
+	if x != nil {
+		return x.LogicalBytes
+	}
+	return 0
 }
 
 type HeartbeatRequest struct {
@@ -3925,7 +3936,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"used_bytes\x18\x02 \x01(\x04R\tusedBytes\x12\x19\n" +
 	"\bmem_util\x18\x03 \x01(\x01R\amemUtil\x12\x19\n" +
-	"\bcpu_util\x18\x04 \x01(\x01R\acpuUtil\"\xe3\x01\n" +
+	"\bcpu_util\x18\x04 \x01(\x01R\acpuUtil\"\x88\x02\n" +
 	"\x0fPartitionReport\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\bR\x06leader\x12\x1d\n" +
@@ -3935,7 +3946,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\rin_sync_epoch\x18\x05 \x01(\x04R\vinSyncEpoch\x12\x16\n" +
 	"\x06voters\x18\x06 \x03(\x04R\x06voters\x12\x1a\n" +
 	"\blearners\x18\a \x03(\x04R\blearners\x12\x1b\n" +
-	"\tread_only\x18\b \x01(\bR\breadOnly\"\xfc\x01\n" +
+	"\tread_only\x18\b \x01(\bR\breadOnly\x12#\n" +
+	"\rlogical_bytes\x18\t \x01(\x04R\flogicalBytes\"\xfc\x01\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12*\n" +

@@ -383,6 +383,7 @@ func (p *partition) report() *pb.PartitionReport {
 		}
 	}
 	r.ReadOnly = p.st().Err() != nil
+	r.LogicalBytes = uint64(max(p.st().LogicalBytes(), 0))
 	r.UsedBytes = uint64(p.usage.PhysicalBytes)
 	r.Items = uint64(p.usage.Extents)
 	if e := p.syncedEpoch.Load(); e != 0 && e == p.view().epoch {

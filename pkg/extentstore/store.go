@@ -675,6 +675,23 @@ type Usage struct {
 	PhysicalBytes int64
 }
 
+// LogicalBytes returns the live data the store holds (Usage.LogicalBytes)
+// from memory alone, without Usage's fstat per extent: cheap enough for
+// every heartbeat.
+func (s *Store) LogicalBytes() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var n int64
+	for _, e := range s.extents {
+		e.mu.RLock()
+		if !e.deleted {
+			n += e.size - e.punchedBytes
+		}
+		e.mu.RUnlock()
+	}
+	return n
+}
+
 // Usage reports the partition's space use. Cost: one fstat per extent.
 func (s *Store) Usage() (Usage, error) {
 	s.mu.RLock()

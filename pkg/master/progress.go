@@ -16,9 +16,9 @@ import (
 // replica's stored bytes), so they cost no extra request.
 
 // recoveryOf lists the data replicas of m that are catching up (stale in
-// the write chain, or joining by a move) whose node reported its stored
-// bytes (used, by node and partition), with the bytes the chain's head
-// stores beyond them. The head holds every acknowledged byte, so that is
+// the write chain, or joining by a move) whose node reported its live
+// bytes (used, by node and partition: PartitionReport.logical_bytes), with
+// the bytes the chain's head holds beyond them. The head holds every acknowledged byte, so that is
 // what alignment still has to copy (overwritten blocks aside: they change
 // no size).
 func recoveryOf(m *pb.ClusterMap, used map[[2]uint64]uint64) []*pb.ReplicaRecovery {
@@ -134,7 +134,7 @@ func (s *Server) sampleProgress() {
 			continue
 		}
 		for _, r := range soft.partitions {
-			used[[2]uint64{node, r.Id}] = r.UsedBytes
+			used[[2]uint64{node, r.Id}] = r.LogicalBytes
 		}
 	}
 	s.mu.Unlock()
