@@ -67,8 +67,9 @@ type Options struct {
 }
 
 // ResumeFreeRatio is the share of its file system that must be free again
-// before a partition whose disk filled up takes new data. It is well above
-// the master's fullRatio, so a node does not flap between full and not.
+// before a partition whose disk filled up takes new data: 90% used, well
+// below the 95% at which the master stops placing replicas on the node, so
+// that a node does not flap between full and not.
 const ResumeFreeRatio = 0.10
 
 // statfsFree is Options.FreeSpace's default.

@@ -37,8 +37,9 @@ const reportFresh = 3 * time.Second
 // pass are not on it yet). It is abandoned (ABORT) if the joining node
 // stops being alive, or if the new data replica refuses data because its
 // disk filled up (the node is then no move target for refusedFor, and it
-// deletes the partial copy once the map no longer places it there). At most MaxMoves run at once, which paces
-// recovery traffic together with the data nodes' copy rate.
+// deletes the partial copy once the map no longer places it there). At
+// most MaxMoves run at once, which paces recovery traffic together with
+// the data nodes' copy rate.
 func (s *Server) recoverReplicas(ctx context.Context) {
 	type pending struct {
 		p      *pb.Partition

@@ -83,7 +83,7 @@ abandoned:
 
 	// No further replica goes there while it has no room, and it deletes
 	// its partial copy.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		var rows []nodeListRow
 		if err := jsonUnmarshal(mustCairn(t, "node", "list", "--json", "--data-dir", dir), &rows); err != nil {
