@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/datanode"
 	"github.com/cairnfs/cairn/pkg/datanode/datanodetest"
 	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/diskfs"
 )
 
 func testOptions() datanode.Options {
@@ -561,4 +564,62 @@ func TestReportUsage(t *testing.T) {
 			t.Fatalf("node %d reports %d bytes used after the free", id, u)
 		}
 	}
+}
+
+// TestFullReplicaResumes: a follower whose disk fills up refuses new data
+// and reports itself read-only while its disk stays full; once a tenth of
+// the disk is free again it takes data by itself (no restart), and the
+// chain accepts appends through it.
+func TestFullReplicaResumes(t *testing.T) {
+	full := &diskfs.Rule{Ops: diskfs.OpWrite, PathContains: "ext-", Err: syscall.ENOSPC}
+	full.Disable()
+	var room atomic.Bool // what node 3's statfs says: room or a full disk
+	room.Store(true)
+	c := datanodetest.Start(t, datanodetest.Config{
+		Nodes: 3, Partitions: [][]uint64{{1, 2, 3}},
+		NodeOptions: func(id uint64) datanode.Options {
+			o := testOptions()
+			if id == 3 {
+				o.Store.FS = diskfs.Inject(diskfs.OS, full)
+				o.FreeSpace = func(string) (uint64, uint64, error) {
+					if room.Load() {
+						return 50, 100, nil
+					}
+					return 1, 100, nil
+				}
+			}
+			return o
+		},
+	})
+	cl := newClient(t, c)
+	readOnly := func() bool {
+		r := c.Node(3).Host.Report()
+		return len(r) == 1 && r[0].ReadOnly
+	}
+	room.Store(false)
+	full.Enable()
+	ext := cl.create(1)
+	if _, _, err := cl.do(1, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext}, randBytes(4096, 1)); err == nil {
+		t.Fatal("an append through a follower whose disk is full succeeded")
+	}
+	if !readOnly() {
+		t.Fatal("the full follower does not report itself read-only")
+	}
+	time.Sleep(2 * time.Second) // several maintenance passes with the disk still full
+	if !readOnly() || metric(t, c.Node(3).Registry, "cairn_data_store_reopens_total") != 0 {
+		t.Fatal("the follower reopened its store to take data while its disk was still full")
+	}
+	full.Disable()
+	room.Store(true)
+	eventually(t, 10*time.Second, func() error {
+		if readOnly() {
+			return errors.New("still read-only with room on the disk")
+		}
+		return nil
+	})
+	eventually(t, 10*time.Second, func() error {
+		ext := cl.create(1)
+		_, _, err := cl.do(1, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext}, randBytes(4096, 2))
+		return err
+	})
 }
