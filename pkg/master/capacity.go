@@ -57,17 +57,10 @@ func nodeFull(soft *nodeSoft) bool {
 // readOnlyReplicas returns the (node, partition) pairs whose replica
 // reported, within reportFresh, that it refuses new data.
 func (s *Server) readOnlyReplicas() map[[2]uint64]bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	out := map[[2]uint64]bool{}
-	for node, soft := range s.soft {
-		if time.Since(soft.last) > reportFresh {
-			continue
-		}
-		for _, r := range soft.partitions {
-			if r.ReadOnly {
-				out[[2]uint64{node, r.Id}] = true
-			}
+	for k, r := range s.freshReports() {
+		if r.ReadOnly {
+			out[k] = true
 		}
 	}
 	return out

@@ -128,16 +128,9 @@ func (r *recoveryRate) reset() {
 // at (leader duty, every second).
 func (s *Server) sampleProgress() {
 	used := map[[2]uint64]uint64{}
-	s.mu.Lock()
-	for node, soft := range s.soft {
-		if time.Since(soft.last) > reportFresh {
-			continue
-		}
-		for _, r := range soft.partitions {
-			used[[2]uint64{node, r.Id}] = r.LogicalBytes
-		}
+	for k, r := range s.freshReports() {
+		used[k] = r.LogicalBytes
 	}
-	s.mu.Unlock()
 	var rec []*pb.ReplicaRecovery
 	s.fsm.read(func(st *clustermap.State) { rec = recoveryOf(st.Map(), used) })
 	s.rate.observe(time.Now(), rec, used)

@@ -53,23 +53,13 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 		states   = map[uint64]pb.NodeState{}
 		draining = map[uint64]bool{}
 	)
-	s.mu.Lock()
+	reports := s.freshReports()
 	leaders := map[uint64]*pb.PartitionReport{}
-	synced := map[[2]uint64]uint64{} // (node, partition) -> in-sync epoch reported
-	readOnly := map[[2]uint64]bool{} // (node, partition) -> the replica refuses new data
-	for node, soft := range s.soft {
-		if time.Since(soft.last) > reportFresh {
-			continue // a dead node's last word on leadership is out of date
-		}
-		for _, r := range soft.partitions {
-			if r.Leader {
-				leaders[r.Id] = r
-			}
-			synced[[2]uint64{node, r.Id}] = r.InSyncEpoch
-			readOnly[[2]uint64{node, r.Id}] = r.ReadOnly
+	for k, r := range reports {
+		if r.Leader {
+			leaders[k[1]] = r
 		}
 	}
-	s.mu.Unlock()
 	s.fsm.read(func(st *clustermap.State) {
 		for id, n := range st.Map().Nodes {
 			states[id] = n.State
@@ -77,8 +67,9 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 		}
 		for _, p := range st.Map().Partitions {
 			if p.Joining != 0 {
+				joining := reports[[2]uint64{p.Joining, p.Id}]
 				moving = append(moving, pending{p: clonePartition(p), leader: leaders[p.Id],
-					synced: synced[[2]uint64{p.Joining, p.Id}] == p.Epoch, full: readOnly[[2]uint64{p.Joining, p.Id}]})
+					synced: joining.GetInSyncEpoch() == p.Epoch, full: joining.GetReadOnly()})
 				continue
 			}
 			for _, r := range p.Replicas {
@@ -160,6 +151,24 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 		}
 		s.log.Info("replica move", "partition", p.Id, "from", from, "to", to, "phase", "start", "why", why)
 	}
+}
+
+// freshReports returns the partition reports of the nodes heard from
+// within reportFresh, by (node, partition): a dead node's last word on
+// leadership, sync or space is out of date.
+func (s *Server) freshReports() map[[2]uint64]*pb.PartitionReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[[2]uint64]*pb.PartitionReport{}
+	for node, soft := range s.soft {
+		if time.Since(soft.last) > reportFresh {
+			continue
+		}
+		for _, r := range soft.partitions {
+			out[[2]uint64{node, r.Id}] = r
+		}
+	}
+	return out
 }
 
 // moveTarget chooses the node that receives p's replica on from: an alive
