@@ -33,12 +33,3 @@ func UnaryMetrics(reg prometheus.Registerer) grpc.UnaryServerInterceptor {
 // message until snapshot streaming exists, so the bound is far above gRPC's
 // 4 MiB default: a meta partition of a million files snapshots to about 60 MB.
 const MaxRecvMsgBytes = 512 << 20
-
-// NewGRPCServer returns the gRPC server every Cairn process uses: call metrics
-// in reg and the message size bound above.
-func NewGRPCServer(reg prometheus.Registerer) *grpc.Server {
-	return grpc.NewServer(
-		grpc.ChainUnaryInterceptor(UnaryMetrics(reg)),
-		grpc.MaxRecvMsgSize(MaxRecvMsgBytes),
-	)
-}

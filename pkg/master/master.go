@@ -26,7 +26,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
@@ -123,7 +122,7 @@ type Server struct {
 	db        *pebble.DB
 	host      *multiraft.Host
 	transport *multiraft.GRPCTransport
-	grpc      *grpc.Server
+	rpc       *daemon.RPCServer
 	telemetry *daemon.Telemetry
 	fsm       *fsm
 	metrics   *metrics
@@ -266,14 +265,14 @@ func Start(cfg Config) (_ *Server, err error) {
 	s.telemetry.Registry.MustRegister(multiraft.NewCollector(s.host))
 	s.fsm.onApply = func(epoch uint64) { s.metrics.epoch.Set(float64(epoch)) }
 
-	s.grpc = daemon.NewGRPCServer(s.telemetry.Registry)
-	pb.RegisterMasterServer(s.grpc, &service{s: s})
-	s.transport.Register(s.grpc)
+	s.rpc = daemon.NewRPCServer(s.telemetry.Registry)
+	pb.RegisterMasterServer(s.rpc, &service{s: s})
+	s.transport.Register(s.rpc)
 	s.host.Start()
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		if err := s.grpc.Serve(ln); err != nil {
+		if err := s.rpc.Serve(ln); err != nil {
 			s.log.Error("grpc server stopped", "err", err)
 		}
 	}()
@@ -313,13 +312,13 @@ func (s *Server) Stop() {
 	default:
 		close(s.stop)
 	}
-	if s.grpc != nil {
+	if s.rpc != nil {
 		done := make(chan struct{})
-		go func() { s.grpc.GracefulStop(); close(done) }()
+		go func() { s.rpc.GracefulStop(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(2 * time.Second):
-			s.grpc.Stop()
+			s.rpc.Stop()
 		}
 	}
 	s.wg.Wait()

@@ -76,7 +76,7 @@ func (c *Client) order() []string {
 // leader, unreachable, no leader yet) are retried until ctx ends; any other error
 // is returned at once, as the server said it.
 func (c *Client) Do(ctx context.Context, call func(ctx context.Context, m pb.MasterClient, opts ...grpc.CallOption) error) error {
-	leader, err := redirect.Call(ctx, c.pool, c.order(), func(ctx context.Context, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+	leader, err := redirect.Call(ctx, c.pool, c.order(), func(ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 		return call(ctx, pb.NewMasterClient(cc), opts...)
 	})
 	var nl *redirect.NoLeaderError

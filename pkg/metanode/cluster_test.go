@@ -74,9 +74,9 @@ func newTestClusterOf(tb testing.TB, opts Options, parts ...*pb.Partition) *test
 		}
 		tr.SetHost(rh)
 		reg := prometheus.NewRegistry()
-		srv := daemon.NewGRPCServer(reg)
+		srv := daemon.NewRPCServer(reg)
 		tr.Register(srv)
-		h, err := New(node.Env{NodeID: id, DB: db, Raft: rh, GRPC: srv, Registry: reg, Logger: log, Resolve: resolve}, opts)
+		h, err := New(node.Env{NodeID: id, DB: db, Raft: rh, RPC: srv, Registry: reg, Logger: log, Resolve: resolve}, opts)
 		if err != nil {
 			tb.Fatal(err)
 		}

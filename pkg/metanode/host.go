@@ -158,7 +158,7 @@ func New(env node.Env, opts Options) (*Host, error) {
 	}
 	h.peers = newPeers(h)
 	h.metrics = newMetrics(env.Registry, h)
-	metapb.RegisterMetaNodeServer(env.GRPC, &service{h: h})
+	metapb.RegisterMetaNodeServer(env.RPC, &service{h: h})
 	if opts.CollectInterval >= 0 {
 		h.wg.Add(1)
 		go h.runCollector()

@@ -18,20 +18,25 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cairnfs/cairn/pkg/lightrpc"
 	"github.com/cairnfs/cairn/pkg/multiraft/transportpb"
 )
 
-// GRPCTransport is the Transport between hosts over gRPC: one long-lived
-// client stream (transportpb.Transport/Stream) per peer, fed by a bounded
-// per-peer queue and one sender goroutine per peer, which reconnects with
-// exponential backoff and re-resolves the peer's address on every attempt
-// (addresses may change). Inbound streams are served by the caller's
-// *grpc.Server (see Register) and handed to the host with Host.Deliver.
+// GRPCTransport is the Transport between hosts over the processes' RPC
+// servers (the service transportpb.Transport): a bounded queue and one
+// sender goroutine per peer, which sends everything queued in one
+// Transport/Deliver call at a time (lightrpc framing, so that calls cost
+// little and arrive in order), reconnects with exponential backoff and
+// re-resolves the peer's address on every attempt (addresses may change).
+// A peer without Deliver (an earlier version) gets the batches on one
+// long-lived gRPC client stream (Transport/Stream) instead. Inbound calls
+// and streams are served by the caller's RPC server (see Register) and
+// handed to the host with Host.Deliver.
 //
 // A batch larger than the wire limit (WithMaxMessageBytes, default 3.5 MiB,
-// under gRPC's default 4 MiB receive limit) is split into several stream
+// under gRPC's default 4 MiB receive limit) is split into several
 // messages, each a valid batch. A single raft message is never split, so the
-// server's grpc.MaxRecvMsgSize must admit the largest one: the largest
+// server's message bound must admit the largest one: the largest
 // state-machine snapshot, or MaxSizePerMsg of entries.
 type GRPCTransport struct {
 	self       NodeID
@@ -58,6 +63,10 @@ type GRPCTransport struct {
 type grpcPeer struct {
 	id NodeID
 	q  chan *Batch
+	// requeued are encoded batches a Deliver call could not hand over
+	// because the peer has no Deliver; the stream sends them first. Only
+	// the peer's sender goroutine touches it.
+	requeued []*transportpb.Batch
 }
 
 // TransportOption configures a GRPCTransport.
@@ -131,7 +140,7 @@ func NewGRPCTransport(self NodeID, resolve func(NodeID) (string, bool), log *slo
 func (t *GRPCTransport) SetHost(h *Host) { t.host.Store(h) }
 
 // Register registers the transport's service on s, the process's gRPC server.
-func (t *GRPCTransport) Register(s *grpc.Server) {
+func (t *GRPCTransport) Register(s grpc.ServiceRegistrar) {
 	transportpb.RegisterTransportServer(s, &grpcService{t: t})
 }
 
@@ -195,11 +204,11 @@ func (t *GRPCTransport) Stats() TransportStats {
 	}
 }
 
-// runPeer owns the connection and stream to one peer.
+// runPeer owns the connection to one peer.
 func (t *GRPCTransport) runPeer(p *grpcPeer) {
 	defer t.wg.Done()
 	var (
-		conn    *grpc.ClientConn
+		conn    *lightrpc.Conn
 		addr    string
 		backoff = t.backoffMin
 		failing bool // log a broken peer once, not on every retry
@@ -218,19 +227,18 @@ func (t *GRPCTransport) runPeer(p *grpcPeer) {
 		case conn == nil || a != addr:
 			if conn != nil {
 				_ = conn.Close()
-				conn = nil
 			}
-			conn, err = grpc.NewClient(a, t.dialOpts...)
-			if err != nil {
-				conn = nil
-				err = fmt.Errorf("dial node %d at %s: %w", p.id, a, err)
-			} else {
-				addr = a
-			}
+			addr = a
+			conn = lightrpc.Dial(a, lightrpc.ClientOptions{GRPC: func() (*grpc.ClientConn, error) {
+				return grpc.NewClient(a, t.dialOpts...)
+			}})
 		}
 		if err == nil {
 			var sentAny bool
-			sentAny, err = t.stream(conn, p)
+			sentAny, err = t.deliver(conn, p)
+			if status.Code(err) == codes.Unimplemented {
+				sentAny, err = t.stream(conn, p)
+			}
 			if sentAny {
 				backoff = t.backoffMin
 				failing = false
@@ -241,7 +249,7 @@ func (t *GRPCTransport) runPeer(p *grpcPeer) {
 		}
 		t.sendErrors.Add(1)
 		if !failing {
-			t.log.Warn("raft stream to peer broken; retrying with backoff", "peer", uint64(p.id), "addr", addr, "err", err)
+			t.log.Warn("raft transport to peer broken; retrying with backoff", "peer", uint64(p.id), "addr", addr, "err", err)
 			failing = true
 		}
 		// Full jitter keeps peers that broke together from retrying together.
@@ -255,14 +263,110 @@ func (t *GRPCTransport) runPeer(p *grpcPeer) {
 	}
 }
 
-// stream sends p's queued batches on one stream until it breaks or the
-// transport closes.
-func (t *GRPCTransport) stream(conn *grpc.ClientConn, p *grpcPeer) (sentAny bool, err error) {
+// Bounds of one Deliver call: the batches it gathers from the queue, and
+// how long the peer may take to take them (it only queues them).
+const (
+	deliverMaxBatches = 64
+	deliverTimeout    = 10 * time.Second
+)
+
+// deliver sends p's queued batches, everything queued at once in one call,
+// until a call fails or the transport closes.
+func (t *GRPCTransport) deliver(conn grpc.ClientConnInterface, p *grpcPeer) (sentAny bool, err error) {
+	client := transportpb.NewTransportClient(conn)
+	var pending []*transportpb.Batch // encoded, not yet sent
+	for {
+		if len(pending) == 0 {
+			select {
+			case <-t.ctx.Done():
+				return sentAny, t.ctx.Err()
+			case b := <-p.q:
+				pending = t.appendEncoded(pending, p, b)
+			}
+		}
+	gather:
+		for n := 1; n < deliverMaxBatches; n++ {
+			select {
+			case b := <-p.q:
+				pending = t.appendEncoded(pending, p, b)
+			default:
+				break gather
+			}
+		}
+		// One call carries up to maxBytes; a batch split by splitWire
+		// goes in as many calls as it has parts.
+		call, size := &transportpb.Batches{}, 0
+		for len(pending) > 0 {
+			n := proto.Size(pending[0])
+			if len(call.Batches) > 0 && size+n > t.maxBytes {
+				break
+			}
+			call.Batches = append(call.Batches, pending[0])
+			size += n
+			pending = pending[1:]
+		}
+		if len(call.Batches) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(t.ctx, deliverTimeout)
+		_, err := client.Deliver(ctx, call)
+		cancel()
+		if err != nil {
+			if status.Code(err) == codes.Unimplemented {
+				// Nothing was taken: requeue for the stream, in order.
+				t.requeue(p, call.Batches, pending)
+			}
+			return sentAny, fmt.Errorf("deliver to node %d: %w", p.id, err)
+		}
+		t.sent.Add(uint64(len(call.Batches)))
+		sentAny = true
+	}
+}
+
+// appendEncoded appends b's wire parts to pending; an unencodable batch is
+// dropped.
+func (t *GRPCTransport) appendEncoded(pending []*transportpb.Batch, p *grpcPeer, b *Batch) []*transportpb.Batch {
+	pb, err := encodeBatch(b)
+	if err != nil {
+		t.log.Error("dropping unencodable batch", "peer", uint64(p.id), "err", err)
+		return pending
+	}
+	return append(pending, splitWire(pb, t.maxBytes)...)
+}
+
+// requeue puts encoded batches back at the head of p's queue for the
+// stream (at most one call's worth and what was gathered with it).
+func (t *GRPCTransport) requeue(p *grpcPeer, sent, pending []*transportpb.Batch) {
+	p.requeued = append(append(p.requeued[:0], sent...), pending...)
+}
+
+// stream sends p's queued batches on one gRPC stream until it breaks or
+// the transport closes: for a peer without Deliver.
+func (t *GRPCTransport) stream(conn grpc.ClientConnInterface, p *grpcPeer) (sentAny bool, err error) {
 	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
 	s, err := transportpb.NewTransportClient(conn).Stream(ctx)
 	if err != nil {
 		return false, fmt.Errorf("open stream to node %d: %w", p.id, err)
+	}
+	send := func(part *transportpb.Batch) error {
+		if err := s.Send(part); err != nil {
+			// Send reports io.EOF for a broken stream; the
+			// cause comes from CloseAndRecv.
+			if _, rerr := s.CloseAndRecv(); rerr != nil && !errors.Is(rerr, io.EOF) {
+				err = rerr
+			}
+			return fmt.Errorf("send to node %d: %w", p.id, err)
+		}
+		return nil
+	}
+	requeued := p.requeued
+	p.requeued = nil
+	for _, part := range requeued {
+		if err := send(part); err != nil {
+			return sentAny, err
+		}
+		sentAny = true
 	}
 	for {
 		select {
@@ -275,13 +379,8 @@ func (t *GRPCTransport) stream(conn *grpc.ClientConn, p *grpcPeer) (sentAny bool
 				continue
 			}
 			for _, part := range splitWire(pb, t.maxBytes) {
-				if err := s.Send(part); err != nil {
-					// Send reports io.EOF for a broken stream; the
-					// cause comes from CloseAndRecv.
-					if _, rerr := s.CloseAndRecv(); rerr != nil && !errors.Is(rerr, io.EOF) {
-						err = rerr
-					}
-					return sentAny, fmt.Errorf("send to node %d: %w", p.id, err)
+				if err := send(part); err != nil {
+					return sentAny, err
 				}
 			}
 			t.sent.Add(1)
@@ -324,7 +423,6 @@ type grpcService struct {
 }
 
 func (s *grpcService) Stream(stream grpc.ClientStreamingServer[transportpb.Batch, transportpb.Ack]) error {
-	t := s.t
 	for {
 		pb, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -333,21 +431,38 @@ func (s *grpcService) Stream(stream grpc.ClientStreamingServer[transportpb.Batch
 		if err != nil {
 			return err
 		}
-		if t.ctx.Err() != nil {
-			return status.Error(codes.Unavailable, "raft transport closed")
+		if err := s.t.receive(pb); err != nil {
+			return err
 		}
-		b, bad := decodeBatch(pb)
-		t.malformed.Add(uint64(bad))
-		if b.To != t.self || b.From == 0 {
-			t.malformed.Add(1)
-			continue
-		}
-		h := t.host.Load()
-		if h == nil {
-			t.undelivered.Add(1)
-			continue
-		}
-		t.received.Add(1)
-		h.Deliver(b)
 	}
+}
+
+func (s *grpcService) Deliver(_ context.Context, in *transportpb.Batches) (*transportpb.Ack, error) {
+	for _, pb := range in.GetBatches() {
+		if err := s.t.receive(pb); err != nil {
+			return nil, err
+		}
+	}
+	return &transportpb.Ack{}, nil
+}
+
+// receive hands one inbound batch to the host.
+func (t *GRPCTransport) receive(pb *transportpb.Batch) error {
+	if t.ctx.Err() != nil {
+		return status.Error(codes.Unavailable, "raft transport closed")
+	}
+	b, bad := decodeBatch(pb)
+	t.malformed.Add(uint64(bad))
+	if b.To != t.self || b.From == 0 {
+		t.malformed.Add(1)
+		return nil
+	}
+	h := t.host.Load()
+	if h == nil {
+		t.undelivered.Add(1)
+		return nil
+	}
+	t.received.Add(1)
+	h.Deliver(b)
+	return nil
 }

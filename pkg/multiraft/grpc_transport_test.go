@@ -14,45 +14,83 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnfs/cairn/pkg/lightrpc"
+	"github.com/cairnfs/cairn/pkg/multiraft/transportpb"
 )
 
-// grpcNode is one host with its own gRPC server on loopback.
+// Servers a node may run, as processes of different versions do.
+const (
+	serveBoth       = "lightrpc+grpc" // a Cairn process: Deliver in lightrpc, gRPC on the same port
+	serveGRPC       = "grpc"          // gRPC only, Deliver and Stream
+	serveStreamOnly = "stream-only"   // an earlier version: gRPC, Stream only
+)
+
+// grpcNode is one host with its own RPC server on loopback.
 type grpcNode struct {
 	id    NodeID
 	db    *pebble.DB
 	host  *Host
 	tr    *GRPCTransport
-	srv   *grpc.Server
+	mode  string
+	stop  func()
 	srvWG sync.WaitGroup
 	sm    *kvSM
 }
 
-// serve starts a fresh gRPC server for n on a new loopback port and returns
-// its address.
+// serve starts a fresh server of n's mode on a new loopback port and
+// returns its address.
 func (n *grpcNode) serve(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.srv = grpc.NewServer()
-	n.tr.Register(n.srv)
+	gs := grpc.NewServer()
+	serve := gs.Serve
+	n.stop = gs.Stop
+	switch n.mode {
+	case serveBoth:
+		ls := lightrpc.NewServer(lightrpc.ServerOptions{})
+		n.tr.Register(gs)
+		n.tr.Register(ls)
+		serve = func(ln net.Listener) error { return ls.Serve(ln, gs.Serve) }
+		n.stop = func() { ls.Stop(); gs.Stop() }
+	case serveGRPC:
+		n.tr.Register(gs)
+	case serveStreamOnly:
+		sd := transportpb.Transport_ServiceDesc
+		sd.Methods = nil
+		gs.RegisterService(&sd, &grpcService{t: n.tr})
+	}
 	n.srvWG.Add(1)
-	go func(s *grpc.Server) {
+	go func() {
 		defer n.srvWG.Done()
-		_ = s.Serve(ln)
-	}(n.srv)
+		_ = serve(ln)
+	}()
 	return ln.Addr().String()
 }
 
 func (n *grpcNode) stopServer() {
-	n.srv.Stop()
+	n.stop()
 	n.srvWG.Wait()
 }
 
-// Three hosts over real loopback gRPC: election, proposals, a read barrier,
-// and a host that moves to a new address (peers re-resolve and reconnect).
+// Three hosts over real loopback connections: election, proposals, a read
+// barrier, and a host that moves to a new address (peers re-resolve and
+// reconnect); with servers in lightrpc and gRPC, and one host of an earlier
+// version that only has the gRPC stream.
 func TestGRPCTransport(t *testing.T) {
+	for _, modes := range [][3]string{
+		{serveBoth, serveBoth, serveBoth},
+		{serveGRPC, serveGRPC, serveGRPC},
+		{serveBoth, serveBoth, serveStreamOnly},
+	} {
+		t.Run(fmt.Sprint(modes), func(t *testing.T) { testTransport(t, modes) })
+	}
+}
+
+func testTransport(t *testing.T, modes [3]string) {
 	var amu sync.Mutex
 	addrs := map[NodeID]string{}
 	resolve := func(id NodeID) (string, bool) {
@@ -68,7 +106,7 @@ func TestGRPCTransport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := &grpcNode{id: id, db: db, sm: newKV()}
+		n := &grpcNode{id: id, db: db, sm: newKV(), mode: modes[id-1]}
 		n.tr = NewGRPCTransport(id, resolve, quietLogger(), WithBackoff(5*time.Millisecond, 50*time.Millisecond), WithQueueBatches(64), WithMaxMessageBytes(300))
 		n.host, err = NewHost(Config{NodeID: id, DB: db, Transport: n.tr, TickInterval: 5 * time.Millisecond, Logger: quietLogger()})
 		if err != nil {

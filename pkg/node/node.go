@@ -71,9 +71,9 @@ type Config struct {
 type Env struct {
 	NodeID   uint64
 	DataDir  string
-	DB       *pebble.DB      // the node's store, shared with the Raft host
-	Raft     *multiraft.Host // hosts the partitions' Raft groups
-	GRPC     *grpc.Server    // register the role's services here (before serving)
+	DB       *pebble.DB            // the node's store, shared with the Raft host
+	Raft     *multiraft.Host       // hosts the partitions' Raft groups
+	RPC      grpc.ServiceRegistrar // register the role's services here (before serving)
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
 	// Resolve maps a node id to its gRPC address, as last heard from the master;
@@ -121,7 +121,7 @@ type Node struct {
 	lock      *daemon.DirLock
 	id        daemon.Identity
 	masters   *masterclient.Client
-	grpc      *grpc.Server
+	rpc       *daemon.RPCServer
 	telemetry *daemon.Telemetry
 	addr      string
 	dataLn    net.Listener
@@ -217,7 +217,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
-		if err := n.grpc.Serve(ln); err != nil {
+		if err := n.rpc.Serve(ln); err != nil {
 			n.log.Error("grpc server stopped", "err", err)
 		}
 	}()
@@ -293,12 +293,12 @@ func (n *Node) openPartitions() (err error) {
 	}
 	n.transport.SetHost(n.raft)
 	n.telemetry.Registry.MustRegister(multiraft.NewCollector(n.raft))
-	n.grpc = daemon.NewGRPCServer(n.telemetry.Registry)
-	healthpb.RegisterHealthServer(n.grpc, health.NewServer())
-	n.transport.Register(n.grpc)
+	n.rpc = daemon.NewRPCServer(n.telemetry.Registry)
+	healthpb.RegisterHealthServer(n.rpc, health.NewServer())
+	n.transport.Register(n.rpc)
 	if n.cfg.NewPartitions != nil {
 		n.parts, err = n.cfg.NewPartitions(Env{
-			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, GRPC: n.grpc,
+			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, RPC: n.rpc,
 			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData,
 			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch, Refresh: n.refresh,
 		})
@@ -341,15 +341,15 @@ func (n *Node) Stop() {
 	default:
 		close(n.stop)
 	}
-	if n.grpc != nil {
+	if n.rpc != nil {
 		// Raft streams from peers never end on their own: give unary calls a
 		// moment to finish, then cut the rest.
 		done := make(chan struct{})
-		go func() { n.grpc.GracefulStop(); close(done) }()
+		go func() { n.rpc.GracefulStop(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(2 * time.Second):
-			n.grpc.Stop()
+			n.rpc.Stop()
 		}
 	}
 	n.wg.Wait()

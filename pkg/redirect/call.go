@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/cairnfs/cairn/pkg/lightrpc"
 )
 
 // ErrNoLeader is matched (errors.Is) by Call's error when ctx ended before any
@@ -32,26 +35,35 @@ func (e *NoLeaderError) Error() string {
 // Is makes errors.Is(err, ErrNoLeader) hold.
 func (e *NoLeaderError) Is(target error) bool { return target == ErrNoLeader }
 
-// Pool keeps one client connection per address. Safe for concurrent use.
+// Pool keeps one client connection per address: lightrpc for unary calls,
+// gRPC for streams and for a server that does not speak lightrpc. Safe for
+// concurrent use.
 type Pool struct {
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[string]*lightrpc.Conn
 }
 
 // NewPool returns an empty pool; connections are made lazily.
-func NewPool() *Pool { return &Pool{conns: map[string]*grpc.ClientConn{}} }
+func NewPool() *Pool { return &Pool{conns: map[string]*lightrpc.Conn{}} }
 
-// Conn returns the connection to addr, creating it on first use.
-func (p *Pool) Conn(addr string) (*grpc.ClientConn, error) {
+// Conn returns the connection to addr, creating it on first use; it
+// connects at its first call.
+func (p *Pool) Conn(addr string) (grpc.ClientConnInterface, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if cc, ok := p.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", addr, err)
 	}
+	cc := lightrpc.Dial(addr, lightrpc.ClientOptions{GRPC: func() (*grpc.ClientConn, error) {
+		gc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "connect %s: %v", addr, err)
+		}
+		return gc, nil
+	}})
 	p.conns[addr] = cc
 	return cc, nil
 }
@@ -78,7 +90,7 @@ const (
 // redirect is followed at once; an unreachable candidate, "no leader yet" or a
 // per-try timeout moves on to the next, with bounded backoff between rounds,
 // until ctx ends. Any other error is the server's answer and is returned as is.
-func Call(ctx context.Context, pool *Pool, candidates []string, call func(ctx context.Context, cc *grpc.ClientConn, opts ...grpc.CallOption) error) (string, error) {
+func Call(ctx context.Context, pool *Pool, candidates []string, call func(ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) error) (string, error) {
 	if len(candidates) == 0 {
 		return "", &NoLeaderError{Last: errors.New("no address to call")}
 	}

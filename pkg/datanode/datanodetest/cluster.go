@@ -204,7 +204,7 @@ func (c *Cluster) startNode(n *Node) error {
 	n.raft.Start()
 	n.Registry = prometheus.NewRegistry()
 	env := node.Env{
-		NodeID: n.ID, DataDir: n.Dir, DB: n.db, Raft: n.raft, GRPC: n.gs, Registry: n.Registry, Logger: log,
+		NodeID: n.ID, DataDir: n.Dir, DB: n.db, Raft: n.raft, RPC: n.gs, Registry: n.Registry, Logger: log,
 		Resolve:      func(id uint64) (string, bool) { return c.resolve(id, false) },
 		ResolveData:  func(id uint64) (string, bool) { return c.resolve(id, true) },
 		DataListener: dln, Epoch: c.epoch.Load,

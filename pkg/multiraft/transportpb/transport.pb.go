@@ -318,6 +318,51 @@ func (*Ack) Descriptor() ([]byte, []int) {
 	return file_pkg_multiraft_transportpb_transport_proto_rawDescGZIP(), []int{3}
 }
 
+// Batches are the batches a sender had queued for one peer, in order.
+type Batches struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batches       []*Batch               `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Batches) Reset() {
+	*x = Batches{}
+	mi := &file_pkg_multiraft_transportpb_transport_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Batches) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Batches) ProtoMessage() {}
+
+func (x *Batches) ProtoReflect() protoreflect.Message {
+	mi := &file_pkg_multiraft_transportpb_transport_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Batches.ProtoReflect.Descriptor instead.
+func (*Batches) Descriptor() ([]byte, []int) {
+	return file_pkg_multiraft_transportpb_transport_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Batches) GetBatches() []*Batch {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
 var File_pkg_multiraft_transportpb_transport_proto protoreflect.FileDescriptor
 
 const file_pkg_multiraft_transportpb_transport_proto_rawDesc = "" +
@@ -343,9 +388,12 @@ const file_pkg_multiraft_transportpb_transport_proto_rawDesc = "" +
 	"\x05index\x18\x06 \x01(\x04R\x05index\x12\x19\n" +
 	"\blog_term\x18\a \x01(\x04R\alogTerm\x12\x14\n" +
 	"\x05stamp\x18\b \x01(\x03R\x05stamp\"\x05\n" +
-	"\x03Ack2E\n" +
+	"\x03Ack\";\n" +
+	"\aBatches\x120\n" +
+	"\abatches\x18\x01 \x03(\v2\x16.cairn.multiraft.BatchR\abatches2\x80\x01\n" +
 	"\tTransport\x128\n" +
-	"\x06Stream\x12\x16.cairn.multiraft.Batch\x1a\x14.cairn.multiraft.Ack(\x01B4Z2github.com/cairnfs/cairn/pkg/multiraft/transportpbb\x06proto3"
+	"\x06Stream\x12\x16.cairn.multiraft.Batch\x1a\x14.cairn.multiraft.Ack(\x01\x129\n" +
+	"\aDeliver\x12\x18.cairn.multiraft.Batches\x1a\x14.cairn.multiraft.AckB4Z2github.com/cairnfs/cairn/pkg/multiraft/transportpbb\x06proto3"
 
 var (
 	file_pkg_multiraft_transportpb_transport_proto_rawDescOnce sync.Once
@@ -359,23 +407,27 @@ func file_pkg_multiraft_transportpb_transport_proto_rawDescGZIP() []byte {
 	return file_pkg_multiraft_transportpb_transport_proto_rawDescData
 }
 
-var file_pkg_multiraft_transportpb_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_pkg_multiraft_transportpb_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_pkg_multiraft_transportpb_transport_proto_goTypes = []any{
 	(*Batch)(nil),        // 0: cairn.multiraft.Batch
 	(*GroupMessage)(nil), // 1: cairn.multiraft.GroupMessage
 	(*Heartbeat)(nil),    // 2: cairn.multiraft.Heartbeat
 	(*Ack)(nil),          // 3: cairn.multiraft.Ack
+	(*Batches)(nil),      // 4: cairn.multiraft.Batches
 }
 var file_pkg_multiraft_transportpb_transport_proto_depIdxs = []int32{
 	1, // 0: cairn.multiraft.Batch.messages:type_name -> cairn.multiraft.GroupMessage
 	2, // 1: cairn.multiraft.Batch.heartbeats:type_name -> cairn.multiraft.Heartbeat
-	0, // 2: cairn.multiraft.Transport.Stream:input_type -> cairn.multiraft.Batch
-	3, // 3: cairn.multiraft.Transport.Stream:output_type -> cairn.multiraft.Ack
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	0, // 2: cairn.multiraft.Batches.batches:type_name -> cairn.multiraft.Batch
+	0, // 3: cairn.multiraft.Transport.Stream:input_type -> cairn.multiraft.Batch
+	4, // 4: cairn.multiraft.Transport.Deliver:input_type -> cairn.multiraft.Batches
+	3, // 5: cairn.multiraft.Transport.Stream:output_type -> cairn.multiraft.Ack
+	3, // 6: cairn.multiraft.Transport.Deliver:output_type -> cairn.multiraft.Ack
+	5, // [5:7] is the sub-list for method output_type
+	3, // [3:5] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_pkg_multiraft_transportpb_transport_proto_init() }
@@ -389,7 +441,7 @@ func file_pkg_multiraft_transportpb_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pkg_multiraft_transportpb_transport_proto_rawDesc), len(file_pkg_multiraft_transportpb_transport_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,17 +31,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Transport_Stream_FullMethodName = "/cairn.multiraft.Transport/Stream"
+	Transport_Stream_FullMethodName  = "/cairn.multiraft.Transport/Stream"
+	Transport_Deliver_FullMethodName = "/cairn.multiraft.Transport/Deliver"
 )
 
 // TransportClient is the client API for Transport service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Transport carries batches from one host to another over one long-lived
-// client stream per peer.
+// Transport carries batches from one host to another: Deliver carries the
+// batches queued for a peer, one call at a time per peer (so they arrive in
+// order), over Cairn's lighter framing of unary calls (pkg/lightrpc); Stream,
+// one long-lived client stream per peer, is kept for peers of an earlier
+// version without Deliver.
 type TransportClient interface {
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[Batch, Ack], error)
+	Deliver(ctx context.Context, in *Batches, opts ...grpc.CallOption) (*Ack, error)
 }
 
 type transportClient struct {
@@ -65,14 +70,28 @@ func (c *transportClient) Stream(ctx context.Context, opts ...grpc.CallOption) (
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Transport_StreamClient = grpc.ClientStreamingClient[Batch, Ack]
 
+func (c *transportClient) Deliver(ctx context.Context, in *Batches, opts ...grpc.CallOption) (*Ack, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Ack)
+	err := c.cc.Invoke(ctx, Transport_Deliver_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransportServer is the server API for Transport service.
 // All implementations must embed UnimplementedTransportServer
 // for forward compatibility.
 //
-// Transport carries batches from one host to another over one long-lived
-// client stream per peer.
+// Transport carries batches from one host to another: Deliver carries the
+// batches queued for a peer, one call at a time per peer (so they arrive in
+// order), over Cairn's lighter framing of unary calls (pkg/lightrpc); Stream,
+// one long-lived client stream per peer, is kept for peers of an earlier
+// version without Deliver.
 type TransportServer interface {
 	Stream(grpc.ClientStreamingServer[Batch, Ack]) error
+	Deliver(context.Context, *Batches) (*Ack, error)
 	mustEmbedUnimplementedTransportServer()
 }
 
@@ -85,6 +104,9 @@ type UnimplementedTransportServer struct{}
 
 func (UnimplementedTransportServer) Stream(grpc.ClientStreamingServer[Batch, Ack]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedTransportServer) Deliver(context.Context, *Batches) (*Ack, error) {
+	return nil, status.Error(codes.Unimplemented, "method Deliver not implemented")
 }
 func (UnimplementedTransportServer) mustEmbedUnimplementedTransportServer() {}
 func (UnimplementedTransportServer) testEmbeddedByValue()                   {}
@@ -114,13 +136,36 @@ func _Transport_Stream_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Transport_StreamServer = grpc.ClientStreamingServer[Batch, Ack]
 
+func _Transport_Deliver_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Batches)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).Deliver(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_Deliver_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).Deliver(ctx, req.(*Batches))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Transport_ServiceDesc is the grpc.ServiceDesc for Transport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Transport_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "cairn.multiraft.Transport",
 	HandlerType: (*TransportServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Deliver",
+			Handler:    _Transport_Deliver_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Stream",

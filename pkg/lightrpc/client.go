@@ -1,0 +1,378 @@
+package lightrpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// ClientOptions configure a Conn.
+type ClientOptions struct {
+	// MaxFrameBytes bounds one inbound frame (default DefaultMaxFrameBytes).
+	MaxFrameBytes int
+	// DialTimeout bounds connecting and the preface exchange when the call's
+	// context allows longer (default 5 s).
+	DialTimeout time.Duration
+	// GRPC opens the gRPC connection used for streaming calls and for a
+	// server that does not speak this protocol; it is called at most once,
+	// at the first such call.
+	GRPC func() (*grpc.ClientConn, error)
+}
+
+// Conn is a client connection to one address. It implements
+// grpc.ClientConnInterface, so the generated gRPC clients run on it
+// unchanged: unary calls go over one multiplexed TCP connection in this
+// protocol, streaming calls over gRPC. It connects on the first call and
+// again after a failure. A server that answers the preface with anything
+// else is called through gRPC for the next minute. Safe for concurrent use.
+type Conn struct {
+	addr string
+	opts ClientOptions
+
+	mu        sync.Mutex
+	sess      *session
+	dialing   chan struct{} // closed when the connection attempt in progress ends
+	dialErr   error         // how the last attempt ended
+	grpcUntil time.Time     // a server that did not speak this protocol
+	closed    bool
+
+	grpcOnce sync.Once
+	grpcConn *grpc.ClientConn
+	grpcErr  error
+}
+
+// grpcOnlyFor is how long an address that answered the preface with
+// something else is called through gRPC before the protocol is tried again
+// (a server upgraded meanwhile).
+const grpcOnlyFor = time.Minute
+
+// Dial returns a connection to addr; it connects at the first call.
+func Dial(addr string, opts ClientOptions) *Conn {
+	if opts.MaxFrameBytes <= 0 {
+		opts.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	return &Conn{addr: addr, opts: opts}
+}
+
+// Addr returns the address the connection goes to.
+func (c *Conn) Addr() string { return c.addr }
+
+// Invoke makes a unary call, as grpc.ClientConn.Invoke does: errors are
+// gRPC statuses (UNAVAILABLE when the server cannot be reached or the
+// connection broke, DEADLINE_EXCEEDED or CANCELED when ctx ended), and a
+// grpc.Trailer option receives the server's trailer.
+func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	in, ok := args.(proto.Message)
+	out, ok2 := reply.(proto.Message)
+	if !ok || !ok2 {
+		return status.Errorf(codes.Internal, "%s: %T or %T is no protocol buffer", method, args, reply)
+	}
+	s, gc, err := c.session(ctx)
+	if err != nil {
+		return err
+	}
+	if gc != nil {
+		return gc.Invoke(ctx, method, args, reply, opts...)
+	}
+	return s.invoke(ctx, method, in, out, opts)
+}
+
+// NewStream opens a streaming call over gRPC.
+func (c *Conn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	gc, err := c.grpcClient()
+	if err != nil {
+		return nil, err
+	}
+	return gc.NewStream(ctx, desc, method, opts...)
+}
+
+// Close closes the connection; calls in flight fail with UNAVAILABLE.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	s := c.sess
+	c.sess = nil
+	c.mu.Unlock()
+	if s != nil {
+		s.fail(errors.New("connection closed by the client"))
+	}
+	c.grpcOnce.Do(func() { c.grpcErr = status.Error(codes.Canceled, "connection closed by the client") })
+	if c.grpcConn != nil {
+		return c.grpcConn.Close()
+	}
+	return nil
+}
+
+func (c *Conn) grpcClient() (*grpc.ClientConn, error) {
+	c.grpcOnce.Do(func() {
+		if c.opts.GRPC == nil {
+			c.grpcErr = status.Errorf(codes.Unimplemented, "no gRPC connection to %s for this call", c.addr)
+			return
+		}
+		c.grpcConn, c.grpcErr = c.opts.GRPC()
+	})
+	return c.grpcConn, c.grpcErr
+}
+
+// session returns the live session, connecting if there is none, or the
+// gRPC connection to use instead. One connection attempt runs at a time;
+// calls that arrive meanwhile wait for it (or their context) and share its
+// outcome, so a dead address costs one attempt, not one per caller.
+func (c *Conn) session(ctx context.Context) (*session, *grpc.ClientConn, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, nil, status.Error(codes.Canceled, "connection closed by the client")
+		}
+		if s := c.sess; s != nil && s.alive() {
+			c.mu.Unlock()
+			return s, nil, nil
+		}
+		if time.Now().Before(c.grpcUntil) {
+			c.mu.Unlock()
+			gc, err := c.grpcClient()
+			return nil, gc, err
+		}
+		if wait := c.dialing; wait != nil {
+			c.mu.Unlock()
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return nil, nil, status.FromContextError(ctx.Err()).Err()
+			}
+			c.mu.Lock()
+			err := c.dialErr
+			c.mu.Unlock()
+			if err != nil {
+				return nil, nil, status.Errorf(codes.Unavailable, "connection error: %v", err)
+			}
+			continue
+		}
+		done := make(chan struct{})
+		c.dialing = done
+		c.mu.Unlock()
+
+		s, err := c.connect(ctx)
+		c.mu.Lock()
+		c.dialing, c.dialErr = nil, err
+		notLight := errors.Is(err, errNotLightRPC)
+		if notLight {
+			c.grpcUntil = time.Now().Add(grpcOnlyFor)
+			c.dialErr = nil // waiters look again and take gRPC
+		}
+		if err == nil {
+			c.sess = s
+		}
+		close(done)
+		c.mu.Unlock()
+		switch {
+		case notLight:
+			continue
+		case err != nil && ctx.Err() != nil:
+			return nil, nil, status.FromContextError(ctx.Err()).Err()
+		case err != nil:
+			return nil, nil, status.Errorf(codes.Unavailable, "connection error: %v", err)
+		}
+		return s, nil, nil
+	}
+}
+
+var errNotLightRPC = errors.New("server does not speak the protocol")
+
+func (c *Conn) connect(ctx context.Context) (*session, error) {
+	dctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(dctx, "tcp", c.addr)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	deadline, _ := dctx.Deadline()
+	_ = nc.SetDeadline(deadline)
+	var head [len(Preface)]byte
+	if _, err = nc.Write(Preface[:]); err == nil {
+		_, err = io.ReadFull(nc, head[:])
+	}
+	if err == nil && !bytes.Equal(head[:], Preface[:]) {
+		err = errNotLightRPC
+	}
+	if err != nil && !errors.Is(err, errNotLightRPC) && dctx.Err() == nil {
+		// Closed on us without an answer: a gRPC-only server drops a
+		// connection whose preface it does not know.
+		var ne net.Error
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || (errors.As(err, &ne) && !ne.Timeout()) {
+			err = fmt.Errorf("%w: %v", errNotLightRPC, err)
+		}
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	s := &session{c: nc, w: newWriter(nc), pending: map[uint64]chan response{}, maxFrame: c.opts.MaxFrameBytes}
+	go s.read()
+	return s, nil
+}
+
+// session is one TCP connection in this protocol.
+type session struct {
+	c        net.Conn
+	w        *writer
+	maxFrame int
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]chan response
+	err     error // why the session ended; nil while it is alive
+}
+
+func (s *session) alive() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err == nil
+}
+
+func (s *session) invoke(ctx context.Context, method string, in, out proto.Message, opts []grpc.CallOption) error {
+	var timeout time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		if timeout = time.Until(d); timeout <= 0 {
+			return status.FromContextError(context.DeadlineExceeded).Err()
+		}
+	}
+	ch := make(chan response, 1)
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return status.Errorf(codes.Unavailable, "connection error: %v", err)
+	}
+	s.nextID++
+	id := s.nextID
+	s.pending[id] = ch
+	s.mu.Unlock()
+
+	buf := getBuffer()
+	b, err := appendRequest(*buf, id, timeout, method, func(b []byte) ([]byte, error) {
+		return proto.MarshalOptions{}.MarshalAppend(b, in)
+	})
+	if err != nil {
+		putBuffer(buf)
+		s.forget(id)
+		return status.Errorf(codes.Internal, "%s: encode request: %v", method, err)
+	}
+	err = s.w.send(b)
+	*buf = b[:0]
+	putBuffer(buf)
+	if err != nil {
+		s.fail(err)
+		s.forget(id)
+		return status.Errorf(codes.Unavailable, "connection error: %v", err)
+	}
+
+	var r response
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		if s.forget(id) {
+			cb := getBuffer()
+			*cb = appendCancel(*cb, id)
+			_ = s.w.send(*cb) // best effort: the server's deadline ends it too
+			putBuffer(cb)
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		r = <-ch // answered meanwhile
+	}
+	if r.code == codeBroken {
+		return status.Errorf(codes.Unavailable, "connection error: %s", r.message)
+	}
+	for _, o := range opts {
+		if t, ok := o.(grpc.TrailerCallOption); ok && len(r.trailer) > 0 {
+			*t.TrailerAddr = metadata.Pairs(r.trailer...)
+		}
+	}
+	if r.code != 0 {
+		return status.Error(codes.Code(r.code), r.message)
+	}
+	if err := proto.Unmarshal(r.payload, out); err != nil {
+		return status.Errorf(codes.Internal, "%s: decode response: %v", method, err)
+	}
+	return nil
+}
+
+// codeBroken marks a response made up by the client for a call whose
+// connection ended; no server sends it (gRPC codes end at 16).
+const codeBroken = 1 << 31
+
+// forget drops call id; false when its answer was already delivered.
+func (s *session) forget(id uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.pending[id]
+	delete(s.pending, id)
+	return ok
+}
+
+// read delivers answers until the connection ends.
+func (s *session) read() {
+	r := bufio.NewReaderSize(s.c, 64<<10)
+	for {
+		f, err := readFrame(r, s.maxFrame)
+		if err == nil && f.kind != kindResponse {
+			err = fmt.Errorf("%w: kind %d from a server", errMalformed, f.kind)
+		}
+		var resp response
+		if err == nil {
+			resp, err = decodeResponse(f.body)
+		}
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		s.mu.Lock()
+		ch := s.pending[f.id]
+		delete(s.pending, f.id)
+		s.mu.Unlock()
+		if ch != nil {
+			ch <- resp
+		}
+	}
+}
+
+// fail ends the session: every call in flight fails with UNAVAILABLE and
+// the next call connects again.
+func (s *session) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		if errors.Is(err, io.EOF) {
+			err = errors.New("connection closed by the server")
+		}
+		s.err = err
+	}
+	pending := s.pending
+	s.pending = map[uint64]chan response{}
+	msg := s.err.Error()
+	s.mu.Unlock()
+	s.c.Close()
+	for _, ch := range pending {
+		ch <- response{code: codeBroken, message: msg}
+	}
+}

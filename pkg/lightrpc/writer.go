@@ -1,0 +1,62 @@
+package lightrpc
+
+import (
+	"io"
+	"sync"
+)
+
+// writer coalesces the frames of concurrent senders into few write system
+// calls: a sender appends its frame and, when no write is in progress,
+// becomes the one writing everything queued until the queue is empty. Under
+// load one write carries many frames; alone, a frame costs one write and no
+// goroutine hand-off. Safe for concurrent use.
+type writer struct {
+	w io.Writer
+
+	mu       sync.Mutex
+	queued   []byte
+	spare    []byte
+	writing  bool
+	err      error
+	maxSpare int
+}
+
+func newWriter(w io.Writer) *writer { return &writer{w: w, maxSpare: 1 << 20} }
+
+// send queues frame (copied) and returns once it is written or handed to the
+// sender that is writing. An error is the first write error of the
+// connection: everything queued with or after it is lost, and the caller
+// closes the connection.
+func (w *writer) send(frame []byte) error {
+	w.mu.Lock()
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.queued = append(w.queued, frame...)
+	if w.writing {
+		w.mu.Unlock()
+		return nil
+	}
+	w.writing = true
+	for len(w.queued) > 0 && w.err == nil {
+		out := w.queued
+		w.queued = w.spare[:0]
+		w.mu.Unlock()
+		_, err := w.w.Write(out)
+		w.mu.Lock()
+		if err != nil {
+			w.err = err
+		}
+		if cap(out) <= w.maxSpare {
+			w.spare = out[:0]
+		} else {
+			w.spare = nil // a burst's buffer is not kept for ever
+		}
+	}
+	w.writing = false
+	err := w.err
+	w.mu.Unlock()
+	return err
+}
