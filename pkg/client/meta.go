@@ -347,7 +347,9 @@ func (v *Volume) create(ctx context.Context, op string, parent uint64, name stri
 		val = resp.GetLayoutAttr()
 	}
 	in = resp.GetInode()
-	if !resp.GetParentTouched() {
+	if resp.GetParentTouched() {
+		noteDirAttrs(ctx, resp.GetParentAttrs())
+	} else {
 		touch := v.createTouch(parent, ci)
 		touch.GetTouchDir().OpId = req.OpId
 		if err := v.touchAfterCreate(ctx, op, parent, name, in, touch); err != nil {
@@ -581,6 +583,9 @@ func (v *Volume) Unlink(ctx context.Context, parent uint64, name string) error {
 		return errnoErr(op, e, "%d/%q: %s", parent, name, resp.GetMessage())
 	}
 	v.afterUnlink(ctx, op, req, resp)
+	if resp.GetParentTouched() {
+		noteDirAttrs(ctx, resp.GetParentAttrs())
+	}
 	return nil
 }
 

@@ -70,6 +70,8 @@ type FS struct {
 	files  map[uint64]*client.File            // fh -> open file
 	byIno  map[uint64]map[uint64]*client.File // ino -> fh -> open file
 	dirs   map[uint64]*dirHandle              // fh -> open directory
+
+	hints *dirHints // directories' attributes after this mount's changes
 }
 
 // dirHandle is an open directory: its listing, read at offset 0.
@@ -84,7 +86,7 @@ type dirHandle struct {
 func New(v *client.Volume, opts Options) *FS {
 	fs := &FS{
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
-		v:             v, opts: opts.withDefaults(), nextFh: 1,
+		v:             v, opts: opts.withDefaults(), nextFh: 1, hints: newDirHints(opts.withDefaults().AttrTimeout),
 		files: map[uint64]*client.File{}, byIno: map[uint64]map[uint64]*client.File{}, dirs: map[uint64]*dirHandle{},
 	}
 	if opts.Trace != nil {
@@ -102,6 +104,23 @@ func (fs *FS) String() string { return "cairn:" + fs.v.Name() }
 // local file system returns (libfuse ignores interrupts too unless -o intr).
 // SDK calls are bounded by their own deadlines.
 func ctxOf(cancel <-chan struct{}) context.Context { return &fuse.Context{} }
+
+// dirChange starts an operation that changes a directory and may learn
+// its new attributes (create, mkdir, mknod, symlink, unlink): ctx collects
+// them, and done keeps them as the directory's hint or, when none came,
+// invalidates the hints.
+func (fs *FS) dirChange(cancel <-chan struct{}) (ctx context.Context, done func()) {
+	epoch := fs.hints.begin()
+	var got *client.Attr
+	ctx = client.WithDirAttrs(ctxOf(cancel), func(a *client.Attr) { got = a })
+	return ctx, func() {
+		if got != nil {
+			fs.hints.put(epoch, got)
+		} else {
+			fs.hints.invalidate()
+		}
+	}
+}
 
 // Init keeps the server for notifications (see Open).
 func (fs *FS) Init(s *fuse.Server) { fs.server.Store(s) }
@@ -213,6 +232,14 @@ func (fs *FS) Forget(nodeid, nlookup uint64) {
 // GetAttr returns the inode's attributes.
 func (fs *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	start := time.Now()
+	if a := fs.hints.take(in.NodeId); a != nil {
+		fs.fillAttr(a, &out.Attr)
+		out.SetTimeout(fs.opts.AttrTimeout)
+		if fs.tr != nil {
+			fs.tr.stat(start, &in.InHeader, fs.tr.path(in.NodeId), fuse.OK, &out.Attr)
+		}
+		return fs.observe("getattr", start, fuse.OK)
+	}
 	a, err := fs.v.GetAttr(ctxOf(cancel), in.NodeId)
 	if err != nil {
 		if fs.tr != nil {
@@ -243,6 +270,8 @@ func (fs *FS) openFiles(ino uint64) []*client.File {
 // handles of the file, which then see the new size) and times (incl. NOW).
 func (fs *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
 	start := time.Now()
+	fs.hints.invalidate()
+	defer fs.hints.invalidate()
 	if fs.tr != nil {
 		st := fs.setAttr(cancel, in, out, start)
 		fs.traceSetAttr(start, in, st)
@@ -338,7 +367,9 @@ func (fs *FS) setAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Attr
 // Mknod makes a regular file, fifo, socket or device owned by the caller.
 func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
-	a, err := fs.v.Mknod(ctxOf(cancel), in.NodeId, name, in.Mode&^(in.Umask&0o777), uint64(in.Rdev), in.Uid, in.Gid)
+	ctx, done := fs.dirChange(cancel)
+	a, err := fs.v.Mknod(ctx, in.NodeId, name, in.Mode&^(in.Umask&0o777), uint64(in.Rdev), in.Uid, in.Gid)
+	done()
 	if fs.tr != nil && (in.Mode&syscall.S_IFMT == 0 || in.Mode&syscall.S_IFMT == syscall.S_IFREG) {
 		// A regular file made without opening it: an open that creates
 		// and is not kept (handle 0).
@@ -358,7 +389,9 @@ func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *
 // Mkdir makes a directory owned by the caller.
 func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
-	a, err := fs.v.Mkdir(ctxOf(cancel), in.NodeId, name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
+	ctx, done := fs.dirChange(cancel)
+	a, err := fs.v.Mkdir(ctx, in.NodeId, name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
+	done()
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, trace.Event{Op: trace.OpMkdir, Path: fs.tr.child(in.NodeId, name), Mode: in.Mode & 0o7777}, status(err), 0)
 	}
@@ -375,7 +408,9 @@ func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *
 // Unlink removes a non-directory name.
 func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
-	st := status(fs.v.Unlink(ctxOf(cancel), header.NodeId, name))
+	ctx, done := fs.dirChange(cancel)
+	st := status(fs.v.Unlink(ctx, header.NodeId, name))
+	done()
 	if fs.tr != nil {
 		fs.tr.record(start, header, trace.Event{Op: trace.OpUnlink, Path: fs.tr.child(header.NodeId, name)}, st, 0)
 		if st == fuse.OK {
@@ -388,6 +423,8 @@ func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string)
 // Rmdir removes an empty directory.
 func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
+	fs.hints.invalidate()
+	defer fs.hints.invalidate()
 	st := status(fs.v.Rmdir(ctxOf(cancel), header.NodeId, name))
 	if fs.tr != nil {
 		fs.tr.record(start, header, trace.Event{Op: trace.OpRmdir, Path: fs.tr.child(header.NodeId, name)}, st, 0)
@@ -402,6 +439,8 @@ func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) 
 // passed to the SDK (others: EINVAL).
 func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName string, newName string) fuse.Status {
 	start := time.Now()
+	fs.hints.invalidate()
+	defer fs.hints.invalidate()
 	st := status(fs.v.Rename(ctxOf(cancel), in.NodeId, oldName, in.Newdir, newName, in.Flags))
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, trace.Event{Op: trace.OpRename, Path: fs.tr.child(in.NodeId, oldName),
@@ -416,6 +455,8 @@ func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName string, 
 // Link gives an inode another name.
 func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
+	fs.hints.invalidate()
+	defer fs.hints.invalidate()
 	a, err := fs.v.Link(ctxOf(cancel), in.Oldnodeid, in.NodeId, name)
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, trace.Event{Op: trace.OpLink, Path: fs.tr.path(in.Oldnodeid),
@@ -434,7 +475,9 @@ func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fu
 // Symlink makes a symbolic link owned by the caller.
 func (fs *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target string, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
-	a, err := fs.v.Symlink(ctxOf(cancel), header.NodeId, name, target, header.Uid, header.Gid)
+	ctx, done := fs.dirChange(cancel)
+	a, err := fs.v.Symlink(ctx, header.NodeId, name, target, header.Uid, header.Gid)
+	done()
 	if fs.tr != nil {
 		fs.tr.record(start, header, trace.Event{Op: trace.OpSymlink, Path: fs.tr.child(header.NodeId, name), Path2: target}, status(err), 0)
 	}
@@ -500,12 +543,16 @@ func (fs *FS) ListXAttr(cancel <-chan struct{}, header *fuse.InHeader, dest []by
 // SetXAttr sets an xattr (flags XATTR_CREATE / XATTR_REPLACE).
 func (fs *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
 	start := time.Now()
+	fs.hints.invalidate()
+	defer fs.hints.invalidate()
 	return fs.observe("setxattr", start, status(fs.v.SetXattr(ctxOf(cancel), in.NodeId, attr, data, in.Flags)))
 }
 
 // RemoveXAttr removes an xattr.
 func (fs *FS) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string) fuse.Status {
 	start := time.Now()
+	fs.hints.invalidate()
+	defer fs.hints.invalidate()
 	return fs.observe("removexattr", start, status(fs.v.RemoveXattr(ctxOf(cancel), header.NodeId, attr)))
 }
 
@@ -548,7 +595,9 @@ func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 func (fs *FS) create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut, start time.Time) fuse.Status {
 	// One request: the file is opened from the inode the create returned
 	// (it is new, so there is nothing else to read).
-	a, f, err := fs.v.CreateFile(ctxOf(cancel), in.NodeId, name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid, int(in.Flags))
+	ctx, done := fs.dirChange(cancel)
+	a, f, err := fs.v.CreateFile(ctx, in.NodeId, name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid, int(in.Flags))
+	done()
 	if err != nil {
 		return fs.observe("create", start, status(err))
 	}

@@ -183,6 +183,9 @@ func (s *service) runPlan(ctx context.Context, p *partition, req *metapb.PathReq
 		// Done, or refused for good (a parent gone under an unlink, a
 		// link count out of range): nothing the client could add.
 		resp.ParentTouched = true
+		if e == metapartition.OK && len(t.res.GetResults()) > 0 {
+			resp.ParentAttrs = t.res.GetResults()[0].GetInode()
+		}
 	}
 	return resp, false, nil
 }

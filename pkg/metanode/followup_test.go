@@ -170,6 +170,9 @@ func TestNameFollowUps(t *testing.T) {
 	if root1.MtimeNs <= root0.MtimeNs || root1.Nlink != root0.Nlink {
 		t.Errorf("root after the create: mtime %d -> %d, nlink %d -> %d", root0.MtimeNs, root1.MtimeNs, root0.Nlink, root1.Nlink)
 	}
+	if pa := c.GetParentAttrs(); pa.GetIno() != RootIno || pa.GetMtimeNs() != root1.MtimeNs || pa.GetCtimeNs() != root1.CtimeNs || pa.GetNlink() != root1.Nlink {
+		t.Errorf("create: parent attributes %v, want the parent's after the touch %v", pa, root1)
+	}
 	if again := tp.name(t, tp.p[1], req); again.Errno != 0 || again.Inode.GetIno() != c.Inode.GetIno() {
 		t.Fatalf("retried create: %v", again)
 	}
@@ -213,6 +216,9 @@ func TestNameFollowUps(t *testing.T) {
 	if n := requests() - r1; n != 1 {
 		t.Errorf("unlink: %v client requests, want 1", n)
 	}
+	if r := tp.inode(t, RootIno); u.GetParentAttrs().GetMtimeNs() != r.MtimeNs || u.GetParentAttrs().GetNlink() != r.Nlink {
+		t.Errorf("unlink: parent attributes %v, want %v", u.GetParentAttrs(), r)
+	}
 	if in := tp.inode(t, c.Inode.Ino); in != nil {
 		t.Errorf("unlinked inode still there: %v", in)
 	}
@@ -225,6 +231,9 @@ func TestNameFollowUps(t *testing.T) {
 	// unlink there evicts.
 	g, h := nameIn("g", 0), nameIn("h", 1)
 	gc := tp.name(t, tp.p[0], createReq(RootIno, g, metapb.FileType_FILE_TYPE_REGULAR))
+	if r := tp.inode(t, RootIno); !gc.ParentTouched || gc.GetParentAttrs().GetMtimeNs() != r.MtimeNs || gc.GetParentAttrs().GetIno() != RootIno {
+		t.Errorf("create with the parent homed here: parent attributes %v, want %v", gc.GetParentAttrs(), r)
+	}
 	ino := gc.Inode.GetIno()
 	tp.txn(t, tp.p[0], &metapb.Op{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: ino, Delta: 1}}})
 	tp.txn(t, tp.p[1], &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{Parent: RootIno, Name: []byte(h), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}})

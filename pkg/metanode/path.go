@@ -369,6 +369,9 @@ func (s *service) planCreate(p *partition, mp *metapartition.Partition, req *met
 		base.Inode = res.Results[0].GetInode()
 		base.Dentry = res.Results[1].GetDentry()
 		base.ParentTouched = len(res.Results) > 2 // else the follow-up says
+		if base.ParentTouched {
+			base.ParentAttrs = res.Results[2].GetInode()
+		}
 		return base
 	})
 	plan.follow = follow
@@ -484,7 +487,7 @@ func unlinkAnswer(base *metapb.PathResponse, d *metapb.Dentry, parent uint64, re
 			}
 			seen++
 		case parent:
-			base.ParentTouched = true
+			base.ParentTouched, base.ParentAttrs = true, in
 		}
 	}
 	base.LinkDropped = seen > 0

@@ -4521,7 +4521,12 @@ type PathResponse struct {
 	Evicted bool `protobuf:"varint,15,opt,name=evicted,proto3" json:"evicted,omitempty"`
 	// CREATE with inherit_layout: the parent's layout attribute (empty:
 	// none).
-	LayoutAttr    []byte `protobuf:"bytes,16,opt,name=layout_attr,json=layoutAttr,proto3" json:"layout_attr,omitempty"`
+	LayoutAttr []byte `protobuf:"bytes,16,opt,name=layout_attr,json=layoutAttr,proto3" json:"layout_attr,omitempty"`
+	// CREATE / UNLINK with parent_touched: the parent's attributes right
+	// after its TouchDir (new mtime, ctime, nlink), so that a client that
+	// must show them next (a mount, whose kernel reads a directory's
+	// attributes again after every change in it) needs no request.
+	ParentAttrs   *Inode `protobuf:"bytes,17,opt,name=parent_attrs,json=parentAttrs,proto3" json:"parent_attrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4664,6 +4669,13 @@ func (x *PathResponse) GetEvicted() bool {
 func (x *PathResponse) GetLayoutAttr() []byte {
 	if x != nil {
 		return x.LayoutAttr
+	}
+	return nil
+}
+
+func (x *PathResponse) GetParentAttrs() *Inode {
+	if x != nil {
+		return x.ParentAttrs
 	}
 	return nil
 }
@@ -5001,7 +5013,7 @@ const file_meta_proto_rawDesc = "" +
 	" \x01(\x04R\tparentIno\x12\x1b\n" +
 	"\tkeep_open\x18\v \x03(\x04R\bkeepOpen\x12\x19\n" +
 	"\bkeep_all\x18\f \x01(\bR\akeepAll\x12%\n" +
-	"\x0einherit_layout\x18\r \x01(\bR\rinheritLayout\"\x9b\x04\n" +
+	"\x0einherit_layout\x18\r \x01(\bR\rinheritLayout\"\xd1\x04\n" +
 	"\fPathResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -5021,7 +5033,8 @@ const file_meta_proto_rawDesc = "" +
 	"\x0frouting_version\x18\x0e \x01(\x04R\x0eroutingVersion\x12\x18\n" +
 	"\aevicted\x18\x0f \x01(\bR\aevicted\x12\x1f\n" +
 	"\vlayout_attr\x18\x10 \x01(\fR\n" +
-	"layoutAttr*\xc9\x01\n" +
+	"layoutAttr\x124\n" +
+	"\fparent_attrs\x18\x11 \x01(\v2\x11.cairn.meta.InodeR\vparentAttrs*\xc9\x01\n" +
 	"\bFileType\x12\x15\n" +
 	"\x11FILE_TYPE_UNKNOWN\x10\x00\x12\x15\n" +
 	"\x11FILE_TYPE_REGULAR\x10\x01\x12\x17\n" +
@@ -5213,25 +5226,26 @@ var file_meta_proto_depIdxs = []int32{
 	8,  // 68: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
 	9,  // 69: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
 	8,  // 70: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
-	56, // 71: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
-	42, // 72: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	44, // 73: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	46, // 74: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	48, // 75: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	52, // 76: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	50, // 77: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
-	57, // 78: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
-	43, // 79: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	45, // 80: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	47, // 81: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	49, // 82: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	54, // 83: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	51, // 84: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
-	78, // [78:85] is the sub-list for method output_type
-	71, // [71:78] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	8,  // 71: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
+	56, // 72: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
+	42, // 73: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	44, // 74: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	46, // 75: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	48, // 76: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	52, // 77: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	50, // 78: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
+	57, // 79: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
+	43, // 80: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	45, // 81: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	47, // 82: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	49, // 83: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	54, // 84: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	51, // 85: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
+	79, // [79:86] is the sub-list for method output_type
+	72, // [72:79] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
