@@ -639,7 +639,7 @@ func (v *Volume) fenceEmpty(ctx context.Context, op string, parent uint64, name 
 	for {
 		w := v.current()
 		parts := w.all()
-		unfence, err := v.fenceOn(ctx, op, dir, false, nsOwners(w, parent, name, dir), parts)
+		unfence, children, err := v.fenceOn(ctx, op, dir, false, nsOwners(w, parent, name, dir), parts)
 		if err != nil {
 			return false, nil, err
 		}
@@ -649,6 +649,12 @@ func (v *Volume) fenceEmpty(ctx context.Context, op string, parent uint64, name 
 				return false, nil, transportErr(op, ctx.Err())
 			}
 			continue
+		}
+		// Each partition checked for names under dir as it placed its
+		// fence (which no new name passes): that answers, unless one
+		// is of an earlier version that does not check.
+		if children != childrenUnknown {
+			return children == childrenNone, unfence, nil
 		}
 		// A listing that agrees on the routing, so that a name being
 		// moved counts on one partition at least.
@@ -676,7 +682,7 @@ func (v *Volume) nsLock(ctx context.Context, op string, parent uint64, name stri
 	for {
 		w := v.current()
 		parts := w.all()
-		unlock, err := v.fenceOn(ctx, op, dir, true, nsOwners(w, parent, name, dir), parts)
+		unlock, _, err := v.fenceOn(ctx, op, dir, true, nsOwners(w, parent, name, dir), parts)
 		if err != nil || samePartitions(parts, v.current().all()) {
 			return unlock, err
 		}
@@ -713,8 +719,9 @@ func samePartitions(a, b []*pb.Partition) bool {
 // and the fence on that partition then drops what it learnt before
 // (FalconFS §4.3, the owner locks before it invalidates). Another fence on
 // dir (EBUSY) is waited for, up to ~1 s. unfence lifts what was placed,
-// also after ctx ended.
-func (v *Volume) fenceOn(ctx context.Context, op string, dir uint64, lock bool, owners map[uint64]bool, parts []*pb.Partition) (unfence func(), err error) {
+// also after ctx ended. children sums what the partitions answered about
+// names under dir (fences only, not locks).
+func (v *Volume) fenceOn(ctx context.Context, op string, dir uint64, lock bool, owners map[uint64]bool, parts []*pb.Partition) (unfence func(), children childrenAnswer, err error) {
 	token := newID()
 	unfence = func() {
 		// Also after the operation's deadline: a fence left behind blocks
@@ -734,31 +741,61 @@ func (v *Volume) fenceOn(ctx context.Context, op string, dir uint64, lock bool, 
 			rest = append(rest, p)
 		}
 	}
+	var (
+		mu  sync.Mutex
+		sum childrenAnswer
+	)
 	fence := func(p *pb.Partition) error {
-		_, err := v.txn(ctx, op, byID(p.GetId()), &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: dir, Token: token, Lock: lock}}})
+		res, err := v.txn(ctx, op, byID(p.GetId()), &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: dir, Token: token, Lock: lock}}})
+		if err == nil && len(res.GetResults()) > 0 {
+			mu.Lock()
+			sum = sum.add(res.GetResults()[0])
+			mu.Unlock()
+		}
 		return err
 	}
 	backoff := backoffMin
 	for {
+		sum = childrenNone
 		err = v.each(first, fence)
 		if err == nil {
 			err = v.each(rest, fence)
 		}
 		if err == nil {
-			return unfence, nil
+			return unfence, sum, nil
 		}
 		unfence()
 		if !isErrno(err, syscall.EBUSY) || backoff > backoffMax {
-			return nil, err
+			return nil, childrenUnknown, err
 		}
 		// Another rmdir/rename/chmod holds the fence: wait for it.
 		select {
 		case <-ctx.Done():
-			return nil, transportErr(op, ctx.Err())
+			return nil, childrenUnknown, transportErr(op, ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff *= 2
 	}
+}
+
+// childrenAnswer sums the fences' answers about names under a directory.
+type childrenAnswer int
+
+const (
+	childrenNone    childrenAnswer = iota // every partition answered: none
+	childrenSome                          // some partition holds a name
+	childrenUnknown                       // some partition did not say
+)
+
+// add folds one partition's Fence result in.
+func (c childrenAnswer) add(r *metapb.OpResult) childrenAnswer {
+	switch {
+	case c == childrenSome || r.HasChildren != nil && r.GetHasChildren():
+		return childrenSome
+	case r.HasChildren == nil:
+		return childrenUnknown
+	}
+	return c
 }
 
 // Rmdir removes the empty directory name in parent: ENOTDIR if it is not a
@@ -787,21 +824,28 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 	if err != nil {
 		return err
 	}
-	defer unfence()
 	if !empty {
+		unfence()
 		return errnoErr(op, syscall.ENOTEMPTY, "%d/%q", parent, name)
 	}
 	_, rest, err := v.nameStep(ctx, op, parent, name,
 		[]*metapb.Op{opDeleteDentry(parent, name, dir, metapb.FileType_FILE_TYPE_DIRECTORY)},
 		[]homedOp{{dir, opLink(dir, -2)}, {dir, opEvict(dir)}, {parent, opTouchDir(parent, -1, newID())}})
 	if err != nil {
+		// Lifted before answering: a caller told the directory is still
+		// there may create in it at once.
+		unfence()
 		if isErrno(err, syscall.ESTALE) {
 			err = errnoErr(op, syscall.ENOENT, "%d/%q changed meanwhile", parent, name)
 		}
 		return err
 	}
-	// Best effort, each on its own: a failure leaves a leak fsck reports
-	// (the inode) or a stale parent (mtime, nlink).
+	// The name is gone: the fences now only refuse names under a
+	// directory nobody can reach, so they are lifted in the background
+	// (inode numbers are not reused, so no new directory inherits them).
+	v.background(unfence)
+	// Best effort, each on its own and side by side: a failure leaves a
+	// leak fsck reports (the inode) or a stale parent (mtime, nlink).
 	var dirOps, parentOps []homedOp
 	for _, h := range rest {
 		if h.ino == dir {
@@ -810,8 +854,14 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 			parentOps = append(parentOps, h)
 		}
 	}
-	_, _ = v.runHomed(ctx, op, dirOps)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = v.runHomed(ctx, op, dirOps)
+	}()
 	_, _ = v.runHomed(ctx, op, parentOps)
+	wg.Wait()
 	return nil
 }
 

@@ -269,6 +269,16 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 	return v, nil
 }
 
+// background runs fn, bounded work an operation leaves behind (lifting its
+// fences), on its own goroutine; Close waits for it.
+func (v *Volume) background(fn func()) {
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		fn()
+	}()
+}
+
 // Close stops the background refresh and closes all connections. Calls
 // after Close fail.
 func (v *Volume) Close() error {

@@ -1085,9 +1085,14 @@ func (t *txn) fence(m *metapb.Fence) (*metapb.OpResult, *opError) {
 	if m.GetLock() {
 		token |= lockBit
 	}
+	res := &metapb.OpResult{}
+	if !m.GetLock() {
+		has := t.hasChildren(parent)
+		res.HasChildren = &has
+	}
 	switch cur := t.fenceOf(parent); {
 	case cur == token:
-		return &metapb.OpResult{}, nil // a retry
+		return res, nil // a retry
 	case cur != 0:
 		return nil, fail(EBUSY, "parent %d is fenced with another token", parent)
 	}
@@ -1095,7 +1100,29 @@ func (t *txn) fence(m *metapb.Fence) (*metapb.OpResult, *opError) {
 		return nil, fail(EAGAIN, "%d fences are in place", MaxFences)
 	}
 	t.putFence(parent, token)
-	return &metapb.OpResult{}, nil
+	return res, nil
+}
+
+// hasChildren reports whether the partition, with this Txn's changes,
+// lists a name under parent (as Partition.HasChildren does).
+func (t *txn) hasChildren(parent uint64) bool {
+	for _, c := range t.dentries {
+		if c.present && c.d.parent == parent && t.p.routing.listed(parent, c.d.name) {
+			return true
+		}
+	}
+	has := false
+	t.p.dentries.Ascend(dentry{parent: parent}, func(d dentry) bool {
+		if d.parent != parent {
+			return false
+		}
+		if i := t.dentryChange(parent, d.name); i >= 0 && !t.dentries[i].present {
+			return true // removed by this Txn
+		}
+		has = t.p.routing.listed(d.parent, d.name)
+		return !has
+	})
+	return has
 }
 
 func (t *txn) unfence(m *metapb.Unfence) (*metapb.OpResult, *opError) {

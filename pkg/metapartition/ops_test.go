@@ -791,3 +791,37 @@ func TestFenceLapses(t *testing.T) {
 		t.Errorf("%d fences after pruning, want 1", n)
 	}
 }
+
+// A fence answers whether the partition lists a name under the directory
+// (rmdir's emptiness check in the fence's own request); a namespace lock
+// does not say.
+func TestFenceReportsChildren(t *testing.T) {
+	p := newRoot(t)
+	mustRun(t, p, 2, createInode(dir, 0o755), createDentry(1, "a", 0, dir)) // ino 2
+	mustRun(t, p, 3, createInode(reg, 0o644), createDentry(2, "x", 0, reg)) // ino 3
+	mustRun(t, p, 4, createInode(dir, 0o755), createDentry(1, "b", 0, dir)) // ino 4
+	lock := &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: 4, Token: 30, Lock: true}}}
+	for _, tc := range []struct {
+		name string
+		ops  []*metapb.Op
+		want *bool // of the last op's result
+	}{
+		{"a directory with a name", []*metapb.Op{fence(2, 10)}, ptr(true)},
+		{"a retry answers again", []*metapb.Op{fence(2, 10)}, ptr(true)},
+		{"an empty directory", []*metapb.Op{fence(4, 11)}, ptr(false)},
+		{"a name made in the same Txn", []*metapb.Op{unfence(4, 11), createInode(reg, 0o644), createDentry(4, "y", 0, reg), fence(4, 12)}, ptr(true)},
+		{"the last name removed in the same Txn", []*metapb.Op{unfence(2, 10), deleteDentry(2, "x", 3, reg), fence(2, 13)}, ptr(false)},
+		{"a namespace lock does not say", []*metapb.Op{unfence(4, 12), lock}, nil},
+	} {
+		r := mustRun(t, p, 5, tc.ops...)
+		got := r.Results[len(r.Results)-1].HasChildren
+		switch {
+		case tc.want == nil && got != nil:
+			t.Errorf("%s: has_children = %v, want absent", tc.name, *got)
+		case tc.want != nil && (got == nil || *got != *tc.want):
+			t.Errorf("%s: has_children = %v, want %v", tc.name, got, *tc.want)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

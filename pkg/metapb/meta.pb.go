@@ -3059,10 +3059,15 @@ func (x *Txn) GetNsGuard() bool {
 }
 
 type OpResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Inode         *Inode                 `protobuf:"bytes,1,opt,name=inode,proto3" json:"inode,omitempty"`   // the inode the op created or changed
-	Dentry        *Dentry                `protobuf:"bytes,2,opt,name=dentry,proto3" json:"dentry,omitempty"` // the dentry it created, replaced or deleted
-	Chunks        []*ChunkRecord         `protobuf:"bytes,3,rep,name=chunks,proto3" json:"chunks,omitempty"` // chunk index ops: see each op
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Inode  *Inode                 `protobuf:"bytes,1,opt,name=inode,proto3" json:"inode,omitempty"`   // the inode the op created or changed
+	Dentry *Dentry                `protobuf:"bytes,2,opt,name=dentry,proto3" json:"dentry,omitempty"` // the dentry it created, replaced or deleted
+	Chunks []*ChunkRecord         `protobuf:"bytes,3,rep,name=chunks,proto3" json:"chunks,omitempty"` // chunk index ops: see each op
+	// Fence (not a lock): whether this partition lists a name under the
+	// parent once fenced, which no new name can change until Unfence: the
+	// rmdir's emptiness check in the same request. Absent from servers of
+	// earlier versions, whose clients list the directory after fencing.
+	HasChildren   *bool `protobuf:"varint,4,opt,name=has_children,json=hasChildren,proto3,oneof" json:"has_children,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3116,6 +3121,13 @@ func (x *OpResult) GetChunks() []*ChunkRecord {
 		return x.Chunks
 	}
 	return nil
+}
+
+func (x *OpResult) GetHasChildren() bool {
+	if x != nil && x.HasChildren != nil {
+		return *x.HasChildren
+	}
+	return false
 }
 
 type TxnResult struct {
@@ -4893,11 +4905,13 @@ const file_meta_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x19\n" +
 	"\bns_epoch\x18\x03 \x01(\x04R\ansEpoch\x12\x19\n" +
-	"\bns_guard\x18\x04 \x01(\bR\ansGuard\"\x90\x01\n" +
+	"\bns_guard\x18\x04 \x01(\bR\ansGuard\"\xc9\x01\n" +
 	"\bOpResult\x12'\n" +
 	"\x05inode\x18\x01 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12*\n" +
 	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12/\n" +
-	"\x06chunks\x18\x03 \x03(\v2\x17.cairn.meta.ChunkRecordR\x06chunks\"\x88\x01\n" +
+	"\x06chunks\x18\x03 \x03(\v2\x17.cairn.meta.ChunkRecordR\x06chunks\x12&\n" +
+	"\fhas_children\x18\x04 \x01(\bH\x00R\vhasChildren\x88\x01\x01B\x0f\n" +
+	"\r_has_children\"\x88\x01\n" +
 	"\tTxnResult\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12\x1b\n" +
 	"\tfailed_op\x18\x02 \x01(\x05R\bfailedOp\x12\x18\n" +
@@ -5278,6 +5292,7 @@ func file_meta_proto_init() {
 		(*Op_ChunkForget)(nil),
 		(*Op_ChunkFix)(nil),
 	}
+	file_meta_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
