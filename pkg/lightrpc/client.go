@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,6 +41,8 @@ type ClientOptions struct {
 type Conn struct {
 	addr string
 	opts ClientOptions
+
+	live atomic.Pointer[session] // the session in use; lock-free fast path
 
 	mu        sync.Mutex
 	sess      *session
@@ -107,6 +110,7 @@ func (c *Conn) Close() error {
 	c.closed = true
 	s := c.sess
 	c.sess = nil
+	c.live.Store(nil)
 	c.mu.Unlock()
 	if s != nil {
 		s.fail(errors.New("connection closed by the client"))
@@ -134,6 +138,9 @@ func (c *Conn) grpcClient() (*grpc.ClientConn, error) {
 // calls that arrive meanwhile wait for it (or their context) and share its
 // outcome, so a dead address costs one attempt, not one per caller.
 func (c *Conn) session(ctx context.Context) (*session, *grpc.ClientConn, error) {
+	if s := c.live.Load(); s != nil && !s.dead.Load() {
+		return s, nil, nil
+	}
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -178,6 +185,7 @@ func (c *Conn) session(ctx context.Context) (*session, *grpc.ClientConn, error) 
 		}
 		if err == nil {
 			c.sess = s
+			c.live.Store(s)
 		}
 		close(done)
 		c.mu.Unlock()
@@ -238,6 +246,8 @@ type session struct {
 	c        net.Conn
 	w        *writer
 	maxFrame int
+
+	dead atomic.Bool // set once err is
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -366,6 +376,7 @@ func (s *session) fail(err error) {
 			err = errors.New("connection closed by the server")
 		}
 		s.err = err
+		s.dead.Store(true)
 	}
 	pending := s.pending
 	s.pending = map[uint64]chan response{}

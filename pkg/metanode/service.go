@@ -41,12 +41,12 @@ func (s *service) leaderOf(ctx context.Context, id uint64) (*partition, error) {
 	if p == nil {
 		return nil, status.Errorf(codes.NotFound, "meta partition %d is not on this node", id)
 	}
-	st, err := s.h.env.Raft.Status(multiraft.GroupID(id))
+	leader, isLeader, err := s.h.env.Raft.Leader(multiraft.GroupID(id))
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "meta partition %d: %v", id, err)
 	}
-	if !st.IsLeader {
-		addr, _ := s.h.env.Resolve(uint64(st.Leader))
+	if !isLeader {
+		addr, _ := s.h.env.Resolve(uint64(leader))
 		return nil, redirect.NotLeader(ctx, fmt.Sprintf("meta partition %d", id), addr)
 	}
 	return p, nil

@@ -220,6 +220,25 @@ func (h *Host) Status(id GroupID) (GroupStatus, error) {
 	return h.status(g), nil
 }
 
+// Leader returns the leader group id knows of (0: none) and whether it is
+// this host: Status without its per-peer maps, for the request path.
+func (h *Host) Leader(id GroupID) (leader NodeID, isLeader bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.checkUsable(); err != nil {
+		return 0, false, err
+	}
+	g := h.groups[id]
+	if g == nil {
+		return 0, false, fmt.Errorf("group %d: %w", id, ErrGroupNotFound)
+	}
+	if g.rn == nil {
+		return 0, false, nil
+	}
+	bs := g.rn.BasicStatus()
+	return NodeID(bs.Lead), bs.RaftState == raft.StateLeader, nil
+}
+
 // Groups returns the ids of the groups on this host, sorted.
 func (h *Host) Groups() []GroupID {
 	h.mu.Lock()

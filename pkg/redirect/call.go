@@ -39,20 +39,23 @@ func (e *NoLeaderError) Is(target error) bool { return target == ErrNoLeader }
 // gRPC for streams and for a server that does not speak lightrpc. Safe for
 // concurrent use.
 type Pool struct {
-	mu    sync.Mutex
-	conns map[string]*lightrpc.Conn
+	mu    sync.Mutex // serializes creation; lookups read conns without it
+	conns sync.Map   // address -> *lightrpc.Conn
 }
 
 // NewPool returns an empty pool; connections are made lazily.
-func NewPool() *Pool { return &Pool{conns: map[string]*lightrpc.Conn{}} }
+func NewPool() *Pool { return &Pool{} }
 
 // Conn returns the connection to addr, creating it on first use; it
 // connects at its first call.
 func (p *Pool) Conn(addr string) (grpc.ClientConnInterface, error) {
+	if cc, ok := p.conns.Load(addr); ok {
+		return cc.(*lightrpc.Conn), nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if cc, ok := p.conns[addr]; ok {
-		return cc, nil
+	if cc, ok := p.conns.Load(addr); ok {
+		return cc.(*lightrpc.Conn), nil
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", addr, err)
@@ -64,7 +67,7 @@ func (p *Pool) Conn(addr string) (grpc.ClientConnInterface, error) {
 		}
 		return gc, nil
 	}})
-	p.conns[addr] = cc
+	p.conns.Store(addr, cc)
 	return cc, nil
 }
 
@@ -72,10 +75,11 @@ func (p *Pool) Conn(addr string) (grpc.ClientConnInterface, error) {
 func (p *Pool) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for a, cc := range p.conns {
-		cc.Close()
-		delete(p.conns, a)
-	}
+	p.conns.Range(func(a, cc any) bool {
+		cc.(*lightrpc.Conn).Close()
+		p.conns.Delete(a)
+		return true
+	})
 }
 
 // Retry bounds of Call.
