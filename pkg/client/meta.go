@@ -91,6 +91,12 @@ func (v *Volume) checkDir(ctx context.Context, op string, dir uint64) error {
 // error (ENOENT, ENOTDIR) when parent is not an existing directory. The
 // inode is set when it lives on the dentry's partition.
 func (v *Volume) lookupDentry(ctx context.Context, op string, parent uint64, name string) (*metapb.Dentry, *metapb.Inode, error) {
+	return v.lookupDentryIn(ctx, op, parent, name, false)
+}
+
+// lookupDentryIn is lookupDentry; with parentIsDir (the caller knows parent
+// is a directory) a missing name costs no second request.
+func (v *Volume) lookupDentryIn(ctx context.Context, op string, parent uint64, name string, parentIsDir bool) (*metapb.Dentry, *metapb.Inode, error) {
 	var resp *metapb.LookupResponse
 	err := v.do(ctx, op, byName(parent, name), func(ctx context.Context, p *pb.Partition) (err error) {
 		resp, err = v.meta.Lookup(ctx, p, parent, name)
@@ -106,6 +112,9 @@ func (v *Volume) lookupDentry(ctx context.Context, op string, parent uint64, nam
 	case 0:
 		return resp.GetDentry(), resp.GetInode(), nil
 	case syscall.ENOENT:
+		if parentIsDir {
+			return nil, nil, nil
+		}
 		if err := v.checkDir(ctx, op, parent); err != nil {
 			return nil, nil, err
 		}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"sync"
 	"syscall"
 
 	"github.com/cairnfs/cairn/pkg/metapb"
@@ -87,15 +88,28 @@ func (p *plan) add(part uint64, ops ...*metapb.Op) {
 
 func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) error {
 	const op = "rename"
+	// Both names at once. Within one directory, a source that exists
+	// shows the directory is one, so a missing target costs no check of
+	// its parent.
+	var (
+		dst    *metapb.Dentry
+		dstErr error
+		wg     sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		dst, _, dstErr = v.lookupDentryIn(ctx, op, newParent, newName, oldParent == newParent)
+	}()
 	src, _, err := v.lookupDentry(ctx, op, oldParent, oldName)
+	wg.Wait()
 	if err != nil {
 		return err
 	}
 	if src == nil {
 		return errnoErr(op, syscall.ENOENT, "%d/%q", oldParent, oldName)
 	}
-	dst, _, err := v.lookupDentry(ctx, op, newParent, newName)
-	if err != nil {
+	if err := dstErr; err != nil {
 		return err
 	}
 	exchange := flags&RenameExchange != 0

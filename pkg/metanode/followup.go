@@ -200,7 +200,9 @@ func (s *service) finishUnlink(ctx context.Context, p *partition, req *metapb.Pa
 		return
 	}
 	ino := f.unlinkIno
-	link := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: ino, Delta: -1}}}},
+	// One Txn on the home: the link, and the eviction at 0 links unless
+	// the client has the file open.
+	link := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: ino, Delta: -1, EvictAtZero: !f.keep}}}},
 		RequestId: metapartition.FollowUpID(req.RequestId, metapartition.FollowUpLink)}
 	t := <-s.goFollowUp(ctx, p, "link", ino, link)
 	switch {
@@ -215,9 +217,15 @@ func (s *service) finishUnlink(ctx context.Context, p *partition, req *metapb.Pa
 	}
 	in := t.res.GetResults()[0].GetInode()
 	resp.LinkDropped, resp.Inode, resp.Nlink = true, in, in.GetNlink()
+	if t.res.GetResults()[0].GetEvicted() {
+		resp.Evicted = true
+		return
+	}
 	if in.GetNlink() != 0 || f.keep {
 		return
 	}
+	// At 0 links and not evicted: a home of an earlier version, which does
+	// not evict with the link.
 	evict := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Evict{Evict: &metapb.Evict{Ino: ino}}}},
 		RequestId: metapartition.FollowUpID(req.RequestId, metapartition.FollowUpEvict)}
 	t = <-s.goFollowUp(ctx, p, "evict", ino, evict)

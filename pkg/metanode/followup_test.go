@@ -258,6 +258,25 @@ func TestNameFollowUps(t *testing.T) {
 	if tp.counter(t, "cairn_meta_follow_ups_received_total") == 0 {
 		t.Error("no follow-up was counted")
 	}
+
+	// The last name of an inode homed elsewhere (a file renamed to a name
+	// on the other partition): its home drops the link and evicts in one
+	// follow-up.
+	x, y := nameIn("x", 0), nameIn("y", 1)
+	xc := tp.name(t, tp.p[0], createReq(RootIno, x, metapb.FileType_FILE_TYPE_REGULAR))
+	xino := xc.Inode.GetIno()
+	tp.txn(t, tp.p[1], &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{Parent: RootIno, Name: []byte(y), Ino: xino, Type: metapb.FileType_FILE_TYPE_REGULAR}}})
+	tp.txn(t, tp.p[0], &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{Parent: RootIno, Name: []byte(x), ExpectIno: xino}}})
+	evicts := tp.counter(t, "cairn_meta_follow_ups_total")
+	if u := tp.name(t, tp.p[1], unlinkReq(RootIno, y)); u.Errno != 0 || !u.LinkDropped || u.Nlink != 0 || !u.Evicted {
+		t.Fatalf("unlink of the last name of an inode homed elsewhere: %v", u)
+	}
+	if in := tp.inode(t, xino); in != nil {
+		t.Errorf("inode left after its last name went: %v", in)
+	}
+	if n := tp.counter(t, "cairn_meta_follow_ups_total") - evicts; n != 2 {
+		t.Errorf("%v follow-ups for the unlink, want 2 (the parent's touch, the link with the eviction)", n)
+	}
 }
 
 // TestCreateUnderRemovedParent: a create whose parent, homed on the other

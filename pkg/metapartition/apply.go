@@ -889,6 +889,10 @@ func (t *txn) link(m *metapb.Link) (*metapb.OpResult, *opError) {
 	n := in.clone()
 	n.nlink = nl
 	n.ctime = t.now
+	if nl == 0 && m.GetEvictAtZero() {
+		t.evictInode(ino, n)
+		return &metapb.OpResult{Inode: n.toProto(false), Evicted: true}, nil
+	}
 	t.putInode(ino, n)
 	return &metapb.OpResult{Inode: n.toProto(false)}, nil
 }
@@ -927,12 +931,18 @@ func (t *txn) evict(m *metapb.Evict) (*metapb.OpResult, *opError) {
 	if in.nlink != 0 {
 		return nil, fail(EBUSY, "inode %d still has %d links", ino, in.nlink)
 	}
+	t.evictInode(ino, in)
+	return &metapb.OpResult{Inode: in.toProto(false)}, nil
+}
+
+// evictInode deletes inode ino (in) and frees its data: its extents go to
+// the free list, its chunks lose their references.
+func (t *txn) evictInode(ino uint64, in *inode) {
 	t.free(ino, in.extents())
 	if l := in.cdc(); l != nil {
 		t.dropChunks(ino, l.chunks)
 	}
 	t.putInode(ino, nil)
-	return &metapb.OpResult{Inode: in.toProto(false)}, nil
 }
 
 func (t *txn) setXattr(m *metapb.SetXattr) (*metapb.OpResult, *opError) {

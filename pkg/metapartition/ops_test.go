@@ -825,3 +825,35 @@ func TestFenceReportsChildren(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Link with evict_at_zero evicts an inode whose count reaches 0 in the same
+// op, freeing its extents as Evict does, and leaves one with links left.
+func TestLinkEvictAtZero(t *testing.T) {
+	p := newRoot(t)
+	mustRun(t, p, 2, createInode(reg, 0o644), createDentry(1, "a", 0, reg),
+		appendExtents(0, 100, ek(0, 5, 0, 100)), link(0, 1)) // ino 2, two links
+	linkEvict := func(ino uint64) *metapb.Op {
+		return &metapb.Op{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: ino, Delta: -1, EvictAtZero: true}}}
+	}
+	r := mustRun(t, p, 3, linkEvict(2))
+	if res := r.Results[0]; res.Evicted || res.Inode.GetNlink() != 1 {
+		t.Fatalf("one link left: %v", res)
+	}
+	if _, e := p.GetInode(2); e != OK {
+		t.Fatalf("inode with a link left: %v", e)
+	}
+	r = mustRun(t, p, 4, linkEvict(2))
+	if res := r.Results[0]; !res.Evicted || res.Inode.GetNlink() != 0 {
+		t.Fatalf("last link: %v, want evicted at 0", res)
+	}
+	if _, e := p.GetInode(2); e != ENOENT {
+		t.Errorf("evicted inode: %v, want ENOENT", e)
+	}
+	if o := p.Orphans(); len(o) != 0 {
+		t.Errorf("orphans after the eviction: %v", o)
+	}
+	want := []FreedExtent{{Seq: 1, Ino: 2, PartitionID: 7, ExtentID: 5, ExtentOffset: 0, Size: 100}}
+	if got := p.FreeList(); !slices.Equal(got, want) {
+		t.Errorf("free list %+v, want %+v", got, want)
+	}
+}

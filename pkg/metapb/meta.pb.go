@@ -1291,9 +1291,13 @@ func (x *Setattr) GetRefuseDir() bool {
 // Link adds delta to the inode's link count and sets its ctime. A regular file
 // that reaches 0 links becomes an orphan, reclaimed by Evict.
 type Link struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
-	Delta         int32                  `protobuf:"varint,2,opt,name=delta,proto3" json:"delta,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ino   uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Delta int32                  `protobuf:"varint,2,opt,name=delta,proto3" json:"delta,omitempty"`
+	// evict_at_zero evicts the inode in the same op when its count reaches
+	// 0 (as Evict would; the result says evicted): an unlink's follow-up on
+	// the inode's home in one Txn instead of a Link and then an Evict.
+	EvictAtZero   bool `protobuf:"varint,3,opt,name=evict_at_zero,json=evictAtZero,proto3" json:"evict_at_zero,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1340,6 +1344,13 @@ func (x *Link) GetDelta() int32 {
 		return x.Delta
 	}
 	return 0
+}
+
+func (x *Link) GetEvictAtZero() bool {
+	if x != nil {
+		return x.EvictAtZero
+	}
+	return false
 }
 
 // TouchDir updates a directory's mtime/ctime and link count after a change of
@@ -3067,7 +3078,9 @@ type OpResult struct {
 	// parent once fenced, which no new name can change until Unfence: the
 	// rmdir's emptiness check in the same request. Absent from servers of
 	// earlier versions, whose clients list the directory after fencing.
-	HasChildren   *bool `protobuf:"varint,4,opt,name=has_children,json=hasChildren,proto3,oneof" json:"has_children,omitempty"`
+	HasChildren *bool `protobuf:"varint,4,opt,name=has_children,json=hasChildren,proto3,oneof" json:"has_children,omitempty"`
+	// Link with evict_at_zero: the inode reached 0 links and was evicted.
+	Evicted       bool `protobuf:"varint,5,opt,name=evicted,proto3" json:"evicted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3126,6 +3139,13 @@ func (x *OpResult) GetChunks() []*ChunkRecord {
 func (x *OpResult) GetHasChildren() bool {
 	if x != nil && x.HasChildren != nil {
 		return *x.HasChildren
+	}
+	return false
+}
+
+func (x *OpResult) GetEvicted() bool {
+	if x != nil {
+		return x.Evicted
 	}
 	return false
 }
@@ -4792,10 +4812,11 @@ const file_meta_proto_rawDesc = "" +
 	"\x06parent\x18\n" +
 	" \x01(\x04R\x06parent\x12\x1d\n" +
 	"\n" +
-	"refuse_dir\x18\v \x01(\bR\trefuseDir\".\n" +
+	"refuse_dir\x18\v \x01(\bR\trefuseDir\"R\n" +
 	"\x04Link\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
-	"\x05delta\x18\x02 \x01(\x05R\x05delta\"R\n" +
+	"\x05delta\x18\x02 \x01(\x05R\x05delta\x12\"\n" +
+	"\revict_at_zero\x18\x03 \x01(\bR\vevictAtZero\"R\n" +
 	"\bTouchDir\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x1f\n" +
 	"\vnlink_delta\x18\x02 \x01(\x05R\n" +
@@ -4905,12 +4926,13 @@ const file_meta_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x19\n" +
 	"\bns_epoch\x18\x03 \x01(\x04R\ansEpoch\x12\x19\n" +
-	"\bns_guard\x18\x04 \x01(\bR\ansGuard\"\xc9\x01\n" +
+	"\bns_guard\x18\x04 \x01(\bR\ansGuard\"\xe3\x01\n" +
 	"\bOpResult\x12'\n" +
 	"\x05inode\x18\x01 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12*\n" +
 	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12/\n" +
 	"\x06chunks\x18\x03 \x03(\v2\x17.cairn.meta.ChunkRecordR\x06chunks\x12&\n" +
-	"\fhas_children\x18\x04 \x01(\bH\x00R\vhasChildren\x88\x01\x01B\x0f\n" +
+	"\fhas_children\x18\x04 \x01(\bH\x00R\vhasChildren\x88\x01\x01\x12\x18\n" +
+	"\aevicted\x18\x05 \x01(\bR\aevictedB\x0f\n" +
 	"\r_has_children\"\x88\x01\n" +
 	"\tTxnResult\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12\x1b\n" +
