@@ -164,7 +164,11 @@ func (v *Volume) OpenFile(ctx context.Context, ino uint64, flags int) (*File, er
 	if err != nil {
 		return nil, err
 	}
-	return v.openInode(octx, op, in, flags)
+	f, err := v.openInode(octx, op, in, flags)
+	if err == nil {
+		noteAttrs(ctx, in)
+	}
+	return f, err
 }
 
 // openInode opens the file whose inode the caller just read.

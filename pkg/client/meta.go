@@ -357,7 +357,7 @@ func (v *Volume) create(ctx context.Context, op string, parent uint64, name stri
 	}
 	in = resp.GetInode()
 	if resp.GetParentTouched() {
-		noteDirAttrs(ctx, resp.GetParentAttrs())
+		noteAttrs(ctx, resp.GetParentAttrs())
 	} else {
 		touch := v.createTouch(parent, ci)
 		touch.GetTouchDir().OpId = req.OpId
@@ -593,7 +593,7 @@ func (v *Volume) Unlink(ctx context.Context, parent uint64, name string) error {
 	}
 	v.afterUnlink(ctx, op, req, resp)
 	if resp.GetParentTouched() {
-		noteDirAttrs(ctx, resp.GetParentAttrs())
+		noteAttrs(ctx, resp.GetParentAttrs())
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ type FS struct {
 	byIno  map[uint64]map[uint64]*client.File // ino -> fh -> open file
 	dirs   map[uint64]*dirHandle              // fh -> open directory
 
-	hints *dirHints // directories' attributes after this mount's changes
+	hints *attrHints // attributes learnt by this mount's operations (attrhints.go)
 }
 
 // dirHandle is an open directory: its listing, read at offset 0.
@@ -86,7 +86,7 @@ type dirHandle struct {
 func New(v *client.Volume, opts Options) *FS {
 	fs := &FS{
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
-		v:             v, opts: opts.withDefaults(), nextFh: 1, hints: newDirHints(opts.withDefaults().AttrTimeout),
+		v:             v, opts: opts.withDefaults(), nextFh: 1, hints: newAttrHints(opts.withDefaults().AttrTimeout),
 		files: map[uint64]*client.File{}, byIno: map[uint64]map[uint64]*client.File{}, dirs: map[uint64]*dirHandle{},
 	}
 	if opts.Trace != nil {
@@ -105,21 +105,32 @@ func (fs *FS) String() string { return "cairn:" + fs.v.Name() }
 // SDK calls are bounded by their own deadlines.
 func ctxOf(cancel <-chan struct{}) context.Context { return &fuse.Context{} }
 
-// dirChange starts an operation that changes a directory and may learn
-// its new attributes (create, mkdir, mknod, symlink, unlink): ctx collects
-// them, and done keeps them as the directory's hint or, when none came,
-// invalidates the hints.
-func (fs *FS) dirChange(cancel <-chan struct{}) (ctx context.Context, done func()) {
-	epoch := fs.hints.begin()
+// learn starts an operation on inode ino that may learn its attributes
+// from the servers (a create, mkdir, mknod, symlink or unlink in directory
+// ino; an open of file ino): ctx collects them, and done keeps them as
+// ino's hint or, when none came, invalidates ino's hint.
+func (fs *FS) learn(cancel <-chan struct{}, ino uint64) (ctx context.Context, done func()) {
+	st := fs.hints.begin(ino)
 	var got *client.Attr
-	ctx = client.WithDirAttrs(ctxOf(cancel), func(a *client.Attr) { got = a })
+	ctx = client.WithAttrs(ctxOf(cancel), func(a *client.Attr) {
+		if a.Ino == ino {
+			got = a
+		}
+	})
 	return ctx, func() {
 		if got != nil {
-			fs.hints.put(epoch, got)
+			fs.hints.put(st, got)
 		} else {
-			fs.hints.invalidate()
+			fs.hints.invalidateIno(ino)
 		}
 	}
+}
+
+// changing invalidates ino's hint now and when the returned func runs: an
+// operation that changes ino without learning its new attributes.
+func (fs *FS) changing(ino uint64) func() {
+	fs.hints.invalidateIno(ino)
+	return func() { fs.hints.invalidateIno(ino) }
 }
 
 // Init keeps the server for notifications (see Open).
@@ -270,8 +281,7 @@ func (fs *FS) openFiles(ino uint64) []*client.File {
 // handles of the file, which then see the new size) and times (incl. NOW).
 func (fs *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
 	start := time.Now()
-	fs.hints.invalidate()
-	defer fs.hints.invalidate()
+	defer fs.changing(in.NodeId)()
 	if fs.tr != nil {
 		st := fs.setAttr(cancel, in, out, start)
 		fs.traceSetAttr(start, in, st)
@@ -367,7 +377,7 @@ func (fs *FS) setAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Attr
 // Mknod makes a regular file, fifo, socket or device owned by the caller.
 func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
-	ctx, done := fs.dirChange(cancel)
+	ctx, done := fs.learn(cancel, in.NodeId)
 	a, err := fs.v.Mknod(ctx, in.NodeId, name, in.Mode&^(in.Umask&0o777), uint64(in.Rdev), in.Uid, in.Gid)
 	done()
 	if fs.tr != nil && (in.Mode&syscall.S_IFMT == 0 || in.Mode&syscall.S_IFMT == syscall.S_IFREG) {
@@ -389,7 +399,7 @@ func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *
 // Mkdir makes a directory owned by the caller.
 func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
-	ctx, done := fs.dirChange(cancel)
+	ctx, done := fs.learn(cancel, in.NodeId)
 	a, err := fs.v.Mkdir(ctx, in.NodeId, name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
 	done()
 	if fs.tr != nil {
@@ -408,7 +418,7 @@ func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *
 // Unlink removes a non-directory name.
 func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
-	ctx, done := fs.dirChange(cancel)
+	ctx, done := fs.learn(cancel, header.NodeId)
 	st := status(fs.v.Unlink(ctx, header.NodeId, name))
 	done()
 	if fs.tr != nil {
@@ -475,7 +485,7 @@ func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fu
 // Symlink makes a symbolic link owned by the caller.
 func (fs *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target string, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
-	ctx, done := fs.dirChange(cancel)
+	ctx, done := fs.learn(cancel, header.NodeId)
 	a, err := fs.v.Symlink(ctx, header.NodeId, name, target, header.Uid, header.Gid)
 	done()
 	if fs.tr != nil {
@@ -543,16 +553,14 @@ func (fs *FS) ListXAttr(cancel <-chan struct{}, header *fuse.InHeader, dest []by
 // SetXAttr sets an xattr (flags XATTR_CREATE / XATTR_REPLACE).
 func (fs *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
 	start := time.Now()
-	fs.hints.invalidate()
-	defer fs.hints.invalidate()
+	defer fs.changing(in.NodeId)()
 	return fs.observe("setxattr", start, status(fs.v.SetXattr(ctxOf(cancel), in.NodeId, attr, data, in.Flags)))
 }
 
 // RemoveXAttr removes an xattr.
 func (fs *FS) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string) fuse.Status {
 	start := time.Now()
-	fs.hints.invalidate()
-	defer fs.hints.invalidate()
+	defer fs.changing(header.NodeId)()
 	return fs.observe("removexattr", start, status(fs.v.RemoveXattr(ctxOf(cancel), header.NodeId, attr)))
 }
 
@@ -595,7 +603,7 @@ func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 func (fs *FS) create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut, start time.Time) fuse.Status {
 	// One request: the file is opened from the inode the create returned
 	// (it is new, so there is nothing else to read).
-	ctx, done := fs.dirChange(cancel)
+	ctx, done := fs.learn(cancel, in.NodeId)
 	a, f, err := fs.v.CreateFile(ctx, in.NodeId, name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid, int(in.Flags))
 	done()
 	if err != nil {
@@ -626,8 +634,10 @@ func (fs *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut, s
 			return fs.observe("open", start, status(err))
 		}
 	}
-	f, err := fs.v.OpenFile(ctx, in.NodeId, int(in.Flags))
+	lctx, done := fs.learn(cancel, in.NodeId)
+	f, err := fs.v.OpenFile(lctx, in.NodeId, int(in.Flags))
 	if err != nil {
+		done()
 		return fs.observe("open", start, status(err))
 	}
 	out.Fh = fs.addFile(f)
@@ -638,6 +648,9 @@ func (fs *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut, s
 	if s := fs.server.Load(); s != nil {
 		s.InodeNotify(in.NodeId, -1, 0)
 	}
+	// The GETATTR the kernel sends after the reply is answered from what
+	// the open read (a hint).
+	done()
 	return fs.observe("open", start, fuse.OK)
 }
 
@@ -667,6 +680,7 @@ func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Re
 // Write writes to an open file (buffered until Flush, Fsync or Release).
 func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	start := time.Now()
+	defer fs.changing(in.NodeId)()
 	f := fs.file(in.Fh)
 	if f == nil {
 		return 0, fs.observe("write", start, fuse.EBADF)
@@ -692,6 +706,7 @@ func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint
 // to every later open.
 func (fs *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	start := time.Now()
+	defer fs.changing(in.NodeId)()
 	f := fs.file(in.Fh)
 	if f == nil {
 		return fs.observe("flush", start, fuse.EBADF)
@@ -716,6 +731,7 @@ func (fs *FS) dropAttrs(ino uint64) {
 // Fsync makes the file's writes durable and visible.
 func (fs *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	start := time.Now()
+	defer fs.changing(in.NodeId)()
 	f := fs.file(in.Fh)
 	if f == nil {
 		return fs.observe("fsync", start, fuse.EBADF)
@@ -735,6 +751,7 @@ func (fs *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 // cannot reach the application, which saw Flush's).
 func (fs *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	start := time.Now()
+	defer fs.changing(in.NodeId)()
 	fs.mu.Lock()
 	f := fs.files[in.Fh]
 	delete(fs.files, in.Fh)
