@@ -61,15 +61,33 @@ func readFrame(r *bufio.Reader, maxBytes int) (frame, error) {
 		return frame{}, fmt.Errorf("%w: length %d (bound %d)", errMalformed, n, maxBytes)
 	}
 	f := frame{kind: h[4], id: binary.LittleEndian.Uint64(h[5:13])}
-	f.body = make([]byte, n-(1+8))
-	if _, err := io.ReadFull(r, f.body); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	size := int(n) - (1 + 8)
+	if size <= eagerBodyBytes {
+		f.body = make([]byte, size)
+		if _, err := io.ReadFull(r, f.body); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return frame{}, err
 		}
+		return f, nil
+	}
+	// A large frame's buffer grows with the bytes that arrive, so that a
+	// length alone (a peer that then sends nothing) costs no memory.
+	body, err := io.ReadAll(io.LimitReader(r, int64(size)))
+	if err == nil && len(body) < size {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
 		return frame{}, err
 	}
+	f.body = body
 	return f, nil
 }
+
+// eagerBodyBytes is the largest frame body allocated whole before it
+// arrives.
+const eagerBodyBytes = 1 << 20
 
 // appendHeader appends a frame header whose length is patched by
 // finishFrame once the body is appended; it returns the header's offset.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -442,4 +443,81 @@ func BenchmarkUnary(b *testing.B) {
 		defer gc.Close()
 		benchmarkUnary(b, gc)
 	})
+}
+
+// Past MaxConns a new connection is closed; the ones served keep working.
+func TestMaxConns(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(ServerOptions{MaxConns: 1})
+	healthpb.RegisterHealthServer(s, &checker{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Serve(ln, func(l net.Listener) error {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return err
+				}
+				c.Close()
+			}
+		})
+	}()
+	defer func() { s.Stop(); <-done }()
+	first := Dial(ln.Addr().String(), ClientOptions{})
+	defer first.Close()
+	if _, err := check(context.Background(), first, "echo"); err != nil {
+		t.Fatal(err)
+	}
+	second := Dial(ln.Addr().String(), ClientOptions{})
+	defer second.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := check(ctx, second, "echo"); err == nil {
+		t.Fatal("a connection past the bound was served")
+	}
+	if _, err := check(context.Background(), first, "echo"); err != nil {
+		t.Fatalf("the connection within the bound: %v", err)
+	}
+}
+
+// A frame larger than eagerBodyBytes reads whole; cut short it is an
+// error, and its length alone allocates nothing up front.
+func TestLargeFrame(t *testing.T) {
+	body := strings.Repeat("x", 3<<20)
+	b, err := appendResponse(nil, 5, 0, "", nil, func(b []byte) ([]byte, error) { return append(b, body...), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := readFrame(bufio.NewReader(strings.NewReader(string(b))), 8<<20)
+	if err != nil || f.id != 5 {
+		t.Fatalf("large frame: %v", err)
+	}
+	if r, err := decodeResponse(f.body); err != nil || string(r.payload) != body {
+		t.Fatalf("large frame's payload: %d bytes, %v", len(r.payload), err)
+	}
+	if _, err := readFrame(bufio.NewReader(strings.NewReader(string(b[:len(b)-1]))), 8<<20); err != io.ErrUnexpectedEOF {
+		t.Fatalf("large frame cut short: %v, want unexpected EOF", err)
+	}
+}
+
+// A peer that stops reading fails the write after the timeout instead of
+// holding the sender for ever.
+func TestWriterTimeout(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	w := newWriter(a)
+	w.timeout = 50 * time.Millisecond
+	start := time.Now()
+	err := w.send([]byte("nobody reads this"))
+	if err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("send to a peer that does not read: %v after %v", err, time.Since(start))
+	}
+	if err2 := w.send([]byte("more")); err2 == nil {
+		t.Fatal("a writer that failed took more")
+	}
 }

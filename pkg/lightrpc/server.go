@@ -25,6 +25,9 @@ type ServerOptions struct {
 	Interceptor grpc.UnaryServerInterceptor
 	// MaxFrameBytes bounds one inbound frame (default DefaultMaxFrameBytes).
 	MaxFrameBytes int
+	// MaxConns bounds the connections served at once (default 4096);
+	// past it new ones are closed at once.
+	MaxConns int
 	// Log receives connection-level failures (default slog.Default()).
 	Log *slog.Logger
 }
@@ -54,6 +57,9 @@ type method struct {
 func NewServer(opts ServerOptions) *Server {
 	if opts.MaxFrameBytes <= 0 {
 		opts.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 4096
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
@@ -178,9 +184,13 @@ func (s *Server) serveConn(c net.Conn) {
 	sc := &serverConn{c: c, w: newWriter(c), calls: map[uint64]context.CancelFunc{}}
 	sc.ctx, sc.cancel = context.WithCancel(context.Background())
 	s.mu.Lock()
-	if s.stopping {
+	if s.stopping || len(s.conns) >= s.opts.MaxConns {
+		full := !s.stopping
 		s.mu.Unlock()
 		c.Close()
+		if full {
+			s.opts.Log.Warn("lightrpc connection refused: too many connections", "remote", c.RemoteAddr(), "bound", s.opts.MaxConns)
+		}
 		return
 	}
 	s.conns[sc] = struct{}{}

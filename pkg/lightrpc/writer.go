@@ -3,6 +3,7 @@ package lightrpc
 import (
 	"io"
 	"sync"
+	"time"
 )
 
 // writer coalesces the frames of concurrent senders into few write system
@@ -11,7 +12,8 @@ import (
 // load one write carries many frames; alone, a frame costs one write and no
 // goroutine hand-off. Safe for concurrent use.
 type writer struct {
-	w io.Writer
+	w       io.Writer
+	timeout time.Duration // bounds one write when w has write deadlines
 
 	mu       sync.Mutex
 	queued   []byte
@@ -21,7 +23,13 @@ type writer struct {
 	maxSpare int
 }
 
-func newWriter(w io.Writer) *writer { return &writer{w: w, maxSpare: 1 << 20} }
+func newWriter(w io.Writer) *writer { return &writer{w: w, timeout: writeTimeout, maxSpare: 1 << 20} }
+
+// writeTimeout bounds one write: a peer that stops reading for that long
+// loses the connection, and every sender waiting on it is released.
+const writeTimeout = 10 * time.Second
+
+type writeDeadliner interface{ SetWriteDeadline(time.Time) error }
 
 // send queues frame (copied) and returns once it is written or handed to the
 // sender that is writing. An error is the first write error of the
@@ -44,6 +52,9 @@ func (w *writer) send(frame []byte) error {
 		out := w.queued
 		w.queued = w.spare[:0]
 		w.mu.Unlock()
+		if d, ok := w.w.(writeDeadliner); ok && w.timeout > 0 {
+			_ = d.SetWriteDeadline(time.Now().Add(w.timeout))
+		}
 		_, err := w.w.Write(out)
 		w.mu.Lock()
 		if err != nil {

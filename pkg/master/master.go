@@ -273,7 +273,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	go func() {
 		defer s.wg.Done()
 		if err := s.rpc.Serve(ln); err != nil {
-			s.log.Error("grpc server stopped", "err", err)
+			s.log.Error("rpc server stopped", "err", err)
 		}
 	}()
 	go func() {

@@ -218,7 +218,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go func() {
 		defer n.wg.Done()
 		if err := n.rpc.Serve(ln); err != nil {
-			n.log.Error("grpc server stopped", "err", err)
+			n.log.Error("rpc server stopped", "err", err)
 		}
 	}()
 	go func() {
