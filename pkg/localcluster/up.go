@@ -341,9 +341,10 @@ func (c *Cluster) startChild(p Proc) error {
 	// Own process group: Ctrl-C in the terminal reaches only cairn up, which stops
 	// the children in order. Pdeathsig: children die with a killed cairn up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	// Children read no CAIRN_* settings meant for cairn up itself.
+	// Children read no CAIRN_* settings meant for cairn up itself, except
+	// the ones that are about every process (profiling).
 	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "CAIRN_") {
+		if !strings.HasPrefix(e, "CAIRN_") || strings.HasPrefix(e, "CAIRN_PROFILE_CONTENTION=") {
 			cmd.Env = append(cmd.Env, e)
 		}
 	}

@@ -2,6 +2,7 @@ package multiraft
 
 import (
 	"encoding/binary"
+	"math"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -56,6 +57,26 @@ type leaseState struct {
 	// reads counts lease reads since the last tick; a group serving them
 	// does not quiesce (its heartbeats keep the lease fresh).
 	reads int
+	// jc is the quorum of confOf (the group's configuration it was built
+	// from), kept so that a read does not build it again.
+	jc     quorum.JointConfig
+	confOf *raftpb.ConfState
+}
+
+// leaseAcks presents a leader's heartbeat acknowledgements to raft's
+// quorum arithmetic: the stamp each voter acknowledged, the leader's own
+// as the newest possible.
+type leaseAcks struct {
+	self NodeID
+	acks map[NodeID]int64
+}
+
+func (a *leaseAcks) AckedIndex(id uint64) (quorum.Index, bool) {
+	if NodeID(id) == a.self {
+		return quorum.Index(math.MaxUint64), true
+	}
+	s, ok := a.acks[NodeID(id)]
+	return quorum.Index(s), ok
 }
 
 // stamp is the host's lease clock now: nanoseconds since the host was made,
@@ -121,16 +142,18 @@ func (h *Host) leaseValid(g *group, bs raft.BasicStatus) bool {
 		g.lease.noLeaseTerm == term || g.lease.appliedTerm != term || g.lease.term != term || g.conf == nil {
 		return false
 	}
-	now := h.stamp()
-	votes := make(map[uint64]bool, len(g.lease.acks)+1)
-	votes[uint64(h.id)] = true
-	for p, s := range g.lease.acks {
-		if now-s < h.leaseNanos {
-			votes[uint64(p)] = true
-		}
+	if g.lease.confOf != g.conf {
+		g.lease.jc = quorum.JointConfig{majority(g.conf.GetVoters()), majority(g.conf.GetVotersOutgoing())}
+		g.lease.confOf = g.conf
 	}
-	jc := quorum.JointConfig{majority(g.conf.GetVoters()), majority(g.conf.GetVotersOutgoing())}
-	return jc.VoteResult(votes) == quorum.VoteWon
+	// The newest stamp a quorum acknowledged: the lease holds while it is
+	// younger than the lease duration (a quorum of voters, this host
+	// counting, acknowledged a heartbeat stamped within it).
+	q := g.lease.jc.CommittedIndex(&leaseAcks{self: h.id, acks: g.lease.acks})
+	if q == 0 || uint64(q) > math.MaxInt64 {
+		return q != 0 // no follower needed (a group of one)
+	}
+	return h.stamp()-int64(q) < h.leaseNanos
 }
 
 func majority(ids []uint64) quorum.MajorityConfig {
