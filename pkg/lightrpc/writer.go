@@ -31,6 +31,15 @@ const writeTimeout = 10 * time.Second
 
 type writeDeadliner interface{ SetWriteDeadline(time.Time) error }
 
+// minWriteRate is the slowest a peer may take a large write (a Raft
+// snapshot in one frame) before the connection is given up: the deadline
+// of a write is the base timeout plus its size at this rate.
+const minWriteRate = 1 << 20 // bytes per second
+
+func writeBudget(base time.Duration, n int) time.Duration {
+	return base + time.Duration(n/minWriteRate)*time.Second
+}
+
 // send queues frame (copied) and returns once it is written or handed to the
 // sender that is writing. An error is the first write error of the
 // connection: everything queued with or after it is lost, and the caller
@@ -53,7 +62,7 @@ func (w *writer) send(frame []byte) error {
 		w.queued = w.spare[:0]
 		w.mu.Unlock()
 		if d, ok := w.w.(writeDeadliner); ok && w.timeout > 0 {
-			_ = d.SetWriteDeadline(time.Now().Add(w.timeout))
+			_ = d.SetWriteDeadline(time.Now().Add(writeBudget(w.timeout, len(out))))
 		}
 		_, err := w.w.Write(out)
 		w.mu.Lock()

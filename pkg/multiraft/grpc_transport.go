@@ -308,7 +308,9 @@ func (t *GRPCTransport) deliver(conn grpc.ClientConnInterface, p *grpcPeer) (sen
 		if len(call.Batches) == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(t.ctx, deliverTimeout)
+		// A large call (a snapshot) may take longer on a slow link: at
+		// least 1 MiB/s is allowed on top.
+		ctx, cancel := context.WithTimeout(t.ctx, deliverTimeout+time.Duration(size>>20)*time.Second)
 		_, err := client.Deliver(ctx, call)
 		cancel()
 		if err != nil {
