@@ -55,14 +55,23 @@ func (s *service) leaderOf(ctx context.Context, id uint64) (*partition, error) {
 // readable is leaderOf plus a read barrier: the partition has applied every
 // write acknowledged before this call.
 func (s *service) readable(ctx context.Context, id uint64) (*partition, error) {
-	p, err := s.leaderOf(ctx, id)
-	if err != nil {
-		return nil, err
+	p := s.h.partition(id)
+	if p == nil {
+		return nil, status.Errorf(codes.NotFound, "meta partition %d is not on this node", id)
 	}
-	if err := s.h.env.Raft.ReadIndex(ctx, multiraft.GroupID(id)); err != nil {
-		return nil, raftStatus(id, err)
+	err := s.h.env.Raft.LeaderReadIndex(ctx, multiraft.GroupID(id))
+	var nl *multiraft.NotLeaderError
+	switch {
+	case err == nil:
+		return p, nil
+	case errors.As(err, &nl):
+		addr, _ := s.h.env.Resolve(uint64(nl.Leader))
+		if nl.Leader == 0 {
+			addr = ""
+		}
+		return nil, redirect.NotLeader(ctx, fmt.Sprintf("meta partition %d", id), addr)
 	}
-	return p, nil
+	return nil, raftStatus(id, err)
 }
 
 // raftStatus maps replication errors to codes clients retry on.

@@ -206,6 +206,36 @@ func (h *Host) ReadIndex(ctx context.Context, id GroupID) error {
 	}
 }
 
+// LeaderReadIndex is ReadIndex on the leader only: on another replica it
+// reads nothing and returns a *NotLeaderError naming the leader it knows
+// (0: none). A leader holding a read lease answers in one acquisition of
+// the host's lock, which the processing round also holds while it works.
+func (h *Host) LeaderReadIndex(ctx context.Context, id GroupID) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	g, err := h.lookup(id)
+	if err != nil {
+		h.mu.Unlock()
+		return err
+	}
+	bs := g.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader {
+		h.mu.Unlock()
+		return &NotLeaderError{Group: id, Leader: NodeID(bs.Lead), Term: bs.GetTerm()}
+	}
+	if idx, ok := h.leaseRead(g); ok {
+		if g.applied >= idx {
+			h.mu.Unlock()
+			return nil
+		}
+		return h.waitApplied(ctx, g, idx)
+	}
+	h.mu.Unlock()
+	return h.ReadIndex(ctx, id)
+}
+
 // Status reports this replica's view of group id.
 func (h *Host) Status(id GroupID) (GroupStatus, error) {
 	h.mu.Lock()

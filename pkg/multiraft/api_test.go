@@ -111,6 +111,21 @@ func TestStartedHostsAPI(t *testing.T) {
 		}
 	}
 
+	// The leader-only barrier: the leader reads, a follower names it.
+	if err := c.hosts[lead].LeaderReadIndex(ctx, 1); err != nil {
+		if !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("leader read index on the leader: %v", err)
+		}
+		// Leadership moved meanwhile; the rest of the test finds it again.
+	}
+	var nl *NotLeaderError
+	if err := c.hosts[follower].LeaderReadIndex(ctx, 1); !errors.As(err, &nl) || (nl.Leader != lead && nl.Leader != 0) {
+		t.Fatalf("leader read index on a follower: %v, want not-leader naming %d", err, lead)
+	}
+	if err := c.hosts[lead].LeaderReadIndex(ctx, 99); !errors.Is(err, ErrGroupNotFound) {
+		t.Fatalf("leader read index of an unknown group: %v", err)
+	}
+
 	waitFor(t, "leader notifications", 5*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
