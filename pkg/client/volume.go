@@ -272,6 +272,12 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 // background runs fn, bounded work an operation leaves behind (lifting its
 // fences), on its own goroutine; Close waits for it.
 func (v *Volume) background(fn func()) {
+	select {
+	case <-v.stop:
+		fn() // closing: Close must not wait for work it cannot see
+		return
+	default:
+	}
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
