@@ -174,12 +174,8 @@ func (h *Host) ReadIndex(ctx context.Context, id GroupID) error {
 		return &NotLeaderError{Group: id, Term: bs.GetTerm()}
 	}
 	if bs.RaftState == raft.StateLeader {
-		if idx, ok := h.leaseRead(g); ok {
-			if g.applied >= idx {
-				h.mu.Unlock()
-				return nil
-			}
-			return h.waitApplied(ctx, g, idx)
+		if served, err := h.leaseBarrier(ctx, g); served {
+			return err
 		}
 	}
 	rid := h.nextID()
@@ -225,15 +221,27 @@ func (h *Host) LeaderReadIndex(ctx context.Context, id GroupID) error {
 		h.mu.Unlock()
 		return &NotLeaderError{Group: id, Leader: NodeID(bs.Lead), Term: bs.GetTerm()}
 	}
-	if idx, ok := h.leaseRead(g); ok {
-		if g.applied >= idx {
-			h.mu.Unlock()
-			return nil
-		}
-		return h.waitApplied(ctx, g, idx)
+	if served, err := h.leaseBarrier(ctx, g); served {
+		return err
 	}
 	h.mu.Unlock()
 	return h.ReadIndex(ctx, id)
+}
+
+// leaseBarrier serves a read barrier on leader g from its read lease, if
+// it holds one: served is then true, the host's lock released, and err
+// the barrier's outcome. Otherwise the lock is still held. Called with mu
+// held.
+func (h *Host) leaseBarrier(ctx context.Context, g *group) (served bool, err error) {
+	idx, ok := h.leaseRead(g)
+	if !ok {
+		return false, nil
+	}
+	if g.applied >= idx {
+		h.mu.Unlock()
+		return true, nil
+	}
+	return true, h.waitApplied(ctx, g, idx)
 }
 
 // Status reports this replica's view of group id.
