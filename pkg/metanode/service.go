@@ -37,39 +37,53 @@ type service struct {
 // leaderOf returns the partition if this node leads it, else the error that
 // sends the caller to the leader.
 func (s *service) leaderOf(ctx context.Context, id uint64) (*partition, error) {
-	p := s.h.partition(id)
-	if p == nil {
-		return nil, status.Errorf(codes.NotFound, "meta partition %d is not on this node", id)
+	p, err := s.hosted(id)
+	if err != nil {
+		return nil, err
 	}
 	leader, isLeader, err := s.h.env.Raft.Leader(multiraft.GroupID(id))
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "meta partition %d: %v", id, err)
 	}
 	if !isLeader {
-		addr, _ := s.h.env.Resolve(uint64(leader))
-		return nil, redirect.NotLeader(ctx, fmt.Sprintf("meta partition %d", id), addr)
+		return nil, s.toLeader(ctx, id, leader)
 	}
 	return p, nil
+}
+
+// hosted returns partition id, or NOT_FOUND when this node does not host it.
+func (s *service) hosted(id uint64) (*partition, error) {
+	p := s.h.partition(id)
+	if p == nil {
+		return nil, status.Errorf(codes.NotFound, "meta partition %d is not on this node", id)
+	}
+	return p, nil
+}
+
+// toLeader is the answer of a replica that does not lead partition id: a
+// redirect to leader, or UNAVAILABLE when no leader (0) is known.
+func (s *service) toLeader(ctx context.Context, id uint64, leader multiraft.NodeID) error {
+	addr := ""
+	if leader != 0 {
+		addr, _ = s.h.env.Resolve(uint64(leader))
+	}
+	return redirect.NotLeader(ctx, fmt.Sprintf("meta partition %d", id), addr)
 }
 
 // readable is leaderOf plus a read barrier: the partition has applied every
 // write acknowledged before this call.
 func (s *service) readable(ctx context.Context, id uint64) (*partition, error) {
-	p := s.h.partition(id)
-	if p == nil {
-		return nil, status.Errorf(codes.NotFound, "meta partition %d is not on this node", id)
+	p, err := s.hosted(id)
+	if err != nil {
+		return nil, err
 	}
-	err := s.h.env.Raft.LeaderReadIndex(ctx, multiraft.GroupID(id))
+	err = s.h.env.Raft.LeaderReadIndex(ctx, multiraft.GroupID(id))
 	var nl *multiraft.NotLeaderError
 	switch {
 	case err == nil:
 		return p, nil
 	case errors.As(err, &nl):
-		addr, _ := s.h.env.Resolve(uint64(nl.Leader))
-		if nl.Leader == 0 {
-			addr = ""
-		}
-		return nil, redirect.NotLeader(ctx, fmt.Sprintf("meta partition %d", id), addr)
+		return nil, s.toLeader(ctx, id, nl.Leader)
 	}
 	return nil, raftStatus(id, err)
 }

@@ -159,6 +159,18 @@ func (h *Host) proposeConf(id GroupID, cc raftpb.ConfChangeI) (<-chan proposalRe
 // with ErrNotLeader when no leader is known, ErrLeadershipLost if the leader
 // changes before it answered.
 func (h *Host) ReadIndex(ctx context.Context, id GroupID) error {
+	return h.readIndex(ctx, id, false)
+}
+
+// LeaderReadIndex is ReadIndex on the leader only: on another replica it
+// reads nothing and returns a *NotLeaderError naming the leader it knows
+// (0: none). A leader holding a read lease answers in one acquisition of
+// the host's lock, which the processing round also holds while it works.
+func (h *Host) LeaderReadIndex(ctx context.Context, id GroupID) error {
+	return h.readIndex(ctx, id, true)
+}
+
+func (h *Host) readIndex(ctx context.Context, id GroupID, leaderOnly bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -169,13 +181,21 @@ func (h *Host) ReadIndex(ctx context.Context, id GroupID) error {
 		return err
 	}
 	bs := g.rn.BasicStatus()
-	if bs.Lead == raft.None {
+	switch {
+	case leaderOnly && bs.RaftState != raft.StateLeader:
+		h.mu.Unlock()
+		return &NotLeaderError{Group: id, Leader: NodeID(bs.Lead), Term: bs.GetTerm()}
+	case bs.Lead == raft.None:
 		h.mu.Unlock()
 		return &NotLeaderError{Group: id, Term: bs.GetTerm()}
 	}
 	if bs.RaftState == raft.StateLeader {
-		if served, err := h.leaseBarrier(ctx, g); served {
-			return err
+		if idx, ok := h.leaseRead(g); ok {
+			if g.applied >= idx {
+				h.mu.Unlock()
+				return nil
+			}
+			return h.waitApplied(ctx, g, idx)
 		}
 	}
 	rid := h.nextID()
@@ -200,48 +220,6 @@ func (h *Host) ReadIndex(ctx context.Context, id GroupID) error {
 		h.mu.Unlock()
 		return ctx.Err()
 	}
-}
-
-// LeaderReadIndex is ReadIndex on the leader only: on another replica it
-// reads nothing and returns a *NotLeaderError naming the leader it knows
-// (0: none). A leader holding a read lease answers in one acquisition of
-// the host's lock, which the processing round also holds while it works.
-func (h *Host) LeaderReadIndex(ctx context.Context, id GroupID) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	h.mu.Lock()
-	g, err := h.lookup(id)
-	if err != nil {
-		h.mu.Unlock()
-		return err
-	}
-	bs := g.rn.BasicStatus()
-	if bs.RaftState != raft.StateLeader {
-		h.mu.Unlock()
-		return &NotLeaderError{Group: id, Leader: NodeID(bs.Lead), Term: bs.GetTerm()}
-	}
-	if served, err := h.leaseBarrier(ctx, g); served {
-		return err
-	}
-	h.mu.Unlock()
-	return h.ReadIndex(ctx, id)
-}
-
-// leaseBarrier serves a read barrier on leader g from its read lease, if
-// it holds one: served is then true, the host's lock released, and err
-// the barrier's outcome. Otherwise the lock is still held. Called with mu
-// held.
-func (h *Host) leaseBarrier(ctx context.Context, g *group) (served bool, err error) {
-	idx, ok := h.leaseRead(g)
-	if !ok {
-		return false, nil
-	}
-	if g.applied >= idx {
-		h.mu.Unlock()
-		return true, nil
-	}
-	return true, h.waitApplied(ctx, g, idx)
 }
 
 // Status reports this replica's view of group id.
