@@ -1,0 +1,247 @@
+package metapartition
+
+import "github.com/cairnfs/cairn/pkg/metapb"
+
+// Dentry ops: CreateDentry, DeleteDentry and ReplaceDentry with the checks
+// they share on the parent and the target inode, and the Fence and Unfence
+// ops that lock a directory's names.
+
+// checkParent: if the parent's home is this partition, it must be a live
+// directory. This closes, for the dentries that share the parent's
+// partition, the window after an rmdir has unfenced and evicted the parent
+// in which a late create could still add a name under it; for the other
+// partitions the service checks the parent.
+func (t *txn) checkParent(parent uint64) *opError {
+	if !t.isLocal(parent) {
+		return nil
+	}
+	in := t.inode(parent)
+	switch {
+	case in == nil || in.nlink == 0:
+		return fail(ENOENT, "parent %d does not exist", parent)
+	case in.typ() != metapb.FileType_FILE_TYPE_DIRECTORY:
+		return fail(ENOTDIR, "parent %d is a %v", parent, in.typ())
+	}
+	return nil
+}
+
+// checkTarget verifies what this partition can know about the inode a new
+// or replaced dentry points to. If the inode's home is here it must exist,
+// have links (a name for an unlinked inode is how link(2) to a deleted file
+// fails: ENOENT) and be of the dentry's type. A remote inode is the
+// service's to check.
+func (t *txn) checkTarget(ino uint64, typ metapb.FileType) *opError {
+	in := t.inode(ino)
+	if in == nil {
+		if t.isLocal(ino) {
+			return fail(ENOENT, "inode %d does not exist", ino)
+		}
+		return nil
+	}
+	if in.typ() != typ {
+		return fail(EINVAL, "dentry type %v differs from inode %d's type %v", typ, ino, in.typ())
+	}
+	if in.nlink == 0 {
+		return fail(ENOENT, "inode %d has no links", ino)
+	}
+	return nil
+}
+
+// dentryArgs checks what CreateDentry and ReplaceDentry share: the parent and
+// inode references (ino 0: the Txn's created inode), the name and the type.
+func (t *txn) dentryArgs(rawParent uint64, rawName []byte, typ metapb.FileType, rawIno uint64) (parent uint64, name string, ino uint64, _ *opError) {
+	parent, err := t.ref("parent", rawParent)
+	if err != nil {
+		return 0, "", 0, err
+	}
+	name = string(rawName)
+	if e, msg := checkName(name); e != OK {
+		return 0, "", 0, fail(e, "%s", msg)
+	}
+	if !validType(typ) {
+		return 0, "", 0, fail(EINVAL, "invalid file type %d", typ)
+	}
+	if ino, err = t.ref("ino", rawIno); err != nil {
+		return 0, "", 0, err
+	}
+	if ino == parent {
+		return 0, "", 0, fail(EINVAL, "dentry %d/%s would point at its own parent", parent, quote(name))
+	}
+	return parent, name, ino, nil
+}
+
+func (t *txn) createDentry(m *metapb.CreateDentry) (*metapb.OpResult, *opError) {
+	typ := m.GetType()
+	parent, name, ino, err := t.dentryArgs(m.GetParent(), m.GetName(), typ, m.GetIno())
+	if err != nil {
+		return nil, err
+	}
+	if err := t.checkRoute(parent, name); err != nil {
+		return nil, err
+	}
+	if f := t.fenceOf(parent); f != 0 && f&lockBit == 0 {
+		return nil, fail(ENOENT, "parent %d is fenced (being removed)", parent)
+	}
+	if err := t.checkParent(parent); err != nil {
+		return nil, err
+	}
+	if _, ok := t.dentry(parent, name); ok {
+		return nil, fail(EEXIST, "%d/%s exists", parent, quote(name))
+	}
+	if err := t.checkTarget(ino, typ); err != nil {
+		return nil, err
+	}
+	d := dentry{parent: parent, name: name, ino: ino, typ: typ}
+	t.putDentry(d, true)
+	return &metapb.OpResult{Dentry: d.toProto()}, nil
+}
+
+func (t *txn) deleteDentry(m *metapb.DeleteDentry) (*metapb.OpResult, *opError) {
+	parent, err := t.ref("parent", m.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	name := string(m.GetName())
+	if e, msg := checkName(name); e != OK {
+		return nil, fail(e, "%s", msg)
+	}
+	if err := t.checkRoute(parent, name); err != nil {
+		return nil, err
+	}
+	d, ok := t.dentry(parent, name)
+	if !ok {
+		return nil, fail(ENOENT, "%d/%s does not exist", parent, quote(name))
+	}
+	if exp := m.GetExpectIno(); exp != 0 && d.ino != exp {
+		return nil, fail(ESTALE, "%d/%s is inode %d, not %d", parent, quote(name), d.ino, exp)
+	}
+	if err := checkExpectType(m.GetExpectType(), d); err != nil {
+		return nil, err
+	}
+	t.putDentry(d, false)
+	return &metapb.OpResult{Dentry: d.toProto()}, nil
+}
+
+// checkExpectType: DIRECTORY asks for a directory (rmdir: ENOTDIR if not);
+// any other type asks for a non-directory (unlink: EISDIR if it is one).
+// Non-directory types are not told apart, because unlink(2) removes all of
+// them alike and its caller does not know which one it is removing.
+func checkExpectType(et metapb.FileType, d dentry) *opError {
+	if et == metapb.FileType_FILE_TYPE_UNKNOWN {
+		return nil
+	}
+	if !validType(et) {
+		return fail(EINVAL, "invalid expect_type %d", et)
+	}
+	isDir := d.typ == metapb.FileType_FILE_TYPE_DIRECTORY
+	if et == metapb.FileType_FILE_TYPE_DIRECTORY && !isDir {
+		return fail(ENOTDIR, "%d/%s is a %v, not a directory", d.parent, quote(d.name), d.typ)
+	}
+	if et != metapb.FileType_FILE_TYPE_DIRECTORY && isDir {
+		return fail(EISDIR, "%d/%s is a directory", d.parent, quote(d.name))
+	}
+	return nil
+}
+
+func (t *txn) replaceDentry(m *metapb.ReplaceDentry) (*metapb.OpResult, *opError) {
+	typ := m.GetType()
+	parent, name, ino, err := t.dentryArgs(m.GetParent(), m.GetName(), typ, m.GetIno())
+	if err != nil {
+		return nil, err
+	}
+	if err := t.checkRoute(parent, name); err != nil {
+		return nil, err
+	}
+	old, ok := t.dentry(parent, name)
+	if !ok {
+		return nil, fail(ENOENT, "%d/%s does not exist", parent, quote(name))
+	}
+	if exp := m.GetExpectIno(); exp != 0 && old.ino != exp {
+		return nil, fail(ESTALE, "%d/%s is inode %d, not %d", parent, quote(name), old.ino, exp)
+	}
+	// rename(2): a directory replaces only a directory, a non-directory only
+	// a non-directory.
+	newDir, oldDir := typ == metapb.FileType_FILE_TYPE_DIRECTORY, old.typ == metapb.FileType_FILE_TYPE_DIRECTORY
+	if newDir && !oldDir {
+		return nil, fail(ENOTDIR, "directory cannot replace %v %d/%s", old.typ, parent, quote(name))
+	}
+	if !newDir && oldDir {
+		return nil, fail(EISDIR, "%v cannot replace directory %d/%s", typ, parent, quote(name))
+	}
+	if err := t.checkTarget(ino, typ); err != nil {
+		return nil, err
+	}
+	t.putDentry(dentry{parent: parent, name: name, ino: ino, typ: typ}, true)
+	return &metapb.OpResult{Dentry: old.toProto()}, nil
+}
+
+func (t *txn) fence(m *metapb.Fence) (*metapb.OpResult, *opError) {
+	parent, err := t.ref("parent", m.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	token := m.GetToken() &^ lockBit
+	if token == 0 {
+		return nil, fail(EINVAL, "fence token must be non-zero")
+	}
+	if m.GetLock() {
+		token |= lockBit
+	}
+	res := &metapb.OpResult{}
+	if !m.GetLock() {
+		has := t.hasChildren(parent)
+		res.HasChildren = &has
+	}
+	switch cur := t.fenceOf(parent); {
+	case cur == token:
+		return res, nil // a retry
+	case cur != 0:
+		return nil, fail(EBUSY, "parent %d is fenced with another token", parent)
+	}
+	if t.fenceCount() >= MaxFences {
+		return nil, fail(EAGAIN, "%d fences are in place", MaxFences)
+	}
+	t.putFence(parent, token)
+	return res, nil
+}
+
+// hasChildren reports whether the partition, with this Txn's changes,
+// lists a name under parent (as Partition.HasChildren does).
+func (t *txn) hasChildren(parent uint64) bool {
+	for _, c := range t.dentries {
+		if c.present && c.d.parent == parent && t.p.routing.listed(parent, c.d.name) {
+			return true
+		}
+	}
+	has := false
+	t.p.dentries.Ascend(dentry{parent: parent}, func(d dentry) bool {
+		if d.parent != parent {
+			return false
+		}
+		if i := t.dentryChange(parent, d.name); i >= 0 && !t.dentries[i].present {
+			return true // removed by this Txn
+		}
+		has = t.p.routing.listed(d.parent, d.name)
+		return !has
+	})
+	return has
+}
+
+func (t *txn) unfence(m *metapb.Unfence) (*metapb.OpResult, *opError) {
+	parent, err := t.ref("parent", m.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	token := m.GetToken() &^ lockBit
+	if token == 0 {
+		return nil, fail(EINVAL, "fence token must be non-zero")
+	}
+	switch cur := t.fenceOf(parent); {
+	case cur == 0:
+		return &metapb.OpResult{}, nil // a retry, or never fenced here
+	case cur&^lockBit != token:
+		return nil, fail(EINVAL, "parent %d is fenced with another token", parent)
+	}
+	t.putFence(parent, 0)
+	return &metapb.OpResult{}, nil
+}
