@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"sync"
 	"syscall"
 	"time"
@@ -15,37 +14,6 @@ import (
 	"github.com/cairnfs/cairn/pkg/dataclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
-
-// maxKeysPerAppend bounds the extent keys of one AppendExtents (the meta
-// partition's MaxExtentsPerOp).
-const maxKeysPerAppend = 4096
-
-// Write-back of in-place overwrites.
-const (
-	// defaultWriteBackBytes bounds a File's buffered overwrites unless
-	// Options.WriteBackBytes says otherwise.
-	defaultWriteBackBytes = 8 << 20
-	// overwriteFanOut bounds the Overwrite calls one flush has in flight:
-	// enough for the data partitions' Raft group commit to batch them.
-	overwriteFanOut = 16
-	// maxOverwriteBytes is the largest Overwrite call a flush sends (the
-	// data protocol's largest payload), so that a large dirty range also
-	// goes out in parallel.
-	maxOverwriteBytes = 1 << 20
-)
-
-// writeBackBytes is the bound of a File's write-back buffer; negative: no
-// write-back.
-func (v *Volume) writeBackBytes() int {
-	switch n := v.opts.WriteBackBytes; {
-	case n == 0:
-		return defaultWriteBackBytes
-	case n < 0:
-		return -1
-	default:
-		return n
-	}
-}
 
 // dataClient returns the volume's data client, creating it on first use
 // from the same cluster map the metadata half routes by (the volume's data
@@ -113,36 +81,32 @@ func (v *Volume) Stats() Stats {
 	return st
 }
 
-// File is an open regular file. Its data view is the inode's extent map as
+// File is an open regular file. Its data view is the inode's content as
 // read at OpenFile (close-to-open consistency: another client's writes are
 // seen by an OpenFile after that client's Close or Flush) plus this
 // handle's own writes. Writes are buffered: they reach the metadata (and so
 // other clients) at Flush, Fsync, Truncate and Close. A File is safe for
 // concurrent use; its calls are serialized.
+//
+// File keeps what POSIX asks of a handle (its size, access mode, flush
+// points, write-back errors); where the bytes go is its layout's business
+// (layout.go): extents (extent.go) or content-defined chunks (chunked.go).
 type File struct {
 	v    *Volume
 	dc   *dataclient.Client
 	ino  uint64
 	ctx  context.Context // bounds the data path; ended by Close
 	stop context.CancelFunc
+	lay  layout // places the bytes; called with mu held
 
 	mu       sync.Mutex
 	append   bool
 	writable bool
-	keys     []*metapb.ExtentKey // the extent map, sorted by file offset, non-overlapping
-	size     uint64              // the file size including unflushed writes
-	recorded uint64              // the size the metadata holds (open, last flush, truncate)
-	pending  []*metapb.ExtentKey // keys written since the last flush, in write order
-	touched  bool                // an overwrite happened since the last flush
-	sizeDirt bool                // size grew since the last flush
-	w        *dataclient.Writer  // the current sequential writer, if any
-	wEnd     uint64              // file offset of the writer's next byte
-	modified time.Time           // last write not yet flushed (zero: none)
-	r        *dataclient.Reader  // reader over keys; nil after a change
-	dirty    dirtyBuf            // in-place overwrites not yet sent (write-back)
-	err      error               // a failed write-back: reported by the next flush point
+	size     uint64    // the file size including unflushed writes
+	sizeDirt bool      // size grew since the last flush
+	modified time.Time // last write not yet flushed (zero: none)
+	err      error     // a failed write-back: reported by the next flush point
 	closed   bool
-	cdc      *cdcFile // a chunked file's layout and buffer (chunked.go); nil for extents
 }
 
 // OpenFile opens regular file ino. flags are open(2) flags: O_WRONLY or
@@ -186,19 +150,16 @@ func (v *Volume) openInode(ctx context.Context, op string, in *metapb.Inode, fla
 	if err != nil {
 		return nil, err
 	}
-	var cdc *cdcFile
-	if in.GetLayout() == metapb.FileLayout_FILE_LAYOUT_CDC {
-		if cdc, err = newCDCFile(v, in); err != nil {
-			return nil, errnoErr(op, syscall.EIO, "inode %d: %v", ino, err)
-		}
+	f := &File{
+		v: v, dc: dc, ino: ino,
+		append: flags&syscall.O_APPEND != 0, writable: writable,
+		size: in.GetSize(),
+	}
+	if f.lay, err = openLayout(op, f, in); err != nil {
+		return nil, err
 	}
 	v.opened(ino)
-	fctx, stop := context.WithCancel(context.Background())
-	f := &File{
-		v: v, dc: dc, ino: ino, ctx: fctx, stop: stop,
-		append: flags&syscall.O_APPEND != 0, writable: writable,
-		keys: sortedKeys(in.GetExtents()), size: in.GetSize(), recorded: in.GetSize(), cdc: cdc,
-	}
+	f.ctx, f.stop = context.WithCancel(context.Background())
 	return f, nil
 }
 
@@ -222,77 +183,6 @@ func (f *File) Modified() time.Time {
 	return f.modified
 }
 
-func sortedKeys(in []*metapb.ExtentKey) []*metapb.ExtentKey {
-	out := make([]*metapb.ExtentKey, 0, len(in))
-	for _, k := range in {
-		if k.GetSize() > 0 {
-			out = append(out, cloneKey(k))
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].FileOffset < out[j].FileOffset })
-	return out
-}
-
-func cloneKey(k *metapb.ExtentKey) *metapb.ExtentKey {
-	return &metapb.ExtentKey{FileOffset: k.GetFileOffset(), PartitionId: k.GetPartitionId(), ExtentId: k.GetExtentId(), ExtentOffset: k.GetExtentOffset(), Size: k.GetSize()}
-}
-
-// overlay lays key k over the sorted, non-overlapping map keys, cutting
-// what it covers (later writes win, as AppendExtents does), and returns the
-// new map.
-func overlay(keys []*metapb.ExtentKey, k *metapb.ExtentKey) []*metapb.ExtentKey {
-	s, e := k.FileOffset, k.FileOffset+k.Size
-	out := make([]*metapb.ExtentKey, 0, len(keys)+2)
-	inserted := false
-	for _, o := range keys {
-		os, oe := o.FileOffset, o.FileOffset+o.Size
-		if oe <= s || os >= e {
-			if os >= e && !inserted {
-				out = append(out, cloneKey(k))
-				inserted = true
-			}
-			out = append(out, o)
-			continue
-		}
-		if os < s { // the head of o survives
-			h := cloneKey(o)
-			h.Size = s - os
-			out = append(out, h)
-		}
-		if !inserted {
-			out = append(out, cloneKey(k))
-			inserted = true
-		}
-		if oe > e { // the tail of o survives
-			t := cloneKey(o)
-			t.FileOffset = e
-			t.ExtentOffset += e - os
-			t.Size = oe - e
-			out = append(out, t)
-		}
-	}
-	if !inserted {
-		out = append(out, cloneKey(k))
-	}
-	return out
-}
-
-// cutKeys drops what lies at or beyond size from the map.
-func cutKeys(keys []*metapb.ExtentKey, size uint64) []*metapb.ExtentKey {
-	out := keys[:0:0]
-	for _, k := range keys {
-		if k.FileOffset >= size {
-			continue
-		}
-		if k.FileOffset+k.Size > size {
-			k = cloneKey(k)
-			k.Size = size - k.FileOffset
-		}
-		out = append(out, k)
-	}
-	return out
-}
-
 func (f *File) check(op string, write bool) error {
 	if f.closed {
 		return errnoErr(op, syscall.EBADF, "inode %d: file is closed", f.ino)
@@ -301,6 +191,15 @@ func (f *File) check(op string, write bool) error {
 		return errnoErr(op, syscall.EBADF, "inode %d: not open for writing", f.ino)
 	}
 	return nil
+}
+
+// grow extends the size the handle sees to end (a layout accepted bytes up
+// to there).
+func (f *File) grow(end uint64) {
+	if end > f.size {
+		f.size = end
+		f.sizeDirt = true
+	}
 }
 
 // dataErr turns a data-path failure into an *Error (EIO unless it carries
@@ -327,7 +226,8 @@ func dataErr(op string, ino uint64, err error) error {
 }
 
 // ReadAt reads up to len(p) bytes at off: holes read as zeros; at the end
-// of the file it returns fewer bytes and io.EOF.
+// of the file it returns fewer bytes and io.EOF. The handle reads its own
+// unflushed writes.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	const op = "read"
 	f.mu.Lock()
@@ -341,36 +241,13 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if uint64(off) >= f.size {
 		return 0, io.EOF
 	}
-	if f.cdc != nil {
-		return f.readChunked(p, uint64(off))
-	}
-	if f.w != nil && off+int64(len(p)) > int64(f.wEnd)-int64(f.w.Size()) {
-		// The range may hold bytes still in the writer's buffer.
-		if err := f.endWriter(op); err != nil {
-			return 0, err
-		}
-	}
-	if f.r == nil {
-		f.r = f.dc.NewReader(f.ctx, f.keys, int64(f.size))
-	}
-	n, err := f.r.ReadAt(p, off)
-	f.v.bytesRead.Add(int64(n))
-	// The handle reads its own overwrites still in the write-back buffer.
-	f.dirty.overlay(p[:n], uint64(off))
-	if err != nil && err != io.EOF {
-		return n, dataErr(op, f.ino, err)
-	}
-	return n, err
+	return f.lay.readAt(op, p, uint64(off))
 }
 
 // WriteAt writes p at off (at the end of the file if it was opened with
-// O_APPEND). Sequential writes are buffered into packets; a write over
-// existing data is buffered in the handle's write-back buffer and
-// overwritten in place at the next flush point (or when the buffer passes
-// Options.WriteBackBytes); a write into a hole or past the end writes a
-// new extent at that offset (the gap reads as zeros). The bytes reach
-// other clients at the next flush point; an error of the write-back is
-// returned by that flush point.
+// O_APPEND); a gap before off reads as zeros. The bytes are buffered by
+// the layout and reach other clients at the next flush point; an error of
+// a write-back after WriteAt returned is returned by that flush point.
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	const op = "write"
 	f.mu.Lock()
@@ -387,10 +264,6 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if f.r != nil {
-		f.r.Close()
-		f.r = nil
-	}
 	start := uint64(off)
 	end := start + uint64(len(p))
 	if end > f.size {
@@ -400,225 +273,12 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		}
 	}
 	f.modified = time.Now()
-	if f.cdc != nil {
-		return f.writeChunked(op, p, start)
-	}
-	// Fast path: continue the sequential writer.
-	if f.w != nil && start == f.wEnd {
-		// The writer may run on over existing keys, which its new keys
-		// will replace: buffered overwrites there are older than these
-		// bytes and must not be sent over them later. (Other paths write
-		// new extents only where no key, and so no dirty byte, lies.)
-		f.dirty.remove(start, end)
-		return f.writeSeq(op, p, start)
-	}
-	if f.w != nil {
-		if err := f.endWriter(op); err != nil {
-			return 0, err
-		}
-	}
-	pos := start
-	for _, k := range f.keys {
-		ks, ke := k.FileOffset, k.FileOffset+k.Size
-		if ke <= pos || ks >= end {
-			continue
-		}
-		if ks > pos { // a hole before k: a new extent
-			if err := f.writeNew(op, p[pos-start:ks-start], pos); err != nil {
-				return int(pos - start), err
-			}
-			pos = ks
-		}
-		e := min(ke, end)
-		if err := f.overwrite(op, k, pos, p[pos-start:e-start]); err != nil {
-			return int(pos - start), err
-		}
-		pos = e
-	}
-	if f.dirty.len() > f.v.writeBackBytes() {
-		if err := f.flushDirty(op); err != nil {
-			// The bytes buffered before this write are lost too; the next
-			// flush point reports that once more.
-			f.err = err
-			return 0, err
-		}
-	}
-	if pos < end {
-		// The rest (a hole or past the last key) goes to a writer that
-		// stays open for the sequential writes likely to follow.
-		n, err := f.writeSeq(op, p[pos-start:], pos)
-		return int(pos-start) + n, err
-	}
-	f.grow(end)
-	return len(p), nil
+	return f.lay.writeAt(op, p, start)
 }
 
-// overwrite writes p over key k at file offset off (inside k): into the
-// write-back buffer, or at once when write-back is off.
-func (f *File) overwrite(op string, k *metapb.ExtentKey, off uint64, p []byte) error {
-	f.touched = true
-	if f.v.writeBackBytes() < 0 {
-		if err := f.dc.Overwrite(f.ctx, k.PartitionId, k.ExtentId, int64(k.ExtentOffset+off-k.FileOffset), p); err != nil {
-			return dataErr(op, f.ino, err)
-		}
-		f.v.bytesWritten.Add(int64(len(p)))
-		return nil
-	}
-	f.dirty.insert(off, p)
-	return nil
-}
-
-// flushDirty sends the write-back buffer as in-place overwrites, split
-// along the extent keys, with up to overwriteFanOut calls in flight so that
-// the data partitions' Raft groups commit them in batches. The buffer is
-// emptied whether or not the sends succeed: on failure the first error is
-// returned and the unsent bytes are dropped (as a local file system's
-// writeback error, reported by the fsync or close that follows).
-func (f *File) flushDirty(op string) error {
-	if f.dirty.len() == 0 {
-		return nil
-	}
-	ops, uncovered := splitDirty(f.dirty.rs, f.keys, maxOverwriteBytes)
-	defer f.dirty.reset()
-	if f.r != nil {
-		// Its read-ahead may hold the bytes from before the overwrites,
-		// which the buffer no longer covers once it is emptied.
-		f.r.Close()
-		f.r = nil
-	}
-	if uncovered > 0 {
-		return errnoErr(op, syscall.EIO, "inode %d: %d buffered bytes lie over no extent key", f.ino, uncovered)
-	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	// Bounded by the op timeout, but not by the caller's context: an
-	// interrupted close must not drop the bytes half-sent.
-	ctx, cancel := f.v.opCtx(f.ctx)
-	defer cancel()
-	sem := make(chan struct{}, overwriteFanOut)
-	for _, o := range ops {
-		mu.Lock()
-		failed := first != nil
-		mu.Unlock()
-		if failed {
-			break
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(o overwriteOp) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			err := f.dc.Overwrite(ctx, o.pid, o.ext, int64(o.extOff), o.data)
-			if err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-				return
-			}
-			f.v.bytesWritten.Add(int64(len(o.data)))
-		}(o)
-	}
-	wg.Wait()
-	if first != nil {
-		return dataErr(op, f.ino, first)
-	}
-	return nil
-}
-
-func (f *File) grow(end uint64) {
-	if end > f.size {
-		f.size = end
-		f.sizeDirt = true
-	}
-}
-
-// writeSeq writes p at off through the sequential writer, starting one
-// there if there is none.
-func (f *File) writeSeq(op string, p []byte, off uint64) (int, error) {
-	if f.w == nil {
-		f.w = f.dc.NewWriter(f.ctx, off)
-		f.wEnd = off
-	}
-	n, err := f.w.Write(p)
-	if err != nil {
-		// The writer failed for good: nothing of p is written.
-		_ = f.endWriter(op)
-		return 0, dataErr(op, f.ino, err)
-	}
-	f.wEnd += uint64(n)
-	f.grow(f.wEnd)
-	f.v.bytesWritten.Add(int64(n))
-	return n, nil
-}
-
-// writeNew writes p at off as a new extent (a hole inside the file).
-func (f *File) writeNew(op string, p []byte, off uint64) error {
-	w := f.dc.NewWriter(f.ctx, off)
-	_, err := w.Write(p)
-	keys, cerr := w.Close()
-	// What the data nodes acknowledged is kept either way (it is real
-	// data, and a key never names bytes a replica lacks).
-	f.addKeys(keys)
-	if err = errors.Join(err, cerr); err != nil {
-		f.fallBack()
-		return dataErr(op, f.ino, err)
-	}
-	f.v.bytesWritten.Add(int64(len(p)))
-	f.grow(off + uint64(len(p)))
-	return nil
-}
-
-// fallBack brings the size back to what exists after a sequential write
-// failed: the size the metadata records or the end of the last extent key,
-// whichever is larger. Without it the size would cover bytes that no data
-// node holds, which would read as zeros.
-func (f *File) fallBack() {
-	end := f.recorded
-	for _, k := range f.keys {
-		end = max(end, k.FileOffset+k.Size)
-	}
-	if end < f.size {
-		f.size = end
-	}
-	if f.size == f.recorded && len(f.pending) == 0 {
-		f.sizeDirt = false
-	}
-}
-
-func (f *File) addKeys(keys []*metapb.ExtentKey) {
-	for _, k := range keys {
-		f.keys = overlay(f.keys, k)
-		f.pending = append(f.pending, cloneKey(k))
-	}
-	if f.r != nil {
-		f.r.Close()
-		f.r = nil
-	}
-}
-
-// endWriter pushes the sequential writer's bytes to the data nodes and adds
-// its keys to the map (not yet to the metadata).
-func (f *File) endWriter(op string) error {
-	w := f.w
-	f.w = nil
-	keys, err := w.Close()
-	f.addKeys(keys) // the acknowledged bytes, even when the rest failed
-	if err != nil {
-		f.fallBack()
-		return dataErr(op, f.ino, err)
-	}
-	return nil
-}
-
-// Flush pushes buffered data to the data nodes and records every key
-// written since the last flush, with the new size, on the inode's home
-// partition (one exactly-once AppendExtents per 4096 keys). After it
-// returns nil, an OpenFile anywhere sees the writes.
+// Flush pushes buffered data to the data nodes and records it, with the
+// new size, in the metadata (exactly once). After it returns nil, an
+// OpenFile anywhere sees the writes.
 func (f *File) Flush(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -643,55 +303,16 @@ func (f *File) flushLocked(ctx context.Context, op string) error {
 	if f.err != nil {
 		// A write-back failed after its writes had returned: the flush
 		// point that follows reports it, as fsync(2) reports a writeback
-		// error. The keys written since are still recorded below.
+		// error. What was written since is still flushed below.
 		err := f.err
 		f.err = nil
 		_ = f.flushLocked(ctx, op)
 		return err
 	}
-	if f.cdc != nil {
-		if err := f.commitChunks(op, true); err != nil {
-			return err
-		}
-		f.modified = time.Time{}
-		return nil
-	}
-	if f.w != nil {
-		if err := f.endWriter(op); err != nil {
-			return err
-		}
-	}
-	// The overwrites go before the metadata step: once the flush returns,
-	// an OpenFile anywhere reads them.
-	if err := f.flushDirty(op); err != nil {
+	if err := f.lay.flush(ctx, op); err != nil {
 		return err
 	}
-	ctx, cancel := f.v.opCtx(ctx)
-	defer cancel()
-	if len(f.pending) == 0 && f.sizeDirt {
-		// Only the size grew (cannot happen without keys today); record it.
-		if _, err := f.v.Setattr(ctx, f.ino, SetattrIn{Valid: SetSize, Size: f.size}); err != nil {
-			return err
-		}
-	}
-	for len(f.pending) > 0 {
-		n := min(len(f.pending), maxKeysPerAppend)
-		m := &metapb.AppendExtents{Ino: f.ino, Extents: f.pending[:n], Size: f.size}
-		if _, err := f.v.txn(ctx, op, byIno(f.ino), &metapb.Op{Op: &metapb.Op_AppendExtents{AppendExtents: m}}); err != nil {
-			return err
-		}
-		f.pending = f.pending[n:]
-		f.touched = false
-	}
-	f.pending, f.sizeDirt, f.modified = nil, false, time.Time{}
-	f.recorded = f.size
-	if f.touched {
-		// Overwrites in place change no key; the mtime still moves.
-		if _, err := f.v.Setattr(ctx, f.ino, SetattrIn{Valid: SetMtimeNow | SetCtime, Ctime: time.Now()}); err != nil {
-			return err
-		}
-		f.touched = false
-	}
+	f.modified = time.Time{}
 	return nil
 }
 
@@ -713,11 +334,9 @@ func (f *File) Truncate(ctx context.Context, size uint64) error {
 	if err != nil {
 		return err
 	}
-	f.truncatedLocked(a.Size)
-	if f.cdc != nil {
-		return f.reloadLayout(ctx, op)
-	}
-	return nil
+	err = f.lay.truncate(ctx, op, a.Size)
+	f.size = a.Size
+	return err
 }
 
 // Truncated tells the handle that the file was truncated to size by
@@ -727,35 +346,8 @@ func (f *File) Truncate(ctx context.Context, size uint64) error {
 func (f *File) Truncated(size uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.truncatedLocked(size)
-}
-
-func (f *File) truncatedLocked(size uint64) {
-	if c := f.cdc; c != nil {
-		if c.stream != nil {
-			// Commit the append first; if that fails, the next flush
-			// point reports it.
-			if err := f.finishStream("truncate", true); err != nil {
-				f.err = err
-			}
-		}
-		// The meta partition dropped the chunks past size and moved the
-		// layout generation: read it again before the next commit.
-		c.dirty.cut(size)
-		c.metaSize = min(c.metaSize, size)
-		c.stale = true
-		f.size = size
-		return
-	}
-	f.keys = cutKeys(f.keys, size)
-	// Buffered overwrites beyond size lay over keys just cut; a later
-	// growth must read zeros there.
-	f.dirty.cut(size)
-	f.size, f.recorded = size, size
-	if f.r != nil {
-		f.r.Close()
-		f.r = nil
-	}
+	f.lay.truncated(size)
+	f.size = size
 }
 
 // Close flushes and releases the handle. It returns the error of the flush
@@ -768,10 +360,7 @@ func (f *File) Close(ctx context.Context) error {
 	}
 	err := f.flushLocked(ctx, "close")
 	f.closed = true
-	if f.r != nil {
-		f.r.Close()
-		f.r = nil
-	}
+	f.lay.close()
 	f.stop()
 	if f.v.closed(f.ino) {
 		// Unlinked while open: the last close evicts it.

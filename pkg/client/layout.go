@@ -2,135 +2,59 @@ package client
 
 import (
 	"context"
-	"sync"
-	"time"
+	"syscall"
 
-	"github.com/cairnfs/cairn/pkg/clustermap"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
-// Directory layout attributes decide the layout of new files. The meta
-// partition that creates a file reads its parent's (PathRequest.
-// inherit_layout) and remembers one homed elsewhere for a few seconds
-// (pkg/metanode, layoutTTL): another client's change of a directory's
-// LayoutAttr reaches creates within that time. This client's own change
-// must reach its next create at once, so for a while after it (changedFor)
-// this client reads the attribute itself and sends the layout it found,
-// and remembers attributes it read for dirLayoutTTL.
-const (
-	dirLayoutTTL     = 3 * time.Second
-	maxDirLayoutSize = 4096
-	// changedFor outlasts a partition's memory of an attribute read just
-	// before this client changed it.
-	changedFor = 2 * dirLayoutTTL
-)
-
-// dirLayouts caches the LayoutAttr of directories new files were created
-// in, and notes the directories whose LayoutAttr this client changed.
-type dirLayouts struct {
-	mu      sync.Mutex
-	m       map[uint64]dirLayout
-	changed map[uint64]time.Time // directory -> when this client changed its LayoutAttr
+// layout is the part of an open File that places the file's bytes: where
+// they live on the data nodes, how writes are buffered, and how a flush
+// point records them in the metadata. File keeps the POSIX part (the size
+// this handle sees, the access mode, flush points, write-back errors) and
+// calls its layout with File.mu held, so a layout's state needs no lock of
+// its own. Each layout is one type in its own file; a new one is a new file
+// and an entry in layoutKinds.
+type layout interface {
+	// readAt fills p with the file's bytes at off, which lies below the
+	// handle's size; past the end it returns fewer bytes and io.EOF. The
+	// handle's own unflushed writes are part of what it reads.
+	readAt(op string, p []byte, off uint64) (int, error)
+	// writeAt places p at off. The File has checked the handle, reserved
+	// the space the write adds and noted the modification time; the layout
+	// grows the size (File.grow) by what it accepted.
+	writeAt(op string, p []byte, off uint64) (int, error)
+	// flush makes every write accepted so far durable on the data nodes
+	// and recorded in the metadata: after it returns nil, an OpenFile
+	// anywhere reads them.
+	flush(ctx context.Context, op string) error
+	// truncated drops what lies at or beyond size from the layout's view
+	// (the metadata holds that size already); unflushed writes below size
+	// are kept.
+	truncated(size uint64)
+	// truncate is truncated for a truncate this handle made: the layout
+	// may read what the metadata now holds before the next write.
+	truncate(ctx context.Context, op string, size uint64) error
+	// close releases what the layout holds (readers, buffers); the File
+	// has flushed for the last time.
+	close()
 }
 
-type dirLayout struct {
-	value []byte // the attribute's value; nil: none
-	at    time.Time
+// layoutKinds makes the layout of a file just opened, by the inode's
+// layout kind.
+var layoutKinds = map[metapb.FileLayout]func(f *File, in *metapb.Inode) (layout, error){
+	metapb.FileLayout_FILE_LAYOUT_EXTENT: newExtentLayout,
+	metapb.FileLayout_FILE_LAYOUT_CDC:    newChunkLayout,
 }
 
-func (d *dirLayouts) get(dir uint64) ([]byte, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	e, ok := d.m[dir]
-	if !ok || time.Since(e.at) > dirLayoutTTL {
-		return nil, false
+// openLayout makes the layout of f, whose inode is in.
+func openLayout(op string, f *File, in *metapb.Inode) (layout, error) {
+	mk, ok := layoutKinds[in.GetLayout()]
+	if !ok {
+		return nil, errnoErr(op, syscall.EIO, "inode %d has layout %v, which this client does not know", in.GetIno(), in.GetLayout())
 	}
-	return e.value, true
-}
-
-func (d *dirLayouts) put(dir uint64, value []byte) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.m == nil || len(d.m) >= maxDirLayoutSize {
-		d.m = map[uint64]dirLayout{}
-	}
-	d.m[dir] = dirLayout{value: value, at: time.Now()}
-}
-
-// bytes estimates the cache's memory (map slot, record and value).
-func (d *dirLayouts) bytes() int64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n := int64(0)
-	for _, e := range d.m {
-		n += 64 + int64(len(e.value))
-	}
-	return n
-}
-
-// forget drops dir's attribute after this client changed it, and notes
-// the change (changedRecently).
-func (d *dirLayouts) forget(dir uint64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.m, dir)
-	now := time.Now()
-	for ino, at := range d.changed {
-		if now.Sub(at) > changedFor {
-			delete(d.changed, ino)
-		}
-	}
-	if d.changed == nil {
-		d.changed = map[uint64]time.Time{}
-	}
-	d.changed[dir] = now
-}
-
-// changedRecently reports whether this client changed dir's LayoutAttr
-// less than changedFor ago; dir 0: any directory's.
-func (d *dirLayouts) changedRecently(dir uint64) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if dir != 0 {
-		at, ok := d.changed[dir]
-		return ok && time.Since(at) <= changedFor
-	}
-	for _, at := range d.changed {
-		if time.Since(at) <= changedFor {
-			return true
-		}
-	}
-	return false
-}
-
-// dirLayoutAttr returns dir's LayoutAttr (nil if it has none).
-func (v *Volume) dirLayoutAttr(ctx context.Context, op string, dir uint64) ([]byte, error) {
-	if val, ok := v.layouts.get(dir); ok {
-		return val, nil
-	}
-	in, err := v.getInode(ctx, op, dir)
+	l, err := mk(f, in)
 	if err != nil {
-		return nil, err
+		return nil, errnoErr(op, syscall.EIO, "inode %d: %v", in.GetIno(), err)
 	}
-	val := in.GetXattrs()[LayoutAttr]
-	v.layouts.put(dir, val)
-	return val, nil
-}
-
-// hasLayouts reports whether the volume can hold chunked files, so that
-// a new file's layout depends on its directory: a volume without a chunk
-// index (made before chunked files existed) has only extents.
-func (v *Volume) hasLayouts() bool {
-	return len(v.current().vol.GetChunkIndexPartitions()) > 0
-}
-
-// layoutOf is the layout a LayoutAttr value names, else the volume's
-// default.
-func (v *Volume) layoutOf(val []byte) metapb.FileLayout {
-	if val != nil {
-		if l, err := clustermap.ParseLayout(string(val)); err == nil {
-			return l
-		}
-	}
-	return metapb.FileLayout(v.current().vol.GetDefaultLayout())
+	return l, nil
 }

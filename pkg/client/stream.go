@@ -89,13 +89,13 @@ type cdcStream struct {
 // startStream begins an append at the end of a committed layout. The last
 // committed chunk may have been cut by the end of the file, so cutting
 // starts again at its start.
-func (f *File) startStream(op string) error {
-	c := f.cdc
+func (c *chunkLayout) startStream(op string) error {
+	f := c.f
 	n := len(c.chunks)
 	s := &cdcStream{baseIdx: n, bufOff: c.offs[n], refs: &chunkRefs{f: f, op: op}, sem: make(chan struct{}, streamBatchesInFlight)}
 	var last []byte
 	if n > 0 {
-		data, err := f.chunkData(f.ctx, op, c.chunks[n-1])
+		data, err := c.chunkData(f.ctx, op, c.chunks[n-1])
 		if err != nil {
 			return err
 		}
@@ -149,8 +149,8 @@ func (s *cdcStream) close() {
 
 // appendStream adds p at the end of the stream, cuts every chunk whose cut
 // is final and sends full batches.
-func (f *File) appendStream(op string, p []byte) error {
-	c, s := f.cdc, f.cdc.stream
+func (c *chunkLayout) appendStream(op string, p []byte) error {
+	s := c.stream
 	cut := s.write(c.cut, p)
 	if len(cut) == 0 {
 		return nil
@@ -166,20 +166,21 @@ func (f *File) appendStream(op string, p []byte) error {
 	total := len(s.pieces)
 	s.mu.Unlock()
 	if ready >= streamBatchBytes {
-		f.sendBatch(op)
+		c.sendBatch(op)
 	}
 	if total >= maxChunksPerSplice {
 		// One splice commits at most this many chunks: commit what is
 		// cut and go on streaming after it.
-		return f.finishStream(op, false)
+		return c.finishStream(op, false)
 	}
 	return nil
 }
 
 // sendBatch hands the pieces not yet sent to a background batch, waiting
 // while streamBatchesInFlight batches are running.
-func (f *File) sendBatch(op string) {
-	c, s := f.cdc, f.cdc.stream
+func (c *chunkLayout) sendBatch(op string) {
+	f := c.f
+	s := c.stream
 	s.mu.Lock()
 	start := s.sent
 	batch := append([]piece(nil), s.pieces[start:]...)
@@ -234,8 +235,9 @@ func (f *File) sendBatch(op string) {
 // chunks. With final, the bytes still in the buffer are cut too (the last
 // chunk by the end of the data) and the stream ends; without, they stay
 // buffered and the stream goes on after the committed chunks.
-func (f *File) finishStream(op string, final bool) error {
-	c, s := f.cdc, f.cdc.stream
+func (c *chunkLayout) finishStream(op string, final bool) error {
+	f := c.f
+	s := c.stream
 	if final {
 		// The rest goes out with the last batch, not after it.
 		var rest []piece
@@ -253,7 +255,7 @@ func (f *File) finishStream(op string, final bool) error {
 		s.ready += prev
 		s.mu.Unlock()
 	}
-	f.sendBatch(op)
+	c.sendBatch(op)
 	s.wg.Wait()
 	ctx, cancel := f.v.opCtx(f.ctx)
 	defer cancel()
@@ -273,7 +275,7 @@ func (f *File) finishStream(op string, final bool) error {
 		ps = append(ps, piece{ch: ch, old: i})
 	}
 	ps = append(ps, s.pieces...)
-	err := f.commitLayout(ctx, op, ps, nil, s.refs, true)
+	err := c.commitLayout(ctx, op, ps, nil, s.refs, true)
 	if err != nil || final {
 		s.close()
 		c.stream = nil

@@ -236,8 +236,8 @@ func TestWriteBackErrors(t *testing.T) {
 			} else if werr == nil || ferr == nil {
 				t.Fatalf("write: %v, flush: %v; want both to fail", werr, ferr)
 			}
-			if f.dirty.len() != 0 {
-				t.Fatalf("%d bytes still buffered after a failed write-back", f.dirty.len())
+			if d := f.lay.(*extentLayout).dirty; d.len() != 0 {
+				t.Fatalf("%d bytes still buffered after a failed write-back", d.len())
 			}
 			if err := f.Flush(ctx); err != nil {
 				t.Fatalf("flush after the reported failure: %v", err)
