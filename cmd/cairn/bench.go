@@ -24,6 +24,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/bench/report"
 	"github.com/cairnfs/cairn/pkg/bench/trace"
 	"github.com/cairnfs/cairn/pkg/bench/workload"
+	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -323,7 +324,7 @@ where it had succeeded, or the reverse) counts as an error of that operation.`,
 			if err != nil {
 				return usagef(cmd, "trace: %v", err)
 			}
-			_, err = trace.NewScanner(fh)
+			_, err = optrace.NewScanner(fh)
 			fh.Close()
 			if err != nil {
 				return usagef(cmd, "%s: %v", args[0], err)
@@ -427,13 +428,13 @@ random, with their sizes; and the built-in workload that resembles it.`,
 				return usagef(cmd, "trace: %v", err)
 			}
 			defer fh.Close()
-			sc, err := trace.NewScanner(fh)
+			sc, err := optrace.NewScanner(fh)
 			if err != nil {
 				return usagef(cmd, "%s: %v", args[0], err)
 			}
 			// Stream the records: statistics need no more memory than the
 			// per-handle and per-path tables.
-			var events []trace.Event
+			var events []optrace.Event
 			for sc.Scan() {
 				if len(events) >= 100_000_000 {
 					return fmt.Errorf("%s: more than 100 million records", args[0])
@@ -449,7 +450,7 @@ random, with their sizes; and the built-in workload that resembles it.`,
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(struct {
-					Header trace.Header `json:"header"`
+					Header optrace.Header `json:"header"`
 					*trace.Stats
 				}{sc.Header(), st})
 			}
@@ -461,7 +462,7 @@ random, with their sizes; and the built-in workload that resembles it.`,
 	return cmd
 }
 
-func printTraceStats(out io.Writer, h trace.Header, s *trace.Stats) {
+func printTraceStats(out io.Writer, h optrace.Header, s *trace.Stats) {
 	if h.Command != "" {
 		fmt.Fprintf(out, "command:   %s\n", h.Command)
 	}
@@ -593,7 +594,7 @@ package "strace"). --from-strace converts an existing log of
 				return err
 			}
 			host, _ := os.Hostname()
-			if err := writeTrace(out, trace.Header{Root: absRoot, Source: "strace", Host: host, Command: command, Started: time.Now()}, events); err != nil {
+			if err := writeTrace(out, optrace.Header{Root: absRoot, Source: "strace", Host: host, Command: command, Started: time.Now()}, events); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "recorded %d operations below %s into %s (%d system calls read, %d outside the root, %d lines not understood)\n",
@@ -612,12 +613,12 @@ package "strace"). --from-strace converts an existing log of
 	return cmd
 }
 
-func writeTrace(path string, h trace.Header, events []trace.Event) error {
+func writeTrace(path string, h optrace.Header, events []optrace.Event) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("create trace: %w", err)
 	}
-	w, err := trace.NewWriter(f, h)
+	w, err := optrace.NewWriter(f, h)
 	if err != nil {
 		f.Close()
 		return err

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/cairnfs/cairn/pkg/bench/report"
-	"github.com/cairnfs/cairn/pkg/bench/trace"
+	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
 // benchCLI runs the cairn command line in-process with its output captured,
@@ -160,7 +160,7 @@ func TestBenchRecordReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parsed, err := trace.Read(f, 1_000_000)
+	parsed, err := optrace.Read(f, 1_000_000)
 	f.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -21,11 +21,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"github.com/cairnfs/cairn/pkg/bench/trace"
 	"github.com/cairnfs/cairn/pkg/client"
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/fusefs"
 	"github.com/cairnfs/cairn/pkg/localcluster"
+	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
 // mountOpts are the -o options of cairn mount.
@@ -252,7 +252,7 @@ file system (docs/bench.md, "Traces").`,
 			}
 			// The trace file is created before anything waits, so that a bad
 			// path fails at once; on an early error it is closed as it is.
-			var rec *trace.Recorder
+			var rec *optrace.Recorder
 			if traceTo != "" {
 				if rec, err = openTrace(traceTo, mp, volume); err != nil {
 					return err
@@ -339,13 +339,13 @@ file system (docs/bench.md, "Traces").`,
 
 // openTrace creates the trace file of cairn mount --trace (truncating an
 // old one) and writes its header.
-func openTrace(file, mp, volume string) (*trace.Recorder, error) {
+func openTrace(file, mp, volume string) (*optrace.Recorder, error) {
 	f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("--trace: %w", err)
 	}
 	host, _ := os.Hostname()
-	rec, err := trace.NewRecorder(f, trace.Header{Root: mp, Source: "cairn mount", Host: host,
+	rec, err := optrace.NewRecorder(f, optrace.Header{Root: mp, Source: "cairn mount", Host: host,
 		Command: strings.Join(os.Args, " "), Extra: map[string]string{"volume": volume}})
 	if err != nil {
 		f.Close()

@@ -8,20 +8,21 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/cairnfs/cairn/pkg/bench/trace"
 	"github.com/cairnfs/cairn/pkg/client"
+	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
-// tracer records the operations applications perform on the mount into a
-// cairn bench trace (`cairn mount --trace`). The kernel names nodes by id
-// (the inode number) and a name in a parent, so the tracer keeps a map from
-// node id to (parent, name), learned from every reply that hands the kernel
-// a node (lookup, create, mkdir, mknod, symlink, link, readdirplus) and
-// dropped when the kernel forgets the node; a path is rebuilt by walking
-// parents up to the root. The map is bounded (maxTraceNodes); a node it could
-// not keep is traced under "/.cairn-unknown/ino-N".
+// tracer records the operations applications perform on the mount into an
+// operation trace (pkg/optrace; `cairn mount --trace`). The kernel names
+// nodes by id (the inode number) and a name in a parent, so the tracer keeps
+// a map from node id to (parent, name), learned from every reply that hands
+// the kernel a node (lookup, create, mkdir, mknod, symlink, link,
+// readdirplus) and dropped when the kernel forgets the node; a path is
+// rebuilt by walking parents up to the root. The map is bounded
+// (maxTraceNodes); a node it could not keep is traced under
+// "/.cairn-unknown/ino-N".
 type tracer struct {
-	rec *trace.Recorder
+	rec *optrace.Recorder
 
 	mu       sync.Mutex
 	nodes    map[uint64]*traceNode // node id -> where it was last seen
@@ -51,7 +52,7 @@ const maxTraceNodes = 1 << 20
 // maxTraceDepth bounds the parent walk of one path.
 const maxTraceDepth = 4096
 
-func newTracer(rec *trace.Recorder) *tracer {
+func newTracer(rec *optrace.Recorder) *tracer {
 	return &tracer{rec: rec, nodes: map[uint64]*traceNode{}, children: map[childKey]uint64{}, handles: map[uint64]traceOpen{}}
 }
 
@@ -199,7 +200,7 @@ func result(st fuse.Status, n int64) int64 {
 }
 
 // record writes one event issued by the caller of header.
-func (t *tracer) record(start time.Time, h *fuse.InHeader, e trace.Event, st fuse.Status, n int64) {
+func (t *tracer) record(start time.Time, h *fuse.InHeader, e optrace.Event, st fuse.Status, n int64) {
 	e.TID = int64(h.Pid)
 	e.Result = result(st, n)
 	t.rec.Record(start, e)
@@ -208,7 +209,7 @@ func (t *tracer) record(start time.Time, h *fuse.InHeader, e trace.Event, st fus
 // stat records a lookup or getattr as a stat that does not follow a final
 // symlink (the kernel resolves symlinks itself, with readlink).
 func (t *tracer) stat(start time.Time, h *fuse.InHeader, path string, st fuse.Status, a *fuse.Attr) {
-	e := trace.Event{Op: trace.OpStat, Path: path, Flags: trace.StatNoFollow, Size: -1}
+	e := optrace.Event{Op: optrace.OpStat, Path: path, Flags: optrace.StatNoFollow, Size: -1}
 	if st == fuse.OK && a != nil {
 		e.Size, e.Mode = int64(a.Size), a.Mode
 	}
@@ -218,7 +219,7 @@ func (t *tracer) stat(start time.Time, h *fuse.InHeader, path string, st fuse.St
 // open records an open or create of path with flags, returning the trace
 // handle it gets (0 on failure).
 func (t *tracer) open(start time.Time, h *fuse.InHeader, fh uint64, path string, flags uint32, mode uint32, st fuse.Status) {
-	e := trace.Event{Op: trace.OpOpen, Path: path, Flags: int64(flags)}
+	e := optrace.Event{Op: optrace.OpOpen, Path: path, Flags: int64(flags)}
 	if flags&syscall.O_CREAT != 0 {
 		e.Mode = mode & 0o7777
 	}
@@ -229,11 +230,11 @@ func (t *tracer) open(start time.Time, h *fuse.InHeader, fh uint64, path string,
 }
 
 // io records a read or write by handle.
-func (t *tracer) io(start time.Time, h *fuse.InHeader, op trace.Op, fh, off uint64, size uint32, st fuse.Status, n int64) {
+func (t *tracer) io(start time.Time, h *fuse.InHeader, op optrace.Op, fh, off uint64, size uint32, st fuse.Status, n int64) {
 	o := t.handle(fh)
 	p := o.path
 	if p == "" {
 		p = t.path(h.NodeId)
 	}
-	t.record(start, h, trace.Event{Op: op, Handle: o.id, Path: p, Offset: int64(off), Size: int64(size)}, st, n)
+	t.record(start, h, optrace.Event{Op: op, Handle: o.id, Path: p, Offset: int64(off), Size: int64(size)}, st, n)
 }

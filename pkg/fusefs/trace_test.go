@@ -8,13 +8,13 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/cairnfs/cairn/pkg/bench/trace"
+	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
 func newTestTracer(t *testing.T) (*tracer, *bytes.Buffer) {
 	t.Helper()
 	var buf bytes.Buffer
-	rec, err := trace.NewRecorder(&buf, trace.Header{Source: "test"})
+	rec, err := optrace.NewRecorder(&buf, optrace.Header{Source: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,16 +88,16 @@ func TestTracerRecords(t *testing.T) {
 	h := &fuse.InHeader{NodeId: 5, Caller: fuse.Caller{Pid: 77}}
 	now := time.Now()
 	tr.open(now, h, 3, tr.child(5, "f"), syscall.O_CREAT|syscall.O_WRONLY, 0o100644, fuse.OK)
-	tr.io(now, h, trace.OpWrite, 3, 0, 100, fuse.OK, 100)
-	tr.io(now, h, trace.OpRead, 3, 100, 50, fuse.EIO, 0)
+	tr.io(now, h, optrace.OpWrite, 3, 0, 100, fuse.OK, 100)
+	tr.io(now, h, optrace.OpRead, 3, 100, 50, fuse.EIO, 0)
 	o := tr.closed(3)
-	tr.record(now, h, trace.Event{Op: trace.OpClose, Handle: o.id, Path: o.path}, fuse.OK, 0)
+	tr.record(now, h, optrace.Event{Op: optrace.OpClose, Handle: o.id, Path: o.path}, fuse.OK, 0)
 	tr.stat(now, h, "/d/nope", fuse.ENOENT, nil)
 	tr.open(now, h, 4, "/d/missing", 0, 0, fuse.ENOENT)
 	if err := tr.rec.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := trace.Read(buf, 100)
+	got, err := optrace.Read(buf, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestTracerRecords(t *testing.T) {
 	if len(ev) != 6 {
 		t.Fatalf("%d records: %+v", len(ev), ev)
 	}
-	if ev[0].Op != trace.OpOpen || ev[0].Path != "/d/f" || ev[0].Handle == 0 || ev[0].Mode != 0o644 || ev[0].TID != 77 {
+	if ev[0].Op != optrace.OpOpen || ev[0].Path != "/d/f" || ev[0].Handle == 0 || ev[0].Mode != 0o644 || ev[0].TID != 77 {
 		t.Errorf("open %+v", ev[0])
 	}
 	if ev[1].Handle != ev[0].Handle || ev[1].Result != 100 || ev[1].Size != 100 || ev[1].Path != "/d/f" {
@@ -114,10 +114,10 @@ func TestTracerRecords(t *testing.T) {
 	if ev[2].Result != -int64(syscall.EIO) || ev[2].Offset != 100 {
 		t.Errorf("read %+v", ev[2])
 	}
-	if ev[3].Op != trace.OpClose || ev[3].Handle != ev[0].Handle {
+	if ev[3].Op != optrace.OpClose || ev[3].Handle != ev[0].Handle {
 		t.Errorf("close %+v", ev[3])
 	}
-	if ev[4].Result != -int64(syscall.ENOENT) || ev[4].Flags != trace.StatNoFollow {
+	if ev[4].Result != -int64(syscall.ENOENT) || ev[4].Flags != optrace.StatNoFollow {
 		t.Errorf("stat %+v", ev[4])
 	}
 	if ev[5].Handle != 0 || ev[5].Result != -int64(syscall.ENOENT) {

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/cairnfs/cairn/pkg/bench/trace"
 	"github.com/cairnfs/cairn/pkg/client"
+	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
 // fakePaths is the SDK's path API answering from a table: attrs by volume
@@ -143,7 +143,7 @@ func TestCairnPathErrorMapping(t *testing.T) {
 				t.Errorf("%s with %v: %#v, want an *fs.PathError of %s on a/b", op, errno, err, op)
 				continue
 			}
-			if !errors.Is(err, errno) || trace.Errno(err) != errno {
+			if !errors.Is(err, errno) || optrace.Errno(err) != errno {
 				t.Errorf("%s: %v does not carry %v", op, err, errno)
 			}
 			if !strings.Contains(err.Error(), "from the server") {
@@ -157,7 +157,7 @@ func TestCairnPathErrorMapping(t *testing.T) {
 		} {
 			err := call()
 			var le *os.LinkError
-			if !errors.As(err, &le) || le.Op != op || !errors.Is(err, errno) || trace.Errno(err) != errno {
+			if !errors.As(err, &le) || le.Op != op || !errors.Is(err, errno) || optrace.Errno(err) != errno {
 				t.Errorf("%s with %v: %#v", op, errno, err)
 			}
 		}
@@ -173,8 +173,8 @@ func TestCairnPathErrorMapping(t *testing.T) {
 	}
 	// An error that is not the SDK's (a deadline) still carries an errno.
 	c = newFakePathFS(&fakePaths{err: fmt.Errorf("step: %w", context.DeadlineExceeded)})
-	if err := c.Unlink("f"); trace.Errno(err) != syscall.ETIMEDOUT {
-		t.Errorf("deadline: %v (errno %v)", err, trace.Errno(err))
+	if err := c.Unlink("f"); optrace.Errno(err) != syscall.ETIMEDOUT {
+		t.Errorf("deadline: %v (errno %v)", err, optrace.Errno(err))
 	}
 }
 
@@ -195,7 +195,7 @@ func TestCairnPathCalls(t *testing.T) {
 	if _, err := c.Stat("."); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("stat of the root of an empty fake: %v", err)
 	}
-	if err := c.Truncate("f", -1); trace.Errno(err) != syscall.EINVAL {
+	if err := c.Truncate("f", -1); optrace.Errno(err) != syscall.EINVAL {
 		t.Errorf("negative truncate: %v", err)
 	}
 	for _, bad := range []string{"../x", "/etc/passwd", "a//b", "a/../b", ""} {
@@ -226,7 +226,7 @@ func TestCairnPathOpenFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fh.Read(make([]byte, 1)); trace.Errno(err) != syscall.EISDIR {
+	if _, err := fh.Read(make([]byte, 1)); optrace.Errno(err) != syscall.EISDIR {
 		t.Errorf("read of a directory: %v", err)
 	}
 	if err := fh.Close(); err != nil {
@@ -257,7 +257,7 @@ func TestCairnPathOpenFlags(t *testing.T) {
 		before := c.opens.Load()
 		_, err := c.OpenFile(tc.name, tc.flag, 0o644)
 		var pe *fs.PathError
-		if !errors.As(err, &pe) || pe.Op != "open" || pe.Path != tc.name || trace.Errno(err) != tc.errno {
+		if !errors.As(err, &pe) || pe.Op != "open" || pe.Path != tc.name || optrace.Errno(err) != tc.errno {
 			t.Errorf("open %s %#x: %v, want %v", tc.name, tc.flag, err, tc.errno)
 		}
 		if got := strings.Join(api.calls, "|"); got != tc.calls {

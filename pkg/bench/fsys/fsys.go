@@ -10,7 +10,7 @@
 // Paths given to an FS are relative to the target's root, slash-separated and
 // clean ("a/b", never "/a", "../a" or "a//b"), as io/fs requires; "." is the
 // root itself. Errors are *fs.PathError (or *os.LinkError) wrapping the
-// backend's errno, so errors.Is(err, fs.ErrNotExist) and trace.Errno work on
+// backend's errno, so errors.Is(err, fs.ErrNotExist) and optrace.Errno work on
 // every backend.
 package fsys
 

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/cairnfs/cairn/pkg/bench/trace"
+	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
 func TestCheckTarget(t *testing.T) {
@@ -216,7 +216,7 @@ func TestMkdirAllRemoveAll(t *testing.T) {
 	}
 	// The generic walk (through a wrapper that hides the native RemoveAll).
 	var rec bytes.Buffer
-	r, _ := trace.NewRecorder(&rec, trace.Header{})
+	r, _ := optrace.NewRecorder(&rec, optrace.Header{})
 	g := struct{ FS }{Record(p, r, 1)}
 	if err := MkdirAll(g, "a/b/c", 0o755); err != nil {
 		t.Fatal(err)
@@ -248,7 +248,7 @@ func TestRecordingWrapper(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	rec, err := trace.NewRecorder(&buf, trace.Header{Source: "fsys-recorder"})
+	rec, err := optrace.NewRecorder(&buf, optrace.Header{Source: "fsys-recorder"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestRecordingWrapper(t *testing.T) {
 	if err := rec.Close(); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := trace.Read(&buf, 100)
+	tr, err := optrace.Read(&buf, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

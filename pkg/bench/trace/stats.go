@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/cairnfs/cairn/pkg/bench/stats"
+	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
 // OpStats are the figures of one operation in a trace.
 type OpStats struct {
-	Op      Op              `json:"op"`
+	Op      optrace.Op      `json:"op"`
 	Count   int64           `json:"count"`
 	Errors  int64           `json:"errors"`
 	Bytes   int64           `json:"bytes"`
@@ -90,9 +91,9 @@ type Stats struct {
 // Compute returns the statistics of events (in any order). A read or write is
 // sequential when it starts where the previous one on the same handle ended
 // (the first one on a handle when it starts at offset 0).
-func Compute(events []Event) *Stats {
+func Compute(events []optrace.Event) *Stats {
 	s := &Stats{Records: len(events)}
-	byOp := map[Op]*OpStats{}
+	byOp := map[optrace.Op]*OpStats{}
 	tids := map[int64]bool{}
 	handles := map[uint64]bool{}
 	paths := map[string]bool{}
@@ -126,7 +127,7 @@ func Compute(events []Event) *Stats {
 			continue
 		}
 		if !e.Op.IsData() {
-			if e.Op != OpClose {
+			if e.Op != optrace.OpClose {
 				s.MetadataOps++
 			}
 			continue
@@ -138,7 +139,7 @@ func Compute(events []Event) *Stats {
 		if end := e.Offset + e.Result; end > extent[e.Path] {
 			extent[e.Path] = end
 		}
-		if e.Op == OpRead {
+		if e.Op == optrace.OpRead {
 			s.Reads++
 			s.ReadBytes += e.Result
 			s.ReadSizes.add(e.Size)
@@ -163,7 +164,7 @@ func Compute(events []Event) *Stats {
 	if len(events) > 0 {
 		s.Duration = last - first
 	}
-	for _, op := range Ops {
+	for _, op := range optrace.Ops {
 		if o := byOp[op]; o != nil {
 			s.Ops = append(s.Ops, *o)
 		}
@@ -254,7 +255,7 @@ type pinfo struct {
 // contents. It is an inference: a trace cannot tell, for example, whether an
 // open with O_CREAT found the file already there; replay counts any operation
 // whose outcome then differs from the recorded one.
-func Prestate(events []Event) []Entry {
+func Prestate(events []optrace.Event) []Entry {
 	m := map[string]*pinfo{}
 	handles := map[uint64]string{}
 	ensureParents := func(p string) {
@@ -281,7 +282,7 @@ func Prestate(events []Event) []Entry {
 	for k := range events {
 		e := &events[k]
 		p := path.Clean(e.Path)
-		if e.Op == OpOpen && e.OK() && e.Handle != 0 {
+		if e.Op == optrace.OpOpen && e.OK() && e.Handle != 0 {
 			handles[e.Handle] = p
 		}
 		if p == "/" {
@@ -289,16 +290,16 @@ func Prestate(events []Event) []Entry {
 		}
 		if !e.OK() {
 			switch {
-			case -e.Result == int64(syscall.ENOENT) && e.Op != OpRename && e.Op != OpLink:
+			case -e.Result == int64(syscall.ENOENT) && e.Op != optrace.OpRename && e.Op != optrace.OpLink:
 				see(p, false, false)
-			case -e.Result == int64(syscall.EEXIST) && (e.Op == OpMkdir || e.Op == OpOpen):
+			case -e.Result == int64(syscall.EEXIST) && (e.Op == optrace.OpMkdir || e.Op == optrace.OpOpen):
 				ensureParents(p)
-				see(p, true, e.Op == OpMkdir)
+				see(p, true, e.Op == optrace.OpMkdir)
 			}
 			continue
 		}
 		switch e.Op {
-		case OpOpen:
+		case optrace.OpOpen:
 			ensureParents(p)
 			var i *pinfo
 			if e.Flags&syscall.O_CREAT != 0 {
@@ -310,10 +311,10 @@ func Prestate(events []Event) []Entry {
 			if e.Flags&syscall.O_TRUNC != 0 {
 				i.touched = true
 			}
-		case OpClose, OpFsync, OpReadlink:
+		case optrace.OpClose, optrace.OpFsync, optrace.OpReadlink:
 			// A symlink's target is not in a trace; replay reports readlink
 			// of a preexisting link as a mismatch.
-		case OpRead:
+		case optrace.OpRead:
 			hp := handles[e.Handle]
 			if hp == "" {
 				hp = p
@@ -321,31 +322,31 @@ func Prestate(events []Event) []Entry {
 			if i, ok := m[hp]; ok && i.pre && !i.touched && !i.dir {
 				i.size = max(i.size, e.Offset+e.Result)
 			}
-		case OpWrite, OpTruncate:
+		case optrace.OpWrite, optrace.OpTruncate:
 			hp := p
 			if e.Handle != 0 && handles[e.Handle] != "" {
 				hp = handles[e.Handle]
 			}
 			ensureParents(hp)
 			see(hp, true, false).touched = true
-		case OpStat:
+		case optrace.OpStat:
 			ensureParents(p)
 			i := see(p, true, e.Mode&syscall.S_IFMT == syscall.S_IFDIR)
 			if i.pre && !i.touched && !i.dir {
 				i.size = max(i.size, e.Size)
 			}
-		case OpReaddir:
+		case optrace.OpReaddir:
 			ensureParents(p)
 			see(p, true, true)
-		case OpMkdir:
+		case optrace.OpMkdir:
 			ensureParents(p)
 			i := see(p, false, true)
 			i.exists, i.dir = true, true
-		case OpRmdir, OpUnlink:
+		case optrace.OpRmdir, optrace.OpUnlink:
 			ensureParents(p)
-			i := see(p, true, e.Op == OpRmdir)
+			i := see(p, true, e.Op == optrace.OpRmdir)
 			i.exists, i.touched = false, true
-			if e.Op == OpRmdir {
+			if e.Op == optrace.OpRmdir {
 				prefix := p + "/"
 				for q, c := range m {
 					if strings.HasPrefix(q, prefix) {
@@ -353,7 +354,7 @@ func Prestate(events []Event) []Entry {
 					}
 				}
 			}
-		case OpRename:
+		case optrace.OpRename:
 			ensureParents(p)
 			src := see(p, true, false)
 			dst := path.Clean(e.Path2)
@@ -370,16 +371,16 @@ func Prestate(events []Event) []Entry {
 			d := see(dst, false, src.dir)
 			d.exists, d.dir, d.touched = true, src.dir, true
 			src.exists, src.touched = false, true
-		case OpLink:
+		case optrace.OpLink:
 			ensureParents(p)
 			see(p, true, false)
 			dst := path.Clean(e.Path2)
 			ensureParents(dst)
 			see(dst, false, false).exists = true
-		case OpSymlink:
+		case optrace.OpSymlink:
 			ensureParents(p)
 			see(p, false, false).exists = true
-		case OpChmod:
+		case optrace.OpChmod:
 			ensureParents(p)
 			see(p, true, false)
 		}

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
 func TestSplitArgs(t *testing.T) {
@@ -254,7 +256,7 @@ func TestStraceRealProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	has := func(op Op, p string) bool {
+	has := func(op optrace.Op, p string) bool {
 		for _, e := range events {
 			if e.Op == op && e.Path == p && e.OK() {
 				return true
@@ -263,12 +265,12 @@ func TestStraceRealProgram(t *testing.T) {
 		return false
 	}
 	for _, w := range []struct {
-		op Op
+		op optrace.Op
 		p  string
 	}{
-		{OpMkdir, "/src"}, {OpMkdir, "/src/sub"}, {OpOpen, "/src/sub/f.txt"}, {OpWrite, "/src/sub/f.txt"},
-		{OpOpen, "/src/g.txt"}, {OpRead, "/src/g.txt"}, {OpRename, "/src/g.txt"}, {OpReaddir, "/src"},
-		{OpUnlink, "/src/sub/f.txt"}, {OpRmdir, "/src/sub"},
+		{optrace.OpMkdir, "/src"}, {optrace.OpMkdir, "/src/sub"}, {optrace.OpOpen, "/src/sub/f.txt"}, {optrace.OpWrite, "/src/sub/f.txt"},
+		{optrace.OpOpen, "/src/g.txt"}, {optrace.OpRead, "/src/g.txt"}, {optrace.OpRename, "/src/g.txt"}, {optrace.OpReaddir, "/src"},
+		{optrace.OpUnlink, "/src/sub/f.txt"}, {optrace.OpRmdir, "/src/sub"},
 	} {
 		if !has(w.op, w.p) {
 			t.Errorf("no successful %s of %s in the import (%d records, report %+v)", w.op, w.p, len(events), rep)
@@ -281,9 +283,9 @@ func TestStraceRealProgram(t *testing.T) {
 			t.Errorf("path outside the root kept: %+v", e)
 		}
 		switch {
-		case e.Op == OpOpen && e.OK():
+		case e.Op == optrace.OpOpen && e.OK():
 			open[e.Handle]++
-		case e.Op == OpClose:
+		case e.Op == optrace.OpClose:
 			open[e.Handle]--
 		}
 	}

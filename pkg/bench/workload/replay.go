@@ -17,6 +17,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/bench/fsys"
 	"github.com/cairnfs/cairn/pkg/bench/stats"
 	"github.com/cairnfs/cairn/pkg/bench/trace"
+	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
 // Trace replay (DFS-Perf §5.3). Every thread replays the whole trace in its
@@ -60,7 +61,7 @@ type replayWL struct {
 // replayData is the trace and everything derived from it, computed once per
 // process and shared read-only by its threads.
 type replayData struct {
-	events   []trace.Event
+	events   []optrace.Event
 	pre      []trace.Entry
 	need     []int   // events (in end order) that must be done before event i starts
 	endRank  []int   // position of event i in end order
@@ -101,7 +102,7 @@ func (w *replayWL) load() (*replayData, error) {
 			return
 		}
 		defer f.Close()
-		tr, err := trace.Read(f, w.maxRecords)
+		tr, err := optrace.Read(f, w.maxRecords)
 		if err != nil {
 			w.err = fmt.Errorf("trace %s: %w", w.file, err)
 			return
@@ -112,7 +113,7 @@ func (w *replayWL) load() (*replayData, error) {
 }
 
 // prepareReplay computes the replay schedule of events sorted by start.
-func prepareReplay(ev []trace.Event, maxStreams int) *replayData {
+func prepareReplay(ev []optrace.Event, maxStreams int) *replayData {
 	d := &replayData{events: ev, pre: trace.Prestate(ev)}
 	n := len(ev)
 	byEnd := make([]int, n)
@@ -337,7 +338,7 @@ func (r *replayRun) stream(ctx context.Context, s int) map[string]*stats.Op {
 
 // mismatch turns a replayed outcome into the operation's error: nil when it
 // matches the recording (both succeeded, or both failed).
-func mismatch(e *trace.Event, err error) error {
+func mismatch(e *optrace.Event, err error) error {
 	switch {
 	case e.OK() && err != nil:
 		return fmt.Errorf("%s %s succeeded when recorded, failed on replay: %w", e.Op, e.Path, err)
@@ -359,11 +360,11 @@ func (r *replayRun) handle(h uint64) *replayHandle {
 }
 
 // exec performs one recorded operation and returns the bytes it moved.
-func (r *replayRun) exec(e *trace.Event, buf []byte) (int64, error) {
+func (r *replayRun) exec(e *optrace.Event, buf []byte) (int64, error) {
 	f := r.t.FS
 	p := replayPath(r.t, e.Path)
 	switch e.Op {
-	case trace.OpOpen:
+	case optrace.OpOpen:
 		flags := int(e.Flags) & replayOpenFlags
 		mode := os.FileMode(e.Mode & 0o777)
 		if mode == 0 {
@@ -383,7 +384,7 @@ func (r *replayRun) exec(e *trace.Event, buf []byte) (int64, error) {
 		r.hs[e.Handle] = &replayHandle{f: fh, appendMode: flags&syscall.O_APPEND != 0}
 		r.mu.Unlock()
 		return 0, nil
-	case trace.OpClose:
+	case optrace.OpClose:
 		r.mu.Lock()
 		h := r.hs[e.Handle]
 		delete(r.hs, e.Handle)
@@ -392,7 +393,7 @@ func (r *replayRun) exec(e *trace.Event, buf []byte) (int64, error) {
 			return 0, errNoHandle
 		}
 		return 0, h.f.Close()
-	case trace.OpRead, trace.OpWrite:
+	case optrace.OpRead, optrace.OpWrite:
 		h := r.handle(e.Handle)
 		if h == nil {
 			return 0, errNoHandle
@@ -403,7 +404,7 @@ func (r *replayRun) exec(e *trace.Event, buf []byte) (int64, error) {
 			var n int
 			var err error
 			switch {
-			case e.Op == trace.OpRead:
+			case e.Op == optrace.OpRead:
 				n, err = h.f.ReadAt(chunk, e.Offset+total)
 				if err == io.EOF {
 					return total + int64(n), nil
@@ -419,50 +420,50 @@ func (r *replayRun) exec(e *trace.Event, buf []byte) (int64, error) {
 			}
 		}
 		return total, nil
-	case trace.OpFsync:
+	case optrace.OpFsync:
 		h := r.handle(e.Handle)
 		if h == nil {
 			return 0, errNoHandle
 		}
 		return 0, h.f.Sync()
-	case trace.OpTruncate:
+	case optrace.OpTruncate:
 		if e.Handle != 0 {
 			if h := r.handle(e.Handle); h != nil {
 				return 0, h.f.Truncate(e.Size)
 			}
 		}
 		return 0, f.Truncate(p, e.Size)
-	case trace.OpStat:
+	case optrace.OpStat:
 		var err error
-		if e.Flags&trace.StatNoFollow != 0 {
+		if e.Flags&optrace.StatNoFollow != 0 {
 			_, err = f.Lstat(p)
 		} else {
 			_, err = f.Stat(p)
 		}
 		return 0, err
-	case trace.OpReaddir:
+	case optrace.OpReaddir:
 		_, err := f.ReadDir(p)
 		return 0, err
-	case trace.OpMkdir:
+	case optrace.OpMkdir:
 		mode := os.FileMode(e.Mode & 0o777)
 		if mode == 0 {
 			mode = 0o755
 		}
 		return 0, f.Mkdir(p, mode)
-	case trace.OpRmdir:
+	case optrace.OpRmdir:
 		return 0, f.Rmdir(p)
-	case trace.OpUnlink:
+	case optrace.OpUnlink:
 		return 0, f.Unlink(p)
-	case trace.OpRename:
+	case optrace.OpRename:
 		return 0, f.Rename(p, replayPath(r.t, e.Path2))
-	case trace.OpLink:
+	case optrace.OpLink:
 		return 0, f.Link(p, replayPath(r.t, e.Path2))
-	case trace.OpSymlink:
+	case optrace.OpSymlink:
 		return 0, f.Symlink(e.Path2, p)
-	case trace.OpReadlink:
+	case optrace.OpReadlink:
 		_, err := f.Readlink(p)
 		return 0, err
-	case trace.OpChmod:
+	case optrace.OpChmod:
 		return 0, f.Chmod(p, os.FileMode(e.Mode&0o777))
 	}
 	return 0, fmt.Errorf("replay: unknown op %q", e.Op)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/cairnfs/cairn/pkg/bench/fsys"
-	"github.com/cairnfs/cairn/pkg/bench/trace"
+	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
 // runWorkers runs spec with `workers` in-process workers on target, the way
@@ -328,7 +328,7 @@ func writeTestTrace(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := trace.NewRecorder(out, trace.Header{Source: "fsys-recorder"})
+	rec, err := optrace.NewRecorder(out, optrace.Header{Source: "fsys-recorder"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +366,7 @@ func writeTestTrace(t *testing.T) string {
 // the prestate cannot know about, and checks the replay reports the mismatch.
 func TestReplayCountsMismatches(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.trace")
-	content := trace.Magic + "\n" +
+	content := optrace.Magic + "\n" +
 		"0\t10\t1\tmkdir\t0\t0\t0\t0\t0\t755\t/d\t\n" +
 		"20\t10\t1\tmkdir\t-17\t0\t0\t0\t0\t755\t/d\t\n" + // EEXIST when recorded and on replay: a match
 		"40\t10\t1\trmdir\t-39\t0\t0\t0\t0\t0\t/d\t\n" + // ENOTEMPTY when recorded, succeeds on replay: a mismatch
@@ -397,7 +397,7 @@ func TestReplayCountsMismatches(t *testing.T) {
 // by the phase's time bound and says so.
 func TestReplayStopsAtTimeBound(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "slow.trace")
-	content := trace.Magic + "\n" +
+	content := optrace.Magic + "\n" +
 		"0\t10\t1\tmkdir\t0\t0\t0\t0\t0\t755\t/a\t\n" +
 		"60000000000\t10\t1\tmkdir\t0\t0\t0\t0\t0\t755\t/b\t\n" // one minute later
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {

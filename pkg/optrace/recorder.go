@@ -1,4 +1,4 @@
-package trace
+package optrace
 
 import (
 	"fmt"
@@ -14,8 +14,8 @@ import (
 //
 //	start := time.Now()
 //	n, err := doRead(...)
-//	rec.Record(start, trace.Event{Op: trace.OpRead, TID: int64(req.Pid), Handle: fh,
-//		Path: p, Offset: off, Size: int64(len(buf)), Result: trace.ResultOf(int64(n), err)})
+//	rec.Record(start, optrace.Event{Op: optrace.OpRead, TID: int64(req.Pid), Handle: fh,
+//		Path: p, Offset: off, Size: int64(len(buf)), Result: optrace.ResultOf(int64(n), err)})
 //
 // Record never blocks on anything but the underlying writer (bounded by its
 // 256 KiB buffer: when it is full, the caller writes it out) and never fails: the

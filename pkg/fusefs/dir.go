@@ -1,0 +1,152 @@
+// Open directories: opendir, the listing a handle reads (readdir,
+// readdirplus), releasedir and fsyncdir.
+
+package fusefs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/cairnfs/cairn/pkg/client"
+	"github.com/cairnfs/cairn/pkg/optrace"
+)
+
+// dirHandle is an open directory: its listing, read at offset 0.
+type dirHandle struct {
+	mu      sync.Mutex
+	ino     uint64
+	entries []client.DirEntry // ".", "..", then the names
+	loaded  bool
+}
+
+// OpenDir opens a directory (ENOTDIR for other types).
+func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	start := time.Now()
+	a, err := fs.v.GetAttr(ctxOf(cancel), in.NodeId)
+	if err != nil {
+		return fs.observe("opendir", start, status(err))
+	}
+	if !a.IsDir() {
+		return fs.observe("opendir", start, fuse.ENOTDIR)
+	}
+	fs.mu.Lock()
+	fh := fs.nextFh
+	fs.nextFh++
+	fs.dirs[fh] = &dirHandle{ino: in.NodeId}
+	fs.mu.Unlock()
+	out.Fh = fh
+	return fs.observe("opendir", start, fuse.OK)
+}
+
+// load reads the whole listing (at offset 0: a rewinddir re-reads it).
+func (fs *FS) load(ctx context.Context, d *dirHandle, plus bool) error {
+	self, err := fs.v.GetAttr(ctx, d.ino)
+	if err != nil {
+		return err
+	}
+	parent := self.Parent
+	if parent == 0 {
+		parent = d.ino
+	}
+	entries := []client.DirEntry{
+		{Name: ".", Ino: d.ino, Type: syscall.S_IFDIR},
+		{Name: "..", Ino: parent, Type: syscall.S_IFDIR},
+	}
+	cursor := ""
+	for {
+		var page []client.DirEntry
+		var more bool
+		if plus {
+			page, more, err = fs.v.ReadDirPlus(ctx, d.ino, cursor, 1024)
+		} else {
+			page, more, err = fs.v.ReadDir(ctx, d.ino, cursor, 1024)
+		}
+		if err != nil {
+			return err
+		}
+		entries = append(entries, page...)
+		if !more || len(page) == 0 {
+			break
+		}
+		cursor = page[len(page)-1].Name
+	}
+	d.entries, d.loaded = entries, true
+	return nil
+}
+
+func (fs *FS) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+	fs.mu.Lock()
+	d := fs.dirs[in.Fh]
+	fs.mu.Unlock()
+	if d == nil {
+		return fuse.EBADF
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if in.Offset == 0 || !d.loaded {
+		if err := fs.load(ctxOf(cancel), d, plus); err != nil {
+			return status(err)
+		}
+	}
+	for i := int(in.Offset); i < len(d.entries); i++ {
+		e := d.entries[i]
+		de := fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Type, Off: uint64(i + 1)}
+		if !plus {
+			if !out.AddDirEntry(de) {
+				break
+			}
+			continue
+		}
+		eo := out.AddDirLookupEntry(de)
+		if eo == nil {
+			break
+		}
+		// "." and "..", and entries without attributes (the inode
+		// vanished meanwhile), get no entry: the kernel looks them up.
+		if e.Attr != nil && e.Name != "." && e.Name != ".." {
+			fs.fillEntry(e.Attr, eo)
+			if fs.tr != nil {
+				fs.tr.learn(d.ino, e.Name, e.Ino)
+			}
+		}
+	}
+	return fuse.OK
+}
+
+// ReadDir lists a directory with "." and "..".
+func (fs *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	start := time.Now()
+	st := fs.readDir(cancel, in, out, false)
+	fs.traceReadDir(start, in, st)
+	return fs.observe("readdir", start, st)
+}
+
+// ReadDirPlus lists a directory with each entry's attributes.
+func (fs *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	start := time.Now()
+	st := fs.readDir(cancel, in, out, true)
+	fs.traceReadDir(start, in, st)
+	return fs.observe("readdirplus", start, st)
+}
+
+// traceReadDir records a listing once, at its first read (offset 0).
+func (fs *FS) traceReadDir(start time.Time, in *fuse.ReadIn, st fuse.Status) {
+	if fs.tr == nil || in.Offset != 0 {
+		return
+	}
+	fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpReaddir, Path: fs.tr.path(in.NodeId)}, st, 0)
+}
+
+// ReleaseDir closes an open directory.
+func (fs *FS) ReleaseDir(in *fuse.ReleaseIn) {
+	fs.mu.Lock()
+	delete(fs.dirs, in.Fh)
+	fs.mu.Unlock()
+}
+
+// FsyncDir is a no-op: directory changes are durable when they return.
+func (fs *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status { return fuse.OK }
