@@ -47,8 +47,8 @@ type fakeCluster struct {
 	// without an entry accepts every name (as one that never got a
 	// routing).
 	routing  map[uint64]*fakeRouting
-	refused  map[metapartition.Errno]int // routing refusals answered
-	readDirs int                         // ReadDir calls answered
+	refused  map[metapb.Errno]int // routing refusals answered
+	readDirs int                  // ReadDir calls answered
 	// onGetMap, if set, runs (under mu) before every GetMap answer: a test
 	// moves the routing forward when the client re-reads the map.
 	onGetMap func()
@@ -65,7 +65,7 @@ type fakeRouting struct {
 
 // check answers for a name as the table of docs/routing.md says; listed is
 // whether ReadDir shows the name.
-func (r *fakeRouting) check(part, parent uint64, name string, mutation bool) (e metapartition.Errno, listed bool) {
+func (r *fakeRouting) check(part, parent uint64, name string, mutation bool) (e metapb.Errno, listed bool) {
 	if r == nil || r.cur == nil {
 		return 0, true
 	}
@@ -75,27 +75,27 @@ func (r *fakeRouting) check(part, parent uint64, name string, mutation bool) (e 
 		if cur {
 			return 0, true
 		}
-		return metapartition.EWRONGMP, false
+		return metapb.EWRONGMP, false
 	}
 	prev := own(r.prev)
 	switch {
 	case prev && cur:
 		return 0, true
 	case prev && r.sealed:
-		return metapartition.EWRONGMP, true
+		return metapb.EWRONGMP, true
 	case prev && mutation:
-		return metapartition.EMOVING, true
+		return metapb.EMOVING, true
 	case prev:
 		return 0, true
 	case cur:
-		return metapartition.EMOVING, false
+		return metapb.EMOVING, false
 	}
-	return metapartition.EWRONGMP, false
+	return metapb.EWRONGMP, false
 }
 
-func (f *fakeCluster) refuse(e metapartition.Errno) {
+func (f *fakeCluster) refuse(e metapb.Errno) {
 	if f.refused == nil {
-		f.refused = map[metapartition.Errno]int{}
+		f.refused = map[metapb.Errno]int{}
 	}
 	f.refused[e]++
 	if f.onRefuse != nil {
@@ -193,7 +193,7 @@ func (f *fakeCluster) homeOf(ino uint64) *metapartition.Partition {
 func (f *fakeCluster) followUp(ino uint64, t *metapb.Txn) *metapb.TxnResult {
 	h := f.homeOf(ino)
 	if h == nil {
-		return &metapb.TxnResult{Errno: int32(metapartition.ENOENT)}
+		return &metapb.TxnResult{Errno: int32(metapb.ENOENT)}
 	}
 	return f.apply(h, t)
 }
@@ -223,7 +223,7 @@ func (f *fakeCluster) Path(_ context.Context, req *metapb.PathRequest) (*metapb.
 		resp := &metapb.PathResponse{Errno: int32(e), Parent: parent}
 		if r != nil {
 			resp.RoutingVersion = r.version
-			if e == metapartition.EWRONGMP {
+			if e == metapb.EWRONGMP {
 				resp.Owner, _ = r.cur.Route(parent, name)
 			}
 		}
@@ -245,7 +245,7 @@ func (f *fakeCluster) Path(_ context.Context, req *metapb.PathRequest) (*metapb.
 	case metapb.PathOp_PATH_OP_UNLINK:
 		resp = f.pathUnlink(p, req, parent, name)
 	default:
-		return &metapb.PathResponse{Errno: int32(metapartition.EINVAL)}, nil
+		return &metapb.PathResponse{Errno: int32(metapb.EINVAL)}, nil
 	}
 	if f.dieAfter > 0 {
 		f.dieAfter--
@@ -295,9 +295,9 @@ func (f *fakeCluster) pathCreate(p *metapartition.Partition, req *metapb.PathReq
 	if local {
 		return resp
 	}
-	if tr := f.followUp(parent, &metapb.Txn{Ops: []*metapb.Op{touch}}); tr.Errno == int32(metapartition.ENOENT) || tr.Errno == int32(metapartition.ENOTDIR) {
+	if tr := f.followUp(parent, &metapb.Txn{Ops: []*metapb.Op{touch}}); tr.Errno == int32(metapb.ENOENT) || tr.Errno == int32(metapb.ENOTDIR) {
 		f.apply(p, &metapb.Txn{Ops: []*metapb.Op{opDeleteDentry(parent, name, in.Ino, 0), opLink(in.Ino, -int32(in.Nlink)), opEvict(in.Ino)},
-			RequestId: metapartition.FollowUpID(req.RequestId, metapartition.FollowUpUndo)})
+			RequestId: metapb.FollowUpID(req.RequestId, metapb.FollowUpUndo)})
 		return &metapb.PathResponse{Errno: tr.Errno, Parent: parent, Message: "parent removed"}
 	}
 	return resp
@@ -310,12 +310,12 @@ func (f *fakeCluster) pathUnlink(p *metapartition.Partition, req *metapb.PathReq
 		d = res.Results[0].Dentry
 		in, _ = p.GetInode(d.Ino)
 	} else {
-		var e metapartition.Errno
+		var e metapb.Errno
 		if d, in, e = p.Lookup(parent, name); e != 0 {
 			return &metapb.PathResponse{Errno: int32(e), Parent: parent}
 		}
 		if isDirType(d.Type) {
-			return &metapb.PathResponse{Errno: int32(metapartition.EISDIR), Parent: parent}
+			return &metapb.PathResponse{Errno: int32(metapb.EISDIR), Parent: parent}
 		}
 	}
 	keep := req.KeepAll || slices.Contains(req.KeepOpen, d.Ino)
@@ -344,11 +344,11 @@ func (f *fakeCluster) pathUnlink(p *metapartition.Partition, req *metapb.PathReq
 		}
 	}
 	if !p.Holds(d.Ino) {
-		lr := f.followUp(d.Ino, &metapb.Txn{Ops: []*metapb.Op{opLink(d.Ino, -1)}, RequestId: metapartition.FollowUpID(req.RequestId, metapartition.FollowUpLink)})
+		lr := f.followUp(d.Ino, &metapb.Txn{Ops: []*metapb.Op{opLink(d.Ino, -1)}, RequestId: metapb.FollowUpID(req.RequestId, metapb.FollowUpLink)})
 		if lr.Errno == 0 {
 			resp.Inode, resp.Nlink = lr.Results[0].Inode, lr.Results[0].Inode.Nlink
 			if resp.Nlink == 0 && !keep {
-				er := f.followUp(d.Ino, &metapb.Txn{Ops: []*metapb.Op{opEvict(d.Ino)}, RequestId: metapartition.FollowUpID(req.RequestId, metapartition.FollowUpEvict)})
+				er := f.followUp(d.Ino, &metapb.Txn{Ops: []*metapb.Op{opEvict(d.Ino)}, RequestId: metapb.FollowUpID(req.RequestId, metapb.FollowUpEvict)})
 				resp.Evicted = er.Errno == 0
 			}
 		}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
-	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
@@ -80,7 +79,7 @@ func (v *Volume) afterUnlink(ctx context.Context, op string, req *metapb.PathReq
 	ino := resp.GetDentry().GetIno()
 	switch {
 	case !resp.GetLinkDropped():
-		id := metapartition.FollowUpID(req.RequestId, metapartition.FollowUpLink)
+		id := metapb.FollowUpID(req.RequestId, metapb.FollowUpLink)
 		res, err := v.txnID(ctx, op, byIno(ino), id, opLink(ino, -1))
 		if err == nil && res.GetResults()[0].GetInode().GetNlink() == 0 {
 			v.evict(ctx, op, ino)

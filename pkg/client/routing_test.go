@@ -12,7 +12,6 @@ import (
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
-	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
@@ -220,7 +219,7 @@ func TestWrongMPRetried(t *testing.T) {
 			}
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			if c.name != "readdir" && f.refused[metapartition.EWRONGMP] == 0 {
+			if c.name != "readdir" && f.refused[metapb.EWRONGMP] == 0 {
 				t.Errorf("no EWRONGMP was answered: the case does not test the retry")
 			}
 			if v.current().routing != 2 {
@@ -245,7 +244,7 @@ func TestMovingRetried(t *testing.T) {
 			mv.freeze()
 			mv.copyName(t, d)
 			f.onRefuse = func() {
-				if f.refused[metapartition.EMOVING] == 3 {
+				if f.refused[metapb.EMOVING] == 3 {
 					mv.finish(d)
 				}
 			}
@@ -260,8 +259,8 @@ func TestMovingRetried(t *testing.T) {
 			}
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			if f.refused[metapartition.EMOVING] < 3 {
-				t.Errorf("EMOVING answered %d times, want at least 3", f.refused[metapartition.EMOVING])
+			if f.refused[metapb.EMOVING] < 3 {
+				t.Errorf("EMOVING answered %d times, want at least 3", f.refused[metapb.EMOVING])
 			}
 		})
 	}

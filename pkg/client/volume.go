@@ -36,7 +36,6 @@ import (
 	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/metaclient"
-	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/redirect"
 )
@@ -444,8 +443,8 @@ func retryable(err error) bool {
 // caller: the step is retried until the operation's deadline, which ends
 // it with ETIMEDOUT like any other failure to reach a partition.
 const (
-	errnoWrongMP    = syscall.Errno(metapartition.EWRONGMP)
-	errnoMoving     = syscall.Errno(metapartition.EMOVING)
+	errnoWrongMP    = syscall.Errno(metapb.EWRONGMP)
+	errnoMoving     = syscall.Errno(metapb.EMOVING)
 	routeBackoffMin = 10 * time.Millisecond
 	routeBackoffMax = 200 * time.Millisecond
 )
@@ -616,7 +615,7 @@ func (v *Volume) txn(ctx context.Context, op string, pick picker, ops ...*metapb
 }
 
 // txnID is txn with the request id given: a step a meta node may have run
-// already for a request of this client (metapartition.FollowUpID).
+// already for a request of this client (metapb.FollowUpID).
 func (v *Volume) txnID(ctx context.Context, op string, pick picker, id uint64, ops ...*metapb.Op) (*metapb.TxnResult, error) {
 	t := &metapb.Txn{Ops: ops, RequestId: id}
 	var res *metapb.TxnResult

@@ -356,7 +356,7 @@ func TestRoutingOverGRPC(t *testing.T) {
 		bad, err = m.Scan(ctx, &metapb.ScanRequest{PartitionId: c.part.Id}, o...)
 		return err
 	})
-	if err != nil || metapartition.Errno(bad.Errno) != metapartition.EINVAL {
+	if err != nil || metapb.Errno(bad.Errno) != metapb.EINVAL {
 		t.Fatalf("scan without a kind: %v %v", err, bad)
 	}
 
@@ -368,11 +368,11 @@ func TestRoutingOverGRPC(t *testing.T) {
 		t.Fatalf("set routing: %v %v", err, res)
 	}
 	res, err := mc.Txn(ctx, c.part, createTxn(RootIno, "g"))
-	if err != nil || metapartition.Errno(res.Errno) != metapartition.EWRONGMP {
+	if err != nil || metapb.Errno(res.Errno) != metapb.EWRONGMP {
 		t.Fatalf("create after the routing moved away: %v %v, want errno EWRONGMP", err, res)
 	}
 	lk, err := mc.Lookup(ctx, c.part, RootIno, "f1")
-	if err != nil || metapartition.Errno(lk.Errno) != metapartition.EWRONGMP || lk.RoutingVersion != 1 {
+	if err != nil || metapb.Errno(lk.Errno) != metapb.EWRONGMP || lk.RoutingVersion != 1 {
 		t.Fatalf("lookup: %v %v", err, lk)
 	}
 	rd, err := mc.ReadDir(ctx, c.part, RootIno, "", 10, false)
@@ -429,7 +429,7 @@ func TestRangeCut(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	for i, want := range []int32{0, 0, int32(metapartition.ENOSPC)} {
+	for i, want := range []int32{0, 0, int32(metapb.ENOSPC)} {
 		if res, err := mc.Txn(ctx, cut, createTxn(RootIno, fmt.Sprintf("f%d", i))); err != nil || res.Errno != want {
 			t.Fatalf("create %d: %v %v, want errno %d", i, err, res, want)
 		}

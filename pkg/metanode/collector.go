@@ -224,7 +224,7 @@ func (c *collector) ack(ctx context.Context, lp ledPartition, upto uint64) error
 		return fmt.Errorf("acknowledge the free list up to %d: %w", upto, err)
 	}
 	if res.Errno != 0 {
-		return fmt.Errorf("acknowledge the free list up to %d: %v: %s", upto, metapartition.Errno(res.Errno), res.Message)
+		return fmt.Errorf("acknowledge the free list up to %d: %v: %s", upto, metapb.Errno(res.Errno), res.Message)
 	}
 	return nil
 }
@@ -317,7 +317,7 @@ func (c *collector) shardTxn(ctx context.Context, lp ledPartition, m *pb.Cluster
 		return err
 	}
 	if res.GetErrno() != 0 {
-		return fmt.Errorf("%v: %s", metapartition.Errno(res.Errno), res.Message)
+		return fmt.Errorf("%v: %s", metapb.Errno(res.Errno), res.Message)
 	}
 	return nil
 }
@@ -410,7 +410,7 @@ func (c *collector) submit(ctx context.Context, lp ledPartition, op *metapb.Op) 
 		return nil, err
 	}
 	if res.Errno != 0 {
-		return nil, fmt.Errorf("%v: %s", metapartition.Errno(res.Errno), res.Message)
+		return nil, fmt.Errorf("%v: %s", metapb.Errno(res.Errno), res.Message)
 	}
 	return res, nil
 }

@@ -227,7 +227,7 @@ func TestCollectorChunks(t *testing.T) {
 			t.Fatalf("scan of shard 101 misses %v", ch.fp)
 		}
 	}
-	if resp := scanChunks([]byte{1, 2}); metapartition.Errno(resp.Errno) != metapartition.EINVAL {
+	if resp := scanChunks([]byte{1, 2}); metapb.Errno(resp.Errno) != metapb.EINVAL {
 		t.Fatalf("scan after a 2-byte fingerprint: %v", resp)
 	}
 	st, err := v.mc.Stats(v.ctx, v.m.Partitions[101], 0)
@@ -249,9 +249,9 @@ func TestCollectorChunks(t *testing.T) {
 		v.read(t, 100, func(mp *metapartition.Partition) { n = len(mp.FreeList()) + mp.ChunkStats().PendingDrops })
 		return n == 0
 	})
-	refs := func(ch storedChunk) (*metapb.ChunkRecord, metapartition.Errno) {
+	refs := func(ch storedChunk) (*metapb.ChunkRecord, metapb.Errno) {
 		var r *metapb.ChunkRecord
-		var e metapartition.Errno
+		var e metapb.Errno
 		v.read(t, ch.shard, func(mp *metapartition.Partition) { r, e = mp.ChunkEntry(ch.fp) })
 		return r, e
 	}
@@ -282,7 +282,7 @@ func TestCollectorChunks(t *testing.T) {
 	eventually(t, "a and b leave the index", func() bool {
 		_, ea := refs(a)
 		_, eb := refs(b)
-		return ea == metapartition.ENOENT && eb == metapartition.ENOENT
+		return ea == metapb.ENOENT && eb == metapb.ENOENT
 	})
 	eventually(t, "a's bytes are freed", func() bool {
 		_, err := dc.ReadChunk(v.ctx, a.loc, a.fp)

@@ -45,7 +45,7 @@ import (
 //
 // Exactly-once: the TouchDir keeps the client's op_id; Link, Evict and the
 // undo carry request ids derived from the client's request id
-// (metapartition.FollowUpID), so a retried request repeats none of them.
+// (metapb.FollowUpID), so a retried request repeats none of them.
 // A follow-up that cannot reach its partition within the request's time is
 // reported undone (parent_touched or link_dropped false) and the client
 // sends it itself, with the same ids.
@@ -88,14 +88,14 @@ type stepResult struct {
 }
 
 // nameErrno checks a name sent by inode (PathRequest.parent_ino).
-func nameErrno(name string) metapartition.Errno {
+func nameErrno(name string) metapb.Errno {
 	switch err := hybridindex.ValidateName(name); {
 	case err == nil:
-		return metapartition.OK
+		return metapb.OK
 	case errors.Is(err, hybridindex.ErrNameTooLong):
-		return metapartition.ENAMETOOLONG
+		return metapb.ENAMETOOLONG
 	default:
-		return metapartition.EINVAL
+		return metapb.EINVAL
 	}
 }
 
@@ -116,16 +116,16 @@ func createFollowUp(mp *metapartition.Partition, req *metapb.PathRequest, parent
 	if _, retry := mp.Answered(req.RequestId); retry {
 		return f, nil
 	}
-	refuse := func(e metapartition.Errno, format string, args ...any) *metapb.PathResponse {
+	refuse := func(e metapb.Errno, format string, args ...any) *metapb.PathResponse {
 		r := pathErr(e, req.Path, format, args...)
 		r.Parent = parent
 		return r
 	}
 	if mp.RefusesNames(parent, time.Now().UnixNano()) {
-		return nil, refuse(metapartition.ENOENT, "create: parent %d is fenced (being removed)", parent)
+		return nil, refuse(metapb.ENOENT, "create: parent %d is fenced (being removed)", parent)
 	}
-	if _, _, e := mp.Lookup(parent, name); e == metapartition.OK {
-		return nil, refuse(metapartition.EEXIST, "create: the name exists")
+	if _, _, e := mp.Lookup(parent, name); e == metapb.OK {
+		return nil, refuse(metapb.EEXIST, "create: the name exists")
 	}
 	f.parallel = touch.GetNlinkDelta() == 0
 	return f, nil
@@ -155,7 +155,7 @@ func (s *service) runPlan(ctx context.Context, p *partition, req *metapb.PathReq
 		}
 		return nil, false, raftStatus(req.PartitionId, err)
 	}
-	if metapartition.Errno(res.Errno) == metapartition.ENSCHANGED || (plan.again != nil && res.Errno != 0 && plan.again(res)) {
+	if metapb.Errno(res.Errno) == metapb.ENSCHANGED || (plan.again != nil && res.Errno != 0 && plan.again(res)) {
 		return nil, true, nil
 	}
 	resp = plan.build(res)
@@ -172,18 +172,18 @@ func (s *service) runPlan(ctx context.Context, p *partition, req *metapb.PathReq
 		return resp, false, nil
 	}
 	t := <-touched
-	switch e := metapartition.Errno(t.res.GetErrno()); {
+	switch e := metapb.Errno(t.res.GetErrno()); {
 	case t.err != nil:
 		// Not reached: the client sends the TouchDir (same op id).
 		resp.ParentTouched = false
 		s.h.log.Debug("parent touch not sent", "partition", p.id, "parent", f.parent, "err", t.err)
-	case f.create && (e == metapartition.ENOENT || e == metapartition.ENOTDIR):
+	case f.create && (e == metapb.ENOENT || e == metapb.ENOTDIR):
 		return s.undoCreate(ctx, p, req, f, resp, e), false, nil
 	default:
 		// Done, or refused for good (a parent gone under an unlink, a
 		// link count out of range): nothing the client could add.
 		resp.ParentTouched = true
-		if e == metapartition.OK && len(t.res.GetResults()) > 0 {
+		if e == metapb.OK && len(t.res.GetResults()) > 0 {
 			resp.ParentAttrs = t.res.GetResults()[0].GetInode()
 		}
 	}
@@ -203,7 +203,7 @@ func (s *service) finishUnlink(ctx context.Context, p *partition, req *metapb.Pa
 	// One Txn on the home: the link, and the eviction at 0 links unless
 	// the client has the file open.
 	link := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: ino, Delta: -1, EvictAtZero: !f.keep}}}},
-		RequestId: metapartition.FollowUpID(req.RequestId, metapartition.FollowUpLink)}
+		RequestId: metapb.FollowUpID(req.RequestId, metapb.FollowUpLink)}
 	t := <-s.goFollowUp(ctx, p, "link", ino, link)
 	switch {
 	case t.err != nil:
@@ -227,12 +227,12 @@ func (s *service) finishUnlink(ctx context.Context, p *partition, req *metapb.Pa
 	// At 0 links and not evicted: a home of an earlier version, which does
 	// not evict with the link.
 	evict := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Evict{Evict: &metapb.Evict{Ino: ino}}}},
-		RequestId: metapartition.FollowUpID(req.RequestId, metapartition.FollowUpEvict)}
+		RequestId: metapb.FollowUpID(req.RequestId, metapb.FollowUpEvict)}
 	t = <-s.goFollowUp(ctx, p, "evict", ino, evict)
-	switch e := metapartition.Errno(t.res.GetErrno()); {
+	switch e := metapb.Errno(t.res.GetErrno()); {
 	case t.err != nil:
 		s.h.log.Debug("unlinked inode not evicted", "partition", p.id, "ino", ino, "err", t.err)
-	case e == metapartition.OK, e == metapartition.ENOENT:
+	case e == metapb.OK, e == metapb.ENOENT:
 		resp.Evicted = true
 	}
 }
@@ -241,14 +241,14 @@ func (s *service) finishUnlink(ctx context.Context, p *partition, req *metapb.Pa
 // TouchDir answered e): the name and the inode, both made here, in one
 // Txn, and answers e. A failure of the undo (the name changed meanwhile)
 // leaves a name under a removed directory, which fsck reports.
-func (s *service) undoCreate(ctx context.Context, p *partition, req *metapb.PathRequest, f *followUp, resp *metapb.PathResponse, e metapartition.Errno) *metapb.PathResponse {
+func (s *service) undoCreate(ctx context.Context, p *partition, req *metapb.PathRequest, f *followUp, resp *metapb.PathResponse, e metapb.Errno) *metapb.PathResponse {
 	in := resp.GetInode()
 	ino := in.GetIno()
 	undo := &metapb.Txn{Ops: []*metapb.Op{
 		{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{Parent: f.parent, Name: []byte(f.name), ExpectIno: ino}}},
 		{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: ino, Delta: -int32(in.GetNlink())}}},
 		{Op: &metapb.Op_Evict{Evict: &metapb.Evict{Ino: ino}}},
-	}, RequestId: metapartition.FollowUpID(req.RequestId, metapartition.FollowUpUndo)}
+	}, RequestId: metapb.FollowUpID(req.RequestId, metapb.FollowUpUndo)}
 	res, err := p.merger.submit(ctx, undo)
 	outcome := "ok"
 	switch {

@@ -13,7 +13,6 @@ import (
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/metaclient"
-	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/redirect"
 )
@@ -180,7 +179,7 @@ func TestNameFollowUps(t *testing.T) {
 		t.Errorf("the retried create touched the parent again")
 	}
 	// An existing name: EEXIST, and the parent is not touched.
-	if dup := tp.name(t, tp.p[1], createReq(RootIno, f, metapb.FileType_FILE_TYPE_REGULAR)); metapartition.Errno(dup.Errno) != metapartition.EEXIST {
+	if dup := tp.name(t, tp.p[1], createReq(RootIno, f, metapb.FileType_FILE_TYPE_REGULAR)); metapb.Errno(dup.Errno) != metapb.EEXIST {
 		t.Fatalf("create of an existing name: %v", dup)
 	}
 	if r := tp.inode(t, RootIno); r.MtimeNs != root1.MtimeNs {
@@ -202,7 +201,7 @@ func TestNameFollowUps(t *testing.T) {
 	if l := tp.name(t, tp.p[1], &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP, ParentIno: RootIno, Path: []byte(f)}); l.Errno != 0 || l.Inode.GetIno() != c.Inode.GetIno() {
 		t.Fatalf("lookup: %v", l)
 	}
-	if l := tp.name(t, tp.p[1], &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP, ParentIno: RootIno, Path: []byte(nameIn("nope", 1))}); metapartition.Errno(l.Errno) != metapartition.ENOENT {
+	if l := tp.name(t, tp.p[1], &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP, ParentIno: RootIno, Path: []byte(nameIn("nope", 1))}); metapb.Errno(l.Errno) != metapb.ENOENT {
 		t.Fatalf("lookup of a missing name: %v", l)
 	}
 
@@ -306,7 +305,7 @@ func TestCreateUnderRemovedParent(t *testing.T) {
 	// Fenced (an rmdir is checking it): refused at once, not touched.
 	tp.txn(t, tp.p[1], &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: dir, Token: 9}}})
 	before := tp.inode(t, dir)
-	if r := tp.name(t, tp.p[1], createReq(dir, nameIn("x", 1), metapb.FileType_FILE_TYPE_REGULAR)); metapartition.Errno(r.Errno) != metapartition.ENOENT {
+	if r := tp.name(t, tp.p[1], createReq(dir, nameIn("x", 1), metapb.FileType_FILE_TYPE_REGULAR)); metapb.Errno(r.Errno) != metapb.ENOENT {
 		t.Fatalf("create under a fenced parent: %v", r)
 	}
 	if after := tp.inode(t, dir); after.MtimeNs != before.MtimeNs {
@@ -322,18 +321,18 @@ func TestCreateUnderRemovedParent(t *testing.T) {
 	for _, typ := range []metapb.FileType{metapb.FileType_FILE_TYPE_REGULAR, metapb.FileType_FILE_TYPE_DIRECTORY} {
 		x := nameIn("x", 1)
 		req := createReq(dir, x, typ)
-		if r := tp.name(t, tp.p[1], req); metapartition.Errno(r.Errno) != metapartition.ENOENT {
+		if r := tp.name(t, tp.p[1], req); metapb.Errno(r.Errno) != metapb.ENOENT {
 			t.Fatalf("%v under a removed parent: %v", typ, r)
 		}
-		if r := tp.name(t, tp.p[1], req); metapartition.Errno(r.Errno) != metapartition.ENOENT {
+		if r := tp.name(t, tp.p[1], req); metapb.Errno(r.Errno) != metapb.ENOENT {
 			t.Fatalf("retried %v under a removed parent: %v", typ, r)
 		}
-		if l := tp.name(t, tp.p[1], &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP, ParentIno: dir, Path: []byte(x)}); metapartition.Errno(l.Errno) != metapartition.ENOENT {
+		if l := tp.name(t, tp.p[1], &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP, ParentIno: dir, Path: []byte(x)}); metapb.Errno(l.Errno) != metapb.ENOENT {
 			t.Fatalf("name left under the removed parent: %v", l)
 		}
 	}
 	// Not a directory.
-	if r := tp.name(t, tp.p[1], createReq(fc.Inode.Ino, nameIn("y", 1), metapb.FileType_FILE_TYPE_REGULAR)); metapartition.Errno(r.Errno) != metapartition.ENOTDIR {
+	if r := tp.name(t, tp.p[1], createReq(fc.Inode.Ino, nameIn("y", 1), metapb.FileType_FILE_TYPE_REGULAR)); metapb.Errno(r.Errno) != metapb.ENOTDIR {
 		t.Fatalf("create under a file: %v", r)
 	}
 	if n := tp.counter(t, "cairn_meta_follow_ups_total", "step", "undo_create", "outcome", "ok"); n != 5 {

@@ -371,7 +371,7 @@ func (h *Host) goEnsureRoot(p *partition) {
 			h.log.Warn("create the volume root", "partition", p.id, "err", err)
 		case res.Errno == 0:
 			h.log.Info("created the volume root", "partition", p.id)
-		case metapartition.Errno(res.Errno) != metapartition.EEXIST:
+		case metapb.Errno(res.Errno) != metapb.EEXIST:
 			h.log.Warn("create the volume root", "partition", p.id, "errno", res.Errno, "msg", res.Message)
 		}
 	}()

@@ -101,7 +101,7 @@ func (s *service) fetchLayout(ctx context.Context, p *partition, dir uint64) err
 		if err != nil {
 			return err
 		}
-		if e != metapartition.EBUSY {
+		if e != metapb.EBUSY {
 			s.h.layouts.put(layoutKey{p.volume, dir}, in.GetXattrs()[clustermap.LayoutAttr], at)
 			return nil
 		}

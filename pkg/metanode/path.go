@@ -39,7 +39,7 @@ const (
 
 // pathErr answers a path request with an errno and a message naming the
 // path.
-func pathErr(e metapartition.Errno, path []byte, format string, args ...any) *metapb.PathResponse {
+func pathErr(e metapb.Errno, path []byte, format string, args ...any) *metapb.PathResponse {
 	return &metapb.PathResponse{Errno: int32(e), Message: fmt.Sprintf("%q: %s", path, fmt.Sprintf(format, args...))}
 }
 
@@ -103,7 +103,7 @@ func (s *service) Path(ctx context.Context, req *metapb.PathRequest) (*metapb.Pa
 	}
 	p, resp, err := s.pathHere(ctx, req)
 	if err != nil || resp.Errno != 0 {
-		if err == nil && metapartition.Errno(resp.Errno) == metapartition.EWRONGMP && resp.Owner != 0 && !req.Forwarded {
+		if err == nil && metapb.Errno(resp.Errno) == metapb.EWRONGMP && resp.Owner != 0 && !req.Forwarded {
 			return s.forwardPath(ctx, req, resp), nil
 		}
 		return resp, err
@@ -151,7 +151,7 @@ func (s *service) completeInode(ctx context.Context, p *partition, req *metapb.P
 	}
 	in := r.Inode
 	if req.Access != 0 && !perm.Allowed(credOf(req.Cred), modeOf(in), in.GetUid(), in.GetGid(), req.Access) {
-		*resp = metapb.PathResponse{Errno: int32(metapartition.EACCES), Message: fmt.Sprintf("%q: permission denied", req.Path)}
+		*resp = metapb.PathResponse{Errno: int32(metapb.EACCES), Message: fmt.Sprintf("%q: permission denied", req.Path)}
 		return
 	}
 	resp.Inode = in
@@ -164,26 +164,26 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 		trailing bool
 	)
 	if req.ParentIno != 0 {
-		if e := nameErrno(string(req.Path)); e != metapartition.OK {
+		if e := nameErrno(string(req.Path)); e != metapb.OK {
 			return nil, pathErr(e, req.Path, "not a valid name in directory %d", req.ParentIno), nil
 		}
 	} else {
 		var e syscall.Errno
 		if comps, trailing, e = nsreplica.Split(string(req.Path)); e != 0 {
-			return nil, pathErr(metapartition.Errno(e), req.Path, "not a valid path"), nil
+			return nil, pathErr(metapb.Errno(e), req.Path, "not a valid path"), nil
 		}
 	}
 	switch req.Op {
 	case metapb.PathOp_PATH_OP_LOOKUP:
 	case metapb.PathOp_PATH_OP_CREATE, metapb.PathOp_PATH_OP_UNLINK:
 		if req.ParentIno == 0 && (len(comps) == 0 || comps[len(comps)-1] == "..") {
-			return nil, pathErr(metapartition.EINVAL, req.Path, "%v needs a name as the last component", req.Op), nil
+			return nil, pathErr(metapb.EINVAL, req.Path, "%v needs a name as the last component", req.Op), nil
 		}
 		if req.Op == metapb.PathOp_PATH_OP_CREATE && req.Create == nil {
-			return nil, pathErr(metapartition.EINVAL, req.Path, "create without the inode to create"), nil
+			return nil, pathErr(metapb.EINVAL, req.Path, "create without the inode to create"), nil
 		}
 	default:
-		return nil, pathErr(metapartition.EINVAL, req.Path, "unknown path operation %v", req.Op), nil
+		return nil, pathErr(metapb.EINVAL, req.Path, "unknown path operation %v", req.Op), nil
 	}
 	p, err := s.readable(ctx, req.PartitionId)
 	if err != nil {
@@ -247,7 +247,7 @@ func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metap
 	}
 	stack, next, e := p.ns.Walk(root, dirs, cred)
 	if e != 0 {
-		return pathPlan{resp: pathErr(metapartition.Errno(e), req.Path, "search permission denied")}
+		return pathPlan{resp: pathErr(metapb.Errno(e), req.Path, "search permission denied")}
 	}
 	if next < len(dirs) {
 		return pathPlan{miss: &nsMiss{parent: stack[len(stack)-1].Ino, name: dirs[next], at: next, gen: gen}}
@@ -260,9 +260,9 @@ func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metap
 		// when homed here (else the client asks its home).
 		base.Parent = 0
 		base.Dentry = &metapb.Dentry{Ino: dir.Ino, Type: metapb.FileType_FILE_TYPE_DIRECTORY}
-		if in, ie := mp.GetInode(dir.Ino); ie == metapartition.OK {
+		if in, ie := mp.GetInode(dir.Ino); ie == metapb.OK {
 			if req.Access != 0 && !perm.Allowed(cred, in.GetMode()|syscall.S_IFDIR, in.GetUid(), in.GetGid(), req.Access) {
-				return pathPlan{resp: pathErr(metapartition.EACCES, req.Path, "permission denied")}
+				return pathPlan{resp: pathErr(metapb.EACCES, req.Path, "permission denied")}
 			}
 			base.Inode = in
 		}
@@ -273,7 +273,7 @@ func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metap
 		want |= perm.Write
 	}
 	if !perm.Allowed(cred, dir.Mode, dir.Uid, dir.Gid, want) {
-		return pathPlan{resp: pathErr(metapartition.EACCES, req.Path, "permission denied on the parent directory")}
+		return pathPlan{resp: pathErr(metapb.EACCES, req.Path, "permission denied on the parent directory")}
 	}
 	return s.planName(p, mp, req, base, dir, name, trailing, cred)
 }
@@ -281,7 +281,7 @@ func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metap
 // planName plans the operation on the last name, in directory dir (resolved
 // from a path, or named by the caller).
 func (s *service) planName(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, name string, trailing bool, cred perm.Cred) pathPlan {
-	if re := mp.CheckRoute(dir.Ino, name, req.Op != metapb.PathOp_PATH_OP_LOOKUP); re != metapartition.OK {
+	if re := mp.CheckRoute(dir.Ino, name, req.Op != metapb.PathOp_PATH_OP_LOOKUP); re != metapb.OK {
 		r := pathErr(re, req.Path, "the last name is not served here")
 		r.Owner, _ = mp.Route(dir.Ino, name)
 		r.Parent, r.RoutingVersion = dir.Ino, base.RoutingVersion
@@ -294,7 +294,7 @@ func (s *service) planName(p *partition, mp *metapartition.Partition, req *metap
 		return s.planUnlink(mp, req, base, dir, name, cred)
 	}
 	d, in, le := mp.Lookup(dir.Ino, name)
-	if le != metapartition.OK {
+	if le != metapb.OK {
 		// The parent exists: say which it is (rename and link name a
 		// new path through it).
 		r := pathErr(le, req.Path, "lookup")
@@ -302,10 +302,10 @@ func (s *service) planName(p *partition, mp *metapartition.Partition, req *metap
 		return pathPlan{resp: r}
 	}
 	if trailing && d.GetType() != metapb.FileType_FILE_TYPE_DIRECTORY && d.GetType() != metapb.FileType_FILE_TYPE_SYMLINK {
-		return pathPlan{resp: pathErr(metapartition.ENOTDIR, req.Path, "not a directory")}
+		return pathPlan{resp: pathErr(metapb.ENOTDIR, req.Path, "not a directory")}
 	}
 	if in != nil && req.Access != 0 && !perm.Allowed(cred, modeOf(in), in.GetUid(), in.GetGid(), req.Access) {
-		return pathPlan{resp: pathErr(metapartition.EACCES, req.Path, "permission denied")}
+		return pathPlan{resp: pathErr(metapb.EACCES, req.Path, "permission denied")}
 	}
 	base.Dentry, base.Inode = d, in
 	return pathPlan{resp: base}
@@ -387,7 +387,7 @@ func guardedPlan(mp *metapartition.Partition, req *metapb.PathRequest, what stri
 	txn := &metapb.Txn{Ops: ops, RequestId: req.RequestId, NsEpoch: mp.NsEpoch(), NsGuard: true}
 	return pathPlan{txn: txn, build: func(res *metapb.TxnResult) *metapb.PathResponse {
 		if res.Errno != 0 {
-			r := pathErr(metapartition.Errno(res.Errno), req.Path, "%s: %s", what, res.Message)
+			r := pathErr(metapb.Errno(res.Errno), req.Path, "%s: %s", what, res.Message)
 			r.Parent = parent
 			return r
 		}
@@ -412,21 +412,21 @@ func (s *service) planUnlink(mp *metapartition.Partition, req *metapb.PathReques
 	}
 	d, in, e := mp.Lookup(dir.Ino, name)
 	switch {
-	case e != metapartition.OK:
+	case e != metapb.OK:
 		return pathPlan{resp: pathErr(e, req.Path, "unlink")}
 	case d.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY:
-		return pathPlan{resp: pathErr(metapartition.EISDIR, req.Path, "unlink of a directory")}
+		return pathPlan{resp: pathErr(metapb.EISDIR, req.Path, "unlink of a directory")}
 	}
 	if dir.Mode&syscall.S_ISVTX != 0 {
 		if in == nil {
 			// The sticky check needs the file's owner, homed elsewhere:
 			// the client takes the inode path (errno EXDEV, never shown).
-			r := pathErr(metapartition.EXDEV, req.Path, "sticky directory, inode homed elsewhere")
+			r := pathErr(metapb.EXDEV, req.Path, "sticky directory, inode homed elsewhere")
 			r.Parent, r.Dentry = dir.Ino, d
 			return pathPlan{resp: r}
 		}
 		if !perm.MayDelete(cred, dir.Mode, dir.Uid, in.GetUid()) {
-			return pathPlan{resp: pathErr(metapartition.EPERM, req.Path, "sticky directory")}
+			return pathPlan{resp: pathErr(metapb.EPERM, req.Path, "sticky directory")}
 		}
 	}
 	ops := []*metapb.Op{{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{
@@ -461,10 +461,10 @@ func (s *service) unlinkPlan(mp *metapartition.Partition, req *metapb.PathReques
 		return unlinkAnswer(base, d, dir.Ino, res)
 	})
 	plan.again = func(res *metapb.TxnResult) bool {
-		switch metapartition.Errno(res.Errno) {
-		case metapartition.ESTALE, metapartition.EISDIR, metapartition.ENOTDIR:
+		switch metapb.Errno(res.Errno) {
+		case metapb.ESTALE, metapb.EISDIR, metapb.ENOTDIR:
 			return res.FailedOp == 0
-		case metapartition.EBUSY:
+		case metapb.EBUSY:
 			return evicting && res.FailedOp == 2
 		}
 		return false
@@ -525,7 +525,7 @@ func (s *service) fetchOnce(ctx context.Context, p *partition, m *nsMiss, comps 
 		local  bool
 		d      *metapb.Dentry
 		in     *metapb.Inode
-		e      metapartition.Errno
+		e      metapb.Errno
 	)
 	p.sm.read(func(mp *metapartition.Partition) {
 		if m.root {
@@ -540,7 +540,7 @@ func (s *service) fetchOnce(ctx context.Context, p *partition, m *nsMiss, comps 
 		local = routed && owner == p.id
 		if local {
 			d, in, e = mp.Lookup(m.parent, m.name)
-			busy = e == metapartition.OK && mp.Fenced(d.GetIno(), time.Now().UnixNano())
+			busy = e == metapb.OK && mp.Fenced(d.GetIno(), time.Now().UnixNano())
 		}
 	})
 	if busy {
@@ -565,13 +565,13 @@ func (s *service) fetchOnce(ctx context.Context, p *partition, m *nsMiss, comps 
 		}
 	}
 	switch e {
-	case metapartition.OK:
-	case metapartition.EBUSY, metapartition.EWRONGMP, metapartition.EMOVING:
+	case metapb.OK:
+	case metapb.EBUSY, metapb.EWRONGMP, metapb.EMOVING:
 		// Locked, or the owner's routing and ours disagree for a moment
 		// (a routing change): wait and ask again.
 		return nil, true, nil
-	case metapartition.ENOENT:
-		return &metapb.PathResponse{Errno: int32(metapartition.ENOENT), Message: fmt.Sprintf("component %q does not exist", m.name)}, false, nil
+	case metapb.ENOENT:
+		return &metapb.PathResponse{Errno: int32(metapb.ENOENT), Message: fmt.Sprintf("component %q does not exist", m.name)}, false, nil
 	default:
 		return &metapb.PathResponse{Errno: int32(e), Message: fmt.Sprintf("component %q", m.name)}, false, nil
 	}
@@ -583,16 +583,16 @@ func (s *service) fetchOnce(ctx context.Context, p *partition, m *nsMiss, comps 
 				if in, e, err = s.fetchInode(ctx, p, d.GetIno()); err != nil {
 					return nil, false, err
 				}
-				if e != metapartition.OK {
-					return nil, e == metapartition.EBUSY, nil
+				if e != metapb.OK {
+					return nil, e == metapb.EBUSY, nil
 				}
 			}
 			return &metapb.PathResponse{
-				Errno: int32(metapartition.ELOOP), Message: fmt.Sprintf("component %q is a symlink", m.name),
+				Errno: int32(metapb.ELOOP), Message: fmt.Sprintf("component %q is a symlink", m.name),
 				Symlink: true, SymlinkAt: uint32(m.at), SymlinkTarget: in.GetTarget(),
 			}, false, nil
 		default:
-			return &metapb.PathResponse{Errno: int32(metapartition.ENOTDIR), Message: fmt.Sprintf("component %q is not a directory", m.name)}, false, nil
+			return &metapb.PathResponse{Errno: int32(metapb.ENOTDIR), Message: fmt.Sprintf("component %q is not a directory", m.name)}, false, nil
 		}
 		if in == nil {
 			// A renamed directory's name sits on another partition
@@ -601,8 +601,8 @@ func (s *service) fetchOnce(ctx context.Context, p *partition, m *nsMiss, comps 
 				return nil, false, err
 			}
 			switch e {
-			case metapartition.OK:
-			case metapartition.ENOENT:
+			case metapb.OK:
+			case metapb.ENOENT:
 				return &metapb.PathResponse{Errno: int32(e), Message: fmt.Sprintf("component %q was removed", m.name)}, false, nil
 			default:
 				return nil, true, nil
@@ -619,7 +619,7 @@ func (s *service) fetchOnce(ctx context.Context, p *partition, m *nsMiss, comps 
 
 // fetchDentry asks partition owner for (parent, name) as a namespace
 // fetch: EBUSY while the entry's inode is fenced there.
-func (s *service) fetchDentry(ctx context.Context, p *partition, owner, parent uint64, name string) (*metapb.Dentry, *metapb.Inode, metapartition.Errno, error) {
+func (s *service) fetchDentry(ctx context.Context, p *partition, owner, parent uint64, name string) (*metapb.Dentry, *metapb.Inode, metapb.Errno, error) {
 	part, err := s.h.peers.partition(ctx, owner)
 	if err != nil {
 		return nil, nil, 0, status.Errorf(codes.Unavailable, "namespace fetch of %q: %v", name, err)
@@ -630,22 +630,22 @@ func (s *service) fetchDentry(ctx context.Context, p *partition, owner, parent u
 		s.h.peers.forgetMap()
 		return nil, nil, 0, status.Errorf(codes.Unavailable, "namespace fetch of %q from meta partition %d: %v", name, owner, err)
 	}
-	return resp.GetDentry(), resp.GetInode(), metapartition.Errno(resp.GetErrno()), nil
+	return resp.GetDentry(), resp.GetInode(), metapb.Errno(resp.GetErrno()), nil
 }
 
 // fetchInode reads ino from its home, locally when this partition is it,
 // as a namespace fetch (EBUSY while fenced there).
-func (s *service) fetchInode(ctx context.Context, p *partition, ino uint64) (*metapb.Inode, metapartition.Errno, error) {
+func (s *service) fetchInode(ctx context.Context, p *partition, ino uint64) (*metapb.Inode, metapb.Errno, error) {
 	var (
 		in    *metapb.Inode
-		e     metapartition.Errno
+		e     metapb.Errno
 		local bool
 	)
 	p.sm.read(func(mp *metapartition.Partition) {
 		if local = mp.Holds(ino); local {
 			in, e = mp.GetInode(ino)
-			if e == metapartition.OK && mp.Fenced(ino, time.Now().UnixNano()) {
-				e = metapartition.EBUSY
+			if e == metapb.OK && mp.Fenced(ino, time.Now().UnixNano()) {
+				e = metapb.EBUSY
 			}
 		}
 	})
@@ -662,5 +662,5 @@ func (s *service) fetchInode(ctx context.Context, p *partition, ino uint64) (*me
 		s.h.peers.forgetMap()
 		return nil, 0, status.Errorf(codes.Unavailable, "namespace fetch of inode %d from meta partition %d: %v", ino, part.GetId(), err)
 	}
-	return resp.GetInode(), metapartition.Errno(resp.GetErrno()), nil
+	return resp.GetInode(), metapb.Errno(resp.GetErrno()), nil
 }

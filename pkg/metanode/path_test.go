@@ -9,7 +9,6 @@ import (
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/metaclient"
-	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/redirect"
 )
@@ -87,10 +86,10 @@ func TestPathOverGRPC(t *testing.T) {
 		t.Fatalf("lookup on the wrong partition: %v", r)
 	}
 	fwd, err := mc.Path(ctx, parts[0], &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP, Path: []byte("/" + dir + "/" + file), Cred: &metapb.Cred{}, Forwarded: true})
-	if err != nil || metapartition.Errno(fwd.Errno) != metapartition.EWRONGMP || fwd.Owner != 2 {
+	if err != nil || metapb.Errno(fwd.Errno) != metapb.EWRONGMP || fwd.Owner != 2 {
 		t.Fatalf("forwarded lookup on the wrong partition: %v %v", fwd, err)
 	}
-	if r := path(parts[1], metapb.PathOp_PATH_OP_LOOKUP, "/nope/"+file, nil); metapartition.Errno(r.Errno) != metapartition.ENOENT {
+	if r := path(parts[1], metapb.PathOp_PATH_OP_LOOKUP, "/nope/"+file, nil); metapb.Errno(r.Errno) != metapb.ENOENT {
 		t.Fatalf("missing directory: %v", r)
 	}
 	if r := path(parts[1], metapb.PathOp_PATH_OP_CREATE, "/"+link, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_SYMLINK, Mode: 0o777, Target: []byte(dir)}); r.Errno != 0 {

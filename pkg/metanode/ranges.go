@@ -94,7 +94,7 @@ func (h *Host) cutRange(p *partition) error {
 		return fmt.Errorf("set range end %d: %w", want, err)
 	}
 	if res.Errno != 0 {
-		return fmt.Errorf("set range end %d: %v: %s", want, metapartition.Errno(res.Errno), res.Message)
+		return fmt.Errorf("set range end %d: %v: %s", want, metapb.Errno(res.Errno), res.Message)
 	}
 	h.log.Info("inode range cut", "partition", p.id, "end", want)
 	return nil

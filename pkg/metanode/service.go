@@ -148,10 +148,10 @@ func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metap
 	resp := &metapb.LookupResponse{}
 	p.sm.read(func(mp *metapartition.Partition) {
 		d, ino, e := mp.Lookup(req.Parent, string(req.Name))
-		if e == metapartition.OK && req.NsFetch && mp.Fenced(d.GetIno(), time.Now().UnixNano()) {
+		if e == metapb.OK && req.NsFetch && mp.Fenced(d.GetIno(), time.Now().UnixNano()) {
 			// A coordinator holds the directory: the replica must not
 			// learn it until the change is done (FalconFS §4.3).
-			d, ino, e = nil, nil, metapartition.EBUSY
+			d, ino, e = nil, nil, metapb.EBUSY
 		}
 		resp.Errno, resp.Dentry, resp.Inode = int32(e), d, ino
 		resp.RoutingVersion, _ = mp.RoutingState()
@@ -170,8 +170,8 @@ func (s *service) GetInode(ctx context.Context, req *metapb.GetInodeRequest) (*m
 	resp := &metapb.GetInodeResponse{}
 	p.sm.read(func(mp *metapartition.Partition) {
 		ino, e := mp.GetInode(req.Ino)
-		if e == metapartition.OK && req.NsFetch && mp.Fenced(req.Ino, time.Now().UnixNano()) {
-			ino, e = nil, metapartition.EBUSY
+		if e == metapb.OK && req.NsFetch && mp.Fenced(req.Ino, time.Now().UnixNano()) {
+			ino, e = nil, metapb.EBUSY
 		}
 		resp.Errno, resp.Inode = int32(e), ino
 	})
@@ -262,10 +262,10 @@ func (s *service) Scan(ctx context.Context, req *metapb.ScanRequest) (*metapb.Sc
 		case len(afterFP):
 			copy(afterFP[:], req.AfterFingerprint)
 		default:
-			return &metapb.ScanResponse{Errno: int32(metapartition.EINVAL)}, nil
+			return &metapb.ScanResponse{Errno: int32(metapb.EINVAL)}, nil
 		}
 	default:
-		return &metapb.ScanResponse{Errno: int32(metapartition.EINVAL)}, nil
+		return &metapb.ScanResponse{Errno: int32(metapb.EINVAL)}, nil
 	}
 	limit := int(req.Limit)
 	if limit <= 0 {

@@ -42,11 +42,11 @@ func (p *Partition) ApplyBatch(b *metapb.Batch) []*metapb.TxnResult {
 // opError is an op's failure: the errno for the caller and a message with
 // the context a human needs to tell which input was wrong.
 type opError struct {
-	errno Errno
+	errno metapb.Errno
 	msg   string
 }
 
-func fail(e Errno, format string, args ...any) *opError {
+func fail(e metapb.Errno, format string, args ...any) *opError {
 	return &opError{errno: e, msg: fmt.Sprintf(format, args...)}
 }
 
@@ -54,7 +54,7 @@ func (p *Partition) applyTxn(now int64, m *metapb.Txn) *metapb.TxnResult {
 	ops := m.GetOps()
 	if len(ops) > MaxOpsPerTxn {
 		return &metapb.TxnResult{
-			Errno:    int32(E2BIG),
+			Errno:    int32(metapb.E2BIG),
 			FailedOp: MaxOpsPerTxn,
 			Message:  fmt.Sprintf("txn has %d ops, more than %d", len(ops), MaxOpsPerTxn),
 		}
@@ -67,7 +67,7 @@ func (p *Partition) applyTxn(now int64, m *metapb.Txn) *metapb.TxnResult {
 	}
 	if e := m.GetNsEpoch(); m.GetNsGuard() && e != p.nsEpoch {
 		return &metapb.TxnResult{
-			Errno:   int32(ENSCHANGED),
+			Errno:   int32(metapb.ENSCHANGED),
 			Message: fmt.Sprintf("resolved under namespace epoch %d, now %d", e, p.nsEpoch),
 		}
 	}
@@ -199,5 +199,5 @@ func (t *txn) apply(op *metapb.Op) (*metapb.OpResult, *opError) {
 		return t.chunkFix(o.ChunkFix)
 	}
 	// An unset oneof, or an op added to the proto after this code.
-	return nil, fail(EINVAL, "op has no known operation set")
+	return nil, fail(metapb.EINVAL, "op has no known operation set")
 }

@@ -18,9 +18,9 @@ func (t *txn) checkParent(parent uint64) *opError {
 	in := t.inode(parent)
 	switch {
 	case in == nil || in.nlink == 0:
-		return fail(ENOENT, "parent %d does not exist", parent)
+		return fail(metapb.ENOENT, "parent %d does not exist", parent)
 	case in.typ() != metapb.FileType_FILE_TYPE_DIRECTORY:
-		return fail(ENOTDIR, "parent %d is a %v", parent, in.typ())
+		return fail(metapb.ENOTDIR, "parent %d is a %v", parent, in.typ())
 	}
 	return nil
 }
@@ -34,15 +34,15 @@ func (t *txn) checkTarget(ino uint64, typ metapb.FileType) *opError {
 	in := t.inode(ino)
 	if in == nil {
 		if t.isLocal(ino) {
-			return fail(ENOENT, "inode %d does not exist", ino)
+			return fail(metapb.ENOENT, "inode %d does not exist", ino)
 		}
 		return nil
 	}
 	if in.typ() != typ {
-		return fail(EINVAL, "dentry type %v differs from inode %d's type %v", typ, ino, in.typ())
+		return fail(metapb.EINVAL, "dentry type %v differs from inode %d's type %v", typ, ino, in.typ())
 	}
 	if in.nlink == 0 {
-		return fail(ENOENT, "inode %d has no links", ino)
+		return fail(metapb.ENOENT, "inode %d has no links", ino)
 	}
 	return nil
 }
@@ -55,17 +55,17 @@ func (t *txn) dentryArgs(rawParent uint64, rawName []byte, typ metapb.FileType, 
 		return 0, "", 0, err
 	}
 	name = string(rawName)
-	if e, msg := checkName(name); e != OK {
+	if e, msg := checkName(name); e != metapb.OK {
 		return 0, "", 0, fail(e, "%s", msg)
 	}
 	if !validType(typ) {
-		return 0, "", 0, fail(EINVAL, "invalid file type %d", typ)
+		return 0, "", 0, fail(metapb.EINVAL, "invalid file type %d", typ)
 	}
 	if ino, err = t.ref("ino", rawIno); err != nil {
 		return 0, "", 0, err
 	}
 	if ino == parent {
-		return 0, "", 0, fail(EINVAL, "dentry %d/%s would point at its own parent", parent, quote(name))
+		return 0, "", 0, fail(metapb.EINVAL, "dentry %d/%s would point at its own parent", parent, quote(name))
 	}
 	return parent, name, ino, nil
 }
@@ -80,13 +80,13 @@ func (t *txn) createDentry(m *metapb.CreateDentry) (*metapb.OpResult, *opError) 
 		return nil, err
 	}
 	if f := t.fenceOf(parent); f != 0 && f&lockBit == 0 {
-		return nil, fail(ENOENT, "parent %d is fenced (being removed)", parent)
+		return nil, fail(metapb.ENOENT, "parent %d is fenced (being removed)", parent)
 	}
 	if err := t.checkParent(parent); err != nil {
 		return nil, err
 	}
 	if _, ok := t.dentry(parent, name); ok {
-		return nil, fail(EEXIST, "%d/%s exists", parent, quote(name))
+		return nil, fail(metapb.EEXIST, "%d/%s exists", parent, quote(name))
 	}
 	if err := t.checkTarget(ino, typ); err != nil {
 		return nil, err
@@ -102,7 +102,7 @@ func (t *txn) deleteDentry(m *metapb.DeleteDentry) (*metapb.OpResult, *opError) 
 		return nil, err
 	}
 	name := string(m.GetName())
-	if e, msg := checkName(name); e != OK {
+	if e, msg := checkName(name); e != metapb.OK {
 		return nil, fail(e, "%s", msg)
 	}
 	if err := t.checkRoute(parent, name); err != nil {
@@ -110,10 +110,10 @@ func (t *txn) deleteDentry(m *metapb.DeleteDentry) (*metapb.OpResult, *opError) 
 	}
 	d, ok := t.dentry(parent, name)
 	if !ok {
-		return nil, fail(ENOENT, "%d/%s does not exist", parent, quote(name))
+		return nil, fail(metapb.ENOENT, "%d/%s does not exist", parent, quote(name))
 	}
 	if exp := m.GetExpectIno(); exp != 0 && d.ino != exp {
-		return nil, fail(ESTALE, "%d/%s is inode %d, not %d", parent, quote(name), d.ino, exp)
+		return nil, fail(metapb.ESTALE, "%d/%s is inode %d, not %d", parent, quote(name), d.ino, exp)
 	}
 	if err := checkExpectType(m.GetExpectType(), d); err != nil {
 		return nil, err
@@ -131,14 +131,14 @@ func checkExpectType(et metapb.FileType, d dentry) *opError {
 		return nil
 	}
 	if !validType(et) {
-		return fail(EINVAL, "invalid expect_type %d", et)
+		return fail(metapb.EINVAL, "invalid expect_type %d", et)
 	}
 	isDir := d.typ == metapb.FileType_FILE_TYPE_DIRECTORY
 	if et == metapb.FileType_FILE_TYPE_DIRECTORY && !isDir {
-		return fail(ENOTDIR, "%d/%s is a %v, not a directory", d.parent, quote(d.name), d.typ)
+		return fail(metapb.ENOTDIR, "%d/%s is a %v, not a directory", d.parent, quote(d.name), d.typ)
 	}
 	if et != metapb.FileType_FILE_TYPE_DIRECTORY && isDir {
-		return fail(EISDIR, "%d/%s is a directory", d.parent, quote(d.name))
+		return fail(metapb.EISDIR, "%d/%s is a directory", d.parent, quote(d.name))
 	}
 	return nil
 }
@@ -154,19 +154,19 @@ func (t *txn) replaceDentry(m *metapb.ReplaceDentry) (*metapb.OpResult, *opError
 	}
 	old, ok := t.dentry(parent, name)
 	if !ok {
-		return nil, fail(ENOENT, "%d/%s does not exist", parent, quote(name))
+		return nil, fail(metapb.ENOENT, "%d/%s does not exist", parent, quote(name))
 	}
 	if exp := m.GetExpectIno(); exp != 0 && old.ino != exp {
-		return nil, fail(ESTALE, "%d/%s is inode %d, not %d", parent, quote(name), old.ino, exp)
+		return nil, fail(metapb.ESTALE, "%d/%s is inode %d, not %d", parent, quote(name), old.ino, exp)
 	}
 	// rename(2): a directory replaces only a directory, a non-directory only
 	// a non-directory.
 	newDir, oldDir := typ == metapb.FileType_FILE_TYPE_DIRECTORY, old.typ == metapb.FileType_FILE_TYPE_DIRECTORY
 	if newDir && !oldDir {
-		return nil, fail(ENOTDIR, "directory cannot replace %v %d/%s", old.typ, parent, quote(name))
+		return nil, fail(metapb.ENOTDIR, "directory cannot replace %v %d/%s", old.typ, parent, quote(name))
 	}
 	if !newDir && oldDir {
-		return nil, fail(EISDIR, "%v cannot replace directory %d/%s", typ, parent, quote(name))
+		return nil, fail(metapb.EISDIR, "%v cannot replace directory %d/%s", typ, parent, quote(name))
 	}
 	if err := t.checkTarget(ino, typ); err != nil {
 		return nil, err
@@ -182,7 +182,7 @@ func (t *txn) fence(m *metapb.Fence) (*metapb.OpResult, *opError) {
 	}
 	token := m.GetToken() &^ lockBit
 	if token == 0 {
-		return nil, fail(EINVAL, "fence token must be non-zero")
+		return nil, fail(metapb.EINVAL, "fence token must be non-zero")
 	}
 	if m.GetLock() {
 		token |= lockBit
@@ -196,10 +196,10 @@ func (t *txn) fence(m *metapb.Fence) (*metapb.OpResult, *opError) {
 	case cur == token:
 		return res, nil // a retry
 	case cur != 0:
-		return nil, fail(EBUSY, "parent %d is fenced with another token", parent)
+		return nil, fail(metapb.EBUSY, "parent %d is fenced with another token", parent)
 	}
 	if t.fenceCount() >= MaxFences {
-		return nil, fail(EAGAIN, "%d fences are in place", MaxFences)
+		return nil, fail(metapb.EAGAIN, "%d fences are in place", MaxFences)
 	}
 	t.putFence(parent, token)
 	return res, nil
@@ -234,13 +234,13 @@ func (t *txn) unfence(m *metapb.Unfence) (*metapb.OpResult, *opError) {
 	}
 	token := m.GetToken() &^ lockBit
 	if token == 0 {
-		return nil, fail(EINVAL, "fence token must be non-zero")
+		return nil, fail(metapb.EINVAL, "fence token must be non-zero")
 	}
 	switch cur := t.fenceOf(parent); {
 	case cur == 0:
 		return &metapb.OpResult{}, nil // a retry, or never fenced here
 	case cur&^lockBit != token:
-		return nil, fail(EINVAL, "parent %d is fenced with another token", parent)
+		return nil, fail(metapb.EINVAL, "parent %d is fenced with another token", parent)
 	}
 	t.putFence(parent, 0)
 	return &metapb.OpResult{}, nil

@@ -13,46 +13,46 @@ import (
 func (t *txn) createInode(m *metapb.CreateInode) (*metapb.OpResult, *opError) {
 	typ := m.GetType()
 	if !validType(typ) {
-		return nil, fail(EINVAL, "invalid file type %d", typ)
+		return nil, fail(metapb.EINVAL, "invalid file type %d", typ)
 	}
 	target := m.GetTarget()
 	if typ == metapb.FileType_FILE_TYPE_SYMLINK {
 		switch {
 		case len(target) == 0:
-			return nil, fail(ENOENT, "empty symlink target") // as symlink(2)
+			return nil, fail(metapb.ENOENT, "empty symlink target") // as symlink(2)
 		case len(target) > MaxSymlinkLen:
-			return nil, fail(ENAMETOOLONG, "symlink target of %d bytes exceeds %d", len(target), MaxSymlinkLen)
+			return nil, fail(metapb.ENAMETOOLONG, "symlink target of %d bytes exceeds %d", len(target), MaxSymlinkLen)
 		case bytes.IndexByte(target, 0) >= 0:
-			return nil, fail(EINVAL, "symlink target contains NUL")
+			return nil, fail(metapb.EINVAL, "symlink target contains NUL")
 		}
 	} else if len(target) != 0 {
-		return nil, fail(EINVAL, "target given for a %v", typ)
+		return nil, fail(metapb.EINVAL, "target given for a %v", typ)
 	}
 	parent := m.GetParent()
 	if parent != 0 && typ != metapb.FileType_FILE_TYPE_DIRECTORY {
-		return nil, fail(EINVAL, "parent pointer given for a %v", typ)
+		return nil, fail(metapb.EINVAL, "parent pointer given for a %v", typ)
 	}
 	rdev := m.GetRdev()
 	if rdev != 0 && typ != metapb.FileType_FILE_TYPE_CHAR_DEVICE && typ != metapb.FileType_FILE_TYPE_BLOCK_DEVICE {
-		return nil, fail(EINVAL, "rdev given for a %v", typ)
+		return nil, fail(metapb.EINVAL, "rdev given for a %v", typ)
 	}
 	switch layout := m.GetLayout(); layout {
 	case metapb.FileLayout_FILE_LAYOUT_EXTENT:
 	case metapb.FileLayout_FILE_LAYOUT_CDC:
 		if typ != metapb.FileType_FILE_TYPE_REGULAR {
-			return nil, fail(EINVAL, "chunked layout given for a %v", typ)
+			return nil, fail(metapb.EINVAL, "chunked layout given for a %v", typ)
 		}
 	default:
-		return nil, fail(EINVAL, "unknown file layout %d", layout)
+		return nil, fail(metapb.EINVAL, "unknown file layout %d", layout)
 	}
 	if t.maxIno == math.MaxUint64 || (t.end != 0 && t.maxIno >= t.end) {
-		return nil, fail(ENOSPC, "inode range [%d, %d] is exhausted", t.p.start, t.end)
+		return nil, fail(metapb.ENOSPC, "inode range [%d, %d] is exhausted", t.p.start, t.end)
 	}
 	ino := t.maxIno + 1
 	if want := m.GetWantIno(); want != 0 && want != ino {
 		// The wanted number is taken (or not next): the caller's inode, such as
 		// a volume's root, already exists.
-		return nil, fail(EEXIST, "inode %d wanted, but the next free number is %d", want, ino)
+		return nil, fail(metapb.EEXIST, "inode %d wanted, but the next free number is %d", want, ino)
 	}
 	in := &inode{
 		ino: ino, atime: t.now, mtime: t.now, ctime: t.now, btime: t.now,
@@ -96,20 +96,20 @@ func (t *txn) setattr(m *metapb.Setattr) (*metapb.OpResult, *opError) {
 	}
 	valid := m.GetValid()
 	if valid&^setattrAll != 0 {
-		return nil, fail(EINVAL, "unknown setattr bits %#x", valid&^setattrAll)
+		return nil, fail(metapb.EINVAL, "unknown setattr bits %#x", valid&^setattrAll)
 	}
 	if valid == 0 {
 		return &metapb.OpResult{Inode: in.toProto(false)}, nil
 	}
 	if m.GetRefuseDir() && in.typ() == metapb.FileType_FILE_TYPE_DIRECTORY {
-		return nil, fail(EISDIR, "directory %d: mode and owner change under a namespace lock", ino)
+		return nil, fail(metapb.EISDIR, "directory %d: mode and owner change under a namespace lock", ino)
 	}
 	if has(valid, metapb.SetattrValid_SETATTR_PARENT) {
 		switch {
 		case in.typ() != metapb.FileType_FILE_TYPE_DIRECTORY:
-			return nil, fail(ENOTDIR, "parent pointer of %v %d", in.typ(), ino)
+			return nil, fail(metapb.ENOTDIR, "parent pointer of %v %d", in.typ(), ino)
 		case m.GetParent() == 0 || m.GetParent() == ino:
-			return nil, fail(EINVAL, "parent pointer %d for directory %d", m.GetParent(), ino)
+			return nil, fail(metapb.EINVAL, "parent pointer %d for directory %d", m.GetParent(), ino)
 		}
 	}
 	n := in.clone()
@@ -122,13 +122,13 @@ func (t *txn) setattr(m *metapb.Setattr) (*metapb.OpResult, *opError) {
 		switch in.typ() {
 		case metapb.FileType_FILE_TYPE_REGULAR:
 		case metapb.FileType_FILE_TYPE_DIRECTORY:
-			return nil, fail(EISDIR, "cannot truncate directory %d", ino)
+			return nil, fail(metapb.EISDIR, "cannot truncate directory %d", ino)
 		default:
-			return nil, fail(EINVAL, "cannot truncate %v %d", in.typ(), ino)
+			return nil, fail(metapb.EINVAL, "cannot truncate %v %d", in.typ(), ino)
 		}
 		size := m.GetSize()
 		if size > MaxFileSize {
-			return nil, fail(EFBIG, "size %d exceeds %d", size, uint64(MaxFileSize))
+			return nil, fail(metapb.EFBIG, "size %d exceeds %d", size, uint64(MaxFileSize))
 		}
 		if l := in.cdc(); l != nil {
 			// Chunks starting at or past size go; a straddling one stays
@@ -203,7 +203,7 @@ func (t *txn) link(m *metapb.Link) (*metapb.OpResult, *opError) {
 	}
 	nl, ok := addLinks(in.nlink, m.GetDelta())
 	if !ok {
-		return nil, fail(EINVAL, "nlink %d%+d is out of range", in.nlink, m.GetDelta())
+		return nil, fail(metapb.EINVAL, "nlink %d%+d is out of range", in.nlink, m.GetDelta())
 	}
 	n := in.clone()
 	n.nlink = nl
@@ -222,7 +222,7 @@ func (t *txn) touchDir(m *metapb.TouchDir) (*metapb.OpResult, *opError) {
 		return nil, err
 	}
 	if in.typ() != metapb.FileType_FILE_TYPE_DIRECTORY {
-		return nil, fail(ENOTDIR, "inode %d is a %v", ino, in.typ())
+		return nil, fail(metapb.ENOTDIR, "inode %d is a %v", ino, in.typ())
 	}
 	k := opKey{ino: ino, op: m.GetOpId()}
 	if k.op != 0 && t.seen(k) {
@@ -230,7 +230,7 @@ func (t *txn) touchDir(m *metapb.TouchDir) (*metapb.OpResult, *opError) {
 	}
 	nl, ok := addLinks(in.nlink, m.GetNlinkDelta())
 	if !ok {
-		return nil, fail(EINVAL, "nlink %d%+d is out of range", in.nlink, m.GetNlinkDelta())
+		return nil, fail(metapb.EINVAL, "nlink %d%+d is out of range", in.nlink, m.GetNlinkDelta())
 	}
 	n := in.clone()
 	n.nlink = nl
@@ -248,7 +248,7 @@ func (t *txn) evict(m *metapb.Evict) (*metapb.OpResult, *opError) {
 		return nil, err
 	}
 	if in.nlink != 0 {
-		return nil, fail(EBUSY, "inode %d still has %d links", ino, in.nlink)
+		return nil, fail(metapb.EBUSY, "inode %d still has %d links", ino, in.nlink)
 	}
 	t.evictInode(ino, in)
 	return &metapb.OpResult{Inode: in.toProto(false)}, nil
@@ -270,29 +270,29 @@ func (t *txn) setXattr(m *metapb.SetXattr) (*metapb.OpResult, *opError) {
 		return nil, err
 	}
 	name, value, flags := m.GetName(), m.GetValue(), m.GetFlags()
-	if e, msg := checkXattrName(name); e != OK {
+	if e, msg := checkXattrName(name); e != metapb.OK {
 		return nil, fail(e, "%s", msg)
 	}
 	if len(value) > MaxXattrValueLen {
-		return nil, fail(E2BIG, "xattr value of %d bytes exceeds %d", len(value), MaxXattrValueLen)
+		return nil, fail(metapb.E2BIG, "xattr value of %d bytes exceeds %d", len(value), MaxXattrValueLen)
 	}
 	if flags&^(XattrCreate|XattrReplace) != 0 || flags == XattrCreate|XattrReplace {
-		return nil, fail(EINVAL, "invalid xattr flags %#x", flags)
+		return nil, fail(metapb.EINVAL, "invalid xattr flags %#x", flags)
 	}
 	xs := in.xattrs()
 	i, exists := xattrIndex(xs, name)
 	if exists && flags&XattrCreate != 0 {
-		return nil, fail(EEXIST, "xattr %s exists on inode %d", quote(name), ino)
+		return nil, fail(metapb.EEXIST, "xattr %s exists on inode %d", quote(name), ino)
 	}
 	if !exists && flags&XattrReplace != 0 {
-		return nil, fail(ENODATA, "no xattr %s on inode %d", quote(name), ino)
+		return nil, fail(metapb.ENODATA, "no xattr %s on inode %d", quote(name), ino)
 	}
 	total := xattrBytes(xs) + len(name) + len(value)
 	if exists {
 		total -= len(name) + len(xs[i].value)
 	}
 	if total > MaxXattrBytesPerInode {
-		return nil, fail(ENOSPC, "xattrs of inode %d would take %d bytes, more than %d", ino, total, MaxXattrBytesPerInode)
+		return nil, fail(metapb.ENOSPC, "xattrs of inode %d would take %d bytes, more than %d", ino, total, MaxXattrBytesPerInode)
 	}
 	nx := make([]xattr, 0, len(xs)+1)
 	nx = append(nx, xs[:i]...)
@@ -316,13 +316,13 @@ func (t *txn) removeXattr(m *metapb.RemoveXattr) (*metapb.OpResult, *opError) {
 		return nil, err
 	}
 	name := m.GetName()
-	if e, msg := checkXattrName(name); e != OK {
+	if e, msg := checkXattrName(name); e != metapb.OK {
 		return nil, fail(e, "%s", msg)
 	}
 	xs := in.xattrs()
 	i, exists := xattrIndex(xs, name)
 	if !exists {
-		return nil, fail(ENODATA, "no xattr %s on inode %d", quote(name), ino)
+		return nil, fail(metapb.ENODATA, "no xattr %s on inode %d", quote(name), ino)
 	}
 	var nx []xattr
 	if len(xs) > 1 {
@@ -347,31 +347,31 @@ func (t *txn) appendExtents(m *metapb.AppendExtents) (*metapb.OpResult, *opError
 	switch in.typ() {
 	case metapb.FileType_FILE_TYPE_REGULAR:
 	case metapb.FileType_FILE_TYPE_DIRECTORY:
-		return nil, fail(EISDIR, "inode %d is a directory", ino)
+		return nil, fail(metapb.EISDIR, "inode %d is a directory", ino)
 	default:
-		return nil, fail(EINVAL, "inode %d is a %v, which has no data", ino, in.typ())
+		return nil, fail(metapb.EINVAL, "inode %d is a %v, which has no data", ino, in.typ())
 	}
 	if in.cdc() != nil {
-		return nil, fail(EINVAL, "inode %d has the chunked layout; its data changes by splice_chunks", ino)
+		return nil, fail(metapb.EINVAL, "inode %d has the chunked layout; its data changes by splice_chunks", ino)
 	}
 	keys := m.GetExtents()
 	if len(keys) > MaxExtentsPerOp {
-		return nil, fail(E2BIG, "%d extent keys in one op, more than %d", len(keys), MaxExtentsPerOp)
+		return nil, fail(metapb.E2BIG, "%d extent keys in one op, more than %d", len(keys), MaxExtentsPerOp)
 	}
 	size := m.GetSize()
 	if size > MaxFileSize {
-		return nil, fail(EFBIG, "size %d exceeds %d", size, uint64(MaxFileSize))
+		return nil, fail(metapb.EFBIG, "size %d exceeds %d", size, uint64(MaxFileSize))
 	}
 	added := make([]extent, len(keys))
 	for i, k := range keys {
 		e := extent{fileOff: k.GetFileOffset(), pid: k.GetPartitionId(), eid: k.GetExtentId(), extOff: k.GetExtentOffset(), size: k.GetSize()}
 		switch {
 		case e.size == 0:
-			return nil, fail(EINVAL, "extent key %d is empty", i)
+			return nil, fail(metapb.EINVAL, "extent key %d is empty", i)
 		case e.fileOff > MaxFileSize-e.size:
-			return nil, fail(EFBIG, "extent key %d ends beyond %d", i, uint64(MaxFileSize))
+			return nil, fail(metapb.EFBIG, "extent key %d ends beyond %d", i, uint64(MaxFileSize))
 		case e.extOff > math.MaxUint64-e.size:
-			return nil, fail(EINVAL, "extent key %d overflows its extent", i)
+			return nil, fail(metapb.EINVAL, "extent key %d overflows its extent", i)
 		}
 		added[i] = e
 		// No extent beyond size: a later truncate up must read zeros, not
@@ -383,7 +383,7 @@ func (t *txn) appendExtents(m *metapb.AppendExtents) (*metapb.OpResult, *opError
 	removed = append(removed, cut...)
 	list = coalesce(list)
 	if len(list) > MaxExtentsPerInode {
-		return nil, fail(EFBIG, "inode %d would have %d extents, more than %d", ino, len(list), MaxExtentsPerInode)
+		return nil, fail(metapb.EFBIG, "inode %d would have %d extents, more than %d", ino, len(list), MaxExtentsPerInode)
 	}
 	if len(removed) > 0 {
 		// What the write keeps referencing is not garbage; see unreferenced.

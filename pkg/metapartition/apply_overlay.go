@@ -1,6 +1,9 @@
 package metapartition
 
-import "github.com/cairnfs/cairn/pkg/chunker"
+import (
+	"github.com/cairnfs/cairn/pkg/chunker"
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
 
 // The Txn overlay: the txn type and its change records, the reads and
 // writes ops make through it (inodes, dentries, fences, TouchDir history,
@@ -100,7 +103,7 @@ func (t *txn) ref(field string, ino uint64) (uint64, *opError) {
 		return ino, nil
 	}
 	if t.created == 0 {
-		return 0, fail(EINVAL, "%s is 0 but no earlier op of the txn created an inode", field)
+		return 0, fail(metapb.EINVAL, "%s is 0 but no earlier op of the txn created an inode", field)
 	}
 	return t.created, nil
 }
@@ -137,7 +140,7 @@ func (t *txn) localInode(field string, raw uint64) (uint64, *inode, *opError) {
 	}
 	in := t.inode(ino)
 	if in == nil {
-		return 0, nil, fail(ENOENT, "inode %d is not on this partition", ino)
+		return 0, nil, fail(metapb.ENOENT, "inode %d is not on this partition", ino)
 	}
 	return ino, in, nil
 }

@@ -310,28 +310,28 @@ func (t *txn) spliceChunks(m *metapb.SpliceChunks) (*metapb.OpResult, *opError) 
 	}
 	add := m.GetChunks()
 	if len(add) > MaxChunksPerOp {
-		return nil, fail(E2BIG, "%d chunks in one splice, more than %d", len(add), MaxChunksPerOp)
+		return nil, fail(metapb.E2BIG, "%d chunks in one splice, more than %d", len(add), MaxChunksPerOp)
 	}
 	l := in.cdc()
 	if l == nil {
-		return nil, fail(EINVAL, "inode %d is a %v without the chunked layout", ino, in.typ())
+		return nil, fail(metapb.EINVAL, "inode %d is a %v without the chunked layout", ino, in.typ())
 	}
 	if m.GetBaseGen() != l.gen {
-		return nil, fail(ESTALE, "inode %d is at layout generation %d, not %d", ino, l.gen, m.GetBaseGen())
+		return nil, fail(metapb.ESTALE, "inode %d is at layout generation %d, not %d", ino, l.gen, m.GetBaseGen())
 	}
 	start, end := m.GetStart(), m.GetEnd()
 	if start > end || uint64(end) > uint64(len(l.chunks)) {
-		return nil, fail(EINVAL, "splice range [%d, %d) outside the %d chunks of inode %d", start, end, len(l.chunks), ino)
+		return nil, fail(metapb.EINVAL, "splice range [%d, %d) outside the %d chunks of inode %d", start, end, len(l.chunks), ino)
 	}
 	if n := len(l.chunks) - int(end-start) + len(add); n > MaxChunksPerInode {
-		return nil, fail(EFBIG, "inode %d would have %d chunks, more than %d", ino, n, MaxChunksPerInode)
+		return nil, fail(metapb.EFBIG, "inode %d would have %d chunks, more than %d", ino, n, MaxChunksPerInode)
 	}
 	chunks := make([]chunkRef, 0, len(l.chunks)-int(end-start)+len(add))
 	chunks = append(chunks, l.chunks[:start]...)
 	for i, c := range add {
 		ref, msg := checkChunk(c)
 		if msg != "" {
-			return nil, fail(EINVAL, "chunk %d: %s", i, msg)
+			return nil, fail(metapb.EINVAL, "chunk %d: %s", i, msg)
 		}
 		chunks = append(chunks, ref)
 	}
@@ -368,21 +368,21 @@ func checkRefItem(i int, m *metapb.ChunkRef, source uint64) (refItem, *opError) 
 	ch := m.GetChunk()
 	fp, ok := parseFingerprint(ch.GetFingerprint())
 	if !ok {
-		return it, fail(EINVAL, "item %d: %s", i, badFingerprint(ch.GetFingerprint()))
+		return it, fail(metapb.EINVAL, "item %d: %s", i, badFingerprint(ch.GetFingerprint()))
 	}
 	it.c = chunkRef{fp: fp, size: ch.GetSize()}
 	switch {
 	case it.delta == 0:
-		return it, fail(EINVAL, "item %d: delta 0", i)
+		return it, fail(metapb.EINVAL, "item %d: delta 0", i)
 	case it.dropSeq != 0 && it.delta > 0:
-		return it, fail(EINVAL, "item %d: drop_seq %d with delta %+d; drops lower the count", i, it.dropSeq, it.delta)
+		return it, fail(metapb.EINVAL, "item %d: drop_seq %d with delta %+d; drops lower the count", i, it.dropSeq, it.delta)
 	case it.dropSeq != 0 && source == 0:
-		return it, fail(EINVAL, "item %d: drop_seq %d without a source partition", i, it.dropSeq)
+		return it, fail(metapb.EINVAL, "item %d: drop_seq %d without a source partition", i, it.dropSeq)
 	}
 	if it.delta > 0 && ch.GetPartitionId() != 0 {
 		c, msg := checkChunk(ch)
 		if msg != "" {
-			return it, fail(EINVAL, "item %d: %s", i, msg)
+			return it, fail(metapb.EINVAL, "item %d: %s", i, msg)
 		}
 		it.c = c
 	}
@@ -392,7 +392,7 @@ func checkRefItem(i int, m *metapb.ChunkRef, source uint64) (refItem, *opError) 
 // addRefs is refs + delta for delta > 0, EINVAL beyond MaxChunkRefs.
 func addRefs(e chunkEntry, delta int64) (uint64, *opError) {
 	if e.refs > MaxChunkRefs-uint64(delta) {
-		return 0, fail(EINVAL, "chunk %v: %d references %+d exceed %d", e.c.fp, e.refs, delta, uint64(MaxChunkRefs))
+		return 0, fail(metapb.EINVAL, "chunk %v: %d references %+d exceed %d", e.c.fp, e.refs, delta, uint64(MaxChunkRefs))
 	}
 	return e.refs + uint64(delta), nil
 }
@@ -400,7 +400,7 @@ func addRefs(e chunkEntry, delta int64) (uint64, *opError) {
 func (t *txn) chunkRefs(m *metapb.ChunkRefs) (*metapb.OpResult, *opError) {
 	items := m.GetItems()
 	if len(items) > MaxChunksPerOp {
-		return nil, fail(E2BIG, "%d chunk refs in one op, more than %d", len(items), MaxChunksPerOp)
+		return nil, fail(metapb.E2BIG, "%d chunk refs in one op, more than %d", len(items), MaxChunksPerOp)
 	}
 	source := m.GetSourcePartition()
 	refs := make([]refItem, len(items))
@@ -415,7 +415,7 @@ func (t *txn) chunkRefs(m *metapb.ChunkRefs) (*metapb.OpResult, *opError) {
 	}
 	if drops {
 		if _, ok := t.mark(source); !ok && t.p.marks.Len()+t.newSources() >= MaxChunkSources {
-			return nil, fail(ENOSPC, "drop watermarks for %d source partitions are in place", MaxChunkSources)
+			return nil, fail(metapb.ENOSPC, "drop watermarks for %d source partitions are in place", MaxChunkSources)
 		}
 	}
 	out := make([]*metapb.ChunkRecord, len(refs))
@@ -423,7 +423,7 @@ func (t *txn) chunkRefs(m *metapb.ChunkRefs) (*metapb.OpResult, *opError) {
 		e, ok := t.chunk(r.c.fp)
 		live := ok && !e.dead
 		if live && r.delta > 0 && r.c.size != 0 && r.c.size != e.c.size {
-			return nil, fail(EINVAL, "item %d: chunk %v has %d bytes in the index, not %d", i, r.c.fp, e.c.size, r.c.size)
+			return nil, fail(metapb.EINVAL, "item %d: chunk %v has %d bytes in the index, not %d", i, r.c.fp, e.c.size, r.c.size)
 		}
 		switch {
 		case r.dropSeq != 0:
@@ -469,13 +469,13 @@ func (t *txn) lowerRefs(e chunkEntry, live bool, delta int64) {
 func (t *txn) chunkCollect(m *metapb.ChunkCollect) (*metapb.OpResult, *opError) {
 	fps := m.GetFingerprints()
 	if len(fps) > MaxChunksPerOp {
-		return nil, fail(E2BIG, "%d fingerprints in one op, more than %d", len(fps), MaxChunksPerOp)
+		return nil, fail(metapb.E2BIG, "%d fingerprints in one op, more than %d", len(fps), MaxChunksPerOp)
 	}
 	parsed := make([]chunker.Fingerprint, len(fps))
 	for i, b := range fps {
 		fp, ok := parseFingerprint(b)
 		if !ok {
-			return nil, fail(EINVAL, "fingerprint %d: %s", i, badFingerprint(b))
+			return nil, fail(metapb.EINVAL, "fingerprint %d: %s", i, badFingerprint(b))
 		}
 		parsed[i] = fp
 	}
@@ -496,13 +496,13 @@ func (t *txn) chunkCollect(m *metapb.ChunkCollect) (*metapb.OpResult, *opError) 
 func (t *txn) chunkForget(m *metapb.ChunkForget) (*metapb.OpResult, *opError) {
 	chunks := m.GetChunks()
 	if len(chunks) > MaxChunksPerOp {
-		return nil, fail(E2BIG, "%d chunks in one op, more than %d", len(chunks), MaxChunksPerOp)
+		return nil, fail(metapb.E2BIG, "%d chunks in one op, more than %d", len(chunks), MaxChunksPerOp)
 	}
 	given := make([]chunkRef, len(chunks))
 	for i, c := range chunks {
 		fp, ok := parseFingerprint(c.GetFingerprint())
 		if !ok {
-			return nil, fail(EINVAL, "chunk %d: %s", i, badFingerprint(c.GetFingerprint()))
+			return nil, fail(metapb.EINVAL, "chunk %d: %s", i, badFingerprint(c.GetFingerprint()))
 		}
 		given[i] = chunkRef{fp: fp, size: c.GetSize(), pid: c.GetPartitionId(), eid: c.GetExtentId(), extOff: c.GetExtentOffset()}
 	}
@@ -521,16 +521,16 @@ func (t *txn) chunkForget(m *metapb.ChunkForget) (*metapb.OpResult, *opError) {
 func (t *txn) chunkFix(m *metapb.ChunkFix) (*metapb.OpResult, *opError) {
 	entries := m.GetEntries()
 	if len(entries) > MaxChunksPerOp {
-		return nil, fail(E2BIG, "%d entries in one op, more than %d", len(entries), MaxChunksPerOp)
+		return nil, fail(metapb.E2BIG, "%d entries in one op, more than %d", len(entries), MaxChunksPerOp)
 	}
 	fps := make([]chunker.Fingerprint, len(entries))
 	for i, r := range entries {
 		fp, ok := parseFingerprint(r.GetChunk().GetFingerprint())
 		if !ok {
-			return nil, fail(EINVAL, "entry %d: %s", i, badFingerprint(r.GetChunk().GetFingerprint()))
+			return nil, fail(metapb.EINVAL, "entry %d: %s", i, badFingerprint(r.GetChunk().GetFingerprint()))
 		}
 		if r.GetRefs() > MaxChunkRefs {
-			return nil, fail(EINVAL, "entry %d: %d references exceed %d", i, r.GetRefs(), uint64(MaxChunkRefs))
+			return nil, fail(metapb.EINVAL, "entry %d: %d references exceed %d", i, r.GetRefs(), uint64(MaxChunkRefs))
 		}
 		fps[i] = fp
 	}
@@ -581,12 +581,12 @@ func (p *Partition) ChunkStats() ChunkStats {
 // ChunkEntry returns the index entry of fp as it is, dead or not (for
 // checking tools and tests; lookups that use the entry go through
 // ChunkRefs), or ENOENT.
-func (p *Partition) ChunkEntry(fp chunker.Fingerprint) (*metapb.ChunkRecord, Errno) {
+func (p *Partition) ChunkEntry(fp chunker.Fingerprint) (*metapb.ChunkRecord, metapb.Errno) {
 	e, ok := p.chunks.Get(chunkKey(fp))
 	if !ok {
-		return nil, ENOENT
+		return nil, metapb.ENOENT
 	}
-	return e.record(), OK
+	return e.record(), metapb.OK
 }
 
 // ChunkWatermark returns the highest drop_seq applied from source (0 if

@@ -75,7 +75,7 @@ func entry(t testing.TB, p *Partition, ch *metapb.Chunk) *metapb.ChunkRecord {
 		t.Fatalf("bad test fingerprint %x", ch.Fingerprint)
 	}
 	r, e := p.ChunkEntry(fp)
-	if e != OK {
+	if e != metapb.OK {
 		return nil
 	}
 	return r
@@ -150,12 +150,12 @@ func TestChunkedFile(t *testing.T) {
 		t.Fatalf("chunk drops %v, want %v", drops, want)
 	}
 	// A writer that read generation 1 lost the race.
-	if r := run(t, p, 13, splice(2, 1, 0, 0, 0, d)); Errno(r.Errno) != ESTALE {
-		t.Fatalf("splice against an old generation: %v", Errno(r.Errno))
+	if r := run(t, p, 13, splice(2, 1, 0, 0, 0, d)); metapb.Errno(r.Errno) != metapb.ESTALE {
+		t.Fatalf("splice against an old generation: %v", metapb.Errno(r.Errno))
 	}
 	// Appends are for extent files only.
-	if r := run(t, p, 13, appendExtents(2, 0, ek(0, 1, 0, 10))); Errno(r.Errno) != EINVAL {
-		t.Fatalf("append_extents on a chunked file: %v", Errno(r.Errno))
+	if r := run(t, p, 13, appendExtents(2, 0, ek(0, 1, 0, 10))); metapb.Errno(r.Errno) != metapb.EINVAL {
+		t.Fatalf("append_extents on a chunked file: %v", metapb.Errno(r.Errno))
 	}
 	// Delete everything: an empty splice of the whole list.
 	mustRun(t, p, 14, splice(2, 2, 0, 3, 0))
@@ -206,8 +206,8 @@ func TestChunkedTruncate(t *testing.T) {
 	}
 	// The generation moves on from a truncate: a writer with the old one
 	// must re-read.
-	if r := run(t, p, 40, splice(2, 5, 0, 0, 0, a)); Errno(r.Errno) != ESTALE {
-		t.Fatalf("splice after a truncate: %v", Errno(r.Errno))
+	if r := run(t, p, 40, splice(2, 5, 0, 0, 0, a)); metapb.Errno(r.Errno) != metapb.ESTALE {
+		t.Fatalf("splice after a truncate: %v", metapb.Errno(r.Errno))
 	}
 }
 
@@ -348,11 +348,11 @@ func TestChunkDropWatermark(t *testing.T) {
 	mustRun(t, q, 16, chunkRefs(40, ref(b, -1, 9)))
 	wantEntry(t, q, b, 3, false, 13)
 	// Drops without a source, or raising the count, are refused.
-	if r := run(t, p, 17, chunkRefs(0, ref(a, -1, 20))); Errno(r.Errno) != EINVAL {
-		t.Fatalf("drop without a source: %v", Errno(r.Errno))
+	if r := run(t, p, 17, chunkRefs(0, ref(a, -1, 20))); metapb.Errno(r.Errno) != metapb.EINVAL {
+		t.Fatalf("drop without a source: %v", metapb.Errno(r.Errno))
 	}
-	if r := run(t, p, 17, chunkRefs(40, ref(a, 1, 20))); Errno(r.Errno) != EINVAL {
-		t.Fatalf("drop_seq with delta > 0: %v", Errno(r.Errno))
+	if r := run(t, p, 17, chunkRefs(40, ref(a, 1, 20))); metapb.Errno(r.Errno) != metapb.EINVAL {
+		t.Fatalf("drop_seq with delta > 0: %v", metapb.Errno(r.Errno))
 	}
 }
 
@@ -453,8 +453,8 @@ func TestChunkTxnAtomicity(t *testing.T) {
 		chunkFix(&metapb.ChunkRecord{Chunk: bare(b), Refs: 1, MtimeNs: 11}),
 		link(99, 1), // fails
 	)
-	if Errno(r.Errno) != ENOENT || r.FailedOp != 5 {
-		t.Fatalf("got %v at op %d", Errno(r.Errno), r.FailedOp)
+	if metapb.Errno(r.Errno) != metapb.ENOENT || r.FailedOp != 5 {
+		t.Fatalf("got %v at op %d", metapb.Errno(r.Errno), r.FailedOp)
 	}
 	if !sameBytes(before, snap(t, p)) || queries(p) != q {
 		t.Fatal("a failed txn changed the partition")
@@ -479,8 +479,8 @@ func TestChunkSourcesBounded(t *testing.T) {
 		}
 		mustRun(t, p, 2, ops...)
 	}
-	if r := run(t, p, 3, chunkRefs(MaxChunkSources+1, ref(a, -1, 1))); Errno(r.Errno) != ENOSPC {
-		t.Fatalf("a source beyond the bound: %v", Errno(r.Errno))
+	if r := run(t, p, 3, chunkRefs(MaxChunkSources+1, ref(a, -1, 1))); metapb.Errno(r.Errno) != metapb.ENOSPC {
+		t.Fatalf("a source beyond the bound: %v", metapb.Errno(r.Errno))
 	}
 	mustRun(t, p, 4, chunkRefs(5, ref(a, -1, 2)))
 	// Two new sources in one Txn count both.
@@ -493,8 +493,8 @@ func TestChunkSourcesBounded(t *testing.T) {
 		}
 		mustRun(t, q, 2, ops...)
 	}
-	if r := run(t, q, 3, chunkRefs(1<<40, ref(a, -1, 1)), chunkRefs(1<<41, ref(a, -1, 1))); Errno(r.Errno) != ENOSPC || r.FailedOp != 1 {
-		t.Fatalf("two new sources at the bound: %v at op %d", Errno(r.Errno), r.FailedOp)
+	if r := run(t, q, 3, chunkRefs(1<<40, ref(a, -1, 1)), chunkRefs(1<<41, ref(a, -1, 1))); metapb.Errno(r.Errno) != metapb.ENOSPC || r.FailedOp != 1 {
+		t.Fatalf("two new sources at the bound: %v at op %d", metapb.Errno(r.Errno), r.FailedOp)
 	}
 }
 
@@ -599,8 +599,8 @@ func TestChunkErrnoMessages(t *testing.T) {
 	p := newRoot(t)
 	mustRun(t, p, 1, chunkRefs(0, ref(chunkAt(1, 10, 0), 1, 0)))
 	r := run(t, p, 2, chunkRefs(0, ref(chunkAt(1, 11, 0), 1, 0)))
-	if Errno(r.Errno) != EINVAL || !strings.Contains(r.Message, testFP(1).String()) {
-		t.Fatalf("size mismatch: %v %q", Errno(r.Errno), r.Message)
+	if metapb.Errno(r.Errno) != metapb.EINVAL || !strings.Contains(r.Message, testFP(1).String()) {
+		t.Fatalf("size mismatch: %v %q", metapb.Errno(r.Errno), r.Message)
 	}
 }
 

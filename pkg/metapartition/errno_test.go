@@ -115,170 +115,170 @@ func TestErrno(t *testing.T) {
 		name     string
 		setup    [][]*metapb.Op // Txns that must succeed first
 		ops      []*metapb.Op
-		want     Errno
+		want     metapb.Errno
 		failedOp int32
 		noPrefix bool // the row's own ops must come first
 	}{
 		// Txn framing.
-		{name: "empty op", ops: []*metapb.Op{{}}, want: EINVAL},
-		{name: "too many ops", ops: tooManyOps, want: E2BIG, failedOp: MaxOpsPerTxn, noPrefix: true},
-		{name: "ino 0 without create_inode", ops: []*metapb.Op{link(0, 1)}, want: EINVAL},
+		{name: "empty op", ops: []*metapb.Op{{}}, want: metapb.EINVAL},
+		{name: "too many ops", ops: tooManyOps, want: metapb.E2BIG, failedOp: MaxOpsPerTxn, noPrefix: true},
+		{name: "ino 0 without create_inode", ops: []*metapb.Op{link(0, 1)}, want: metapb.EINVAL},
 
 		// create_inode
-		{name: "create_inode unknown type", ops: []*metapb.Op{createInode(0, 0o644)}, want: EINVAL},
-		{name: "create_inode type out of range", ops: []*metapb.Op{createInode(99, 0o644)}, want: EINVAL},
-		{name: "symlink empty target", ops: []*metapb.Op{createSymlink("")}, want: ENOENT},
-		{name: "symlink target too long", ops: []*metapb.Op{createSymlink(strings.Repeat("t", MaxSymlinkLen+1))}, want: ENAMETOOLONG},
-		{name: "symlink target with NUL", ops: []*metapb.Op{createSymlink("a\x00b")}, want: EINVAL},
-		{name: "target on regular file", ops: []*metapb.Op{{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: reg, Target: []byte("x")}}}}, want: EINVAL},
-		{name: "rdev on fifo", ops: []*metapb.Op{{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: fifo, Rdev: 5}}}}, want: EINVAL},
-		{name: "range exhausted", setup: [][]*metapb.Op{{setRange(4)}}, ops: []*metapb.Op{createInode(reg, 0o644)}, want: ENOSPC},
+		{name: "create_inode unknown type", ops: []*metapb.Op{createInode(0, 0o644)}, want: metapb.EINVAL},
+		{name: "create_inode type out of range", ops: []*metapb.Op{createInode(99, 0o644)}, want: metapb.EINVAL},
+		{name: "symlink empty target", ops: []*metapb.Op{createSymlink("")}, want: metapb.ENOENT},
+		{name: "symlink target too long", ops: []*metapb.Op{createSymlink(strings.Repeat("t", MaxSymlinkLen+1))}, want: metapb.ENAMETOOLONG},
+		{name: "symlink target with NUL", ops: []*metapb.Op{createSymlink("a\x00b")}, want: metapb.EINVAL},
+		{name: "target on regular file", ops: []*metapb.Op{{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: reg, Target: []byte("x")}}}}, want: metapb.EINVAL},
+		{name: "rdev on fifo", ops: []*metapb.Op{{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: fifo, Rdev: 5}}}}, want: metapb.EINVAL},
+		{name: "range exhausted", setup: [][]*metapb.Op{{setRange(4)}}, ops: []*metapb.Op{createInode(reg, 0o644)}, want: metapb.ENOSPC},
 
 		// create_dentry
-		{name: "create_dentry empty name", ops: []*metapb.Op{createDentry(1, "", 2, reg)}, want: EINVAL},
-		{name: "create_dentry dot", ops: []*metapb.Op{createDentry(1, ".", 2, reg)}, want: EINVAL},
-		{name: "create_dentry dotdot", ops: []*metapb.Op{createDentry(1, "..", 2, reg)}, want: EINVAL},
-		{name: "create_dentry slash", ops: []*metapb.Op{createDentry(1, "a/b", 2, reg)}, want: EINVAL},
-		{name: "create_dentry NUL", ops: []*metapb.Op{createDentry(1, "a\x00b", 2, reg)}, want: EINVAL},
-		{name: "create_dentry 256 bytes", ops: []*metapb.Op{createDentry(1, big, 2, reg)}, want: ENAMETOOLONG},
-		{name: "create_dentry exists", ops: []*metapb.Op{link(2, 1), createDentry(1, "f", 2, reg)}, want: EEXIST, failedOp: 1},
-		{name: "create_dentry fenced parent", setup: [][]*metapb.Op{{fence(1, 9)}}, ops: []*metapb.Op{createDentry(1, "new", 2, reg)}, want: ENOENT},
-		{name: "create_dentry missing local inode", ops: []*metapb.Op{createDentry(1, "new", 99, reg)}, want: ENOENT},
-		{name: "create_dentry type differs from inode", ops: []*metapb.Op{createDentry(1, "new", 2, dir)}, want: EINVAL},
-		{name: "create_dentry unlinked inode", setup: unlinked, ops: []*metapb.Op{createDentry(1, "new", 2, reg)}, want: ENOENT},
-		{name: "create_dentry invalid type", ops: []*metapb.Op{createDentry(1, "new", 2, 0)}, want: EINVAL},
-		{name: "create_dentry to its parent", ops: []*metapb.Op{createDentry(3, "self", 3, dir)}, want: EINVAL},
-		{name: "create_dentry under a file", ops: []*metapb.Op{createDentry(2, "new", 4, lnk)}, want: ENOTDIR},
-		{name: "create_dentry under a missing local parent", ops: []*metapb.Op{createDentry(99, "new", 2, reg)}, want: ENOENT},
+		{name: "create_dentry empty name", ops: []*metapb.Op{createDentry(1, "", 2, reg)}, want: metapb.EINVAL},
+		{name: "create_dentry dot", ops: []*metapb.Op{createDentry(1, ".", 2, reg)}, want: metapb.EINVAL},
+		{name: "create_dentry dotdot", ops: []*metapb.Op{createDentry(1, "..", 2, reg)}, want: metapb.EINVAL},
+		{name: "create_dentry slash", ops: []*metapb.Op{createDentry(1, "a/b", 2, reg)}, want: metapb.EINVAL},
+		{name: "create_dentry NUL", ops: []*metapb.Op{createDentry(1, "a\x00b", 2, reg)}, want: metapb.EINVAL},
+		{name: "create_dentry 256 bytes", ops: []*metapb.Op{createDentry(1, big, 2, reg)}, want: metapb.ENAMETOOLONG},
+		{name: "create_dentry exists", ops: []*metapb.Op{link(2, 1), createDentry(1, "f", 2, reg)}, want: metapb.EEXIST, failedOp: 1},
+		{name: "create_dentry fenced parent", setup: [][]*metapb.Op{{fence(1, 9)}}, ops: []*metapb.Op{createDentry(1, "new", 2, reg)}, want: metapb.ENOENT},
+		{name: "create_dentry missing local inode", ops: []*metapb.Op{createDentry(1, "new", 99, reg)}, want: metapb.ENOENT},
+		{name: "create_dentry type differs from inode", ops: []*metapb.Op{createDentry(1, "new", 2, dir)}, want: metapb.EINVAL},
+		{name: "create_dentry unlinked inode", setup: unlinked, ops: []*metapb.Op{createDentry(1, "new", 2, reg)}, want: metapb.ENOENT},
+		{name: "create_dentry invalid type", ops: []*metapb.Op{createDentry(1, "new", 2, 0)}, want: metapb.EINVAL},
+		{name: "create_dentry to its parent", ops: []*metapb.Op{createDentry(3, "self", 3, dir)}, want: metapb.EINVAL},
+		{name: "create_dentry under a file", ops: []*metapb.Op{createDentry(2, "new", 4, lnk)}, want: metapb.ENOTDIR},
+		{name: "create_dentry under a missing local parent", ops: []*metapb.Op{createDentry(99, "new", 2, reg)}, want: metapb.ENOENT},
 		{name: "create_dentry under a removed directory", setup: [][]*metapb.Op{{deleteDentry(1, "d", 3, dir), link(3, -2)}},
-			ops: []*metapb.Op{createDentry(3, "new", 2, reg)}, want: ENOENT},
-		{name: "create_dentry ino 0 without create", ops: []*metapb.Op{createDentry(1, "new", 0, reg)}, want: EINVAL},
+			ops: []*metapb.Op{createDentry(3, "new", 2, reg)}, want: metapb.ENOENT},
+		{name: "create_dentry ino 0 without create", ops: []*metapb.Op{createDentry(1, "new", 0, reg)}, want: metapb.EINVAL},
 
 		// delete_dentry
-		{name: "delete_dentry missing", ops: []*metapb.Op{deleteDentry(1, "nope", 0, 0)}, want: ENOENT},
-		{name: "delete_dentry wrong ino", ops: []*metapb.Op{deleteDentry(1, "f", 3, 0)}, want: ESTALE},
-		{name: "rmdir of a file", ops: []*metapb.Op{deleteDentry(1, "f", 0, dir)}, want: ENOTDIR},
-		{name: "rmdir of a symlink", ops: []*metapb.Op{deleteDentry(1, "s", 0, dir)}, want: ENOTDIR},
-		{name: "unlink of a directory", ops: []*metapb.Op{deleteDentry(1, "d", 0, reg)}, want: EISDIR},
-		{name: "delete_dentry bad expect_type", ops: []*metapb.Op{deleteDentry(1, "f", 0, 42)}, want: EINVAL},
-		{name: "delete_dentry dotdot", ops: []*metapb.Op{deleteDentry(1, "..", 0, 0)}, want: EINVAL},
-		{name: "delete_dentry 256 bytes", ops: []*metapb.Op{deleteDentry(1, big, 0, 0)}, want: ENAMETOOLONG},
+		{name: "delete_dentry missing", ops: []*metapb.Op{deleteDentry(1, "nope", 0, 0)}, want: metapb.ENOENT},
+		{name: "delete_dentry wrong ino", ops: []*metapb.Op{deleteDentry(1, "f", 3, 0)}, want: metapb.ESTALE},
+		{name: "rmdir of a file", ops: []*metapb.Op{deleteDentry(1, "f", 0, dir)}, want: metapb.ENOTDIR},
+		{name: "rmdir of a symlink", ops: []*metapb.Op{deleteDentry(1, "s", 0, dir)}, want: metapb.ENOTDIR},
+		{name: "unlink of a directory", ops: []*metapb.Op{deleteDentry(1, "d", 0, reg)}, want: metapb.EISDIR},
+		{name: "delete_dentry bad expect_type", ops: []*metapb.Op{deleteDentry(1, "f", 0, 42)}, want: metapb.EINVAL},
+		{name: "delete_dentry dotdot", ops: []*metapb.Op{deleteDentry(1, "..", 0, 0)}, want: metapb.EINVAL},
+		{name: "delete_dentry 256 bytes", ops: []*metapb.Op{deleteDentry(1, big, 0, 0)}, want: metapb.ENAMETOOLONG},
 
 		// replace_dentry
-		{name: "replace_dentry missing", ops: []*metapb.Op{replaceDentry(1, "nope", 2, reg, 0)}, want: ENOENT},
-		{name: "replace_dentry wrong ino", ops: []*metapb.Op{replaceDentry(1, "f", 4, lnk, 3)}, want: ESTALE},
-		{name: "directory over file", ops: []*metapb.Op{replaceDentry(1, "f", 3, dir, 0)}, want: ENOTDIR},
-		{name: "file over directory", ops: []*metapb.Op{replaceDentry(1, "d", 2, reg, 0)}, want: EISDIR},
-		{name: "replace_dentry missing target", ops: []*metapb.Op{replaceDentry(1, "f", 99, reg, 0)}, want: ENOENT},
-		{name: "replace_dentry type mismatch", ops: []*metapb.Op{replaceDentry(1, "f", 4, reg, 0)}, want: EINVAL},
-		{name: "replace_dentry bad name", ops: []*metapb.Op{replaceDentry(1, "a/b", 2, reg, 0)}, want: EINVAL},
+		{name: "replace_dentry missing", ops: []*metapb.Op{replaceDentry(1, "nope", 2, reg, 0)}, want: metapb.ENOENT},
+		{name: "replace_dentry wrong ino", ops: []*metapb.Op{replaceDentry(1, "f", 4, lnk, 3)}, want: metapb.ESTALE},
+		{name: "directory over file", ops: []*metapb.Op{replaceDentry(1, "f", 3, dir, 0)}, want: metapb.ENOTDIR},
+		{name: "file over directory", ops: []*metapb.Op{replaceDentry(1, "d", 2, reg, 0)}, want: metapb.EISDIR},
+		{name: "replace_dentry missing target", ops: []*metapb.Op{replaceDentry(1, "f", 99, reg, 0)}, want: metapb.ENOENT},
+		{name: "replace_dentry type mismatch", ops: []*metapb.Op{replaceDentry(1, "f", 4, reg, 0)}, want: metapb.EINVAL},
+		{name: "replace_dentry bad name", ops: []*metapb.Op{replaceDentry(1, "a/b", 2, reg, 0)}, want: metapb.EINVAL},
 
 		// setattr
-		{name: "setattr missing", ops: []*metapb.Op{truncate(99, 0)}, want: ENOENT},
-		{name: "setattr unknown bits", ops: []*metapb.Op{setattr(&metapb.Setattr{Ino: 2, Valid: 1 << 12})}, want: EINVAL},
-		{name: "truncate directory", ops: []*metapb.Op{truncate(3, 0)}, want: EISDIR},
-		{name: "truncate symlink", ops: []*metapb.Op{truncate(4, 0)}, want: EINVAL},
-		{name: "truncate beyond max", ops: []*metapb.Op{truncate(2, math.MaxInt64+1)}, want: EFBIG},
+		{name: "setattr missing", ops: []*metapb.Op{truncate(99, 0)}, want: metapb.ENOENT},
+		{name: "setattr unknown bits", ops: []*metapb.Op{setattr(&metapb.Setattr{Ino: 2, Valid: 1 << 12})}, want: metapb.EINVAL},
+		{name: "truncate directory", ops: []*metapb.Op{truncate(3, 0)}, want: metapb.EISDIR},
+		{name: "truncate symlink", ops: []*metapb.Op{truncate(4, 0)}, want: metapb.EINVAL},
+		{name: "truncate beyond max", ops: []*metapb.Op{truncate(2, math.MaxInt64+1)}, want: metapb.EFBIG},
 
 		// link
-		{name: "link missing", ops: []*metapb.Op{link(99, 1)}, want: ENOENT},
-		{name: "link below zero", ops: []*metapb.Op{link(2, -2)}, want: EINVAL},
-		{name: "link overflow", setup: maxLinks, ops: []*metapb.Op{link(2, 1)}, want: EINVAL},
+		{name: "link missing", ops: []*metapb.Op{link(99, 1)}, want: metapb.ENOENT},
+		{name: "link below zero", ops: []*metapb.Op{link(2, -2)}, want: metapb.EINVAL},
+		{name: "link overflow", setup: maxLinks, ops: []*metapb.Op{link(2, 1)}, want: metapb.EINVAL},
 
 		// touch_dir
-		{name: "touch_dir missing", ops: []*metapb.Op{touchDir(99, 1, 1)}, want: ENOENT},
-		{name: "touch_dir on file", ops: []*metapb.Op{touchDir(2, 1, 1)}, want: ENOTDIR},
-		{name: "touch_dir below zero", ops: []*metapb.Op{touchDir(3, -3, 1)}, want: EINVAL},
+		{name: "touch_dir missing", ops: []*metapb.Op{touchDir(99, 1, 1)}, want: metapb.ENOENT},
+		{name: "touch_dir on file", ops: []*metapb.Op{touchDir(2, 1, 1)}, want: metapb.ENOTDIR},
+		{name: "touch_dir below zero", ops: []*metapb.Op{touchDir(3, -3, 1)}, want: metapb.EINVAL},
 
 		// evict
-		{name: "evict missing", ops: []*metapb.Op{evict(99)}, want: ENOENT},
-		{name: "evict linked", ops: []*metapb.Op{evict(2)}, want: EBUSY},
+		{name: "evict missing", ops: []*metapb.Op{evict(99)}, want: metapb.ENOENT},
+		{name: "evict linked", ops: []*metapb.Op{evict(2)}, want: metapb.EBUSY},
 
 		// set_xattr / remove_xattr
-		{name: "set_xattr missing inode", ops: []*metapb.Op{setXattr(99, "user.a", "1", 0)}, want: ENOENT},
-		{name: "set_xattr empty name", ops: []*metapb.Op{setXattr(2, "", "1", 0)}, want: ERANGE},
-		{name: "set_xattr long name", ops: []*metapb.Op{setXattr(2, big, "1", 0)}, want: ERANGE},
-		{name: "set_xattr NUL in name", ops: []*metapb.Op{setXattr(2, "user.\x00", "1", 0)}, want: EINVAL},
-		{name: "set_xattr value too big", ops: []*metapb.Op{setXattr(2, "user.b", value64k+"v", 0)}, want: E2BIG},
-		{name: "set_xattr both flags", ops: []*metapb.Op{setXattr(2, "user.b", "1", XattrCreate|XattrReplace)}, want: EINVAL},
-		{name: "set_xattr unknown flag", ops: []*metapb.Op{setXattr(2, "user.b", "1", 4)}, want: EINVAL},
-		{name: "set_xattr create existing", ops: []*metapb.Op{setXattr(2, "user.a", "2", XattrCreate)}, want: EEXIST},
-		{name: "set_xattr replace absent", ops: []*metapb.Op{setXattr(2, "user.b", "2", XattrReplace)}, want: ENODATA},
-		{name: "set_xattr inode full", setup: [][]*metapb.Op{fullXattrs}, ops: []*metapb.Op{setXattr(2, "user.zz", value64k, 0)}, want: ENOSPC},
-		{name: "remove_xattr absent", ops: []*metapb.Op{removeXattr(2, "user.b")}, want: ENODATA},
-		{name: "remove_xattr missing inode", ops: []*metapb.Op{removeXattr(99, "user.a")}, want: ENOENT},
-		{name: "remove_xattr empty name", ops: []*metapb.Op{removeXattr(2, "")}, want: ERANGE},
+		{name: "set_xattr missing inode", ops: []*metapb.Op{setXattr(99, "user.a", "1", 0)}, want: metapb.ENOENT},
+		{name: "set_xattr empty name", ops: []*metapb.Op{setXattr(2, "", "1", 0)}, want: metapb.ERANGE},
+		{name: "set_xattr long name", ops: []*metapb.Op{setXattr(2, big, "1", 0)}, want: metapb.ERANGE},
+		{name: "set_xattr NUL in name", ops: []*metapb.Op{setXattr(2, "user.\x00", "1", 0)}, want: metapb.EINVAL},
+		{name: "set_xattr value too big", ops: []*metapb.Op{setXattr(2, "user.b", value64k+"v", 0)}, want: metapb.E2BIG},
+		{name: "set_xattr both flags", ops: []*metapb.Op{setXattr(2, "user.b", "1", XattrCreate|XattrReplace)}, want: metapb.EINVAL},
+		{name: "set_xattr unknown flag", ops: []*metapb.Op{setXattr(2, "user.b", "1", 4)}, want: metapb.EINVAL},
+		{name: "set_xattr create existing", ops: []*metapb.Op{setXattr(2, "user.a", "2", XattrCreate)}, want: metapb.EEXIST},
+		{name: "set_xattr replace absent", ops: []*metapb.Op{setXattr(2, "user.b", "2", XattrReplace)}, want: metapb.ENODATA},
+		{name: "set_xattr inode full", setup: [][]*metapb.Op{fullXattrs}, ops: []*metapb.Op{setXattr(2, "user.zz", value64k, 0)}, want: metapb.ENOSPC},
+		{name: "remove_xattr absent", ops: []*metapb.Op{removeXattr(2, "user.b")}, want: metapb.ENODATA},
+		{name: "remove_xattr missing inode", ops: []*metapb.Op{removeXattr(99, "user.a")}, want: metapb.ENOENT},
+		{name: "remove_xattr empty name", ops: []*metapb.Op{removeXattr(2, "")}, want: metapb.ERANGE},
 
 		// append_extents
-		{name: "append_extents missing", ops: []*metapb.Op{appendExtents(99, 1, ek(0, 1, 0, 1))}, want: ENOENT},
-		{name: "append_extents directory", ops: []*metapb.Op{appendExtents(3, 1, ek(0, 1, 0, 1))}, want: EISDIR},
-		{name: "append_extents symlink", ops: []*metapb.Op{appendExtents(4, 1, ek(0, 1, 0, 1))}, want: EINVAL},
-		{name: "append_extents empty key", ops: []*metapb.Op{appendExtents(2, 1, ek(0, 1, 0, 0))}, want: EINVAL},
-		{name: "append_extents nil key", ops: []*metapb.Op{appendExtents(2, 1, &metapb.ExtentKey{})}, want: EINVAL},
-		{name: "append_extents beyond max size", ops: []*metapb.Op{appendExtents(2, 0, ek(math.MaxInt64, 1, 0, 1))}, want: EFBIG},
-		{name: "append_extents size beyond max", ops: []*metapb.Op{appendExtents(2, math.MaxInt64+1)}, want: EFBIG},
-		{name: "append_extents extent overflow", ops: []*metapb.Op{appendExtents(2, 0, ek(0, 1, math.MaxUint64, 2))}, want: EINVAL},
-		{name: "append_extents too many keys", ops: []*metapb.Op{appendExtents(2, 0, manyKeys...)}, want: E2BIG},
-		{name: "append_extents too many extents", setup: manyExtents, ops: []*metapb.Op{appendExtents(2, 0, ek(1<<40, 1, 0, 1))}, want: EFBIG},
+		{name: "append_extents missing", ops: []*metapb.Op{appendExtents(99, 1, ek(0, 1, 0, 1))}, want: metapb.ENOENT},
+		{name: "append_extents directory", ops: []*metapb.Op{appendExtents(3, 1, ek(0, 1, 0, 1))}, want: metapb.EISDIR},
+		{name: "append_extents symlink", ops: []*metapb.Op{appendExtents(4, 1, ek(0, 1, 0, 1))}, want: metapb.EINVAL},
+		{name: "append_extents empty key", ops: []*metapb.Op{appendExtents(2, 1, ek(0, 1, 0, 0))}, want: metapb.EINVAL},
+		{name: "append_extents nil key", ops: []*metapb.Op{appendExtents(2, 1, &metapb.ExtentKey{})}, want: metapb.EINVAL},
+		{name: "append_extents beyond max size", ops: []*metapb.Op{appendExtents(2, 0, ek(math.MaxInt64, 1, 0, 1))}, want: metapb.EFBIG},
+		{name: "append_extents size beyond max", ops: []*metapb.Op{appendExtents(2, math.MaxInt64+1)}, want: metapb.EFBIG},
+		{name: "append_extents extent overflow", ops: []*metapb.Op{appendExtents(2, 0, ek(0, 1, math.MaxUint64, 2))}, want: metapb.EINVAL},
+		{name: "append_extents too many keys", ops: []*metapb.Op{appendExtents(2, 0, manyKeys...)}, want: metapb.E2BIG},
+		{name: "append_extents too many extents", setup: manyExtents, ops: []*metapb.Op{appendExtents(2, 0, ek(1<<40, 1, 0, 1))}, want: metapb.EFBIG},
 
 		// fence / unfence
-		{name: "fence token 0", ops: []*metapb.Op{fence(3, 0)}, want: EINVAL},
-		{name: "fence held by another", setup: [][]*metapb.Op{{fence(3, 1)}}, ops: []*metapb.Op{fence(3, 2)}, want: EBUSY},
-		{name: "too many fences", setup: manyFences, ops: []*metapb.Op{fence(3, 1)}, want: EAGAIN},
-		{name: "unfence wrong token", setup: [][]*metapb.Op{{fence(3, 1)}}, ops: []*metapb.Op{unfence(3, 2)}, want: EINVAL},
-		{name: "unfence token 0", ops: []*metapb.Op{unfence(3, 0)}, want: EINVAL},
-		{name: "fence ino 0 without create", ops: []*metapb.Op{fence(0, 1)}, want: EINVAL},
+		{name: "fence token 0", ops: []*metapb.Op{fence(3, 0)}, want: metapb.EINVAL},
+		{name: "fence held by another", setup: [][]*metapb.Op{{fence(3, 1)}}, ops: []*metapb.Op{fence(3, 2)}, want: metapb.EBUSY},
+		{name: "too many fences", setup: manyFences, ops: []*metapb.Op{fence(3, 1)}, want: metapb.EAGAIN},
+		{name: "unfence wrong token", setup: [][]*metapb.Op{{fence(3, 1)}}, ops: []*metapb.Op{unfence(3, 2)}, want: metapb.EINVAL},
+		{name: "unfence token 0", ops: []*metapb.Op{unfence(3, 0)}, want: metapb.EINVAL},
+		{name: "fence ino 0 without create", ops: []*metapb.Op{fence(0, 1)}, want: metapb.EINVAL},
 
 		// chunked layout: create_inode, splice_chunks, append_extents, truncate
-		{name: "create_inode chunked directory", ops: []*metapb.Op{createLayout(dir, metapb.FileLayout_FILE_LAYOUT_CDC)}, want: EINVAL},
-		{name: "create_inode chunked symlink", ops: []*metapb.Op{createLayout(lnk, metapb.FileLayout_FILE_LAYOUT_CDC)}, want: EINVAL},
-		{name: "create_inode unknown layout", ops: []*metapb.Op{createLayout(reg, 7)}, want: EINVAL},
-		{name: "splice_chunks missing inode", ops: []*metapb.Op{splice(99, 0, 0, 0, 0, c1)}, want: ENOENT},
-		{name: "splice_chunks extent file", ops: []*metapb.Op{splice(2, 0, 0, 0, 0, c1)}, want: EINVAL},
-		{name: "splice_chunks directory", ops: []*metapb.Op{splice(3, 0, 0, 0, 0, c1)}, want: EINVAL},
-		{name: "splice_chunks stale generation", setup: cdc, ops: []*metapb.Op{splice(5, 0, 0, 0, 0, c1)}, want: ESTALE},
-		{name: "splice_chunks future generation", setup: cdc, ops: []*metapb.Op{splice(5, 2, 0, 0, 0, c1)}, want: ESTALE},
-		{name: "splice_chunks start after end", setup: cdc, ops: []*metapb.Op{splice(5, 1, 1, 0, 0, c1)}, want: EINVAL},
-		{name: "splice_chunks end beyond the list", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 2, 0, c1)}, want: EINVAL},
-		{name: "splice_chunks short fingerprint", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, shortFP)}, want: EINVAL},
-		{name: "splice_chunks fingerprint algorithm 0", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, alg0)}, want: EINVAL},
-		{name: "splice_chunks size 0", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, c1, noSize)}, want: EINVAL},
-		{name: "splice_chunks partition 0", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, noLoc)}, want: EINVAL},
-		{name: "splice_chunks nil chunk", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, nil)}, want: EINVAL},
-		{name: "splice_chunks extent overflow", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, overflow)}, want: EINVAL},
-		{name: "splice_chunks too many in one op", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, tooManyChunks...)}, want: E2BIG},
-		{name: "splice_chunks too many in the file", setup: fullLayout, ops: []*metapb.Op{splice(5, 17, 0, 0, 0, c1)}, want: EFBIG},
-		{name: "append_extents chunked file", setup: cdc, ops: []*metapb.Op{appendExtents(5, 1, ek(0, 1, 0, 1))}, want: EINVAL},
-		{name: "truncate chunked beyond max", setup: cdc, ops: []*metapb.Op{truncate(5, math.MaxInt64+1)}, want: EFBIG},
+		{name: "create_inode chunked directory", ops: []*metapb.Op{createLayout(dir, metapb.FileLayout_FILE_LAYOUT_CDC)}, want: metapb.EINVAL},
+		{name: "create_inode chunked symlink", ops: []*metapb.Op{createLayout(lnk, metapb.FileLayout_FILE_LAYOUT_CDC)}, want: metapb.EINVAL},
+		{name: "create_inode unknown layout", ops: []*metapb.Op{createLayout(reg, 7)}, want: metapb.EINVAL},
+		{name: "splice_chunks missing inode", ops: []*metapb.Op{splice(99, 0, 0, 0, 0, c1)}, want: metapb.ENOENT},
+		{name: "splice_chunks extent file", ops: []*metapb.Op{splice(2, 0, 0, 0, 0, c1)}, want: metapb.EINVAL},
+		{name: "splice_chunks directory", ops: []*metapb.Op{splice(3, 0, 0, 0, 0, c1)}, want: metapb.EINVAL},
+		{name: "splice_chunks stale generation", setup: cdc, ops: []*metapb.Op{splice(5, 0, 0, 0, 0, c1)}, want: metapb.ESTALE},
+		{name: "splice_chunks future generation", setup: cdc, ops: []*metapb.Op{splice(5, 2, 0, 0, 0, c1)}, want: metapb.ESTALE},
+		{name: "splice_chunks start after end", setup: cdc, ops: []*metapb.Op{splice(5, 1, 1, 0, 0, c1)}, want: metapb.EINVAL},
+		{name: "splice_chunks end beyond the list", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 2, 0, c1)}, want: metapb.EINVAL},
+		{name: "splice_chunks short fingerprint", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, shortFP)}, want: metapb.EINVAL},
+		{name: "splice_chunks fingerprint algorithm 0", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, alg0)}, want: metapb.EINVAL},
+		{name: "splice_chunks size 0", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, c1, noSize)}, want: metapb.EINVAL},
+		{name: "splice_chunks partition 0", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, noLoc)}, want: metapb.EINVAL},
+		{name: "splice_chunks nil chunk", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, nil)}, want: metapb.EINVAL},
+		{name: "splice_chunks extent overflow", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, overflow)}, want: metapb.EINVAL},
+		{name: "splice_chunks too many in one op", setup: cdc, ops: []*metapb.Op{splice(5, 1, 0, 0, 0, tooManyChunks...)}, want: metapb.E2BIG},
+		{name: "splice_chunks too many in the file", setup: fullLayout, ops: []*metapb.Op{splice(5, 17, 0, 0, 0, c1)}, want: metapb.EFBIG},
+		{name: "append_extents chunked file", setup: cdc, ops: []*metapb.Op{appendExtents(5, 1, ek(0, 1, 0, 1))}, want: metapb.EINVAL},
+		{name: "truncate chunked beyond max", setup: cdc, ops: []*metapb.Op{truncate(5, math.MaxInt64+1)}, want: metapb.EFBIG},
 
 		// chunk_refs
-		{name: "chunk_refs delta 0", ops: []*metapb.Op{chunkRefs(0, ref(c1, 0, 0))}, want: EINVAL},
-		{name: "chunk_refs short fingerprint", ops: []*metapb.Op{chunkRefs(0, ref(c1, 1, 0), ref(shortFP, 1, 0))}, want: EINVAL},
-		{name: "chunk_refs fingerprint algorithm 0", ops: []*metapb.Op{chunkRefs(0, ref(bare(alg0), 1, 0))}, want: EINVAL},
-		{name: "chunk_refs nil chunk", ops: []*metapb.Op{chunkRefs(0, ref(nil, -1, 0))}, want: EINVAL},
-		{name: "chunk_refs drop without source", ops: []*metapb.Op{chunkRefs(0, ref(c1, -1, 4))}, want: EINVAL},
-		{name: "chunk_refs drop raising the count", ops: []*metapb.Op{chunkRefs(3, ref(c1, 1, 4))}, want: EINVAL},
-		{name: "chunk_refs registration of size 0", ops: []*metapb.Op{chunkRefs(0, ref(noSize, 1, 0))}, want: EINVAL},
-		{name: "chunk_refs registration overflowing its extent", ops: []*metapb.Op{chunkRefs(0, ref(overflow, 1, 0))}, want: EINVAL},
-		{name: "chunk_refs size differs from the entry", setup: cdc, ops: []*metapb.Op{chunkRefs(0, ref(bare(chunkAt(1, 11, 0)), 1, 0))}, want: EINVAL},
-		{name: "chunk_refs too many references", setup: cdc, ops: []*metapb.Op{chunkRefs(0, ref(bare(c1), math.MaxInt64, 0))}, want: EINVAL},
-		{name: "chunk_refs too many items", ops: []*metapb.Op{chunkRefs(0, tooManyRefs...)}, want: E2BIG},
+		{name: "chunk_refs delta 0", ops: []*metapb.Op{chunkRefs(0, ref(c1, 0, 0))}, want: metapb.EINVAL},
+		{name: "chunk_refs short fingerprint", ops: []*metapb.Op{chunkRefs(0, ref(c1, 1, 0), ref(shortFP, 1, 0))}, want: metapb.EINVAL},
+		{name: "chunk_refs fingerprint algorithm 0", ops: []*metapb.Op{chunkRefs(0, ref(bare(alg0), 1, 0))}, want: metapb.EINVAL},
+		{name: "chunk_refs nil chunk", ops: []*metapb.Op{chunkRefs(0, ref(nil, -1, 0))}, want: metapb.EINVAL},
+		{name: "chunk_refs drop without source", ops: []*metapb.Op{chunkRefs(0, ref(c1, -1, 4))}, want: metapb.EINVAL},
+		{name: "chunk_refs drop raising the count", ops: []*metapb.Op{chunkRefs(3, ref(c1, 1, 4))}, want: metapb.EINVAL},
+		{name: "chunk_refs registration of size 0", ops: []*metapb.Op{chunkRefs(0, ref(noSize, 1, 0))}, want: metapb.EINVAL},
+		{name: "chunk_refs registration overflowing its extent", ops: []*metapb.Op{chunkRefs(0, ref(overflow, 1, 0))}, want: metapb.EINVAL},
+		{name: "chunk_refs size differs from the entry", setup: cdc, ops: []*metapb.Op{chunkRefs(0, ref(bare(chunkAt(1, 11, 0)), 1, 0))}, want: metapb.EINVAL},
+		{name: "chunk_refs too many references", setup: cdc, ops: []*metapb.Op{chunkRefs(0, ref(bare(c1), math.MaxInt64, 0))}, want: metapb.EINVAL},
+		{name: "chunk_refs too many items", ops: []*metapb.Op{chunkRefs(0, tooManyRefs...)}, want: metapb.E2BIG},
 
 		// chunk_collect, chunk_forget, chunk_fix
-		{name: "chunk_collect short fingerprint", ops: []*metapb.Op{chunkCollect(10, c1, shortFP)}, want: EINVAL},
-		{name: "chunk_collect too many", ops: []*metapb.Op{chunkCollect(10, tooManyChunks...)}, want: E2BIG},
-		{name: "chunk_forget short fingerprint", ops: []*metapb.Op{chunkForget(shortFP)}, want: EINVAL},
-		{name: "chunk_forget fingerprint algorithm 0", ops: []*metapb.Op{chunkForget(alg0)}, want: EINVAL},
-		{name: "chunk_forget too many", ops: []*metapb.Op{chunkForget(tooManyChunks...)}, want: E2BIG},
-		{name: "chunk_fix short fingerprint", ops: []*metapb.Op{chunkFix(&metapb.ChunkRecord{Chunk: shortFP})}, want: EINVAL},
-		{name: "chunk_fix without chunk", ops: []*metapb.Op{chunkFix(&metapb.ChunkRecord{Refs: 1})}, want: EINVAL},
-		{name: "chunk_fix too many references", ops: []*metapb.Op{chunkFix(&metapb.ChunkRecord{Chunk: c1, Refs: math.MaxInt64 + 1})}, want: EINVAL},
-		{name: "chunk_fix too many", ops: []*metapb.Op{chunkFix(tooManyFix...)}, want: E2BIG},
+		{name: "chunk_collect short fingerprint", ops: []*metapb.Op{chunkCollect(10, c1, shortFP)}, want: metapb.EINVAL},
+		{name: "chunk_collect too many", ops: []*metapb.Op{chunkCollect(10, tooManyChunks...)}, want: metapb.E2BIG},
+		{name: "chunk_forget short fingerprint", ops: []*metapb.Op{chunkForget(shortFP)}, want: metapb.EINVAL},
+		{name: "chunk_forget fingerprint algorithm 0", ops: []*metapb.Op{chunkForget(alg0)}, want: metapb.EINVAL},
+		{name: "chunk_forget too many", ops: []*metapb.Op{chunkForget(tooManyChunks...)}, want: metapb.E2BIG},
+		{name: "chunk_fix short fingerprint", ops: []*metapb.Op{chunkFix(&metapb.ChunkRecord{Chunk: shortFP})}, want: metapb.EINVAL},
+		{name: "chunk_fix without chunk", ops: []*metapb.Op{chunkFix(&metapb.ChunkRecord{Refs: 1})}, want: metapb.EINVAL},
+		{name: "chunk_fix too many references", ops: []*metapb.Op{chunkFix(&metapb.ChunkRecord{Chunk: c1, Refs: math.MaxInt64 + 1})}, want: metapb.EINVAL},
+		{name: "chunk_fix too many", ops: []*metapb.Op{chunkFix(tooManyFix...)}, want: metapb.E2BIG},
 
 		// set_range
-		{name: "set_range reopen", ops: []*metapb.Op{setRange(0)}, want: EINVAL},
-		{name: "set_range below max inode", ops: []*metapb.Op{setRange(3)}, want: EINVAL},
-		{name: "set_range extends", setup: [][]*metapb.Op{{setRange(10)}}, ops: []*metapb.Op{setRange(11)}, want: EINVAL},
+		{name: "set_range reopen", ops: []*metapb.Op{setRange(0)}, want: metapb.EINVAL},
+		{name: "set_range below max inode", ops: []*metapb.Op{setRange(3)}, want: metapb.EINVAL},
+		{name: "set_range extends", setup: [][]*metapb.Op{{setRange(10)}}, ops: []*metapb.Op{setRange(11)}, want: metapb.EINVAL},
 	}
 	// The prefix changes root's nlink, times, xattrs and the TouchDir
 	// history: all of it must be undone when the row's op fails.
@@ -304,8 +304,8 @@ func TestErrno(t *testing.T) {
 					failedOp += int32(len(prefix))
 				}
 				r := run(t, p, 1000, ops...)
-				if Errno(r.Errno) != tc.want || r.FailedOp != failedOp {
-					t.Fatalf("got %v at op %d (%q), want %v at op %d", Errno(r.Errno), r.FailedOp, r.Message, tc.want, failedOp)
+				if metapb.Errno(r.Errno) != tc.want || r.FailedOp != failedOp {
+					t.Fatalf("got %v at op %d (%q), want %v at op %d", metapb.Errno(r.Errno), r.FailedOp, r.Message, tc.want, failedOp)
 				}
 				if r.Message == "" || len(r.Results) != 0 {
 					t.Errorf("failed txn: message %q, %d results; want a message and no results", r.Message, len(r.Results))
@@ -338,8 +338,8 @@ func TestSetRangeBelowStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := run(t, p, 1, setRange(50)); Errno(r.Errno) != EINVAL {
-		t.Fatalf("set_range below start: %v, want EINVAL", Errno(r.Errno))
+	if r := run(t, p, 1, setRange(50)); metapb.Errno(r.Errno) != metapb.EINVAL {
+		t.Fatalf("set_range below start: %v, want EINVAL", metapb.Errno(r.Errno))
 	}
 	if r := mustRun(t, p, 2, createInode(dir, 0o755)); r.Results[0].Inode.Ino != 100 {
 		t.Fatalf("first inode %d, want the range start 100", r.Results[0].Inode.Ino)

@@ -154,7 +154,7 @@ func snap(t testing.TB, p *Partition) []byte {
 func mustInode(t testing.TB, p *Partition, ino uint64) *metapb.Inode {
 	t.Helper()
 	in, e := p.GetInode(ino)
-	if e != OK {
+	if e != metapb.OK {
 		t.Fatalf("GetInode(%d): %v", ino, e)
 	}
 	return in

@@ -71,19 +71,19 @@ func newModel() *model {
 		chunks: map[chunker.Fingerprint]mChunk{}, marks: map[uint64]uint64{}}
 }
 
-func mName(name string) Errno {
+func mName(name string) metapb.Errno {
 	switch {
 	case len(name) > 255:
-		return ENAMETOOLONG
+		return metapb.ENAMETOOLONG
 	case name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00"):
-		return EINVAL
+		return metapb.EINVAL
 	}
-	return OK
+	return metapb.OK
 }
 
 // apply runs one Txn, journaling the old value of everything it changes,
 // and rolls the journal back if an op fails.
-func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
+func (m *model) apply(now int64, ops []*metapb.Op) (metapb.Errno, int) {
 	c := m
 	var undo []func()
 	saveIno := func(ino uint64) {
@@ -153,46 +153,46 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 	oldMax, oldTouched := m.maxIno, m.touched
 	undo = append(undo, func() { m.maxIno, m.touched = oldMax, oldTouched })
 	var created uint64
-	ref := func(ino uint64) (uint64, Errno) {
+	ref := func(ino uint64) (uint64, metapb.Errno) {
 		if ino != 0 {
-			return ino, OK
+			return ino, metapb.OK
 		}
 		if created == 0 {
-			return 0, EINVAL
+			return 0, metapb.EINVAL
 		}
-		return created, OK
+		return created, metapb.OK
 	}
 	// local resolves an inode field and finds the inode: ENOENT if absent.
-	local := func(raw uint64) (uint64, *mInode, Errno) {
+	local := func(raw uint64) (uint64, *mInode, metapb.Errno) {
 		ino, e := ref(raw)
-		if e != OK {
+		if e != metapb.OK {
 			return 0, nil, e
 		}
 		if c.inodes[ino] == nil {
-			return 0, nil, ENOENT
+			return 0, nil, metapb.ENOENT
 		}
 		saveIno(ino)
-		return ino, c.inodes[ino], OK
+		return ino, c.inodes[ino], metapb.OK
 	}
-	target := func(ino uint64, typ metapb.FileType) Errno {
+	target := func(ino uint64, typ metapb.FileType) metapb.Errno {
 		in := c.inodes[ino]
 		switch {
 		case in == nil:
-			return ENOENT // the model's range is open: every inode is local
+			return metapb.ENOENT // the model's range is open: every inode is local
 		case in.typ != typ:
-			return EINVAL
+			return metapb.EINVAL
 		case in.nlink == 0:
-			return ENOENT
+			return metapb.ENOENT
 		}
-		return OK
+		return metapb.OK
 	}
 	for i, op := range ops {
-		e := func() Errno {
+		e := func() metapb.Errno {
 			switch o := op.Op.(type) {
 			case *metapb.Op_CreateInode:
 				x := o.CreateInode
 				if x.Layout > metapb.FileLayout_FILE_LAYOUT_CDC || (x.Layout == metapb.FileLayout_FILE_LAYOUT_CDC && x.Type != reg) {
-					return EINVAL
+					return metapb.EINVAL
 				}
 				c.maxIno++
 				in := &mInode{typ: x.Type, perm: x.Mode & 0o7777, uid: x.Uid, gid: x.Gid, nlink: 1, atime: now, mtime: now, ctime: now}
@@ -211,31 +211,31 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 			case *metapb.Op_CreateDentry:
 				x := o.CreateDentry
 				parent, e := ref(x.Parent)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
-				if e := mName(string(x.Name)); e != OK {
+				if e := mName(string(x.Name)); e != metapb.OK {
 					return e
 				}
 				ino, e := ref(x.Ino)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
 				if ino == parent {
-					return EINVAL
+					return metapb.EINVAL
 				}
 				if c.fences[parent] != 0 {
-					return ENOENT
+					return metapb.ENOENT
 				}
 				if pin := c.inodes[parent]; pin == nil || pin.nlink == 0 {
-					return ENOENT
+					return metapb.ENOENT
 				} else if pin.typ != dir {
-					return ENOTDIR
+					return metapb.ENOTDIR
 				}
 				if _, ok := c.dentries[mKey{parent, string(x.Name)}]; ok {
-					return EEXIST
+					return metapb.EEXIST
 				}
-				if e := target(ino, x.Type); e != OK {
+				if e := target(ino, x.Type); e != metapb.OK {
 					return e
 				}
 				saveDentry(mKey{parent, string(x.Name)})
@@ -243,51 +243,51 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 			case *metapb.Op_DeleteDentry:
 				x := o.DeleteDentry
 				parent, e := ref(x.Parent)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
-				if e := mName(string(x.Name)); e != OK {
+				if e := mName(string(x.Name)); e != metapb.OK {
 					return e
 				}
 				d, ok := c.dentries[mKey{parent, string(x.Name)}]
 				switch {
 				case !ok:
-					return ENOENT
+					return metapb.ENOENT
 				case x.ExpectIno != 0 && d.ino != x.ExpectIno:
-					return ESTALE
+					return metapb.ESTALE
 				case x.ExpectType == dir && d.typ != dir:
-					return ENOTDIR
+					return metapb.ENOTDIR
 				case x.ExpectType != 0 && x.ExpectType != dir && d.typ == dir:
-					return EISDIR
+					return metapb.EISDIR
 				}
 				saveDentry(mKey{parent, string(x.Name)})
 				delete(c.dentries, mKey{parent, string(x.Name)})
 			case *metapb.Op_ReplaceDentry:
 				x := o.ReplaceDentry
 				parent, e := ref(x.Parent)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
-				if e := mName(string(x.Name)); e != OK {
+				if e := mName(string(x.Name)); e != metapb.OK {
 					return e
 				}
 				ino, e := ref(x.Ino)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
 				if ino == parent {
-					return EINVAL
+					return metapb.EINVAL
 				}
 				d, ok := c.dentries[mKey{parent, string(x.Name)}]
 				switch {
 				case !ok:
-					return ENOENT
+					return metapb.ENOENT
 				case x.Type == dir && d.typ != dir:
-					return ENOTDIR
+					return metapb.ENOTDIR
 				case x.Type != dir && d.typ == dir:
-					return EISDIR
+					return metapb.EISDIR
 				}
-				if e := target(ino, x.Type); e != OK {
+				if e := target(ino, x.Type); e != metapb.OK {
 					return e
 				}
 				saveDentry(mKey{parent, string(x.Name)})
@@ -295,15 +295,15 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 			case *metapb.Op_Setattr:
 				x := o.Setattr
 				_, in, e := local(x.Ino)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
 				if x.Valid&uint32(metapb.SetattrValid_SETATTR_SIZE) != 0 {
 					if in.typ == dir {
-						return EISDIR
+						return metapb.EISDIR
 					}
 					if in.typ != reg {
-						return EINVAL
+						return metapb.EINVAL
 					}
 					if in.cdc {
 						var off uint64
@@ -334,30 +334,30 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 			case *metapb.Op_Link:
 				x := o.Link
 				_, in, e := local(x.Ino)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
 				n := int64(in.nlink) + int64(x.Delta)
 				if n < 0 {
-					return EINVAL
+					return metapb.EINVAL
 				}
 				in.nlink, in.ctime = uint32(n), now
 			case *metapb.Op_TouchDir:
 				x := o.TouchDir
 				ino, in, e := local(x.Ino)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
 				if in.typ != dir {
-					return ENOTDIR
+					return metapb.ENOTDIR
 				}
 				k := opKey{ino, x.OpId}
 				if x.OpId != 0 && slices.Contains(c.touched, k) {
-					return OK
+					return metapb.OK
 				}
 				n := int64(in.nlink) + int64(x.NlinkDelta)
 				if n < 0 {
-					return EINVAL
+					return metapb.EINVAL
 				}
 				in.nlink, in.mtime, in.ctime = uint32(n), now, now
 				if x.OpId != 0 {
@@ -368,25 +368,25 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 				}
 			case *metapb.Op_Evict:
 				ino, in, e := local(o.Evict.Ino)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
 				if in.nlink != 0 {
-					return EBUSY
+					return metapb.EBUSY
 				}
 				delete(c.inodes, ino)
 			case *metapb.Op_SetXattr:
 				x := o.SetXattr
 				_, in, e := local(x.Ino)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
 				_, exists := in.xattrs[x.Name]
 				if exists && x.Flags == XattrCreate {
-					return EEXIST
+					return metapb.EEXIST
 				}
 				if !exists && x.Flags == XattrReplace {
-					return ENODATA
+					return metapb.ENODATA
 				}
 				if in.xattrs == nil {
 					in.xattrs = map[string]string{}
@@ -395,25 +395,25 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 			case *metapb.Op_RemoveXattr:
 				x := o.RemoveXattr
 				_, in, e := local(x.Ino)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
 				if _, ok := in.xattrs[x.Name]; !ok {
-					return ENODATA
+					return metapb.ENODATA
 				}
 				delete(in.xattrs, x.Name)
 				in.ctime = now
 			case *metapb.Op_AppendExtents:
 				x := o.AppendExtents
 				_, in, e := local(x.Ino)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
 				if in.typ == dir {
-					return EISDIR
+					return metapb.EISDIR
 				}
 				if in.typ != reg || in.cdc {
-					return EINVAL
+					return metapb.EINVAL
 				}
 				in.size = max(in.size, x.Size)
 				for _, k := range x.Extents {
@@ -423,13 +423,13 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 			case *metapb.Op_Fence:
 				x := o.Fence
 				parent, e := ref(x.Parent)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
 				switch cur := c.fences[parent]; {
 				case cur == x.Token:
 				case cur != 0:
-					return EBUSY
+					return metapb.EBUSY
 				default:
 					saveFence(parent)
 					c.fences[parent] = x.Token
@@ -437,13 +437,13 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 			case *metapb.Op_Unfence:
 				x := o.Unfence
 				parent, e := ref(x.Parent)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
 				switch cur := c.fences[parent]; {
 				case cur == 0:
 				case cur != x.Token:
-					return EINVAL
+					return metapb.EINVAL
 				default:
 					saveFence(parent)
 					delete(c.fences, parent)
@@ -451,22 +451,22 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 			case *metapb.Op_SpliceChunks:
 				x := o.SpliceChunks
 				_, in, e := local(x.Ino)
-				if e != OK {
+				if e != metapb.OK {
 					return e
 				}
 				switch {
 				case !in.cdc:
-					return EINVAL
+					return metapb.EINVAL
 				case x.BaseGen != in.gen:
-					return ESTALE
+					return metapb.ESTALE
 				case x.Start > x.End || int(x.End) > len(in.layout):
-					return EINVAL
+					return metapb.EINVAL
 				}
 				var add []mChunkRef
 				for _, ch := range x.Chunks {
 					fp, ok := fingerprint(ch.Fingerprint)
 					if !ok || ch.Size == 0 || ch.PartitionId == 0 {
-						return EINVAL
+						return metapb.EINVAL
 					}
 					add = append(add, mChunkRef{fp, ch.Size})
 				}
@@ -491,11 +491,11 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 					fp, ok := fingerprint(r.Chunk.GetFingerprint())
 					switch {
 					case !ok, r.Delta == 0:
-						return EINVAL
+						return metapb.EINVAL
 					case r.DropSeq != 0 && (r.Delta > 0 || x.SourcePartition == 0):
-						return EINVAL
+						return metapb.EINVAL
 					case r.Delta > 0 && r.Chunk.PartitionId != 0 && r.Chunk.Size == 0:
-						return EINVAL
+						return metapb.EINVAL
 					}
 					items = append(items, item{fp, r.Chunk, r})
 				}
@@ -504,7 +504,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 					live := ok && !ent.dead
 					d := it.ref.Delta
 					if live && d > 0 && it.ch.Size != 0 && it.ch.Size != ent.size {
-						return EINVAL
+						return metapb.EINVAL
 					}
 					if it.ref.DropSeq != 0 {
 						if it.ref.DropSeq <= c.marks[x.SourcePartition] {
@@ -535,7 +535,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 				x := o.ChunkCollect
 				for _, b := range x.Fingerprints {
 					if _, ok := fingerprint(b); !ok {
-						return EINVAL
+						return metapb.EINVAL
 					}
 				}
 				for _, b := range x.Fingerprints {
@@ -550,7 +550,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 				x := o.ChunkForget
 				for _, ch := range x.Chunks {
 					if _, ok := fingerprint(ch.Fingerprint); !ok {
-						return EINVAL
+						return metapb.EINVAL
 					}
 				}
 				for _, ch := range x.Chunks {
@@ -565,7 +565,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 				x := o.ChunkFix
 				for _, r := range x.Entries {
 					if _, ok := fingerprint(r.Chunk.GetFingerprint()); !ok || r.Refs > math.MaxInt64 {
-						return EINVAL
+						return metapb.EINVAL
 					}
 				}
 				for _, r := range x.Entries {
@@ -579,9 +579,9 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 			default:
 				panic(fmt.Sprintf("model: op %T not modelled", op.Op))
 			}
-			return OK
+			return metapb.OK
 		}()
-		if e != OK {
+		if e != metapb.OK {
 			for j := len(undo) - 1; j >= 0; j-- {
 				undo[j]()
 			}
@@ -589,7 +589,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (Errno, int) {
 		}
 	}
 	m.version++
-	return OK, 0
+	return metapb.OK, 0
 }
 
 // gen makes random Txns that look like the service's: mostly meaningful
@@ -884,7 +884,7 @@ func checkModel(t *testing.T, step int, m *model, p *Partition) {
 	var orphans []uint64
 	for ino, mi := range m.inodes {
 		in, e := p.GetInode(ino)
-		if e != OK {
+		if e != metapb.OK {
 			t.Fatalf("step %d: GetInode(%d): %v", step, ino, e)
 		}
 		got := mInode{typ: in.Type, perm: in.Mode, uid: in.Uid, gid: in.Gid, nlink: in.Nlink, size: in.Size,
@@ -931,7 +931,7 @@ func checkModel(t *testing.T, step int, m *model, p *Partition) {
 	}
 	for k, md := range m.dentries {
 		d, in, e := p.Lookup(k.parent, k.name)
-		if e != OK || d.Ino != md.ino || (in == nil) != (m.inodes[md.ino] == nil) {
+		if e != metapb.OK || d.Ino != md.ino || (in == nil) != (m.inodes[md.ino] == nil) {
 			t.Fatalf("step %d: Lookup(%d, %q) = %v %v %v, model %+v", step, k.parent, k.name, d, in, e, md)
 		}
 	}
@@ -975,7 +975,7 @@ func TestModel(t *testing.T) {
 			m.apply(1, []*metapb.Op{createInode(dir, 0o755)})
 			g := newGen(seed, m)
 			var q *Partition
-			errnos := map[Errno]int{}
+			errnos := map[metapb.Errno]int{}
 			for step := range steps {
 				now := int64(10 + step)
 				b := &metapb.Batch{NowNs: now}
@@ -998,9 +998,9 @@ func TestModel(t *testing.T) {
 				for i, o := range ops {
 					e, at := m.apply(now, o)
 					errnos[e]++
-					if Errno(rs[i].Errno) != e || (e != OK && int(rs[i].FailedOp) != at) {
+					if metapb.Errno(rs[i].Errno) != e || (e != metapb.OK && int(rs[i].FailedOp) != at) {
 						t.Fatalf("step %d txn %d %v: got %v at op %d (%s), model %v at op %d",
-							step, i, o, Errno(rs[i].Errno), rs[i].FailedOp, rs[i].Message, e, at)
+							step, i, o, metapb.Errno(rs[i].Errno), rs[i].FailedOp, rs[i].Message, e, at)
 					}
 				}
 				if step == steps/2 {

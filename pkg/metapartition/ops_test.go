@@ -22,13 +22,13 @@ func TestCreateFile(t *testing.T) {
 		t.Errorf("create_dentry result %v, want %v", got, wantD)
 	}
 	d, in, e := p.Lookup(1, "hello.txt")
-	if e != OK || !proto.Equal(d, wantD) || !proto.Equal(in, want) {
+	if e != metapb.OK || !proto.Equal(d, wantD) || !proto.Equal(in, want) {
 		t.Errorf("Lookup = %v, %v, %v", d, in, e)
 	}
-	if _, _, e := p.Lookup(1, "nope"); e != ENOENT {
+	if _, _, e := p.Lookup(1, "nope"); e != metapb.ENOENT {
 		t.Errorf("Lookup of a missing name: %v, want ENOENT", e)
 	}
-	if _, _, e := p.Lookup(1, strings.Repeat("n", 256)); e != ENAMETOOLONG {
+	if _, _, e := p.Lookup(1, strings.Repeat("n", 256)); e != metapb.ENAMETOOLONG {
 		t.Errorf("Lookup of a long name: %v, want ENAMETOOLONG", e)
 	}
 	if p.MaxIno() != 2 {
@@ -182,7 +182,7 @@ func TestLinkUnlinkOrphanEvict(t *testing.T) {
 	if r.Results[0].Inode.Ino != 2 {
 		t.Errorf("evict result %v", r.Results[0].Inode)
 	}
-	if _, e := p.GetInode(2); e != ENOENT {
+	if _, e := p.GetInode(2); e != metapb.ENOENT {
 		t.Errorf("evicted inode: %v, want ENOENT", e)
 	}
 	if o := p.Orphans(); len(o) != 0 {
@@ -225,7 +225,7 @@ func TestInoZeroRefersToCreatedInode(t *testing.T) {
 	if d, in, _ := p.Lookup(1, "d"); d.Ino != 2 || in.Mode != 0o750 || string(in.Xattrs["user.x"]) != "y" {
 		t.Errorf("lookup d: %v %v", d, in)
 	}
-	if d, _, e := p.Lookup(2, "inner"); e != OK || d.Ino != 3 {
+	if d, _, e := p.Lookup(2, "inner"); e != metapb.OK || d.Ino != 3 {
 		t.Errorf("lookup 2/inner: %v %v", d, e)
 	}
 }
@@ -418,7 +418,7 @@ func TestXattrs(t *testing.T) {
 	if names, _ := p.ListXattr(2); !slices.Equal(names, []string{"user.a", "user.b"}) {
 		t.Errorf("ListXattr %v", names)
 	}
-	if v, e := p.GetXattr(2, "user.a"); e != OK || len(v) != 0 {
+	if v, e := p.GetXattr(2, "user.a"); e != metapb.OK || len(v) != 0 {
 		t.Errorf("empty value: %q %v", v, e)
 	}
 	mustRun(t, p, 4, setXattr(2, "user.b", "22", XattrReplace))
@@ -426,13 +426,13 @@ func TestXattrs(t *testing.T) {
 		t.Errorf("replaced value %q", v)
 	}
 	mustRun(t, p, 5, removeXattr(2, "user.a"), removeXattr(2, "user.b"))
-	if names, e := p.ListXattr(2); e != OK || len(names) != 0 {
+	if names, e := p.ListXattr(2); e != metapb.OK || len(names) != 0 {
 		t.Errorf("after remove: %v %v", names, e)
 	}
-	if _, e := p.GetXattr(2, "user.a"); e != ENODATA {
+	if _, e := p.GetXattr(2, "user.a"); e != metapb.ENODATA {
 		t.Errorf("GetXattr of a removed xattr: %v", e)
 	}
-	if _, e := p.GetXattr(9, "user.a"); e != ENOENT {
+	if _, e := p.GetXattr(9, "user.a"); e != metapb.ENOENT {
 		t.Errorf("GetXattr of a missing inode: %v", e)
 	}
 	if p.lookupInode(2).x != nil {
@@ -482,23 +482,23 @@ func TestRemoteInodes(t *testing.T) {
 	// The dentry of an inode homed on another partition: nothing to check here.
 	mustRun(t, p, 2, createDentry(1, "far", 5000, reg), createDentry(7000, "child", 5000, reg))
 	d, in, e := p.Lookup(1, "far")
-	if e != OK || d.Ino != 5000 || in != nil {
+	if e != metapb.OK || d.Ino != 5000 || in != nil {
 		t.Errorf("Lookup of a remote inode's dentry: %v %v %v", d, in, e)
 	}
-	if r := run(t, p, 3, link(5000, 1)); Errno(r.Errno) != ENOENT {
-		t.Errorf("link of a remote inode: %v, want ENOENT", Errno(r.Errno))
+	if r := run(t, p, 3, link(5000, 1)); metapb.Errno(r.Errno) != metapb.ENOENT {
+		t.Errorf("link of a remote inode: %v, want ENOENT", metapb.Errno(r.Errno))
 	}
 	// A local inode number that was never allocated is known not to exist.
-	if r := run(t, p, 3, createDentry(1, "x", 50, reg)); Errno(r.Errno) != ENOENT {
-		t.Errorf("dentry to unallocated local inode: %v, want ENOENT", Errno(r.Errno))
+	if r := run(t, p, 3, createDentry(1, "x", 50, reg)); metapb.Errno(r.Errno) != metapb.ENOENT {
+		t.Errorf("dentry to unallocated local inode: %v, want ENOENT", metapb.Errno(r.Errno))
 	}
 }
 
 func TestFence(t *testing.T) {
 	p := world(t)
 	mustRun(t, p, 5, fence(3, 77), fence(3, 77)) // a retry is fine
-	if r := run(t, p, 6, createInode(reg, 0o644), createDentry(3, "x", 0, reg)); Errno(r.Errno) != ENOENT || r.FailedOp != 1 {
-		t.Errorf("create under a fenced parent: %v at %d", Errno(r.Errno), r.FailedOp)
+	if r := run(t, p, 6, createInode(reg, 0o644), createDentry(3, "x", 0, reg)); metapb.Errno(r.Errno) != metapb.ENOENT || r.FailedOp != 1 {
+		t.Errorf("create under a fenced parent: %v at %d", metapb.Errno(r.Errno), r.FailedOp)
 	}
 	// Other parents are not affected; existing names can still go.
 	mustRun(t, p, 7, createInode(reg, 0o644), createDentry(1, "x", 0, reg))
@@ -524,8 +524,8 @@ func TestSetRangeCutsAllocation(t *testing.T) {
 		t.Errorf("Range = [%d, %d], want [1, 3]", s, e)
 	}
 	mustRun(t, p, 3, createInode(reg, 0), createInode(reg, 0))
-	if r := run(t, p, 4, createInode(reg, 0)); Errno(r.Errno) != ENOSPC {
-		t.Errorf("create beyond the cut: %v, want ENOSPC", Errno(r.Errno))
+	if r := run(t, p, 4, createInode(reg, 0)); metapb.Errno(r.Errno) != metapb.ENOSPC {
+		t.Errorf("create beyond the cut: %v, want ENOSPC", metapb.Errno(r.Errno))
 	}
 	if p.MaxIno() != 3 {
 		t.Errorf("MaxIno %d", p.MaxIno())
@@ -640,10 +640,10 @@ func TestMergedBatch(t *testing.T) {
 		tx(),                           // an empty txn succeeds
 		tx(deleteDentry(1, "a", 2, 0)), // ok
 	}})
-	want := []Errno{OK, EEXIST, OK, EINVAL, OK, OK}
+	want := []metapb.Errno{metapb.OK, metapb.EEXIST, metapb.OK, metapb.EINVAL, metapb.OK, metapb.OK}
 	for i, r := range rs {
-		if Errno(r.Errno) != want[i] {
-			t.Errorf("txn %d: %v (%s), want %v", i, Errno(r.Errno), r.Message, want[i])
+		if metapb.Errno(r.Errno) != want[i] {
+			t.Errorf("txn %d: %v (%s), want %v", i, metapb.Errno(r.Errno), r.Message, want[i])
 		}
 	}
 	if rs[2].Results[0].Inode.Ino != 3 {
@@ -664,8 +664,8 @@ func TestAtomicity(t *testing.T) {
 	p := world(t)
 	before := snap(t, p)
 	r := run(t, p, 500, createInode(reg, 0o644), createDentry(1, "new", 0, reg), createDentry(1, "f", 0, reg))
-	if Errno(r.Errno) != EEXIST || r.FailedOp != 2 {
-		t.Fatalf("got %v at %d", Errno(r.Errno), r.FailedOp)
+	if metapb.Errno(r.Errno) != metapb.EEXIST || r.FailedOp != 2 {
+		t.Fatalf("got %v at %d", metapb.Errno(r.Errno), r.FailedOp)
 	}
 	if !sameBytes(before, snap(t, p)) {
 		t.Fatal("failed txn left a trace")
@@ -673,7 +673,7 @@ func TestAtomicity(t *testing.T) {
 	if p.MaxIno() != 4 {
 		t.Errorf("MaxIno %d, want 4", p.MaxIno())
 	}
-	if _, _, e := p.Lookup(1, "new"); e != ENOENT {
+	if _, _, e := p.Lookup(1, "new"); e != metapb.ENOENT {
 		t.Errorf("dentry of the failed txn: %v", e)
 	}
 	if r := mustRun(t, p, 501, createInode(reg, 0o644)); r.Results[0].Inode.Ino != 5 {
@@ -709,7 +709,7 @@ func TestCreateInodeWantIno(t *testing.T) {
 	if r := run(t, p, 1, root()); r.Errno != 0 || r.Results[0].Inode.Ino != 1 {
 		t.Fatalf("root: %v", r)
 	}
-	if r := run(t, p, 2, root()); Errno(r.Errno) != EEXIST {
+	if r := run(t, p, 2, root()); metapb.Errno(r.Errno) != metapb.EEXIST {
 		t.Fatalf("second root: errno %d, want EEXIST", r.Errno)
 	}
 	if got := p.MaxIno(); got != 1 {
@@ -732,13 +732,13 @@ func TestNamespaceLock(t *testing.T) {
 	}
 	// A lock refuses no names, but a fence of another token is EBUSY.
 	mustRun(t, p, 6, createInode(reg, 0o644), createDentry(3, "x", 0, reg))
-	if r := run(t, p, 7, fence(3, 10)); Errno(r.Errno) != EBUSY {
-		t.Errorf("fence over a lock: %v", Errno(r.Errno))
+	if r := run(t, p, 7, fence(3, 10)); metapb.Errno(r.Errno) != metapb.EBUSY {
+		t.Errorf("fence over a lock: %v", metapb.Errno(r.Errno))
 	}
 	// A Txn resolved under the old epoch is refused whole; the current one passes.
 	stale := &metapb.Txn{Ops: []*metapb.Op{createInode(reg, 0o644), createDentry(3, "y", 0, reg)}, NsEpoch: e0, NsGuard: true}
-	if r := applyBatch(t, p, 8, &metapb.Batch{NowNs: 8, Txns: []*metapb.Txn{stale}})[0]; Errno(r.Errno) != ENSCHANGED {
-		t.Errorf("stale ns_epoch: %v", Errno(r.Errno))
+	if r := applyBatch(t, p, 8, &metapb.Batch{NowNs: 8, Txns: []*metapb.Txn{stale}})[0]; metapb.Errno(r.Errno) != metapb.ENSCHANGED {
+		t.Errorf("stale ns_epoch: %v", metapb.Errno(r.Errno))
 	}
 	stale.NsEpoch = p.NsEpoch()
 	if r := applyBatch(t, p, 9, &metapb.Batch{NowNs: 9, Txns: []*metapb.Txn{stale}})[0]; r.Errno != 0 {
@@ -772,8 +772,8 @@ func TestFenceLapses(t *testing.T) {
 	if !p.Fenced(3, 5+FenceTTL-1) || p.Fenced(3, 5+FenceTTL) {
 		t.Errorf("Fenced before/at the TTL: %v/%v", p.Fenced(3, 5+FenceTTL-1), p.Fenced(3, 5+FenceTTL))
 	}
-	if r := run(t, p, 5+FenceTTL-1, createInode(reg, 0o644), createDentry(3, "x", 0, reg)); Errno(r.Errno) != ENOENT {
-		t.Errorf("create under a live fence: %v", Errno(r.Errno))
+	if r := run(t, p, 5+FenceTTL-1, createInode(reg, 0o644), createDentry(3, "x", 0, reg)); metapb.Errno(r.Errno) != metapb.ENOENT {
+		t.Errorf("create under a live fence: %v", metapb.Errno(r.Errno))
 	}
 	later := 5 + FenceTTL
 	mustRun(t, p, later, createInode(reg, 0o644), createDentry(3, "x", 0, reg))
@@ -839,14 +839,14 @@ func TestLinkEvictAtZero(t *testing.T) {
 	if res := r.Results[0]; res.Evicted || res.Inode.GetNlink() != 1 {
 		t.Fatalf("one link left: %v", res)
 	}
-	if _, e := p.GetInode(2); e != OK {
+	if _, e := p.GetInode(2); e != metapb.OK {
 		t.Fatalf("inode with a link left: %v", e)
 	}
 	r = mustRun(t, p, 4, linkEvict(2))
 	if res := r.Results[0]; !res.Evicted || res.Inode.GetNlink() != 0 {
 		t.Fatalf("last link: %v, want evicted at 0", res)
 	}
-	if _, e := p.GetInode(2); e != ENOENT {
+	if _, e := p.GetInode(2); e != metapb.ENOENT {
 		t.Errorf("evicted inode: %v, want ENOENT", e)
 	}
 	if o := p.Orphans(); len(o) != 0 {

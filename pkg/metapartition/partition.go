@@ -213,7 +213,7 @@ func (r *reqRing) get(id uint64) (*metapb.TxnResult, bool) {
 	res := new(metapb.TxnResult)
 	if err := proto.Unmarshal(b, res); err != nil {
 		// Cannot happen: push marshalled it and Restore checked it.
-		return &metapb.TxnResult{Errno: int32(EIO), Message: fmt.Sprintf("remembered result of request %d: %v", id, err)}, true
+		return &metapb.TxnResult{Errno: int32(metapb.EIO), Message: fmt.Sprintf("remembered result of request %d: %v", id, err)}, true
 	}
 	return res, true
 }
@@ -370,33 +370,33 @@ func (p *Partition) MaxIno() uint64 { return p.maxIno }
 // when the routing does not let this partition answer for the name (see
 // docs/routing.md), and ENOENT when the name does not exist. Fences do not
 // affect lookups.
-func (p *Partition) Lookup(parent uint64, name string) (*metapb.Dentry, *metapb.Inode, Errno) {
-	if e, _ := checkName(name); e != OK {
+func (p *Partition) Lookup(parent uint64, name string) (*metapb.Dentry, *metapb.Inode, metapb.Errno) {
+	if e, _ := checkName(name); e != metapb.OK {
 		return nil, nil, e
 	}
-	if e := p.routing.check(parent, name, false); e != OK {
+	if e := p.routing.check(parent, name, false); e != metapb.OK {
 		return nil, nil, e
 	}
 	d, ok := p.dentries.Get(dentry{parent: parent, name: name})
 	if !ok {
-		return nil, nil, ENOENT
+		return nil, nil, metapb.ENOENT
 	}
 	var pin *metapb.Inode
 	if in := p.lookupInode(d.ino); in != nil {
 		pin = in.toProto(true)
 	}
-	return d.toProto(), pin, OK
+	return d.toProto(), pin, metapb.OK
 }
 
 // GetInode returns the inode ino with its extents and xattrs, or ENOENT if
 // this partition does not hold it (evicted, never allocated, or homed on
 // another partition).
-func (p *Partition) GetInode(ino uint64) (*metapb.Inode, Errno) {
+func (p *Partition) GetInode(ino uint64) (*metapb.Inode, metapb.Errno) {
 	in := p.lookupInode(ino)
 	if in == nil {
-		return nil, ENOENT
+		return nil, metapb.ENOENT
 	}
-	return in.toProto(true), OK
+	return in.toProto(true), metapb.OK
 }
 
 // ReadDir returns up to limit dentries of parent held by this partition
@@ -463,32 +463,32 @@ func (p *Partition) HasChildren(parent uint64) bool {
 }
 
 // ListXattr returns the names of ino's xattrs, sorted, or ENOENT.
-func (p *Partition) ListXattr(ino uint64) ([]string, Errno) {
+func (p *Partition) ListXattr(ino uint64) ([]string, metapb.Errno) {
 	in := p.lookupInode(ino)
 	if in == nil {
-		return nil, ENOENT
+		return nil, metapb.ENOENT
 	}
 	xs := in.xattrs()
 	out := make([]string, len(xs))
 	for i, x := range xs {
 		out[i] = x.name
 	}
-	return out, OK
+	return out, metapb.OK
 }
 
 // GetXattr returns a copy of the value of ino's xattr name: ENOENT if the
 // inode is not here, ENODATA if it has no such xattr.
-func (p *Partition) GetXattr(ino uint64, name string) ([]byte, Errno) {
+func (p *Partition) GetXattr(ino uint64, name string) ([]byte, metapb.Errno) {
 	in := p.lookupInode(ino)
 	if in == nil {
-		return nil, ENOENT
+		return nil, metapb.ENOENT
 	}
 	xs := in.xattrs()
 	i, ok := xattrIndex(xs, name)
 	if !ok {
-		return nil, ENODATA
+		return nil, metapb.ENODATA
 	}
-	return append([]byte{}, xs[i].value...), OK
+	return append([]byte{}, xs[i].value...), metapb.OK
 }
 
 // Orphans returns the inodes with no links, sorted: files unlinked while

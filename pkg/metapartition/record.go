@@ -356,33 +356,33 @@ func (d dentry) toProto() *metapb.Dentry {
 // checkName validates a dentry name the way Linux path lookup does:
 // ENAMETOOLONG beyond NAME_MAX; EINVAL for "", ".", "..", and names holding
 // '/' or NUL (which no path component can contain).
-func checkName(name string) (Errno, string) {
+func checkName(name string) (metapb.Errno, string) {
 	if len(name) > MaxNameLen {
-		return ENAMETOOLONG, "name longer than 255 bytes"
+		return metapb.ENAMETOOLONG, "name longer than 255 bytes"
 	}
 	if name == "" || name == "." || name == ".." {
-		return EINVAL, "name " + quote(name) + " is not allowed"
+		return metapb.EINVAL, "name " + quote(name) + " is not allowed"
 	}
 	for i := 0; i < len(name); i++ {
 		if name[i] == '/' || name[i] == 0 {
-			return EINVAL, "name " + quote(name) + " contains '/' or NUL"
+			return metapb.EINVAL, "name " + quote(name) + " contains '/' or NUL"
 		}
 	}
-	return OK, ""
+	return metapb.OK, ""
 }
 
 // checkXattrName follows setxattr(2): an empty or over-long name is ERANGE;
 // a NUL cannot be passed through the system call, so it is EINVAL here.
-func checkXattrName(name string) (Errno, string) {
+func checkXattrName(name string) (metapb.Errno, string) {
 	if name == "" || len(name) > MaxXattrNameLen {
-		return ERANGE, "xattr name must be 1 to 255 bytes"
+		return metapb.ERANGE, "xattr name must be 1 to 255 bytes"
 	}
 	for i := 0; i < len(name); i++ {
 		if name[i] == 0 {
-			return EINVAL, "xattr name contains NUL"
+			return metapb.EINVAL, "xattr name contains NUL"
 		}
 	}
-	return OK, ""
+	return metapb.OK, ""
 }
 
 // quote shortens and quotes a name for an error message.

@@ -35,7 +35,7 @@ func TestRequestIDExactlyOnce(t *testing.T) {
 		t.Fatalf("retry allocated an inode: max %d", p.MaxIno())
 	}
 	// A different id applies (and fails: the name exists).
-	if r := runID(t, p, 12, 78, create...); r.Errno != int32(EEXIST) {
+	if r := runID(t, p, 12, 78, create...); r.Errno != int32(metapb.EEXIST) {
 		t.Fatalf("new id: errno %d, want EEXIST", r.Errno)
 	}
 	// The failure was not remembered: once the name is gone, id 78 applies.
@@ -80,7 +80,7 @@ func TestRequestIDExactlyOnce(t *testing.T) {
 	if len(q.requests.set) != RequestHistory || len(q.requests.live()) != RequestHistory {
 		t.Fatalf("history holds %d/%d, want %d", len(q.requests.set), len(q.requests.live()), RequestHistory)
 	}
-	if r := runID(t, q, 50, 77, create...); r.Errno != int32(EEXIST) {
+	if r := runID(t, q, 50, 77, create...); r.Errno != int32(metapb.EEXIST) {
 		t.Fatalf("forgotten id 77 should apply again (EEXIST), got %v", r)
 	}
 	data = snap(t, q)
@@ -107,20 +107,20 @@ func TestDirectoryParentPointer(t *testing.T) {
 		t.Fatalf("GetInode parent = %d", in.Parent)
 	}
 	bad := &metapb.Op{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: reg, Parent: 1}}}
-	if r := run(t, p, 4, bad); r.Errno != int32(EINVAL) {
+	if r := run(t, p, 4, bad); r.Errno != int32(metapb.EINVAL) {
 		t.Fatalf("parent on a regular file: errno %d, want EINVAL", r.Errno)
 	}
 	mustRun(t, p, 5, createInode(reg, 0), createDentry(1, "f", 0, reg))
 	move := func(ino, parent uint64) *metapb.Op {
 		return setattr(&metapb.Setattr{Ino: ino, Valid: uint32(metapb.SetattrValid_SETATTR_PARENT), Parent: parent})
 	}
-	if r := run(t, p, 6, move(4, 1)); r.Errno != int32(ENOTDIR) {
+	if r := run(t, p, 6, move(4, 1)); r.Errno != int32(metapb.ENOTDIR) {
 		t.Fatalf("parent pointer on a file: errno %d, want ENOTDIR", r.Errno)
 	}
-	if r := run(t, p, 6, move(3, 0)); r.Errno != int32(EINVAL) {
+	if r := run(t, p, 6, move(3, 0)); r.Errno != int32(metapb.EINVAL) {
 		t.Fatalf("parent 0: errno %d, want EINVAL", r.Errno)
 	}
-	if r := run(t, p, 6, move(3, 3)); r.Errno != int32(EINVAL) {
+	if r := run(t, p, 6, move(3, 3)); r.Errno != int32(metapb.EINVAL) {
 		t.Fatalf("parent itself: errno %d, want EINVAL", r.Errno)
 	}
 	r = mustRun(t, p, 7, move(3, 1))
@@ -167,7 +167,7 @@ func TestAckFreed(t *testing.T) {
 	ack := func(upto uint64) *metapb.Op {
 		return &metapb.Op{Op: &metapb.Op_AckFreed{AckFreed: &metapb.AckFreed{UptoSeq: upto}}}
 	}
-	if r := run(t, p, 4, ack(free[2].Seq+1)); r.Errno != int32(EINVAL) {
+	if r := run(t, p, 4, ack(free[2].Seq+1)); r.Errno != int32(metapb.EINVAL) {
 		t.Fatalf("ack beyond the list: errno %d", r.Errno)
 	}
 	mustRun(t, p, 5, ack(free[1].Seq))

@@ -135,31 +135,31 @@ func (r *routing) owns(rt *routeTable, parent uint64, name string) bool {
 // check applies the decision table of docs/routing.md to (parent, name):
 // OK when the partition serves it, else EWRONGMP or EMOVING. write selects
 // the mutation column.
-func (r *routing) check(parent uint64, name string, write bool) Errno {
+func (r *routing) check(parent uint64, name string, write bool) metapb.Errno {
 	if r == nil {
-		return OK
+		return metapb.OK
 	}
 	oc := r.owns(r.current, parent, name)
 	if r.previous == nil {
 		if oc {
-			return OK
+			return metapb.OK
 		}
-		return EWRONGMP
+		return metapb.EWRONGMP
 	}
 	op := r.owns(r.previous, parent, name)
 	switch {
 	case op && oc:
-		return OK
+		return metapb.OK
 	case op && r.sealed:
-		return EWRONGMP
+		return metapb.EWRONGMP
 	case op && write:
-		return EMOVING // the frozen source copy is read-only
+		return metapb.EMOVING // the frozen source copy is read-only
 	case op:
-		return OK
+		return metapb.OK
 	case oc:
-		return EMOVING // not yet (fully) imported here
+		return metapb.EMOVING // not yet (fully) imported here
 	}
-	return EWRONGMP
+	return metapb.EWRONGMP
 }
 
 // listed reports whether ReadDir lists (parent, name): by previous while a
@@ -221,9 +221,9 @@ func (t *txn) route() *routing {
 // partition serve.
 func (t *txn) checkRoute(parent uint64, name string) *opError {
 	switch e := t.route().check(parent, name, true); e {
-	case OK:
+	case metapb.OK:
 		return nil
-	case EMOVING:
+	case metapb.EMOVING:
 		return fail(e, "%d/%s is moving to another partition (routing v%d)", parent, quote(name), t.route().version())
 	default:
 		return fail(e, "%d/%s is not on this partition under routing v%d", parent, quote(name), t.route().version())
@@ -233,18 +233,18 @@ func (t *txn) checkRoute(parent uint64, name string) *opError {
 func (t *txn) setRouting(m *metapb.SetRouting) (*metapb.OpResult, *opError) {
 	next, err := newRouting(m)
 	if err != nil {
-		return nil, fail(EINVAL, "set_routing: %v", err)
+		return nil, fail(metapb.EINVAL, "set_routing: %v", err)
 	}
 	cur := t.route()
 	if cur != nil {
 		if next.self != cur.self {
-			return nil, fail(EINVAL, "set_routing for partition %d, but this is partition %d", next.self, cur.self)
+			return nil, fail(metapb.EINVAL, "set_routing for partition %d, but this is partition %d", next.self, cur.self)
 		}
 		switch v, cv := next.current.version, cur.current.version; {
 		case v < cv:
 			return &metapb.OpResult{}, nil // a late retry of an older change
 		case v == cv && !next.current.equal(cur.current):
-			return nil, fail(EINVAL, "set_routing: routing v%d differs from the one in place", v)
+			return nil, fail(metapb.EINVAL, "set_routing: routing v%d differs from the one in place", v)
 		case v == cv && next.phase() <= cur.phase():
 			return &metapb.OpResult{}, nil // a retry, or a step backwards
 		}
@@ -261,7 +261,7 @@ const MaxDentriesPerOp = 1 << 14
 func (t *txn) importDentries(m *metapb.ImportDentries) (*metapb.OpResult, *opError) {
 	ds := m.GetDentries()
 	if len(ds) > MaxDentriesPerOp {
-		return nil, fail(E2BIG, "%d dentries in one import, more than %d", len(ds), MaxDentriesPerOp)
+		return nil, fail(metapb.E2BIG, "%d dentries in one import, more than %d", len(ds), MaxDentriesPerOp)
 	}
 	r := t.route()
 	if r != nil && r.previous == nil {
@@ -269,20 +269,20 @@ func (t *txn) importDentries(m *metapb.ImportDentries) (*metapb.OpResult, *opErr
 		// deposed master after the switch would overwrite names the
 		// partition now serves. (A partition that never got a routing
 		// accepts every name, imports included.)
-		return nil, fail(ESTALE, "import outside a routing change")
+		return nil, fail(metapb.ESTALE, "import outside a routing change")
 	}
 	for i, pd := range ds {
 		d := dentry{parent: pd.GetParent(), name: string(pd.GetName()), ino: pd.GetIno(), typ: pd.GetType()}
-		if e, msg := checkName(d.name); e != OK {
+		if e, msg := checkName(d.name); e != metapb.OK {
 			return nil, fail(e, "dentry %d: %s", i, msg)
 		}
 		if d.parent == 0 || d.ino == 0 || d.ino == d.parent || !validType(d.typ) {
-			return nil, fail(EINVAL, "dentry %d: %d/%s -> %d (%v) is invalid", i, d.parent, quote(d.name), d.ino, d.typ)
+			return nil, fail(metapb.EINVAL, "dentry %d: %d/%s -> %d (%v) is invalid", i, d.parent, quote(d.name), d.ino, d.typ)
 		}
 		if r != nil && (!r.owns(r.current, d.parent, d.name) || r.owns(r.previous, d.parent, d.name)) {
 			// Names the partition serves under the previous routing, or
 			// does not get under the target, are not a migration's to set.
-			return nil, fail(ESTALE, "dentry %d: %d/%s does not move to this partition", i, d.parent, quote(d.name))
+			return nil, fail(metapb.ESTALE, "dentry %d: %d/%s does not move to this partition", i, d.parent, quote(d.name))
 		}
 		// Same contents: a retry, nothing changes; other contents: the
 		// source is authoritative while the name is frozen.
@@ -294,16 +294,16 @@ func (t *txn) importDentries(m *metapb.ImportDentries) (*metapb.OpResult, *opErr
 func (t *txn) purgeDentries(m *metapb.PurgeDentries) (*metapb.OpResult, *opError) {
 	keys := m.GetKeys()
 	if len(keys) > MaxDentriesPerOp {
-		return nil, fail(E2BIG, "%d keys in one purge, more than %d", len(keys), MaxDentriesPerOp)
+		return nil, fail(metapb.E2BIG, "%d keys in one purge, more than %d", len(keys), MaxDentriesPerOp)
 	}
 	r := t.route()
 	for i, k := range keys {
 		parent, name := k.GetParent(), string(k.GetName())
-		if e, msg := checkName(name); e != OK {
+		if e, msg := checkName(name); e != metapb.OK {
 			return nil, fail(e, "key %d: %s", i, msg)
 		}
 		if parent == 0 {
-			return nil, fail(EINVAL, "key %d: parent 0", i)
+			return nil, fail(metapb.EINVAL, "key %d: parent 0", i)
 		}
 		// Only what is surely someone else's goes: not during a change (the
 		// copy may still be the one served), and never an owned name.
@@ -394,6 +394,6 @@ func (p *Partition) Route(parent uint64, name string) (owner uint64, ok bool) {
 // CheckRoute says whether the partition serves (parent, name) now: OK, or
 // EWRONGMP / EMOVING as docs/routing.md's table says; write selects the
 // mutation column.
-func (p *Partition) CheckRoute(parent uint64, name string, write bool) Errno {
+func (p *Partition) CheckRoute(parent uint64, name string, write bool) metapb.Errno {
 	return p.routing.check(parent, name, write)
 }

@@ -62,10 +62,10 @@ func names(ds []*metapb.Dentry) []string {
 // partition holds root (ino 1), file 2 and dentry 1/n -> 2; each mutation
 // runs on a fresh copy and must apply entirely or not at all.
 func TestDecisionTable(t *testing.T) {
-	const W, M = EWRONGMP, EMOVING
+	const W, M = metapb.EWRONGMP, metapb.EMOVING
 	type want struct {
-		read   Errno
-		write  Errno
+		read   metapb.Errno
+		write  metapb.Errno
 		listed bool
 	}
 	cases := []struct {
@@ -73,12 +73,12 @@ func TestDecisionTable(t *testing.T) {
 		op   *metapb.Op // nil: never set
 		want want
 	}{
-		{"never set", nil, want{OK, OK, true}},
-		{"owned", setRouting(1, mine(1, 1), nil, false), want{OK, OK, true}},
+		{"never set", nil, want{metapb.OK, metapb.OK, true}},
+		{"owned", setRouting(1, mine(1, 1), nil, false), want{metapb.OK, metapb.OK, true}},
 		{"not owned", setRouting(1, mine(1, 2), nil, false), want{W, W, false}},
-		{"staying", setRouting(1, mine(2, 1), mine(1, 1), false), want{OK, OK, true}},
-		{"staying sealed", setRouting(1, mine(2, 1), mine(1, 1), true), want{OK, OK, true}},
-		{"leaving", setRouting(1, mine(2, 2), mine(1, 1), false), want{OK, M, true}},
+		{"staying", setRouting(1, mine(2, 1), mine(1, 1), false), want{metapb.OK, metapb.OK, true}},
+		{"staying sealed", setRouting(1, mine(2, 1), mine(1, 1), true), want{metapb.OK, metapb.OK, true}},
+		{"leaving", setRouting(1, mine(2, 2), mine(1, 1), false), want{metapb.OK, M, true}},
 		{"leaving sealed", setRouting(1, mine(2, 2), mine(1, 1), true), want{W, W, true}},
 		{"arriving", setRouting(1, mine(2, 1), mine(1, 2), false), want{M, M, false}},
 		{"arriving sealed", setRouting(1, mine(2, 1), mine(1, 2), true), want{M, M, false}},
@@ -107,7 +107,7 @@ func TestDecisionTable(t *testing.T) {
 			if _, _, e := p.Lookup(1, "n"); e != tc.want.read {
 				t.Errorf("Lookup = %v, want %v", e, tc.want.read)
 			}
-			if _, _, e := p.Lookup(1, "m"); e != tc.want.read && !(tc.want.read == OK && e == ENOENT) {
+			if _, _, e := p.Lookup(1, "m"); e != tc.want.read && !(tc.want.read == metapb.OK && e == metapb.ENOENT) {
 				t.Errorf("Lookup of a missing name = %v, want %v", e, tc.want.read)
 			}
 			listed := len(p.ReadDir(1, "", 10)) == 1
@@ -127,8 +127,8 @@ func TestDecisionTable(t *testing.T) {
 				q := build(t, tc.op)
 				before := snap(t, q)
 				r := run(t, q, 10, mu.ops...)
-				if Errno(r.Errno) != tc.want.write {
-					t.Errorf("%s: errno %v (%s), want %v", mu.name, Errno(r.Errno), r.Message, tc.want.write)
+				if metapb.Errno(r.Errno) != tc.want.write {
+					t.Errorf("%s: errno %v (%s), want %v", mu.name, metapb.Errno(r.Errno), r.Message, tc.want.write)
 				}
 				if r.Errno != 0 && !sameBytes(before, snap(t, q)) {
 					t.Errorf("%s: refused txn changed the partition", mu.name)
@@ -151,46 +151,46 @@ func TestSetRoutingMonotonic(t *testing.T) {
 	steps := []struct {
 		name  string
 		op    *metapb.Op
-		errno Errno
+		errno metapb.Errno
 		after state
 	}{
-		{"first", setRouting(1, v1, nil, false), OK, state{1, false, false}},
-		{"same again", setRouting(1, v1, nil, false), OK, state{1, false, false}},
-		{"freeze v2", setRouting(1, v2, v1, false), OK, state{2, true, false}},
-		{"older", setRouting(1, v1, nil, false), OK, state{2, true, false}},
-		{"freeze again", setRouting(1, v2, v1, false), OK, state{2, true, false}},
-		{"seal", setRouting(1, v2, v1, true), OK, state{2, true, true}},
-		{"unseal is backwards", setRouting(1, v2, v1, false), OK, state{2, true, true}},
-		{"done", setRouting(1, v2, nil, false), OK, state{2, false, false}},
-		{"seal is backwards", setRouting(1, v2, v1, true), OK, state{2, false, false}},
-		{"freeze is backwards", setRouting(1, v2, v1, false), OK, state{2, false, false}},
-		{"same version other table", setRouting(1, rt(2, []uint64{1, 2}), nil, false), EINVAL, state{2, false, false}},
-		{"other self", setRouting(2, v3, nil, false), EINVAL, state{2, false, false}},
-		{"self 0", setRouting(0, v3, nil, false), EINVAL, state{2, false, false}},
-		{"no current", setRouting(1, nil, nil, false), EINVAL, state{2, false, false}},
-		{"version 0", setRouting(1, rt(0, []uint64{1}), nil, false), EINVAL, state{2, false, false}},
-		{"sealed without previous", setRouting(1, v3, nil, true), EINVAL, state{2, false, false}},
-		{"previous not older", setRouting(1, v3, rt(3, []uint64{1}), false), EINVAL, state{2, false, false}},
-		{"no slots", setRouting(1, rt(3, nil), nil, false), EINVAL, state{2, false, false}},
-		{"slot owner 0", setRouting(1, rt(3, []uint64{1, 0}), nil, false), EINVAL, state{2, false, false}},
-		{"bad kind", setRouting(1, rt(3, []uint64{1}, "a", hybridindex.Kind(3), uint64(1)), nil, false), EINVAL, state{2, false, false}},
-		{"hashed kind", setRouting(1, rt(3, []uint64{1}, "a", hybridindex.Hashed, uint64(0)), nil, false), EINVAL, state{2, false, false}},
-		{"override to no owner", setRouting(1, rt(3, []uint64{1}, "a", hybridindex.Override, uint64(9)), nil, false), EINVAL, state{2, false, false}},
-		{"path-walk with mp", setRouting(1, rt(3, []uint64{1}, "a", hybridindex.PathWalk, uint64(1)), nil, false), EINVAL, state{2, false, false}},
-		{"bad name", setRouting(1, rt(3, []uint64{1}, "a/b", hybridindex.PathWalk, uint64(0)), nil, false), EINVAL, state{2, false, false}},
-		{"repeated name", setRouting(1, rt(3, []uint64{1}, "a", hybridindex.PathWalk, uint64(0), "a", hybridindex.PathWalk, uint64(0)), nil, false), EINVAL, state{2, false, false}},
-		{"bad previous", setRouting(1, v3, rt(2, nil), false), EINVAL, state{2, false, false}},
-		{"newer replaces", setRouting(1, v3, nil, false), OK, state{3, false, false}},
+		{"first", setRouting(1, v1, nil, false), metapb.OK, state{1, false, false}},
+		{"same again", setRouting(1, v1, nil, false), metapb.OK, state{1, false, false}},
+		{"freeze v2", setRouting(1, v2, v1, false), metapb.OK, state{2, true, false}},
+		{"older", setRouting(1, v1, nil, false), metapb.OK, state{2, true, false}},
+		{"freeze again", setRouting(1, v2, v1, false), metapb.OK, state{2, true, false}},
+		{"seal", setRouting(1, v2, v1, true), metapb.OK, state{2, true, true}},
+		{"unseal is backwards", setRouting(1, v2, v1, false), metapb.OK, state{2, true, true}},
+		{"done", setRouting(1, v2, nil, false), metapb.OK, state{2, false, false}},
+		{"seal is backwards", setRouting(1, v2, v1, true), metapb.OK, state{2, false, false}},
+		{"freeze is backwards", setRouting(1, v2, v1, false), metapb.OK, state{2, false, false}},
+		{"same version other table", setRouting(1, rt(2, []uint64{1, 2}), nil, false), metapb.EINVAL, state{2, false, false}},
+		{"other self", setRouting(2, v3, nil, false), metapb.EINVAL, state{2, false, false}},
+		{"self 0", setRouting(0, v3, nil, false), metapb.EINVAL, state{2, false, false}},
+		{"no current", setRouting(1, nil, nil, false), metapb.EINVAL, state{2, false, false}},
+		{"version 0", setRouting(1, rt(0, []uint64{1}), nil, false), metapb.EINVAL, state{2, false, false}},
+		{"sealed without previous", setRouting(1, v3, nil, true), metapb.EINVAL, state{2, false, false}},
+		{"previous not older", setRouting(1, v3, rt(3, []uint64{1}), false), metapb.EINVAL, state{2, false, false}},
+		{"no slots", setRouting(1, rt(3, nil), nil, false), metapb.EINVAL, state{2, false, false}},
+		{"slot owner 0", setRouting(1, rt(3, []uint64{1, 0}), nil, false), metapb.EINVAL, state{2, false, false}},
+		{"bad kind", setRouting(1, rt(3, []uint64{1}, "a", hybridindex.Kind(3), uint64(1)), nil, false), metapb.EINVAL, state{2, false, false}},
+		{"hashed kind", setRouting(1, rt(3, []uint64{1}, "a", hybridindex.Hashed, uint64(0)), nil, false), metapb.EINVAL, state{2, false, false}},
+		{"override to no owner", setRouting(1, rt(3, []uint64{1}, "a", hybridindex.Override, uint64(9)), nil, false), metapb.EINVAL, state{2, false, false}},
+		{"path-walk with mp", setRouting(1, rt(3, []uint64{1}, "a", hybridindex.PathWalk, uint64(1)), nil, false), metapb.EINVAL, state{2, false, false}},
+		{"bad name", setRouting(1, rt(3, []uint64{1}, "a/b", hybridindex.PathWalk, uint64(0)), nil, false), metapb.EINVAL, state{2, false, false}},
+		{"repeated name", setRouting(1, rt(3, []uint64{1}, "a", hybridindex.PathWalk, uint64(0), "a", hybridindex.PathWalk, uint64(0)), nil, false), metapb.EINVAL, state{2, false, false}},
+		{"bad previous", setRouting(1, v3, rt(2, nil), false), metapb.EINVAL, state{2, false, false}},
+		{"newer replaces", setRouting(1, v3, nil, false), metapb.OK, state{3, false, false}},
 	}
 	for i, s := range steps {
 		maxBefore := p.MaxIno()
 		// A CreateInode in the same Txn shows that a refused SetRouting
 		// fails the whole Txn.
 		r := run(t, p, int64(10+i), createInode(reg, 0o644), s.op)
-		if Errno(r.Errno) != s.errno {
-			t.Fatalf("%s: errno %v (%s), want %v", s.name, Errno(r.Errno), r.Message, s.errno)
+		if metapb.Errno(r.Errno) != s.errno {
+			t.Fatalf("%s: errno %v (%s), want %v", s.name, metapb.Errno(r.Errno), r.Message, s.errno)
 		}
-		if s.errno != OK && p.MaxIno() != maxBefore {
+		if s.errno != metapb.OK && p.MaxIno() != maxBefore {
 			t.Fatalf("%s: refused txn allocated an inode", s.name)
 		}
 		m := p.Routing()
@@ -206,14 +206,14 @@ func TestSetRoutingMonotonic(t *testing.T) {
 func TestSetRoutingInTxn(t *testing.T) {
 	p := newRoot(t)
 	r := run(t, p, 2, setRouting(1, mine(1, 2), nil, false), createInode(reg, 0), createDentry(1, "n", 0, reg))
-	if Errno(r.Errno) != EWRONGMP {
-		t.Fatalf("create after SetRouting in one txn: %v, want EWRONGMP", Errno(r.Errno))
+	if metapb.Errno(r.Errno) != metapb.EWRONGMP {
+		t.Fatalf("create after SetRouting in one txn: %v, want EWRONGMP", metapb.Errno(r.Errno))
 	}
 	if v, _ := p.RoutingState(); v != 0 {
 		t.Fatalf("failed txn set routing v%d", v)
 	}
 	mustRun(t, p, 3, setRouting(1, mine(1, 1), nil, false), createInode(reg, 0), createDentry(1, "n", 0, reg))
-	if _, _, e := p.Lookup(1, "n"); e != OK {
+	if _, _, e := p.Lookup(1, "n"); e != metapb.OK {
 		t.Fatalf("Lookup = %v", e)
 	}
 }
@@ -295,16 +295,16 @@ func TestImportDentries(t *testing.T) {
 		{Parent: 7, Name: []byte(".."), Ino: 5, Type: reg},
 		{Parent: 7, Name: []byte("x"), Ino: 5, Type: 0},
 	} {
-		if r := run(t, p, 6, importOp(dent(7, "ok", 5), d)); Errno(r.Errno) != EINVAL {
-			t.Fatalf("import of %v: %v", d, Errno(r.Errno))
+		if r := run(t, p, 6, importOp(dent(7, "ok", 5), d)); metapb.Errno(r.Errno) != metapb.EINVAL {
+			t.Fatalf("import of %v: %v", d, metapb.Errno(r.Errno))
 		}
 	}
 	big := make([]*metapb.Dentry, MaxDentriesPerOp+1)
 	for i := range big {
 		big[i] = dent(8, fmt.Sprint(i), 5)
 	}
-	if r := run(t, p, 7, importOp(big...)); Errno(r.Errno) != E2BIG {
-		t.Fatalf("oversized import: %v", Errno(r.Errno))
+	if r := run(t, p, 7, importOp(big...)); metapb.Errno(r.Errno) != metapb.E2BIG {
+		t.Fatalf("oversized import: %v", metapb.Errno(r.Errno))
 	}
 	if !sameBytes(s2, snap(t, p)) {
 		t.Fatal("failed import changed the partition")
@@ -315,12 +315,12 @@ func TestImportDentries(t *testing.T) {
 	q := newRoot(t)
 	mustRun(t, q, 2, setRouting(1, rt(2, []uint64{1}), rt(1, []uint64{2, 1}, "f00", hybridindex.Override, uint64(1), "f01", hybridindex.Override, uint64(2)), false))
 	mustRun(t, q, 3, importOp(dent(7, "f01", 6)))
-	if r := run(t, q, 4, importOp(dent(7, "f00", 5))); Errno(r.Errno) != ESTALE {
-		t.Fatalf("import of names owned before the change: %v", Errno(r.Errno))
+	if r := run(t, q, 4, importOp(dent(7, "f00", 5))); metapb.Errno(r.Errno) != metapb.ESTALE {
+		t.Fatalf("import of names owned before the change: %v", metapb.Errno(r.Errno))
 	}
 	mustRun(t, p, 8, setRouting(1, rt(2, []uint64{1}), nil, false))
-	if r := run(t, p, 9, importOp(dent(7, "late", 5))); Errno(r.Errno) != ESTALE {
-		t.Fatalf("import after the switch: %v", Errno(r.Errno))
+	if r := run(t, p, 9, importOp(dent(7, "late", 5))); metapb.Errno(r.Errno) != metapb.ESTALE {
+		t.Fatalf("import after the switch: %v", metapb.Errno(r.Errno))
 	}
 }
 
@@ -354,11 +354,11 @@ func TestPurgeDentries(t *testing.T) {
 		t.Fatal("repeated purge changed the partition")
 	}
 	checkRebuilt(t, p, "m")
-	if r := run(t, p, 11, purgeOp(key(0, "x"))); Errno(r.Errno) != EINVAL {
-		t.Fatalf("purge of parent 0: %v", Errno(r.Errno))
+	if r := run(t, p, 11, purgeOp(key(0, "x"))); metapb.Errno(r.Errno) != metapb.EINVAL {
+		t.Fatalf("purge of parent 0: %v", metapb.Errno(r.Errno))
 	}
-	if r := run(t, p, 11, purgeOp(key(1, ""))); Errno(r.Errno) != EINVAL {
-		t.Fatalf("purge of an empty name: %v", Errno(r.Errno))
+	if r := run(t, p, 11, purgeOp(key(1, ""))); metapb.Errno(r.Errno) != metapb.EINVAL {
+		t.Fatalf("purge of an empty name: %v", metapb.Errno(r.Errno))
 	}
 }
 
@@ -459,7 +459,7 @@ func TestSnapshotWithRouting(t *testing.T) {
 	}
 	_, _, e1 := p.Lookup(1, "n")
 	_, _, e2 := q.Lookup(1, "n")
-	if e1 != EWRONGMP || e2 != e1 {
+	if e1 != metapb.EWRONGMP || e2 != e1 {
 		t.Fatalf("Lookup: %v before, %v after restore", e1, e2)
 	}
 	// Equal states, reached differently (exceptions given in another order),
@@ -484,7 +484,7 @@ func TestRestoreVersion2(t *testing.T) {
 	if v, moving := p.RoutingState(); v != 0 || moving || p.Routing() != nil {
 		t.Fatalf("routing after restoring version 2: %d %v %v", v, moving, p.Routing())
 	}
-	if _, _, e := p.Lookup(1, "a"); e != OK {
+	if _, _, e := p.Lookup(1, "a"); e != metapb.OK {
 		t.Fatalf("Lookup = %v", e)
 	}
 }
@@ -588,14 +588,14 @@ func migrate(t *testing.T, seed uint64) {
 		switch {
 		case r.Errno == 0:
 			created[k{parent, name}] = ino
-		case Errno(r.Errno) != EEXIST:
+		case metapb.Errno(r.Errno) != metapb.EEXIST:
 			t.Fatalf("create %d/%s on %d: %s", parent, name, owner, r.Message)
 		}
 		// The other partitions refuse the name.
 		for id := range mps {
 			if id != owner {
-				if r := do(id, createDentry(parent, name, ino, reg)); Errno(r.Errno) != EWRONGMP {
-					t.Fatalf("create %d/%s on non-owner %d: %v", parent, name, id, Errno(r.Errno))
+				if r := do(id, createDentry(parent, name, ino, reg)); metapb.Errno(r.Errno) != metapb.EWRONGMP {
+					t.Fatalf("create %d/%s on non-owner %d: %v", parent, name, id, metapb.Errno(r.Errno))
 				}
 			}
 		}
@@ -641,18 +641,18 @@ func migrate(t *testing.T, seed uint64) {
 	for key := range created {
 		from, _ := t1.table.Route(key.parent, key.name)
 		to, _ := t2.table.Route(key.parent, key.name)
-		want := EMOVING
+		want := metapb.EMOVING
 		if from == to {
-			want = OK
+			want = metapb.OK
 		}
-		if r := do(from, deleteDentry(key.parent, key.name, 0, 0), createDentry(key.parent, key.name, created[key], reg)); Errno(r.Errno) != want {
-			t.Fatalf("rewrite of %d/%s on %d during freeze: %v, want %v", key.parent, key.name, from, Errno(r.Errno), want)
+		if r := do(from, deleteDentry(key.parent, key.name, 0, 0), createDentry(key.parent, key.name, created[key], reg)); metapb.Errno(r.Errno) != want {
+			t.Fatalf("rewrite of %d/%s on %d during freeze: %v, want %v", key.parent, key.name, from, metapb.Errno(r.Errno), want)
 		}
-		if _, _, e := mps[from].Lookup(key.parent, key.name); e != OK {
+		if _, _, e := mps[from].Lookup(key.parent, key.name); e != metapb.OK {
 			t.Fatalf("lookup of %d/%s on source %d during freeze: %v", key.parent, key.name, from, e)
 		}
 		if from != to {
-			if _, _, e := mps[to].Lookup(key.parent, key.name); e != EMOVING {
+			if _, _, e := mps[to].Lookup(key.parent, key.name); e != metapb.EMOVING {
 				t.Fatalf("lookup of %d/%s on destination %d during freeze: %v", key.parent, key.name, to, e)
 			}
 		}
@@ -710,10 +710,10 @@ func migrate(t *testing.T, seed uint64) {
 		to, _ := t2.table.Route(key.parent, key.name)
 		for id, p := range mps {
 			d, _, e := p.Lookup(key.parent, key.name)
-			if id == to && (e != OK || d.Ino != ino) {
+			if id == to && (e != metapb.OK || d.Ino != ino) {
 				t.Fatalf("lookup of %d/%s on its owner %d: %v %v", key.parent, key.name, id, e, d)
 			}
-			if id != to && e != EWRONGMP {
+			if id != to && e != metapb.EWRONGMP {
 				t.Fatalf("lookup of %d/%s on %d (owner %d): %v", key.parent, key.name, id, to, e)
 			}
 		}

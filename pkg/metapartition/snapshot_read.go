@@ -75,7 +75,7 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 		if r.err != nil {
 			break
 		}
-		if e, msg := checkName(d.name); e != OK {
+		if e, msg := checkName(d.name); e != metapb.OK {
 			r.failf("dentry under %d: %s", d.parent, msg)
 			break
 		}
@@ -341,7 +341,7 @@ func (r *snapReader) inode() *inode {
 		if r.err != nil {
 			break
 		}
-		if e, msg := checkXattrName(name); e != OK {
+		if e, msg := checkXattrName(name); e != metapb.OK {
 			r.failf("inode %d: %s", in.ino, msg)
 		} else if i > 0 && xs[i-1].name >= name {
 			r.failf("inode %d: xattr %s out of order", in.ino, quote(name))

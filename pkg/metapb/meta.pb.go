@@ -4536,7 +4536,7 @@ type PathResponse struct {
 	// or by this partition on the inode's home (nothing to take when the
 	// inode is gone). false only when that follow-up could not be sent: the
 	// client sends Link -1 itself, with request id
-	// metapartition.FollowUpID(request_id, FollowUpLink). nlink is the
+	// metapb.FollowUpID(request_id, FollowUpLink). nlink is the
 	// count left.
 	LinkDropped bool   `protobuf:"varint,9,opt,name=link_dropped,json=linkDropped,proto3" json:"link_dropped,omitempty"`
 	Nlink       uint32 `protobuf:"varint,10,opt,name=nlink,proto3" json:"nlink,omitempty"`

@@ -1,16 +1,19 @@
-package metapartition
+package metapb
 
 import "strconv"
 
 // Errno is a Linux errno value, the error vocabulary of TxnResult.errno and of
-// the queries. The values are Linux's on every platform (the package does not
-// use syscall, whose numbers differ between operating systems), because every
-// consumer of meta partition results (FUSE, the SDK, pjdfstest) speaks Linux
-// errno. 0 means success.
+// the meta partitions' answers: the meta partition (pkg/metapartition) returns
+// them, meta nodes and clients read them. It is part of the protocol, so it
+// lives here, beside the messages, and a client needs no server package to
+// understand an answer. The values are Linux's on every platform (syscall's
+// numbers differ between operating systems), because every consumer of meta
+// partition results (FUSE, the SDK, pjdfstest) speaks Linux errno. 0 means
+// success.
 type Errno int32
 
-// The errno values the state machine returns (which operation returns which
-// is documented in the package comment), plus EPERM, EACCES, EXDEV, ELOOP
+// The errno values the meta partition returns (which operation returns which
+// is documented in pkg/metapartition's package comment), plus EPERM, EACCES, EXDEV, ELOOP
 // and ENOTEMPTY, which the meta node service needs for the checks it makes
 // across partitions and for path operations,
 // and EIO for a remembered result that cannot be decoded (never expected).
