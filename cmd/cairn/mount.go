@@ -304,6 +304,10 @@ file system (docs/bench.md, "Traces").`,
 				Options:     []string{"default_permissions"},
 				MaxWrite:    1 << 20,
 				Debug:       mo.debug,
+				// The mount decides when cached pages go (at an open
+				// that finds the file changed: pkg/fusefs/pagecache.go),
+				// not the kernel on seeing new attributes.
+				ExplicitDataCacheControl: true,
 			})
 			if err != nil {
 				return closeTrace(fmt.Errorf("mount %s on %s: %w", volume, mp, err))

@@ -501,9 +501,11 @@ func (c *chunkLayout) commitLayout(ctx context.Context, op string, ps []piece, t
 	if i == len(ps)-j && n-j == i && wrote {
 		// The writes changed no chunk (the same bytes again); the mtime
 		// still moves, as for any write.
-		if _, err := f.v.Setattr(ctx, f.ino, SetattrIn{Valid: SetMtimeNow | SetCtime, Ctime: time.Now()}); err != nil {
+		res, err := f.v.setattr(ctx, f.ino, SetattrIn{Valid: SetMtimeNow | SetCtime, Ctime: time.Now()})
+		if err != nil {
 			return err
 		}
+		f.changed(res)
 	}
 	return nil
 }
@@ -521,6 +523,7 @@ func (c *chunkLayout) splice(ctx context.Context, op string, gen uint64, start, 
 		if err != nil {
 			return 0, !first, err
 		}
+		f.changed(res.GetResults()[0])
 		gen++
 		if g := res.GetResults()[0].GetInode().GetLayoutGen(); g != 0 {
 			gen = g

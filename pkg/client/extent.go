@@ -401,16 +401,20 @@ func (l *extentLayout) flush(ctx context.Context, op string) error {
 	defer cancel()
 	if len(l.pending) == 0 && f.sizeDirt {
 		// Only the size grew (cannot happen without keys today); record it.
-		if _, err := f.v.Setattr(ctx, f.ino, SetattrIn{Valid: SetSize, Size: f.size}); err != nil {
+		res, err := f.v.setattr(ctx, f.ino, SetattrIn{Valid: SetSize, Size: f.size})
+		if err != nil {
 			return err
 		}
+		f.changed(res)
 	}
 	for len(l.pending) > 0 {
 		n := min(len(l.pending), maxKeysPerAppend)
 		m := &metapb.AppendExtents{Ino: f.ino, Extents: l.pending[:n], Size: f.size}
-		if _, err := f.v.txn(ctx, op, byIno(f.ino), &metapb.Op{Op: &metapb.Op_AppendExtents{AppendExtents: m}}); err != nil {
+		res, err := f.v.txn(ctx, op, byIno(f.ino), &metapb.Op{Op: &metapb.Op_AppendExtents{AppendExtents: m}})
+		if err != nil {
 			return err
 		}
+		f.changed(res.GetResults()[0])
 		l.pending = l.pending[n:]
 		l.touched = false
 	}
@@ -418,9 +422,11 @@ func (l *extentLayout) flush(ctx context.Context, op string) error {
 	l.recorded = f.size
 	if l.touched {
 		// Overwrites in place change no key; the mtime still moves.
-		if _, err := f.v.Setattr(ctx, f.ino, SetattrIn{Valid: SetMtimeNow | SetCtime, Ctime: time.Now()}); err != nil {
+		res, err := f.v.setattr(ctx, f.ino, SetattrIn{Valid: SetMtimeNow | SetCtime, Ctime: time.Now()})
+		if err != nil {
 			return err
 		}
+		f.changed(res)
 		l.touched = false
 	}
 	return nil

@@ -107,6 +107,8 @@ type File struct {
 	modified time.Time // last write not yet flushed (zero: none)
 	err      error     // a failed write-back: reported by the next flush point
 	closed   bool
+	ver      Version // the content's Version as this handle knows it (version.go)
+	verOK    bool    // ver is known: no change this handle did not make came in between
 }
 
 // OpenFile opens regular file ino. flags are open(2) flags: O_WRONLY or
@@ -153,7 +155,7 @@ func (v *Volume) openInode(ctx context.Context, op string, in *metapb.Inode, fla
 	f := &File{
 		v: v, dc: dc, ino: ino,
 		append: flags&syscall.O_APPEND != 0, writable: writable,
-		size: in.GetSize(),
+		size: in.GetSize(), ver: versionOf(in), verOK: true,
 	}
 	if f.lay, err = openLayout(op, f, in); err != nil {
 		return nil, err
@@ -330,12 +332,14 @@ func (f *File) Truncate(ctx context.Context, size uint64) error {
 	}
 	ctx, cancel := f.v.opCtx(ctx)
 	defer cancel()
-	a, err := f.v.Setattr(ctx, f.ino, SetattrIn{Valid: SetSize, Size: size})
+	res, err := f.v.setattr(ctx, f.ino, SetattrIn{Valid: SetSize, Size: size})
 	if err != nil {
 		return err
 	}
-	err = f.lay.truncate(ctx, op, a.Size)
-	f.size = a.Size
+	f.changed(res)
+	size = res.GetInode().GetSize()
+	err = f.lay.truncate(ctx, op, size)
+	f.size = size
 	return err
 }
 

@@ -23,6 +23,16 @@ import (
 // execute is set, on regular files, unless the mode is set in the same call
 // (as chown(2)).
 func (v *Volume) Setattr(ctx context.Context, ino uint64, in SetattrIn) (*Attr, error) {
+	res, err := v.setattr(ctx, ino, in)
+	if err != nil {
+		return nil, err
+	}
+	return toAttr(res.GetInode()), nil
+}
+
+// setattr is Setattr, answering the op's result (the inode after, and
+// before: OpResult.pre).
+func (v *Volume) setattr(ctx context.Context, ino uint64, in SetattrIn) (*metapb.OpResult, error) {
 	const op = "setattr"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
@@ -74,7 +84,7 @@ func (v *Volume) Setattr(ctx context.Context, ino uint64, in SetattrIn) (*Attr, 
 	if err != nil {
 		return nil, err
 	}
-	return toAttr(res.GetResults()[0].GetInode()), nil
+	return res.GetResults()[0], nil
 }
 
 // ---- Extended attributes. ----

@@ -73,6 +73,7 @@ func (fs *FS) create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 		return fs.observe("create", start, status(err))
 	}
 	out.Fh = fs.addFile(f)
+	fs.keepPages(f) // a new inode: nothing cached yet
 	fs.fillEntry(a, &out.EntryOut)
 	return fs.observe("create", start, fuse.OK)
 }
@@ -93,7 +94,7 @@ func (fs *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) f
 func (fs *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut, start time.Time) fuse.Status {
 	ctx := ctxOf(cancel)
 	for _, f := range fs.openFiles(in.NodeId) {
-		if err := f.Flush(ctx); err != nil {
+		if err := fs.flushFile(f, func() error { return f.Flush(ctx) }); err != nil {
 			return fs.observe("open", start, status(err))
 		}
 	}
@@ -104,11 +105,14 @@ func (fs *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut, s
 		return fs.observe("open", start, status(err))
 	}
 	out.Fh = fs.addFile(f)
-	// The kernel may hold attributes (the size) cached from before another
-	// mount's close: drop them so that fstat and reads see the size as of
-	// this open (close-to-open across mounts; the page cache is dropped
-	// because the open does not ask FOPEN_KEEP_CACHE).
-	if s := fs.server.Load(); s != nil {
+	if fs.keepPages(f) {
+		// Unchanged since the kernel cached its pages (pagecache.go).
+		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
+	} else if s := fs.server.Load(); s != nil {
+		// The kernel may hold attributes (the size) cached from before
+		// another mount's close: drop them so that fstat and reads see the
+		// size as of this open (close-to-open across mounts; the pages go
+		// because the reply does not ask FOPEN_KEEP_CACHE).
 		s.InodeNotify(in.NodeId, -1, 0)
 	}
 	// The GETATTR the kernel sends after the reply is answered from what
@@ -174,7 +178,8 @@ func (fs *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	if f == nil {
 		return fs.observe("flush", start, fuse.EBADF)
 	}
-	st := status(f.Flush(ctxOf(cancel)))
+	ctx := ctxOf(cancel)
+	st := status(fs.flushFile(f, func() error { return f.Flush(ctx) }))
 	if st != fuse.OK {
 		fs.dropAttrs(in.NodeId)
 	}
@@ -186,6 +191,7 @@ func (fs *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 // that exist (client.File), and the kernel's copy still counts the lost
 // ones.
 func (fs *FS) dropAttrs(ino uint64) {
+	fs.forgetPages(ino)
 	if s := fs.server.Load(); s != nil {
 		s.InodeNotify(ino, -1, 0)
 	}
@@ -199,7 +205,8 @@ func (fs *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	if f == nil {
 		return fs.observe("fsync", start, fuse.EBADF)
 	}
-	st := status(f.Fsync(ctxOf(cancel)))
+	ctx := ctxOf(cancel)
+	st := status(fs.flushFile(f, func() error { return f.Fsync(ctx) }))
 	if st != fuse.OK {
 		fs.dropAttrs(in.NodeId)
 	}
@@ -228,7 +235,7 @@ func (fs *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	if f == nil {
 		return
 	}
-	st := status(f.Close(context.Background()))
+	st := status(fs.flushFile(f, func() error { return f.Close(context.Background()) }))
 	if fs.tr != nil {
 		// The application's close(2) succeeded whatever this says (its
 		// error went to flush), so the close is recorded as a success.

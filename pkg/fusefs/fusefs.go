@@ -69,6 +69,7 @@ type FS struct {
 	files  map[uint64]*client.File            // fh -> open file
 	byIno  map[uint64]map[uint64]*client.File // ino -> fh -> open file
 	dirs   map[uint64]*dirHandle              // fh -> open directory
+	pages  map[uint64]client.Version          // ino -> Version of the kernel's cached pages (pagecache.go)
 
 	hints *attrHints // attributes learnt by this mount's operations (attrhints.go)
 }
@@ -79,6 +80,7 @@ func New(v *client.Volume, opts Options) *FS {
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
 		v:             v, opts: opts.withDefaults(), nextFh: 1, hints: newAttrHints(opts.withDefaults().AttrTimeout),
 		files: map[uint64]*client.File{}, byIno: map[uint64]map[uint64]*client.File{}, dirs: map[uint64]*dirHandle{},
+		pages: map[uint64]client.Version{},
 	}
 	if opts.Trace != nil {
 		fs.tr = newTracer(opts.Trace)

@@ -174,7 +174,7 @@ func (t *txn) setattr(m *metapb.Setattr) (*metapb.OpResult, *opError) {
 		n.ctime = m.GetCtimeNs()
 	}
 	t.putInode(ino, n)
-	return &metapb.OpResult{Inode: n.toProto(false)}, nil
+	return &metapb.OpResult{Inode: n.toProto(false), Pre: in.stamp()}, nil
 }
 
 // lastEnd returns the end of in's last extent, 0 if it has none.
@@ -399,5 +399,5 @@ func (t *txn) appendExtents(m *metapb.AppendExtents) (*metapb.OpResult, *opError
 	n.size = max(in.size, size)
 	n.mtime, n.ctime = t.now, t.now
 	t.putInode(ino, n)
-	return &metapb.OpResult{Inode: n.toProto(false)}, nil
+	return &metapb.OpResult{Inode: n.toProto(false), Pre: in.stamp()}, nil
 }

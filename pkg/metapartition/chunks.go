@@ -351,7 +351,7 @@ func (t *txn) spliceChunks(m *metapb.SpliceChunks) (*metapb.OpResult, *opError) 
 		n.mtime = mt
 	}
 	t.putInode(ino, n)
-	return &metapb.OpResult{Inode: n.toProto(false)}, nil
+	return &metapb.OpResult{Inode: n.toProto(false), Pre: in.stamp()}, nil
 }
 
 // ---- Chunk index operations. ----

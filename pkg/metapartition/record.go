@@ -282,6 +282,11 @@ func xattrBytes(xs []xattr) int {
 // ListXattr, and copying a large extent map into every AppendExtents result
 // (or a chunk list into every SpliceChunks result) would make writes cost
 // O(extents) in allocations. Layout and layout_gen are always there: a
+
+// stamp is the inode's content stamp (metapb.InodeStamp).
+func (in *inode) stamp() *metapb.InodeStamp {
+	return &metapb.InodeStamp{Size: in.size, MtimeNs: in.mtime, CtimeNs: in.ctime}
+}
 // writer of a chunked file needs the new generation from its splice.
 func (in *inode) toProto(full bool) *metapb.Inode {
 	m := &metapb.Inode{

@@ -3080,7 +3080,13 @@ type OpResult struct {
 	// earlier versions, whose clients list the directory after fencing.
 	HasChildren *bool `protobuf:"varint,4,opt,name=has_children,json=hasChildren,proto3,oneof" json:"has_children,omitempty"`
 	// Link with evict_at_zero: the inode reached 0 links and was evicted.
-	Evicted       bool `protobuf:"varint,5,opt,name=evicted,proto3" json:"evicted,omitempty"`
+	Evicted bool `protobuf:"varint,5,opt,name=evicted,proto3" json:"evicted,omitempty"`
+	// AppendExtents, Setattr and SpliceChunks: the inode's stamp just before
+	// the op (NFS's pre-operation attributes). A client that knew this stamp
+	// knows that nothing else changed the file between what it knew and its
+	// own change, so a cache it keeps of the content stays valid under the
+	// new stamp (inode). Absent from servers of earlier versions.
+	Pre           *InodeStamp `protobuf:"bytes,6,opt,name=pre,proto3" json:"pre,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3150,6 +3156,76 @@ func (x *OpResult) GetEvicted() bool {
 	return false
 }
 
+func (x *OpResult) GetPre() *InodeStamp {
+	if x != nil {
+		return x.Pre
+	}
+	return nil
+}
+
+// InodeStamp names one state of an inode's content: while size, mtime and
+// ctime are the same, so are the bytes (every change of the content sets
+// mtime and ctime).
+type InodeStamp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Size          uint64                 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	MtimeNs       int64                  `protobuf:"varint,2,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	CtimeNs       int64                  `protobuf:"varint,3,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InodeStamp) Reset() {
+	*x = InodeStamp{}
+	mi := &file_meta_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InodeStamp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InodeStamp) ProtoMessage() {}
+
+func (x *InodeStamp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InodeStamp.ProtoReflect.Descriptor instead.
+func (*InodeStamp) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *InodeStamp) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *InodeStamp) GetMtimeNs() int64 {
+	if x != nil {
+		return x.MtimeNs
+	}
+	return 0
+}
+
+func (x *InodeStamp) GetCtimeNs() int64 {
+	if x != nil {
+		return x.CtimeNs
+	}
+	return 0
+}
+
 type TxnResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Errno         int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`                       // 0 on success
@@ -3162,7 +3238,7 @@ type TxnResult struct {
 
 func (x *TxnResult) Reset() {
 	*x = TxnResult{}
-	mi := &file_meta_proto_msgTypes[35]
+	mi := &file_meta_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3250,7 @@ func (x *TxnResult) String() string {
 func (*TxnResult) ProtoMessage() {}
 
 func (x *TxnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[35]
+	mi := &file_meta_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3263,7 @@ func (x *TxnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResult.ProtoReflect.Descriptor instead.
 func (*TxnResult) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{35}
+	return file_meta_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TxnResult) GetErrno() int32 {
@@ -3230,7 +3306,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_meta_proto_msgTypes[36]
+	mi := &file_meta_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3242,7 +3318,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[36]
+	mi := &file_meta_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3255,7 +3331,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{36}
+	return file_meta_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Batch) GetNowNs() int64 {
@@ -3286,7 +3362,7 @@ type TxnRequest struct {
 
 func (x *TxnRequest) Reset() {
 	*x = TxnRequest{}
-	mi := &file_meta_proto_msgTypes[37]
+	mi := &file_meta_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +3374,7 @@ func (x *TxnRequest) String() string {
 func (*TxnRequest) ProtoMessage() {}
 
 func (x *TxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[37]
+	mi := &file_meta_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +3387,7 @@ func (x *TxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
 func (*TxnRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{37}
+	return file_meta_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TxnRequest) GetPartitionId() uint64 {
@@ -3344,7 +3420,7 @@ type TxnResponse struct {
 
 func (x *TxnResponse) Reset() {
 	*x = TxnResponse{}
-	mi := &file_meta_proto_msgTypes[38]
+	mi := &file_meta_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3356,7 +3432,7 @@ func (x *TxnResponse) String() string {
 func (*TxnResponse) ProtoMessage() {}
 
 func (x *TxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[38]
+	mi := &file_meta_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3369,7 +3445,7 @@ func (x *TxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
 func (*TxnResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{38}
+	return file_meta_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TxnResponse) GetResult() *TxnResult {
@@ -3394,7 +3470,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_meta_proto_msgTypes[39]
+	mi := &file_meta_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3406,7 +3482,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[39]
+	mi := &file_meta_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3419,7 +3495,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{39}
+	return file_meta_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LookupRequest) GetPartitionId() uint64 {
@@ -3462,7 +3538,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_meta_proto_msgTypes[40]
+	mi := &file_meta_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +3550,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[40]
+	mi := &file_meta_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +3563,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{40}
+	return file_meta_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LookupResponse) GetErrno() int32 {
@@ -3529,7 +3605,7 @@ type GetInodeRequest struct {
 
 func (x *GetInodeRequest) Reset() {
 	*x = GetInodeRequest{}
-	mi := &file_meta_proto_msgTypes[41]
+	mi := &file_meta_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3541,7 +3617,7 @@ func (x *GetInodeRequest) String() string {
 func (*GetInodeRequest) ProtoMessage() {}
 
 func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[41]
+	mi := &file_meta_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3554,7 +3630,7 @@ func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInodeRequest.ProtoReflect.Descriptor instead.
 func (*GetInodeRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{41}
+	return file_meta_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetInodeRequest) GetPartitionId() uint64 {
@@ -3588,7 +3664,7 @@ type GetInodeResponse struct {
 
 func (x *GetInodeResponse) Reset() {
 	*x = GetInodeResponse{}
-	mi := &file_meta_proto_msgTypes[42]
+	mi := &file_meta_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +3676,7 @@ func (x *GetInodeResponse) String() string {
 func (*GetInodeResponse) ProtoMessage() {}
 
 func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[42]
+	mi := &file_meta_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +3689,7 @@ func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInodeResponse.ProtoReflect.Descriptor instead.
 func (*GetInodeResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{42}
+	return file_meta_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetInodeResponse) GetErrno() int32 {
@@ -3643,7 +3719,7 @@ type ReadDirRequest struct {
 
 func (x *ReadDirRequest) Reset() {
 	*x = ReadDirRequest{}
-	mi := &file_meta_proto_msgTypes[43]
+	mi := &file_meta_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +3731,7 @@ func (x *ReadDirRequest) String() string {
 func (*ReadDirRequest) ProtoMessage() {}
 
 func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[43]
+	mi := &file_meta_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +3744,7 @@ func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirRequest.ProtoReflect.Descriptor instead.
 func (*ReadDirRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{43}
+	return file_meta_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReadDirRequest) GetPartitionId() uint64 {
@@ -3723,7 +3799,7 @@ type ReadDirResponse struct {
 
 func (x *ReadDirResponse) Reset() {
 	*x = ReadDirResponse{}
-	mi := &file_meta_proto_msgTypes[44]
+	mi := &file_meta_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +3811,7 @@ func (x *ReadDirResponse) String() string {
 func (*ReadDirResponse) ProtoMessage() {}
 
 func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[44]
+	mi := &file_meta_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +3824,7 @@ func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirResponse.ProtoReflect.Descriptor instead.
 func (*ReadDirResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{44}
+	return file_meta_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReadDirResponse) GetDentries() []*Dentry {
@@ -3814,7 +3890,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_meta_proto_msgTypes[45]
+	mi := &file_meta_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3826,7 +3902,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[45]
+	mi := &file_meta_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3839,7 +3915,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{45}
+	return file_meta_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ScanRequest) GetPartitionId() uint64 {
@@ -3920,7 +3996,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_meta_proto_msgTypes[46]
+	mi := &file_meta_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +4008,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[46]
+	mi := &file_meta_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +4021,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{46}
+	return file_meta_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ScanResponse) GetErrno() int32 {
@@ -4010,7 +4086,7 @@ type PartitionStatsRequest struct {
 
 func (x *PartitionStatsRequest) Reset() {
 	*x = PartitionStatsRequest{}
-	mi := &file_meta_proto_msgTypes[47]
+	mi := &file_meta_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4022,7 +4098,7 @@ func (x *PartitionStatsRequest) String() string {
 func (*PartitionStatsRequest) ProtoMessage() {}
 
 func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[47]
+	mi := &file_meta_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4035,7 +4111,7 @@ func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatsRequest.ProtoReflect.Descriptor instead.
 func (*PartitionStatsRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{47}
+	return file_meta_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PartitionStatsRequest) GetPartitionId() uint64 {
@@ -4069,7 +4145,7 @@ type NameCount struct {
 
 func (x *NameCount) Reset() {
 	*x = NameCount{}
-	mi := &file_meta_proto_msgTypes[48]
+	mi := &file_meta_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4157,7 @@ func (x *NameCount) String() string {
 func (*NameCount) ProtoMessage() {}
 
 func (x *NameCount) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[48]
+	mi := &file_meta_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4170,7 @@ func (x *NameCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NameCount.ProtoReflect.Descriptor instead.
 func (*NameCount) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{48}
+	return file_meta_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NameCount) GetName() []byte {
@@ -4141,7 +4217,7 @@ type PartitionStatsResponse struct {
 
 func (x *PartitionStatsResponse) Reset() {
 	*x = PartitionStatsResponse{}
-	mi := &file_meta_proto_msgTypes[49]
+	mi := &file_meta_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4153,7 +4229,7 @@ func (x *PartitionStatsResponse) String() string {
 func (*PartitionStatsResponse) ProtoMessage() {}
 
 func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[49]
+	mi := &file_meta_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4166,7 +4242,7 @@ func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatsResponse.ProtoReflect.Descriptor instead.
 func (*PartitionStatsResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{49}
+	return file_meta_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PartitionStatsResponse) GetInodes() uint64 {
@@ -4306,7 +4382,7 @@ type Cred struct {
 
 func (x *Cred) Reset() {
 	*x = Cred{}
-	mi := &file_meta_proto_msgTypes[50]
+	mi := &file_meta_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4318,7 +4394,7 @@ func (x *Cred) String() string {
 func (*Cred) ProtoMessage() {}
 
 func (x *Cred) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[50]
+	mi := &file_meta_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4331,7 +4407,7 @@ func (x *Cred) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cred.ProtoReflect.Descriptor instead.
 func (*Cred) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{50}
+	return file_meta_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Cred) GetUid() uint32 {
@@ -4397,7 +4473,7 @@ type PathRequest struct {
 
 func (x *PathRequest) Reset() {
 	*x = PathRequest{}
-	mi := &file_meta_proto_msgTypes[51]
+	mi := &file_meta_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4409,7 +4485,7 @@ func (x *PathRequest) String() string {
 func (*PathRequest) ProtoMessage() {}
 
 func (x *PathRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[51]
+	mi := &file_meta_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4422,7 +4498,7 @@ func (x *PathRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathRequest.ProtoReflect.Descriptor instead.
 func (*PathRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{51}
+	return file_meta_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PathRequest) GetPartitionId() uint64 {
@@ -4565,7 +4641,7 @@ type PathResponse struct {
 
 func (x *PathResponse) Reset() {
 	*x = PathResponse{}
-	mi := &file_meta_proto_msgTypes[52]
+	mi := &file_meta_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4577,7 +4653,7 @@ func (x *PathResponse) String() string {
 func (*PathResponse) ProtoMessage() {}
 
 func (x *PathResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[52]
+	mi := &file_meta_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4590,7 +4666,7 @@ func (x *PathResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathResponse.ProtoReflect.Descriptor instead.
 func (*PathResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{52}
+	return file_meta_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PathResponse) GetErrno() int32 {
@@ -4926,14 +5002,20 @@ const file_meta_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x19\n" +
 	"\bns_epoch\x18\x03 \x01(\x04R\ansEpoch\x12\x19\n" +
-	"\bns_guard\x18\x04 \x01(\bR\ansGuard\"\xe3\x01\n" +
+	"\bns_guard\x18\x04 \x01(\bR\ansGuard\"\x8d\x02\n" +
 	"\bOpResult\x12'\n" +
 	"\x05inode\x18\x01 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12*\n" +
 	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12/\n" +
 	"\x06chunks\x18\x03 \x03(\v2\x17.cairn.meta.ChunkRecordR\x06chunks\x12&\n" +
 	"\fhas_children\x18\x04 \x01(\bH\x00R\vhasChildren\x88\x01\x01\x12\x18\n" +
-	"\aevicted\x18\x05 \x01(\bR\aevictedB\x0f\n" +
-	"\r_has_children\"\x88\x01\n" +
+	"\aevicted\x18\x05 \x01(\bR\aevicted\x12(\n" +
+	"\x03pre\x18\x06 \x01(\v2\x16.cairn.meta.InodeStampR\x03preB\x0f\n" +
+	"\r_has_children\"V\n" +
+	"\n" +
+	"InodeStamp\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x19\n" +
+	"\bmtime_ns\x18\x02 \x01(\x03R\amtimeNs\x12\x19\n" +
+	"\bctime_ns\x18\x03 \x01(\x03R\actimeNs\"\x88\x01\n" +
 	"\tTxnResult\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12\x1b\n" +
 	"\tfailed_op\x18\x02 \x01(\x05R\bfailedOp\x12\x18\n" +
@@ -5128,7 +5210,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_meta_proto_goTypes = []any{
 	(FileType)(0),                  // 0: cairn.meta.FileType
 	(FileLayout)(0),                // 1: cairn.meta.FileLayout
@@ -5170,30 +5252,31 @@ var file_meta_proto_goTypes = []any{
 	(*PurgeDentries)(nil),          // 37: cairn.meta.PurgeDentries
 	(*Txn)(nil),                    // 38: cairn.meta.Txn
 	(*OpResult)(nil),               // 39: cairn.meta.OpResult
-	(*TxnResult)(nil),              // 40: cairn.meta.TxnResult
-	(*Batch)(nil),                  // 41: cairn.meta.Batch
-	(*TxnRequest)(nil),             // 42: cairn.meta.TxnRequest
-	(*TxnResponse)(nil),            // 43: cairn.meta.TxnResponse
-	(*LookupRequest)(nil),          // 44: cairn.meta.LookupRequest
-	(*LookupResponse)(nil),         // 45: cairn.meta.LookupResponse
-	(*GetInodeRequest)(nil),        // 46: cairn.meta.GetInodeRequest
-	(*GetInodeResponse)(nil),       // 47: cairn.meta.GetInodeResponse
-	(*ReadDirRequest)(nil),         // 48: cairn.meta.ReadDirRequest
-	(*ReadDirResponse)(nil),        // 49: cairn.meta.ReadDirResponse
-	(*ScanRequest)(nil),            // 50: cairn.meta.ScanRequest
-	(*ScanResponse)(nil),           // 51: cairn.meta.ScanResponse
-	(*PartitionStatsRequest)(nil),  // 52: cairn.meta.PartitionStatsRequest
-	(*NameCount)(nil),              // 53: cairn.meta.NameCount
-	(*PartitionStatsResponse)(nil), // 54: cairn.meta.PartitionStatsResponse
-	(*Cred)(nil),                   // 55: cairn.meta.Cred
-	(*PathRequest)(nil),            // 56: cairn.meta.PathRequest
-	(*PathResponse)(nil),           // 57: cairn.meta.PathResponse
-	nil,                            // 58: cairn.meta.Inode.XattrsEntry
+	(*InodeStamp)(nil),             // 40: cairn.meta.InodeStamp
+	(*TxnResult)(nil),              // 41: cairn.meta.TxnResult
+	(*Batch)(nil),                  // 42: cairn.meta.Batch
+	(*TxnRequest)(nil),             // 43: cairn.meta.TxnRequest
+	(*TxnResponse)(nil),            // 44: cairn.meta.TxnResponse
+	(*LookupRequest)(nil),          // 45: cairn.meta.LookupRequest
+	(*LookupResponse)(nil),         // 46: cairn.meta.LookupResponse
+	(*GetInodeRequest)(nil),        // 47: cairn.meta.GetInodeRequest
+	(*GetInodeResponse)(nil),       // 48: cairn.meta.GetInodeResponse
+	(*ReadDirRequest)(nil),         // 49: cairn.meta.ReadDirRequest
+	(*ReadDirResponse)(nil),        // 50: cairn.meta.ReadDirResponse
+	(*ScanRequest)(nil),            // 51: cairn.meta.ScanRequest
+	(*ScanResponse)(nil),           // 52: cairn.meta.ScanResponse
+	(*PartitionStatsRequest)(nil),  // 53: cairn.meta.PartitionStatsRequest
+	(*NameCount)(nil),              // 54: cairn.meta.NameCount
+	(*PartitionStatsResponse)(nil), // 55: cairn.meta.PartitionStatsResponse
+	(*Cred)(nil),                   // 56: cairn.meta.Cred
+	(*PathRequest)(nil),            // 57: cairn.meta.PathRequest
+	(*PathResponse)(nil),           // 58: cairn.meta.PathResponse
+	nil,                            // 59: cairn.meta.Inode.XattrsEntry
 }
 var file_meta_proto_depIdxs = []int32{
 	5,  // 0: cairn.meta.ChunkRecord.chunk:type_name -> cairn.meta.Chunk
 	0,  // 1: cairn.meta.Inode.type:type_name -> cairn.meta.FileType
-	58, // 2: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
+	59, // 2: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
 	7,  // 3: cairn.meta.Inode.extents:type_name -> cairn.meta.ExtentKey
 	1,  // 4: cairn.meta.Inode.layout:type_name -> cairn.meta.FileLayout
 	5,  // 5: cairn.meta.Inode.chunks:type_name -> cairn.meta.Chunk
@@ -5241,47 +5324,48 @@ var file_meta_proto_depIdxs = []int32{
 	8,  // 47: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
 	9,  // 48: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
 	6,  // 49: cairn.meta.OpResult.chunks:type_name -> cairn.meta.ChunkRecord
-	39, // 50: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
-	38, // 51: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
-	38, // 52: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
-	40, // 53: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
-	9,  // 54: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
-	8,  // 55: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
-	8,  // 56: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
-	9,  // 57: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
-	8,  // 58: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
-	3,  // 59: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
-	8,  // 60: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
-	9,  // 61: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
-	6,  // 62: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
-	53, // 63: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
-	53, // 64: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
-	4,  // 65: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
-	55, // 66: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
-	8,  // 67: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
-	8,  // 68: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
-	9,  // 69: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
-	8,  // 70: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
-	8,  // 71: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
-	56, // 72: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
-	42, // 73: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	44, // 74: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	46, // 75: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	48, // 76: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	52, // 77: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	50, // 78: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
-	57, // 79: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
-	43, // 80: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	45, // 81: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	47, // 82: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	49, // 83: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	54, // 84: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	51, // 85: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
-	79, // [79:86] is the sub-list for method output_type
-	72, // [72:79] is the sub-list for method input_type
-	72, // [72:72] is the sub-list for extension type_name
-	72, // [72:72] is the sub-list for extension extendee
-	0,  // [0:72] is the sub-list for field type_name
+	40, // 50: cairn.meta.OpResult.pre:type_name -> cairn.meta.InodeStamp
+	39, // 51: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
+	38, // 52: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
+	38, // 53: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
+	41, // 54: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
+	9,  // 55: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 56: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
+	8,  // 57: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
+	9,  // 58: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
+	8,  // 59: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
+	3,  // 60: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
+	8,  // 61: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
+	9,  // 62: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
+	6,  // 63: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
+	54, // 64: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
+	54, // 65: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
+	4,  // 66: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
+	56, // 67: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
+	8,  // 68: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
+	8,  // 69: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
+	9,  // 70: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 71: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
+	8,  // 72: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
+	57, // 73: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
+	43, // 74: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	45, // 75: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	47, // 76: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	49, // 77: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	53, // 78: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	51, // 79: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
+	58, // 80: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
+	44, // 81: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	46, // 82: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	48, // 83: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	50, // 84: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	55, // 85: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	52, // 86: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
+	80, // [80:87] is the sub-list for method output_type
+	73, // [73:80] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -5321,7 +5405,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   54,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,85 @@
+// The kernel's page cache of files, kept between opens while the file has
+// not changed (close-to-open).
+
+package fusefs
+
+import "github.com/cairnfs/cairn/pkg/client"
+
+// maxPageVersions bounds the versions remembered; past it the table starts
+// again empty, and the next open of each file drops its cached pages, as
+// every open did before the table existed.
+const maxPageVersions = 1 << 20
+
+// The mount is mounted with explicit data cache control: the kernel drops
+// a file's cached pages only when the mount tells it to, never because it
+// saw new attributes. The mount tells it at open (the reply lacks
+// FOPEN_KEEP_CACHE) unless the pages are current: pages[ino] records the
+// client.Version of the content the pages hold, and an open that reads the
+// same Version keeps them. Close-to-open holds: a change another client
+// flushed before this open gave the file another Version, so the pages go.
+//
+// The pages follow this mount's own writes (they pass through them), so
+// after a flush the record moves to the Version the flush produced, but
+// only when the servers confirm that nothing else changed the file in
+// between (client.File.Version's ok) and the record still names the
+// Version the handle started from; otherwise the record goes and the next
+// open drops the pages.
+
+// keepPages reports whether f, just opened, may keep the kernel's cached
+// pages of its file, and records f's Version as theirs from now on.
+func (fs *FS) keepPages(f *client.File) bool {
+	v, ok := f.Version()
+	ino := f.Ino()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if !ok {
+		delete(fs.pages, ino)
+		return false
+	}
+	if cur, known := fs.pages[ino]; known && cur == v {
+		return true
+	}
+	if len(fs.pages) >= maxPageVersions {
+		clear(fs.pages)
+	}
+	fs.pages[ino] = v
+	return false
+}
+
+// flushedPages moves the record of ino's pages after a flush of f that
+// succeeded; before is f's Version before that flush.
+func (fs *FS) flushedPages(f *client.File, before client.Version) {
+	after, ok := f.Version()
+	if ok && after == before {
+		return // nothing changed
+	}
+	ino := f.Ino()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if cur, known := fs.pages[ino]; ok && known && cur == before {
+		fs.pages[ino] = after
+		return
+	}
+	delete(fs.pages, ino)
+}
+
+// flushFile runs flush (a Flush, Fsync or Close of f) and keeps the record
+// of f's pages in step.
+func (fs *FS) flushFile(f *client.File, flush func() error) error {
+	before, _ := f.Version()
+	if err := flush(); err != nil {
+		// The handle's view fell back (client.File): the pages may hold
+		// bytes that no longer exist.
+		fs.forgetPages(f.Ino())
+		return err
+	}
+	fs.flushedPages(f, before)
+	return nil
+}
+
+// forgetPages drops the record of ino's pages: the next open drops them.
+func (fs *FS) forgetPages(ino uint64) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	delete(fs.pages, ino)
+}

@@ -1,0 +1,85 @@
+package integration
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestPageCacheCloseToOpen checks the mount's kept page cache (pkg/fusefs,
+// pagecache.go) on two mounts of one volume: a file read again in the same
+// mount is served from the kernel's pages (no FUSE read reaches the mount),
+// and every change the other mount closed before an open is seen by that
+// open, also when this mount wrote the file through a handle that was open
+// across the other mount's change.
+func TestPageCacheCloseToOpen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pc")
+	_, a := startMounted(t, dir)
+	b := startSecondMount(t, dir)
+	maddr := mountMetricsAddr(t, a)
+	rng := rand.New(rand.NewPCG(3, 4))
+	random := func(n int) []byte {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(rng.Uint32())
+		}
+		return p
+	}
+	const size = 1 << 20
+	want := random(size)
+	fa, fb := filepath.Join(a, "f"), filepath.Join(b, "f")
+	must(t, os.WriteFile(fa, want, 0o644))
+	check := func(step, path string) {
+		t.Helper()
+		got, err := os.ReadFile(path)
+		must(t, err)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: %s reads %d bytes, equal prefix %d of %d", step, path, len(got), commonPrefix(got, want), len(want))
+		}
+	}
+	// overwrite writes p at off through a new handle of path and closes it.
+	overwrite := func(path string, off int, p []byte) {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		must(t, err)
+		_, err = f.WriteAt(p, int64(off))
+		must(t, err)
+		must(t, f.Close())
+		copy(want[off:], p)
+	}
+
+	// Read twice in mount a: the second read comes from the kernel's pages.
+	check("first read", fa)
+	read0 := metricValue(t, maddr, "cairn_fuse_read_bytes_total")
+	check("second read", fa)
+	if d := metricValue(t, maddr, "cairn_fuse_read_bytes_total") - read0; d != 0 {
+		t.Errorf("a second read of an unchanged file reached the mount: %.0f bytes read through FUSE", d)
+	}
+
+	// The other mount overwrites in place (same size) and closes: a's next
+	// open must see it although a has every page of the file cached.
+	overwrite(fb, 300<<10, random(4096))
+	check("after b's overwrite", fa)
+
+	// a writes through a handle opened before b's next change; b's bytes
+	// must not be hidden by a's pages once a's handle closes and a opens
+	// the file again.
+	h, err := os.OpenFile(fa, os.O_RDWR, 0)
+	must(t, err)
+	overwrite(fb, 100<<10, random(4096))
+	mine := random(4096)
+	_, err = h.WriteAt(mine, 700<<10)
+	must(t, err)
+	must(t, h.Close())
+	copy(want[700<<10:], mine)
+	check("after a's write over b's change", fa)
+	check("the same, from b", fb)
+
+	// a's own write alone keeps its pages current: the next reads in a
+	// read a's bytes, and b sees them too.
+	overwrite(fa, 900<<10, random(4096))
+	check("after a's own write", fa)
+	check("a's write, from b", fb)
+}
