@@ -287,6 +287,7 @@ func xattrBytes(xs []xattr) int {
 func (in *inode) stamp() *metapb.InodeStamp {
 	return &metapb.InodeStamp{Size: in.size, MtimeNs: in.mtime, CtimeNs: in.ctime}
 }
+
 // writer of a chunked file needs the new generation from its splice.
 func (in *inode) toProto(full bool) *metapb.Inode {
 	m := &metapb.Inode{
