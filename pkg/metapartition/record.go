@@ -277,17 +277,16 @@ func xattrBytes(xs []xattr) int {
 	return n
 }
 
-// toProto converts in for a reply. Results of mutating ops leave out extents,
-// chunks and xattrs (full == false): they are read with GetInode and
-// ListXattr, and copying a large extent map into every AppendExtents result
-// (or a chunk list into every SpliceChunks result) would make writes cost
-// O(extents) in allocations. Layout and layout_gen are always there: a
-
 // stamp is the inode's content stamp (metapb.InodeStamp).
 func (in *inode) stamp() *metapb.InodeStamp {
 	return &metapb.InodeStamp{Size: in.size, MtimeNs: in.mtime, CtimeNs: in.ctime}
 }
 
+// toProto converts in for a reply. Results of mutating ops leave out extents,
+// chunks and xattrs (full == false): they are read with GetInode and
+// ListXattr, and copying a large extent map into every AppendExtents result
+// (or a chunk list into every SpliceChunks result) would make writes cost
+// O(extents) in allocations. Layout and layout_gen are always there: a
 // writer of a chunked file needs the new generation from its splice.
 func (in *inode) toProto(full bool) *metapb.Inode {
 	m := &metapb.Inode{
