@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"io"
 	"sort"
 	"sync"
@@ -58,8 +57,9 @@ type extentLayout struct {
 	recorded uint64              // the size the metadata holds (open, last flush, truncate)
 	pending  []*metapb.ExtentKey // keys written since the last flush, in write order
 	touched  bool                // an overwrite happened since the last flush
-	w        *dataclient.Writer  // the current sequential writer, if any
+	w        *dataclient.Writer  // the current writer, if any
 	wEnd     uint64              // file offset of the writer's next byte
+	wr       spans               // the file ranges the writer holds (not yet in keys)
 	r        *dataclient.Reader  // reader over keys; nil after a change
 	dirty    dirtyBuf            // in-place overwrites not yet sent (write-back)
 }
@@ -150,8 +150,8 @@ func (l *extentLayout) dropReader() {
 
 func (l *extentLayout) readAt(op string, p []byte, off uint64) (int, error) {
 	f := l.f
-	if l.w != nil && int64(off)+int64(len(p)) > int64(l.wEnd)-int64(l.w.Size()) {
-		// The range may hold bytes still in the writer's buffer.
+	if l.w != nil && l.wr.overlaps(off, off+uint64(len(p))) {
+		// The range holds bytes still in the writer.
 		if err := l.endWriter(op); err != nil {
 			return 0, err
 		}
@@ -169,27 +169,40 @@ func (l *extentLayout) readAt(op string, p []byte, off uint64) (int, error) {
 	return n, err
 }
 
+// maxWriterRanges bounds the scattered ranges one writer holds before it
+// is ended (their keys join the map): the set is searched on every read
+// and write, and its keys go out in one AppendExtents.
+const maxWriterRanges = maxKeysPerAppend
+
 // writeAt: sequential writes are buffered into packets; a write over
 // existing data goes to the write-back buffer and is overwritten in place
 // at the next flush point (or when the buffer passes
-// Options.WriteBackBytes); a write into a hole or past the end writes a
-// new extent at that offset (the gap reads as zeros).
+// Options.WriteBackBytes); a write into a hole or past the end goes to the
+// writer, which packs scattered pieces into full packets of new extents
+// (the gaps read as zeros).
 func (l *extentLayout) writeAt(op string, p []byte, start uint64) (int, error) {
 	f := l.f
 	l.dropReader()
 	end := start + uint64(len(p))
-	// Fast path: continue the sequential writer.
-	if l.w != nil && start == l.wEnd {
-		// The writer may run on over existing keys, which its new keys
-		// will replace: buffered overwrites there are older than these
-		// bytes and must not be sent over them later. (Other paths write
-		// new extents only where no key, and so no dirty byte, lies.)
-		l.dirty.remove(start, end)
-		return l.writeSeq(op, p, start)
-	}
 	if l.w != nil {
-		if err := l.endWriter(op); err != nil {
-			return 0, err
+		// Fast path: continue the sequential writer.
+		if start == l.wEnd {
+			// The writer may run on over existing keys, which its new
+			// keys will replace: buffered overwrites there are older
+			// than these bytes and must not be sent over them later.
+			// (Other paths give the writer only holes, where no key, and
+			// so no dirty byte, lies.)
+			l.dirty.remove(start, end)
+			return l.writeSeq(op, p, start)
+		}
+		// A write over bytes still in the writer needs nothing special:
+		// the writer's keys come out in the order written and join the
+		// map in that order, so the later bytes win. Only the number of
+		// scattered ranges is bounded.
+		if len(l.wr.rs) >= maxWriterRanges {
+			if err := l.endWriter(op); err != nil {
+				return 0, err
+			}
 		}
 	}
 	pos := start
@@ -198,8 +211,8 @@ func (l *extentLayout) writeAt(op string, p []byte, start uint64) (int, error) {
 		if ke <= pos || ks >= end {
 			continue
 		}
-		if ks > pos { // a hole before k: a new extent
-			if err := l.writeNew(op, p[pos-start:ks-start], pos); err != nil {
+		if ks > pos { // a hole before k: the writer takes it
+			if _, err := l.writeSeq(op, p[pos-start:ks-start], pos); err != nil {
 				return int(pos - start), err
 			}
 			pos = ks
@@ -219,8 +232,8 @@ func (l *extentLayout) writeAt(op string, p []byte, start uint64) (int, error) {
 		}
 	}
 	if pos < end {
-		// The rest (a hole or past the last key) goes to a writer that
-		// stays open for the sequential writes likely to follow.
+		// The rest (a hole or past the last key) goes to the writer,
+		// which stays open for the writes likely to follow.
 		n, err := l.writeSeq(op, p[pos-start:], pos)
 		return int(pos-start) + n, err
 	}
@@ -304,42 +317,28 @@ func (l *extentLayout) flushDirty(op string) error {
 	return nil
 }
 
-// writeSeq writes p at off through the sequential writer, starting one
-// there if there is none.
+// writeSeq writes p at off through the writer, starting one there if
+// there is none and moving it there (dataclient.Writer.Seek) if it is
+// elsewhere: off lies in a hole, past the keys, or at the writer's end.
 func (l *extentLayout) writeSeq(op string, p []byte, off uint64) (int, error) {
 	f := l.f
 	if l.w == nil {
 		l.w = f.dc.NewWriter(f.ctx, off)
-		l.wEnd = off
+	} else if off != l.wEnd {
+		l.w.Seek(off)
 	}
+	l.wEnd = off
 	n, err := l.w.Write(p)
 	if err != nil {
 		// The writer failed for good: nothing of p is written.
 		_ = l.endWriter(op)
 		return 0, dataErr(op, f.ino, err)
 	}
+	l.wr.add(off, off+uint64(n))
 	l.wEnd += uint64(n)
 	f.grow(l.wEnd)
 	f.v.bytesWritten.Add(int64(n))
 	return n, nil
-}
-
-// writeNew writes p at off as a new extent (a hole inside the file).
-func (l *extentLayout) writeNew(op string, p []byte, off uint64) error {
-	f := l.f
-	w := f.dc.NewWriter(f.ctx, off)
-	_, err := w.Write(p)
-	keys, cerr := w.Close()
-	// What the data nodes acknowledged is kept either way (it is real
-	// data, and a key never names bytes a replica lacks).
-	l.addKeys(keys)
-	if err = errors.Join(err, cerr); err != nil {
-		l.fallBack()
-		return dataErr(op, f.ino, err)
-	}
-	f.v.bytesWritten.Add(int64(len(p)))
-	f.grow(off + uint64(len(p)))
-	return nil
 }
 
 // fallBack brings the size back to what exists after a sequential write
@@ -373,6 +372,7 @@ func (l *extentLayout) addKeys(keys []*metapb.ExtentKey) {
 func (l *extentLayout) endWriter(op string) error {
 	w := l.w
 	l.w = nil
+	l.wr.reset()
 	keys, err := w.Close()
 	l.addKeys(keys) // the acknowledged bytes, even when the rest failed
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -398,4 +399,67 @@ func TestSlowFollowerFailsOver(t *testing.T) {
 	if got := readAll(t, cl, keys, int64(len(data))); !bytes.Equal(got, data) {
 		t.Fatal("differs")
 	}
+}
+
+// Scattered writes through one Writer moved by Seek (a random write into a
+// sparse file): the bytes travel in full packets of few extents, every
+// piece reads back at its file offset, the gaps as zeros, also when a
+// replica dies half-way and the packets in flight move to another
+// partition.
+func TestWriterSeek(t *testing.T) {
+	c := datanodetest.Start(t, datanodetest.Config{
+		Nodes:      3,
+		Partitions: [][]uint64{{1, 2, 3}, {2, 1, 3}, {1, 2}, {2, 1}},
+		Options:    nodeOptions(),
+	})
+	cl := newClient(t, c, dataclient.Options{ExtentBytes: 2 << 20, ExcludeFor: 3 * time.Second})
+	const piece, pieces = 4096, 1500
+	size := 4 * piece * pieces // a quarter of the file is written
+	want := make([]byte, size)
+	rnd := rand.New(rand.NewPCG(7, 7))
+	slots := rnd.Perm(size / piece)[:pieces]
+	w := cl.NewWriter(context.Background(), uint64(slots[0]*piece))
+	for i, slot := range slots {
+		if i == pieces/2 {
+			c.Stop(3)
+		}
+		off := slot * piece
+		p := randBytes(piece, uint64(i))
+		copy(want[off:], p)
+		w.Seek(uint64(off))
+		if _, err := w.Write(p); err != nil {
+			t.Fatalf("write %d at %d: %v", i, off, err)
+		}
+	}
+	keys, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	extents := map[[2]uint64]bool{}
+	var covered uint64
+	for _, k := range keys {
+		extents[[2]uint64{k.PartitionId, k.ExtentId}] = true
+		covered += k.Size
+	}
+	t.Logf("%d pieces: %d keys in %d extents, %d write failures", pieces, len(keys), len(extents), cl.Stats().WriteFailures)
+	if covered != piece*pieces {
+		t.Fatalf("keys cover %d bytes, want %d", covered, piece*pieces)
+	}
+	if len(extents) > 8 {
+		t.Errorf("%d pieces of %d bytes went to %d extents: the writer did not pack them", pieces, piece, len(extents))
+	}
+	// The keys in write order, laid over each other as a file's map is.
+	sorted := append([]*metapb.ExtentKey(nil), keys...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].FileOffset < sorted[j].FileOffset })
+	if got := readAll(t, cl, sorted, int64(size)); !bytes.Equal(got, want) {
+		t.Fatalf("scattered writes read back differently (equal prefix %d)", commonPrefix(got, want))
+	}
+}
+
+func commonPrefix(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }

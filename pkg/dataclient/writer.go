@@ -26,16 +26,23 @@ import (
 // Options.WaitWritable of failures without an acknowledgement the writer
 // fails for good.
 //
+// Seek moves the writer to another file offset without a round trip: the
+// bytes written after it follow the earlier ones in the same extent (and
+// the same packet), under keys of their own. Scattered writes into holes
+// (a random write into a sparse file) thus travel as full packets.
+//
 // A file that is no larger than SmallFileBytes when Flush or Close is first
-// called, and whose writes started at offset 0, is stored with WriteSmall
-// instead (packed into a shared small extent). A Writer is not safe for
-// concurrent use.
+// called, and whose writes started at offset 0 and never moved, is stored
+// with WriteSmall instead (packed into a shared small extent). A Writer is
+// not safe for concurrent use.
 type Writer struct {
 	c        *Client
 	ctx      context.Context
 	startOff uint64
-	fileOff  uint64 // file offset of buf[0]
+	fileOff  uint64 // file offset of the next byte written
+	written  uint64 // bytes written (buffered or sent)
 	buf      []byte
+	segs     []segment // the file ranges buf holds, in order
 	sentAny  bool
 	ext      *stream
 	inflight []*packet
@@ -54,11 +61,17 @@ type stream struct {
 }
 
 type packet struct {
-	s       *stream
-	call    *dataproto.Call
-	data    []byte
+	s      *stream
+	call   *dataproto.Call
+	data   []byte
+	segs   []segment // the file ranges data holds, in order
+	extOff int64
+}
+
+// segment is a run of a packet's bytes that lies at fileOff of the file.
+type segment struct {
 	fileOff uint64
-	extOff  int64
+	n       int
 }
 
 // NewWriter starts a writer whose first byte goes at fileOffset of the
@@ -66,6 +79,9 @@ type packet struct {
 func (c *Client) NewWriter(ctx context.Context, fileOffset uint64) *Writer {
 	return &Writer{c: c, ctx: ctx, startOff: fileOffset, fileOff: fileOffset, buf: make([]byte, 0, c.opts.PacketBytes)}
 }
+
+// Seek makes the next byte written go at fileOffset of the file.
+func (w *Writer) Seek(fileOffset uint64) { w.fileOff = fileOffset }
 
 // Write buffers p, sending every full packet. It returns an error only if
 // the writer failed (then nothing more is written); bytes are durable only
@@ -86,6 +102,13 @@ func (w *Writer) Write(p []byte) (int, error) {
 		}
 		k := copy(w.buf[len(w.buf):cap(w.buf)], p)
 		w.buf = w.buf[:len(w.buf)+k]
+		if last := len(w.segs) - 1; last >= 0 && w.segs[last].fileOff+uint64(w.segs[last].n) == w.fileOff {
+			w.segs[last].n += k
+		} else {
+			w.segs = append(w.segs, segment{fileOff: w.fileOff, n: k})
+		}
+		w.fileOff += uint64(k)
+		w.written += uint64(k)
 		p = p[k:]
 	}
 	return n, nil
@@ -100,15 +123,15 @@ func (w *Writer) Flush() error {
 	if w.err != nil {
 		return w.err
 	}
-	if !w.sentAny && len(w.buf) > 0 && len(w.buf) <= w.c.opts.SmallFileBytes && w.startOff == 0 {
-		key, err := w.c.WriteSmall(w.ctx, w.fileOff, w.buf)
+	if !w.sentAny && len(w.buf) > 0 && len(w.buf) <= w.c.opts.SmallFileBytes && w.startOff == 0 &&
+		len(w.segs) == 1 && w.segs[0].fileOff == 0 {
+		key, err := w.c.WriteSmall(w.ctx, 0, w.buf)
 		if err != nil {
 			w.err = err
 			return err
 		}
 		w.keys = append(w.keys, key)
-		w.fileOff += uint64(len(w.buf))
-		w.buf = w.buf[:0]
+		w.buf, w.segs = w.buf[:0], nil
 		w.sentAny = true
 		return nil
 	}
@@ -120,7 +143,8 @@ func (w *Writer) Flush() error {
 	return w.drain()
 }
 
-// Close flushes and returns the keys of the whole write, in file order.
+// Close flushes and returns the keys of the whole write, in the order the
+// bytes were written (file order unless the writer moved back with Seek).
 func (w *Writer) Close() ([]*metapb.ExtentKey, error) {
 	if w.closed {
 		return w.Keys(), nil
@@ -131,8 +155,8 @@ func (w *Writer) Close() ([]*metapb.ExtentKey, error) {
 	return w.Keys(), err
 }
 
-// Keys returns the extent keys of the bytes acknowledged so far, in file
-// order, adjacent keys of one extent merged.
+// Keys returns the extent keys of the bytes acknowledged so far, in the
+// order written, adjacent keys of one extent merged.
 func (w *Writer) Keys() []*metapb.ExtentKey {
 	out := make([]*metapb.ExtentKey, len(w.keys))
 	for i, k := range w.keys {
@@ -142,20 +166,18 @@ func (w *Writer) Keys() []*metapb.ExtentKey {
 }
 
 // Size is the number of bytes written (buffered or sent).
-func (w *Writer) Size() uint64 { return w.fileOff + uint64(len(w.buf)) - w.startOff }
+func (w *Writer) Size() uint64 { return w.written }
 
 func (w *Writer) sendBuf() error {
-	data := w.buf
-	w.buf = make([]byte, 0, w.c.opts.PacketBytes)
-	off := w.fileOff
-	w.fileOff += uint64(len(data))
+	data, segs := w.buf, w.segs
+	w.buf, w.segs = make([]byte, 0, w.c.opts.PacketBytes), nil
 	w.sentAny = true
-	return w.send(data, off)
+	return w.send(data, segs)
 }
 
 // send streams one packet, opening an extent if needed and waiting for the
 // oldest packet while the window is full.
-func (w *Writer) send(data []byte, fileOff uint64) error {
+func (w *Writer) send(data []byte, segs []segment) error {
 	for {
 		if w.err != nil {
 			return w.err
@@ -180,7 +202,7 @@ func (w *Writer) send(data []byte, fileOff uint64) error {
 			}
 			continue // resent what was in flight; now this packet
 		}
-		w.inflight = append(w.inflight, &packet{s: s, call: call, data: data, fileOff: fileOff, extOff: s.next})
+		w.inflight = append(w.inflight, &packet{s: s, call: call, data: data, segs: segs, extOff: s.next})
 		s.next += int64(len(data))
 		return nil
 	}
@@ -271,15 +293,20 @@ func (w *Writer) giveUp() bool {
 	return time.Since(w.failing) > w.c.opts.WaitWritable
 }
 
-// ack records an acknowledged packet in the keys.
+// ack records an acknowledged packet in the keys: one per segment, merged
+// with the key before when both extent and file bytes follow on.
 func (w *Writer) ack(pk *packet) {
-	n := uint64(len(pk.data))
-	if k := lastKey(w.keys); k != nil && k.PartitionId == pk.s.part.Id && k.ExtentId == pk.s.id &&
-		k.ExtentOffset+k.Size == uint64(pk.extOff) && k.FileOffset+k.Size == pk.fileOff {
-		k.Size += n
-		return
+	extOff := uint64(pk.extOff)
+	for _, sg := range pk.segs {
+		n := uint64(sg.n)
+		if k := lastKey(w.keys); k != nil && k.PartitionId == pk.s.part.Id && k.ExtentId == pk.s.id &&
+			k.ExtentOffset+k.Size == extOff && k.FileOffset+k.Size == sg.fileOff {
+			k.Size += n
+		} else {
+			w.keys = append(w.keys, &metapb.ExtentKey{FileOffset: sg.fileOff, PartitionId: pk.s.part.Id, ExtentId: pk.s.id, ExtentOffset: extOff, Size: n})
+		}
+		extOff += n
 	}
-	w.keys = append(w.keys, &metapb.ExtentKey{FileOffset: pk.fileOff, PartitionId: pk.s.part.Id, ExtentId: pk.s.id, ExtentOffset: uint64(pk.extOff), Size: n})
 }
 
 func lastKey(keys []*metapb.ExtentKey) *metapb.ExtentKey {
@@ -324,7 +351,7 @@ func (w *Writer) failStream(cause error) error {
 		return w.err
 	}
 	for _, pk := range pending {
-		if err := w.send(pk.data, pk.fileOff); err != nil {
+		if err := w.send(pk.data, pk.segs); err != nil {
 			return err
 		}
 	}

@@ -71,7 +71,8 @@ type FS struct {
 	dirs   map[uint64]*dirHandle              // fh -> open directory
 	pages  map[uint64]client.Version          // ino -> Version of the kernel's cached pages (pagecache.go)
 
-	hints *attrHints // attributes learnt by this mount's operations (attrhints.go)
+	hints  *attrHints // attributes learnt by this mount's operations (attrhints.go)
+	noCaps *noCaps    // files without capabilities (xattrcache.go)
 }
 
 // New returns the adapter of v.
@@ -79,7 +80,8 @@ func New(v *client.Volume, opts Options) *FS {
 	fs := &FS{
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
 		v:             v, opts: opts.withDefaults(), nextFh: 1, hints: newAttrHints(opts.withDefaults().AttrTimeout),
-		files: map[uint64]*client.File{}, byIno: map[uint64]map[uint64]*client.File{}, dirs: map[uint64]*dirHandle{},
+		noCaps: newNoCaps(opts.withDefaults().AttrTimeout),
+		files:  map[uint64]*client.File{}, byIno: map[uint64]map[uint64]*client.File{}, dirs: map[uint64]*dirHandle{},
 		pages: map[uint64]client.Version{},
 	}
 	if opts.Trace != nil {

@@ -331,9 +331,21 @@ func (fs *FS) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status { re
 // small).
 func (fs *FS) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
 	start := time.Now()
+	caps := attr == capabilityAttr
+	var gen uint64
+	if caps {
+		var known bool
+		if known, gen = fs.noCaps.known(header.NodeId); known {
+			return 0, fs.observe("getxattr", start, fuse.ENODATA)
+		}
+	}
 	val, err := fs.v.GetXattr(ctxOf(cancel), header.NodeId, attr)
 	if err != nil {
-		return 0, fs.observe("getxattr", start, status(err))
+		st := status(err)
+		if caps && st == fuse.ENODATA {
+			fs.noCaps.absent(header.NodeId, gen)
+		}
+		return 0, fs.observe("getxattr", start, st)
 	}
 	if len(dest) < len(val) {
 		return uint32(len(val)), fs.observe("getxattr", start, fuse.ERANGE)
@@ -363,6 +375,8 @@ func (fs *FS) ListXAttr(cancel <-chan struct{}, header *fuse.InHeader, dest []by
 func (fs *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
 	start := time.Now()
 	defer fs.changing(in.NodeId)()
+	fs.noCaps.changed(in.NodeId)
+	defer fs.noCaps.changed(in.NodeId)
 	return fs.observe("setxattr", start, status(fs.v.SetXattr(ctxOf(cancel), in.NodeId, attr, data, in.Flags)))
 }
 
@@ -370,5 +384,7 @@ func (fs *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string,
 func (fs *FS) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string) fuse.Status {
 	start := time.Now()
 	defer fs.changing(header.NodeId)()
+	fs.noCaps.changed(header.NodeId)
+	defer fs.noCaps.changed(header.NodeId)
 	return fs.observe("removexattr", start, status(fs.v.RemoveXattr(ctxOf(cancel), header.NodeId, attr)))
 }

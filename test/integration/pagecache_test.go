@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestPageCacheCloseToOpen checks the mount's kept page cache (pkg/fusefs,
@@ -82,4 +84,30 @@ func TestPageCacheCloseToOpen(t *testing.T) {
 	overwrite(fa, 900<<10, random(4096))
 	check("after a's own write", fa)
 	check("a's write, from b", fb)
+}
+
+// TestWriteDropsCapabilities: a write drops a file's capabilities
+// (security.capability), also when the mount remembers that the file had
+// none a moment before (pkg/fusefs, xattrcache.go) and the capability was
+// set through the same mount in between.
+func TestWriteDropsCapabilities(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "caps")
+	_, a := startMounted(t, dir)
+	p := filepath.Join(a, "prog")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o755)
+	must(t, err)
+	defer f.Close()
+	_, err = f.Write([]byte("first")) // the mount learns: no capabilities
+	must(t, err)
+	// VFS_CAP_REVISION_2 with CAP_NET_BIND_SERVICE permitted.
+	caps := []byte{0, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	must(t, unix.Setxattr(p, "security.capability", caps, 0))
+	if _, err := unix.Getxattr(p, "security.capability", make([]byte, 64)); err != nil {
+		t.Fatalf("capability not set: %v", err)
+	}
+	_, err = f.Write([]byte("second"))
+	must(t, err)
+	if n, err := unix.Getxattr(p, "security.capability", make([]byte, 64)); err != unix.ENODATA {
+		t.Fatalf("after a write the file still has capabilities (%d bytes, %v)", n, err)
+	}
 }
