@@ -28,8 +28,10 @@ const (
 	// Options.WriteBackBytes says otherwise.
 	defaultWriteBackBytes = 8 << 20
 	// overwriteFanOut bounds the Overwrite calls one flush has in flight:
-	// enough for the data partitions' Raft group commit to batch them.
-	overwriteFanOut = 16
+	// a data partition applies the overwrites of one Raft round with one
+	// journal fsync, so the more arrive together the cheaper each (16:
+	// 3.4k, 64: 4.1k random 4 KiB writes/s with fsync, 4 threads).
+	overwriteFanOut = 64
 	// maxOverwriteBytes is the largest Overwrite call a flush sends (the
 	// data protocol's largest payload), so that a large dirty range also
 	// goes out in parallel.

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cairnfs/cairn/pkg/extentstore"
+	"github.com/cairnfs/cairn/pkg/multiraft"
 )
 
 // Overwrites go through the partition's Raft group (CFS §2.2.4): the Raft
@@ -61,6 +62,9 @@ func decodeOverwrite(b []byte) (ext uint64, off int64, data []byte, err error) {
 	return ext, int64(o), data, nil
 }
 
+// The partition's overwrites of one Raft round share a journal fsync.
+var _ multiraft.BatchApplier = (*overwriteSM)(nil)
+
 // overwriteSM is the partition's Raft state machine.
 type overwriteSM struct {
 	p *partition
@@ -80,12 +84,41 @@ func (sm *overwriteSM) Apply(index uint64, data []byte) (any, error) {
 		return nil, err
 	}
 	err = sm.p.st().Overwrite(ext, off, b)
+	sm.settle(ext, err)
+	return nil, err
+}
+
+// ApplyBatch applies the overwrites of one Raft round with one journal
+// write and fsync (extentstore.OverwriteBatch): the entries' effects, and
+// each one's outcome, are those of Apply called on each in turn.
+func (sm *overwriteSM) ApplyBatch(ents []multiraft.Entry) ([]any, []error) {
+	errs := make([]error, len(ents))
+	ops := make([]extentstore.OverwriteOp, 0, len(ents))
+	idx := make([]int, 0, len(ents)) // entry of each op
+	for i, e := range ents {
+		ext, off, b, err := decodeOverwrite(e.Data)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		ops = append(ops, extentstore.OverwriteOp{ID: ext, Off: off, P: b})
+		idx = append(idx, i)
+	}
+	for k, err := range sm.p.st().OverwriteBatch(ops) {
+		sm.settle(ops[k].ID, err)
+		errs[idx[k]] = err
+	}
+	return make([]any, len(ents)), errs
+}
+
+// settle marks the extent of an overwrite stale if the overwrite failed
+// for a reason other replicas need not share (see Apply).
+func (sm *overwriteSM) settle(ext uint64, err error) {
 	switch {
 	case err == nil, errors.Is(err, extentstore.ErrPunched), errors.Is(err, extentstore.ErrInvalid), errors.Is(err, extentstore.ErrTooLarge):
 	default:
 		sm.p.markStale(ext)
 	}
-	return nil, err
 }
 
 // Snapshot encodes the extents awaiting full alignment.

@@ -175,6 +175,39 @@ func (r *crashRun) step(i int) {
 			e.files = append(e.files, span{int64(len(e.data)), int64(len(e.data) + n)})
 		}
 		e.data = append(e.data, p...)
+	case k < 11: // a batch of overwrites over one or more extents, some overlapping
+		ids := r.ids(0)
+		var ops []OverwriteOp
+		for range 2 + rng.IntN(5) {
+			id := ids[rng.IntN(len(ids))]
+			a := r.acked[id]
+			if a == nil || len(a.data) == 0 {
+				continue
+			}
+			off := rng.Int64N(int64(len(a.data)))
+			n := 1 + rng.Int64N(min(int64(len(a.data))-off, 700))
+			if overlapsPunched(r.live[id].punched, off, off+n) {
+				continue
+			}
+			p := randBytes(rng, int(n))
+			copy(r.live[id].data[off:], p)
+			ops = append(ops, OverwriteOp{ID: id, Off: off, P: p})
+		}
+		if len(ops) == 0 {
+			return
+		}
+		r.what = fmt.Sprintf("op %d: overwrite batch of %d", i, len(ops))
+		r.inflight = r.acked.clone()
+		for _, op := range ops {
+			r.inflight[op.ID] = r.live[op.ID].clone()
+		}
+		for k, err := range s.OverwriteBatch(ops) {
+			if err != nil {
+				t.Fatalf("%s: op %d: %v", r.what, k, err)
+			}
+		}
+		r.acked = r.inflight
+		r.inflight = nil
 	case k < 12: // overwrite within the committed bytes, not over a hole
 		ids := r.ids(0)
 		id := ids[rng.IntN(len(ids))]

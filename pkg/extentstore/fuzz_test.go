@@ -14,7 +14,7 @@ func seedRecords() [][]byte {
 		{id: 1, create: true, kind: KindLarge},
 		{id: 7, create: true, kind: KindSmall, hasState: true, size: 1300, runs: []crcRun{{0, []uint32{1, 2, 3}}}},
 		{id: 7, hasState: true, size: 2000, runs: []crcRun{{1, []uint32{9}}, {2, []uint32{4, 5}}}, punches: []span{{10, 20}, {100, 612}}},
-		{id: 9, hasState: true, size: 50, runs: []crcRun{{0, []uint32{8}}}, overwrite: &overwriteOp{off: 3, data: []byte("hello")}},
+		{id: 9, hasState: true, size: 50, runs: []crcRun{{0, []uint32{8}}}, overwrites: []*overwriteOp{{off: 3, data: []byte("hello")}, {off: 1, data: []byte("hi")}}},
 		{id: 9, delete: true},
 	}
 	var out [][]byte
@@ -57,8 +57,8 @@ func FuzzDecodeRecord(f *testing.F) {
 			if err != nil {
 				t.Fatalf("re-encoded record does not decode: %v", err)
 			}
-			if rec.overwrite != nil {
-				rec.overwrite.bodyOff, again.overwrite.bodyOff = 0, 0
+			for k := range rec.overwrites {
+				rec.overwrites[k].bodyOff, again.overwrites[k].bodyOff = 0, 0
 			}
 			if !reflect.DeepEqual(normalize(rec), normalize(again)) {
 				t.Fatalf("round trip: %+v != %+v", rec, again)

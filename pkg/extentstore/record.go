@@ -151,15 +151,15 @@ type crcRun struct {
 
 // extentRecord is a decoded recExtent.
 type extentRecord struct {
-	id        uint64
-	create    bool
-	kind      Kind
-	hasState  bool
-	size      int64
-	runs      []crcRun
-	punches   []span
-	overwrite *overwriteOp
-	delete    bool
+	id         uint64
+	create     bool
+	kind       Kind
+	hasState   bool
+	size       int64
+	runs       []crcRun
+	punches    []span
+	overwrites []*overwriteOp // in the order they were made
+	delete     bool
 }
 
 type overwriteOp struct {
@@ -195,11 +195,11 @@ func encodeExtentRecord(dst []byte, r *extentRecord) []byte {
 			dst = binary.AppendUvarint(dst, uint64(sp.end-sp.off))
 		}
 	}
-	if r.overwrite != nil {
+	for _, w := range r.overwrites {
 		dst = append(dst, opOverwrite)
-		dst = binary.AppendUvarint(dst, uint64(r.overwrite.off))
-		dst = binary.AppendUvarint(dst, uint64(len(r.overwrite.data)))
-		dst = append(dst, r.overwrite.data...)
+		dst = binary.AppendUvarint(dst, uint64(w.off))
+		dst = binary.AppendUvarint(dst, uint64(len(w.data)))
+		dst = append(dst, w.data...)
 	}
 	if r.delete {
 		dst = append(dst, opDelete)
@@ -293,7 +293,9 @@ func decodeExtentRecord(body []byte) (*extentRecord, error) {
 	last := byte(0)
 	for d.err == nil && len(d.b) > 0 {
 		op := d.byte1()
-		if op <= last || op > opDelete {
+		// Ops come in increasing order, each once, except overwrites: a
+		// record carries every overwrite of its extent in a batch.
+		if (op <= last && !(op == opOverwrite && last == opOverwrite)) || op > opDelete {
 			return nil, fmt.Errorf("extent %d: op %d out of order or unknown", r.id, op)
 		}
 		last = op
@@ -347,7 +349,7 @@ func decodeExtentRecord(body []byte) (*extentRecord, error) {
 			at := len(body) - len(d.b)
 			data := d.bytes(length)
 			if d.err == nil {
-				r.overwrite = &overwriteOp{off: off, data: data, bodyOff: at}
+				r.overwrites = append(r.overwrites, &overwriteOp{off: off, data: data, bodyOff: at})
 			}
 		case opDelete:
 			r.delete = true

@@ -429,7 +429,7 @@ func (rp *replayed) apply(rec *extentRecord, tail bool, bodyOff int64) error {
 			re.punches = append(re.punches, sp)
 		}
 	}
-	if w := rec.overwrite; w != nil {
+	for _, w := range rec.overwrites {
 		end := w.off + int64(len(w.data))
 		if end > re.size || len(w.data) == 0 {
 			return fmt.Errorf("extent %d: overwrite [%d,%d) beyond size %d", rec.id, w.off, end, re.size)

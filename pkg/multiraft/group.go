@@ -318,11 +318,69 @@ func (h *Host) applyCommitted(g *group, rd *raft.Ready, n uint64) {
 			}
 		}
 	}
-	for _, e := range rd.CommittedEntries {
+	ents := rd.CommittedEntries
+	if ba, ok := g.sm.(BatchApplier); ok {
+		h.applyBatched(g, ba, ents)
+		return
+	}
+	for _, e := range ents {
 		if !h.applyEntry(g, e) {
 			return
 		}
 	}
+}
+
+// applyBatched applies ents through ba: each run of consecutive normal
+// entries with a payload in one ApplyBatch, everything else (conf changes,
+// empty entries) one by one, in log order.
+func (h *Host) applyBatched(g *group, ba BatchApplier, ents []*raftpb.Entry) {
+	type waiter struct {
+		node NodeID
+		id   uint64
+	}
+	var (
+		batch   []Entry
+		waiters []waiter
+		last    *raftpb.Entry
+	)
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		vals, errs := ba.ApplyBatch(batch)
+		for i, w := range waiters {
+			h.stats.EntriesApplied++
+			if w.node == h.id {
+				var val any
+				var err error
+				if i < len(vals) {
+					val = vals[i]
+				}
+				if i < len(errs) {
+					err = errs[i]
+				}
+				g.finishProposal(w.id, val, err)
+			}
+		}
+		g.applied = last.GetIndex()
+		g.lease.appliedTerm = last.GetTerm()
+		batch, waiters = batch[:0], waiters[:0]
+	}
+	for _, e := range ents {
+		if e.GetType() == raftpb.EntryNormal && len(e.GetData()) > 0 {
+			if node, id, payload, ok := parseHeader(e.GetData()); ok {
+				batch = append(batch, Entry{Index: e.GetIndex(), Data: payload})
+				waiters = append(waiters, waiter{node, id})
+				last = e
+				continue
+			}
+		}
+		flush()
+		if !h.applyEntry(g, e) {
+			return
+		}
+	}
+	flush()
 }
 
 // advanceReady ends g's Ready once its writes are durable: advances raft and

@@ -13,7 +13,17 @@ import (
 // Three hosts, one group: a leader is elected, proposals apply in the same
 // order everywhere and their results come back to the proposer.
 func TestElectionAndProposals(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprint("batched=", batched), func(t *testing.T) { testElectionAndProposals(t, batched) })
+	}
+}
+
+// testElectionAndProposals runs with Apply, or with ApplyBatch (batched):
+// the proposers get the same results either way, and a round of
+// concurrent proposals applies as one batch.
+func testElectionAndProposals(t *testing.T, batched bool) {
 	c := newCluster(t, 3, 1, nil)
+	c.batched = batched
 	c.addGroup(1)
 	lead := c.waitLeader(1)
 
@@ -59,6 +69,11 @@ func TestElectionAndProposals(t *testing.T) {
 	st := c.hosts[lead].Stats()
 	if st.SyncCommits == 0 || st.BatchesSent == 0 {
 		t.Fatalf("stats not counted: %+v", st)
+	}
+	if batched {
+		if sm, ok := c.hosts[lead].groups[1].sm.(*batchKV); !ok || sm.multi.Load() == 0 {
+			t.Fatal("20 proposals in one round never applied as one batch")
+		}
 	}
 }
 
@@ -160,6 +175,7 @@ func TestChaosConverges(t *testing.T) {
 
 func testChaos(t *testing.T, seed uint64) {
 	c := newCluster(t, 3, seed, func(cfg *Config) { cfg.SnapshotEntries = 25 })
+	c.batched = seed%2 == 0 // half the seeds apply through ApplyBatch
 	groups := []GroupID{1, 2, 3}
 	for _, g := range groups {
 		c.addGroup(g)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -253,6 +254,24 @@ func (s *kvSM) Restore(data []byte) error {
 	return nil
 }
 
+// batchKV is kvSM applying whole runs of entries (BatchApplier), counting
+// the runs longer than one.
+type batchKV struct {
+	*kvSM
+	multi atomic.Int64
+}
+
+func (b *batchKV) ApplyBatch(ents []Entry) ([]any, []error) {
+	if len(ents) > 1 {
+		b.multi.Add(1)
+	}
+	vals, errs := make([]any, len(ents)), make([]error, len(ents))
+	for i, e := range ents {
+		vals[i], errs[i] = b.Apply(e.Index, e.Data)
+	}
+	return vals, errs
+}
+
 func (s *kvSM) history() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -269,6 +288,8 @@ type cluster struct {
 	fs    map[NodeID]*vfs.MemFS
 	dbs   map[NodeID]*pebble.DB
 	sms   map[NodeID]map[GroupID]*kvSM
+	// batched makes new replicas BatchAppliers (batchKV).
+	batched bool
 	// roundsPerTick: rounds are network hops; ticks are rarer.
 	roundsPerTick int
 	cfg           func(*Config)
@@ -388,7 +409,11 @@ func (c *cluster) addGroup(g GroupID, members ...NodeID) {
 func (c *cluster) addReplica(id NodeID, g GroupID, peers []NodeID) {
 	c.t.Helper()
 	sm := newKV()
-	if err := c.hosts[id].AddGroup(g, peers, sm, GroupOptions{}); err != nil {
+	var m StateMachine = sm
+	if c.batched {
+		m = &batchKV{kvSM: sm}
+	}
+	if err := c.hosts[id].AddGroup(g, peers, m, GroupOptions{}); err != nil {
 		c.t.Fatalf("node %d: add group %d: %v", id, g, err)
 	}
 	c.sms[id][g] = sm

@@ -44,6 +44,24 @@ type StateMachine interface {
 	Restore(data []byte) error
 }
 
+// BatchApplier is a StateMachine that applies the committed entries of one
+// processing round together, so that their cost can be shared (one fsync
+// for all of them). The host calls ApplyBatch instead of Apply for each run
+// of consecutive normal entries; it must have exactly the effect of Apply
+// called on each in order, and return one result and one error per entry
+// (len(entries) of each), which go back to the proposers as Apply's would.
+type BatchApplier interface {
+	StateMachine
+	ApplyBatch(entries []Entry) (results []any, errs []error)
+}
+
+// Entry is a committed entry for BatchApplier: its raft index and payload
+// (as given to Propose, without the host's header).
+type Entry struct {
+	Index uint64
+	Data  []byte
+}
+
 // Transport carries batches between hosts. Send must not block the caller for
 // long: queue, and drop when the queue is full (raft retransmits). Send must
 // not call back into the Host except through Deliver. The transport owns b
