@@ -47,7 +47,9 @@
 // CodeNotLeader naming it), which proposes the bytes; every replica applies
 // them in log order with extentstore.Overwrite, durable on return and
 // idempotent (see overwrite.go for the state machine, whose snapshot holds
-// no extent data). The primary campaigns when it opens a partition and a
+// no extent data). The entries committed in one Raft round are applied
+// together (multiraft.BatchApplier, extentstore.OverwriteBatch): one
+// journal write and fsync for all of them instead of one each. The primary campaigns when it opens a partition and a
 // leader that is not the primary hands leadership to it, so that appends,
 // overwrites and reads meet the same replica first.
 //
