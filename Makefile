@@ -22,7 +22,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 24m
 
-.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-recovery posix thrash proto clean
+.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -104,6 +104,16 @@ bench-dl: build
 ## "--files 100 --repetitions 1 --dl-files 512"). See docs/bench.md.
 bench-meta: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/meta.sh $(BENCH_META_FLAGS)
+
+## bench-data: the data path side by side (small files, sequential and random
+## reads and writes, random ones with and without O_DIRECT) on the FUSE
+## passthrough peer, the JuiceFS peer and a fresh `cairn up` mount, in one
+## cairn bench run; prints ops/s and MiB/s per phase, the ratios Cairn / JuiceFS
+## and Cairn / passthrough, and the peak RSS of the mount and the data nodes
+## (not part of CI; flags through BENCH_DATA_FLAGS, e.g. "--repetitions 1
+## --seq-size 64MiB --duration 20s"). See the header of bench/data.sh.
+bench-data: build
+	CAIRN_BIN=$(CURDIR)/$(BIN) bench/data.sh $(BENCH_DATA_FLAGS)
 
 ## bench-recovery: the write pause after kill -9 of a data node and the
 ## re-replication rate on `cairn up --datas 4 --out-after 10s` (not part of CI;

@@ -450,7 +450,7 @@ func (c *cairnFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error
 	if flag&syscall.O_DIRECTORY != 0 {
 		return nil, cerr(op, name, syscall.ENOTDIR)
 	}
-	f, err := c.v.OpenFile(ctx, a.Ino, flag)
+	f, err := c.v.OpenFile(ctx, a.Ino, flag&^sdkIgnoredFlags)
 	if err != nil {
 		return nil, cerr(op, name, err)
 	}

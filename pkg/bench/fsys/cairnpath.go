@@ -236,7 +236,7 @@ func (c *cairnPathFS) OpenFile(name string, flag int, perm fs.FileMode) (File, e
 	if flag&syscall.O_DIRECTORY != 0 {
 		return c.openDir(ctx, p, name, flag)
 	}
-	f, err := c.api.OpenPath(ctx, p, flag&^(syscall.O_NOFOLLOW|syscall.O_CLOEXEC), uint32(perm.Perm()), c.cred)
+	f, err := c.api.OpenPath(ctx, p, flag&^(syscall.O_NOFOLLOW|sdkIgnoredFlags), uint32(perm.Perm()), c.cred)
 	if client.ErrnoOf(err) == syscall.EISDIR && flag&syscall.O_ACCMODE == syscall.O_RDONLY && flag&syscall.O_CREAT == 0 {
 		return c.openDir(ctx, p, name, flag)
 	}

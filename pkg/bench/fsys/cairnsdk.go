@@ -25,6 +25,15 @@ import (
 // attributes and errors. cairn.go is the inode-walking backend with a
 // client-side directory cache (cairn-cached:), cairnpath.go the stateless
 // one over the SDK's path API (cairn:).
+//
+// Both accept O_DIRECT and ignore it (sdkIgnoredFlags): the SDK has no
+// kernel page cache to bypass, and its own write-back buffer still holds
+// writes until a flush point (Sync, Close), O_DIRECT or not. A workload with
+// direct=true therefore measures the same thing as without on these targets.
+
+// sdkIgnoredFlags are open flags the SDK backends drop before the SDK sees
+// them: O_DIRECT (above) and O_CLOEXEC (there is no descriptor).
+const sdkIgnoredFlags = syscall.O_DIRECT | syscall.O_CLOEXEC
 
 // cairnTarget is a parsed "MASTER[,MASTER...]/VOLUME[?KEY=VALUE&...]".
 type cairnTarget struct {

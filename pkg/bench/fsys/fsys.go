@@ -55,6 +55,10 @@ type FS interface {
 	Truncate(name string, size int64) error
 
 	// OpenFile opens with os.O_* flags (Linux values), creating with perm.
+	// O_DIRECT goes to open(2) on posix: targets (a file system without
+	// direct I/O, like tmpfs, refuses it with EINVAL; one that takes it
+	// wants buffers, offsets and lengths aligned to its logical block
+	// size); the SDK backends accept and ignore it (see cairnsdk.go).
 	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
 }
 

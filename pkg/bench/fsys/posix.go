@@ -250,6 +250,9 @@ func (p *posixFS) Truncate(name string, size int64) error {
 	return pathErr("truncate", name, retry(func() error { return unix.Truncate(a, size) }))
 }
 
+// OpenFile is one open(2) with flag as given (O_DIRECT included) plus
+// O_CLOEXEC; the File is the raw descriptor, so O_DIRECT reads and writes
+// reach the file system with the caller's buffers untouched.
 func (p *posixFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 	a, err := p.abs("open", name)
 	if err != nil {

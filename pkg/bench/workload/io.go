@@ -2,10 +2,12 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"syscall"
+	"unsafe"
 
 	"github.com/cairnfs/cairn/pkg/bench/fsys"
 )
@@ -30,7 +32,12 @@ var readKeys = []Key{
 
 var randomKeys = []Key{
 	{Name: "ops", Type: tInt, Default: "1000", Min: 1, Max: 1 << 40, Doc: "random operations per thread"},
+	{Name: "direct", Type: tBool, Default: "false", Doc: "open the files for the measured reads or writes with O_DIRECT (past the client's page cache; block_size must be a multiple of 4096; the phase fails if the target refuses O_DIRECT, as tmpfs does; the cairn: and cairn-cached: targets ignore it)"},
 }
+
+// directAlign is what O_DIRECT asks of buffers, offsets and lengths: the
+// logical block size of a 4Kn disk, which 512-byte-sector disks accept too.
+const directAlign = 4096
 
 func init() {
 	keys := func(extra ...[]Key) []Key {
@@ -62,20 +69,42 @@ type ioWL struct {
 	dropCache bool
 	ops       int64
 	skip      Dist
+	direct    bool // random-read, random-write: O_DIRECT opens
 }
 
-// ioState is per thread: the size of each of its files.
+// ioState is per thread: the size of each of its files and, with direct,
+// the block buffer aligned for O_DIRECT.
 type ioState struct {
-	sizes []int64
+	sizes   []int64
+	aligned []byte
 }
 
 func newIO(s *Spec, mode string) (Workload, error) {
 	w := &ioWL{mode: mode, files: s.Int("files"), size: s.Dist("file_size"), block: s.Int("block_size"),
-		fsync: s.Bool("fsync"), dropCache: s.Bool("drop_cache"), ops: s.Int("ops"), skip: s.Dist("skip_size")}
+		fsync: s.Bool("fsync"), dropCache: s.Bool("drop_cache"), ops: s.Int("ops"), skip: s.Dist("skip_size"),
+		direct: s.Bool("direct")}
 	if (mode == "random-read" || mode == "random-write") && w.block > w.size.Lo {
 		return nil, fmt.Errorf("block_size %s is larger than the smallest file (%s)", FormatSize(w.block), FormatSize(w.size.Lo))
 	}
+	if w.direct && w.block%directAlign != 0 {
+		return nil, fmt.Errorf("direct=true needs a block_size that is a multiple of %d (O_DIRECT alignment), got %s", directAlign, FormatSize(w.block))
+	}
 	return w, nil
+}
+
+// alignedCopy returns a copy of b in memory that starts at a multiple of
+// directAlign, as O_DIRECT wants: one extra directAlign bytes are allocated
+// and the slice starts at the first aligned address (Go does not move heap
+// objects, so the alignment holds for the slice's life).
+func alignedCopy(b []byte) []byte {
+	raw := make([]byte, len(b)+directAlign)
+	off := 0
+	if r := int(uintptr(unsafe.Pointer(unsafe.SliceData(raw))) % directAlign); r != 0 {
+		off = directAlign - r
+	}
+	a := raw[off : off+len(b) : off+len(b)]
+	copy(a, b)
+	return a
 }
 
 func (w *ioWL) Phases() []string {
@@ -104,7 +133,10 @@ func (w *ioWL) Setup(ctx context.Context, t *Thread) error {
 	for i := range st.sizes {
 		st.sizes[i] = w.size.Sample(t.Rand)
 	}
-	t.Buffer(w.block)
+	buf := t.Buffer(w.block)
+	if w.direct {
+		st.aligned = alignedCopy(buf)
+	}
 	if w.mode == "seq-write" {
 		return nil
 	}
@@ -204,6 +236,10 @@ func (w *ioWL) Run(_ context.Context, t *Thread, _ int) error {
 		if write {
 			flags, name = syscall.O_WRONLY, "write"
 		}
+		if w.direct {
+			flags |= syscall.O_DIRECT
+			buf = st.aligned
+		}
 		fhs := make([]fsys.File, w.files)
 		defer func() {
 			for _, fh := range fhs {
@@ -215,6 +251,9 @@ func (w *ioWL) Run(_ context.Context, t *Thread, _ int) error {
 		for i := range fhs {
 			fh, err := t.FS.OpenFile(fileName(t, int64(i)), flags, 0)
 			if err != nil {
+				if w.direct && errors.Is(err, syscall.EINVAL) {
+					return fmt.Errorf("direct=true: %s refuses O_DIRECT: %w", t.FS, err)
+				}
 				return err
 			}
 			fhs[i] = fh
@@ -238,6 +277,11 @@ func (w *ioWL) Run(_ context.Context, t *Thread, _ int) error {
 				}
 			}
 			m.Done(s, int64(n), err)
+			if w.direct && errors.Is(err, syscall.EINVAL) {
+				// Every further call would fail the same way.
+				t.Stop(fmt.Errorf("direct=true: %s of %d bytes at offset %d with O_DIRECT: %w (the target refuses direct I/O of this alignment)",
+					name, len(buf), off, err))
+			}
 		}
 		if write && w.fsync {
 			fm := t.Op("fsync")
