@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/cairnfs/cairn/pkg/client"
 	"github.com/cairnfs/cairn/pkg/daemon"
@@ -35,11 +36,20 @@ type mountOpts struct {
 	// (0: the SDK's default): the mount answers ETIMEDOUT instead of hanging.
 	opTimeout         time.Duration
 	allowOther, debug bool
+	// readAheadKB is the kernel's read-ahead for the mount (its bdi's
+	// read_ahead_kb); 0 leaves the kernel's default.
+	readAheadKB int
 }
+
+// defaultReadAheadKB is the mount's read-ahead unless -o read_ahead_kb says
+// otherwise. The kernel's default for FUSE (128 KiB) sends a sequential
+// reader's data in 128 KiB READs; 4 MiB lets it send 1 MiB READs ahead of
+// the reader (558-592 against 707-710 MiB/s for one 512 MiB file, cold).
+const defaultReadAheadKB = 4096
 
 // parseMountOpts parses "-o a=b,c" values (several -o accumulate).
 func parseMountOpts(vals []string) (mountOpts, error) {
-	o := mountOpts{entryTimeout: time.Second, attrTimeout: time.Second}
+	o := mountOpts{entryTimeout: time.Second, attrTimeout: time.Second, readAheadKB: defaultReadAheadKB}
 	for _, v := range vals {
 		for _, kv := range strings.Split(v, ",") {
 			if kv = strings.TrimSpace(kv); kv == "" {
@@ -66,12 +76,18 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 				if o.opTimeout, err = secs(); err == nil && o.opTimeout < 0 {
 					err = fmt.Errorf("-o %s: an operation needs more than 0 seconds", kv)
 				}
+			case "read_ahead_kb":
+				n, perr := strconv.Atoi(val)
+				if !hasVal || perr != nil || n < 0 || n > 1<<20 {
+					err = fmt.Errorf("-o %s: want KiB between 0 and 1048576, e.g. read_ahead_kb=4096", kv)
+				}
+				o.readAheadKB = n
 			case "allow_other":
 				o.allowOther = true
 			case "debug":
 				o.debug = true
 			default:
-				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, op_timeout=S, allow_other, debug)", k)
+				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, op_timeout=S, read_ahead_kb=N, allow_other, debug)", k)
 			}
 			if err != nil {
 				return o, err
@@ -79,6 +95,21 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 		}
 	}
 	return o, nil
+}
+
+// setReadAhead sets the kernel's read-ahead of the file system mounted on
+// mp, through its backing device's read_ahead_kb in sysfs (the FUSE INIT
+// reply can only lower it).
+func setReadAhead(mp string, kb int) error {
+	var st unix.Stat_t
+	if err := unix.Stat(mp, &st); err != nil {
+		return err
+	}
+	path := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	if err := os.WriteFile(path, []byte(strconv.Itoa(kb)), 0); err != nil {
+		return fmt.Errorf("set %s: %w", path, err)
+	}
+	return nil
 }
 
 // isMountPoint reports whether path is a mount point in /proc/self/mountinfo.
@@ -207,6 +238,8 @@ Options (-o, comma-separated, may repeat):
   op_timeout=S      while the cluster does not answer, an operation fails with
                     ETIMEDOUT after S seconds (default 30); it works again as
                     soon as the cluster is back
+  read_ahead_kb=N   KiB the kernel reads ahead of a sequential reader (default
+                    4096; 0 keeps the kernel's 128; needs root)
   allow_other       let other users than the mounting one use the mount
   debug             log every FUSE request
 
@@ -322,6 +355,11 @@ file system (docs/bench.md, "Traces").`,
 			if err := srv.WaitMount(); err != nil {
 				_ = srv.Unmount()
 				return closeTrace(fmt.Errorf("mount %s on %s: %w", volume, mp, err))
+			}
+			if mo.readAheadKB > 0 {
+				if err := setReadAhead(mp, mo.readAheadKB); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: read-ahead stays the kernel's default: %v\n", err)
+				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "mounted volume %s on %s; Ctrl-C unmounts\n", volume, mp)
 			select {

@@ -12,9 +12,12 @@ func TestParseMountOpts(t *testing.T) {
 		want    mountOpts
 		wantErr string
 	}{
-		{in: nil, want: mountOpts{entryTimeout: time.Second, attrTimeout: time.Second}},
-		{in: []string{"entry_timeout=0,attr_timeout=2.5"}, want: mountOpts{entryTimeout: -1, attrTimeout: 2500 * time.Millisecond}},
-		{in: []string{"op_timeout=5", "allow_other"}, want: mountOpts{entryTimeout: time.Second, attrTimeout: time.Second, opTimeout: 5 * time.Second, allowOther: true}},
+		{in: nil, want: mountOpts{entryTimeout: time.Second, attrTimeout: time.Second, readAheadKB: defaultReadAheadKB}},
+		{in: []string{"entry_timeout=0,attr_timeout=2.5"}, want: mountOpts{entryTimeout: -1, attrTimeout: 2500 * time.Millisecond, readAheadKB: defaultReadAheadKB}},
+		{in: []string{"op_timeout=5", "allow_other"}, want: mountOpts{entryTimeout: time.Second, attrTimeout: time.Second, opTimeout: 5 * time.Second, allowOther: true, readAheadKB: defaultReadAheadKB}},
+		{in: []string{"read_ahead_kb=0"}, want: mountOpts{entryTimeout: time.Second, attrTimeout: time.Second}},
+		{in: []string{"read_ahead_kb=-4"}, wantErr: "want KiB"},
+		{in: []string{"read_ahead_kb"}, wantErr: "want KiB"},
 		{in: []string{"op_timeout=0"}, wantErr: "more than 0 seconds"},
 		{in: []string{"op_timeout"}, wantErr: "want seconds"},
 		{in: []string{"attr_timeout=-1"}, wantErr: "want seconds"},

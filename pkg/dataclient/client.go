@@ -102,7 +102,11 @@ func MasterSource(mc *masterclient.Client, volume string) Source {
 
 // Options tune a client. Zero fields take the defaults.
 type Options struct {
-	// PacketBytes is the size of one append packet; default 128 KiB (CFS).
+	// PacketBytes is the size of one append packet; default 512 KiB. CFS
+	// uses 128 KiB; on this path a larger packet halves the per-packet
+	// work (a chain round, a group-commit wake-up on each replica) and took
+	// one writer from 336 to 478 MB/s over three replicas
+	// (BenchmarkSequentialVsLocal).
 	PacketBytes int
 	// ExtentBytes is where a writer moves on to a new extent; default
 	// 128 MiB. At most the data nodes' extent limit (1 GiB by default).
@@ -111,7 +115,7 @@ type Options struct {
 	// not exceed the data nodes' threshold.
 	SmallFileBytes int
 	// MaxInflightPackets bounds one writer's unacknowledged packets (and
-	// so the memory it holds: this many packets); default 32.
+	// so the memory it holds: this many packets); default 16 (8 MiB).
 	MaxInflightPackets int
 	// ExcludeFor is how long a partition a write failed on is avoided;
 	// default 5s.
@@ -145,7 +149,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.PacketBytes <= 0 {
-		o.PacketBytes = 128 << 10
+		o.PacketBytes = 512 << 10
 	}
 	o.PacketBytes = min(o.PacketBytes, dataproto.MaxPayload)
 	if o.ExtentBytes <= 0 {
@@ -156,7 +160,7 @@ func (o Options) withDefaults() Options {
 		o.SmallFileBytes = 128 << 10
 	}
 	if o.MaxInflightPackets <= 0 {
-		o.MaxInflightPackets = 32
+		o.MaxInflightPackets = 16
 	}
 	if o.ExcludeFor <= 0 {
 		o.ExcludeFor = 5 * time.Second
