@@ -99,9 +99,21 @@ func (s *Store) overwriteGroup(ops []OverwriteOp, errs []error) {
 		exts[id].mu.Lock()
 		defer exts[id].mu.Unlock()
 	}
-	// The blocks this group changed, by content: a later op's partial
-	// edge must start from them, not from the file (written only after the
-	// journal) whose bytes no longer match the block's new CRC.
+	// The blocks this group changed, by content, for a later op of the
+	// group on the same block: it must start from them, not from the file
+	// (written only after the journal), whose bytes no longer match the
+	// block's new CRC. Only blocks more than one op touches are kept
+	// (copying a 128 KiB block per 4 KiB overwrite cost more than the
+	// write).
+	touches := map[blockKey]int{}
+	for i, op := range ops {
+		if errs[i] == nil && len(op.P) > 0 {
+			e := exts[op.ID]
+			for b := op.Off / s.bs; b <= (op.Off+int64(len(op.P))-1)/s.bs; b++ {
+				touches[blockKey{e, b}]++
+			}
+		}
+	}
 	blocks := map[blockKey][]byte{}
 	buf := s.getBuf()
 	defer s.putBuf(buf)
@@ -145,23 +157,29 @@ func (s *Store) overwriteGroup(ops []OverwriteOp, errs []error) {
 		for b := first; b <= last && err == nil; b++ {
 			start, bend := blockSpan(b, s.bs, e.size)
 			key := blockKey{e, b}
+			keep := touches[key] > 1
 			var data []byte
 			switch prev, ok := blocks[key]; {
 			case ok:
 				data = slices.Clone(prev)
 			case start >= off && bend <= end:
-				data = make([]byte, bend-start)
+				if data = p[start-off : bend-off]; keep {
+					data = slices.Clone(data)
+				}
 			default:
-				var got []byte
-				if got, err = s.readBlock(e, b, *buf); err != nil {
+				if data, err = s.readBlock(e, b, *buf); err != nil {
 					err = fmt.Errorf("extent %d: overwrite: %w", op.ID, err)
 					continue
 				}
-				data = slices.Clone(got)
+				if keep {
+					data = slices.Clone(data)
+				}
 			}
 			s0, e0 := max(start, off), min(bend, end)
 			copy(data[s0-start:e0-start], p[s0-off:e0-off])
-			changed[key] = data
+			if keep {
+				changed[key] = data
+			}
 			newCRCs = append(newCRCs, crc32.Checksum(data, castagnoli))
 		}
 		if err != nil {
