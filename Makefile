@@ -107,9 +107,10 @@ bench-meta: build
 
 ## bench-data: the data path side by side (small files, sequential and random
 ## reads and writes, random ones with and without O_DIRECT) on the FUSE
-## passthrough peer, the JuiceFS peer and a fresh `cairn up` mount, in one
-## cairn bench run; prints ops/s and MiB/s per phase, the ratios Cairn / JuiceFS
-## and Cairn / passthrough, and the peak RSS of the mount and the data nodes
+## passthrough peer, the JuiceFS peer, a fresh `cairn up` mount (3 replicas) and
+## a 1-replica volume of the same cluster, in one cairn bench run; prints ops/s
+## and MiB/s per phase, the ratios Cairn / JuiceFS and Cairn / passthrough (and
+## 1 replica / JuiceFS), and the peak RSS of the mounts and the data nodes
 ## (not part of CI; flags through BENCH_DATA_FLAGS, e.g. "--repetitions 1
 ## --seq-size 64MiB --duration 20s"). See the header of bench/data.sh.
 bench-data: build

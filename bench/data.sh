@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data path side by side: Cairn against JuiceFS and the FUSE ceiling. One
 # `cairn bench run` of several data workloads (a workload file written by
-# this script) on three targets, in this order:
+# this script) on four targets, in this order:
 #
 #   1. posix:/mnt/peers/passthrough  the go-fuse loopback of the local disk
 #                                    (the FUSE ceiling; first target, so the
@@ -9,7 +9,12 @@
 #   2. posix:/mnt/peers/juicefs      JuiceFS on Redis with a local-directory bucket;
 #   3. posix:DIR/mnt                 a fresh `cairn up` cluster's FUSE mount
 #                                    (1 master, 3 meta and 3 data nodes, 3
-#                                    replicas on this one disk; --meta-metrics).
+#                                    replicas on this one disk; --meta-metrics);
+#   4. posix:WORK/mnt-r1             the same cluster's volume r1 with ONE
+#                                    replica (`cairn volume create r1
+#                                    --replicas 1`), mounted by a `cairn mount`
+#                                    this script starts (--meta-metrics): what
+#                                    the data path costs without replication.
 #
 # The workloads (each phase also bounded by the workloads' duration):
 #
@@ -24,11 +29,13 @@
 #
 # Then it prints one compact table: per workload, phase and operation the
 # ops/s and MiB/s of every target (median over the repetitions) and the
-# ratios Cairn ÷ JuiceFS and Cairn ÷ passthrough (of MiB/s when data moves,
-# else of ops/s), the sequential write against what three replicas on this
-# one disk allow (Cairn ÷ (passthrough ÷ 3)), and the peak RSS (VmHWM) of
-# the Cairn mount process (the `cairn mount` child of `cairn up`) and of each
-# data node process, read just before the cluster is stopped.
+# ratios Cairn ÷ JuiceFS and Cairn ÷ passthrough of the 3-replica mount and
+# Cairn r1 ÷ JuiceFS of the 1-replica one (of MiB/s when data moves, else of
+# ops/s), the sequential write against what three replicas on this one disk
+# allow (Cairn ÷ (passthrough ÷ 3)) and of one replica against JuiceFS, and
+# the peak RSS (VmHWM) of the Cairn mount process (the `cairn mount` child of
+# `cairn up`), of the r1 mount process and of each data node process (which
+# serve both volumes), read just before the mounts and the cluster are stopped.
 #
 #   bench/data.sh [--out DIR] [--repetitions N] [--duration D]
 #       [--threads N] [--files N] [--sizes LIST] [--seq-size SIZE] [--seq-files N]
@@ -45,9 +52,10 @@
 # in summary.txt.
 #
 # A peer that is already mounted is used and left running; a peer this script
-# starts (bench/peers/peer.sh) is stopped on exit, as is the cluster, also on
-# failure or Ctrl-C. The work directory is removed after a success and kept
-# with the logs after a failure.
+# starts (bench/peers/peer.sh) is stopped on exit, as are the r1 mount (SIGTERM,
+# SIGKILL after 20 s, then a lazy unmount if still mounted) and then the
+# cluster, also on failure or Ctrl-C. The work directory is removed after a
+# success and kept with the logs after a failure.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -82,7 +90,7 @@ while [[ $# -gt 0 ]]; do
     --random-size) random_size=$2; shift 2 ;;
     --random-ops) random_ops=$2; shift 2 ;;
     --setup-timeout) setup_timeout=$2; shift 2 ;;
-    -h|--help) sed -n '2,50p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;p}' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -102,29 +110,39 @@ command -v python3 >/dev/null || { echo "error: python3 is needed to read report
 WORK=$(mktemp -d /var/tmp/cairn-data.XXXXXX)
 DATA=$WORK/cluster
 MNT=$DATA/mnt
+MNT1=$WORK/mnt-r1   # volume r1 (one replica), mounted by this script
 UP_PID=""
+R1_PID=""
 started=()     # peers this script started (and stops)
 peer_mnts=()   # every peer mount used
 
-# stop PID NAME: SIGTERM, up to 60 s, then SIGKILL.
+# stop PID NAME [SECONDS]: SIGTERM, up to SECONDS (default 60), then SIGKILL.
 stop() {
-  local pid=$1 name=$2
+  local pid=$1 name=$2 secs=${3:-60}
   [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
   kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 1 $((secs * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then
-    echo "$name ($pid) still alive after 60 s: SIGKILL" >&2
+    echo "$name ($pid) still alive after $secs s: SIGKILL" >&2
     kill -KILL "$pid" 2>/dev/null
   fi
   wait "$pid" 2>/dev/null
 }
+# unmount_left DIR: a lazy unmount of DIR if it is still mounted, or mounted
+# by a process that is gone (stat fails: "transport endpoint is not connected").
+unmount_left() {
+  if mountpoint -q "$1" 2>/dev/null || { [[ -e $1 ]] && ! stat "$1" >/dev/null 2>&1; }; then
+    fusermount3 -u -z "$1" 2>/dev/null || umount -l "$1" 2>/dev/null
+  fi
+}
 cleanup() {
   local rc=$?
   set +e
+  # The r1 mount first: it is a client of the cluster.
+  stop "$R1_PID" "cairn mount r1" 20   # SIGTERM unmounts MNT1
+  unmount_left "$MNT1"
   stop "$UP_PID" "cairn up"   # stops every node and master and unmounts DIR/mnt
-  if mountpoint -q "$MNT" 2>/dev/null || { [[ -e $MNT ]] && ! stat "$MNT" >/dev/null 2>&1; }; then
-    fusermount3 -u -z "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
-  fi
+  unmount_left "$MNT"
   for p in "${started[@]}"; do
     echo "stopping the $p peer (started by this script)"
     "$PEER" stop "$p" >/dev/null 2>&1 || echo "warning: stopping $p failed" >&2
@@ -166,6 +184,21 @@ print(",".join(p["addr"] for p in procs if p["role"] == "master"))' "$DATA/clust
 [[ -n $master ]] || { echo "error: no master in $DATA/cluster.json" >&2; exit 1; }
 echo "cluster up, master $master, volume default mounted at $MNT"
 
+# Volume r1: one replica of every partition, mounted by this script.
+"$CAIRN" volume create r1 --replicas 1 --data-dir "$DATA" >"$WORK/volume-r1.log" 2>&1 ||
+  { echo "error: cairn volume create r1 --replicas 1 failed:" >&2; cat "$WORK/volume-r1.log" >&2; exit 1; }
+mkdir -p "$MNT1"
+"$CAIRN" mount --data-dir "$DATA" r1 "$MNT1" >"$WORK/mount-r1.log" 2>&1 &
+R1_PID=$!
+for _ in $(seq 1 300); do
+  grep -q "mounted volume" "$WORK/mount-r1.log" && break
+  kill -0 "$R1_PID" 2>/dev/null || { echo "error: cairn mount r1 exited:" >&2; cat "$WORK/mount-r1.log" >&2; exit 1; }
+  sleep 0.1
+done
+grep -q "mounted volume" "$WORK/mount-r1.log" || { echo "error: cairn mount r1 did not mount $MNT1 within 30 s:" >&2; tail -20 "$WORK/mount-r1.log" >&2; exit 1; }
+mountpoint -q "$MNT1" || { echo "error: cairn mount r1 says it mounted, but $MNT1 is not a mount point:" >&2; tail -20 "$WORK/mount-r1.log" >&2; exit 1; }
+echo "volume r1 (1 replica) mounted at $MNT1 (cairn mount, pid $R1_PID)"
+
 mkdir -p "$out"
 # The workload file: per-workload keys (threads, direct, names) cannot go
 # through --set, which applies to every workload that has the key.
@@ -189,7 +222,8 @@ mkdir -p "$out"
 } >"$out/workloads.yaml"
 
 targets=(--target "posix:${peer_mnts[0]}" --target "posix:${peer_mnts[1]}" --target "posix:$MNT"
-  --meta-metrics "posix:$MNT=$master/default")
+  --target "posix:$MNT1"
+  --meta-metrics "posix:$MNT=$master/default" --meta-metrics "posix:$MNT1=$master/r1")
 rc=0
 
 echo
@@ -206,11 +240,13 @@ if (( r != 0 )); then
   rc=1
 fi
 
-# Peak RSS, just before the cluster stops: VmHWM of the children of cairn up
-# that are the mount (`cairn mount`, which serves the FUSE mount; cairn up
-# itself does not) and the data nodes (`cairn data`). One line each:
-# NAME PID KIB.
+# Peak RSS, just before the mounts and the cluster stop: VmHWM of the
+# children of cairn up that are the mount (`cairn mount`, which serves the
+# FUSE mount; cairn up itself does not) and the data nodes (`cairn data`), and
+# of this script's r1 mount (r1-mount). One line each: NAME PID KIB.
 : >"$out/peak-rss.txt"
+hwm=$(awk '$1 == "VmHWM:" {print $2}' "/proc/$R1_PID/status" 2>/dev/null || true)
+[[ -n $hwm ]] && echo "r1-mount $R1_PID $hwm" >>"$out/peak-rss.txt"
 for pid in $(pgrep -P "$UP_PID" || true); do
   mapfile -d '' -t argv <"/proc/$pid/cmdline" 2>/dev/null || continue
   name=""
@@ -232,7 +268,7 @@ echo
 python3 - "$out/report.json" "$out/peak-rss.txt" <<'PY' | tee "$out/summary.txt" || rc=1
 import json, os, sys
 
-NAMES = ["passthrough", "JuiceFS", "Cairn"]
+NAMES = ["passthrough", "JuiceFS", "Cairn", "Cairn r1"]
 MOUNT_BOUND_MIB, DATA_BOUND_MIB = 512, 256
 
 def fmt(v):
@@ -286,17 +322,18 @@ for wl in wls:
                      for k in keys)
     print("  %-22s %s threads=%s duration=%s" % (wl["name"], shape, (wl.get("concurrency") or {}).get("threads", "?"), v.get("duration")))
 print()
-SHORT = ["pass", "JFS", "Cairn"]
-print("%-22s %-13s %-6s  %-25s  %-25s" % ("", "", "", "--------- ops/s ---------", "--------- MiB/s ---------"))
+SHORT = ["pass", "JFS", "Cairn", "Cairn r1"]
+N = len(SHORT)
+print("%-22s %-13s %-6s  %-34s  %-34s" % ("", "", "", "-------------- ops/s -------------", "-------------- MiB/s -------------"))
 print("%-22s %-13s %-6s" % ("WORKLOAD", "PHASE", "OP") + "".join("%8s " % n for n in SHORT * 2) +
-      "%9s%9s" % ("C/JFS", "C/pass"))
+      "%9s%9s%9s" % ("C/JFS", "C/pass", "r1/JFS"))
 seqw = None
 fsyncs = []   # (workload, phase, p50 µs per target): fsync is timed inside the write phase's window
 failures = 0
 for wl in wls:
     tg = wl["targets"]
-    if len(tg) != 3:
-        print("%s: %d targets in the report, 3 expected" % (wl["name"], len(tg)))
+    if len(tg) != N:
+        print("%s: %d targets in the report, %d expected" % (wl["name"], len(tg), N))
         continue
     order = []
     for t in tg:
@@ -328,15 +365,16 @@ for wl in wls:
             trunc.append("*" if tr else " ")
         main = mibs if any(mibs) else ops
         line = "%-22s %-13s %-6s" % (wl["name"], phase, opname)
-        line += "".join("%8s%s" % (fmt(ops[i]), trunc[i]) for i in range(3))
-        line += "".join("%8s%s" % (fmt(mibs[i]), trunc[i]) for i in range(3))
-        line += "%9s%9s" % (rfmt(ratio(main[2], main[1])), rfmt(ratio(main[2], main[0])))
+        line += "".join("%8s%s" % (fmt(ops[i]), trunc[i]) for i in range(N))
+        line += "".join("%8s%s" % (fmt(mibs[i]), trunc[i]) for i in range(N))
+        line += "%9s%9s%9s" % (rfmt(ratio(main[2], main[1])), rfmt(ratio(main[2], main[0])),
+                               rfmt(ratio(main[3], main[1])))
         print(line)
         if wl["kind"] == "seq-write" and opname == "write" and seqw is None:
-            seqw = (mibs[2], mibs[0])
+            seqw = (mibs[2], mibs[0], mibs[3], mibs[1])   # Cairn, passthrough, Cairn r1, JuiceFS
 print()
 if fsyncs:
-    print("fsync (inside the write phases' windows, so in their rates), p50 latency pass/JFS/Cairn:")
+    print("fsync (inside the write phases' windows, so in their rates), p50 latency pass/JFS/Cairn/Cairn r1:")
     for name, phase, p50 in fsyncs:
         print("  %-22s %s ms" % (name, " / ".join("-" if v is None else "%.3g" % (v / 1000) for v in p50)))
 if seqw and seqw[0] and seqw[1]:
@@ -344,7 +382,11 @@ if seqw and seqw[0] and seqw[1]:
           % (seqw[0] / (seqw[1] / 3), fmt(seqw[0]), fmt(seqw[1])))
 else:
     print("seq-write: Cairn / (passthrough / 3) = - (no write throughput in the report)")
-mount, datas = None, []
+if seqw and seqw[2] and seqw[3]:
+    print("seq-write: Cairn 1 replica / JuiceFS = %.2fx  (%s / %s MiB/s)" % (seqw[2] / seqw[3], fmt(seqw[2]), fmt(seqw[3])))
+else:
+    print("seq-write: Cairn 1 replica / JuiceFS = - (no write throughput in the report)")
+mount, r1mount, datas = None, None, []
 if os.path.exists(rss_path):
     for ln in open(rss_path):
         f = ln.split()
@@ -353,6 +395,8 @@ if os.path.exists(rss_path):
         mib = int(f[2]) / 1024
         if f[0] == "mount":
             mount = mib
+        elif f[0] == "r1-mount":
+            r1mount = mib
         else:
             datas.append((f[0], mib))
 over = []
@@ -363,8 +407,11 @@ print("mount peak RSS %s MiB (bound %d MiB), data node peak RSS %s MiB (bound %d
       % ("-" if mount is None else "%.0f" % mount, MOUNT_BOUND_MIB,
          "/".join("%.0f" % m for _, m in datas) or "-", DATA_BOUND_MIB,
          ("; OVER THE BOUND: " + ", ".join(over)) if over else ""))
-print("  (VmHWM of the `cairn mount` child of cairn up and of %s, read before the cluster stopped)"
+print("  (VmHWM of the `cairn mount` child of cairn up and of %s, which serve both volumes, read before the cluster stopped)"
       % (", ".join(n for n, _ in datas) or "no data node found"))
+print("r1 mount peak RSS %s MiB (bound %d MiB)%s  (VmHWM of the `cairn mount` of volume r1, 1 replica)"
+      % ("-" if r1mount is None else "%.0f" % r1mount, MOUNT_BOUND_MIB,
+         "; OVER THE BOUND" if r1mount is not None and r1mount > MOUNT_BOUND_MIB else ""))
 if rep.get("failures"):
     print("failures: %d (see %s)" % (len(rep["failures"]), path))
     for f in rep["failures"][:5]:
