@@ -116,25 +116,8 @@ R1_PID=""
 started=()     # peers this script started (and stops)
 peer_mnts=()   # every peer mount used
 
-# stop PID NAME [SECONDS]: SIGTERM, up to SECONDS (default 60), then SIGKILL.
-stop() {
-  local pid=$1 name=$2 secs=${3:-60}
-  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 1 $((secs * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "$name ($pid) still alive after $secs s: SIGKILL" >&2
-    kill -KILL "$pid" 2>/dev/null
-  fi
-  wait "$pid" 2>/dev/null
-}
-# unmount_left DIR: a lazy unmount of DIR if it is still mounted, or mounted
-# by a process that is gone (stat fails: "transport endpoint is not connected").
-unmount_left() {
-  if mountpoint -q "$1" 2>/dev/null || { [[ -e $1 ]] && ! stat "$1" >/dev/null 2>&1; }; then
-    fusermount3 -u -z "$1" 2>/dev/null || umount -l "$1" 2>/dev/null
-  fi
-}
+# stop, unmount_left, start_peers, stop_peers, start_up
+. "$HERE/lib.sh"
 cleanup() {
   local rc=$?
   set +e
@@ -143,10 +126,7 @@ cleanup() {
   unmount_left "$MNT1"
   stop "$UP_PID" "cairn up"   # stops every node and master and unmounts DIR/mnt
   unmount_left "$MNT"
-  for p in "${started[@]}"; do
-    echo "stopping the $p peer (started by this script)"
-    "$PEER" stop "$p" >/dev/null 2>&1 || echo "warning: stopping $p failed" >&2
-  done
+  stop_peers
   if (( rc == 0 )); then rm -rf "$WORK"; else echo "logs kept in $WORK" >&2; fi
   exit $rc
 }
@@ -154,35 +134,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # The peers: passthrough (the ceiling, first target), then JuiceFS.
-for p in passthrough juicefs; do
-  mnt=$("$PEER" mount "$p")
-  if mountpoint -q "$mnt" 2>/dev/null; then
-    timeout 10 stat -f "$mnt" >/dev/null 2>&1 || { echo "error: $p is mounted at $mnt but does not answer (not ours: left alone)" >&2; exit 1; }
-    echo "$p: already mounted at $mnt, using it (left running)"
-  else
-    echo "$p: starting it with bench/peers/peer.sh"
-    started+=("$p")
-    mnt=$("$PEER" start "$p" 2>"$WORK/peer-$p.log" | tail -n 1) || { echo "error: starting $p failed:" >&2; tail -20 "$WORK/peer-$p.log" >&2; exit 1; }
-    echo "$p: mounted at $mnt"
-  fi
-  peer_mnts+=("$mnt")
-done
+start_peers passthrough juicefs
 
-echo "starting cairn up on $DATA (mount $MNT)"
-"$CAIRN" up --data-dir "$DATA" >"$WORK/up.log" 2>&1 &
-UP_PID=$!
-for _ in $(seq 1 900); do
-  grep -q "^Data dir:" "$WORK/up.log" && break
-  kill -0 "$UP_PID" 2>/dev/null || { echo "error: cairn up exited:" >&2; cat "$WORK/up.log" >&2; exit 1; }
-  sleep 0.1
-done
-grep -q "^Data dir:" "$WORK/up.log" || { echo "error: cairn up not up after 90 s:" >&2; tail -20 "$WORK/up.log" >&2; exit 1; }
-mountpoint -q "$MNT" || { echo "error: cairn up did not mount $MNT:" >&2; tail -20 "$WORK/up.log" >&2; exit 1; }
-master=$(python3 -c 'import json,sys
-procs = json.load(open(sys.argv[1]))["procs"]
-print(",".join(p["addr"] for p in procs if p["role"] == "master"))' "$DATA/cluster.json")
-[[ -n $master ]] || { echo "error: no master in $DATA/cluster.json" >&2; exit 1; }
-echo "cluster up, master $master, volume default mounted at $MNT"
+start_up "$DATA" "$MNT"
 
 # Volume r1: one replica of every partition, mounted by this script.
 "$CAIRN" volume create r1 --replicas 1 --data-dir "$DATA" >"$WORK/volume-r1.log" 2>&1 ||

@@ -1,0 +1,77 @@
+# Shared by the side-by-side benchmark scripts (bench/meta.sh,
+# bench/data.sh): stopping processes, starting the peers and a fresh
+# `cairn up`. Source it after setting HERE, CAIRN, PEER and WORK; it uses
+# (and sets) UP_PID, master, started (peers started here, to stop) and
+# peer_mnts (every peer mount used).
+
+# stop PID NAME [SECONDS]: SIGTERM, up to SECONDS (default 60), then SIGKILL.
+stop() {
+  local pid=$1 name=$2 secs=${3:-60}
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 $((secs * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "$name ($pid) still alive after $secs s: SIGKILL" >&2
+    kill -KILL "$pid" 2>/dev/null
+  fi
+  wait "$pid" 2>/dev/null
+}
+
+# unmount_left DIR: a lazy unmount of DIR if it is still mounted, or mounted
+# by a process that is gone (stat fails: "transport endpoint is not connected").
+unmount_left() {
+  if mountpoint -q "$1" 2>/dev/null || { [[ -e $1 ]] && ! stat "$1" >/dev/null 2>&1; }; then
+    fusermount3 -u -z "$1" 2>/dev/null || umount -l "$1" 2>/dev/null
+  fi
+}
+
+# start_peers NAME...: mounts each peer with bench/peers/peer.sh, in order,
+# appending its mount to peer_mnts. A peer already mounted is used and
+# left running; one started here is added to started (stop_peers stops it).
+start_peers() {
+  local p mnt
+  for p in "$@"; do
+    mnt=$("$PEER" mount "$p")
+    if mountpoint -q "$mnt" 2>/dev/null; then
+      timeout 10 stat -f "$mnt" >/dev/null 2>&1 || { echo "error: $p is mounted at $mnt but does not answer (not ours: left alone)" >&2; exit 1; }
+      echo "$p: already mounted at $mnt, using it (left running)"
+    else
+      echo "$p: starting it with bench/peers/peer.sh"
+      started+=("$p")
+      mnt=$("$PEER" start "$p" 2>"$WORK/peer-$p.log" | tail -n 1) || { echo "error: starting $p failed:" >&2; tail -20 "$WORK/peer-$p.log" >&2; exit 1; }
+      echo "$p: mounted at $mnt"
+    fi
+    peer_mnts+=("$mnt")
+  done
+}
+
+# stop_peers: stops the peers start_peers started.
+stop_peers() {
+  local p
+  for p in "${started[@]}"; do
+    echo "stopping the $p peer (started by this script)"
+    "$PEER" stop "$p" >/dev/null 2>&1 || echo "warning: stopping $p failed" >&2
+  done
+}
+
+# start_up DATA MNT: a fresh `cairn up` on DATA (log in WORK/up.log), which
+# mounts volume default on MNT; sets UP_PID and master (the masters'
+# addresses, comma-separated).
+start_up() {
+  local data=$1 mnt=$2
+  echo "starting cairn up on $data (mount $mnt)"
+  "$CAIRN" up --data-dir "$data" >"$WORK/up.log" 2>&1 &
+  UP_PID=$!
+  for _ in $(seq 1 900); do
+    grep -q "^Data dir:" "$WORK/up.log" && break
+    kill -0 "$UP_PID" 2>/dev/null || { echo "error: cairn up exited:" >&2; cat "$WORK/up.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  grep -q "^Data dir:" "$WORK/up.log" || { echo "error: cairn up not up after 90 s:" >&2; tail -20 "$WORK/up.log" >&2; exit 1; }
+  mountpoint -q "$mnt" || { echo "error: cairn up did not mount $mnt:" >&2; tail -20 "$WORK/up.log" >&2; exit 1; }
+  master=$(python3 -c 'import json,sys
+procs = json.load(open(sys.argv[1]))["procs"]
+print(",".join(p["addr"] for p in procs if p["role"] == "master"))' "$data/cluster.json")
+  [[ -n $master ]] || { echo "error: no master in $data/cluster.json" >&2; exit 1; }
+  echo "cluster up, master $master, volume default mounted at $mnt"
+}
