@@ -219,28 +219,14 @@ done
 sort -o "$out/peak-rss.txt" "$out/peak-rss.txt"
 
 echo
-python3 - "$out/report.json" "$out/peak-rss.txt" <<'PY' | tee "$out/summary.txt" || rc=1
+BENCH_DIR="$HERE" PYTHONDONTWRITEBYTECODE=1 python3 - "$out/report.json" "$out/peak-rss.txt" <<'PY' | tee "$out/summary.txt" || rc=1
 import json, os, sys
+
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from figures import fmt, ratio, rfmt
 
 NAMES = ["passthrough", "JuiceFS", "Cairn", "Cairn r1"]
 MOUNT_BOUND_MIB, DATA_BOUND_MIB = 512, 256
-
-def fmt(v):
-    if v is None:
-        return "-"
-    if v >= 1e6:
-        return "%.2fM" % (v / 1e6)
-    if v >= 1e4:
-        return "%.1fk" % (v / 1e3)
-    if v >= 100:
-        return "%.0f" % v
-    return "%.3g" % v
-
-def ratio(a, b):
-    return a / b if a and b else None
-
-def rfmt(r):
-    return "-" if r is None else "%.2fx" % r
 
 def size(v):
     try:

@@ -161,30 +161,16 @@ fi
 echo
 reports=("$out/metadata/report.json")
 (( dl )) && reports+=("$out/dl-traversal/report.json")
-python3 - "${reports[@]}" <<'PY' | tee "$out/summary.txt" || rc=1
+BENCH_DIR="$HERE" PYTHONDONTWRITEBYTECODE=1 python3 - "${reports[@]}" <<'PY' | tee "$out/summary.txt" || rc=1
 import json, math, os, sys
+
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from figures import fmt, ratio, rfmt
 
 EIGHT = ["DirCreation", "DirStat", "DirRemoval", "FileCreation",
          "FileStat", "FileRead", "Rename", "FileRemoval"]
 NAMES = ["passthrough", "JuiceFS", "Cairn mount", "Cairn SDK"]
 RATIOS = [("mount/JFS", 2, 1), ("SDK/JFS", 3, 1), ("mount/pass", 2, 0)]
-
-def fmt(v):
-    if v is None:
-        return "-"
-    if v >= 1e6:
-        return "%.2fM" % (v / 1e6)
-    if v >= 1e4:
-        return "%.1fk" % (v / 1e3)
-    if v >= 100:
-        return "%.0f" % v
-    return "%.3g" % v
-
-def ratio(a, b):
-    return a / b if a and b else None
-
-def rfmt(r):
-    return "-" if r is None else "%.2fx" % r
 
 geo = {}   # ratio column -> list of ratios over the eight phases
 for path in sys.argv[1:]:

@@ -67,7 +67,7 @@ func (fs *FS) create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 	// One request: the file is opened from the inode the create returned
 	// (it is new, so there is nothing else to read).
 	ctx, done := fs.learn(cancel, in.NodeId)
-	_, gen := fs.noCaps.known(0)
+	gen := fs.noCaps.generation()
 	a, f, err := fs.v.CreateFile(ctx, in.NodeId, name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid, int(in.Flags))
 	done()
 	if err != nil {

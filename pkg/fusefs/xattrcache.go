@@ -46,6 +46,14 @@ func (c *noCaps) known(ino uint64) (ok bool, gen uint64) {
 	return ok, c.gen
 }
 
+// generation is what absent wants for an answer starting now (known
+// returns it too).
+func (c *noCaps) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
 // absent records that ino has no capabilities, as a GETXATTR started at
 // gen (known) answered, unless an xattr changed through this mount since.
 func (c *noCaps) absent(ino, gen uint64) {
