@@ -210,6 +210,10 @@ type Client struct {
 	src  Source
 	opts Options
 	pool *connPool
+	// chunks recycles the read-ahead buffers of Readers (ReadChunkBytes
+	// each): a sequential read would otherwise allocate and zero its whole
+	// size again.
+	chunks sync.Pool
 
 	refreshMu sync.Mutex // one refresh at a time
 

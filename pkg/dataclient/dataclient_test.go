@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -155,6 +156,17 @@ func TestWriteAndReadBack(t *testing.T) {
 	got := readAll(t, cl, holey, int64(keys[0].Size)+1000)
 	if !bytes.Equal(got[:keys[0].Size], data[:keys[0].Size]) || !bytes.Equal(got[keys[0].Size:], make([]byte, 1000)) {
 		t.Fatal("hole does not read as zeros")
+	}
+	// A hole between keys reads as zeros too, although the reads above
+	// left read-ahead buffers full of data to be reused: whole chunks, and
+	// the start of the chunk where the next key begins 1000 bytes in.
+	k2 := keys[2]
+	late := &metapb.ExtentKey{FileOffset: k2.FileOffset + 1000, PartitionId: k2.PartitionId, ExtentId: k2.ExtentId, ExtentOffset: k2.ExtentOffset + 1000, Size: k2.Size - 1000}
+	gap := []*metapb.ExtentKey{keys[0], late}
+	want := slices.Clone(data[:k2.FileOffset+k2.Size])
+	clear(want[keys[1].FileOffset:late.FileOffset])
+	if got := readAll(t, cl, gap, int64(len(want))); !bytes.Equal(got, want) {
+		t.Fatal("a hole between two keys does not read as zeros")
 	}
 }
 

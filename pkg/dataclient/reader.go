@@ -110,8 +110,9 @@ func (c *Client) readPiece(ctx context.Context, p *pb.Partition, ext uint64, off
 // sequential reads switches to whole chunks (ReadChunkBytes) fetched ahead
 // (ReadAheadBytes) by the reader's goroutines; random reads fetch exactly
 // what they ask for. At most ReadAheadBytes/ReadChunkBytes + 2 chunks are
-// kept. ReadAt may be called concurrently; Read and Seek may not. Close
-// stops the read-ahead.
+// kept; their buffers go back to the Client for the next chunk once no
+// ReadAt copies from them. ReadAt may be called concurrently; Read and Seek
+// may not. Close stops the read-ahead.
 type Reader struct {
 	c    *Client
 	ctx  context.Context
@@ -130,10 +131,16 @@ type Reader struct {
 	closed  bool
 }
 
+// chunk is one read-ahead unit. data and err are set before done closes;
+// the other fields are guarded by Reader.mu.
 type chunk struct {
 	done chan struct{}
 	data []byte
 	err  error
+
+	refs    int  // ReadAt calls that will copy from data
+	dropped bool // no longer in Reader.chunks
+	fetched bool // the fetch has finished
 }
 
 // NewReader returns a reader of a file of size bytes made of keys (in any
@@ -220,27 +227,29 @@ func (r *Reader) readChunks(p []byte, off int64) error {
 	end := off + int64(len(p))
 	for pos := off; pos < end; {
 		ci := pos / r.chunk
-		ch := r.chunkAt(ci)
-		select {
-		case <-ch.done:
-		case <-r.ctx.Done():
-			return r.ctx.Err()
+		r.mu.Lock()
+		ch := r.chunkLocked(ci)
+		ch.refs++
+		r.mu.Unlock()
+		n, err := r.copyChunk(p[pos-off:], ch, pos-ci*r.chunk)
+		r.mu.Lock()
+		ch.refs--
+		if err != nil && r.chunks[ci] == ch {
+			r.dropLocked(ci, ch) // retry on the next read
 		}
-		if ch.err != nil {
-			r.mu.Lock()
-			delete(r.chunks, ci) // retry on the next read
-			r.mu.Unlock()
-			return ch.err
+		r.releaseLocked(ch)
+		r.mu.Unlock()
+		if err != nil {
+			return err
 		}
-		n := copy(p[pos-off:], ch.data[pos-ci*r.chunk:])
 		pos += int64(n)
 	}
 	first := off / r.chunk
 	last := (end - 1) / r.chunk
 	r.mu.Lock()
-	for ci := range r.chunks {
+	for ci, ch := range r.chunks {
 		if ci < first || ci > last+int64(r.ahead) {
-			delete(r.chunks, ci)
+			r.dropLocked(ci, ch)
 		}
 	}
 	r.mu.Unlock()
@@ -250,16 +259,33 @@ func (r *Reader) readChunks(p []byte, off int64) error {
 	return nil
 }
 
+// copyChunk waits for ch and copies its bytes from at into p.
+func (r *Reader) copyChunk(p []byte, ch *chunk, at int64) (int, error) {
+	select {
+	case <-ch.done:
+	case <-r.ctx.Done():
+		return 0, r.ctx.Err()
+	}
+	if ch.err != nil {
+		return 0, ch.err
+	}
+	return copy(p, ch.data[at:]), nil
+}
+
 // chunkAt returns chunk ci, starting its fetch if needed.
 func (r *Reader) chunkAt(ci int64) *chunk {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.chunkLocked(ci)
+}
+
+func (r *Reader) chunkLocked(ci int64) *chunk {
 	if ch := r.chunks[ci]; ch != nil {
 		return ch
 	}
 	ch := &chunk{done: make(chan struct{})}
 	if r.closed {
-		ch.err = ErrClosed
+		ch.err, ch.fetched, ch.dropped = ErrClosed, true, true
 		close(ch.done)
 		return ch
 	}
@@ -269,21 +295,53 @@ func (r *Reader) chunkAt(ci int64) *chunk {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		defer close(ch.done)
-		buf := make([]byte, n)
+		buf := r.c.chunkBuf(int(r.chunk))[:n]
 		if err := r.fetch(buf, start); err != nil {
 			ch.err = err
-			return
+			r.c.chunks.Put(&buf)
+		} else {
+			ch.data = buf
 		}
-		ch.data = buf
+		r.mu.Lock()
+		ch.fetched = true
+		r.releaseLocked(ch)
+		r.mu.Unlock()
+		close(ch.done)
 	}()
 	return ch
 }
 
-// fetch reads [off, off+len(p)) of the file from the extents covering it.
+// dropLocked removes chunk ci from the kept ones; its buffer is recycled
+// once its fetch is over and no ReadAt copies from it.
+func (r *Reader) dropLocked(ci int64, ch *chunk) {
+	delete(r.chunks, ci)
+	ch.dropped = true
+	r.releaseLocked(ch)
+}
+
+// releaseLocked recycles ch's buffer if nothing can read it any more.
+func (r *Reader) releaseLocked(ch *chunk) {
+	if ch.dropped && ch.fetched && ch.refs == 0 && ch.data != nil {
+		buf := ch.data[:0]
+		ch.data = nil
+		r.c.chunks.Put(&buf)
+	}
+}
+
+// chunkBuf returns a buffer of n bytes (capacity) for a chunk, recycled
+// if one is free. Its contents are arbitrary: fetch writes every byte.
+func (c *Client) chunkBuf(n int) []byte {
+	if b, ok := c.chunks.Get().(*[]byte); ok && cap(*b) >= n {
+		return (*b)[:n]
+	}
+	return make([]byte, n)
+}
+
+// fetch reads [off, off+len(p)) of the file from the extents covering it,
+// and zeros what no key covers (holes): every byte of p is written.
 func (r *Reader) fetch(p []byte, off int64) error {
 	end := off + int64(len(p))
-	clear(p)
+	filled := off // p is written up to here
 	i := sort.Search(len(r.keys), func(i int) bool {
 		k := r.keys[i]
 		return int64(k.FileOffset+k.Size) > off
@@ -297,9 +355,14 @@ func (r *Reader) fetch(p []byte, off int64) error {
 		}
 		extOff := int64(k.ExtentOffset) + s - int64(k.FileOffset)
 		committed := int64(k.ExtentOffset + k.Size)
+		if s > filled {
+			clear(p[filled-off : s-off])
+		}
 		if err := r.c.ReadExtent(r.ctx, k.PartitionId, k.ExtentId, extOff, committed, p[s-off:e-off]); err != nil {
 			return err
 		}
+		filled = max(filled, e)
 	}
+	clear(p[filled-off:])
 	return nil
 }
