@@ -160,7 +160,14 @@ func (s *Store) overwriteGroup(ops []OverwriteOp, errs []error) {
 			keep := touches[key] > 1
 			var data []byte
 			switch prev, ok := blocks[key]; {
+			case ok && first == last:
+				// One block: nothing can fail after the copy below, so the
+				// kept block is changed in place (a batch of 4 KiB writes
+				// touches each 128 KiB block many times).
+				data = prev
 			case ok:
+				// Several blocks: a later one may fail to read, and then
+				// the kept ones must be as they were.
 				data = slices.Clone(prev)
 			case start >= off && bend <= end:
 				if data = p[start-off : bend-off]; keep {
