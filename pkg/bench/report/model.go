@@ -311,6 +311,10 @@ func extraUnit(name string) string {
 	switch {
 	case strings.HasSuffix(name, "_bytes_per_entry"):
 		return "B"
+	case strings.HasSuffix(name, "_seconds"):
+		return "s"
+	case strings.HasSuffix(name, "_ms_per_op"):
+		return "ms"
 	case len(name) > 2 && name[len(name)-2:] == "_s":
 		return "s"
 	case len(name) > 6 && name[len(name)-6:] == "_bytes":

@@ -179,6 +179,33 @@ func TestTableClientFigures(t *testing.T) {
 	}
 }
 
+// TestTableHostCPU: the host's busy time per operation gets its line, with
+// the hypervisor's share when it is large, and its units.
+func TestTableHostCPU(t *testing.T) {
+	reps := []Repetition{rep(time.Second, opResult("write", 100, 0, 0, time.Millisecond))}
+	reps[0].Phases[0].Extra = map[string]float64{"host_cpu_seconds": 0.5, "host_steal_seconds": 0.01, "host_cpu_ms_per_op": 5}
+	spec, _ := workload.Resolve("seq-write", nil)
+	w := WorkloadReport{Name: "seq-write", Spec: spec, Concurrency: Concurrency{Nodes: 1, Processes: 1, Threads: 1},
+		Targets: []TargetReport{{Target: "posix:/mnt/x", Repetitions: reps, Phases: Summarize(reps)}}}
+	out := Table(&Report{Schema: Schema, Config: Config{Repetitions: 1}, Workloads: []WorkloadReport{w}})
+	want := "write on posix:/mnt/x: 5.00 ms of the host's CPU per operation (every process and the kernel)\n"
+	if !strings.Contains(out, want) {
+		t.Fatalf("table lacks %q:\n%s", want, out)
+	}
+	if f := fig(t, w.Targets[0].Phases[0].Figures, "host_cpu_ms_per_op"); f.Unit != "ms" {
+		t.Errorf("host CPU per operation in %q", f.Unit)
+	}
+	if f := fig(t, w.Targets[0].Phases[0].Figures, "host_cpu_seconds"); f.Unit != "s" {
+		t.Errorf("host CPU in %q", f.Unit)
+	}
+	reps[0].Phases[0].Extra["host_steal_seconds"] = 0.2
+	w.Targets[0].Phases = Summarize(reps)
+	out = Table(&Report{Schema: Schema, Config: Config{Repetitions: 1}, Workloads: []WorkloadReport{w}})
+	if want := "(every process and the kernel; the hypervisor took another 0.20 s)"; !strings.Contains(out, want) {
+		t.Fatalf("table lacks %q:\n%s", want, out)
+	}
+}
+
 // TestTableServerFigures: the counts from the meta nodes' metrics are shown
 // next to the client's, labelled, and a node that could not be read is a
 // note rather than a zero.

@@ -232,8 +232,9 @@ type clientLine struct {
 // client's own counts (the SDK backends: metadata requests per open and per
 // operation, bytes sent to data nodes) and the counts from the meta nodes'
 // metrics (requests and namespace fetches per open, or per operation in
-// phases that open nothing; namespace replica bytes per entry), each
-// labelled with where it comes from.
+// phases that open nothing; namespace replica bytes per entry) and the
+// host's busy CPU time per operation, each labelled with where it comes
+// from.
 func clientLines(w WorkloadReport) []clientLine {
 	var out []clientLine
 	for _, t := range w.Targets {
@@ -287,6 +288,15 @@ func clientLines(w WorkloadReport) []clientLine {
 					s += " (" + Num(float64(e.Median)) + " entries at the end)"
 				}
 				parts = append(parts, s)
+			}
+			if f, ok := figs["host_cpu_ms_per_op"]; ok {
+				s := perSpread(f) + " ms of the host's CPU per operation (every process and the kernel"
+				if st, ok := figs["host_steal_seconds"]; ok && st.Median > 0 {
+					if b, ok := figs["host_cpu_seconds"]; ok && b.Median > 0 && float64(st.Median) > 0.05*float64(b.Median) {
+						s += "; the hypervisor took another " + Num(float64(st.Median)) + " s"
+					}
+				}
+				parts = append(parts, s+")")
 			}
 			if len(server) == 0 && len(p.Notes) > 0 {
 				parts = append(parts, "no counts from the meta nodes' metrics (see the notes)")

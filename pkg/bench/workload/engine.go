@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/cairnfs/cairn/pkg/bench/fsys"
+	"github.com/cairnfs/cairn/pkg/bench/hostcpu"
 	"github.com/cairnfs/cairn/pkg/bench/servermetrics"
 	"github.com/cairnfs/cairn/pkg/bench/stats"
 )
@@ -446,6 +447,7 @@ func (r *Runner) Run(ctx context.Context) *Result {
 		if r.server != nil {
 			serverBefore = r.server.SampleServers(ctx)
 		}
+		hostBefore, hostErr := hostcpu.Read()
 		lives := r.progress.begin(r.spec.Name(), name, p, len(phases), expected, limit, len(r.threads))
 		ph := PhaseResult{Name: name, StartNs: int64(time.Since(t0)), Threads: len(r.threads)}
 		errs := make([]error, len(r.threads))
@@ -465,6 +467,8 @@ func (r *Runner) Run(ctx context.Context) *Result {
 		}
 		wg.Wait()
 		ph.EndNs = int64(time.Since(t0))
+		hostAfter, err := hostcpu.Read()
+		hostErr = errors.Join(hostErr, err)
 		merged := map[string]*stats.Op{}
 		var firstErr error
 		for i, t := range r.threads {
@@ -511,6 +515,15 @@ func (r *Runner) Run(ctx context.Context) *Result {
 				ph.Extra[k] = v
 			}
 			ph.Notes = append(ph.Notes, notes...)
+		}
+		if hostErr == nil {
+			d := hostAfter.Sub(hostBefore)
+			if ph.Extra == nil {
+				ph.Extra = map[string]float64{}
+			}
+			ph.Extra[FigHostCPU] = d.Busy.Seconds()
+			ph.Extra[FigHostSteal] = d.Steal.Seconds()
+			deriveHostCPU(ph.Extra, opCount(ph.Ops))
 		}
 		if firstErr == nil && ctx.Err() != nil {
 			firstErr = fmt.Errorf("stopped: %w", context.Cause(ctx))
@@ -609,12 +622,30 @@ func MergePhases(parts []PhaseResult) PhaseResult {
 	// The servers' counts cover every process; the opens and operations
 	// add up.
 	servermetrics.Derive(out.Extra, int64(out.Extra["opens"]), opCount(out.Ops))
+	deriveHostCPU(out.Extra, opCount(out.Ops))
 	names := sortedKeys(ops)
 	sort.Strings(names)
 	for _, n := range names {
 		out.Ops = append(out.Ops, OpResult{Name: n, Op: *ops[n]})
 	}
 	return out
+}
+
+// Figures of the benchmark host's processor time over a phase
+// (pkg/bench/hostcpu): every process and the kernel, so the system under
+// test is in them when it runs on the same host. Across worker processes
+// on one host the merged report keeps the largest reading.
+const (
+	FigHostCPU      = "host_cpu_seconds"   // busy time over the phase
+	FigHostSteal    = "host_steal_seconds" // time the hypervisor took
+	FigHostCPUPerOp = "host_cpu_ms_per_op" // busy milliseconds per measured operation
+)
+
+// deriveHostCPU (re)computes the host's busy time per operation.
+func deriveHostCPU(extra map[string]float64, ops int64) {
+	if v, ok := extra[FigHostCPU]; ok && ops > 0 {
+		extra[FigHostCPUPerOp] = v * 1000 / float64(ops)
+	}
 }
 
 // opCount is the number of operations measured in a phase.
