@@ -15,16 +15,7 @@ import (
 // every block, then reads every block back and checks it. The seq files
 // grow as they are written, which tells the test when the writes are well
 // under way.
-const fioKillJob = `[global]
-ioengine=psync
-bsrange=4k-1m
-fsync_on_close=1
-invalidate=1
-verify=crc32c
-verify_fatal=1
-do_verify=1
-group_reporting=0
-
+const fioKillJob = fioGlobal + `
 [seq]
 rw=write
 size=64m
