@@ -135,7 +135,7 @@ func (c *Client) ReadChunk(ctx context.Context, loc ChunkLocation, fp chunker.Fi
 	buf := make([]byte, loc.Size)
 	var errs []error
 	bad := 0
-	refreshed := false
+	refreshed, rechecked := false, false
 	order := c.readOrder(p)
 	for i := 0; i < len(order); i++ {
 		r := order[i]
@@ -146,18 +146,8 @@ func (c *Client) ReadChunk(ctx context.Context, loc ChunkLocation, fp chunker.Fi
 		}
 		conn, err := c.pool.get(ctx, addr)
 		if err == nil {
-			var got []byte
-			_, got, err = conn.Do(ctx, &dataproto.Request{
-				Header: dataproto.Header{Op: dataproto.OpRead, Partition: p.Id, Extent: loc.ExtentID, Offset: off, Arg: loc.Size, Size: committed, Epoch: c.epoch()},
-				Dst:    buf,
-			})
-			if err == nil && len(got) != len(buf) {
-				err = fmt.Errorf("got %d bytes, want %d", len(got), len(buf))
-			}
+			err = c.readFrom(ctx, conn, p.Id, loc.ExtentID, off, committed, buf, rechecked)
 			if err == nil {
-				if &got[0] != &buf[0] {
-					copy(buf, got)
-				}
 				sum := chunker.Sum(fp.Algorithm(), buf)
 				if sum == fp {
 					return buf, nil
@@ -173,7 +163,18 @@ func (c *Client) ReadChunk(ctx context.Context, loc ChunkLocation, fp chunker.Fi
 				continue
 			}
 		}
-		if dataproto.CodeOf(err) == dataproto.CodeCorrupt {
+		if errors.Is(err, dataproto.ErrPayloadCRC) {
+			// As in readPiece: once more with FlagVerify, then the next.
+			c.readCRCErrors.Add(1)
+			if rechecked = !rechecked; rechecked {
+				errs = append(errs, fmt.Errorf("node %d: %w", r, err))
+				i--
+				continue
+			}
+		} else {
+			rechecked = false
+		}
+		if dataproto.CodeOf(err) == dataproto.CodeCorrupt || errors.Is(err, dataproto.ErrPayloadCRC) {
 			bad++
 		}
 		errs = append(errs, fmt.Errorf("node %d: %w", r, err))

@@ -226,7 +226,7 @@ type Client struct {
 	leaders  map[uint64]uint64         // partition -> Raft leader last seen (overwrites)
 	closed   bool
 
-	writeFailures, readFailovers, refreshes atomic.Int64
+	writeFailures, readFailovers, readCRCErrors, refreshes atomic.Int64
 }
 
 // Stats are a client's counters.
@@ -239,11 +239,14 @@ type Stats struct {
 	ReadFailovers int64
 	// Refreshes counts topology fetches.
 	Refreshes int64
+	// ReadCRCErrors counts reads whose bytes did not match the CRC the
+	// replica sent (each retried on the same replica once, then another).
+	ReadCRCErrors int64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
-	return Stats{WriteFailures: c.writeFailures.Load(), ReadFailovers: c.readFailovers.Load(), Refreshes: c.refreshes.Load()}
+	return Stats{WriteFailures: c.writeFailures.Load(), ReadFailovers: c.readFailovers.Load(), Refreshes: c.refreshes.Load(), ReadCRCErrors: c.readCRCErrors.Load()}
 }
 
 // New fetches the topology from src and returns a client.

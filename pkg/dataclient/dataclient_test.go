@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -245,6 +248,37 @@ func TestReadFailsOverToReplica(t *testing.T) {
 	}
 	if cl.Stats().ReadFailovers == 0 {
 		t.Fatal("no read failed over")
+	}
+}
+
+// A block that rotted on the replica a reader asks first (the primary):
+// its bytes fail the CRC the replica sent, the reader asks the same replica
+// again with FlagVerify, the replica finds the block corrupt, and another
+// replica serves the bytes. The replica is not reported as failed.
+func TestReadCorruptBlockFailsOver(t *testing.T) {
+	c := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{1, 2, 3}}, Options: nodeOptions()})
+	var reported atomic.Int64
+	cl := newClient(t, c, dataclient.Options{ReportFailure: func(uint64, error) { reported.Add(1) }})
+	data := randBytes(2<<20, 11)
+	keys := writeFile(t, cl, data, 11)
+	k := keys[0]
+	path := filepath.Join(c.Node(1).Dir, fmt.Sprintf("dp-%d", k.PartitionId), fmt.Sprintf("ext-%d", k.ExtentId))
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("garbage!"), int64(k.ExtentOffset)+3*(128<<10)+100); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got := readAll(t, cl, keys, int64(len(data))); !bytes.Equal(got, data) {
+		t.Fatal("read over a corrupt block on the primary differs")
+	}
+	if st := cl.Stats(); st.ReadCRCErrors == 0 || st.ReadFailovers == 0 {
+		t.Fatalf("stats %+v: the corrupt block was not noticed, or no other replica served it", st)
+	}
+	if reported.Load() != 0 {
+		t.Fatal("the replica with a corrupt block was reported as failed")
 	}
 }
 

@@ -61,7 +61,7 @@ func (c *Client) readOrder(p *pb.Partition) []uint64 {
 
 func (c *Client) readPiece(ctx context.Context, p *pb.Partition, ext uint64, off, committed int64, dst []byte) error {
 	var errs []error
-	refreshed := false
+	refreshed, rechecked := false, false
 	order := c.readOrder(p)
 	for i := 0; i < len(order); i++ {
 		r := order[i]
@@ -72,18 +72,7 @@ func (c *Client) readPiece(ctx context.Context, p *pb.Partition, ext uint64, off
 		}
 		conn, err := c.pool.get(ctx, addr)
 		if err == nil {
-			var got []byte
-			_, got, err = conn.Do(ctx, &dataproto.Request{
-				Header: dataproto.Header{Op: dataproto.OpRead, Partition: p.Id, Extent: ext, Offset: off, Arg: uint64(len(dst)), Size: committed, Epoch: c.epoch()},
-				Dst:    dst,
-			})
-			if err == nil && len(got) != len(dst) {
-				err = fmt.Errorf("got %d bytes, want %d", len(got), len(dst))
-			}
-			if err == nil {
-				if &got[0] != &dst[0] {
-					copy(dst, got)
-				}
+			if err = c.readFrom(ctx, conn, p.Id, ext, off, committed, dst, rechecked); err == nil {
 				return nil
 			}
 		}
@@ -94,6 +83,26 @@ func (c *Client) readPiece(ctx context.Context, p *pb.Partition, ext uint64, off
 				continue
 			}
 		}
+		if errors.Is(err, dataproto.ErrPayloadCRC) {
+			// The bytes do not match the CRC the replica sent from its
+			// block CRCs: a block rotted on its disk or in transit, or an
+			// overwrite landed between the CRC and the send. Ask the same
+			// replica once more with FlagVerify: it checks every block
+			// itself, answers CodeCorrupt and repairs a bad one, or sends
+			// the bytes again. The replica is alive, so it is not
+			// reported.
+			c.readCRCErrors.Add(1)
+			errs = append(errs, fmt.Errorf("node %d: %w", r, err))
+			if !rechecked {
+				rechecked = true
+				i--
+			} else {
+				rechecked = false
+				c.opts.Logger.Warn("data read failed its checksum twice; trying another replica", "partition", p.Id, "node", r, "extent", ext, "offset", off, "err", err)
+			}
+			continue
+		}
+		rechecked = false
 		errs = append(errs, fmt.Errorf("node %d: %w", r, err))
 		if !retryable(err) {
 			break
@@ -103,6 +112,30 @@ func (c *Client) readPiece(ctx context.Context, p *pb.Partition, ext uint64, off
 		c.opts.Logger.Info("data read failed; trying another replica", "partition", p.Id, "node", r, "err", err)
 	}
 	return fmt.Errorf("dataclient: read partition %d extent %d [%d,%d): %w", p.Id, ext, off, off+int64(len(dst)), errors.Join(errs...))
+}
+
+// readFrom reads len(dst) bytes of extent ext of partition pid at off from
+// one replica into dst; verify asks the replica to check every block
+// itself (dataproto.FlagVerify). A payload that fails the CRC the replica
+// sent is an error wrapping dataproto.ErrPayloadCRC.
+func (c *Client) readFrom(ctx context.Context, conn *dataproto.Conn, pid, ext uint64, off, committed int64, dst []byte, verify bool) error {
+	var flags dataproto.Flags
+	if verify {
+		flags = dataproto.FlagVerify
+	}
+	_, got, err := conn.Do(ctx, &dataproto.Request{
+		Header: dataproto.Header{Op: dataproto.OpRead, Flags: flags, Partition: pid, Extent: ext, Offset: off, Arg: uint64(len(dst)), Size: committed, Epoch: c.epoch()},
+		Dst:    dst,
+	})
+	switch {
+	case err != nil:
+		return err
+	case len(got) != len(dst):
+		return fmt.Errorf("got %d bytes, want %d", len(got), len(dst))
+	case &got[0] != &dst[0]:
+		copy(dst, got)
+	}
+	return nil
 }
 
 // Reader reads a file's bytes given its extent keys: io.Reader, io.ReaderAt

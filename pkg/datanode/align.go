@@ -385,7 +385,7 @@ func (p *partition) copyTail(ctx context.Context, conn *dataproto.Conn, st *exte
 			return copied, err
 		}
 		_, data, err := conn.Do(ctx, &dataproto.Request{
-			Header: dataproto.Header{Op: dataproto.OpRead, Partition: p.id, Extent: info.ID, Offset: off, Arg: uint64(n), Size: to, Flags: dataproto.FlagForwarded},
+			Header: dataproto.Header{Op: dataproto.OpRead, Partition: p.id, Extent: info.ID, Offset: off, Arg: uint64(n), Size: to, Flags: dataproto.FlagForwarded | dataproto.FlagVerify},
 			Dst:    buf,
 		})
 		if err != nil {
@@ -452,7 +452,7 @@ func (p *partition) compareBlocks(ctx context.Context, conn *dataproto.Conn, st 
 			return copied, err
 		}
 		_, data, err := conn.Do(ctx, &dataproto.Request{
-			Header: dataproto.Header{Op: dataproto.OpRead, Partition: p.id, Extent: e.ID, Offset: b * bs, Arg: uint64(bs), Size: limit, Flags: dataproto.FlagForwarded},
+			Header: dataproto.Header{Op: dataproto.OpRead, Partition: p.id, Extent: e.ID, Offset: b * bs, Arg: uint64(bs), Size: limit, Flags: dataproto.FlagForwarded | dataproto.FlagVerify},
 			Dst:    buf,
 		})
 		if err != nil {
@@ -503,7 +503,7 @@ func (p *partition) repair(bb extentstore.BadBlock) {
 		if err == nil {
 			_, data, err = conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{
 				Op: dataproto.OpRead, Partition: p.id, Extent: bb.Extent, Offset: bb.Offset, Arg: uint64(bb.Length),
-				Size: bb.Offset + bb.Length, Flags: dataproto.FlagForwarded,
+				Size: bb.Offset + bb.Length, Flags: dataproto.FlagForwarded | dataproto.FlagVerify,
 			}})
 		}
 		cancel()

@@ -489,8 +489,10 @@ func sameExtents(cl *client, a, b uint64) error {
 }
 
 // Corrupt blocks are repaired from a healthy replica: one found by a read
-// on node 2 (the read fails, the next one after the repair succeeds), one
-// found by node 3's background scrubber (no read touches it).
+// on node 2 (the reader finds the bytes wrong against the CRC the node
+// sent, asks again with FlagVerify, the node finds the block bad, and the
+// next read after the repair succeeds), one found by node 3's background
+// scrubber (no read touches it).
 func TestBadBlocksRepaired(t *testing.T) {
 	opts := testOptions()
 	opts.ScrubInterval = 400 * time.Millisecond
@@ -511,8 +513,12 @@ func TestBadBlocksRepaired(t *testing.T) {
 		}
 	}
 	corrupt(2, 200<<10) // block 1 (128 KiB blocks)
-	if _, err := cl.read(2, ext, 128<<10, 128<<10, 1<<20); dataproto.CodeOf(err) != dataproto.CodeCorrupt {
-		t.Fatalf("read of a corrupt block: %v", err)
+	if _, err := cl.read(2, ext, 128<<10, 128<<10, 1<<20); !errors.Is(err, dataproto.ErrPayloadCRC) {
+		t.Fatalf("read of a corrupt block: %v, want a payload CRC mismatch", err)
+	}
+	verified := dataproto.Header{Op: dataproto.OpRead, Flags: dataproto.FlagVerify, Partition: 1, Extent: ext, Offset: 128 << 10, Arg: 128 << 10, Size: 1 << 20}
+	if _, _, err := cl.do(2, verified, nil); dataproto.CodeOf(err) != dataproto.CodeCorrupt {
+		t.Fatalf("verified read of a corrupt block: %v", err)
 	}
 	eventually(t, 10*time.Second, func() error {
 		got, err := cl.read(2, ext, 0, 1<<20, 1<<20)

@@ -525,7 +525,7 @@ func (s *session) read(in *dataproto.Inbound) {
 		return
 	}
 	rh := dataproto.Header{Extent: h.Extent, Offset: h.Offset, Size: info.Size}
-	sec, err := st.Section(h.Extent, h.Offset, n)
+	sec, err := st.Section(h.Extent, h.Offset, n, h.Flags&dataproto.FlagVerify != 0)
 	if errors.Is(err, extentstore.ErrPunched) {
 		// A freed small file in the range: ReadAt gives zeros there.
 		buf := make([]byte, n)

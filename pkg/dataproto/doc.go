@@ -39,10 +39,11 @@
 // connection, since
 // the stream can no longer be framed. A payload whose CRC does not match is
 // consumed and reported (ErrPayloadCRC); the connection goes on. Read
-// responses sent with sendfile carry FlagNoCRC instead of a payload CRC: the
-// server verified the bytes against the extent store's block CRCs just
-// before sending them, and computing a CRC would mean reading them into user
-// space, the copy sendfile exists to avoid.
+// responses sent with sendfile carry a payload CRC the server made without
+// reading the bytes (a CheckedSection: the extent store combines its block
+// CRCs), so the reader checks them end to end, disk to its own memory, and
+// the server reads them only once, in sendfile. A section that does not
+// know its CRC is sent with FlagNoCRC instead.
 //
 // # Pipelining, limits and deadlines
 //

@@ -135,6 +135,14 @@ const (
 	// refers to the extent any more: a large extent is then deleted whole
 	// whatever the offset (a small file's range is punched as always).
 	FlagWhole Flags = 1 << 5
+	// FlagVerify, on a read, asks the replica to read and check every
+	// block of the range against its CRCs before answering (CodeCorrupt
+	// if one fails, and the replica repairs it) instead of leaving the
+	// check of the blocks the range covers whole to the reader. A client
+	// sets it when a response failed its payload CRC; data nodes set it on
+	// their own reads from a peer (alignment, repair), so that a source
+	// with a bad block says so and repairs it.
+	FlagVerify Flags = 1 << 6
 )
 
 // Code is a response's result.

@@ -440,14 +440,28 @@ func (in *Inbound) Respond(h Header, payload []byte, release func()) {
 	in.enqueue(outFrame{h: h, payload: payload, release: release})
 }
 
+// CheckedSection is a Section that knows the CRC32C of its bytes without
+// reading them (an extent store range, from its block CRCs).
+type CheckedSection interface {
+	Section
+	CRC() uint32
+}
+
 // RespondSection answers with h and the section's bytes as payload, sent
-// with sendfile when the section is a file (FlagNoCRC is then set: see the
-// package documentation) and closed once sent or dropped.
+// with sendfile when the section is a file, and closed once sent or
+// dropped. A CheckedSection's CRC goes in the header as the payload CRC,
+// which the receiver checks; any other section is sent with FlagNoCRC (see
+// the package documentation).
 func (in *Inbound) RespondSection(h Header, sec Section) {
 	h = in.responseHeader(h)
 	h.Length = uint32(sec.Len())
-	h.Flags |= FlagNoCRC
-	h.PayloadCRC = 0
+	if cs, ok := sec.(CheckedSection); ok {
+		h.Flags &^= FlagNoCRC
+		h.PayloadCRC = cs.CRC()
+	} else {
+		h.Flags |= FlagNoCRC
+		h.PayloadCRC = 0
+	}
 	in.enqueue(outFrame{h: h, sec: sec})
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
@@ -87,8 +88,26 @@ func TestCorruption(t *testing.T) {
 			if err := s.Overwrite(large, 1100, []byte{1, 2}); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("overwrite of a partial corrupt block: %v", err)
 			}
-			if _, err := s.Section(large, 1024, 10); !errors.Is(err, ErrCorrupt) {
+			if _, err := s.Section(large, 1024, 10, false); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("section over a corrupt block: %v", err)
+			}
+			// A section covering the corrupt block whole leaves the check to
+			// the receiver: its CRC is the block's stored one, which the
+			// bytes on disk no longer match. Asked to verify, it refuses.
+			sec, err := s.Section(large, 1024, 512, false)
+			if err != nil {
+				t.Fatalf("section covering a corrupt block whole: %v", err)
+			}
+			onDisk := make([]byte, 512)
+			if _, err := sec.ReadAt(onDisk, 0); err != nil {
+				t.Fatal(err)
+			}
+			if sec.CRC() != crc32.Checksum(data[1024:1536], castagnoli) || sec.CRC() == crc32.Checksum(onDisk, castagnoli) {
+				t.Fatal("the section's CRC is not the stored one, or the corrupt bytes match it")
+			}
+			sec.Close()
+			if _, err := s.Section(large, 1024, 512, true); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("verified section over a corrupt block: %v", err)
 			}
 
 			bad, err := s.Scrub(context.Background(), ScrubOptions{})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -196,7 +197,7 @@ func TestBadInput(t *testing.T) {
 		{"overwrite at max offset", s.Overwrite(large, 1<<63-2, make([]byte, 20)), ErrOutOfRange},
 		{"punch at max offset", s.PunchSmall(small, 1<<63-2, 20), ErrOutOfRange},
 		{"punch huge", s.PunchSmall(small, 10, 1<<63-1), ErrOutOfRange},
-		{"section at max offset", func() error { _, err := s.Section(large, 1<<63-2, 20); return err }(), io.ErrUnexpectedEOF},
+		{"section at max offset", func() error { _, err := s.Section(large, 1<<63-2, 20, false); return err }(), io.ErrUnexpectedEOF},
 		{"read at max offset", func() error { _, err := s.ReadAt(large, make([]byte, 10), 1<<63-2); return err }(), io.EOF},
 		{"punch large", s.PunchSmall(large, 0, 10), ErrWrongKind},
 		{"punch past committed", s.PunchSmall(small, 90, 20), ErrOutOfRange},
@@ -207,7 +208,7 @@ func TestBadInput(t *testing.T) {
 		{"delete unknown", s.DeleteExtent(999), ErrNotFound},
 		{"repair out of range", s.RepairBlock(large, 5, make([]byte, 512)), ErrOutOfRange},
 		{"repair wrong length", s.RepairBlock(large, 0, make([]byte, 10)), ErrInvalid},
-		{"section past size", func() error { _, err := s.Section(large, 90, 20); return err }(), io.ErrUnexpectedEOF},
+		{"section past size", func() error { _, err := s.Section(large, 90, 20, false); return err }(), io.ErrUnexpectedEOF},
 	} {
 		if !errors.Is(tc.err, tc.want) {
 			t.Errorf("%s: err %v, want %v", tc.name, tc.err, tc.want)
@@ -469,7 +470,7 @@ func TestDelete(t *testing.T) {
 	if err := s.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	sec, err := s.Section(a, 0, 1000)
+	sec, err := s.Section(a, 0, 1000, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +533,7 @@ func TestSection(t *testing.T) {
 			if err := s.Sync(); err != nil {
 				t.Fatal(err)
 			}
-			sec, err := s.Section(id, 100, 700)
+			sec, err := s.Section(id, 100, 700, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -552,10 +553,26 @@ func TestSection(t *testing.T) {
 					t.Fatalf("raw file read: %v", err)
 				}
 			}
+			// The CRC, from stored block CRCs (512-byte blocks here) and
+			// the edges read, is the bytes' CRC for any range, verified
+			// or not: aligned, unaligned, one block, inside one block,
+			// the whole extent, up to its partial last block.
+			for _, r := range [][2]int64{{0, 512}, {0, 1000}, {100, 700}, {512, 488}, {1, 1}, {511, 2}, {600, 10}, {0, 1024 - 24}} {
+				for _, all := range []bool{false, true} {
+					sec, err := s.Section(id, r[0], r[1], all)
+					if err != nil {
+						t.Fatalf("section %v: %v", r, err)
+					}
+					if want := crc32.Checksum(data[r[0]:r[0]+r[1]], castagnoli); sec.CRC() != want {
+						t.Errorf("section %v (verify all %v): CRC %08x, want %08x", r, all, sec.CRC(), want)
+					}
+					sec.Close()
+				}
+			}
 			if err := s.PunchSmall(id, 0, 500); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Section(id, 400, 200); !errors.Is(err, ErrPunched) {
+			if _, err := s.Section(id, 400, 200, false); !errors.Is(err, ErrPunched) {
 				t.Fatalf("section over a hole: %v", err)
 			}
 		})
