@@ -163,16 +163,10 @@ func (c *Client) ReadChunk(ctx context.Context, loc ChunkLocation, fp chunker.Fi
 				continue
 			}
 		}
-		if errors.Is(err, dataproto.ErrPayloadCRC) {
-			// As in readPiece: once more with FlagVerify, then the next.
-			c.readCRCErrors.Add(1)
-			if rechecked = !rechecked; rechecked {
-				errs = append(errs, fmt.Errorf("node %d: %w", r, err))
-				i--
-				continue
-			}
-		} else {
-			rechecked = false
+		if c.recheck(err, &rechecked) {
+			errs = append(errs, fmt.Errorf("node %d: %w", r, err))
+			i-- // same replica, FlagVerify
+			continue
 		}
 		if dataproto.CodeOf(err) == dataproto.CodeCorrupt || errors.Is(err, dataproto.ErrPayloadCRC) {
 			bad++

@@ -83,27 +83,18 @@ func (c *Client) readPiece(ctx context.Context, p *pb.Partition, ext uint64, off
 				continue
 			}
 		}
-		if errors.Is(err, dataproto.ErrPayloadCRC) {
-			// The bytes do not match the CRC the replica sent from its
-			// block CRCs: a block rotted on its disk or in transit, or an
-			// overwrite landed between the CRC and the send. Ask the same
-			// replica once more with FlagVerify: it checks every block
-			// itself, answers CodeCorrupt and repairs a bad one, or sends
-			// the bytes again. The replica is alive, so it is not
-			// reported.
-			c.readCRCErrors.Add(1)
+		if c.recheck(err, &rechecked) {
 			errs = append(errs, fmt.Errorf("node %d: %w", r, err))
-			if !rechecked {
-				rechecked = true
-				i--
-			} else {
-				rechecked = false
-				c.opts.Logger.Warn("data read failed its checksum twice; trying another replica", "partition", p.Id, "node", r, "extent", ext, "offset", off, "err", err)
-			}
+			i-- // same replica, FlagVerify
 			continue
 		}
-		rechecked = false
 		errs = append(errs, fmt.Errorf("node %d: %w", r, err))
+		if errors.Is(err, dataproto.ErrPayloadCRC) {
+			// Twice: the next replica. This one is alive, so it is not
+			// reported.
+			c.opts.Logger.Warn("data read failed its checksum twice; trying another replica", "partition", p.Id, "node", r, "extent", ext, "offset", off, "err", err)
+			continue
+		}
 		if !retryable(err) {
 			break
 		}
@@ -112,6 +103,24 @@ func (c *Client) readPiece(ctx context.Context, p *pb.Partition, ext uint64, off
 		c.opts.Logger.Info("data read failed; trying another replica", "partition", p.Id, "node", r, "err", err)
 	}
 	return fmt.Errorf("dataclient: read partition %d extent %d [%d,%d): %w", p.Id, ext, off, off+int64(len(dst)), errors.Join(errs...))
+}
+
+// recheck is the policy for a read whose bytes do not match the CRC the
+// replica sent from its block CRCs (a block rotted on its disk or in
+// transit, or an overwrite landed between the CRC and the send): it counts
+// the mismatch and reports whether to ask the same replica once more, with
+// FlagVerify (set in *verify), so that the replica checks every block
+// itself, answers CodeCorrupt and repairs a bad one, or sends the bytes
+// again. Any other outcome, and a second mismatch, clear *verify for the
+// next replica.
+func (c *Client) recheck(err error, verify *bool) (again bool) {
+	if !errors.Is(err, dataproto.ErrPayloadCRC) {
+		*verify = false
+		return false
+	}
+	c.readCRCErrors.Add(1)
+	*verify = !*verify
+	return *verify
 }
 
 // readFrom reads len(dst) bytes of extent ext of partition pid at off from
