@@ -116,7 +116,7 @@ R1_PID=""
 started=()     # peers this script started (and stops)
 peer_mnts=()   # every peer mount used
 
-# stop, unmount_left, start_peers, stop_peers, start_up
+# stop, unmount_left, start_peers, stop_peers, wait_log, start_up
 . "$HERE/lib.sh"
 cleanup() {
   local rc=$?
@@ -144,12 +144,7 @@ start_up "$DATA" "$MNT"
 mkdir -p "$MNT1"
 "$CAIRN" mount --data-dir "$DATA" r1 "$MNT1" >"$WORK/mount-r1.log" 2>&1 &
 R1_PID=$!
-for _ in $(seq 1 300); do
-  grep -q "mounted volume" "$WORK/mount-r1.log" && break
-  kill -0 "$R1_PID" 2>/dev/null || { echo "error: cairn mount r1 exited:" >&2; cat "$WORK/mount-r1.log" >&2; exit 1; }
-  sleep 0.1
-done
-grep -q "mounted volume" "$WORK/mount-r1.log" || { echo "error: cairn mount r1 did not mount $MNT1 within 30 s:" >&2; tail -20 "$WORK/mount-r1.log" >&2; exit 1; }
+wait_log "$R1_PID" "$WORK/mount-r1.log" "mounted volume" 30 "cairn mount r1"
 mountpoint -q "$MNT1" || { echo "error: cairn mount r1 says it mounted, but $MNT1 is not a mount point:" >&2; tail -20 "$WORK/mount-r1.log" >&2; exit 1; }
 echo "volume r1 (1 replica) mounted at $MNT1 (cairn mount, pid $R1_PID)"
 

@@ -54,6 +54,18 @@ stop_peers() {
   done
 }
 
+# wait_log PID LOG PATTERN SECONDS NAME: waits until LOG has a line matching
+# PATTERN (grep); exits with LOG shown if PID exits first or SECONDS pass.
+wait_log() {
+  local pid=$1 log=$2 pattern=$3 secs=$4 name=$5
+  for _ in $(seq 1 $((secs * 10))); do
+    grep -q "$pattern" "$log" && return 0
+    kill -0 "$pid" 2>/dev/null || { echo "error: $name exited:" >&2; cat "$log" >&2; exit 1; }
+    sleep 0.1
+  done
+  grep -q "$pattern" "$log" || { echo "error: $name not ready after $secs s:" >&2; tail -20 "$log" >&2; exit 1; }
+}
+
 # start_up DATA MNT: a fresh `cairn up` on DATA (log in WORK/up.log), which
 # mounts volume default on MNT; sets UP_PID and master (the masters'
 # addresses, comma-separated).
@@ -62,12 +74,7 @@ start_up() {
   echo "starting cairn up on $data (mount $mnt)"
   "$CAIRN" up --data-dir "$data" >"$WORK/up.log" 2>&1 &
   UP_PID=$!
-  for _ in $(seq 1 900); do
-    grep -q "^Data dir:" "$WORK/up.log" && break
-    kill -0 "$UP_PID" 2>/dev/null || { echo "error: cairn up exited:" >&2; cat "$WORK/up.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  grep -q "^Data dir:" "$WORK/up.log" || { echo "error: cairn up not up after 90 s:" >&2; tail -20 "$WORK/up.log" >&2; exit 1; }
+  wait_log "$UP_PID" "$WORK/up.log" "^Data dir:" 90 "cairn up"
   mountpoint -q "$mnt" || { echo "error: cairn up did not mount $mnt:" >&2; tail -20 "$WORK/up.log" >&2; exit 1; }
   master=$(python3 -c 'import json,sys
 procs = json.load(open(sys.argv[1]))["procs"]
