@@ -102,7 +102,7 @@ func (v *Volume) fenceEmpty(ctx context.Context, op string, parent uint64, name 
 	for {
 		w := v.current()
 		parts := w.all()
-		unfence, children, err := v.fenceOn(ctx, op, dir, false, nsOwners(w, parent, name, dir), parts)
+		unfence, children, err := v.fenceOn(ctx, op, dir, newID(), false, nsOwners(w, parent, name, dir), parts)
 		if err != nil {
 			return false, nil, err
 		}
@@ -145,7 +145,7 @@ func (v *Volume) nsLock(ctx context.Context, op string, parent uint64, name stri
 	for {
 		w := v.current()
 		parts := w.all()
-		unlock, _, err := v.fenceOn(ctx, op, dir, true, nsOwners(w, parent, name, dir), parts)
+		unlock, _, err := v.fenceOn(ctx, op, dir, newID(), true, nsOwners(w, parent, name, dir), parts)
 		if err != nil || samePartitions(parts, v.current().all()) {
 			return unlock, err
 		}
@@ -175,8 +175,8 @@ func samePartitions(a, b []*pb.Partition) bool {
 	return slices.EqualFunc(a, b, func(x, y *pb.Partition) bool { return x.GetId() == y.GetId() })
 }
 
-// fenceOn fences dir (lock: with a namespace lock) on every partition of
-// parts, first on the owners, then on the others. The owners go first
+// fenceOn fences dir with token (lock: with a namespace lock) on every
+// partition of parts, first on the owners, then on the others. The owners go first
 // because a fenced owner refuses namespace fetches of dir: once it holds
 // the fence, no other partition's replica can learn dir's old entry again,
 // and the fence on that partition then drops what it learnt before
@@ -184,8 +184,7 @@ func samePartitions(a, b []*pb.Partition) bool {
 // dir (EBUSY) is waited for, up to ~1 s. unfence lifts what was placed,
 // also after ctx ended. children sums what the partitions answered about
 // names under dir (fences only, not locks).
-func (v *Volume) fenceOn(ctx context.Context, op string, dir uint64, lock bool, owners map[uint64]bool, parts []*pb.Partition) (unfence func(), children childrenAnswer, err error) {
-	token := newID()
+func (v *Volume) fenceOn(ctx context.Context, op string, dir, token uint64, lock bool, owners map[uint64]bool, parts []*pb.Partition) (unfence func(), children childrenAnswer, err error) {
 	unfence = func() {
 		// Also after the operation's deadline: a fence left behind blocks
 		// creates under dir until it expires.
@@ -264,7 +263,9 @@ func (c childrenAnswer) add(r *metapb.OpResult) childrenAnswer {
 // Rmdir removes the empty directory name in parent: ENOTDIR if it is not a
 // directory, ENOTEMPTY if it has names. Order: fence the directory on every
 // partition, check each holds no child, DeleteDentry (expect a directory),
-// Link -2 and Evict on its home, TouchDir -1 on the parent, unfence.
+// Link -2 and Evict on its home, TouchDir -1 on the parent, unfence. When
+// the name's partition is the directory's home (rmdirOwnerLast), that
+// partition's fence and check ride in the Txn that deletes the name.
 func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 	const op = "rmdir"
 	ctx, cancel := v.opCtx(ctx)
@@ -283,6 +284,9 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 		return errnoErr(op, syscall.ENOTDIR, "%d/%q", parent, name)
 	}
 	dir := d.GetIno()
+	if done, err := v.rmdirOwnerLast(ctx, op, parent, name, dir); done {
+		return err
+	}
 	empty, unfence, err := v.fenceEmpty(ctx, op, parent, name, dir)
 	if err != nil {
 		return err
@@ -307,8 +311,77 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 	// directory nobody can reach, so they are lifted in the background
 	// (inode numbers are not reused, so no new directory inherits them).
 	v.background(unfence)
-	// Best effort, each on its own and side by side: a failure leaves a
-	// leak fsck reports (the inode) or a stale parent (mtime, nlink).
+	v.rmdirFollowUps(ctx, op, dir, rest)
+	return nil
+}
+
+// rmdirOwnerLast is rmdir for a directory whose name's partition O is
+// also its home: it fences the directory on every other partition (each
+// answers whether it lists a name under it), then runs one Txn on O that
+// fences it there with require_empty, deletes the name and drops the
+// inode. That Txn's check and delete are one step, so O needs no fence of
+// its own beforehand: two Raft writes fewer than fencing O first and
+// lifting it. The namespace replicas stay right without the owners-first
+// order because a partition neither caches nor resolves through a
+// directory it has fenced (docs/design.md, "Stateless clients"). After a
+// success the fences are lifted in batches (oweUnfences). done is false,
+// with nothing changed, when the protocol does not apply (O is not the
+// home, the partitions changed, a partition of an earlier version did not
+// answer for its names): the caller then runs the general one.
+func (v *Volume) rmdirOwnerLast(ctx context.Context, op string, parent uint64, name string, dir uint64) (done bool, err error) {
+	w := v.current()
+	owner, err := w.route(parent, name)
+	if err != nil {
+		return false, nil
+	}
+	if home, err := w.home(dir); err != nil || home.GetId() != owner.GetId() {
+		return false, nil
+	}
+	parts := w.all()
+	others := make([]*pb.Partition, 0, len(parts))
+	for _, p := range parts {
+		if p.GetId() != owner.GetId() {
+			others = append(others, p)
+		}
+	}
+	token := newID()
+	unfence, children, err := v.fenceOn(ctx, op, dir, token, false, nil, others)
+	if err != nil {
+		return true, err
+	}
+	switch {
+	case children == childrenSome:
+		unfence()
+		return true, errnoErr(op, syscall.ENOTEMPTY, "%d/%q", parent, name)
+	case children == childrenUnknown || !samePartitions(parts, v.current().all()):
+		unfence()
+		return false, nil
+	}
+	last := &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: dir, Token: token, RequireEmpty: true}}}
+	_, rest, err := v.nameStep(ctx, op, parent, name,
+		[]*metapb.Op{last, opDeleteDentry(parent, name, dir, metapb.FileType_FILE_TYPE_DIRECTORY)},
+		[]homedOp{{dir, opLink(dir, -2)}, {dir, opEvict(dir)}, {parent, opTouchDir(parent, -1, newID())}})
+	if err != nil {
+		unfence()
+		if isErrno(err, syscall.ESTALE) {
+			err = errnoErr(op, syscall.ENOENT, "%d/%q changed meanwhile", parent, name)
+		}
+		return true, err
+	}
+	ids := make([]uint64, len(parts))
+	for i, p := range parts {
+		ids[i] = p.GetId()
+	}
+	v.oweUnfences(ids, dir, token)
+	v.rmdirFollowUps(ctx, op, dir, rest)
+	return true, nil
+}
+
+// rmdirFollowUps runs the steps of a done rmdir that did not fit its Txn:
+// the directory's Link -2 and Evict on its home, the parent's TouchDir.
+// Best effort, each on its own and side by side: a failure leaves a leak
+// fsck reports (the inode) or a stale parent (mtime, nlink).
+func (v *Volume) rmdirFollowUps(ctx context.Context, op string, dir uint64, rest []homedOp) {
 	var dirOps, parentOps []homedOp
 	for _, h := range rest {
 		if h.ino == dir {
@@ -316,6 +389,10 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 		} else {
 			parentOps = append(parentOps, h)
 		}
+	}
+	if len(dirOps) == 0 || len(parentOps) == 0 {
+		_, _ = v.runHomed(ctx, op, append(dirOps, parentOps...))
+		return
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -325,5 +402,4 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 	}()
 	_, _ = v.runHomed(ctx, op, parentOps)
 	wg.Wait()
-	return nil
 }

@@ -120,6 +120,8 @@ type Volume struct {
 	chunks     *chunkcache.Cache
 	layouts    dirLayouts
 
+	unfences owedUnfences // fences of removed directories (unfence.go)
+
 	openMu   sync.Mutex
 	opens    map[uint64]int  // ino -> open Files
 	evictOff map[uint64]bool // ino -> lost its last link while open

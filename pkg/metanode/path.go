@@ -609,6 +609,17 @@ func (s *service) fetchOnce(ctx context.Context, p *partition, m *nsMiss, comps 
 			}
 		}
 	}
+	if !local {
+		// A directory fenced here is not cached here, whatever its owner
+		// answered: an rmdir fences the owner last, in the Txn that
+		// removes the name, so until then the owner still answers.
+		p.sm.read(func(mp *metapartition.Partition) {
+			busy = mp.Fenced(in.GetIno(), time.Now().UnixNano())
+		})
+		if busy {
+			return nil, true, nil
+		}
+	}
 	key := ""
 	if !m.root {
 		key = m.name

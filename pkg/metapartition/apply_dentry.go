@@ -188,8 +188,11 @@ func (t *txn) fence(m *metapb.Fence) (*metapb.OpResult, *opError) {
 		token |= lockBit
 	}
 	res := &metapb.OpResult{}
-	if !m.GetLock() {
+	if !m.GetLock() || m.GetRequireEmpty() {
 		has := t.hasChildren(parent)
+		if has && m.GetRequireEmpty() {
+			return nil, fail(metapb.ENOTEMPTY, "parent %d has names here", parent)
+		}
 		res.HasChildren = &has
 	}
 	switch cur := t.fenceOf(parent); {

@@ -149,7 +149,8 @@
 //     ranges go to the free list, except those the write points at again.
 //   - Fence{parent, token}: token 0: EINVAL; held with another token:
 //     EBUSY; more than 65536 fences: EAGAIN; the same token again is a
-//     no-op. Unfence with another token: EINVAL; of an unfenced parent: a
+//     no-op. With require_empty, a name under parent on this MP (after
+//     the Txn's earlier ops): ENOTEMPTY. Unfence with another token: EINVAL; of an unfenced parent: a
 //     no-op (retries).
 //   - AckFreed{upto_seq}: drops the free-list entries (extent ranges and
 //     chunk drops alike) with Seq <= upto_seq (at commit, after the Txn's
@@ -289,7 +290,9 @@
 //  4. rmdir: Fence the directory on every MP, sum CountChildren (ENOTEMPTY
 //     if any), then DeleteDentry (expect_type DIRECTORY) on the name's MP,
 //     Link -2 and Evict on the directory's home, TouchDir -1 the parent,
-//     and Unfence everywhere (also on failure). Fences left by a crashed
+//     and Unfence everywhere (also on failure). When the name's MP is the
+//     directory's home, its fence may instead be the first op of the
+//     deleting Txn, with require_empty. Fences left by a crashed
 //     coordinator lapse FenceTTL after they were set (Raft apply time).
 //  5. Check what needs the whole namespace: existence and type (ENOTDIR)
 //     of a parent homed on another MP, permissions, a directory moved into its own subtree,

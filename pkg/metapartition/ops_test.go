@@ -517,6 +517,31 @@ func TestFence(t *testing.T) {
 	mustRun(t, p, 10, fence(1, 5), unfence(1, 5), createDentry(1, "y", 2, reg), link(2, 1))
 }
 
+// The last fence of an rmdir sits in the Txn that deletes the name: with
+// require_empty it fails the whole Txn while a name is under the directory
+// here, and a name the same Txn removes first does not count.
+func TestFenceRequireEmpty(t *testing.T) {
+	p := world(t)
+	mustRun(t, p, 5, createInode(reg, 0o644), createDentry(3, "x", 0, reg))
+	emptyFence := &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: 3, Token: 8, RequireEmpty: true}}}
+	if r := run(t, p, 6, emptyFence, createDentry(1, "after", 2, reg)); metapb.Errno(r.Errno) != metapb.ENOTEMPTY || r.FailedOp != 0 {
+		t.Fatalf("require_empty over a name: %v at %d, want ENOTEMPTY at 0", metapb.Errno(r.Errno), r.FailedOp)
+	}
+	if len(p.Fences()) != 0 {
+		t.Fatalf("a failed require_empty left fences: %v", p.Fences())
+	}
+	if _, _, e := p.Lookup(1, "after"); e != metapb.ENOENT {
+		t.Errorf("the failed Txn's later op applied: %v", e)
+	}
+	r := mustRun(t, p, 7, deleteDentry(3, "x", 0, reg), emptyFence)
+	if h := r.GetResults()[1].HasChildren; h == nil || *h {
+		t.Errorf("has_children %v, want false", h)
+	}
+	if got := p.Fences(); !slices.Equal(got, []Fence{{Parent: 3, Token: 8, SetNs: 7}}) {
+		t.Errorf("Fences %v", got)
+	}
+}
+
 func TestSetRangeCutsAllocation(t *testing.T) {
 	p := newRoot(t)
 	mustRun(t, p, 2, setRange(3), setRange(3)) // cut, and an idempotent retry

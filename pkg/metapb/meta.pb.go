@@ -1655,7 +1655,12 @@ type Fence struct {
 	// lock makes the fence a namespace lock only: it refuses no names, but
 	// still invalidates and makes namespace fetches of the directory answer
 	// EBUSY until it is lifted (directory rename, chmod, chown).
-	Lock          bool `protobuf:"varint,3,opt,name=lock,proto3" json:"lock,omitempty"`
+	Lock bool `protobuf:"varint,3,opt,name=lock,proto3" json:"lock,omitempty"`
+	// require_empty makes the Txn fail with ENOTEMPTY when the partition
+	// lists a name under parent (with the Txn's earlier changes): the last
+	// fence of an rmdir, placed in the same Txn that deletes the name, so
+	// that partition's check and the delete are one step.
+	RequireEmpty  bool `protobuf:"varint,4,opt,name=require_empty,json=requireEmpty,proto3" json:"require_empty,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1707,6 +1712,13 @@ func (x *Fence) GetToken() uint64 {
 func (x *Fence) GetLock() bool {
 	if x != nil {
 		return x.Lock
+	}
+	return false
+}
+
+func (x *Fence) GetRequireEmpty() bool {
+	if x != nil {
+		return x.RequireEmpty
 	}
 	return false
 }
@@ -4911,11 +4923,12 @@ const file_meta_proto_rawDesc = "" +
 	"\rAppendExtents\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12/\n" +
 	"\aextents\x18\x02 \x03(\v2\x15.cairn.meta.ExtentKeyR\aextents\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x04R\x04size\"I\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\"n\n" +
 	"\x05Fence\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
-	"\x04lock\x18\x03 \x01(\bR\x04lock\"7\n" +
+	"\x04lock\x18\x03 \x01(\bR\x04lock\x12#\n" +
+	"\rrequire_empty\x18\x04 \x01(\bR\frequireEmpty\"7\n" +
 	"\aUnfence\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"\x1c\n" +

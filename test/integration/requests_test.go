@@ -293,10 +293,14 @@ func TestCreateRacingRmdir(t *testing.T) {
 				defer wg.Done()
 				for i, n := range names {
 					if i == perCreator {
-						// The rest after the rmdir: its partition no
-						// longer fences the directory, the TouchDir
-						// finds it gone.
+						// The rest after the rmdir, once the remover
+						// has lifted its fences (it lifts those of a
+						// removed directory in batches, within
+						// milliseconds): the name's partition lets the
+						// create through, the TouchDir finds the
+						// directory gone.
 						<-removed
+						time.Sleep(200 * time.Millisecond)
 					}
 					start := time.Now()
 					var err error
