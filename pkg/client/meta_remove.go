@@ -358,7 +358,7 @@ func (v *Volume) rmdirOwnerLast(ctx context.Context, op string, parent uint64, n
 		return false, nil
 	}
 	last := &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: dir, Token: token, RequireEmpty: true}}}
-	_, rest, err := v.nameStep(ctx, op, parent, name,
+	res, rest, err := v.nameStep(ctx, op, parent, name,
 		[]*metapb.Op{last, opDeleteDentry(parent, name, dir, metapb.FileType_FILE_TYPE_DIRECTORY)},
 		[]homedOp{{dir, opLink(dir, -2)}, {dir, opEvict(dir)}, {parent, opTouchDir(parent, -1, newID())}})
 	if err != nil {
@@ -373,14 +373,27 @@ func (v *Volume) rmdirOwnerLast(ctx context.Context, op string, parent uint64, n
 		ids[i] = p.GetId()
 	}
 	v.oweUnfences(ids, dir, token)
+	noteDir(ctx, parent, res.GetResults())
 	v.rmdirFollowUps(ctx, op, dir, rest)
 	return true, nil
+}
+
+// noteDir passes on the attributes of directory ino that a TouchDir among
+// results answered (WithAttrs).
+func noteDir(ctx context.Context, ino uint64, results []*metapb.OpResult) {
+	for _, r := range results {
+		if in := r.GetInode(); in.GetIno() == ino {
+			noteAttrs(ctx, in)
+		}
+	}
 }
 
 // rmdirFollowUps runs the steps of a done rmdir that did not fit its Txn:
 // the directory's Link -2 and Evict on its home, the parent's TouchDir.
 // Best effort, each on its own and side by side: a failure leaves a leak
 // fsck reports (the inode) or a stale parent (mtime, nlink).
+// The parent's new attributes, when its TouchDir is among them, are passed
+// on (WithAttrs).
 func (v *Volume) rmdirFollowUps(ctx context.Context, op string, dir uint64, rest []homedOp) {
 	var dirOps, parentOps []homedOp
 	for _, h := range rest {
@@ -391,7 +404,10 @@ func (v *Volume) rmdirFollowUps(ctx context.Context, op string, dir uint64, rest
 		}
 	}
 	if len(dirOps) == 0 || len(parentOps) == 0 {
-		_, _ = v.runHomed(ctx, op, append(dirOps, parentOps...))
+		res, _ := v.runHomed(ctx, op, append(dirOps, parentOps...))
+		if len(parentOps) > 0 {
+			noteDir(ctx, parentOps[0].ino, res)
+		}
 		return
 	}
 	var wg sync.WaitGroup
@@ -400,6 +416,7 @@ func (v *Volume) rmdirFollowUps(ctx context.Context, op string, dir uint64, rest
 		defer wg.Done()
 		_, _ = v.runHomed(ctx, op, dirOps)
 	}()
-	_, _ = v.runHomed(ctx, op, parentOps)
+	res, _ := v.runHomed(ctx, op, parentOps)
+	noteDir(ctx, parentOps[0].ino, res)
 	wg.Wait()
 }

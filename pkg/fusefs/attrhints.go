@@ -135,6 +135,18 @@ func (h *attrHints) invalidate() {
 	h.mu.Unlock()
 }
 
+// invalidateKeeping is invalidate at the end of an operation that began
+// at st and learnt attributes: the stamp it returns lets that operation
+// still put them when no other invalidation happened since st (its own
+// does not count), and stays stale otherwise.
+func (h *attrHints) invalidateKeeping(st stamp) stamp {
+	if h.epoch.Load() == st.all {
+		st.all++
+	}
+	h.invalidate()
+	return st
+}
+
 // invalidateIno drops ino's hint; call it when a change of ino that brings
 // no hint starts and when it ends. Cheap when no hint is kept.
 func (h *attrHints) invalidateIno(ino uint64) {

@@ -74,6 +74,23 @@ func TestAttrHints(t *testing.T) {
 			h.put(h.begin(1), attrAt(1, 10))
 			return h.take(1)
 		}, 10},
+		{"own closing invalidation keeps it (rmdir)", func(h *attrHints) *client.Attr {
+			st := h.begin(1)
+			h.put(h.begin(1), attrAt(1, 5)) // learnt by another operation
+			st = h.invalidateKeeping(st)
+			if a := h.take(1); a != nil {
+				t.Errorf("the closing invalidation kept %v", a)
+			}
+			h.put(st, attrAt(1, 10))
+			return h.take(1)
+		}, 10},
+		{"closing invalidation after another drops it", func(h *attrHints) *client.Attr {
+			st := h.begin(1)
+			h.invalidate() // another rmdir or rename overlapped
+			st = h.invalidateKeeping(st)
+			h.put(st, attrAt(1, 10))
+			return h.take(1)
+		}, 0},
 		{"expired", func(h *attrHints) *client.Attr {
 			h.put(h.begin(1), attrAt(1, 10))
 			d := h.hints[1]

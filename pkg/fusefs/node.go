@@ -242,9 +242,23 @@ func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string)
 // Rmdir removes an empty directory.
 func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
+	// Every hint goes (the removed directory's among them: the mount
+	// does not know its inode), except the parent's new attributes,
+	// which the rmdir answers.
 	fs.hints.invalidate()
-	defer fs.hints.invalidate()
-	st := status(fs.v.Rmdir(ctxOf(cancel), header.NodeId, name))
+	parent := header.NodeId
+	hs := fs.hints.begin(parent)
+	var got *client.Attr
+	ctx := client.WithAttrs(ctxOf(cancel), func(a *client.Attr) {
+		if a.Ino == parent {
+			got = a
+		}
+	})
+	st := status(fs.v.Rmdir(ctx, parent, name))
+	hs = fs.hints.invalidateKeeping(hs)
+	if got != nil && st == fuse.OK {
+		fs.hints.put(hs, got)
+	}
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpRmdir, Path: fs.tr.child(header.NodeId, name)}, st, 0)
 		if st == fuse.OK {
