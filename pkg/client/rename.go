@@ -285,6 +285,10 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		}
 	}
 	evictIfZero(res.GetResults())
+	noteDir(ctx, oldParent, res.GetResults())
+	if newParent != oldParent {
+		noteDir(ctx, newParent, res.GetResults())
+	}
 	var follow plan
 	for _, h := range rest {
 		hp, err := v.current().home(h.ino)
@@ -296,6 +300,10 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 	for _, part := range follow.order {
 		if r, err := v.txn(ctx, op, byID(part), follow.ops[part]...); err == nil {
 			evictIfZero(r.GetResults())
+			noteDir(ctx, oldParent, r.GetResults())
+			if newParent != oldParent {
+				noteDir(ctx, newParent, r.GetResults())
+			}
 		}
 	}
 	return nil

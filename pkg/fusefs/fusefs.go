@@ -121,6 +121,41 @@ func (fs *FS) learn(cancel <-chan struct{}, ino uint64) (ctx context.Context, do
 	}
 }
 
+// learnDirs starts an operation that changes inodes the mount cannot name
+// (rmdir: the removed directory; rename: the moved and a replaced inode)
+// and learns the new attributes of directories a and b (the parents):
+// every hint is dropped now and when done runs, and done(ok) then keeps
+// what the servers answered for a and b, when ok and no other
+// invalidation overlapped.
+func (fs *FS) learnDirs(cancel <-chan struct{}, a, b uint64) (ctx context.Context, done func(ok bool)) {
+	fs.hints.invalidate()
+	sa, sb := fs.hints.begin(a), fs.hints.begin(b)
+	var gotA, gotB *client.Attr
+	ctx = client.WithAttrs(ctxOf(cancel), func(at *client.Attr) {
+		switch at.Ino {
+		case a:
+			gotA = at
+		case b:
+			gotB = at
+		}
+	})
+	return ctx, func(ok bool) {
+		sa2 := fs.hints.invalidateKeeping(sa)
+		if !ok {
+			return
+		}
+		if gotA != nil {
+			fs.hints.put(sa2, gotA)
+		}
+		if gotB != nil && b != a && sb.all == sa.all {
+			// Both began at one epoch: a's stamp says whether it moved
+			// since by more than this operation's own invalidation.
+			sb.all = sa2.all
+			fs.hints.put(sb, gotB)
+		}
+	}
+}
+
 // changing invalidates ino's hint now and when the returned func runs: an
 // operation that changes ino without learning its new attributes.
 func (fs *FS) changing(ino uint64) func() {

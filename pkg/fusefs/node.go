@@ -242,23 +242,9 @@ func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string)
 // Rmdir removes an empty directory.
 func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
-	// Every hint goes (the removed directory's among them: the mount
-	// does not know its inode), except the parent's new attributes,
-	// which the rmdir answers.
-	fs.hints.invalidate()
-	parent := header.NodeId
-	hs := fs.hints.begin(parent)
-	var got *client.Attr
-	ctx := client.WithAttrs(ctxOf(cancel), func(a *client.Attr) {
-		if a.Ino == parent {
-			got = a
-		}
-	})
-	st := status(fs.v.Rmdir(ctx, parent, name))
-	hs = fs.hints.invalidateKeeping(hs)
-	if got != nil && st == fuse.OK {
-		fs.hints.put(hs, got)
-	}
+	ctx, done := fs.learnDirs(cancel, header.NodeId, header.NodeId)
+	st := status(fs.v.Rmdir(ctx, header.NodeId, name))
+	done(st == fuse.OK)
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpRmdir, Path: fs.tr.child(header.NodeId, name)}, st, 0)
 		if st == fuse.OK {
@@ -272,9 +258,9 @@ func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) 
 // passed to the SDK (others: EINVAL).
 func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName string, newName string) fuse.Status {
 	start := time.Now()
-	fs.hints.invalidate()
-	defer fs.hints.invalidate()
-	st := status(fs.v.Rename(ctxOf(cancel), in.NodeId, oldName, in.Newdir, newName, in.Flags))
+	ctx, done := fs.learnDirs(cancel, in.NodeId, in.Newdir)
+	st := status(fs.v.Rename(ctx, in.NodeId, oldName, in.Newdir, newName, in.Flags))
+	done(st == fuse.OK)
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpRename, Path: fs.tr.child(in.NodeId, oldName),
 			Path2: fs.tr.child(in.Newdir, newName)}, st, 0)
