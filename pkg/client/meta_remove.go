@@ -176,8 +176,8 @@ func samePartitions(a, b []*pb.Partition) bool {
 }
 
 // fenceOn fences dir with token (lock: with a namespace lock) on every
-// partition of parts, first on the owners, then on the others. The owners go first
-// because a fenced owner refuses namespace fetches of dir: once it holds
+// partition of parts, first on the owners, then on the others. The owners
+// go first because a fenced owner refuses namespace fetches of dir: once it holds
 // the fence, no other partition's replica can learn dir's old entry again,
 // and the fence on that partition then drops what it learnt before
 // (FalconFS §4.3, the owner locks before it invalidates). Another fence on
@@ -391,9 +391,9 @@ func noteDir(ctx context.Context, ino uint64, results []*metapb.OpResult) {
 // rmdirFollowUps runs the steps of a done rmdir that did not fit its Txn:
 // the directory's Link -2 and Evict on its home, the parent's TouchDir.
 // Best effort, each on its own and side by side: a failure leaves a leak
-// fsck reports (the inode) or a stale parent (mtime, nlink).
-// The parent's new attributes, when its TouchDir is among them, are passed
-// on (WithAttrs).
+// fsck reports (the inode) or a stale parent (mtime, nlink). The parent's
+// new attributes, when its TouchDir is among them, are passed on
+// (WithAttrs).
 func (v *Volume) rmdirFollowUps(ctx context.Context, op string, dir uint64, rest []homedOp) {
 	var dirOps, parentOps []homedOp
 	for _, h := range rest {

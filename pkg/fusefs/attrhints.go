@@ -26,7 +26,8 @@ import (
 // handles wrote. It is used once. Every other change through this mount
 // invalidates the hints it could make stale when it starts and again when
 // it ends: those of its inode (setattr, xattrs, and the writes, flushes
-// and closes of a file), or all of them (rename, rmdir, link). A hint from
+// and closes of a file), or all of them (rename, rmdir, link; rename and
+// rmdir then keep the parents' attributes they answered). A hint from
 // an operation that overlapped such a change is not kept, so a hint never
 // hides a change this mount made.
 type attrHints struct {
