@@ -43,20 +43,12 @@ size=8m
 // partitions is killed, and fio's verify-only pass reads every block again
 // from what is left, the rejoined replica included.
 func TestFioVerifySurvivesDataNodeKill(t *testing.T) {
-	fio, err := exec.LookPath("fio")
-	if err != nil {
-		t.Skip("fio is not installed (apt-get install fio; make deps installs it)")
-	}
+	fio := needFio(t)
 	dir := filepath.Join(t.TempDir(), "fiokill")
 	startUp(t, dir)
-	mnt := filepath.Join(dir, "mnt")
 	st := waitLeaders(t, dir)
 	first := victim(t, dir, st, mostLeading(st, "data"), "data")
-
-	work := filepath.Join(mnt, "fio")
-	must(t, os.Mkdir(work, 0o755))
-	job := filepath.Join(t.TempDir(), "kill.fio")
-	must(t, os.WriteFile(job, []byte(fioKillJob), 0o644))
+	work, job := fioWork(t, filepath.Join(dir, "mnt"), fioKillJob)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -90,7 +82,7 @@ func TestFioVerifySurvivesDataNodeKill(t *testing.T) {
 	}
 	first.kill()
 	t.Logf("killed %s with %d MiB of the sequential files written", first.name, seqWritten()>>20)
-	err = <-done
+	err := <-done
 	report := out.String()
 	if ctx.Err() != nil {
 		t.Fatalf("fio did not finish within 4 minutes of its start:\n%s", report)

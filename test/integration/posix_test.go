@@ -564,20 +564,35 @@ bs=4k
 size=4m
 `
 
-// TestPosixFio runs fio with verify=crc32c on the mount: sequential and
-// random writes with 4 KiB to 1 MiB blocks in several jobs, and wants no
-// verification error.
-func TestPosixFio(t *testing.T) {
+// needFio returns fio's path, or skips t when fio is not installed.
+func needFio(t *testing.T) string {
+	t.Helper()
 	fio, err := exec.LookPath("fio")
 	if err != nil {
 		t.Skip("fio is not installed (apt-get install fio; make deps installs it)")
 	}
+	return fio
+}
+
+// fioWork makes directory fio under mnt for fio's files and writes jobText
+// to a job file outside it.
+func fioWork(t *testing.T, mnt, jobText string) (work, job string) {
+	t.Helper()
+	work = filepath.Join(mnt, "fio")
+	must(t, os.Mkdir(work, 0o755))
+	job = filepath.Join(t.TempDir(), "job.fio")
+	must(t, os.WriteFile(job, []byte(jobText), 0o644))
+	return work, job
+}
+
+// TestPosixFio runs fio with verify=crc32c on the mount: sequential and
+// random writes with 4 KiB to 1 MiB blocks in several jobs, and wants no
+// verification error.
+func TestPosixFio(t *testing.T) {
+	fio := needFio(t)
 	dir := filepath.Join(t.TempDir(), "fi")
 	_, mp := startMounted(t, dir)
-	work := filepath.Join(mp, "fio")
-	must(t, os.Mkdir(work, 0o755))
-	job := filepath.Join(t.TempDir(), "verify.fio")
-	must(t, os.WriteFile(job, []byte(fioJob), 0o644))
+	work, job := fioWork(t, mp, fioJob)
 	start := time.Now()
 	out := runBounded(t, 90*time.Second, work, fio, "--directory="+work, job)
 	checkFio(t, out, 6)
