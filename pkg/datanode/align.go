@@ -177,8 +177,16 @@ func (p *partition) align(ctx context.Context) error {
 // do: no extent behind the head, none marked stale, not rebuilding, Raft
 // caught up with what it knows to be committed, and the replica set
 // unchanged since the pass began.
+//
+// The head must also have listed its extents at v's epoch or later, and
+// this replica must hold every byte of that list. Until the head learns the
+// replica set that puts this replica in the chain, it acknowledges appends
+// without it; a pass that compared against such a head could find nothing
+// missing just before the head appended more, and report a replica in sync
+// that lacks acknowledged bytes (the master would then clear its stale
+// mark, and no pass would come back for AlignInterval).
 func (p *partition) noteSynced(v chainView) {
-	if len(p.behind) > 0 || p.skippedLag || p.rebuilding.Load() {
+	if len(p.behind) > 0 || p.skippedLag || p.sizeLag || p.rebuilding.Load() || p.sourceEpoch < v.epoch {
 		return
 	}
 	if marks, all, _ := p.staleState(); all != 0 || len(marks) > 0 {
@@ -218,15 +226,18 @@ func (p *partition) alignFrom(ctx context.Context, src uint64, follower bool, ma
 			}
 		}
 	}()
-	p.skippedLag = false
+	p.skippedLag, p.sizeLag, p.sourceEpoch = false, false, 0
 	var after uint64
 	var copied int64
-	for {
+	for page := 0; ; page++ {
 		h, payload, err := conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{
 			Op: dataproto.OpListExtents, Partition: p.id, Arg: after, Flags: dataproto.FlagForwarded,
 		}})
 		if err != nil {
 			return fmt.Errorf("list extents: %w", err)
+		}
+		if page == 0 || h.Epoch < p.sourceEpoch {
+			p.sourceEpoch = h.Epoch
 		}
 		entries, err := dataproto.DecodeExtentEntries(payload)
 		if err != nil {
@@ -254,6 +265,11 @@ func (p *partition) alignFrom(ctx context.Context, src uint64, follower bool, ma
 			copied += n
 			if err != nil {
 				return fmt.Errorf("extent %d: %w", e.ID, err)
+			}
+			if e.Size > 0 {
+				if info, err := st.Stat(e.ID); err != nil || info.Size < e.Size {
+					p.sizeLag = true
+				}
 			}
 		}
 		if follower {

@@ -143,7 +143,7 @@ func (s *session) writeChunk(in *dataproto.Inbound) {
 	fh.Extent, fh.Offset = ext, off
 	fh.Flags |= dataproto.FlagCreate
 	fh.Kind = uint8(extentstore.KindSmall)
-	call, next, ferr := s.forward(in.Context(), chain, pos, fh, in.Payload)
+	call, next, ferr := s.forwardAfterAppend(in.Context(), p, chain, pos, fh, in.Payload)
 	in.Release()
 	s.wg.Add(1)
 	go func() {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/datanode"
 	"github.com/cairnfs/cairn/pkg/datanode/datanodetest"
 	"github.com/cairnfs/cairn/pkg/dataproto"
@@ -628,4 +629,76 @@ func TestFullReplicaResumes(t *testing.T) {
 		_, _, err := cl.do(1, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext}, randBytes(4096, 2))
 		return err
 	})
+}
+
+// A replica that comes back stale reports itself in sync only after the
+// head of the chain has learned the replica set that puts it back in the
+// chain. Until then the head acknowledges appends without it, so a pass
+// that found nothing missing proves nothing: node 3 holds everything node 1
+// listed, but must not report in sync at the new epoch while node 1 still
+// lists at the old one. Once nodes 1 and 2 learn the new set, node 3 copies
+// what it lacks and reports in sync.
+func TestStaleReplicaWaitsForHeadsEpoch(t *testing.T) {
+	c := three(t)
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	data := randBytes(768<<10, 9)
+	cl.appendAll(ext, data[:256<<10], 128<<10)
+
+	// Node 3 down (partition epoch 2): nodes 1 and 2 take writes alone.
+	c.Stop(3)
+	part := func(epoch uint64, down, stale []uint64) []*pb.Partition {
+		return []*pb.Partition{{Id: 1, VolumeId: 1, Kind: pb.PartitionKind_PARTITION_KIND_DATA, Replicas: []uint64{1, 2, 3}, Down: down, Stale: stale, Epoch: epoch}}
+	}
+	c.SetEpoch(2)
+	c.SetPartitions(part(2, []uint64{3}, nil))
+	must(t, c.AssignNode(1))
+	must(t, c.AssignNode(2))
+	appendAt := func(off, end int) {
+		t.Helper()
+		cl.must(1, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext, Offset: int64(off)}, data[off:end])
+	}
+	appendAt(256<<10, 512<<10)
+
+	// Node 3 returns and learns epoch 3 (back in the chain, stale) first.
+	c.SetEpoch(3)
+	c.SetPartitions(part(3, nil, []uint64{3}))
+	c.Restart(3)
+	inSync := func() uint64 {
+		for _, r := range c.Node(3).Host.Report() {
+			if r.Id == 1 {
+				return r.InSyncEpoch
+			}
+		}
+		return 0
+	}
+	eventually(t, 10*time.Second, func() error { return sameExtents(cl, 1, 3) })
+	// Node 1, still at epoch 2, acknowledges an append node 3 never sees.
+	appendAt(512<<10, 640<<10)
+	for range 10 { // several of node 3's passes
+		if e := inSync(); e != 0 {
+			t.Fatalf("node 3 reports itself in sync at epoch %d while the head lists at epoch 2", e)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Nodes 1 and 2 learn epoch 3: node 3 catches up and reports it.
+	must(t, c.AssignNode(1))
+	must(t, c.AssignNode(2))
+	eventually(t, 10*time.Second, func() error {
+		if e := inSync(); e != 3 {
+			return fmt.Errorf("node 3 reports in sync at epoch %d", e)
+		}
+		return nil
+	})
+	if got, err := cl.read(3, ext, 0, 640<<10, 640<<10); err != nil || !bytes.Equal(got, data[:640<<10]) {
+		t.Fatalf("node 3 after reporting in sync: %v", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -67,8 +67,9 @@
 //
 // A follower aligns with the primary (only ever with it: followers delete
 // what it lacks) when it opens a partition, every AlignInterval (2s while
-// it is stale, until a pass finds nothing to do, which it reports to the
-// master in PartitionReport.in_sync_epoch) and when an append shows it is
+// it is stale, until a pass finds nothing to do against a primary that
+// listed at the follower's epoch or later, which it reports to the master
+// in PartitionReport.in_sync_epoch) and when an append shows it is
 // behind: it lists the
 // primary's extents, creates those it lacks, appends the committed bytes it
 // lacks (copied from the primary) and deletes those the primary freed;

@@ -65,6 +65,12 @@ type partition struct {
 	// skippedLag: the last pass left alone an extent this replica is
 	// behind on because a stream wrote it recently (maintenance only).
 	skippedLag bool
+	// sourceEpoch is the oldest replica-set epoch the source listed its
+	// extents at in the last pass, and sizeLag whether it then held bytes
+	// of an extent, written or not yet committed, that this replica lacked
+	// and no stream was bringing (maintenance only; see noteSynced).
+	sourceEpoch uint64
+	sizeLag     bool
 
 	usageMu sync.Mutex
 	usage   extentstore.Usage

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -178,6 +179,13 @@ func (s *session) target(r *reply, write bool) (p *partition, chain []uint64, po
 		r.fail(dataproto.CodeUnknownPartition, "partition %d is not on node %d", h.Partition, s.h.env.NodeID)
 		return nil, nil, 0, false
 	}
+	if write && h.Epoch > s.h.env.Epoch() {
+		// The writer has seen a newer map than this node: the chain may
+		// have changed (a replica back in it) in ways this node has not
+		// heard of yet, and writing down the old one would acknowledge
+		// bytes a member of the new chain lacks. Learn the map first.
+		s.awaitEpoch(r.in.Context(), h.Epoch)
+	}
 	v := p.view()
 	forwarded := h.Flags&dataproto.FlagForwarded != 0
 	if h.Epoch < v.epoch && (write || !forwarded) {
@@ -215,6 +223,41 @@ func (s *session) target(r *reply, write bool) (p *partition, chain []uint64, po
 	}
 	r.fail(code, "%s", msg)
 	return nil, nil, 0, false
+}
+
+// awaitEpochFor bounds how long a write waits for this node to learn the
+// map epoch its writer has seen (one heartbeat round trip, normally).
+const awaitEpochFor = time.Second
+
+// awaitEpoch asks for the map now and waits until this node knows epoch,
+// for at most awaitEpochFor.
+func (s *session) awaitEpoch(ctx context.Context, epoch uint64) {
+	s.h.env.Refresh()
+	deadline := time.Now().Add(awaitEpochFor)
+	for s.h.env.Epoch() < epoch && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// forwardAfterAppend forwards a write this node has just applied locally:
+// down the chain of the partition's current view when that changed since
+// target checked the request. So an append is either in the extent list
+// this node serves from then on, or reaches every member of the chain a
+// newer view names (see list and noteSynced); a node whose role in the
+// chain changed fails the write with CodeStaleEpoch instead.
+func (s *session) forwardAfterAppend(ctx context.Context, p *partition, chain []uint64, pos int, h dataproto.Header, payload []byte) (*dataproto.Call, uint64, error) {
+	if v := p.view(); !slices.Equal(v.chain, chain) {
+		if v.pos < 0 || (v.pos == 0) != (pos == 0) {
+			return nil, 0, &dataproto.Error{Op: h.Op, Code: dataproto.CodeStaleEpoch, Header: dataproto.Header{Epoch: v.epoch},
+				Msg: fmt.Sprintf("partition %d's write chain changed to %v during the write; node %d is at position %d of it", p.id, v.chain, s.h.env.NodeID, v.pos)}
+		}
+		chain, pos = v.chain, v.pos
+	}
+	return s.forward(ctx, chain, pos, h, payload)
 }
 
 // forward sends h and payload to the replica after pos on this session's
@@ -381,7 +424,7 @@ func (s *session) append(in *dataproto.Inbound) {
 	if forwarded {
 		p.noteAppend(h.Extent)
 	}
-	call, next, ferr := s.forward(in.Context(), chain, pos, h, in.Payload)
+	call, next, ferr := s.forwardAfterAppend(in.Context(), p, chain, pos, h, in.Payload)
 	in.Release()
 	end := h.Offset + int64(h.Length)
 	s.wg.Add(1)
@@ -433,7 +476,7 @@ func (s *session) writeSmall(in *dataproto.Inbound) {
 	fh.Op, fh.Extent, fh.Offset = dataproto.OpAppend, ext, off
 	fh.Flags |= dataproto.FlagCreate
 	fh.Kind = uint8(extentstore.KindSmall)
-	call, next, ferr := s.forward(in.Context(), chain, pos, fh, in.Payload)
+	call, next, ferr := s.forwardAfterAppend(in.Context(), p, chain, pos, fh, in.Payload)
 	in.Release()
 	s.wg.Add(1)
 	go func() {
@@ -600,10 +643,15 @@ func (s *session) list(in *dataproto.Inbound) {
 		r.fail(dataproto.CodeNotHeld, "partition %d is being rebuilt on node %d", p.id, s.h.env.NodeID)
 		return
 	}
+	// The epoch is read before the extents: an append this node makes
+	// with a view older than it is either in the list or, having found
+	// the view changed after its local append, forwarded down the newer
+	// chain (see chainAfterAppend). A follower relies on it to report
+	// itself in sync (noteSynced).
+	rh := dataproto.Header{Epoch: p.view().epoch}
 	exts := p.st().Extents()
 	i := sort.Search(len(exts), func(i int) bool { return exts[i].ID > in.Header.Arg })
 	page := exts[i:]
-	var rh dataproto.Header
 	if len(page) > dataproto.MaxExtentEntries {
 		page, rh.Flags = page[:dataproto.MaxExtentEntries], dataproto.FlagMore
 	}

@@ -81,7 +81,9 @@ const (
 	// Forwarded along the chain; freeing what is already free succeeds.
 	OpFree Op = 7
 	// OpListExtents lists the partition's extents with ids above Arg, in id
-	// order, as ExtentEntry records. Response: FlagMore if the list goes on.
+	// order, as ExtentEntry records. Response: FlagMore if the list goes on;
+	// Epoch = the epoch of the partition's replica set on the server, read
+	// before the extents were.
 	OpListExtents Op = 8
 	// OpChecksums returns the block CRCs of Extent from block Arg on.
 	// Response: Size = the extent's size, Arg = its block size, Offset =

@@ -105,6 +105,7 @@ func TestDataWriteSurvivesFollowerKill(t *testing.T) {
 		victim, pid, primaries[victim], len(topo.Partitions), member[victim], strings.Join(args, " "))
 
 	var restarted *exec.Cmd
+	restartedLog := filepath.Join(dir, "data"+fmt.Sprint(victim)+"-restarted.log")
 	defer func() {
 		if restarted != nil {
 			restarted.Process.Signal(syscall.SIGTERM)
@@ -146,7 +147,7 @@ func TestDataWriteSurvivesFollowerKill(t *testing.T) {
 			}
 			restarted = exec.Command(args[0], args[1:]...)
 			restarted.Env = cleanEnv()
-			logf, err := os.OpenFile(filepath.Join(dir, "data"+fmt.Sprint(victim)+"-restarted.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+			logf, err := os.OpenFile(restartedLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -250,7 +251,8 @@ func TestDataWriteSurvivesFollowerKill(t *testing.T) {
 				}
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("restarted node %d cannot serve key %+v: %v (map epoch %d, last refresh: %v)", victim, k, err, cl.Topology().Epoch, rerr)
+				t.Fatalf("restarted node %d cannot serve key %+v: %v (map epoch %d, last refresh: %v); its log:\n%s",
+					victim, k, err, cl.Topology().Epoch, rerr, tail(restartedLog, 40))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

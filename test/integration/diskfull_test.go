@@ -28,14 +28,9 @@ func TestDiskFillsDuringRecovery(t *testing.T) {
 	mnt := filepath.Join(dir, "mnt")
 	st := waitLeaders(t, dir)
 
-	// About 24 MiB per data partition: more than the small disk holds.
-	var seeded []written
-	for i := range 30 {
-		data := bytes.Repeat([]byte(fmt.Sprintf("seed %02d ", i)), (8<<20)/8)
-		p := filepath.Join(mnt, fmt.Sprintf("seed%02d", i))
-		must(t, writeSync(p, data))
-		seeded = append(seeded, written{path: p, sum: sha256.Sum256(data), size: len(data)})
-	}
+	// Every data partition holds more than the small disk: the files go
+	// to partitions at random, so some may need more than their share.
+	seeded := seedPartitions(t, dir, mnt, 20<<20)
 	l := startLoad(filepath.Join(mnt, "load"), 2)
 
 	small := filepath.Join(dir, "small-data")
@@ -111,6 +106,49 @@ abandoned:
 	waitHealthy(t, dir, time.Minute)
 	if bad := verify(t, append(seeded, files...)); bad > 0 {
 		t.Fatalf("%d of %d files differ", bad, len(seeded)+len(files))
+	}
+}
+
+// seedPartitions writes files of 8 MiB through the mount at mnt until every
+// data partition reports holding at least least bytes (at most 80 files).
+func seedPartitions(t *testing.T, dir, mnt string, least uint64) []written {
+	t.Helper()
+	var seeded []written
+	var total uint64
+	write := func(n int) {
+		for range n {
+			i := len(seeded)
+			data := bytes.Repeat([]byte(fmt.Sprintf("seed %02d ", i)), (8<<20)/8)
+			p := filepath.Join(mnt, fmt.Sprintf("seed%02d", i))
+			must(t, writeSync(p, data))
+			seeded = append(seeded, written{path: p, sum: sha256.Sum256(data), size: len(data)})
+			total += uint64(len(data))
+		}
+	}
+	write(30)
+	for {
+		// The partitions report their usage with their heartbeats: wait
+		// until the reports account for what was written.
+		var st status
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			if st = getStatus(t, dir); st.dataUsed() >= total || time.Now().After(deadline) {
+				break
+			}
+		}
+		smallest := uint64(1 << 63)
+		for _, p := range st.Partitions {
+			if p.Kind == "data" {
+				smallest = min(smallest, p.UsedBytes)
+			}
+		}
+		if smallest >= least {
+			t.Logf("seeded %d files of 8 MiB; the smallest data partition holds %d MiB", len(seeded), smallest>>20)
+			return seeded
+		}
+		if len(seeded) >= 80 {
+			t.Fatalf("after %d files of 8 MiB a data partition still holds only %d bytes", len(seeded), smallest)
+		}
+		write(5)
 	}
 }
 

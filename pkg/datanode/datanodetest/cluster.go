@@ -155,6 +155,26 @@ func (c *Cluster) Assign() error {
 	return nil
 }
 
+// SetPartitions replaces the partitions (with their replica sets) that
+// Assign, Restart and AssignNode send from now on; nothing is sent now.
+func (c *Cluster) SetPartitions(parts []*pb.Partition) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.partitions = parts
+}
+
+// AssignNode sends the current partitions to node id only, as its heartbeat
+// reply would when it learns a change before its peers do.
+func (c *Cluster) AssignNode(id uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[id]
+	if n == nil || n.Host == nil {
+		return fmt.Errorf("node %d is not running", id)
+	}
+	return n.Host.Assign(c.partitions)
+}
+
 func (c *Cluster) resolve(id uint64, data bool) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
