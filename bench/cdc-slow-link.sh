@@ -87,12 +87,19 @@ for x in "$NS_S $VS" "$NS_C $VC" "$NS_S lo" "$NS_C lo"; do
 done
 
 in_srv() { ip netns exec "$NS_S" "$@"; }
+# A cluster of its own: a CA, one identity for the server's processes (named
+# by the server's address) and an admin identity for the commands and the
+# benchmark.
+"$CAIRN" cert ca --dir "$WORK/ca" >/dev/null
+"$CAIRN" cert issue --ca "$WORK/ca" --kind node --name server --host "$SRV" --out "$WORK/tls-node" >/dev/null
+"$CAIRN" cert issue --ca "$WORK/ca" --kind admin --name bench --out "$WORK/tls-admin" >/dev/null
+export CAIRN_TLS_DIR="$WORK/tls-admin"
 role() {
   local name=$1; shift
   mkdir -p "$WORK/$name"
   # Not through in_srv: $! must be the process itself (ip netns exec
   # execs it), not a subshell around it, or the cleanup would miss it.
-  ip netns exec "$NS_S" "$CAIRN" "$@" --data-dir "$WORK/$name" >"$WORK/$name.log" 2>&1 &
+  ip netns exec "$NS_S" "$CAIRN" "$@" --data-dir "$WORK/$name" --tls-dir "$WORK/tls-node" >"$WORK/$name.log" 2>&1 &
   PIDS+=($!)
 }
 role master master --peers "1=$SRV:17000" --listen "$SRV:17000" --metrics-addr "127.0.0.1:17001"

@@ -130,6 +130,7 @@ for _ in $(seq 1 900); do
   sleep 0.1
 done
 grep -q "Cairn is up" "$WORK/up.log" || { echo "error: cairn up not up after 90 s:" >&2; tail -20 "$WORK/up.log" >&2; exit 1; }
+export CAIRN_TLS_DIR="$DATA/tls/admin" # the identity the SDK targets connect with
 master=$("$CAIRN" status --data-dir "$DATA" --json | sed -n 's/^ *"leader": *"\([^"]*\)".*/\1/p' | head -1)
 [[ -n $master ]] || { echo "error: no master leader in cairn status --data-dir $DATA" >&2; exit 1; }
 echo "cluster up, master $master"

@@ -80,5 +80,8 @@ start_up() {
 procs = json.load(open(sys.argv[1]))["procs"]
 print(",".join(p["addr"] for p in procs if p["role"] == "master"))' "$data/cluster.json")
   [[ -n $master ]] || { echo "error: no master in $data/cluster.json" >&2; exit 1; }
+  # The SDK targets (cairn:) and --meta-metrics connect with the admin
+  # identity cairn up created.
+  export CAIRN_TLS_DIR="$data/tls/admin"
   echo "cluster up, master $master, volume default mounted at $mnt"
 }

@@ -91,6 +91,6 @@ mkdir -p "$out"
 cp "$WORK/workloads.yaml" "$out/workloads.yaml"
 echo "running cairn bench: merging (cairn:$on/default) first, then no merging (cairn:$off/default)"
 "$CAIRN" bench run -f "$WORK/workloads.yaml" --progress lines --progress-interval 30s \
-  --target "cairn:$on/default" --target "cairn:$off/default" --out "$out"
+  --target "cairn:$on/default?tls=$WORK/merging/tls/admin" --target "cairn:$off/default?tls=$WORK/no-merging/tls/admin" --out "$out"
 echo
 echo "report: $out/report.json and $out/report.html (ratios are without / with merging)"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -15,11 +16,12 @@ import (
 )
 
 // clusterFlags are how every admin command finds the cluster: --master, or the
-// cluster.json of a `cairn up` data dir.
+// cluster.json of a `cairn up` data dir; and its TLS identity (tlsFlags).
 type clusterFlags struct {
 	masters []string
 	dataDir string
 	timeout time.Duration
+	tls     tlsFlags
 }
 
 func (c *clusterFlags) add(cmd *cobra.Command) {
@@ -27,21 +29,46 @@ func (c *clusterFlags) add(cmd *cobra.Command) {
 	f.StringSliceVar(&c.masters, "master", nil, "master addresses, comma-separated (default: from --data-dir)")
 	f.StringVar(&c.dataDir, "data-dir", "./cairn-data", "data dir of a 'cairn up' cluster, used when --master is not given")
 	f.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to keep trying to reach the master leader")
+	c.tls.add(cmd)
+}
+
+// addrs returns the masters' addresses: --master, or those of the 'cairn
+// up' cluster in --data-dir.
+func (c *clusterFlags) addrs(cmd *cobra.Command) ([]string, error) {
+	if len(c.masters) > 0 {
+		return c.masters, nil
+	}
+	l, err := localcluster.LoadLayout(c.dataDir)
+	if errors.Is(err, localcluster.ErrNoCluster) {
+		return nil, usagef(cmd, "no cluster found: pass --master ADDR, or --data-dir of a 'cairn up' cluster (%v)", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return l.MasterAddrs(), nil
+}
+
+// tlsConfig is the client TLS configuration to reach the cluster with;
+// without --tls-dir, a cluster found through --data-dir lends its admin
+// identity.
+func (c *clusterFlags) tlsConfig(cmd *cobra.Command) (*tls.Config, error) {
+	fallback := ""
+	if len(c.masters) == 0 {
+		fallback = adminTLSOf(c.dataDir)
+	}
+	return c.tls.clientTLS(cmd, fallback)
 }
 
 func (c *clusterFlags) client(cmd *cobra.Command) (*masterclient.Client, error) {
-	addrs := c.masters
-	if len(addrs) == 0 {
-		l, err := localcluster.LoadLayout(c.dataDir)
-		if errors.Is(err, localcluster.ErrNoCluster) {
-			return nil, usagef(cmd, "no cluster found: pass --master ADDR, or --data-dir of a 'cairn up' cluster (%v)", err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		addrs = l.MasterAddrs()
+	addrs, err := c.addrs(cmd)
+	if err != nil {
+		return nil, err
 	}
-	return masterclient.New(addrs)
+	conf, err := c.tlsConfig(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return masterclient.New(addrs, conf)
 }
 
 func (c *clusterFlags) context() (context.Context, context.CancelFunc) {

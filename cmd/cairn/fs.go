@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairnfs/cairn/pkg/client"
-	"github.com/cairnfs/cairn/pkg/localcluster"
 )
 
 // fsFlags are the flags of every `cairn fs` command.
@@ -31,20 +30,17 @@ func (f *fsFlags) add(cmd *cobra.Command) {
 
 // open connects to the volume. The timeout flag bounds every operation.
 func (f *fsFlags) open(cmd *cobra.Command) (*client.Volume, error) {
-	addrs := f.masters
-	if len(addrs) == 0 {
-		l, err := localcluster.LoadLayout(f.dataDir)
-		if errors.Is(err, localcluster.ErrNoCluster) {
-			return nil, usagef(cmd, "no cluster found: pass --master ADDR, or --data-dir of a 'cairn up' cluster (%v)", err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		addrs = l.MasterAddrs()
+	addrs, err := f.addrs(cmd)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := f.tlsConfig(cmd)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := f.context()
 	defer cancel()
-	return client.Open(ctx, addrs, f.volume, &client.Options{OpTimeout: f.timeout, RefreshInterval: -1})
+	return client.Open(ctx, addrs, f.volume, &client.Options{OpTimeout: f.timeout, RefreshInterval: -1, TLS: conf})
 }
 
 func newFSCmd() *cobra.Command {

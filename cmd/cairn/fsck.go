@@ -87,7 +87,11 @@ problems remain, 2 on usage errors.`,
 			if err != nil {
 				return err
 			}
-			remote := fsck.NewRemote(m, cf.timeout)
+			conf, err := cf.tlsConfig(cmd)
+			if err != nil {
+				return err
+			}
+			remote := fsck.NewRemote(m, cf.timeout, conf)
 			defer remote.Close()
 
 			start := time.Now()

@@ -65,7 +65,11 @@ With --dry-run nothing is changed. Exits 0 when no serious problem was found,
 			if len(vol.GetChunkIndexPartitions()) == 0 {
 				return fmt.Errorf("volume %q has no chunk index (it was created before chunked files existed)", args[0])
 			}
-			remote := fsck.NewRemote(m, cf.timeout)
+			conf, err := cf.tlsConfig(cmd)
+			if err != nil {
+				return err
+			}
+			remote := fsck.NewRemote(m, cf.timeout, conf)
 			defer remote.Close()
 			start := time.Now()
 			last := start

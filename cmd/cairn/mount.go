@@ -25,7 +25,6 @@ import (
 	"github.com/cairnfs/cairn/pkg/client"
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/fusefs"
-	"github.com/cairnfs/cairn/pkg/localcluster"
 	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
@@ -272,16 +271,13 @@ file system (docs/bench.md, "Traces").`,
 			if err := checkMountPoint(cmd, mp); err != nil {
 				return err
 			}
-			masters := cf.masters
-			if len(masters) == 0 {
-				l, err := localcluster.LoadLayout(cf.dataDir)
-				if errors.Is(err, localcluster.ErrNoCluster) {
-					return usagef(cmd, "no cluster found: pass --master ADDR, or --data-dir of a 'cairn up' cluster (%v)", err)
-				}
-				if err != nil {
-					return err
-				}
-				masters = l.MasterAddrs()
+			masters, err := cf.addrs(cmd)
+			if err != nil {
+				return err
+			}
+			conf, err := cf.tlsConfig(cmd)
+			if err != nil {
+				return err
 			}
 			// The trace file is created before anything waits, so that a bad
 			// path fails at once; on an early error it is closed as it is.
@@ -292,7 +288,7 @@ file system (docs/bench.md, "Traces").`,
 				}
 				defer rec.Close() // a no-op after closeTrace
 			}
-			v, err := openVolume(cmd, masters, volume, wait, &client.Options{OpTimeout: mo.opTimeout})
+			v, err := openVolume(cmd, masters, volume, wait, &client.Options{OpTimeout: mo.opTimeout, TLS: conf})
 			if err != nil {
 				return err
 			}

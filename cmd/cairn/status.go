@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -138,7 +139,11 @@ plus "volumes" and "partitions".`,
 				return plainError(err)
 			}
 			r := buildReport(st, time.Now())
-			addChunkStats(ctx, st.Map, &r)
+			conf, err := cf.tlsConfig(cmd)
+			if err != nil {
+				return err
+			}
+			addChunkStats(ctx, st.Map, &r, conf)
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -351,10 +356,10 @@ const chunkStatsWait = 3 * time.Second
 
 // addChunkStats asks every chunk index shard of each volume for its
 // statistics; a volume whose shards do not all answer in time gets none.
-func addChunkStats(ctx context.Context, m *pb.ClusterMap, r *statusReport) {
+func addChunkStats(ctx context.Context, m *pb.ClusterMap, r *statusReport, conf *tls.Config) {
 	ctx, cancel := context.WithTimeout(ctx, chunkStatsWait)
 	defer cancel()
-	remote := fsck.NewRemote(m, 2*time.Second)
+	remote := fsck.NewRemote(m, 2*time.Second, conf)
 	defer remote.Close()
 	byName := map[string]*pb.Volume{}
 	for _, v := range m.GetVolumes() {

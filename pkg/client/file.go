@@ -32,6 +32,9 @@ func (v *Volume) dataClient(ctx context.Context) (*dataclient.Client, error) {
 		return dataclient.FromMap(m, v.name)
 	}
 	opts := v.opts.Data
+	if opts.Conn.TLS == nil {
+		opts.Conn.TLS = v.opts.TLS
+	}
 	if opts.ReportFailure == nil {
 		opts.ReportFailure = v.mc.NewFailureReporter(reporterName()).Report
 	}

@@ -15,6 +15,7 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -65,6 +66,11 @@ type Options struct {
 	// ChunkCacheBytes bounds the volume's cache of chunk contents, shared
 	// by its chunked Files. 0 means 256 MiB; negative caches nothing.
 	ChunkCacheBytes int64
+	// TLS is the client configuration of the connections to the masters,
+	// meta nodes and data nodes (pkg/pki: this client's certificate and the
+	// cluster's CA; Data.Conn.TLS, if set, wins for data nodes); nil
+	// connects in plain text.
+	TLS *tls.Config
 }
 
 func (o *Options) withDefaults() Options {
@@ -239,11 +245,11 @@ func (w *view) all() []*pb.Partition {
 // the master client's error if no master answers before ctx ends.
 func Open(ctx context.Context, masters []string, volume string, opts *Options) (*Volume, error) {
 	o := opts.withDefaults()
-	mc, err := masterclient.New(masters)
+	mc, err := masterclient.New(masters, o.TLS)
 	if err != nil {
 		return nil, err
 	}
-	v := &Volume{name: volume, opts: o, mc: mc, pool: redirect.NewPool(), stop: make(chan struct{})}
+	v := &Volume{name: volume, opts: o, mc: mc, pool: redirect.NewPool(o.TLS), stop: make(chan struct{})}
 	cacheBytes := o.ChunkCacheBytes
 	if cacheBytes == 0 {
 		cacheBytes = defaultChunkCacheBytes

@@ -190,6 +190,12 @@ func New(env node.Env, opts Options) (*Host, error) {
 	}
 	log := env.Logger.With("component", "datanode")
 	opts = opts.withDefaults(log)
+	if opts.Chain.TLS == nil {
+		opts.Chain.TLS = env.TLS // peers: the chain and alignment
+	}
+	if opts.Server.TLS == nil {
+		opts.Server.TLS = env.ServerTLS
+	}
 	h := &Host{env: env, opts: opts, log: log, parts: map[uint64]*partition{}, serveDone: make(chan struct{})}
 	h.peers = newPeerPool(opts.Chain)
 	h.recovery = &pacer{rate: float64(opts.RecoveryBytesPerSecond)}

@@ -2,6 +2,7 @@ package dataproto
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -27,6 +28,10 @@ type ConnOptions struct {
 	// MaxInflight bounds the calls outstanding; Start waits beyond it.
 	// Default 64.
 	MaxInflight int
+	// TLS, when set, authenticates the connection with a mutual TLS
+	// handshake with this client configuration, within DialTimeout; the
+	// server chooses whether the frames then travel inside TLS (auth.go).
+	TLS *tls.Config
 }
 
 func (o ConnOptions) withDefaults() ConnOptions {
@@ -81,6 +86,16 @@ func Dial(ctx context.Context, addr string, opts ConnOptions) (*Conn, error) {
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("data path: dial %s: %w", addr, err)
+	}
+	if opts.TLS != nil {
+		hctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+		c, err := authClient(hctx, nc, opts.TLS)
+		cancel()
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("data path: %s: %w", addr, err)
+		}
+		nc = c
 	}
 	return NewConn(nc, opts), nil
 }

@@ -2,6 +2,7 @@ package dataproto
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,12 @@ type ServerOptions struct {
 	DisableSendfile bool
 	// Logger receives connection errors; default slog.Default().
 	Logger *slog.Logger
+	// TLS, when set, authenticates every connection with a mutual TLS
+	// handshake with this server configuration before any frame (see
+	// auth.go); Encrypt then keeps the frames inside TLS, else they travel
+	// outside it, protected by their CRCs.
+	TLS     *tls.Config
+	Encrypt bool
 }
 
 func (o ServerOptions) withDefaults() ServerOptions {
@@ -90,11 +97,12 @@ type Server struct {
 	opts       ServerOptions
 	newSession func() Session
 
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[*serverConn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	ln      net.Listener
+	conns   map[*serverConn]struct{}
+	authing map[net.Conn]struct{} // connections in their TLS handshake
+	closed  bool
+	wg      sync.WaitGroup
 
 	sendfileBytes, copiedBytes atomic.Int64
 }
@@ -102,7 +110,12 @@ type Server struct {
 // NewServer returns a server that makes a Session per connection with
 // newSession.
 func NewServer(newSession func() Session, opts ServerOptions) *Server {
-	return &Server{opts: opts.withDefaults(), newSession: newSession, conns: map[*serverConn]struct{}{}}
+	opts = opts.withDefaults()
+	if opts.TLS != nil {
+		opts.TLS = opts.TLS.Clone()
+		opts.TLS.SessionTicketsDisabled = true // nothing is resumed, and nothing may follow the mode byte
+	}
+	return &Server{opts: opts, newSession: newSession, conns: map[*serverConn]struct{}{}, authing: map[net.Conn]struct{}{}}
 }
 
 // ServerStats are a server's counters.
@@ -154,23 +167,57 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("data path: accept: %w", err)
 		}
 		backoff = 5 * time.Millisecond
-		s.mu.Lock()
-		if s.closed || len(s.conns) >= s.opts.MaxConns {
-			n := len(s.conns)
-			s.mu.Unlock()
-			nc.Close()
-			if n >= s.opts.MaxConns {
-				s.opts.Logger.Warn("data path: too many connections; refusing", "limit", s.opts.MaxConns, "remote", nc.RemoteAddr())
+		if s.opts.TLS != nil {
+			s.mu.Lock()
+			if s.closed || len(s.conns)+len(s.authing) >= s.opts.MaxConns {
+				s.mu.Unlock()
+				nc.Close()
+				continue
 			}
+			s.authing[nc] = struct{}{}
+			s.wg.Add(1)
+			s.mu.Unlock()
+			go s.authenticate(nc)
 			continue
 		}
-		sc := newServerConn(s, nc)
-		s.conns[sc] = struct{}{}
-		s.wg.Add(2)
-		s.mu.Unlock()
-		go sc.readLoop()
-		go sc.writeLoop()
+		s.start(nc)
 	}
+}
+
+// authenticate runs the TLS handshake of nc off the accept loop and serves
+// the connection if it succeeds.
+func (s *Server) authenticate(nc net.Conn) {
+	defer s.wg.Done()
+	c, err := authServer(nc, s.opts.TLS, s.opts.Encrypt)
+	s.mu.Lock()
+	delete(s.authing, nc)
+	s.mu.Unlock()
+	if err != nil {
+		s.opts.Logger.Debug("data path: connection refused", "remote", nc.RemoteAddr(), "err", err)
+		nc.Close()
+		return
+	}
+	s.start(c)
+}
+
+// start serves nc unless the server is closed or at MaxConns.
+func (s *Server) start(nc net.Conn) {
+	s.mu.Lock()
+	if s.closed || len(s.conns) >= s.opts.MaxConns {
+		n := len(s.conns)
+		s.mu.Unlock()
+		nc.Close()
+		if n >= s.opts.MaxConns {
+			s.opts.Logger.Warn("data path: too many connections; refusing", "limit", s.opts.MaxConns, "remote", nc.RemoteAddr())
+		}
+		return
+	}
+	sc := newServerConn(s, nc)
+	s.conns[sc] = struct{}{}
+	s.wg.Add(2)
+	s.mu.Unlock()
+	go sc.readLoop()
+	go sc.writeLoop()
 }
 
 // Close stops accepting, closes every connection and waits for their
@@ -189,6 +236,9 @@ func (s *Server) Close() error {
 	conns := make([]*serverConn, 0, len(s.conns))
 	for sc := range s.conns {
 		conns = append(conns, sc)
+	}
+	for nc := range s.authing {
+		nc.Close()
 	}
 	s.mu.Unlock()
 	for _, sc := range conns {

@@ -2,6 +2,7 @@ package fsck
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"syscall"
 	"time"
@@ -22,10 +23,10 @@ type Remote struct {
 	attempt time.Duration
 }
 
-// NewRemote returns a Remote for the partitions and nodes of m. Each call
-// is bounded by attempt (0: 10 s) within the caller's context. Close
-// releases its connections.
-func NewRemote(m *pb.ClusterMap, attempt time.Duration) *Remote {
+// NewRemote returns a Remote for the partitions and nodes of m, connecting
+// over TLS with tlsConf unless it is nil. Each call is bounded by attempt
+// (0: 10 s) within the caller's context. Close releases its connections.
+func NewRemote(m *pb.ClusterMap, attempt time.Duration, tlsConf *tls.Config) *Remote {
 	if attempt <= 0 {
 		attempt = 10 * time.Second
 	}
@@ -33,7 +34,7 @@ func NewRemote(m *pb.ClusterMap, attempt time.Duration) *Remote {
 	for id, n := range m.GetNodes() {
 		nodes[id] = n.GetAddr()
 	}
-	r := &Remote{pool: redirect.NewPool(), parts: m.GetPartitions(), attempt: attempt}
+	r := &Remote{pool: redirect.NewPool(tlsConf), parts: m.GetPartitions(), attempt: attempt}
 	r.meta = metaclient.New(r.pool, func(node uint64) (string, bool) {
 		a, ok := nodes[node]
 		return a, ok && a != ""

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,9 @@ type ClientOptions struct {
 	// server that does not speak this protocol; it is called at most once,
 	// at the first such call.
 	GRPC func() (*grpc.ClientConn, error)
+	// TLS, when set, runs the connection over TLS with this configuration
+	// (the handshake within DialTimeout, before the preface).
+	TLS *tls.Config
 }
 
 // Conn is a client connection to one address. It implements
@@ -216,6 +220,14 @@ func (c *Conn) connect(ctx context.Context) (*session, error) {
 	}
 	deadline, _ := dctx.Deadline()
 	_ = nc.SetDeadline(deadline)
+	if c.opts.TLS != nil {
+		tc := tls.Client(nc, c.opts.TLS)
+		if err := tc.HandshakeContext(dctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("TLS handshake with %s: %w", c.addr, err)
+		}
+		nc = tc
+	}
 	var head [len(Preface)]byte
 	if _, err = nc.Write(Preface[:]); err == nil {
 		_, err = io.ReadFull(nc, head[:])
@@ -227,7 +239,8 @@ func (c *Conn) connect(ctx context.Context) (*session, error) {
 		// Closed on us without an answer: a gRPC-only server drops a
 		// connection whose preface it does not know.
 		var ne net.Error
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || (errors.As(err, &ne) && !ne.Timeout()) {
+		var alert tls.AlertError // the server refused this client's certificate
+		if !errors.As(err, &alert) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || (errors.As(err, &ne) && !ne.Timeout())) {
 			err = fmt.Errorf("%w: %v", errNotLightRPC, err)
 		}
 	}

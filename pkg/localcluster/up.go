@@ -24,6 +24,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/loopback"
 	"github.com/cairnfs/cairn/pkg/masterclient"
+	"github.com/cairnfs/cairn/pkg/pki"
 )
 
 // Options configures Up.
@@ -121,7 +122,14 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.checkPorts(); err != nil {
 		return nil, err
 	}
-	if c.client, err = masterclient.New(c.layout.MasterAddrs()); err != nil {
+	if err := c.ensureCerts(); err != nil {
+		return nil, err
+	}
+	admin, err := pki.Load(TLSDir(dir, AdminIdentity))
+	if err != nil {
+		return nil, err
+	}
+	if c.client, err = masterclient.New(c.layout.MasterAddrs(), admin.ClientConfig()); err != nil {
 		return nil, err
 	}
 	for _, p := range c.layout.Procs {
@@ -294,10 +302,10 @@ func (c *Cluster) checkPorts() error {
 
 func (c *Cluster) args(p Proc) []string {
 	dir := filepath.Join(c.dir, p.Name)
-	common := []string{"--data-dir", dir, "--metrics-addr", p.MetricsAddr, "--log-level", c.opts.LogLevel}
+	common := []string{"--data-dir", dir, "--metrics-addr", p.MetricsAddr, "--log-level", c.opts.LogLevel, "--tls-dir", TLSDir(c.dir, NodeIdentity)}
 	switch p.Role {
 	case mountProc:
-		args := []string{"mount", "--master", strings.Join(c.layout.MasterAddrs(), ","), "--metrics", p.MetricsAddr}
+		args := []string{"mount", "--master", strings.Join(c.layout.MasterAddrs(), ","), "--metrics", p.MetricsAddr, "--tls-dir", TLSDir(c.dir, AdminIdentity)}
 		if os.Geteuid() == 0 {
 			// Mounted by root with default_permissions: every user may use
 			// it as the permission bits allow, as with a disk file system.

@@ -33,6 +33,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/pki"
 	"github.com/cairnfs/cairn/pkg/redirect"
 )
 
@@ -68,6 +69,11 @@ type Config struct {
 	// TickInterval is the Raft tick; elections take 10 ticks.
 	TickInterval time.Duration
 	Logger       *slog.Logger
+	// TLS is the master's identity: its RPC port takes only mutual TLS
+	// connections from the cluster's CA, and it connects to the other
+	// masters and the meta nodes with it. Nil serves and connects in plain
+	// text.
+	TLS *pki.Identity
 	// BalanceInterval is how often the leader polls meta partition statistics
 	// to grow and balance volumes (docs/routing.md); 0 means
 	// DefaultBalanceInterval.
@@ -210,10 +216,10 @@ func Start(cfg Config) (_ *Server, err error) {
 	for _, a := range cfg.Peers {
 		addrs = append(addrs, a)
 	}
-	if s.peerClient, err = masterclient.New(addrs); err != nil {
+	if s.peerClient, err = masterclient.New(addrs, daemon.ClientTLS(cfg.TLS)); err != nil {
 		return nil, err
 	}
-	s.metaPool = redirect.NewPool()
+	s.metaPool = redirect.NewPool(daemon.ClientTLS(cfg.TLS))
 	s.meta = metaclient.New(s.metaPool, s.nodeAddr)
 	var ln net.Listener
 	defer func() {
@@ -231,13 +237,17 @@ func Start(cfg Config) (_ *Server, err error) {
 	if err = s.checkIdentity(); err != nil {
 		return nil, err
 	}
-	if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	if ln, err = daemon.ListenRPC(cfg.Listen, cfg.TLS); err != nil {
+		return nil, err
 	}
 	if s.db, err = pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{}); err != nil {
 		return nil, fmt.Errorf("open master store: %w", err)
 	}
-	s.transport = multiraft.NewGRPCTransport(multiraft.NodeID(cfg.ID), s.resolve, s.log)
+	var topts []multiraft.TransportOption
+	if cfg.TLS != nil {
+		topts = append(topts, multiraft.WithTLS(cfg.TLS.ClientConfig()))
+	}
+	s.transport = multiraft.NewGRPCTransport(multiraft.NodeID(cfg.ID), s.resolve, s.log, topts...)
 	s.host, err = multiraft.NewHost(multiraft.Config{
 		NodeID:       multiraft.NodeID(cfg.ID),
 		DB:           s.db,

@@ -6,6 +6,7 @@ package masterclient
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -27,8 +28,9 @@ type Client struct {
 	leader string
 }
 
-// New returns a client for the masters at addrs (host:port). It connects lazily.
-func New(addrs []string) (*Client, error) {
+// New returns a client for the masters at addrs (host:port), over TLS with
+// tlsConf (a client configuration) unless it is nil. It connects lazily.
+func New(addrs []string, tlsConf *tls.Config) (*Client, error) {
 	var clean []string
 	for _, a := range addrs {
 		for _, s := range strings.Split(a, ",") {
@@ -40,7 +42,7 @@ func New(addrs []string) (*Client, error) {
 	if len(clean) == 0 {
 		return nil, errors.New("no master address given")
 	}
-	return &Client{addrs: clean, pool: redirect.NewPool()}, nil
+	return &Client{addrs: clean, pool: redirect.NewPool(tlsConf)}, nil
 }
 
 // Close closes all connections.

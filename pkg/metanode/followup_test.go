@@ -43,7 +43,7 @@ func newTwoParts(t *testing.T) *twoParts {
 		return m, nil
 	}
 	c = newTestClusterOf(t, Options{ClusterMap: cmap, CollectInterval: -1}, p1, p2)
-	pool := redirect.NewPool()
+	pool := redirect.NewPool(nil)
 	t.Cleanup(pool.Close)
 	tp := &twoParts{
 		c: c, mc: metaclient.New(pool, func(id uint64) (string, bool) { a, ok := c.addrs[id]; return a, ok }),

@@ -31,7 +31,7 @@ type peers struct {
 }
 
 func newPeers(h *Host) *peers {
-	p := &peers{h: h, pool: redirect.NewPool()}
+	p := &peers{h: h, pool: redirect.NewPool(h.env.TLS)}
 	p.meta = metaclient.New(p.pool, p.resolve)
 	return p
 }

@@ -2,6 +2,7 @@ package multiraft
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -43,6 +45,7 @@ type GRPCTransport struct {
 	resolve    func(NodeID) (string, bool)
 	log        *slog.Logger
 	dialOpts   []grpc.DialOption
+	tls        *tls.Config
 	queueLen   int
 	maxBytes   int
 	backoffMin time.Duration
@@ -95,6 +98,15 @@ func WithMaxMessageBytes(n int) TransportOption {
 		if n > 0 {
 			t.maxBytes = n
 		}
+	}
+}
+
+// WithTLS runs the connections to peers over TLS with cfg (a client
+// configuration: this node's certificate, the peers' CA).
+func WithTLS(cfg *tls.Config) TransportOption {
+	return func(t *GRPCTransport) {
+		t.tls = cfg
+		t.dialOpts = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
 	}
 }
 
@@ -229,7 +241,7 @@ func (t *GRPCTransport) runPeer(p *grpcPeer) {
 				_ = conn.Close()
 			}
 			addr = a
-			conn = lightrpc.Dial(a, lightrpc.ClientOptions{GRPC: func() (*grpc.ClientConn, error) {
+			conn = lightrpc.Dial(a, lightrpc.ClientOptions{TLS: t.tls, GRPC: func() (*grpc.ClientConn, error) {
 				return grpc.NewClient(a, t.dialOpts...)
 			}})
 		}

@@ -11,6 +11,7 @@ package node
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,6 +40,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/pki"
 )
 
 // Config configures a node.
@@ -65,6 +67,10 @@ type Config struct {
 	// node still registers and reports its assignment).
 	NewPartitions func(env Env) (PartitionHost, error)
 	Logger        *slog.Logger
+	// TLS is the node's identity: its RPC port takes only mutual TLS
+	// connections from the cluster's CA, and it connects to masters and
+	// peers with it. Nil serves and connects in plain text.
+	TLS *pki.Identity
 }
 
 // Env is what a role's partition host gets from the node.
@@ -93,6 +99,10 @@ type Env struct {
 	// Refresh asks for a heartbeat now rather than at the next interval (a
 	// peer or client showed that the map moved on); it does not wait.
 	Refresh func()
+	// TLS is the client configuration for connections to peers, ServerTLS
+	// the server configuration of the role's own listener (nil: plain
+	// text).
+	TLS, ServerTLS *tls.Config
 }
 
 // Remover is a PartitionHost that deletes the state of partitions the map
@@ -174,7 +184,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			n.closeAll()
 		}
 	}()
-	if n.masters, err = masterclient.New(cfg.Masters); err != nil {
+	if n.masters, err = masterclient.New(cfg.Masters, daemon.ClientTLS(cfg.TLS)); err != nil {
 		return nil, err
 	}
 	if n.lock, err = daemon.LockDir(cfg.DataDir); err != nil {
@@ -186,8 +196,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err = n.loadAssignment(); err != nil {
 		return nil, err
 	}
-	if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	if ln, err = daemon.ListenRPC(cfg.Listen, cfg.TLS); err != nil {
+		return nil, err
 	}
 	n.addr = cfg.Advertise
 	if n.addr == "" {
@@ -197,6 +207,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if n.dataLn, err = net.Listen("tcp", cfg.DataListen); err != nil {
 			return nil, fmt.Errorf("listen on %s (data path): %w", cfg.DataListen, err)
 		}
+
 		n.dataAddr = cfg.DataAdvertise
 		if n.dataAddr == "" {
 			n.dataAddr = n.dataLn.Addr().String()
@@ -283,7 +294,11 @@ func (n *Node) openPartitions() (err error) {
 		defer n.mu.Unlock()
 		return n.assignment.Epoch
 	}
-	n.transport = multiraft.NewGRPCTransport(multiraft.NodeID(n.id.NodeID), func(id multiraft.NodeID) (string, bool) { return resolve(uint64(id)) }, n.log)
+	var topts []multiraft.TransportOption
+	if n.cfg.TLS != nil {
+		topts = append(topts, multiraft.WithTLS(n.cfg.TLS.ClientConfig()))
+	}
+	n.transport = multiraft.NewGRPCTransport(multiraft.NodeID(n.id.NodeID), func(id multiraft.NodeID) (string, bool) { return resolve(uint64(id)) }, n.log, topts...)
 	n.raft, err = multiraft.NewHost(multiraft.Config{
 		NodeID: multiraft.NodeID(n.id.NodeID), DB: n.db, Transport: n.transport,
 		TickInterval: n.cfg.TickInterval, Logger: n.log,
@@ -296,11 +311,16 @@ func (n *Node) openPartitions() (err error) {
 	n.rpc = daemon.NewRPCServer(n.telemetry.Registry)
 	healthpb.RegisterHealthServer(n.rpc, health.NewServer())
 	n.transport.Register(n.rpc)
+	var serverTLS *tls.Config
+	if n.cfg.TLS != nil {
+		serverTLS = n.cfg.TLS.ServerConfig()
+	}
 	if n.cfg.NewPartitions != nil {
 		n.parts, err = n.cfg.NewPartitions(Env{
 			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, RPC: n.rpc,
 			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData,
 			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch, Refresh: n.refresh,
+			TLS: daemon.ClientTLS(n.cfg.TLS), ServerTLS: serverTLS,
 		})
 		if err != nil {
 			return fmt.Errorf("%s partitions: %w", RoleName(n.cfg.Role), err)

@@ -2,6 +2,7 @@ package redirect
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -39,12 +41,14 @@ func (e *NoLeaderError) Is(target error) bool { return target == ErrNoLeader }
 // gRPC for streams and for a server that does not speak lightrpc. Safe for
 // concurrent use.
 type Pool struct {
+	tls   *tls.Config
 	mu    sync.Mutex // serializes creation; lookups read conns without it
 	conns sync.Map   // address -> *lightrpc.Conn
 }
 
-// NewPool returns an empty pool; connections are made lazily.
-func NewPool() *Pool { return &Pool{} }
+// NewPool returns an empty pool; connections are made lazily, over TLS
+// with tlsConf (a client configuration) when it is not nil.
+func NewPool(tlsConf *tls.Config) *Pool { return &Pool{tls: tlsConf} }
 
 // Conn returns the connection to addr, creating it on first use; it
 // connects at its first call.
@@ -60,8 +64,12 @@ func (p *Pool) Conn(addr string) (grpc.ClientConnInterface, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", addr, err)
 	}
-	cc := lightrpc.Dial(addr, lightrpc.ClientOptions{GRPC: func() (*grpc.ClientConn, error) {
-		gc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if p.tls != nil {
+		creds = credentials.NewTLS(p.tls)
+	}
+	cc := lightrpc.Dial(addr, lightrpc.ClientOptions{TLS: p.tls, GRPC: func() (*grpc.ClientConn, error) {
+		gc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "connect %s: %v", addr, err)
 		}

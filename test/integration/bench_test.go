@@ -56,7 +56,7 @@ func TestBenchCairnTarget(t *testing.T) {
 	startUp(t, dir, "--mount", "")
 	l, err := localcluster.LoadLayout(dir)
 	must(t, err)
-	target := "cairn:" + strings.Join(l.MasterAddrs(), ",") + "/default"
+	target := "cairn:" + strings.Join(l.MasterAddrs(), ",") + "/default?tls=" + localcluster.TLSDir(dir, localcluster.AdminIdentity)
 	t.Run("semantics", func(t *testing.T) { cairnBackendSemantics(t, target) })
 	out := filepath.Join(t.TempDir(), "out")
 	start := time.Now()
@@ -247,7 +247,7 @@ func cairnBackendSemantics(t *testing.T, target string) {
 		t.Errorf("describe: %v", ok)
 	}
 	// A volume that does not exist is a clear message.
-	if _, err := benchfs.Open(ctx, strings.TrimSuffix(target, "/default")+"/nope", benchfs.Options{}); err == nil ||
+	if _, err := benchfs.Open(ctx, strings.Replace(target, "/default", "/nope", 1), benchfs.Options{}); err == nil ||
 		!strings.Contains(err.Error(), `volume "nope" does not exist`) {
 		t.Errorf("open of a missing volume: %v", err)
 	}

@@ -35,7 +35,7 @@ func openClient(t *testing.T, dir string) *client.Volume {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	v, err := client.Open(ctx, l.MasterAddrs(), "default", nil)
+	v, err := client.Open(ctx, l.MasterAddrs(), "default", &client.Options{TLS: adminTLS(t, dir)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,14 +54,15 @@ func TestDataWriteSurvivesFollowerKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc, err := masterclient.New(l.MasterAddrs())
+	conf := adminTLS(t, dir)
+	mc, err := masterclient.New(l.MasterAddrs(), conf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cl, err := dataclient.New(ctx, dataclient.MasterSource(mc, "default"), dataclient.Options{ExtentBytes: 32 << 20})
+	cl, err := dataclient.New(ctx, dataclient.MasterSource(mc, "default"), dataclient.Options{ExtentBytes: 32 << 20, Conn: dataproto.ConnOptions{TLS: conf}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestDataWriteSurvivesFollowerKill(t *testing.T) {
 		staleRetries := 0
 		for {
 			if conn == nil || conn.Err() != nil {
-				conn, err = dataproto.Dial(ctx, addr, dataproto.ConnOptions{})
+				conn, err = dataproto.Dial(ctx, addr, dataproto.ConnOptions{TLS: conf})
 			}
 			if err == nil {
 				n := min(k.Size, 1<<20)

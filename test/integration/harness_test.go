@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +18,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cairnfs/cairn/pkg/localcluster"
+	"github.com/cairnfs/cairn/pkg/pki"
 )
 
 var cairnBin string
@@ -247,6 +251,17 @@ func (s status) mapDigest() string {
 		fmt.Fprintf(&b, "part %d %s %s %v\n", p.ID, p.Volume, p.Kind, p.Replicas)
 	}
 	return b.String()
+}
+
+// adminTLS is the client TLS configuration of the admin identity `cairn
+// up` created for the cluster in dir.
+func adminTLS(t *testing.T, dir string) *tls.Config {
+	t.Helper()
+	id, err := pki.Load(localcluster.TLSDir(dir, localcluster.AdminIdentity))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.ClientConfig()
 }
 
 func pidAlive(pid int) bool {

@@ -277,7 +277,8 @@ func TestMountErrors(t *testing.T) {
 		{[]string{"--data-dir", dir, "default", full}, 1, "not empty"},
 		{[]string{"--data-dir", dir, "nosuchvolume", empty}, 1, `volume "nosuchvolume" does not exist`},
 		{[]string{"--data-dir", dir, "-o", "bogus", "default", empty}, 2, "unknown mount option"},
-		{[]string{"--master", "127.0.0.1:1", "--wait", "2s", "default", empty}, 1, "no master"},
+		{[]string{"--master", "127.0.0.1:1", "--wait", "2s", "--tls-dir", localcluster.TLSDir(dir, localcluster.AdminIdentity), "default", empty}, 1, "no master"},
+		{[]string{"--master", "127.0.0.1:1", "default", empty}, 2, "no TLS identity: pass --tls-dir"},
 		{[]string{"default"}, 2, "want VOLUME and MOUNTPOINT"},
 	}
 	for _, c := range cases {

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cairnfs/cairn/pkg/localcluster"
 )
 
 // TestUpStatusRestart starts a dev cluster, checks what status reports, exercises
@@ -83,8 +85,9 @@ func TestUpStatusRestart(t *testing.T) {
 			masterAddr = n.Address
 		}
 	}
+	nodeTLS := localcluster.TLSDir(dir, localcluster.NodeIdentity)
 	r := cairn(t, "meta", "--master", masterAddr, "--node-id", "1", "--data-dir", filepath.Join(t.TempDir(), "dup"),
-		"--listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
+		"--listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--tls-dir", nodeTLS)
 	if r.code != 1 || !strings.Contains(r.stderr, "registered to another node") {
 		t.Fatalf("duplicate node id: exit %d, stderr %q", r.code, r.stderr)
 	}
@@ -111,7 +114,7 @@ func TestUpStatusRestart(t *testing.T) {
 	}
 
 	// Foreign use of the stopped cluster's dirs is refused.
-	if r := cairn(t, "meta", "--data-dir", filepath.Join(dir, "master-1"), "--master", masterAddr); r.code != 1 || !strings.Contains(r.stderr, "belongs to a master") {
+	if r := cairn(t, "meta", "--data-dir", filepath.Join(dir, "master-1"), "--master", masterAddr, "--tls-dir", nodeTLS); r.code != 1 || !strings.Contains(r.stderr, "belongs to a master") {
 		t.Fatalf("meta on a master dir: exit %d, stderr %q", r.code, r.stderr)
 	}
 	ln, err := net.Listen("tcp", masterAddr)

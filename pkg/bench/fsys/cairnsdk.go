@@ -2,6 +2,7 @@ package fsys
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/bench/servermetrics"
 	"github.com/cairnfs/cairn/pkg/client"
+	"github.com/cairnfs/cairn/pkg/pki"
 )
 
 // What the two backends over the native client SDK (pkg/client) share:
@@ -46,6 +48,7 @@ type cairnTarget struct {
 // query keys the scheme accepts.
 func parseCairnTarget(scheme, rest string, params ...string) (cairnTarget, error) {
 	usage := scheme + ": want MASTER[,MASTER...]/VOLUME, e.g. " + scheme + ":127.0.0.1:17000/default"
+	params = append(params, "tls") // every scheme: the identity's directory
 	rest, query, hasQuery := strings.Cut(rest, "?")
 	masters, volume, ok := strings.Cut(rest, "/")
 	if !ok || masters == "" || volume == "" || strings.Contains(volume, "/") {
@@ -69,15 +72,33 @@ func parseCairnTarget(scheme, rest string, params ...string) (cairnTarget, error
 				known = known || p == k
 			}
 			if !known {
-				if len(params) == 0 {
-					return cairnTarget{}, fmt.Errorf("%s: unknown option %q (this scheme takes none)", scheme, k)
-				}
 				return cairnTarget{}, fmt.Errorf("%s: unknown option %q (known: %s)", scheme, k, strings.Join(params, ", "))
 			}
 		}
 		t.params = q
 	}
 	return t, nil
+}
+
+// tlsEnv names the TLS identity directory a target without ?tls=DIR uses.
+const tlsEnv = "CAIRN_TLS_DIR"
+
+// tlsConfig is the client TLS configuration of the target: the identity in
+// its tls option or in $CAIRN_TLS_DIR; nil (plain text, for a cluster run
+// with --insecure) when neither names one.
+func (t cairnTarget) tlsConfig() (*tls.Config, error) {
+	dir := t.params.Get("tls")
+	if dir == "" {
+		dir = os.Getenv(tlsEnv)
+	}
+	if dir == "" {
+		return nil, nil
+	}
+	id, err := pki.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	return id.ClientConfig(), nil
 }
 
 // cairnOpenTimeout bounds connecting to the masters and reading the map.
@@ -104,9 +125,13 @@ func openVolume(ctx context.Context, name string, t cairnTarget) (*client.Volume
 	if !reachable {
 		return nil, fmt.Errorf("target %s: no master at %s answered: %w", name, strings.Join(t.masters, ","), dialErr)
 	}
+	conf, err := t.tlsConfig()
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", name, err)
+	}
 	octx, cancel := context.WithTimeout(ctx, cairnOpenTimeout)
 	defer cancel()
-	v, err := client.Open(octx, t.masters, t.volume, nil)
+	v, err := client.Open(octx, t.masters, t.volume, &client.Options{TLS: conf})
 	if err != nil {
 		if client.ErrnoOf(err) == syscall.ENOENT {
 			return nil, fmt.Errorf("target %s: volume %q does not exist (create it with: cairn volume create %s)", name, t.volume, t.volume)
@@ -241,9 +266,13 @@ func OpenMetaMetrics(ctx context.Context, spec string) (*MetaMetrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	conf, err := t.tlsConfig()
+	if err != nil {
+		return nil, fmt.Errorf("meta metrics of %s: %w", spec, err)
+	}
 	octx, cancel := context.WithTimeout(ctx, cairnOpenTimeout)
 	defer cancel()
-	v, err := client.Open(octx, t.masters, t.volume, &client.Options{RefreshInterval: -1})
+	v, err := client.Open(octx, t.masters, t.volume, &client.Options{RefreshInterval: -1, TLS: conf})
 	if err != nil {
 		return nil, fmt.Errorf("meta metrics of %s: %w", spec, err)
 	}

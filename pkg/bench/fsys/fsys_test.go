@@ -30,8 +30,8 @@ func TestCheckTarget(t *testing.T) {
 		{"cairn-cached:127.0.0.1:17000/default", ""},
 		{"cairn-cached:a:1,b:2/vol?dircache=65536", ""},
 		{"cairn-cached:a:1/vol?dircache=-1", "want a number of directories"},
-		{"cairn-cached:a:1/vol?cache=1", `unknown option "cache" (known: dircache)`},
-		{"cairn:a:1/vol?dircache=1", `unknown option "dircache" (this scheme takes none)`},
+		{"cairn-cached:a:1/vol?cache=1", `unknown option "cache" (known: dircache, tls)`},
+		{"cairn:a:1/vol?dircache=1", `unknown option "dircache" (known: tls)`},
 		{"cairn-cached:host/vol", `master "host"`},
 	}
 	for _, tc := range tests {

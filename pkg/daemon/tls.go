@@ -1,0 +1,34 @@
+package daemon
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+
+	"github.com/cairnfs/cairn/pkg/pki"
+)
+
+// ListenRPC listens on addr for an RPCServer: over mutual TLS with id
+// (every connection must present a certificate of the cluster's CA before
+// a byte of either protocol is read), or in plain text when id is nil.
+func ListenRPC(addr string, id *pki.Identity) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	if id == nil {
+		return ln, nil
+	}
+	cfg := id.ServerConfig()
+	cfg.NextProtos = []string{"h2"} // gRPC clients require it; lightrpc asks for none
+	return tls.NewListener(ln, cfg), nil
+}
+
+// ClientTLS is the client configuration of id, or nil (plain text) when id
+// is nil.
+func ClientTLS(id *pki.Identity) *tls.Config {
+	if id == nil {
+		return nil
+	}
+	return id.ClientConfig()
+}
