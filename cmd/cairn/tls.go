@@ -38,10 +38,7 @@ func (t *tlsFlags) identity(cmd *cobra.Command, fallback string) (*pki.Identity,
 		dir = os.Getenv(tlsEnv)
 	}
 	if t.insecure {
-		if t.dir != "" {
-			return nil, usagef(cmd, "--insecure and --tls-dir exclude each other")
-		}
-		return nil, nil
+		return nil, nil // wins over an identity named by the environment or a config file
 	}
 	if dir == "" && fallback != "" && pki.Exists(fallback) {
 		dir = fallback

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,15 +20,38 @@ type RPCServer struct {
 }
 
 // NewRPCServer returns a server with call metrics in reg (one set for both
-// protocols) and the message size bound MaxRecvMsgBytes.
-func NewRPCServer(reg prometheus.Registerer) *RPCServer {
+// protocols) and the message size bound MaxRecvMsgBytes. With authorize,
+// every call is checked against the policy of Authorize, by the kind of
+// the certificate its caller presented (serve it on ListenRPC's TLS
+// listener).
+func NewRPCServer(reg prometheus.Registerer, authorize bool) *RPCServer {
 	metrics := UnaryMetrics(reg)
+	unary := []grpc.UnaryServerInterceptor{metrics}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes)}
+	if authorize {
+		unary = append(unary, authorizeUnary)
+		opts = append(opts, grpc.Creds(newHandshakenCreds()), grpc.ChainStreamInterceptor(authorizeStream))
+	}
+	opts = append(opts, grpc.ChainUnaryInterceptor(unary...))
 	return &RPCServer{
-		grpc: grpc.NewServer(
-			grpc.ChainUnaryInterceptor(metrics),
-			grpc.MaxRecvMsgSize(MaxRecvMsgBytes),
-		),
-		light: lightrpc.NewServer(lightrpc.ServerOptions{Interceptor: metrics, MaxFrameBytes: MaxRecvMsgBytes}),
+		grpc:  grpc.NewServer(opts...),
+		light: lightrpc.NewServer(lightrpc.ServerOptions{Interceptor: chainUnary(unary), MaxFrameBytes: MaxRecvMsgBytes}),
+	}
+}
+
+// chainUnary runs interceptors in order around a handler, as
+// grpc.ChainUnaryInterceptor does.
+func chainUnary(chain []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	if len(chain) == 1 {
+		return chain[0]
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		next := handler
+		for i := len(chain) - 1; i >= 0; i-- {
+			ic, h := chain[i], next
+			next = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, h) }
+		}
+		return next(ctx, req)
 	}
 }
 

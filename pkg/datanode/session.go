@@ -2,6 +2,7 @@ package datanode
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/extentstore"
 	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/pki"
 	"github.com/cairnfs/cairn/pkg/replicaset"
 )
 
@@ -28,6 +30,10 @@ const redialAfter = time.Second
 // listings run on their own goroutines.
 type session struct {
 	h *Host
+	// forwarder: the connection's peer may send what only the replicas of
+	// a chain send each other (FlagForwarded): a node certificate, or no
+	// TLS at all (the cluster runs with --insecure).
+	forwarder bool
 	// down holds this session's connections to next replicas, used only on
 	// the reader goroutine: one connection per next replica keeps a
 	// stream's packets in order along the chain.
@@ -41,8 +47,8 @@ type downConn struct {
 	failedAt time.Time
 }
 
-func (h *Host) newSession() dataproto.Session {
-	return &session{h: h, down: map[string]*downConn{}}
+func (h *Host) newSession(peer *x509.Certificate) dataproto.Session {
+	return &session{h: h, down: map[string]*downConn{}, forwarder: peer == nil || pki.KindOf(peer) == pki.KindNode}
 }
 
 // Close fails the calls to next replicas (their waiters answer and exit)
@@ -58,6 +64,13 @@ func (s *session) Close() {
 
 // Handle dispatches one request.
 func (s *session) Handle(in *dataproto.Inbound) {
+	if in.Header.Flags&dataproto.FlagForwarded != 0 && !s.forwarder {
+		// A replica trusts a forwarded write to come from its chain's
+		// head: from anyone else it would make the replicas disagree.
+		in.Release()
+		s.begin(in).fail(dataproto.CodePermissionDenied, "%v with FlagForwarded: only cluster nodes send those", in.Header.Op)
+		return
+	}
 	switch in.Header.Op {
 	case dataproto.OpCreateExtent:
 		s.create(in)

@@ -3,6 +3,7 @@ package dataproto
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -39,25 +40,29 @@ const (
 const authTimeout = 10 * time.Second
 
 // authServer authenticates nc as a server with cfg and returns the
-// connection the frames travel on.
-func authServer(nc net.Conn, cfg *tls.Config, encrypt bool) (net.Conn, error) {
+// connection the frames travel on and the certificate the client presented.
+func authServer(nc net.Conn, cfg *tls.Config, encrypt bool) (net.Conn, *x509.Certificate, error) {
 	tc := tls.Server(nc, cfg)
 	_ = nc.SetDeadline(time.Now().Add(authTimeout))
 	if err := tc.Handshake(); err != nil {
-		return nil, fmt.Errorf("TLS handshake: %w", err)
+		return nil, nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	var peer *x509.Certificate
+	if st := tc.ConnectionState(); len(st.PeerCertificates) > 0 {
+		peer = st.PeerCertificates[0]
 	}
 	mode := modeCRC
 	if encrypt {
 		mode = modeSecure
 	}
 	if _, err := tc.Write([]byte{mode}); err != nil {
-		return nil, fmt.Errorf("TLS handshake: %w", err)
+		return nil, nil, fmt.Errorf("TLS handshake: %w", err)
 	}
 	_ = nc.SetDeadline(time.Time{})
 	if encrypt {
-		return tc, nil
+		return tc, peer, nil
 	}
-	return nc, nil
+	return nc, peer, nil
 }
 
 // authClient authenticates nc as a client with cfg and returns the

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,15 +36,7 @@ func identity(t *testing.T, ca string) *pki.Identity {
 func TestAuthenticatedConnections(t *testing.T) {
 	id, other := identity(t, "cluster"), identity(t, "other")
 	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
-	path := filepath.Join(t.TempDir(), "ext")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openFile(t, data)
 	for _, encrypt := range []bool{false, true} {
 		name := map[bool]string{false: "crc", true: "secure"}[encrypt]
 		t.Run(name, func(t *testing.T) {

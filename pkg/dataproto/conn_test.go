@@ -3,6 +3,7 @@ package dataproto
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -40,7 +41,7 @@ func serve(t *testing.T, opts ServerOptions, handle func(in *Inbound)) (*Server,
 	if opts.Logger == nil {
 		opts.Logger = quiet
 	}
-	s := NewServer(func() Session { return funcSession{handle: handle} }, opts)
+	s := NewServer(func(*x509.Certificate) Session { return funcSession{handle: handle} }, opts)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -323,11 +324,10 @@ func (s *fileSection) Close() error                         { return nil }
 
 // Sections go out with sendfile when they are files, and are copied when
 // not; both deliver the same bytes into the caller's Dst.
-func TestSectionResponses(t *testing.T) {
-	data := make([]byte, 4<<20)
-	for i := range data {
-		data[i] = byte(i * 7)
-	}
+// openFile writes data to a temporary file and opens it for reading; the
+// test's cleanup closes it.
+func openFile(t *testing.T, data []byte) *os.File {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "ext")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -336,7 +336,16 @@ func TestSectionResponses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func TestSectionResponses(t *testing.T) {
+	data := make([]byte, 4<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	f := openFile(t, data)
 	srv, addr := serve(t, ServerOptions{}, func(in *Inbound) {
 		in.RespondSection(Header{}, &fileSection{f: f, off: in.Header.Offset, n: int64(in.Header.Arg), noFile: in.Header.Kind == 1})
 	})
@@ -414,7 +423,7 @@ func TestAbandonedCall(t *testing.T) {
 func TestServerCloseFailsCalls(t *testing.T) {
 	var closed atomic.Int32
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	s := NewServer(func() Session {
+	s := NewServer(func(*x509.Certificate) Session {
 		return funcSession{handle: func(in *Inbound) {}, closed: func() { closed.Add(1) }}
 	}, ServerOptions{Logger: quiet})
 	go s.Serve(ln)
@@ -435,7 +444,7 @@ func TestServerCloseFailsCalls(t *testing.T) {
 
 func BenchmarkPingPipelined(b *testing.B) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	s := NewServer(func() Session {
+	s := NewServer(func(*x509.Certificate) Session {
 		return funcSession{handle: func(in *Inbound) { in.Respond(Header{}, nil, nil) }}
 	}, ServerOptions{Logger: quiet})
 	go s.Serve(ln)
@@ -475,7 +484,7 @@ func BenchmarkReadResponse(b *testing.B) {
 	for _, mode := range []string{"sendfile", "copy"} {
 		b.Run(mode, func(b *testing.B) {
 			ln, _ := net.Listen("tcp", "127.0.0.1:0")
-			s := NewServer(func() Session {
+			s := NewServer(func(*x509.Certificate) Session {
 				return funcSession{handle: func(in *Inbound) {
 					in.RespondSection(Header{}, &fileSection{f: f, off: in.Header.Offset, n: n, noFile: mode == "copy"})
 				}}

@@ -210,13 +210,17 @@ const (
 	// replica that holds every acknowledged write heads it); reads still
 	// work. Write elsewhere; it heals when replicas return.
 	CodeDegraded
-	maxCode = CodeDegraded
+	// CodePermissionDenied: the certificate the connection was
+	// authenticated with does not allow the request (a forwarded write from
+	// anything but a cluster node).
+	CodePermissionDenied
+	maxCode = CodePermissionDenied
 )
 
 var codeNames = [...]string{"ok", "bad request", "bad crc", "unknown partition", "stale epoch", "not primary",
 	"extent not found", "offset mismatch", "range not held", "out of range", "replica failed", "read-only",
 	"replica failed its store", "corrupt", "not leader", "busy", "too large", "extent full", "wrong extent kind", "internal",
-	"fingerprint mismatch", "degraded"}
+	"fingerprint mismatch", "degraded", "permission denied"}
 
 // String names the code.
 func (c Code) String() string {

@@ -3,6 +3,7 @@ package dataproto
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -95,7 +96,7 @@ type Section interface {
 // connection, requests handed to a Session per connection.
 type Server struct {
 	opts       ServerOptions
-	newSession func() Session
+	newSession func(peer *x509.Certificate) Session
 
 	mu      sync.Mutex
 	ln      net.Listener
@@ -109,7 +110,7 @@ type Server struct {
 
 // NewServer returns a server that makes a Session per connection with
 // newSession.
-func NewServer(newSession func() Session, opts ServerOptions) *Server {
+func NewServer(newSession func(peer *x509.Certificate) Session, opts ServerOptions) *Server {
 	opts = opts.withDefaults()
 	if opts.TLS != nil {
 		opts.TLS = opts.TLS.Clone()
@@ -180,7 +181,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			go s.authenticate(nc)
 			continue
 		}
-		s.start(nc)
+		s.start(nc, nil)
 	}
 }
 
@@ -188,7 +189,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // the connection if it succeeds.
 func (s *Server) authenticate(nc net.Conn) {
 	defer s.wg.Done()
-	c, err := authServer(nc, s.opts.TLS, s.opts.Encrypt)
+	c, peer, err := authServer(nc, s.opts.TLS, s.opts.Encrypt)
 	s.mu.Lock()
 	delete(s.authing, nc)
 	s.mu.Unlock()
@@ -197,11 +198,12 @@ func (s *Server) authenticate(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	s.start(c)
+	s.start(c, peer)
 }
 
-// start serves nc unless the server is closed or at MaxConns.
-func (s *Server) start(nc net.Conn) {
+// start serves nc, whose peer presented certificate peer (nil without
+// TLS), unless the server is closed or at MaxConns.
+func (s *Server) start(nc net.Conn, peer *x509.Certificate) {
 	s.mu.Lock()
 	if s.closed || len(s.conns) >= s.opts.MaxConns {
 		n := len(s.conns)
@@ -213,6 +215,7 @@ func (s *Server) start(nc net.Conn) {
 		return
 	}
 	sc := newServerConn(s, nc)
+	sc.peer = peer
 	s.conns[sc] = struct{}{}
 	s.wg.Add(2)
 	s.mu.Unlock()
@@ -258,6 +261,7 @@ type outFrame struct {
 type serverConn struct {
 	s      *Server
 	nc     net.Conn
+	peer   *x509.Certificate // what the client presented; nil without TLS
 	sess   Session
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -293,7 +297,7 @@ func (sc *serverConn) close() {
 
 func (sc *serverConn) readLoop() {
 	defer sc.s.wg.Done()
-	sc.sess = sc.s.newSession()
+	sc.sess = sc.s.newSession(sc.peer)
 	defer func() {
 		sc.close()
 		sc.sess.Close()

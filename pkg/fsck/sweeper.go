@@ -61,6 +61,11 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 			s.logf("fsck sweeper: %v", err)
 		}
+		if err := ctx.Err(); err != nil {
+			// Before the select: with a tick also ready, it might pick
+			// the tick and sweep once more after the caller stopped it.
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

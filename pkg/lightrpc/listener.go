@@ -59,6 +59,10 @@ type prefixConn struct {
 	prefix []byte
 }
 
+// Unwrap returns the connection the bytes come from (a *tls.Conn on a TLS
+// listener), for credentials that read its state.
+func (c *prefixConn) Unwrap() net.Conn { return c.Conn }
+
 func (c *prefixConn) Read(p []byte) (int, error) {
 	if len(c.prefix) > 0 {
 		n := copy(p, c.prefix)

@@ -3,6 +3,7 @@ package lightrpc
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +14,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -182,7 +185,15 @@ const maxCallsPerConn = 1 << 14
 
 func (s *Server) serveConn(c net.Conn) {
 	sc := &serverConn{c: c, w: newWriter(c), calls: map[uint64]context.CancelFunc{}}
-	sc.ctx, sc.cancel = context.WithCancel(context.Background())
+	base := context.Background()
+	if tc, ok := c.(*tls.Conn); ok {
+		// Handlers (and interceptors) learn who called as through gRPC:
+		// peer.FromContext, with the TLS state as the AuthInfo.
+		base = peer.NewContext(base, &peer.Peer{Addr: c.RemoteAddr(), AuthInfo: credentials.TLSInfo{
+			State: tc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity},
+		}})
+	}
+	sc.ctx, sc.cancel = context.WithCancel(base)
 	s.mu.Lock()
 	if s.stopping || len(s.conns) >= s.opts.MaxConns {
 		full := !s.stopping

@@ -308,7 +308,7 @@ func (n *Node) openPartitions() (err error) {
 	}
 	n.transport.SetHost(n.raft)
 	n.telemetry.Registry.MustRegister(multiraft.NewCollector(n.raft))
-	n.rpc = daemon.NewRPCServer(n.telemetry.Registry)
+	n.rpc = daemon.NewRPCServer(n.telemetry.Registry, n.cfg.TLS != nil)
 	healthpb.RegisterHealthServer(n.rpc, health.NewServer())
 	n.transport.Register(n.rpc)
 	var serverTLS *tls.Config

@@ -6,7 +6,8 @@
 // directory with the CA bundle (ca.crt), its certificate (tls.crt) and its
 // key (tls.key), the layout of a Kubernetes TLS secret. A certificate's
 // common name names the holder, and its organizational unit its kind
-// (node, client or admin), which later checks of capabilities read.
+// (node, client or admin), which servers read to decide what the holder may
+// call (daemon.Authorize).
 //
 // Trust is the CA's signature, not a host name: cluster processes reach
 // each other at addresses the cluster map gives them, and a certificate

@@ -10,14 +10,17 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcstatus "google.golang.org/grpc/status"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/lightrpc"
 	"github.com/cairnfs/cairn/pkg/localcluster"
+	"github.com/cairnfs/cairn/pkg/multiraft/transportpb"
 	"github.com/cairnfs/cairn/pkg/pki"
 )
 
@@ -86,6 +89,51 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatalf("checked %d connections, want %d: %+v", checked, want, ports)
 	}
 
+	// What a certificate may do depends on its kind: a client identity
+	// reads the cluster and uses the file system, but cannot change the
+	// cluster or speak Raft to a node; the admin identity can.
+	clientDir := filepath.Join(t.TempDir(), "client")
+	must(t, pki.Issue(localcluster.TLSDir(dir, localcluster.CAIdentity), clientDir, pki.Request{Name: "app", Kind: pki.KindClient}))
+	master := masterAddr(st)
+	mustCairn(t, "status", "--master", master, "--tls-dir", clientDir)
+	if r := cairn(t, "volume", "create", "byclient", "--master", master, "--tls-dir", clientDir); r.code == 0 || !strings.Contains(r.stderr, `kind "client" may not call`) {
+		t.Errorf("volume create with a client certificate: exit %d, %q", r.code, r.stderr)
+	}
+	mustCairn(t, "volume", "create", "byadmin", "--master", master, "--tls-dir", localcluster.TLSDir(dir, localcluster.AdminIdentity))
+	client, err := pki.Load(clientDir)
+	must(t, err)
+	for _, n := range st.Nodes {
+		if n.Role == "master" {
+			continue
+		}
+		lc := lightrpc.Dial(n.Address, lightrpc.ClientOptions{TLS: client.ClientConfig(), DialTimeout: 3 * time.Second})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := transportpb.NewTransportClient(lc).Deliver(ctx, &transportpb.Batches{})
+		cancel()
+		lc.Close()
+		if grpcstatus.Code(err) != codes.PermissionDenied {
+			t.Errorf("Raft delivery to %s %d with a client certificate: %v, want PermissionDenied", n.Role, n.ID, err)
+		}
+	}
+
+	// Nor can it send a data node what only replicas of a chain send each
+	// other: a forwarded write would make the replicas disagree.
+	for _, p := range l.Procs {
+		if p.DataAddr == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := dataproto.Dial(ctx, p.DataAddr, dataproto.ConnOptions{TLS: client.ClientConfig()})
+		if err == nil {
+			_, _, err = c.Do(ctx, &dataproto.Request{Header: dataproto.Header{Op: dataproto.OpAppend, Flags: dataproto.FlagForwarded, Partition: 1, Extent: 1}, Payload: []byte("x")})
+			c.Close()
+		}
+		cancel()
+		if dataproto.CodeOf(err) != dataproto.CodePermissionDenied {
+			t.Errorf("forwarded append to data node at %s with a client certificate: %v, want permission denied", p.DataAddr, err)
+		}
+	}
+
 	// Rotation without a restart: a certificate issued into the nodes'
 	// identity directory is what every port presents to the next
 	// connection, and the cluster goes on working.
@@ -110,18 +158,12 @@ func TestMutualTLS(t *testing.T) {
 
 	// The command line: an admin command given only --master has no
 	// identity and says which flag to pass; with the admin identity it works.
-	master := localcluster.TLSDir(dir, localcluster.AdminIdentity)
-	var addr string
-	for _, n := range st.Nodes {
-		if n.Role == "master" {
-			addr = n.Address
-		}
-	}
+	addr := master
 	r := cairn(t, "status", "--master", addr)
 	if r.code == 0 || !strings.Contains(r.stderr, "--tls-dir") {
 		t.Fatalf("status without an identity: exit %d, %q", r.code, r.stderr)
 	}
-	mustCairn(t, "status", "--master", addr, "--tls-dir", master)
+	mustCairn(t, "status", "--master", addr, "--tls-dir", localcluster.TLSDir(dir, localcluster.AdminIdentity))
 	r = cairn(t, "status", "--master", addr, "--tls-dir", otherDir, "--timeout", "3s")
 	if r.code == 0 {
 		t.Fatalf("status with another cluster's identity succeeded:\n%s", r.stdout)
@@ -180,4 +222,14 @@ func servedName(addr string, conf *tls.Config) (string, error) {
 	defer c.Close()
 	name, _ := pki.PeerName(c.ConnectionState())
 	return name, nil
+}
+
+// masterAddr is the RPC address of a master of st.
+func masterAddr(st status) string {
+	for _, n := range st.Nodes {
+		if n.Role == "master" {
+			return n.Address
+		}
+	}
+	return ""
 }
