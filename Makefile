@@ -22,7 +22,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 24m
 
-.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash proto clean
+.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -129,6 +129,30 @@ bench-recovery: build
 THRASH_FOR ?= 10m
 thrash: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) CAIRN_THRASH=$(THRASH_FOR) $(GO) test -p 1 -timeout 0 -count=1 -v -run '^TestThrash$$' ./test/integration/
+
+## bench-tls: what TLS costs: a default `cairn up` and one with --insecure side
+## by side, metadata and sequential data through their mounts, TLS ÷ plain in
+## one cairn bench run per workload (not part of CI; flags through
+## BENCH_TLS_FLAGS, e.g. "--repetitions 1"). See docs/measurements.md.
+bench-tls: build
+	CAIRN_BIN=$(CURDIR)/$(BIN) bench/tls.sh $(BENCH_TLS_FLAGS)
+
+## fuzz: every fuzz target for FUZZ_FOR each (default 10m), one after the
+## other: the wire decoders, the stores' recovery, and the servers' request
+## handlers against real nodes (a data node, a 3-replica meta partition);
+## `make test` runs their seed corpora only. Not part of CI.
+FUZZ_FOR ?= 10m
+FUZZ_TARGETS = \
+	pkg/dataproto:FuzzReadFrame pkg/dataproto:FuzzDecodeListings pkg/lightrpc:FuzzDecode \
+	pkg/datanode:FuzzRequest pkg/metanode:FuzzService \
+	pkg/metapartition:FuzzApply pkg/metapartition:FuzzRestore \
+	pkg/extentstore:FuzzDecodeRecord pkg/extentstore:FuzzOpen pkg/multiraft:FuzzDecodeBatch \
+	pkg/hybridindex:FuzzUnmarshal pkg/chunker:FuzzCut pkg/optrace:FuzzRead pkg/bench/trace:FuzzImportStrace
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t#*:}; echo "== $$fn ($$pkg) for $(FUZZ_FOR)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZ_FOR) ./$$pkg/; \
+	done
 
 ## bench: the benchmarks (not part of CI).
 bench:

@@ -26,7 +26,7 @@ func newUpCmd() *cobra.Command {
 		// Master tuning, forwarded as given ("" keeps the master's default).
 		mpMaxInodes, balanceInterval, balanceMinDentries string
 		layout, chunkGrace                               string
-		metaMerge                                        bool
+		metaMerge, insecure                              bool
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -81,7 +81,7 @@ other admin commands find it through --data-dir.`,
 			c, err := localcluster.Start(ctx, localcluster.Options{
 				DataDir: dataDir, Mount: mount, Masters: masters, Metas: metas, Datas: datas, Binary: self,
 				Volume: volume, VolumeLayout: layout, Ready: ready, Out: cmd.OutOrStdout(), LogLevel: logLevel, DownAfter: downAfter, OutAfter: outAfter,
-				MasterFlags: masterFlags, MetaFlags: metaFlags,
+				MasterFlags: masterFlags, MetaFlags: metaFlags, Insecure: insecure,
 			})
 			if err != nil {
 				return err
@@ -104,6 +104,7 @@ other admin commands find it through --data-dir.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&dataDir, "data-dir", "./cairn-data", "directory holding all of the cluster's state and logs")
+	f.BoolVar(&insecure, "insecure", false, "run every process in plain text, without certificates (to measure what TLS costs; commands then need --insecure too)")
 	f.IntVar(&masters, "masters", 0, "number of masters for a new cluster: 1 or 3 (default 1)")
 	f.IntVar(&metas, "metas", 0, "number of meta nodes for a new cluster (default 3)")
 	f.IntVar(&datas, "datas", 0, "number of data nodes for a new cluster (default 3)")

@@ -188,6 +188,9 @@ func New(env node.Env, opts Options) (*Host, error) {
 	if env.Refresh == nil {
 		env.Refresh = func() {}
 	}
+	if env.AppliedEpoch == nil {
+		env.AppliedEpoch = env.Epoch
+	}
 	log := env.Logger.With("component", "datanode")
 	opts = opts.withDefaults(log)
 	if opts.Chain.TLS == nil {

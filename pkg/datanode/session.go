@@ -192,7 +192,7 @@ func (s *session) target(r *reply, write bool) (p *partition, chain []uint64, po
 		r.fail(dataproto.CodeUnknownPartition, "partition %d is not on node %d", h.Partition, s.h.env.NodeID)
 		return nil, nil, 0, false
 	}
-	if write && h.Epoch > s.h.env.Epoch() {
+	if write && h.Epoch > s.h.env.AppliedEpoch() {
 		// The writer has seen a newer map than this node: the chain may
 		// have changed (a replica back in it) in ways this node has not
 		// heard of yet, and writing down the old one would acknowledge
@@ -242,12 +242,13 @@ func (s *session) target(r *reply, write bool) (p *partition, chain []uint64, po
 // map epoch its writer has seen (one heartbeat round trip, normally).
 const awaitEpochFor = time.Second
 
-// awaitEpoch asks for the map now and waits until this node knows epoch,
-// for at most awaitEpochFor.
+// awaitEpoch asks for the map now and waits until this node has applied
+// epoch's replica sets (not only heard of it: the views change a moment
+// later), for at most awaitEpochFor.
 func (s *session) awaitEpoch(ctx context.Context, epoch uint64) {
 	s.h.env.Refresh()
 	deadline := time.Now().Add(awaitEpochFor)
-	for s.h.env.Epoch() < epoch && time.Now().Before(deadline) {
+	for s.h.env.AppliedEpoch() < epoch && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return

@@ -3,6 +3,7 @@ package localcluster
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,9 @@ type Options struct {
 	// MetaFlags are appended verbatim to every meta node's command line
 	// (e.g. "--merge=false").
 	MetaFlags []string
+	// Insecure runs every process with --insecure: plain text, no
+	// certificate (for measuring what TLS costs); no identity is created.
+	Insecure bool
 	// Mount, if set, is a directory where Volume is mounted by a `cairn
 	// mount` child once the cluster is up (created if missing). Without
 	// /dev/fuse, or if the mount does not come up, Start warns on Out and
@@ -122,14 +126,18 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.checkPorts(); err != nil {
 		return nil, err
 	}
-	if err := c.ensureCerts(); err != nil {
-		return nil, err
+	var conf *tls.Config
+	if !opts.Insecure {
+		if err := c.ensureCerts(); err != nil {
+			return nil, err
+		}
+		admin, err := pki.Load(TLSDir(dir, AdminIdentity))
+		if err != nil {
+			return nil, err
+		}
+		conf = admin.ClientConfig()
 	}
-	admin, err := pki.Load(TLSDir(dir, AdminIdentity))
-	if err != nil {
-		return nil, err
-	}
-	if c.client, err = masterclient.New(c.layout.MasterAddrs(), admin.ClientConfig()); err != nil {
+	if c.client, err = masterclient.New(c.layout.MasterAddrs(), conf); err != nil {
 		return nil, err
 	}
 	for _, p := range c.layout.Procs {
@@ -302,10 +310,14 @@ func (c *Cluster) checkPorts() error {
 
 func (c *Cluster) args(p Proc) []string {
 	dir := filepath.Join(c.dir, p.Name)
-	common := []string{"--data-dir", dir, "--metrics-addr", p.MetricsAddr, "--log-level", c.opts.LogLevel, "--tls-dir", TLSDir(c.dir, NodeIdentity)}
+	nodeTLS, adminTLS := []string{"--tls-dir", TLSDir(c.dir, NodeIdentity)}, []string{"--tls-dir", TLSDir(c.dir, AdminIdentity)}
+	if c.opts.Insecure {
+		nodeTLS, adminTLS = []string{"--insecure"}, []string{"--insecure"}
+	}
+	common := append([]string{"--data-dir", dir, "--metrics-addr", p.MetricsAddr, "--log-level", c.opts.LogLevel}, nodeTLS...)
 	switch p.Role {
 	case mountProc:
-		args := []string{"mount", "--master", strings.Join(c.layout.MasterAddrs(), ","), "--metrics", p.MetricsAddr, "--tls-dir", TLSDir(c.dir, AdminIdentity)}
+		args := append([]string{"mount", "--master", strings.Join(c.layout.MasterAddrs(), ","), "--metrics", p.MetricsAddr}, adminTLS...)
 		if os.Geteuid() == 0 {
 			// Mounted by root with default_permissions: every user may use
 			// it as the permission bits allow, as with a disk file system.

@@ -10,6 +10,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataclient"
+	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/multiraft"
@@ -434,7 +435,7 @@ func (c *collector) dataClient(ctx context.Context, volume uint64) (*dataclient.
 		}
 		return dataclient.FromMap(m, v.Name)
 	}
-	dc, err := dataclient.New(ctx, src, dataclient.Options{})
+	dc, err := dataclient.New(ctx, src, dataclient.Options{Conn: dataproto.ConnOptions{TLS: c.h.env.TLS}})
 	if err != nil {
 		return nil, fmt.Errorf("data client of volume %d: %w", volume, err)
 	}

@@ -96,6 +96,11 @@ type Env struct {
 	// (kept in the data dir). When Assign runs for a change, Epoch already
 	// returns the epoch of that change.
 	Epoch func() uint64
+	// AppliedEpoch returns the cluster-map epoch whose assignment is in
+	// effect: Assign has returned for it (Epoch may run ahead while Assign
+	// runs). A role that must act on the replica sets of an epoch waits for
+	// this one.
+	AppliedEpoch func() uint64
 	// Refresh asks for a heartbeat now rather than at the next interval (a
 	// peer or client showed that the map moved on); it does not wait.
 	Refresh func()
@@ -147,6 +152,10 @@ type Node struct {
 	// unsaved: the assignment in memory is newer than the saved copy.
 	unsaved    bool
 	assignment *pb.HeartbeatResponse // last assignment heard, kept in the data dir
+	// applied is the map epoch whose assignment the partition host has
+	// applied (Assign returned), or of a heartbeat that changed nothing
+	// here; it trails assignment.Epoch while Assign runs.
+	applied uint64
 
 	fatal chan error
 	stop  chan struct{}
@@ -294,6 +303,11 @@ func (n *Node) openPartitions() (err error) {
 		defer n.mu.Unlock()
 		return n.assignment.Epoch
 	}
+	applied := func() uint64 {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.applied
+	}
 	var topts []multiraft.TransportOption
 	if n.cfg.TLS != nil {
 		topts = append(topts, multiraft.WithTLS(n.cfg.TLS.ClientConfig()))
@@ -319,7 +333,7 @@ func (n *Node) openPartitions() (err error) {
 		n.parts, err = n.cfg.NewPartitions(Env{
 			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, RPC: n.rpc,
 			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData,
-			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch, Refresh: n.refresh,
+			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch, AppliedEpoch: applied, Refresh: n.refresh,
 			TLS: daemon.ClientTLS(n.cfg.TLS), ServerTLS: serverTLS,
 		})
 		if err != nil {
@@ -327,12 +341,23 @@ func (n *Node) openPartitions() (err error) {
 		}
 	}
 	n.raft.Start()
+	n.mu.Lock()
+	at := n.assignment.Epoch
+	n.mu.Unlock()
 	if n.parts != nil {
 		if err := n.parts.Assign(n.Assigned()); err != nil {
 			return fmt.Errorf("open assigned partitions: %w", err)
 		}
 	}
+	n.noteApplied(at)
 	return nil
+}
+
+// noteApplied records that the assignment of map epoch e is in effect.
+func (n *Node) noteApplied(e uint64) {
+	n.mu.Lock()
+	n.applied = max(n.applied, e)
+	n.mu.Unlock()
 }
 
 // Fatal delivers an error after which the node cannot go on.
@@ -590,6 +615,7 @@ func (n *Node) heartbeat() error {
 		n.assignment = resp
 	} else {
 		n.assignment.Epoch = resp.Epoch
+		n.applied = max(n.applied, resp.Epoch) // nothing to apply here
 	}
 	unsaved := n.unsaved
 	n.mu.Unlock()
@@ -620,6 +646,7 @@ func (n *Node) heartbeat() error {
 			return fmt.Errorf("apply assignment: %w", err)
 		}
 	}
+	n.noteApplied(resp.Epoch)
 	if err := n.remove(resp.Removed); err != nil {
 		return err
 	}

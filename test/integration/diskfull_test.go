@@ -30,7 +30,7 @@ func TestDiskFillsDuringRecovery(t *testing.T) {
 
 	// Every data partition holds more than the small disk: the files go
 	// to partitions at random, so some may need more than their share.
-	seeded := seedPartitions(t, dir, mnt, 20<<20)
+	seeded := seedPartitions(t, dir, mnt, 17<<20)
 	l := startLoad(filepath.Join(mnt, "load"), 2)
 
 	small := filepath.Join(dir, "small-data")
@@ -109,8 +109,9 @@ abandoned:
 	}
 }
 
-// seedPartitions writes files of 8 MiB through the mount at mnt until every
-// data partition reports holding at least least bytes (at most 80 files).
+// seedPartitions writes files of 12 MiB through the mount at mnt until
+// every data partition reports holding at least least bytes (at most 100
+// files).
 func seedPartitions(t *testing.T, dir, mnt string, least uint64) []written {
 	t.Helper()
 	var seeded []written
@@ -118,14 +119,14 @@ func seedPartitions(t *testing.T, dir, mnt string, least uint64) []written {
 	write := func(n int) {
 		for range n {
 			i := len(seeded)
-			data := bytes.Repeat([]byte(fmt.Sprintf("seed %02d ", i)), (8<<20)/8)
+			data := bytes.Repeat([]byte(fmt.Sprintf("seed %02d ", i%100)), (12<<20)/8)
 			p := filepath.Join(mnt, fmt.Sprintf("seed%02d", i))
 			must(t, writeSync(p, data))
 			seeded = append(seeded, written{path: p, sum: sha256.Sum256(data), size: len(data)})
 			total += uint64(len(data))
 		}
 	}
-	write(30)
+	write(20)
 	for {
 		// The partitions report their usage with their heartbeats: wait
 		// until the reports account for what was written.
@@ -142,11 +143,11 @@ func seedPartitions(t *testing.T, dir, mnt string, least uint64) []written {
 			}
 		}
 		if smallest >= least {
-			t.Logf("seeded %d files of 8 MiB; the smallest data partition holds %d MiB", len(seeded), smallest>>20)
+			t.Logf("seeded %d files of 12 MiB; the smallest data partition holds %d MiB", len(seeded), smallest>>20)
 			return seeded
 		}
-		if len(seeded) >= 80 {
-			t.Fatalf("after %d files of 8 MiB a data partition still holds only %d bytes", len(seeded), smallest)
+		if len(seeded) >= 100 {
+			t.Fatalf("after %d files of 12 MiB a data partition still holds only %d bytes", len(seeded), smallest)
 		}
 		write(5)
 	}
