@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnfs/cairn/pkg/metaclient"
@@ -63,51 +64,44 @@ func FuzzService(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		body := data[1:]
-		var err error
-		switch data[0] % 7 {
-		case 0:
-			var r metapb.TxnRequest
-			if err = proto.Unmarshal(body, &r); err == nil {
-				_, err = fuzzMeta.Txn(ctx, &r)
-			}
-		case 1:
-			var r metapb.PathRequest
-			if err = proto.Unmarshal(body, &r); err == nil {
-				_, err = fuzzMeta.Path(ctx, &r)
-			}
-		case 2:
-			var r metapb.LookupRequest
-			if err = proto.Unmarshal(body, &r); err == nil {
-				_, err = fuzzMeta.Lookup(ctx, &r)
-			}
-		case 3:
-			var r metapb.GetInodeRequest
-			if err = proto.Unmarshal(body, &r); err == nil {
-				_, err = fuzzMeta.GetInode(ctx, &r)
-			}
-		case 4:
-			var r metapb.ReadDirRequest
-			if err = proto.Unmarshal(body, &r); err == nil {
-				_, err = fuzzMeta.ReadDir(ctx, &r)
-			}
-		case 5:
-			var r metapb.ScanRequest
-			if err = proto.Unmarshal(body, &r); err == nil {
-				_, err = fuzzMeta.Scan(ctx, &r)
-			}
-		case 6:
-			var r metapb.PartitionStatsRequest
-			if err = proto.Unmarshal(body, &r); err == nil {
-				_, err = fuzzMeta.PartitionStats(ctx, &r)
-			}
-		}
-		_ = err // any answer, error or not, is fine; the partition must go on
+		method := fuzzMethods[int(data[0])%len(fuzzMethods)]
+		_ = method(ctx, body) // any answer, error or not, is fine; the partition must go on
 
 		ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel2()
 		r, err := fuzzMC.GetInode(ctx2, fuzzC.part, RootIno)
 		if err != nil || r.GetErrno() != 0 {
-			t.Fatalf("the partition stopped serving after method %d %x: %v %v", data[0]%7, body, err, r)
+			t.Fatalf("the partition stopped serving after method %d %x: %v %v", int(data[0])%len(fuzzMethods), body, err, r)
 		}
 	})
+}
+
+// fuzzMethods decode a request of one of the meta node's methods and send
+// it to fuzzMeta; FuzzService's first byte picks one (its seeds use these
+// indexes).
+var fuzzMethods = []func(ctx context.Context, body []byte) error{
+	func(ctx context.Context, b []byte) error { return call(ctx, b, &metapb.TxnRequest{}, fuzzMeta.Txn) },
+	func(ctx context.Context, b []byte) error { return call(ctx, b, &metapb.PathRequest{}, fuzzMeta.Path) },
+	func(ctx context.Context, b []byte) error {
+		return call(ctx, b, &metapb.LookupRequest{}, fuzzMeta.Lookup)
+	},
+	func(ctx context.Context, b []byte) error {
+		return call(ctx, b, &metapb.GetInodeRequest{}, fuzzMeta.GetInode)
+	},
+	func(ctx context.Context, b []byte) error {
+		return call(ctx, b, &metapb.ReadDirRequest{}, fuzzMeta.ReadDir)
+	},
+	func(ctx context.Context, b []byte) error { return call(ctx, b, &metapb.ScanRequest{}, fuzzMeta.Scan) },
+	func(ctx context.Context, b []byte) error {
+		return call(ctx, b, &metapb.PartitionStatsRequest{}, fuzzMeta.PartitionStats)
+	},
+}
+
+// call decodes body into req and sends it with method.
+func call[Req proto.Message, Resp any](ctx context.Context, body []byte, req Req, method func(context.Context, Req, ...grpc.CallOption) (Resp, error)) error {
+	if err := proto.Unmarshal(body, req); err != nil {
+		return err
+	}
+	_, err := method(ctx, req)
+	return err
 }

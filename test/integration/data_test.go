@@ -242,12 +242,13 @@ func TestDataWriteSurvivesFollowerKill(t *testing.T) {
 				break
 			}
 			var rerr error
-			if dataproto.CodeOf(err) == dataproto.CodeStaleEpoch && staleRetries < 3 {
-				// The map moved on since this client last read it: read
-				// it again and retry at once, deadline or not (the
+			if dataproto.CodeOf(err) == dataproto.CodeStaleEpoch {
+				// The map moved on since this client last read it (each
+				// replica found in sync moves it again): read it again,
+				// and retry at once a few times, deadline or not (the
 				// earlier keys may have used it up).
-				staleRetries++
-				if rerr = cl.Refresh(ctx); rerr == nil {
+				if rerr = cl.Refresh(ctx); rerr == nil && staleRetries < 3 {
+					staleRetries++
 					continue
 				}
 			}
