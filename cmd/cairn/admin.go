@@ -22,6 +22,10 @@ type clusterFlags struct {
 	dataDir string
 	timeout time.Duration
 	tls     tlsFlags
+
+	conf    *tls.Config // tlsConfig's answer, once loaded
+	confErr error
+	loaded  bool
 }
 
 func (c *clusterFlags) add(cmd *cobra.Command) {
@@ -50,21 +54,35 @@ func (c *clusterFlags) addrs(cmd *cobra.Command) ([]string, error) {
 
 // tlsConfig is the client TLS configuration to reach the cluster with;
 // without --tls-dir, a cluster found through --data-dir lends its admin
-// identity.
+// identity. The identity is read once per command.
 func (c *clusterFlags) tlsConfig(cmd *cobra.Command) (*tls.Config, error) {
-	fallback := ""
-	if len(c.masters) == 0 {
-		fallback = adminTLSOf(c.dataDir)
+	if !c.loaded {
+		fallback := ""
+		if len(c.masters) == 0 {
+			fallback = localcluster.TLSDir(c.dataDir, localcluster.AdminIdentity)
+		}
+		c.conf, c.confErr = c.tls.clientTLS(cmd, fallback)
+		c.loaded = true
 	}
-	return c.tls.clientTLS(cmd, fallback)
+	return c.conf, c.confErr
+}
+
+// endpoint returns the masters' addresses and the TLS configuration to
+// reach them with.
+func (c *clusterFlags) endpoint(cmd *cobra.Command) ([]string, *tls.Config, error) {
+	addrs, err := c.addrs(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	conf, err := c.tlsConfig(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	return addrs, conf, nil
 }
 
 func (c *clusterFlags) client(cmd *cobra.Command) (*masterclient.Client, error) {
-	addrs, err := c.addrs(cmd)
-	if err != nil {
-		return nil, err
-	}
-	conf, err := c.tlsConfig(cmd)
+	addrs, conf, err := c.endpoint(cmd)
 	if err != nil {
 		return nil, err
 	}

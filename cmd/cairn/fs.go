@@ -30,11 +30,7 @@ func (f *fsFlags) add(cmd *cobra.Command) {
 
 // open connects to the volume. The timeout flag bounds every operation.
 func (f *fsFlags) open(cmd *cobra.Command) (*client.Volume, error) {
-	addrs, err := f.addrs(cmd)
-	if err != nil {
-		return nil, err
-	}
-	conf, err := f.tlsConfig(cmd)
+	addrs, conf, err := f.endpoint(cmd)
 	if err != nil {
 		return nil, err
 	}

@@ -271,11 +271,7 @@ file system (docs/bench.md, "Traces").`,
 			if err := checkMountPoint(cmd, mp); err != nil {
 				return err
 			}
-			masters, err := cf.addrs(cmd)
-			if err != nil {
-				return err
-			}
-			conf, err := cf.tlsConfig(cmd)
+			masters, conf, err := cf.endpoint(cmd)
 			if err != nil {
 				return err
 			}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cairnfs/cairn/pkg/localcluster"
 	"github.com/cairnfs/cairn/pkg/pki"
 )
 
@@ -143,9 +142,4 @@ there: the process using it picks it up within a second.`,
 	f.StringVar(&kind, "kind", "node", "node, client or admin")
 	f.StringSliceVar(&hosts, "host", nil, "host names and addresses to put in the certificate (for TLS clients that check them)")
 	return cmd
-}
-
-// adminTLSOf is the admin identity of the 'cairn up' cluster in dataDir.
-func adminTLSOf(dataDir string) string {
-	return localcluster.TLSDir(dataDir, localcluster.AdminIdentity)
 }

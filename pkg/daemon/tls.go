@@ -24,6 +24,15 @@ func ListenRPC(addr string, id *pki.Identity) (net.Listener, error) {
 	return tls.NewListener(ln, cfg), nil
 }
 
+// ServerTLS is the server configuration of id, or nil (plain text) when id
+// is nil.
+func ServerTLS(id *pki.Identity) *tls.Config {
+	if id == nil {
+		return nil
+	}
+	return id.ServerConfig()
+}
+
 // ClientTLS is the client configuration of id, or nil (plain text) when id
 // is nil.
 func ClientTLS(id *pki.Identity) *tls.Config {

@@ -660,7 +660,7 @@ func (s *session) list(in *dataproto.Inbound) {
 	// The epoch is read before the extents: an append this node makes
 	// with a view older than it is either in the list or, having found
 	// the view changed after its local append, forwarded down the newer
-	// chain (see chainAfterAppend). A follower relies on it to report
+	// chain (see forwardAfterAppend). A follower relies on it to report
 	// itself in sync (noteSynced).
 	rh := dataproto.Header{Epoch: p.view().epoch}
 	exts := p.st().Extents()

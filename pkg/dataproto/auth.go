@@ -36,7 +36,8 @@ const (
 	modeSecure byte = 's'
 )
 
-// authTimeout bounds the whole authentication of a connection.
+// authTimeout bounds the server's side of a connection's authentication
+// (a client's is bounded by its dial timeout).
 const authTimeout = 10 * time.Second
 
 // authServer authenticates nc as a server with cfg and returns the
@@ -65,11 +66,10 @@ func authServer(nc net.Conn, cfg *tls.Config, encrypt bool) (net.Conn, *x509.Cer
 	return nc, peer, nil
 }
 
-// authClient authenticates nc as a client with cfg and returns the
-// connection the frames travel on, in the mode the server chose.
+// authClient authenticates nc as a client with cfg, within ctx's deadline,
+// and returns the connection the frames travel on, in the mode the server
+// chose.
 func authClient(ctx context.Context, nc net.Conn, cfg *tls.Config) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, authTimeout)
-	defer cancel()
 	if d, ok := ctx.Deadline(); ok {
 		_ = nc.SetDeadline(d)
 	}

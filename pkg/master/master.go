@@ -243,11 +243,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if s.db, err = pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{}); err != nil {
 		return nil, fmt.Errorf("open master store: %w", err)
 	}
-	var topts []multiraft.TransportOption
-	if cfg.TLS != nil {
-		topts = append(topts, multiraft.WithTLS(cfg.TLS.ClientConfig()))
-	}
-	s.transport = multiraft.NewGRPCTransport(multiraft.NodeID(cfg.ID), s.resolve, s.log, topts...)
+	s.transport = multiraft.NewGRPCTransport(multiraft.NodeID(cfg.ID), s.resolve, s.log, multiraft.WithTLS(daemon.ClientTLS(cfg.TLS)))
 	s.host, err = multiraft.NewHost(multiraft.Config{
 		NodeID:       multiraft.NodeID(cfg.ID),
 		DB:           s.db,

@@ -102,9 +102,13 @@ func WithMaxMessageBytes(n int) TransportOption {
 }
 
 // WithTLS runs the connections to peers over TLS with cfg (a client
-// configuration: this node's certificate, the peers' CA).
+// configuration: this node's certificate, the peers' CA); a nil cfg keeps
+// them in plain text.
 func WithTLS(cfg *tls.Config) TransportOption {
 	return func(t *GRPCTransport) {
+		if cfg == nil {
+			return
+		}
 		t.tls = cfg
 		t.dialOpts = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
 	}

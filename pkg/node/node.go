@@ -308,11 +308,8 @@ func (n *Node) openPartitions() (err error) {
 		defer n.mu.Unlock()
 		return n.applied
 	}
-	var topts []multiraft.TransportOption
-	if n.cfg.TLS != nil {
-		topts = append(topts, multiraft.WithTLS(n.cfg.TLS.ClientConfig()))
-	}
-	n.transport = multiraft.NewGRPCTransport(multiraft.NodeID(n.id.NodeID), func(id multiraft.NodeID) (string, bool) { return resolve(uint64(id)) }, n.log, topts...)
+	n.transport = multiraft.NewGRPCTransport(multiraft.NodeID(n.id.NodeID), func(id multiraft.NodeID) (string, bool) { return resolve(uint64(id)) }, n.log,
+		multiraft.WithTLS(daemon.ClientTLS(n.cfg.TLS)))
 	n.raft, err = multiraft.NewHost(multiraft.Config{
 		NodeID: multiraft.NodeID(n.id.NodeID), DB: n.db, Transport: n.transport,
 		TickInterval: n.cfg.TickInterval, Logger: n.log,
@@ -325,16 +322,12 @@ func (n *Node) openPartitions() (err error) {
 	n.rpc = daemon.NewRPCServer(n.telemetry.Registry, n.cfg.TLS != nil)
 	healthpb.RegisterHealthServer(n.rpc, health.NewServer())
 	n.transport.Register(n.rpc)
-	var serverTLS *tls.Config
-	if n.cfg.TLS != nil {
-		serverTLS = n.cfg.TLS.ServerConfig()
-	}
 	if n.cfg.NewPartitions != nil {
 		n.parts, err = n.cfg.NewPartitions(Env{
 			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, RPC: n.rpc,
 			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData,
 			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch, AppliedEpoch: applied, Refresh: n.refresh,
-			TLS: daemon.ClientTLS(n.cfg.TLS), ServerTLS: serverTLS,
+			TLS: daemon.ClientTLS(n.cfg.TLS), ServerTLS: daemon.ServerTLS(n.cfg.TLS),
 		})
 		if err != nil {
 			return fmt.Errorf("%s partitions: %w", RoleName(n.cfg.Role), err)

@@ -230,9 +230,6 @@ func (id *Identity) Dir() string { return id.dir }
 // Name is the certificate's common name.
 func (id *Identity) Name() string { return id.current().leaf.Subject.CommonName }
 
-// Kind is the certificate's kind (its organizational unit).
-func (id *Identity) Kind() Kind { return KindOf(id.current().leaf) }
-
 // KindOf returns the kind a certificate names, or "" if none.
 func KindOf(c *x509.Certificate) Kind {
 	for _, ou := range c.Subject.OrganizationalUnit {
