@@ -11,8 +11,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/localcluster"
 	"github.com/cairnfs/cairn/pkg/masterclient"
+	"github.com/cairnfs/cairn/pkg/pki"
 )
 
 // clusterFlags are how every admin command finds the cluster: --master, or the
@@ -23,7 +25,7 @@ type clusterFlags struct {
 	timeout time.Duration
 	tls     tlsFlags
 
-	conf    *tls.Config // tlsConfig's answer, once loaded
+	id      *pki.Identity // tlsConfig's identity (nil: --insecure), once loaded
 	confErr error
 	loaded  bool
 }
@@ -61,10 +63,22 @@ func (c *clusterFlags) tlsConfig(cmd *cobra.Command) (*tls.Config, error) {
 		if len(c.masters) == 0 {
 			fallback = localcluster.TLSDir(c.dataDir, localcluster.AdminIdentity)
 		}
-		c.conf, c.confErr = c.tls.clientTLS(cmd, fallback)
+		c.id, c.confErr = c.tls.identity(cmd, fallback)
 		c.loaded = true
 	}
-	return c.conf, c.confErr
+	if c.confErr != nil || c.id == nil {
+		return nil, c.confErr
+	}
+	return c.id.ClientConfig(), nil
+}
+
+// caps are the capabilities of the command's identity (none with
+// --insecure, or for an admin).
+func (c *clusterFlags) caps(cmd *cobra.Command) (capability.Caps, error) {
+	if _, err := c.tlsConfig(cmd); err != nil || c.id == nil {
+		return capability.Caps{}, err
+	}
+	return capability.FromCert(c.id.Certificate())
 }
 
 // endpoint returns the masters' addresses and the TLS configuration to

@@ -275,6 +275,20 @@ file system (docs/bench.md, "Traces").`,
 			if err != nil {
 				return err
 			}
+			caps, err := cf.caps(cmd)
+			if err != nil {
+				return err
+			}
+			if caps.Volume != "" && caps.Volume != volume {
+				return usagef(cmd, "the identity in %s may use volume %q only, not %q", cf.id.Dir(), caps.Volume, volume)
+			}
+			fuseOpts := []string{"default_permissions"}
+			if caps.ReadOnly {
+				// The servers refuse every change of a read-only client;
+				// mounted read-only, the kernel refuses them first, at
+				// open(2) rather than at close.
+				fuseOpts = append(fuseOpts, "ro")
+			}
 			// The trace file is created before anything waits, so that a bad
 			// path fails at once; on an early error it is closed as it is.
 			var rec *optrace.Recorder
@@ -326,7 +340,7 @@ file system (docs/bench.md, "Traces").`,
 				AllowOther:  mo.allowOther,
 				FsName:      "cairn:" + volume,
 				Name:        "cairn",
-				Options:     []string{"default_permissions"},
+				Options:     fuseOpts,
 				MaxWrite:    1 << 20,
 				Debug:       mo.debug,
 				// The mount decides when cached pages go (at an open

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/tls"
 	"fmt"
 	"os"
 
@@ -52,15 +51,6 @@ func (t *tlsFlags) identity(cmd *cobra.Command, fallback string) (*pki.Identity,
 	return id, nil
 }
 
-// clientTLS is identity's client configuration (nil with --insecure).
-func (t *tlsFlags) clientTLS(cmd *cobra.Command, fallback string) (*tls.Config, error) {
-	id, err := t.identity(cmd, fallback)
-	if err != nil || id == nil {
-		return nil, err
-	}
-	return id.ClientConfig(), nil
-}
-
 func newCertCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cert",
@@ -76,7 +66,7 @@ a second). To move to a new CA, put both CAs in every ca.crt first, then issue
 from the new one, then drop the old one from ca.crt.`,
 		Args: noArgs,
 	}
-	cmd.AddCommand(newCertCACmd(), newCertIssueCmd())
+	cmd.AddCommand(newCertCACmd(), newCertIssueCmd(), newCertRevokeCmd())
 	return cmd
 }
 

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"syscall"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/redirect"
 )
@@ -56,6 +60,16 @@ func ErrnoOf(err error) syscall.Errno {
 	var n syscall.Errno
 	if errors.As(err, &n) {
 		return n
+	}
+	switch dataproto.CodeOf(err) {
+	case dataproto.CodeReadOnlyClient:
+		return syscall.EROFS
+	case dataproto.CodePermissionDenied:
+		return syscall.EACCES
+	}
+	switch status.Code(err) {
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return syscall.EACCES
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, redirect.ErrNoLeader):

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/chunkcache"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataclient"
@@ -245,6 +246,13 @@ func (w *view) all() []*pb.Partition {
 // the master client's error if no master answers before ctx ends.
 func Open(ctx context.Context, masters []string, volume string, opts *Options) (*Volume, error) {
 	o := opts.withDefaults()
+	// The servers refuse another volume to a client identity bound to
+	// one, and the master does not say whether it exists: say why here.
+	if caps, err := capability.FromTLS(o.TLS); err != nil {
+		return nil, errnoErr("open", syscall.EACCES, "the client certificate: %v", err)
+	} else if caps.Volume != "" && caps.Volume != volume {
+		return nil, errnoErr("open", syscall.EACCES, "this client identity may use volume %q only, not %q", caps.Volume, volume)
+	}
 	mc, err := masterclient.New(masters, o.TLS)
 	if err != nil {
 		return nil, err

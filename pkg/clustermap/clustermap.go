@@ -179,6 +179,11 @@ func (s *State) Apply(cmd *pb.Command) (any, error) {
 	case *pb.Command_AddDataPartitions:
 		res, err = s.addDataPartitions(op.AddDataPartitions)
 		changed = err == nil
+	case *pb.Command_RegisterClient:
+		err = s.registerClient(cmd.NowUnixMs, op.RegisterClient)
+		changed = err == nil
+	case *pb.Command_Revoke:
+		res, changed, err = s.revoke(cmd.NowUnixMs, op.Revoke)
 	default:
 		return nil, fmt.Errorf("%w command: unknown operation %T", ErrInvalid, op)
 	}

@@ -974,8 +974,14 @@ type ClusterMap struct {
 	NextVolumeId    uint64                 `protobuf:"varint,7,opt,name=next_volume_id,json=nextVolumeId,proto3" json:"next_volume_id,omitempty"`
 	NextPartitionId uint64                 `protobuf:"varint,8,opt,name=next_partition_id,json=nextPartitionId,proto3" json:"next_partition_id,omitempty"`
 	CreatedUnixMs   int64                  `protobuf:"varint,9,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The client identities the cluster issued, by name, and the serials
+	// (pki.Serial) of revoked certificates of any kind, each with its
+	// certificate's expiry (unix ms): servers refuse them at the handshake
+	// and on every request.
+	Clients       map[string]*Client `protobuf:"bytes,10,rep,name=clients,proto3" json:"clients,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Revoked       map[string]int64   `protobuf:"bytes,11,rep,name=revoked,proto3" json:"revoked,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterMap) Reset() {
@@ -1071,6 +1077,107 @@ func (x *ClusterMap) GetCreatedUnixMs() int64 {
 	return 0
 }
 
+func (x *ClusterMap) GetClients() map[string]*Client {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+func (x *ClusterMap) GetRevoked() map[string]int64 {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
+// Client is a client identity issued by 'cairn client create': a
+// certificate whose capabilities (pkg/capability) are in the certificate
+// itself. The master keeps this record to list and revoke it.
+type Client struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Serial         string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"` // the certificate's (pki.Serial)
+	Caps           []byte                 `protobuf:"bytes,3,opt,name=caps,proto3" json:"caps,omitempty"`     // capability.Caps, as in the certificate (JSON)
+	CreatedUnixMs  int64                  `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	NotAfterUnixMs int64                  `protobuf:"varint,5,opt,name=not_after_unix_ms,json=notAfterUnixMs,proto3" json:"not_after_unix_ms,omitempty"`
+	RevokedUnixMs  int64                  `protobuf:"varint,6,opt,name=revoked_unix_ms,json=revokedUnixMs,proto3" json:"revoked_unix_ms,omitempty"` // 0: not revoked
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Client) Reset() {
+	*x = Client{}
+	mi := &file_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Client) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Client) ProtoMessage() {}
+
+func (x *Client) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Client.ProtoReflect.Descriptor instead.
+func (*Client) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Client) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Client) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *Client) GetCaps() []byte {
+	if x != nil {
+		return x.Caps
+	}
+	return nil
+}
+
+func (x *Client) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *Client) GetNotAfterUnixMs() int64 {
+	if x != nil {
+		return x.NotAfterUnixMs
+	}
+	return 0
+}
+
+func (x *Client) GetRevokedUnixMs() int64 {
+	if x != nil {
+		return x.RevokedUnixMs
+	}
+	return 0
+}
+
 type Command struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	NowUnixMs int64                  `protobuf:"varint,1,opt,name=now_unix_ms,json=nowUnixMs,proto3" json:"now_unix_ms,omitempty"` // the proposer's clock, so that apply is deterministic
@@ -1088,6 +1195,8 @@ type Command struct {
 	//	*Command_MoveReplica
 	//	*Command_DrainNode
 	//	*Command_AddDataPartitions
+	//	*Command_RegisterClient
+	//	*Command_Revoke
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1095,7 +1204,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1216,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1229,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -1245,6 +1354,24 @@ func (x *Command) GetAddDataPartitions() *AddDataPartitions {
 	return nil
 }
 
+func (x *Command) GetRegisterClient() *RegisterClient {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RegisterClient); ok {
+			return x.RegisterClient
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRevoke() *Revoke {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Revoke); ok {
+			return x.Revoke
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1297,6 +1424,14 @@ type Command_AddDataPartitions struct {
 	AddDataPartitions *AddDataPartitions `protobuf:"bytes,21,opt,name=add_data_partitions,json=addDataPartitions,proto3,oneof"`
 }
 
+type Command_RegisterClient struct {
+	RegisterClient *RegisterClient `protobuf:"bytes,22,opt,name=register_client,json=registerClient,proto3,oneof"`
+}
+
+type Command_Revoke struct {
+	Revoke *Revoke `protobuf:"bytes,23,opt,name=revoke,proto3,oneof"`
+}
+
 func (*Command_Init) isCommand_Op() {}
 
 func (*Command_Register) isCommand_Op() {}
@@ -1321,6 +1456,119 @@ func (*Command_DrainNode) isCommand_Op() {}
 
 func (*Command_AddDataPartitions) isCommand_Op() {}
 
+func (*Command_RegisterClient) isCommand_Op() {}
+
+func (*Command_Revoke) isCommand_Op() {}
+
+// RegisterClient records a newly issued client identity. Refused
+// (ALREADY_EXISTS) when a client of that name is recorded and not revoked.
+type RegisterClient struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Client        *Client                `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterClient) Reset() {
+	*x = RegisterClient{}
+	mi := &file_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterClient) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterClient) ProtoMessage() {}
+
+func (x *RegisterClient) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterClient.ProtoReflect.Descriptor instead.
+func (*RegisterClient) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RegisterClient) GetClient() *Client {
+	if x != nil {
+		return x.Client
+	}
+	return nil
+}
+
+// Revoke revokes the certificate of a recorded client (by name) or any
+// certificate (by serial, with its expiry so the entry can be dropped once
+// the certificate expires).
+type Revoke struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Client         string                 `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`
+	Serial         string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	NotAfterUnixMs int64                  `protobuf:"varint,3,opt,name=not_after_unix_ms,json=notAfterUnixMs,proto3" json:"not_after_unix_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Revoke) Reset() {
+	*x = Revoke{}
+	mi := &file_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Revoke) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Revoke) ProtoMessage() {}
+
+func (x *Revoke) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Revoke.ProtoReflect.Descriptor instead.
+func (*Revoke) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Revoke) GetClient() string {
+	if x != nil {
+		return x.Client
+	}
+	return ""
+}
+
+func (x *Revoke) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *Revoke) GetNotAfterUnixMs() int64 {
+	if x != nil {
+		return x.NotAfterUnixMs
+	}
+	return 0
+}
+
 // AddDataPartitions adds data partitions to a volume (its writable ones ran
 // low: replicas out of space or lost). Each partition has the volume's
 // replica count, on distinct data nodes.
@@ -1334,7 +1582,7 @@ type AddDataPartitions struct {
 
 func (x *AddDataPartitions) Reset() {
 	*x = AddDataPartitions{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1594,7 @@ func (x *AddDataPartitions) String() string {
 func (*AddDataPartitions) ProtoMessage() {}
 
 func (x *AddDataPartitions) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1607,7 @@ func (x *AddDataPartitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDataPartitions.ProtoReflect.Descriptor instead.
 func (*AddDataPartitions) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AddDataPartitions) GetVolume() string {
@@ -1387,7 +1635,7 @@ type DrainNode struct {
 
 func (x *DrainNode) Reset() {
 	*x = DrainNode{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1647,7 @@ func (x *DrainNode) String() string {
 func (*DrainNode) ProtoMessage() {}
 
 func (x *DrainNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1660,7 @@ func (x *DrainNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNode.ProtoReflect.Descriptor instead.
 func (*DrainNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DrainNode) GetNodeId() uint64 {
@@ -1445,7 +1693,7 @@ type MoveReplica struct {
 
 func (x *MoveReplica) Reset() {
 	*x = MoveReplica{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1705,7 @@ func (x *MoveReplica) String() string {
 func (*MoveReplica) ProtoMessage() {}
 
 func (x *MoveReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1718,7 @@ func (x *MoveReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplica.ProtoReflect.Descriptor instead.
 func (*MoveReplica) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MoveReplica) GetPartitionId() uint64 {
@@ -1515,7 +1763,7 @@ type MarkInSync struct {
 
 func (x *MarkInSync) Reset() {
 	*x = MarkInSync{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1775,7 @@ func (x *MarkInSync) String() string {
 func (*MarkInSync) ProtoMessage() {}
 
 func (x *MarkInSync) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1788,7 @@ func (x *MarkInSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInSync.ProtoReflect.Descriptor instead.
 func (*MarkInSync) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MarkInSync) GetPartitionId() uint64 {
@@ -1579,7 +1827,7 @@ type AddMetaPartition struct {
 
 func (x *AddMetaPartition) Reset() {
 	*x = AddMetaPartition{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1839,7 @@ func (x *AddMetaPartition) String() string {
 func (*AddMetaPartition) ProtoMessage() {}
 
 func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1852,7 @@ func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMetaPartition.ProtoReflect.Descriptor instead.
 func (*AddMetaPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AddMetaPartition) GetVolume() string {
@@ -1644,7 +1892,7 @@ type StartMigration struct {
 
 func (x *StartMigration) Reset() {
 	*x = StartMigration{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1904,7 @@ func (x *StartMigration) String() string {
 func (*StartMigration) ProtoMessage() {}
 
 func (x *StartMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1917,7 @@ func (x *StartMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMigration.ProtoReflect.Descriptor instead.
 func (*StartMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StartMigration) GetVolume() string {
@@ -1722,7 +1970,7 @@ type AdvanceMigration struct {
 
 func (x *AdvanceMigration) Reset() {
 	*x = AdvanceMigration{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +1982,7 @@ func (x *AdvanceMigration) String() string {
 func (*AdvanceMigration) ProtoMessage() {}
 
 func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +1995,7 @@ func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceMigration.ProtoReflect.Descriptor instead.
 func (*AdvanceMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AdvanceMigration) GetVolume() string {
@@ -1787,7 +2035,7 @@ type InitCluster struct {
 
 func (x *InitCluster) Reset() {
 	*x = InitCluster{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +2047,7 @@ func (x *InitCluster) String() string {
 func (*InitCluster) ProtoMessage() {}
 
 func (x *InitCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +2060,7 @@ func (x *InitCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
 func (*InitCluster) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InitCluster) GetClusterId() string {
@@ -1836,7 +2084,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2096,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2109,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegisterNode) GetUuid() string {
@@ -1916,7 +2164,7 @@ type SetNodeState struct {
 
 func (x *SetNodeState) Reset() {
 	*x = SetNodeState{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2176,7 @@ func (x *SetNodeState) String() string {
 func (*SetNodeState) ProtoMessage() {}
 
 func (x *SetNodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2189,7 @@ func (x *SetNodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeState.ProtoReflect.Descriptor instead.
 func (*SetNodeState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetNodeState) GetNodeId() uint64 {
@@ -1968,7 +2216,7 @@ type NewPartition struct {
 
 func (x *NewPartition) Reset() {
 	*x = NewPartition{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2228,7 @@ func (x *NewPartition) String() string {
 func (*NewPartition) ProtoMessage() {}
 
 func (x *NewPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2241,7 @@ func (x *NewPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewPartition.ProtoReflect.Descriptor instead.
 func (*NewPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NewPartition) GetKind() PartitionKind {
@@ -2025,7 +2273,7 @@ type CreateVolume struct {
 
 func (x *CreateVolume) Reset() {
 	*x = CreateVolume{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2285,7 @@ func (x *CreateVolume) String() string {
 func (*CreateVolume) ProtoMessage() {}
 
 func (x *CreateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2298,7 @@ func (x *CreateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolume.ProtoReflect.Descriptor instead.
 func (*CreateVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateVolume) GetName() string {
@@ -2111,7 +2359,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2371,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2384,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -2161,7 +2409,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2421,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2434,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegisterRequest) GetClusterId() string {
@@ -2249,7 +2497,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2509,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2522,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RegisterResponse) GetClusterId() string {
@@ -2311,7 +2559,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2571,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2584,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Usage) GetCapacityBytes() uint64 {
@@ -2394,7 +2642,7 @@ type PartitionReport struct {
 
 func (x *PartitionReport) Reset() {
 	*x = PartitionReport{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2654,7 @@ func (x *PartitionReport) String() string {
 func (*PartitionReport) ProtoMessage() {}
 
 func (x *PartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2667,7 @@ func (x *PartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReport.ProtoReflect.Descriptor instead.
 func (*PartitionReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PartitionReport) GetId() uint64 {
@@ -2500,7 +2748,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2760,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2773,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HeartbeatRequest) GetNodeId() uint64 {
@@ -2588,14 +2836,16 @@ type HeartbeatResponse struct {
 	NodeDataAddrs map[uint64]string `protobuf:"bytes,4,rep,name=node_data_addrs,json=nodeDataAddrs,proto3" json:"node_data_addrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Partitions this node reported hosting that the map no longer places on
 	// it (a move replaced its replica): delete their state.
-	Removed       []uint64 `protobuf:"varint,5,rep,packed,name=removed,proto3" json:"removed,omitempty"`
+	Removed []uint64 `protobuf:"varint,5,rep,packed,name=removed,proto3" json:"removed,omitempty"`
+	// The serials of revoked certificates (ClusterMap.revoked).
+	Revoked       []string `protobuf:"bytes,6,rep,name=revoked,proto3" json:"revoked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2857,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2870,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{26}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HeartbeatResponse) GetEpoch() uint64 {
@@ -2658,6 +2908,13 @@ func (x *HeartbeatResponse) GetRemoved() []uint64 {
 	return nil
 }
 
+func (x *HeartbeatResponse) GetRevoked() []string {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
 type GetMapRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2666,7 +2923,7 @@ type GetMapRequest struct {
 
 func (x *GetMapRequest) Reset() {
 	*x = GetMapRequest{}
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2935,7 @@ func (x *GetMapRequest) String() string {
 func (*GetMapRequest) ProtoMessage() {}
 
 func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2948,7 @@ func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapRequest.ProtoReflect.Descriptor instead.
 func (*GetMapRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{27}
+	return file_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 type GetMapResponse struct {
@@ -2703,7 +2960,7 @@ type GetMapResponse struct {
 
 func (x *GetMapResponse) Reset() {
 	*x = GetMapResponse{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +2972,7 @@ func (x *GetMapResponse) String() string {
 func (*GetMapResponse) ProtoMessage() {}
 
 func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +2985,7 @@ func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapResponse.ProtoReflect.Descriptor instead.
 func (*GetMapResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetMapResponse) GetMap() *ClusterMap {
@@ -2755,7 +3012,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +3024,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +3037,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateVolumeRequest) GetName() string {
@@ -2841,7 +3098,7 @@ type VolumeRequest struct {
 
 func (x *VolumeRequest) Reset() {
 	*x = VolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2853,7 +3110,7 @@ func (x *VolumeRequest) String() string {
 func (*VolumeRequest) ProtoMessage() {}
 
 func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2866,7 +3123,7 @@ func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{30}
+	return file_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *VolumeRequest) GetName() string {
@@ -2898,7 +3155,7 @@ type VolumeResponse struct {
 
 func (x *VolumeResponse) Reset() {
 	*x = VolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +3167,7 @@ func (x *VolumeResponse) String() string {
 func (*VolumeResponse) ProtoMessage() {}
 
 func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3180,7 @@ func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeResponse.ProtoReflect.Descriptor instead.
 func (*VolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{31}
+	return file_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *VolumeResponse) GetVolume() *Volume {
@@ -2983,7 +3240,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3252,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3265,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{32}
+	return file_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 type ListVolumesResponse struct {
@@ -3021,7 +3278,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3033,7 +3290,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3046,7 +3303,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{33}
+	return file_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -3072,7 +3329,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3341,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3354,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{34}
+	return file_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteVolumeResponse) GetEpoch() uint64 {
@@ -3115,7 +3372,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3127,7 +3384,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3140,7 +3397,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{35}
+	return file_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 // PingResponse tells who a master is and what it knows of the leader.
@@ -3161,7 +3418,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_cluster_proto_msgTypes[36]
+	mi := &file_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3430,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[36]
+	mi := &file_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3443,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{36}
+	return file_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PingResponse) GetId() uint64 {
@@ -3269,7 +3526,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_cluster_proto_msgTypes[37]
+	mi := &file_cluster_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3538,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[37]
+	mi := &file_cluster_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3551,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{37}
+	return file_cluster_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NodeStatus) GetNode() *Node {
@@ -3354,7 +3611,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[38]
+	mi := &file_cluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3623,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[38]
+	mi := &file_cluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3636,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{38}
+	return file_cluster_proto_rawDescGZIP(), []int{41}
 }
 
 type StatusResponse struct {
@@ -3398,7 +3655,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[39]
+	mi := &file_cluster_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3410,7 +3667,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[39]
+	mi := &file_cluster_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3423,7 +3680,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{39}
+	return file_cluster_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatusResponse) GetMap() *ClusterMap {
@@ -3481,7 +3738,7 @@ type ReplicaRecovery struct {
 
 func (x *ReplicaRecovery) Reset() {
 	*x = ReplicaRecovery{}
-	mi := &file_cluster_proto_msgTypes[40]
+	mi := &file_cluster_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3750,7 @@ func (x *ReplicaRecovery) String() string {
 func (*ReplicaRecovery) ProtoMessage() {}
 
 func (x *ReplicaRecovery) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[40]
+	mi := &file_cluster_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3763,7 @@ func (x *ReplicaRecovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaRecovery.ProtoReflect.Descriptor instead.
 func (*ReplicaRecovery) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{40}
+	return file_cluster_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReplicaRecovery) GetPartitionId() uint64 {
@@ -3530,6 +3787,286 @@ func (x *ReplicaRecovery) GetBytesLeft() uint64 {
 	return 0
 }
 
+type CreateClientRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Client        *Client                `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateClientRequest) Reset() {
+	*x = CreateClientRequest{}
+	mi := &file_cluster_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateClientRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateClientRequest) ProtoMessage() {}
+
+func (x *CreateClientRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateClientRequest.ProtoReflect.Descriptor instead.
+func (*CreateClientRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *CreateClientRequest) GetClient() *Client {
+	if x != nil {
+		return x.Client
+	}
+	return nil
+}
+
+type CreateClientResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateClientResponse) Reset() {
+	*x = CreateClientResponse{}
+	mi := &file_cluster_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateClientResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateClientResponse) ProtoMessage() {}
+
+func (x *CreateClientResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateClientResponse.ProtoReflect.Descriptor instead.
+func (*CreateClientResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *CreateClientResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type ListClientsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClientsRequest) Reset() {
+	*x = ListClientsRequest{}
+	mi := &file_cluster_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClientsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClientsRequest) ProtoMessage() {}
+
+func (x *ListClientsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClientsRequest.ProtoReflect.Descriptor instead.
+func (*ListClientsRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{46}
+}
+
+type ListClientsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Clients       []*Client              `protobuf:"bytes,1,rep,name=clients,proto3" json:"clients,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClientsResponse) Reset() {
+	*x = ListClientsResponse{}
+	mi := &file_cluster_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClientsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClientsResponse) ProtoMessage() {}
+
+func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClientsResponse.ProtoReflect.Descriptor instead.
+func (*ListClientsResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ListClientsResponse) GetClients() []*Client {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+type RevokeRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Client         string                 `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"` // a recorded client, or
+	Serial         string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"` // any certificate's serial (pki.Serial)
+	NotAfterUnixMs int64                  `protobuf:"varint,3,opt,name=not_after_unix_ms,json=notAfterUnixMs,proto3" json:"not_after_unix_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RevokeRequest) Reset() {
+	*x = RevokeRequest{}
+	mi := &file_cluster_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeRequest) ProtoMessage() {}
+
+func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
+func (*RevokeRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *RevokeRequest) GetClient() string {
+	if x != nil {
+		return x.Client
+	}
+	return ""
+}
+
+func (x *RevokeRequest) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RevokeRequest) GetNotAfterUnixMs() int64 {
+	if x != nil {
+		return x.NotAfterUnixMs
+	}
+	return 0
+}
+
+type RevokeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Serial        string                 `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeResponse) Reset() {
+	*x = RevokeResponse{}
+	mi := &file_cluster_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeResponse) ProtoMessage() {}
+
+func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
+func (*RevokeResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *RevokeResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RevokeResponse) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
 type DecommissionNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -3540,7 +4077,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_cluster_proto_msgTypes[41]
+	mi := &file_cluster_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3552,7 +4089,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[41]
+	mi := &file_cluster_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3565,7 +4102,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{41}
+	return file_cluster_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DecommissionNodeRequest) GetNodeId() uint64 {
@@ -3592,7 +4129,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_cluster_proto_msgTypes[42]
+	mi := &file_cluster_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3604,7 +4141,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[42]
+	mi := &file_cluster_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3617,7 +4154,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{42}
+	return file_cluster_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DecommissionNodeResponse) GetNode() *Node {
@@ -3645,7 +4182,7 @@ type ReportFailureRequest struct {
 
 func (x *ReportFailureRequest) Reset() {
 	*x = ReportFailureRequest{}
-	mi := &file_cluster_proto_msgTypes[43]
+	mi := &file_cluster_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3657,7 +4194,7 @@ func (x *ReportFailureRequest) String() string {
 func (*ReportFailureRequest) ProtoMessage() {}
 
 func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[43]
+	mi := &file_cluster_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3670,7 +4207,7 @@ func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportFailureRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{43}
+	return file_cluster_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReportFailureRequest) GetNodeId() uint64 {
@@ -3703,7 +4240,7 @@ type ReportFailureResponse struct {
 
 func (x *ReportFailureResponse) Reset() {
 	*x = ReportFailureResponse{}
-	mi := &file_cluster_proto_msgTypes[44]
+	mi := &file_cluster_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3715,7 +4252,7 @@ func (x *ReportFailureResponse) String() string {
 func (*ReportFailureResponse) ProtoMessage() {}
 
 func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[44]
+	mi := &file_cluster_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3728,7 +4265,7 @@ func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportFailureResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{44}
+	return file_cluster_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReportFailureResponse) GetMarkedDown() bool {
@@ -3808,7 +4345,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05epoch\x18\t \x01(\x04R\x05epoch\x12\x18\n" +
 	"\ajoining\x18\n" +
 	" \x01(\x04R\ajoining\x12\x18\n" +
-	"\aleaving\x18\v \x01(\x04R\aleaving\"\xa1\x05\n" +
+	"\aleaving\x18\v \x01(\x04R\aleaving\"\xb4\a\n" +
 	"\n" +
 	"ClusterMap\x12\x1d\n" +
 	"\n" +
@@ -3823,7 +4360,10 @@ const file_cluster_proto_rawDesc = "" +
 	"nextNodeId\x12$\n" +
 	"\x0enext_volume_id\x18\a \x01(\x04R\fnextVolumeId\x12*\n" +
 	"\x11next_partition_id\x18\b \x01(\x04R\x0fnextPartitionId\x12&\n" +
-	"\x0fcreated_unix_ms\x18\t \x01(\x03R\rcreatedUnixMs\x1aM\n" +
+	"\x0fcreated_unix_ms\x18\t \x01(\x03R\rcreatedUnixMs\x12@\n" +
+	"\aclients\x18\n" +
+	" \x03(\v2&.cairn.cluster.ClusterMap.ClientsEntryR\aclients\x12@\n" +
+	"\arevoked\x18\v \x03(\v2&.cairn.cluster.ClusterMap.RevokedEntryR\arevoked\x1aM\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
@@ -3833,7 +4373,20 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x15.cairn.cluster.VolumeR\x05value:\x028\x01\x1aW\n" +
 	"\x0fPartitionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12.\n" +
-	"\x05value\x18\x02 \x01(\v2\x18.cairn.cluster.PartitionR\x05value:\x028\x01\"\xe3\x06\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.cairn.cluster.PartitionR\x05value:\x028\x01\x1aQ\n" +
+	"\fClientsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
+	"\x05value\x18\x02 \x01(\v2\x15.cairn.cluster.ClientR\x05value:\x028\x01\x1a:\n" +
+	"\fRevokedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc3\x01\n" +
+	"\x06Client\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x12\n" +
+	"\x04caps\x18\x03 \x01(\fR\x04caps\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12)\n" +
+	"\x11not_after_unix_ms\x18\x05 \x01(\x03R\x0enotAfterUnixMs\x12&\n" +
+	"\x0frevoked_unix_ms\x18\x06 \x01(\x03R\rrevokedUnixMs\"\xde\a\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x120\n" +
 	"\x04init\x18\n" +
@@ -3850,8 +4403,16 @@ const file_cluster_proto_rawDesc = "" +
 	"\fmove_replica\x18\x13 \x01(\v2\x1a.cairn.cluster.MoveReplicaH\x00R\vmoveReplica\x129\n" +
 	"\n" +
 	"drain_node\x18\x14 \x01(\v2\x18.cairn.cluster.DrainNodeH\x00R\tdrainNode\x12R\n" +
-	"\x13add_data_partitions\x18\x15 \x01(\v2 .cairn.cluster.AddDataPartitionsH\x00R\x11addDataPartitionsB\x04\n" +
-	"\x02op\"h\n" +
+	"\x13add_data_partitions\x18\x15 \x01(\v2 .cairn.cluster.AddDataPartitionsH\x00R\x11addDataPartitions\x12H\n" +
+	"\x0fregister_client\x18\x16 \x01(\v2\x1d.cairn.cluster.RegisterClientH\x00R\x0eregisterClient\x12/\n" +
+	"\x06revoke\x18\x17 \x01(\v2\x15.cairn.cluster.RevokeH\x00R\x06revokeB\x04\n" +
+	"\x02op\"?\n" +
+	"\x0eRegisterClient\x12-\n" +
+	"\x06client\x18\x01 \x01(\v2\x15.cairn.cluster.ClientR\x06client\"c\n" +
+	"\x06Revoke\x12\x16\n" +
+	"\x06client\x18\x01 \x01(\tR\x06client\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\x12)\n" +
+	"\x11not_after_unix_ms\x18\x03 \x01(\x03R\x0enotAfterUnixMs\"h\n" +
 	"\x11AddDataPartitions\x12\x16\n" +
 	"\x06volume\x18\x01 \x01(\tR\x06volume\x12;\n" +
 	"\n" +
@@ -3957,14 +4518,15 @@ const file_cluster_proto_rawDesc = "" +
 	"partitions\x12\x10\n" +
 	"\x03pid\x18\x05 \x01(\x05R\x03pid\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x12!\n" +
-	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xa6\x03\n" +
+	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xc0\x03\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x124\n" +
 	"\bassigned\x18\x02 \x03(\v2\x18.cairn.cluster.PartitionR\bassigned\x12N\n" +
 	"\n" +
 	"node_addrs\x18\x03 \x03(\v2/.cairn.cluster.HeartbeatResponse.NodeAddrsEntryR\tnodeAddrs\x12[\n" +
 	"\x0fnode_data_addrs\x18\x04 \x03(\v23.cairn.cluster.HeartbeatResponse.NodeDataAddrsEntryR\rnodeDataAddrs\x12\x18\n" +
-	"\aremoved\x18\x05 \x03(\x04R\aremoved\x1a<\n" +
+	"\aremoved\x18\x05 \x03(\x04R\aremoved\x12\x18\n" +
+	"\arevoked\x18\x06 \x03(\tR\arevoked\x1a<\n" +
 	"\x0eNodeAddrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
@@ -4039,7 +4601,21 @@ const file_cluster_proto_rawDesc = "" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1d\n" +
 	"\n" +
-	"bytes_left\x18\x03 \x01(\x04R\tbytesLeft\"J\n" +
+	"bytes_left\x18\x03 \x01(\x04R\tbytesLeft\"D\n" +
+	"\x13CreateClientRequest\x12-\n" +
+	"\x06client\x18\x01 \x01(\v2\x15.cairn.cluster.ClientR\x06client\",\n" +
+	"\x14CreateClientResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\x14\n" +
+	"\x12ListClientsRequest\"F\n" +
+	"\x13ListClientsResponse\x12/\n" +
+	"\aclients\x18\x01 \x03(\v2\x15.cairn.cluster.ClientR\aclients\"j\n" +
+	"\rRevokeRequest\x12\x16\n" +
+	"\x06client\x18\x01 \x01(\tR\x06client\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\x12)\n" +
+	"\x11not_after_unix_ms\x18\x03 \x01(\x03R\x0enotAfterUnixMs\">\n" +
+	"\x0eRevokeResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\"J\n" +
 	"\x17DecommissionNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x16\n" +
 	"\x06cancel\x18\x02 \x01(\bR\x06cancel\"_\n" +
@@ -4077,7 +4653,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x16MOVE_PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10MOVE_PHASE_START\x10\x01\x12\x13\n" +
 	"\x0fMOVE_PHASE_DONE\x10\x02\x12\x14\n" +
-	"\x10MOVE_PHASE_ABORT\x10\x032\xfb\x06\n" +
+	"\x10MOVE_PHASE_ABORT\x10\x032\xf1\b\n" +
 	"\x06Master\x12K\n" +
 	"\bRegister\x12\x1e.cairn.cluster.RegisterRequest\x1a\x1f.cairn.cluster.RegisterResponse\x12N\n" +
 	"\tHeartbeat\x12\x1f.cairn.cluster.HeartbeatRequest\x1a .cairn.cluster.HeartbeatResponse\x12E\n" +
@@ -4089,7 +4665,10 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06Status\x12\x1c.cairn.cluster.StatusRequest\x1a\x1d.cairn.cluster.StatusResponse\x12?\n" +
 	"\x04Ping\x12\x1a.cairn.cluster.PingRequest\x1a\x1b.cairn.cluster.PingResponse\x12Z\n" +
 	"\rReportFailure\x12#.cairn.cluster.ReportFailureRequest\x1a$.cairn.cluster.ReportFailureResponse\x12c\n" +
-	"\x10DecommissionNode\x12&.cairn.cluster.DecommissionNodeRequest\x1a'.cairn.cluster.DecommissionNodeResponseB(Z&github.com/cairnfs/cairn/pkg/clusterpbb\x06proto3"
+	"\x10DecommissionNode\x12&.cairn.cluster.DecommissionNodeRequest\x1a'.cairn.cluster.DecommissionNodeResponse\x12W\n" +
+	"\fCreateClient\x12\".cairn.cluster.CreateClientRequest\x1a#.cairn.cluster.CreateClientResponse\x12T\n" +
+	"\vListClients\x12!.cairn.cluster.ListClientsRequest\x1a\".cairn.cluster.ListClientsResponse\x12E\n" +
+	"\x06Revoke\x12\x1c.cairn.cluster.RevokeRequest\x1a\x1d.cairn.cluster.RevokeResponseB(Z&github.com/cairnfs/cairn/pkg/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -4104,7 +4683,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_cluster_proto_goTypes = []any{
 	(Role)(0),                        // 0: cairn.cluster.Role
 	(NodeState)(0),                   // 1: cairn.cluster.NodeState
@@ -4118,49 +4697,60 @@ var file_cluster_proto_goTypes = []any{
 	(*Migration)(nil),                // 9: cairn.cluster.Migration
 	(*Partition)(nil),                // 10: cairn.cluster.Partition
 	(*ClusterMap)(nil),               // 11: cairn.cluster.ClusterMap
-	(*Command)(nil),                  // 12: cairn.cluster.Command
-	(*AddDataPartitions)(nil),        // 13: cairn.cluster.AddDataPartitions
-	(*DrainNode)(nil),                // 14: cairn.cluster.DrainNode
-	(*MoveReplica)(nil),              // 15: cairn.cluster.MoveReplica
-	(*MarkInSync)(nil),               // 16: cairn.cluster.MarkInSync
-	(*AddMetaPartition)(nil),         // 17: cairn.cluster.AddMetaPartition
-	(*StartMigration)(nil),           // 18: cairn.cluster.StartMigration
-	(*AdvanceMigration)(nil),         // 19: cairn.cluster.AdvanceMigration
-	(*InitCluster)(nil),              // 20: cairn.cluster.InitCluster
-	(*RegisterNode)(nil),             // 21: cairn.cluster.RegisterNode
-	(*SetNodeState)(nil),             // 22: cairn.cluster.SetNodeState
-	(*NewPartition)(nil),             // 23: cairn.cluster.NewPartition
-	(*CreateVolume)(nil),             // 24: cairn.cluster.CreateVolume
-	(*DeleteVolume)(nil),             // 25: cairn.cluster.DeleteVolume
-	(*RegisterRequest)(nil),          // 26: cairn.cluster.RegisterRequest
-	(*RegisterResponse)(nil),         // 27: cairn.cluster.RegisterResponse
-	(*Usage)(nil),                    // 28: cairn.cluster.Usage
-	(*PartitionReport)(nil),          // 29: cairn.cluster.PartitionReport
-	(*HeartbeatRequest)(nil),         // 30: cairn.cluster.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 31: cairn.cluster.HeartbeatResponse
-	(*GetMapRequest)(nil),            // 32: cairn.cluster.GetMapRequest
-	(*GetMapResponse)(nil),           // 33: cairn.cluster.GetMapResponse
-	(*CreateVolumeRequest)(nil),      // 34: cairn.cluster.CreateVolumeRequest
-	(*VolumeRequest)(nil),            // 35: cairn.cluster.VolumeRequest
-	(*VolumeResponse)(nil),           // 36: cairn.cluster.VolumeResponse
-	(*ListVolumesRequest)(nil),       // 37: cairn.cluster.ListVolumesRequest
-	(*ListVolumesResponse)(nil),      // 38: cairn.cluster.ListVolumesResponse
-	(*DeleteVolumeResponse)(nil),     // 39: cairn.cluster.DeleteVolumeResponse
-	(*PingRequest)(nil),              // 40: cairn.cluster.PingRequest
-	(*PingResponse)(nil),             // 41: cairn.cluster.PingResponse
-	(*NodeStatus)(nil),               // 42: cairn.cluster.NodeStatus
-	(*StatusRequest)(nil),            // 43: cairn.cluster.StatusRequest
-	(*StatusResponse)(nil),           // 44: cairn.cluster.StatusResponse
-	(*ReplicaRecovery)(nil),          // 45: cairn.cluster.ReplicaRecovery
-	(*DecommissionNodeRequest)(nil),  // 46: cairn.cluster.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil), // 47: cairn.cluster.DecommissionNodeResponse
-	(*ReportFailureRequest)(nil),     // 48: cairn.cluster.ReportFailureRequest
-	(*ReportFailureResponse)(nil),    // 49: cairn.cluster.ReportFailureResponse
-	nil,                              // 50: cairn.cluster.ClusterMap.NodesEntry
-	nil,                              // 51: cairn.cluster.ClusterMap.VolumesEntry
-	nil,                              // 52: cairn.cluster.ClusterMap.PartitionsEntry
-	nil,                              // 53: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	nil,                              // 54: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	(*Client)(nil),                   // 12: cairn.cluster.Client
+	(*Command)(nil),                  // 13: cairn.cluster.Command
+	(*RegisterClient)(nil),           // 14: cairn.cluster.RegisterClient
+	(*Revoke)(nil),                   // 15: cairn.cluster.Revoke
+	(*AddDataPartitions)(nil),        // 16: cairn.cluster.AddDataPartitions
+	(*DrainNode)(nil),                // 17: cairn.cluster.DrainNode
+	(*MoveReplica)(nil),              // 18: cairn.cluster.MoveReplica
+	(*MarkInSync)(nil),               // 19: cairn.cluster.MarkInSync
+	(*AddMetaPartition)(nil),         // 20: cairn.cluster.AddMetaPartition
+	(*StartMigration)(nil),           // 21: cairn.cluster.StartMigration
+	(*AdvanceMigration)(nil),         // 22: cairn.cluster.AdvanceMigration
+	(*InitCluster)(nil),              // 23: cairn.cluster.InitCluster
+	(*RegisterNode)(nil),             // 24: cairn.cluster.RegisterNode
+	(*SetNodeState)(nil),             // 25: cairn.cluster.SetNodeState
+	(*NewPartition)(nil),             // 26: cairn.cluster.NewPartition
+	(*CreateVolume)(nil),             // 27: cairn.cluster.CreateVolume
+	(*DeleteVolume)(nil),             // 28: cairn.cluster.DeleteVolume
+	(*RegisterRequest)(nil),          // 29: cairn.cluster.RegisterRequest
+	(*RegisterResponse)(nil),         // 30: cairn.cluster.RegisterResponse
+	(*Usage)(nil),                    // 31: cairn.cluster.Usage
+	(*PartitionReport)(nil),          // 32: cairn.cluster.PartitionReport
+	(*HeartbeatRequest)(nil),         // 33: cairn.cluster.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 34: cairn.cluster.HeartbeatResponse
+	(*GetMapRequest)(nil),            // 35: cairn.cluster.GetMapRequest
+	(*GetMapResponse)(nil),           // 36: cairn.cluster.GetMapResponse
+	(*CreateVolumeRequest)(nil),      // 37: cairn.cluster.CreateVolumeRequest
+	(*VolumeRequest)(nil),            // 38: cairn.cluster.VolumeRequest
+	(*VolumeResponse)(nil),           // 39: cairn.cluster.VolumeResponse
+	(*ListVolumesRequest)(nil),       // 40: cairn.cluster.ListVolumesRequest
+	(*ListVolumesResponse)(nil),      // 41: cairn.cluster.ListVolumesResponse
+	(*DeleteVolumeResponse)(nil),     // 42: cairn.cluster.DeleteVolumeResponse
+	(*PingRequest)(nil),              // 43: cairn.cluster.PingRequest
+	(*PingResponse)(nil),             // 44: cairn.cluster.PingResponse
+	(*NodeStatus)(nil),               // 45: cairn.cluster.NodeStatus
+	(*StatusRequest)(nil),            // 46: cairn.cluster.StatusRequest
+	(*StatusResponse)(nil),           // 47: cairn.cluster.StatusResponse
+	(*ReplicaRecovery)(nil),          // 48: cairn.cluster.ReplicaRecovery
+	(*CreateClientRequest)(nil),      // 49: cairn.cluster.CreateClientRequest
+	(*CreateClientResponse)(nil),     // 50: cairn.cluster.CreateClientResponse
+	(*ListClientsRequest)(nil),       // 51: cairn.cluster.ListClientsRequest
+	(*ListClientsResponse)(nil),      // 52: cairn.cluster.ListClientsResponse
+	(*RevokeRequest)(nil),            // 53: cairn.cluster.RevokeRequest
+	(*RevokeResponse)(nil),           // 54: cairn.cluster.RevokeResponse
+	(*DecommissionNodeRequest)(nil),  // 55: cairn.cluster.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil), // 56: cairn.cluster.DecommissionNodeResponse
+	(*ReportFailureRequest)(nil),     // 57: cairn.cluster.ReportFailureRequest
+	(*ReportFailureResponse)(nil),    // 58: cairn.cluster.ReportFailureResponse
+	nil,                              // 59: cairn.cluster.ClusterMap.NodesEntry
+	nil,                              // 60: cairn.cluster.ClusterMap.VolumesEntry
+	nil,                              // 61: cairn.cluster.ClusterMap.PartitionsEntry
+	nil,                              // 62: cairn.cluster.ClusterMap.ClientsEntry
+	nil,                              // 63: cairn.cluster.ClusterMap.RevokedEntry
+	nil,                              // 64: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	nil,                              // 65: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
@@ -4171,80 +4761,94 @@ var file_cluster_proto_depIdxs = []int32{
 	8,  // 5: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
 	3,  // 6: cairn.cluster.Migration.phase:type_name -> cairn.cluster.MigrationPhase
 	2,  // 7: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
-	50, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
-	51, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
-	52, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
-	20, // 11: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
-	21, // 12: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
-	22, // 13: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
-	24, // 14: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
-	25, // 15: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
-	17, // 16: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
-	18, // 17: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
-	19, // 18: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
-	16, // 19: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
-	15, // 20: cairn.cluster.Command.move_replica:type_name -> cairn.cluster.MoveReplica
-	14, // 21: cairn.cluster.Command.drain_node:type_name -> cairn.cluster.DrainNode
-	13, // 22: cairn.cluster.Command.add_data_partitions:type_name -> cairn.cluster.AddDataPartitions
-	23, // 23: cairn.cluster.AddDataPartitions.partitions:type_name -> cairn.cluster.NewPartition
-	4,  // 24: cairn.cluster.MoveReplica.phase:type_name -> cairn.cluster.MovePhase
-	23, // 25: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
-	8,  // 26: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	3,  // 27: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
-	0,  // 28: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
-	1,  // 29: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
-	2,  // 30: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
-	23, // 31: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
-	7,  // 32: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
-	0,  // 33: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
-	28, // 34: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
-	29, // 35: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
-	10, // 36: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
-	53, // 37: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	54, // 38: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
-	11, // 39: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
-	7,  // 40: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
-	6,  // 41: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
-	10, // 42: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
-	6,  // 43: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
-	5,  // 44: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
-	28, // 45: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
-	29, // 46: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
-	11, // 47: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
-	42, // 48: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
-	41, // 49: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
-	45, // 50: cairn.cluster.StatusResponse.recovering:type_name -> cairn.cluster.ReplicaRecovery
-	5,  // 51: cairn.cluster.DecommissionNodeResponse.node:type_name -> cairn.cluster.Node
-	5,  // 52: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
-	6,  // 53: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
-	10, // 54: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
-	26, // 55: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
-	30, // 56: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
-	32, // 57: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
-	34, // 58: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
-	35, // 59: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
-	37, // 60: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
-	35, // 61: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
-	43, // 62: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
-	40, // 63: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	48, // 64: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
-	46, // 65: cairn.cluster.Master.DecommissionNode:input_type -> cairn.cluster.DecommissionNodeRequest
-	27, // 66: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	31, // 67: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	33, // 68: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	36, // 69: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	36, // 70: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	38, // 71: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	39, // 72: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	44, // 73: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	41, // 74: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	49, // 75: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
-	47, // 76: cairn.cluster.Master.DecommissionNode:output_type -> cairn.cluster.DecommissionNodeResponse
-	66, // [66:77] is the sub-list for method output_type
-	55, // [55:66] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	59, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
+	60, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
+	61, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
+	62, // 11: cairn.cluster.ClusterMap.clients:type_name -> cairn.cluster.ClusterMap.ClientsEntry
+	63, // 12: cairn.cluster.ClusterMap.revoked:type_name -> cairn.cluster.ClusterMap.RevokedEntry
+	23, // 13: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
+	24, // 14: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
+	25, // 15: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
+	27, // 16: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
+	28, // 17: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
+	20, // 18: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
+	21, // 19: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
+	22, // 20: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
+	19, // 21: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
+	18, // 22: cairn.cluster.Command.move_replica:type_name -> cairn.cluster.MoveReplica
+	17, // 23: cairn.cluster.Command.drain_node:type_name -> cairn.cluster.DrainNode
+	16, // 24: cairn.cluster.Command.add_data_partitions:type_name -> cairn.cluster.AddDataPartitions
+	14, // 25: cairn.cluster.Command.register_client:type_name -> cairn.cluster.RegisterClient
+	15, // 26: cairn.cluster.Command.revoke:type_name -> cairn.cluster.Revoke
+	12, // 27: cairn.cluster.RegisterClient.client:type_name -> cairn.cluster.Client
+	26, // 28: cairn.cluster.AddDataPartitions.partitions:type_name -> cairn.cluster.NewPartition
+	4,  // 29: cairn.cluster.MoveReplica.phase:type_name -> cairn.cluster.MovePhase
+	26, // 30: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
+	8,  // 31: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	3,  // 32: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
+	0,  // 33: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
+	1,  // 34: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
+	2,  // 35: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
+	26, // 36: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
+	7,  // 37: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
+	0,  // 38: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
+	31, // 39: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
+	32, // 40: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
+	10, // 41: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
+	64, // 42: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	65, // 43: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	11, // 44: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
+	7,  // 45: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
+	6,  // 46: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
+	10, // 47: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
+	6,  // 48: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
+	5,  // 49: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
+	31, // 50: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
+	32, // 51: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
+	11, // 52: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
+	45, // 53: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
+	44, // 54: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
+	48, // 55: cairn.cluster.StatusResponse.recovering:type_name -> cairn.cluster.ReplicaRecovery
+	12, // 56: cairn.cluster.CreateClientRequest.client:type_name -> cairn.cluster.Client
+	12, // 57: cairn.cluster.ListClientsResponse.clients:type_name -> cairn.cluster.Client
+	5,  // 58: cairn.cluster.DecommissionNodeResponse.node:type_name -> cairn.cluster.Node
+	5,  // 59: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
+	6,  // 60: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
+	10, // 61: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
+	12, // 62: cairn.cluster.ClusterMap.ClientsEntry.value:type_name -> cairn.cluster.Client
+	29, // 63: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
+	33, // 64: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
+	35, // 65: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
+	37, // 66: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
+	38, // 67: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
+	40, // 68: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
+	38, // 69: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
+	46, // 70: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
+	43, // 71: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
+	57, // 72: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
+	55, // 73: cairn.cluster.Master.DecommissionNode:input_type -> cairn.cluster.DecommissionNodeRequest
+	49, // 74: cairn.cluster.Master.CreateClient:input_type -> cairn.cluster.CreateClientRequest
+	51, // 75: cairn.cluster.Master.ListClients:input_type -> cairn.cluster.ListClientsRequest
+	53, // 76: cairn.cluster.Master.Revoke:input_type -> cairn.cluster.RevokeRequest
+	30, // 77: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	34, // 78: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	36, // 79: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	39, // 80: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	39, // 81: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	41, // 82: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	42, // 83: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	47, // 84: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	44, // 85: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	58, // 86: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
+	56, // 87: cairn.cluster.Master.DecommissionNode:output_type -> cairn.cluster.DecommissionNodeResponse
+	50, // 88: cairn.cluster.Master.CreateClient:output_type -> cairn.cluster.CreateClientResponse
+	52, // 89: cairn.cluster.Master.ListClients:output_type -> cairn.cluster.ListClientsResponse
+	54, // 90: cairn.cluster.Master.Revoke:output_type -> cairn.cluster.RevokeResponse
+	77, // [77:91] is the sub-list for method output_type
+	63, // [63:77] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -4252,7 +4856,7 @@ func file_cluster_proto_init() {
 	if File_cluster_proto != nil {
 		return
 	}
-	file_cluster_proto_msgTypes[7].OneofWrappers = []any{
+	file_cluster_proto_msgTypes[8].OneofWrappers = []any{
 		(*Command_Init)(nil),
 		(*Command_Register)(nil),
 		(*Command_SetNodeState)(nil),
@@ -4265,6 +4869,8 @@ func file_cluster_proto_init() {
 		(*Command_MoveReplica)(nil),
 		(*Command_DrainNode)(nil),
 		(*Command_AddDataPartitions)(nil),
+		(*Command_RegisterClient)(nil),
+		(*Command_Revoke)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4272,7 +4878,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   50,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

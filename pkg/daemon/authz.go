@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"net"
 	"slices"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/cairnfs/cairn/pkg/capability"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/pki"
@@ -37,6 +40,9 @@ var (
 		pb.Master_CreateVolume_FullMethodName:     admins,
 		pb.Master_DeleteVolume_FullMethodName:     admins,
 		pb.Master_DecommissionNode_FullMethodName: admins,
+		pb.Master_CreateClient_FullMethodName:     admins,
+		pb.Master_ListClients_FullMethodName:      admins,
+		pb.Master_Revoke_FullMethodName:           admins,
 		"/cairn.cluster.Master/":                  anyone,
 		// Meta nodes: the file system's requests come from clients and, as
 		// follow-ups, from other meta nodes; whole-partition scans and
@@ -72,35 +78,109 @@ func Authorize(method string, kind pki.Kind) error {
 	return status.Errorf(codes.PermissionDenied, "%s: a certificate of kind %q may not call it", method, kind)
 }
 
-// peerKind is the kind of the certificate the caller of ctx presented, or
-// "" when there is none.
-func peerKind(ctx context.Context) pki.Kind {
+// PeerCert is the certificate the caller of ctx presented, or nil.
+func PeerCert(ctx context.Context) *x509.Certificate {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return ""
+		return nil
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(info.State.PeerCertificates) == 0 {
-		return ""
+		return nil
 	}
-	return pki.KindOf(info.State.PeerCertificates[0])
+	return info.State.PeerCertificates[0]
 }
 
-// authorizeUnary checks every unary call against the policy.
-func authorizeUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := Authorize(info.FullMethod, peerKind(ctx)); err != nil {
+// PeerKind is the kind of the certificate the caller of ctx presented, or
+// "" when there is none (a server in plain text).
+func PeerKind(ctx context.Context) pki.Kind {
+	if c := PeerCert(ctx); c != nil {
+		return pki.KindOf(c)
+	}
+	return ""
+}
+
+// authorizer checks every call of a TLS server: the caller's kind against
+// the policy, its certificate against the revocation list (on every call,
+// not only at the handshake, so that a revocation also ends the
+// connections already open), and puts the caller's capabilities in the
+// call's context (capability.FromContext).
+type authorizer struct {
+	id *pki.Identity
+
+	mu   sync.Mutex
+	caps map[string]capability.Caps // by serial; certificates do not change
+}
+
+// maxCachedCaps bounds the cache of parsed capabilities; it is cleared
+// when full.
+const maxCachedCaps = 4096
+
+func (a *authorizer) check(ctx context.Context, method string) (context.Context, error) {
+	cert := PeerCert(ctx)
+	if cert == nil {
+		return ctx, Authorize(method, "")
+	}
+	if err := Authorize(method, pki.KindOf(cert)); err != nil {
+		return ctx, err
+	}
+	if a.id.Revoked(cert) {
+		return ctx, status.Errorf(codes.Unauthenticated, "the certificate %q (serial %s) is revoked", cert.Subject.CommonName, pki.Serial(cert))
+	}
+	c, err := a.capsOf(cert)
+	if err != nil {
+		return ctx, status.Error(codes.PermissionDenied, err.Error())
+	}
+	if !c.Restricted() {
+		return ctx, nil
+	}
+	return capability.NewContext(ctx, c), nil
+}
+
+func (a *authorizer) capsOf(cert *x509.Certificate) (capability.Caps, error) {
+	serial := pki.Serial(cert)
+	a.mu.Lock()
+	c, ok := a.caps[serial]
+	a.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	c, err := capability.FromCert(cert)
+	if err != nil {
+		return c, err
+	}
+	a.mu.Lock()
+	if len(a.caps) >= maxCachedCaps {
+		clear(a.caps)
+	}
+	a.caps[serial] = c
+	a.mu.Unlock()
+	return c, nil
+}
+
+func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, err := a.check(ctx, info.FullMethod)
+	if err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
 }
 
-// authorizeStream checks every streaming call against the policy.
-func authorizeStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := Authorize(info.FullMethod, peerKind(ss.Context())); err != nil {
+func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, err := a.check(ss.Context(), info.FullMethod)
+	if err != nil {
 		return err
 	}
-	return handler(srv, ss)
+	return handler(srv, &ctxStream{ss, ctx})
 }
+
+// ctxStream is a server stream with the context the authorizer made.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *ctxStream) Context() context.Context { return s.ctx }
 
 // handshakenCreds are the gRPC server credentials of a port whose listener
 // already ran the TLS handshake (ListenRPC): they add nothing to the

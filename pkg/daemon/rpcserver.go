@@ -7,7 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/lightrpc"
+	"github.com/cairnfs/cairn/pkg/pki"
 )
 
 // RPCServer is the RPC server every Cairn process uses: one port that
@@ -20,17 +22,20 @@ type RPCServer struct {
 }
 
 // NewRPCServer returns a server with call metrics in reg (one set for both
-// protocols) and the message size bound MaxRecvMsgBytes. With authorize,
-// every call is checked against the policy of Authorize, by the kind of
-// the certificate its caller presented (serve it on ListenRPC's TLS
-// listener).
-func NewRPCServer(reg prometheus.Registerer, authorize bool) *RPCServer {
+// protocols) and the message size bound MaxRecvMsgBytes. With an identity
+// id (serve it on ListenRPC's TLS listener), every call is checked against
+// the policy of Authorize by the kind of the certificate its caller
+// presented, and against id's revocation list; the caller's capabilities
+// are in the handler's context (capability.FromContext). A nil id serves
+// plain text and checks nothing.
+func NewRPCServer(reg prometheus.Registerer, id *pki.Identity) *RPCServer {
 	metrics := UnaryMetrics(reg)
 	unary := []grpc.UnaryServerInterceptor{metrics}
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes)}
-	if authorize {
-		unary = append(unary, authorizeUnary)
-		opts = append(opts, grpc.Creds(newHandshakenCreds()), grpc.ChainStreamInterceptor(authorizeStream))
+	if id != nil {
+		a := &authorizer{id: id, caps: map[string]capability.Caps{}}
+		unary = append(unary, a.unary)
+		opts = append(opts, grpc.Creds(newHandshakenCreds()), grpc.ChainStreamInterceptor(a.stream))
 	}
 	opts = append(opts, grpc.ChainUnaryInterceptor(unary...))
 	return &RPCServer{

@@ -100,7 +100,7 @@ func (c *Client) WriteChunkPrefer(ctx context.Context, prefer uint64, fp chunker
 		case dataproto.CodeBadRequest:
 			return ChunkLocation{}, fmt.Errorf("dataclient: write chunk %v to partition %d: %w", fp, p.Id, err)
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || dataproto.CodeOf(err).Denied() {
 			return ChunkLocation{}, fmt.Errorf("dataclient: write chunk %v: %w", fp, err)
 		}
 		last = fmt.Errorf("partition %d: %w", p.Id, err)

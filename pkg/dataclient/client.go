@@ -514,9 +514,13 @@ func (c *Client) primaryConn(ctx context.Context, p *pb.Partition) (*dataproto.C
 // retryable reports whether a failed read or overwrite may succeed on
 // another replica or later.
 func retryable(err error) bool {
-	switch dataproto.CodeOf(err) {
+	switch code := dataproto.CodeOf(err); code {
 	case dataproto.CodeBadRequest, dataproto.CodeOutOfRange, dataproto.CodeTooLarge, dataproto.CodeWrongKind:
 		return false
+	default:
+		if code.Denied() {
+			return false
+		}
 	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }

@@ -249,7 +249,7 @@ func (w *Writer) ensureExtent(n int) error {
 		}
 		s, err := w.c.createExtent(w.ctx, p)
 		if err != nil {
-			if w.ctx.Err() != nil {
+			if w.ctx.Err() != nil || dataproto.CodeOf(err).Denied() {
 				w.err = err
 				return err
 			}
@@ -364,6 +364,10 @@ func (w *Writer) failStream(cause error) error {
 	if failed == nil && len(pending) > 0 {
 		failed = pending[0].s
 	}
+	if dataproto.CodeOf(cause).Denied() {
+		w.err = fmt.Errorf("dataclient: write at file offset %d: %w", w.fileOff, cause)
+		return w.err
+	}
 	if failed != nil {
 		w.c.failed(w.ctx, failed.part, cause)
 	}
@@ -414,7 +418,7 @@ func (c *Client) WriteSmall(ctx context.Context, fileOffset uint64, data []byte)
 		if err == nil {
 			return &metapb.ExtentKey{FileOffset: fileOffset, PartitionId: p.Id, ExtentId: h.Extent, ExtentOffset: uint64(h.Offset), Size: uint64(len(data))}, nil
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || dataproto.CodeOf(err).Denied() {
 			return nil, err
 		}
 		last = fmt.Errorf("partition %d: %w", p.Id, err)

@@ -20,11 +20,12 @@ import (
 
 // partition is one data partition replica on this node.
 type partition struct {
-	id  uint64
-	h   *Host
-	dir string
-	log *slog.Logger
-	sm  *overwriteSM
+	id     uint64
+	volume uint64 // the volume it belongs to (a partition never changes volume)
+	h      *Host
+	dir    string
+	log    *slog.Logger
+	sm     *overwriteSM
 
 	store atomic.Pointer[extentstore.Store]
 
@@ -96,7 +97,7 @@ func openPartition(h *Host, p *pb.Partition) (*partition, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	part := &partition{
-		id: p.Id, h: h, dir: dir, log: h.log.With("partition", p.Id),
+		id: p.Id, volume: p.VolumeId, h: h, dir: dir, log: h.log.With("partition", p.Id),
 		cv:    newChainView(p, h.env.NodeID, h.env.Epoch()),
 		stale: map[uint64]uint64{}, recent: map[uint64]time.Time{}, behind: map[uint64]behindSince{}, kick: make(chan struct{}, 1), repairs: make(chan extentstore.BadBlock, 64),
 		ctx: ctx, cancel: cancel,

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/extentstore"
 	"github.com/cairnfs/cairn/pkg/multiraft"
@@ -34,6 +35,13 @@ type session struct {
 	// a chain send each other (FlagForwarded): a node certificate, or no
 	// TLS at all (the cluster runs with --insecure).
 	forwarder bool
+	// The connection's certificate: its serial, checked against the
+	// revocation list on every request (so that a revocation ends open
+	// connections too), and the capabilities it grants (pkg/capability).
+	// denied, if set, refuses every request: unreadable capabilities.
+	serial string
+	caps   capability.Caps
+	denied error
 	// down holds this session's connections to next replicas, used only on
 	// the reader goroutine: one connection per next replica keeps a
 	// stream's packets in order along the chain.
@@ -48,7 +56,45 @@ type downConn struct {
 }
 
 func (h *Host) newSession(peer *x509.Certificate) dataproto.Session {
-	return &session{h: h, down: map[string]*downConn{}, forwarder: peer == nil || pki.KindOf(peer) == pki.KindNode}
+	s := &session{h: h, down: map[string]*downConn{}, forwarder: peer == nil || pki.KindOf(peer) == pki.KindNode}
+	if peer != nil {
+		s.serial = pki.Serial(peer)
+		s.caps, s.denied = capability.FromCert(peer)
+	}
+	return s
+}
+
+// permit checks a request against the connection's certificate: not
+// revoked, its volume, and writes from a read-only client. It answers a
+// refused request itself and reports whether the request may go on.
+func (s *session) permit(in *dataproto.Inbound) bool {
+	refuse := func(code dataproto.Code, format string, args ...any) bool {
+		in.Release()
+		s.begin(in).fail(code, format, args...)
+		return false
+	}
+	h := in.Header
+	switch {
+	case s.serial == "":
+		return true // plain text: the cluster runs with --insecure
+	case s.denied != nil:
+		return refuse(dataproto.CodePermissionDenied, "%v", s.denied)
+	case s.h.env.Revoked != nil && s.h.env.Revoked(s.serial):
+		return refuse(dataproto.CodePermissionDenied, "the connection's certificate (serial %s) is revoked", s.serial)
+	case !s.caps.Restricted() || h.Op == dataproto.OpPing:
+		return true
+	}
+	if p := s.h.partition(h.Partition); p != nil && !s.caps.AllowsVolume(p.volume) {
+		return refuse(dataproto.CodePermissionDenied, "data partition %d is not in volume %q, the only one this client may use", h.Partition, s.caps.Volume)
+	}
+	if s.caps.ReadOnly {
+		switch h.Op {
+		case dataproto.OpRead, dataproto.OpListExtents, dataproto.OpChecksums:
+		default:
+			return refuse(dataproto.CodeReadOnlyClient, "%v: this client is read-only", h.Op)
+		}
+	}
+	return true
 }
 
 // Close fails the calls to next replicas (their waiters answer and exit)
@@ -69,6 +115,9 @@ func (s *session) Handle(in *dataproto.Inbound) {
 		// head: from anyone else it would make the replicas disagree.
 		in.Release()
 		s.begin(in).fail(dataproto.CodePermissionDenied, "%v with FlagForwarded: only cluster nodes send those", in.Header.Op)
+		return
+	}
+	if !s.permit(in) {
 		return
 	}
 	switch in.Header.Op {

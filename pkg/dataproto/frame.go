@@ -214,13 +214,21 @@ const (
 	// authenticated with does not allow the request (a forwarded write from
 	// anything but a cluster node).
 	CodePermissionDenied
-	maxCode = CodePermissionDenied
+	// CodeReadOnlyClient: the certificate the connection was authenticated
+	// with is a read-only client's (pkg/capability): no write is allowed
+	// on any partition.
+	CodeReadOnlyClient
+	maxCode = CodeReadOnlyClient
 )
+
+// Denied reports whether c refuses the connection's identity rather than
+// the request's partition: writing elsewhere cannot succeed either.
+func (c Code) Denied() bool { return c == CodePermissionDenied || c == CodeReadOnlyClient }
 
 var codeNames = [...]string{"ok", "bad request", "bad crc", "unknown partition", "stale epoch", "not primary",
 	"extent not found", "offset mismatch", "range not held", "out of range", "replica failed", "read-only",
 	"replica failed its store", "corrupt", "not leader", "busy", "too large", "extent full", "wrong extent kind", "internal",
-	"fingerprint mismatch", "degraded", "permission denied"}
+	"fingerprint mismatch", "degraded", "permission denied", "read-only client"}
 
 // String names the code.
 func (c Code) String() string {

@@ -271,7 +271,10 @@ func Start(cfg Config) (_ *Server, err error) {
 	s.telemetry.Registry.MustRegister(multiraft.NewCollector(s.host))
 	s.fsm.onApply = func(epoch uint64) { s.metrics.epoch.Set(float64(epoch)) }
 
-	s.rpc = daemon.NewRPCServer(s.telemetry.Registry, cfg.TLS != nil)
+	if cfg.TLS != nil {
+		cfg.TLS.SetRevoked(s.revoked)
+	}
+	s.rpc = daemon.NewRPCServer(s.telemetry.Registry, cfg.TLS)
 	pb.RegisterMasterServer(s.rpc, &service{s: s})
 	s.transport.Register(s.rpc)
 	s.host.Start()

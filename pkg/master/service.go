@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/multiraft"
@@ -126,6 +127,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		epoch    uint64
 		inSync   []*pb.MarkInSync
 		removed  []uint64
+		revoked  []string
 	)
 	addrs, dataAddrs := map[uint64]string{}, map[uint64]string{}
 	v.s.fsm.read(func(st *clustermap.State) {
@@ -148,6 +150,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 			}
 		}
 		epoch = st.Map().Epoch
+		revoked = st.RevokedSerials()
 	})
 	if node == nil {
 		return nil, status.Errorf(codes.NotFound, "node %d (%s) is not registered; register again", req.NodeId, req.Uuid)
@@ -171,7 +174,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		}
 		v.s.log.Info("stale replica caught up", "partition", c.PartitionId, "node", c.NodeId, "partition_epoch", c.Epoch)
 	}
-	return &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs, NodeDataAddrs: dataAddrs, Removed: removed}, nil
+	return &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs, NodeDataAddrs: dataAddrs, Removed: removed, Revoked: revoked}, nil
 }
 
 func (v *service) GetMap(ctx context.Context, _ *pb.GetMapRequest) (*pb.GetMapResponse, error) {
@@ -180,12 +183,19 @@ func (v *service) GetMap(ctx context.Context, _ *pb.GetMapRequest) (*pb.GetMapRe
 	}
 	var m *pb.ClusterMap
 	v.s.fsm.read(func(st *clustermap.State) { m = st.Clone() })
+	scopeMap(ctx, m)
 	return &pb.GetMapResponse{Map: m}, nil
 }
 
-func (v *service) volumeResponse(name string) (*pb.VolumeResponse, error) {
-	var resp *pb.VolumeResponse
+func (v *service) volumeResponse(ctx context.Context, name string) (*pb.VolumeResponse, error) {
+	var (
+		resp   *pb.VolumeResponse
+		denied error
+	)
 	v.s.fsm.read(func(st *clustermap.State) {
+		if denied = allowVolume(ctx, st, name); denied != nil {
+			return
+		}
 		vol := st.VolumeByName(name)
 		if vol == nil {
 			return
@@ -197,6 +207,9 @@ func (v *service) volumeResponse(name string) (*pb.VolumeResponse, error) {
 			}
 		}
 	})
+	if denied != nil {
+		return nil, denied
+	}
 	if resp == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", name)
 	}
@@ -209,7 +222,7 @@ func (v *service) GetVolume(ctx context.Context, req *pb.VolumeRequest) (*pb.Vol
 	if err := v.requireLeader(ctx); err != nil {
 		return nil, err
 	}
-	return v.volumeResponse(req.Name)
+	return v.volumeResponse(ctx, req.Name)
 }
 
 func (v *service) ListVolumes(ctx context.Context, _ *pb.ListVolumesRequest) (*pb.ListVolumesResponse, error) {
@@ -217,8 +230,12 @@ func (v *service) ListVolumes(ctx context.Context, _ *pb.ListVolumesRequest) (*p
 		return nil, err
 	}
 	resp := &pb.ListVolumesResponse{}
+	only := capability.FromContext(ctx).VolumeID
 	v.s.fsm.read(func(st *clustermap.State) {
 		for _, vol := range st.Map().Volumes {
+			if only != 0 && vol.Id != only {
+				continue
+			}
 			resp.Volumes = append(resp.Volumes, proto.Clone(vol).(*pb.Volume))
 		}
 		resp.Epoch = st.Map().Epoch
@@ -278,7 +295,7 @@ func (v *service) CreateVolume(ctx context.Context, req *pb.CreateVolumeRequest)
 		return nil, toStatus(err)
 	}
 	v.s.log.Info("volume created", "volume", req.Name, "meta_partitions", metas, "data_partitions", datas, "replicas", replicas)
-	return v.volumeResponse(req.Name)
+	return v.volumeResponse(ctx, req.Name)
 }
 
 // placePartitions chooses replica sets for a new volume's partitions among the

@@ -55,7 +55,7 @@ func (c *Client) candidates(p *pb.Partition) []string {
 
 // Call runs fn against p's leader.
 func (c *Client) Call(ctx context.Context, p *pb.Partition, fn func(ctx context.Context, m metapb.MetaNodeClient, opts ...grpc.CallOption) error) error {
-	addr, err := redirect.Call(ctx, c.pool, c.candidates(p), func(ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+	addr, err := redirect.CallReplicas(ctx, c.pool, c.candidates(p), func(ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 		return fn(ctx, metapb.NewMetaNodeClient(cc), opts...)
 	})
 	if err != nil {

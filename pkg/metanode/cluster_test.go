@@ -74,7 +74,7 @@ func newTestClusterOf(tb testing.TB, opts Options, parts ...*pb.Partition) *test
 		}
 		tr.SetHost(rh)
 		reg := prometheus.NewRegistry()
-		srv := daemon.NewRPCServer(reg, false)
+		srv := daemon.NewRPCServer(reg, nil)
 		tr.Register(srv)
 		h, err := New(node.Env{NodeID: id, DB: db, Raft: rh, RPC: srv, Registry: reg, Logger: log, Resolve: resolve}, opts)
 		if err != nil {

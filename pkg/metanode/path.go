@@ -189,6 +189,9 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	if err != nil {
 		return nil, nil, err
 	}
+	if r := access(ctx, p, req.Op != metapb.PathOp_PATH_OP_LOOKUP); r != nil {
+		return nil, pathErr(r.errno, req.Path, "%s", r.msg), nil
+	}
 	cred := credOf(req.Cred)
 	for round := 0; round < maxPathRounds; round++ {
 		var plan pathPlan

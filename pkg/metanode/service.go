@@ -117,6 +117,9 @@ func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnR
 	if err != nil {
 		return nil, err
 	}
+	if r := accessTxn(ctx, p, req.Txn); r != nil {
+		return &metapb.TxnResponse{Result: &metapb.TxnResult{Errno: int32(r.errno), Message: r.msg}}, nil
+	}
 	res, err := p.merger.submit(ctx, req.Txn)
 	if err != nil {
 		if errors.Is(err, multiraft.ErrNotLeader) {
@@ -146,6 +149,10 @@ func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metap
 		return nil, err
 	}
 	resp := &metapb.LookupResponse{}
+	if r := access(ctx, p, false); r != nil {
+		resp.Errno = int32(r.errno)
+		return resp, nil
+	}
 	p.sm.read(func(mp *metapartition.Partition) {
 		d, ino, e := mp.Lookup(req.Parent, string(req.Name))
 		if e == metapb.OK && req.NsFetch && mp.Fenced(d.GetIno(), time.Now().UnixNano()) {
@@ -168,6 +175,10 @@ func (s *service) GetInode(ctx context.Context, req *metapb.GetInodeRequest) (*m
 		return nil, err
 	}
 	resp := &metapb.GetInodeResponse{}
+	if r := access(ctx, p, false); r != nil {
+		resp.Errno = int32(r.errno)
+		return resp, nil
+	}
 	p.sm.read(func(mp *metapartition.Partition) {
 		ino, e := mp.GetInode(req.Ino)
 		if e == metapb.OK && req.NsFetch && mp.Fenced(req.Ino, time.Now().UnixNano()) {
@@ -190,6 +201,10 @@ func (s *service) ReadDir(ctx context.Context, req *metapb.ReadDirRequest) (*met
 		return nil, err
 	}
 	resp := &metapb.ReadDirResponse{}
+	if r := access(ctx, p, false); r != nil {
+		resp.Errno = int32(r.errno)
+		return resp, nil
+	}
 	p.sm.read(func(mp *metapartition.Partition) {
 		resp.RoutingVersion, resp.RoutingMoving = mp.RoutingState()
 		// One more than asked tells whether the listing goes on.

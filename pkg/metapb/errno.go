@@ -14,7 +14,7 @@ type Errno int32
 
 // The errno values the meta partition returns (which operation returns which
 // is documented in pkg/metapartition's package comment), plus EPERM, EACCES, EXDEV, ELOOP
-// and ENOTEMPTY, which the meta node service needs for the checks it makes
+// ENOTEMPTY and EROFS (a read-only client), which the meta node service needs for the checks it makes
 // across partitions and for path operations,
 // and EIO for a remembered result that cannot be decoded (never expected).
 const (
@@ -31,6 +31,7 @@ const (
 	ENOTDIR      Errno = 20
 	EISDIR       Errno = 21
 	EINVAL       Errno = 22
+	EROFS        Errno = 30
 	EFBIG        Errno = 27
 	ENOSPC       Errno = 28
 	ERANGE       Errno = 34
@@ -61,6 +62,7 @@ var errnoNames = map[Errno]string{
 	E2BIG:        "E2BIG",
 	EAGAIN:       "EAGAIN",
 	EACCES:       "EACCES",
+	EROFS:        "EROFS",
 	EBUSY:        "EBUSY",
 	EEXIST:       "EEXIST",
 	EXDEV:        "EXDEV",

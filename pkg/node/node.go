@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -104,6 +105,9 @@ type Env struct {
 	// Refresh asks for a heartbeat now rather than at the next interval (a
 	// peer or client showed that the map moved on); it does not wait.
 	Refresh func()
+	// Revoked reports whether a certificate serial (pki.Serial) is on the
+	// cluster's revocation list, as of the node's last heartbeat.
+	Revoked func(serial string) bool
 	// TLS is the client configuration for connections to peers, ServerTLS
 	// the server configuration of the role's own listener (nil: plain
 	// text).
@@ -156,6 +160,10 @@ type Node struct {
 	// applied (Assign returned), or of a heartbeat that changed nothing
 	// here; it trails assignment.Epoch while Assign runs.
 	applied uint64
+	// revoked is the cluster's revocation list as of the last heartbeat
+	// (or the saved assignment): serials whose certificates this node
+	// refuses.
+	revoked atomic.Pointer[map[string]bool]
 
 	fatal chan error
 	stop  chan struct{}
@@ -319,14 +327,17 @@ func (n *Node) openPartitions() (err error) {
 	}
 	n.transport.SetHost(n.raft)
 	n.telemetry.Registry.MustRegister(multiraft.NewCollector(n.raft))
-	n.rpc = daemon.NewRPCServer(n.telemetry.Registry, n.cfg.TLS != nil)
+	if n.cfg.TLS != nil {
+		n.cfg.TLS.SetRevoked(n.isRevoked)
+	}
+	n.rpc = daemon.NewRPCServer(n.telemetry.Registry, n.cfg.TLS)
 	healthpb.RegisterHealthServer(n.rpc, health.NewServer())
 	n.transport.Register(n.rpc)
 	if n.cfg.NewPartitions != nil {
 		n.parts, err = n.cfg.NewPartitions(Env{
 			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, RPC: n.rpc,
 			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData,
-			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch, AppliedEpoch: applied, Refresh: n.refresh,
+			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch, AppliedEpoch: applied, Refresh: n.refresh, Revoked: n.isRevoked,
 			TLS: daemon.ClientTLS(n.cfg.TLS), ServerTLS: daemon.ServerTLS(n.cfg.TLS),
 		})
 		if err != nil {
@@ -468,7 +479,23 @@ func (n *Node) loadAssignment() error {
 		return fmt.Errorf("data dir %s: corrupt %s: %w", n.cfg.DataDir, assignmentFile, err)
 	}
 	n.assignment = a
+	n.setRevoked(a.Revoked)
 	return nil
+}
+
+// setRevoked replaces the revocation list.
+func (n *Node) setRevoked(serials []string) {
+	m := make(map[string]bool, len(serials))
+	for _, s := range serials {
+		m[s] = true
+	}
+	n.revoked.Store(&m)
+}
+
+// isRevoked reports whether serial is on the revocation list.
+func (n *Node) isRevoked(serial string) bool {
+	m := n.revoked.Load()
+	return m != nil && (*m)[serial]
 }
 
 // saveAssignment records the assignment and peer addresses so that a restarted
@@ -602,6 +629,11 @@ func (n *Node) heartbeat() error {
 	}
 	n.heartbeats.Inc()
 	n.mu.Lock()
+	if !slices.Equal(n.assignment.Revoked, resp.Revoked) {
+		n.setRevoked(resp.Revoked)
+		n.assignment.Revoked = resp.Revoked
+		n.unsaved = true // kept across a restart, like the assignment
+	}
 	changed := !samePartitions(n.assignment.Assigned, resp.Assigned) || !maps.Equal(n.assignment.NodeAddrs, resp.NodeAddrs) ||
 		!maps.Equal(n.assignment.NodeDataAddrs, resp.NodeDataAddrs)
 	if changed {

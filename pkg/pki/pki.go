@@ -36,6 +36,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -112,27 +113,45 @@ type Request struct {
 	// subject alternative names, for TLS clients that check them; Cairn's
 	// own processes check the CA's signature only.
 	Hosts []string
+	// Extensions are added to the certificate as they are (a client's
+	// capabilities, pkg/capability).
+	Extensions []pkix.Extension
+}
+
+// Issued is a signed certificate and its key, not yet written anywhere.
+type Issued struct {
+	Name   string
+	Cert   *x509.Certificate
+	key    *ecdsa.PrivateKey
+	bundle []byte // the CA bundle it is verified with
 }
 
 // Issue signs a certificate for req with the CA in caDir and writes the
-// identity into outDir: ca.crt (the CA bundle of caDir), tls.crt and
-// tls.key (mode 0600). An identity already in outDir is replaced, files
-// renamed into place one by one, key before certificate.
+// identity into outDir (Issued.Write).
 func Issue(caDir, outDir string, req Request) error {
+	is, err := Sign(caDir, req)
+	if err != nil {
+		return err
+	}
+	return is.Write(outDir)
+}
+
+// Sign signs a certificate for req, with a new key, with the CA in caDir.
+func Sign(caDir string, req Request) (*Issued, error) {
 	if req.Name == "" || !req.Kind.valid() {
-		return fmt.Errorf("issue a certificate: need a name and a kind of node, client or admin (got %q, %q)", req.Name, req.Kind)
+		return nil, fmt.Errorf("issue a certificate: need a name and a kind of node, client or admin (got %q, %q)", req.Name, req.Kind)
 	}
 	caCert, caKey, err := loadCA(caDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return fmt.Errorf("issue %s: %w", req.Name, err)
+		return nil, fmt.Errorf("issue %s: %w", req.Name, err)
 	}
 	serial, err := newSerial()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	now := time.Now()
 	notAfter := now.Add(certValidity)
@@ -140,12 +159,13 @@ func Issue(caDir, outDir string, req Request) error {
 		notAfter = caCert.NotAfter
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: req.Name, OrganizationalUnit: []string{string(req.Kind)}, Organization: []string{"Cairn"}},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		SerialNumber:    serial,
+		Subject:         pkix.Name{CommonName: req.Name, OrganizationalUnit: []string{string(req.Kind)}, Organization: []string{"Cairn"}},
+		NotBefore:       now.Add(-time.Hour),
+		NotAfter:        notAfter,
+		KeyUsage:        x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtraExtensions: req.Extensions,
 	}
 	for _, h := range req.Hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -156,23 +176,38 @@ func Issue(caDir, outDir string, req Request) error {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
-		return fmt.Errorf("issue %s: %w", req.Name, err)
+		return nil, fmt.Errorf("issue %s: %w", req.Name, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("issue %s: %w", req.Name, err)
 	}
 	bundle, err := os.ReadFile(filepath.Join(caDir, CAFile))
 	if err != nil {
-		return fmt.Errorf("issue %s: %w", req.Name, err)
+		return nil, fmt.Errorf("issue %s: %w", req.Name, err)
 	}
-	if err := os.MkdirAll(outDir, 0o700); err != nil {
-		return fmt.Errorf("issue %s: %w", req.Name, err)
-	}
-	if err := writeFileAtomic(filepath.Join(outDir, CAFile), bundle, 0o644); err != nil {
-		return err
-	}
-	if err := writeKey(filepath.Join(outDir, KeyFile), key); err != nil {
-		return err
-	}
-	return writePEM(filepath.Join(outDir, CertFile), "CERTIFICATE", der, 0o644)
+	return &Issued{Name: req.Name, Cert: cert, key: key, bundle: bundle}, nil
 }
+
+// Write writes the identity into outDir: ca.crt (the CA bundle), tls.crt
+// and tls.key (mode 0600). An identity already in outDir is replaced,
+// files renamed into place one by one, key before certificate.
+func (is *Issued) Write(outDir string) error {
+	if err := os.MkdirAll(outDir, 0o700); err != nil {
+		return fmt.Errorf("issue %s: %w", is.Name, err)
+	}
+	if err := writeFileAtomic(filepath.Join(outDir, CAFile), is.bundle, 0o644); err != nil {
+		return err
+	}
+	if err := writeKey(filepath.Join(outDir, KeyFile), is.key); err != nil {
+		return err
+	}
+	return writePEM(filepath.Join(outDir, CertFile), "CERTIFICATE", is.Cert.Raw, 0o644)
+}
+
+// Serial is a certificate's serial number as revocation lists name it:
+// lower-case hexadecimal.
+func Serial(c *x509.Certificate) string { return c.SerialNumber.Text(16) }
 
 // CAExists reports whether dir holds a CA (certificate and key).
 func CAExists(dir string) bool {
@@ -203,6 +238,22 @@ type Identity struct {
 	checked time.Time // when the files' times were last compared
 	stamp   [3]time.Time
 	state   *identityState
+
+	revoked atomic.Pointer[func(serial string) bool]
+}
+
+// SetRevoked makes every later handshake refuse a peer whose certificate
+// revoked reports (by Serial): the cluster's revocation list, which the
+// caller keeps current. revoked must be fast and safe for concurrent use.
+func (id *Identity) SetRevoked(revoked func(serial string) bool) {
+	id.revoked.Store(&revoked)
+}
+
+// Revoked reports whether c is revoked by the list SetRevoked gave (false
+// when none was given).
+func (id *Identity) Revoked(c *x509.Certificate) bool {
+	f := id.revoked.Load()
+	return f != nil && (*f)(Serial(c))
 }
 
 type identityState struct {
@@ -226,6 +277,9 @@ func Load(dir string) (*Identity, error) {
 
 // Dir is the directory the identity is read from.
 func (id *Identity) Dir() string { return id.dir }
+
+// Certificate is the identity's certificate as last read.
+func (id *Identity) Certificate() *x509.Certificate { return id.current().leaf }
 
 // Name is the certificate's common name.
 func (id *Identity) Name() string { return id.current().leaf.Subject.CommonName }
@@ -329,6 +383,9 @@ func (id *Identity) verify(rawCerts [][]byte, usage x509.ExtKeyUsage) error {
 	}
 	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: id.current().pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
 		return fmt.Errorf("the peer's certificate %q is not from this cluster's CA: %w", certs[0].Subject.CommonName, err)
+	}
+	if id.Revoked(certs[0]) {
+		return fmt.Errorf("the peer's certificate %q (serial %s) is revoked", certs[0].Subject.CommonName, Serial(certs[0]))
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -194,5 +195,38 @@ func TestBadInput(t *testing.T) {
 	}
 	if got := Hosts("127.0.0.1:9000", "example.org", "127.0.0.1:9001", ""); strings.Join(got, ",") != "127.0.0.1,example.org" {
 		t.Fatalf("Hosts = %v", got)
+	}
+}
+
+// A revoked certificate fails the handshake on either side, from the
+// moment the revocation list names it; the same identity's others pass.
+func TestRevocation(t *testing.T) {
+	ca := cluster(t, "cluster-r")
+	server := issue(t, ca, "node", KindNode)
+	peer := issue(t, ca, "peer", KindClient)
+	other := issue(t, ca, "other", KindClient)
+	revoked := map[string]bool{}
+	var mu sync.Mutex
+	server.SetRevoked(func(s string) bool { mu.Lock(); defer mu.Unlock(); return revoked[s] })
+	if r := handshake(t, server.ServerConfig(), peer.ClientConfig()); r.cerr != nil || r.serr != nil {
+		t.Fatalf("before the revocation: client %v, server %v", r.cerr, r.serr)
+	}
+	mu.Lock()
+	revoked[Serial(peer.Certificate())] = true
+	mu.Unlock()
+	r := handshake(t, server.ServerConfig(), peer.ClientConfig())
+	if r.serr == nil || !strings.Contains(r.serr.Error(), "revoked") {
+		t.Fatalf("a revoked client: server %v, want a refusal naming the revocation", r.serr)
+	}
+	if r := handshake(t, server.ServerConfig(), other.ClientConfig()); r.cerr != nil || r.serr != nil {
+		t.Fatalf("another client: client %v, server %v", r.cerr, r.serr)
+	}
+	// A client refuses a revoked server too.
+	mu.Lock()
+	clear(revoked)
+	mu.Unlock()
+	peer.SetRevoked(func(s string) bool { return s == Serial(server.Certificate()) })
+	if r := handshake(t, server.ServerConfig(), peer.ClientConfig()); r.cerr == nil {
+		t.Fatal("a client accepted a revoked server")
 	}
 }

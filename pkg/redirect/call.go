@@ -37,6 +37,29 @@ func (e *NoLeaderError) Error() string {
 // Is makes errors.Is(err, ErrNoLeader) hold.
 func (e *NoLeaderError) Is(target error) bool { return target == ErrNoLeader }
 
+// RefusedError says a server refused the TLS handshake: it did not accept
+// this process's certificate (revoked, expired, or from another CA), or
+// this process did not accept the server's. Trying again cannot help.
+type RefusedError struct {
+	Addr string
+	Err  error
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("%s refused the TLS handshake: the certificate is revoked, expired or not from the cluster's CA (%v)", e.Addr, e.Err)
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// refused reports whether err is a TLS handshake that failed on a
+// certificate: an alert from the server about this end's certificate, or
+// this end's own check of the server's (pki). The error reaches here as
+// text inside a gRPC status, so the text is what is matched.
+func refused(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "remote error: tls: ") || strings.Contains(msg, "the peer's certificate")
+}
+
 // Pool keeps one client connection per address: lightrpc for unary calls,
 // gRPC for streams and for a server that does not speak lightrpc. Safe for
 // concurrent use.
@@ -103,6 +126,17 @@ const (
 // per-try timeout moves on to the next, with bounded backoff between rounds,
 // until ctx ends. Any other error is the server's answer and is returned as is.
 func Call(ctx context.Context, pool *Pool, candidates []string, call func(ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) error) (string, error) {
+	return callLeader(ctx, pool, candidates, false, call)
+}
+
+// CallReplicas is Call for the replicas of a partition: NOT_FOUND from a
+// candidate means it does not host the partition (any more), and the next
+// is tried, rather than an answer about what the request names.
+func CallReplicas(ctx context.Context, pool *Pool, candidates []string, call func(ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) error) (string, error) {
+	return callLeader(ctx, pool, candidates, true, call)
+}
+
+func callLeader(ctx context.Context, pool *Pool, candidates []string, notFoundMoves bool, call func(ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) error) (string, error) {
 	if len(candidates) == 0 {
 		return "", &NoLeaderError{Last: errors.New("no address to call")}
 	}
@@ -124,14 +158,15 @@ func Call(ctx context.Context, pool *Pool, candidates []string, call func(ctx co
 			if err == nil {
 				return addr, nil
 			}
+			if refused(err) {
+				return "", &RefusedError{Addr: addr, Err: err}
+			}
 			lastErr = fmt.Errorf("%s: %s", addr, Describe(err))
 			if leader, ok := Leader(err, trailer); ok {
 				queue = append([]string{leader}, queue...)
 				continue
 			}
-			switch status.Code(err) {
-			case codes.Unavailable, codes.DeadlineExceeded, codes.NotFound:
-				// NotFound: this node does not host the partition (any more).
+			if code := status.Code(err); code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.NotFound && notFoundMoves {
 				if ctx.Err() != nil {
 					return "", &NoLeaderError{Candidates: candidates, Last: lastErr}
 				}

@@ -44,6 +44,13 @@ func TestMutualTLS(t *testing.T) {
 	other, err := pki.Load(otherDir)
 	must(t, err)
 	noCert := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true}
+	// A client identity of this cluster, revoked: refused like the others
+	// once the nodes heard of it (a heartbeat; waited for below).
+	revokedDir := filepath.Join(t.TempDir(), "revoked")
+	mustCairn(t, "client", "create", "gone", "--data-dir", dir, "--out", revokedDir)
+	mustCairn(t, "client", "revoke", "gone", "--data-dir", dir)
+	revoked, err := pki.Load(revokedDir)
+	must(t, err)
 
 	clients := []struct {
 		name string
@@ -54,6 +61,7 @@ func TestMutualTLS(t *testing.T) {
 		{"plain text", nil, false},
 		{"TLS without a certificate", noCert, false},
 		{"a certificate of another CA", other.ClientConfig(), false},
+		{"a revoked certificate", revoked.ClientConfig(), false},
 	}
 	l, err := localcluster.LoadLayout(dir)
 	must(t, err)
@@ -68,6 +76,14 @@ func TestMutualTLS(t *testing.T) {
 	for _, p := range l.Procs {
 		if p.DataAddr != "" {
 			ports = append(ports, port{p.Role, p.DataAddr, "data"})
+		}
+	}
+	for _, n := range ports {
+		for deadline := time.Now().Add(10 * time.Second); probe(n.addr, n.role, n.proto, revoked.ClientConfig()) == nil; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s at %s still answers a certificate revoked 10s ago", n.role, n.addr)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	checked := 0

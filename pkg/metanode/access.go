@@ -1,0 +1,62 @@
+package metanode
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cairnfs/cairn/pkg/capability"
+	"github.com/cairnfs/cairn/pkg/daemon"
+	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/pki"
+)
+
+// refusal is why a caller may not make a request: an errno for the
+// request's answer and a message naming the cause.
+type refusal struct {
+	errno metapb.Errno
+	msg   string
+}
+
+func refuse(e metapb.Errno, format string, args ...any) *refusal {
+	return &refusal{e, fmt.Sprintf(format, args...)}
+}
+
+// access checks a request to partition p against the caller's
+// capabilities (capability.FromContext): a client bound to a volume
+// reaches no other volume's partitions (EACCES), and a read-only client
+// changes nothing (EROFS). change says whether the request would change
+// anything. Nodes, admins and unrestricted clients pass.
+func access(ctx context.Context, p *partition, change bool) *refusal {
+	c := capability.FromContext(ctx)
+	if !c.Restricted() {
+		return nil
+	}
+	if !c.AllowsVolume(p.volume) {
+		return refuse(metapb.EACCES, "meta partition %d is not in volume %q, the only one this client may use", p.id, c.Volume)
+	}
+	if change && c.ReadOnly {
+		return refuse(metapb.EROFS, "this client is read-only")
+	}
+	return nil
+}
+
+// accessTxn is access for a Txn, which also refuses to clients the
+// operations only cluster processes and admin tools send: routing
+// changes, inode ranges and the collectors' bookkeeping. Those could
+// corrupt the volume for everyone.
+func accessTxn(ctx context.Context, p *partition, txn *metapb.Txn) *refusal {
+	if r := access(ctx, p, true); r != nil {
+		return r
+	}
+	if daemon.PeerKind(ctx) != pki.KindClient {
+		return nil
+	}
+	for _, op := range txn.GetOps() {
+		switch op.GetOp().(type) {
+		case *metapb.Op_SetRouting, *metapb.Op_ImportDentries, *metapb.Op_PurgeDentries, *metapb.Op_SetRange,
+			*metapb.Op_AckFreed, *metapb.Op_ChunkCollect, *metapb.Op_ChunkForget, *metapb.Op_ChunkFix:
+			return refuse(metapb.EPERM, "%T is sent by cluster nodes and admin tools only", op.GetOp())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,262 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/cairnfs/cairn/pkg/client"
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/lightrpc"
+	"github.com/cairnfs/cairn/pkg/localcluster"
+	"github.com/cairnfs/cairn/pkg/masterclient"
+	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/pki"
+)
+
+// TestClientCapabilities: identities made with 'cairn client create' on a
+// default 'cairn up' are held to what they were given, by the servers:
+//   - a read-only client changes nothing, through its mount (mounted
+//     read-only) and through the SDK, whose every change reaches the meta
+//     nodes, and a raw write reaches a data node: EROFS each time;
+//   - a client of one volume opens no other volume and reaches none of its
+//     partitions on the meta and data nodes;
+//   - a revoked client is refused: its open mount fails within a few
+//     heartbeats, and a new connection is refused at the handshake, with a
+//     message that says so.
+func TestClientCapabilities(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "caps")
+	_, mnt := startMounted(t, dir)
+	must(t, os.MkdirAll(filepath.Join(mnt, "data"), 0o755))
+	must(t, os.WriteFile(filepath.Join(mnt, "data", "f"), []byte("hello"), 0o644))
+	st := waitLeaders(t, dir)
+	master := masterAddr(st)
+
+	roDir := filepath.Join(t.TempDir(), "ro")
+	out := mustCairn(t, "client", "create", "reader", "--data-dir", dir, "--read-only", "--out", roDir)
+	if !strings.Contains(out, "read-only") {
+		t.Errorf("client create says %q", out)
+	}
+	mustCairn(t, "volume", "create", "other", "--data-dir", dir)
+	otherDir := filepath.Join(t.TempDir(), "other")
+	mustCairn(t, "client", "create", "tenant", "--data-dir", dir, "--volume", "other", "--out", otherDir)
+	if r := cairn(t, "client", "create", "reader", "--data-dir", dir, "--out", t.TempDir()); r.code == 0 || !strings.Contains(r.stderr, "already exists") {
+		t.Errorf("a second client named reader: exit %d, %q", r.code, r.stderr)
+	}
+	list := mustCairn(t, "client", "list", "--data-dir", dir)
+	for _, want := range []string{"reader", "tenant", "volume other"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("client list lacks %q:\n%s", want, list)
+		}
+	}
+
+	// The read-only client through a mount of its own.
+	roMnt := filepath.Join(t.TempDir(), "romnt")
+	must(t, os.Mkdir(roMnt, 0o755))
+	roMount := startMount(t, roMnt, "--master", master, "--tls-dir", roDir, "default", roMnt)
+	if b, err := os.ReadFile(filepath.Join(roMnt, "data", "f")); err != nil || string(b) != "hello" {
+		t.Fatalf("read through the read-only mount: %q, %v", b, err)
+	}
+	f := filepath.Join(roMnt, "data", "f")
+	for _, c := range []struct {
+		what string
+		do   func() error
+	}{
+		{"create", func() error { return os.WriteFile(filepath.Join(roMnt, "new"), nil, 0o644) }},
+		{"mkdir", func() error { return os.Mkdir(filepath.Join(roMnt, "d"), 0o755) }},
+		{"write", func() error {
+			fh, err := os.OpenFile(f, os.O_WRONLY, 0)
+			if err == nil {
+				fh.Close()
+			}
+			return err
+		}},
+		{"truncate", func() error { return os.Truncate(f, 0) }},
+		{"chmod", func() error { return os.Chmod(f, 0o600) }},
+		{"rename", func() error { return os.Rename(f, f+".2") }},
+		{"unlink", func() error { return os.Remove(f) }},
+		{"symlink", func() error { return os.Symlink("f", filepath.Join(roMnt, "l")) }},
+		{"setxattr", func() error { return syscall.Setxattr(f, "user.k", []byte("v"), 0) }},
+	} {
+		if err := c.do(); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("%s through the read-only mount: %v, want EROFS", c.what, err)
+		}
+	}
+
+	// The same client through the SDK: nothing stops a change before the
+	// servers do.
+	ro := loadTLS(t, roDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	v, err := client.Open(ctx, []string{master}, "default", &client.Options{TLS: ro})
+	must(t, err)
+	defer v.Close()
+	root := client.Cred{}
+	if _, err := v.StatPath(ctx, "/data/f", root); err != nil {
+		t.Fatalf("stat through the SDK as a read-only client: %v", err)
+	}
+	attr, err := v.StatPath(ctx, "/data/f", root)
+	must(t, err)
+	for _, c := range []struct {
+		what string
+		do   func() error
+	}{
+		{"create", func() error { _, err := v.CreatePath(ctx, "/new", 0o644, root); return err }},
+		{"mkdir", func() error { _, err := v.MkdirPath(ctx, "/d", 0o755, root); return err }},
+		{"unlink", func() error { return v.UnlinkPath(ctx, "/data/f", root) }},
+		{"rename", func() error { return v.RenamePath(ctx, "/data/f", "/data/g", root) }},
+		{"link", func() error { _, err := v.LinkPath(ctx, "/data/f", "/data/h", root); return err }},
+		{"chmod", func() error { _, err := v.Setattr(ctx, attr.Ino, client.SetattrIn{Valid: client.SetMode, Mode: 0o600}); return err }},
+		{"setxattr", func() error { return v.SetXattr(ctx, attr.Ino, "user.k", []byte("v"), 0) }},
+		{"write", func() error {
+			fh, err := v.OpenFile(ctx, attr.Ino, os.O_WRONLY)
+			if err != nil {
+				return err
+			}
+			_, werr := fh.WriteAt([]byte("changed"), 0)
+			return errors.Join(werr, fh.Close(ctx))
+		}},
+	} {
+		if err := c.do(); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("%s through the SDK as a read-only client: %v, want EROFS", c.what, err)
+		}
+	}
+	// A data node refuses a new extent from it, whichever partition.
+	l, err := localcluster.LoadLayout(dir)
+	must(t, err)
+	vol := volumeInfo(t, master, adminTLS(t, dir), "default")
+	dp := vol.Volume.DataPartitions[0]
+	for _, p := range l.Procs {
+		if p.DataAddr == "" {
+			continue
+		}
+		err := dataCall(p.DataAddr, ro, dataproto.Header{Op: dataproto.OpCreateExtent, Partition: dp})
+		if dataproto.CodeOf(err) != dataproto.CodeReadOnlyClient {
+			t.Errorf("create extent at %s as a read-only client: %v, want read-only client", p.DataAddr, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "data", "f")); err != nil || string(b) != "hello" {
+		t.Errorf("after the refused changes the file holds %q (%v)", b, err)
+	}
+
+	// A client of volume "other" reaches nothing of "default".
+	tenant := loadTLS(t, otherDir)
+	if _, err := client.Open(ctx, []string{master}, "default", &client.Options{TLS: tenant}); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("open volume default as a client of volume other: %v, want EACCES", err)
+	}
+	if r := cairn(t, "fs", "ls", "/", "--master", master, "--tls-dir", otherDir, "--volume", "default"); r.code == 0 || !strings.Contains(r.stderr, `volume "other" only`) {
+		t.Errorf("fs ls of volume default as a client of volume other: exit %d, %q", r.code, r.stderr)
+	}
+	own, err := client.Open(ctx, []string{master}, "other", &client.Options{TLS: tenant})
+	must(t, err)
+	if _, err := own.MkdirPath(ctx, "/mine", 0o755, root); err != nil {
+		t.Errorf("mkdir in its own volume: %v", err)
+	}
+	own.Close()
+	// Asked directly, with the partitions of "default" named: the meta
+	// nodes' leaders answer EACCES (the others send it to the leader),
+	// the data nodes refuse.
+	denied := 0
+	for _, n := range st.Nodes {
+		if n.Role != "meta" {
+			continue
+		}
+		for _, id := range vol.Volume.MetaPartitions {
+			lc := lightrpc.Dial(n.Address, lightrpc.ClientOptions{TLS: tenant, DialTimeout: 3 * time.Second})
+			resp, err := metapb.NewMetaNodeClient(lc).Lookup(ctx, &metapb.LookupRequest{PartitionId: id, Parent: 1, Name: []byte("data")})
+			lc.Close()
+			switch {
+			case err != nil:
+			case metapb.Errno(resp.Errno) == metapb.EACCES:
+				denied++
+			default:
+				t.Errorf("meta node %d answered a client of another volume about partition %d: errno %d, dentry %v", n.ID, id, resp.Errno, resp.Dentry)
+			}
+		}
+	}
+	if denied < len(vol.Volume.MetaPartitions) {
+		t.Errorf("%d EACCES answers from the meta nodes, want one per partition of default (%d)", denied, len(vol.Volume.MetaPartitions))
+	}
+	for _, p := range l.Procs {
+		if p.DataAddr == "" {
+			continue
+		}
+		err := dataCall(p.DataAddr, tenant, dataproto.Header{Op: dataproto.OpListExtents, Partition: dp})
+		if dataproto.CodeOf(err) != dataproto.CodePermissionDenied {
+			t.Errorf("list extents at %s as a client of another volume: %v, want permission denied", p.DataAddr, err)
+		}
+	}
+
+	// Revocation: the open mount stops working, new connections are
+	// refused at the handshake.
+	mustCairn(t, "client", "revoke", "reader", "--data-dir", dir)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := os.Stat(filepath.Join(roMnt, "data", "f"))
+		if errors.Is(err, syscall.EACCES) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the revoked client's mount still answers stat (%v) after 15s:\n%s", err, roMount.output())
+		}
+		time.Sleep(200 * time.Millisecond)
+		// The kernel caches attributes for a second: ask for new names.
+		_, _ = os.Stat(filepath.Join(roMnt, "data", "nothing-"+time.Now().Format("150405.000")))
+	}
+	if r := cairn(t, "fs", "ls", "/", "--master", master, "--tls-dir", roDir, "--timeout", "5s"); r.code == 0 || !strings.Contains(r.stderr, "revoked") {
+		t.Errorf("fs ls with a revoked identity: exit %d, %q", r.code, r.stderr)
+	}
+	for _, n := range st.Nodes {
+		if n.Address == "" {
+			continue
+		}
+		if err := probe(n.Address, n.Role, "grpc", ro); err == nil {
+			t.Errorf("%s at %s answered a revoked certificate", n.Role, n.Address)
+		}
+	}
+}
+
+// volumeInfo is the master's answer about a volume.
+func volumeInfo(t *testing.T, master string, conf *tls.Config, name string) *pb.VolumeResponse {
+	t.Helper()
+	mc, err := masterclient.New([]string{master}, conf)
+	must(t, err)
+	defer mc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var resp *pb.VolumeResponse
+	must(t, mc.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.GetVolume(ctx, &pb.VolumeRequest{Name: name}, o...)
+		return err
+	}))
+	return resp
+}
+
+func loadTLS(t *testing.T, dir string) *tls.Config {
+	t.Helper()
+	id, err := pki.Load(dir)
+	must(t, err)
+	return id.ClientConfig()
+}
+
+// dataCall sends one request with no payload to the data node at addr.
+func dataCall(addr string, conf *tls.Config, h dataproto.Header) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := dataproto.Dial(ctx, addr, dataproto.ConnOptions{TLS: conf, ReadTimeout: 3 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, _, err = c.Do(ctx, &dataproto.Request{Header: h})
+	return err
+}
