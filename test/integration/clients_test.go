@@ -115,7 +115,10 @@ func TestClientCapabilities(t *testing.T) {
 		{"unlink", func() error { return v.UnlinkPath(ctx, "/data/f", root) }},
 		{"rename", func() error { return v.RenamePath(ctx, "/data/f", "/data/g", root) }},
 		{"link", func() error { _, err := v.LinkPath(ctx, "/data/f", "/data/h", root); return err }},
-		{"chmod", func() error { _, err := v.Setattr(ctx, attr.Ino, client.SetattrIn{Valid: client.SetMode, Mode: 0o600}); return err }},
+		{"chmod", func() error {
+			_, err := v.Setattr(ctx, attr.Ino, client.SetattrIn{Valid: client.SetMode, Mode: 0o600})
+			return err
+		}},
 		{"setxattr", func() error { return v.SetXattr(ctx, attr.Ino, "user.k", []byte("v"), 0) }},
 		{"write", func() error {
 			fh, err := v.OpenFile(ctx, attr.Ino, os.O_WRONLY)
