@@ -119,9 +119,7 @@ func (v *Volume) create(ctx context.Context, op string, parent uint64, name stri
 	if err := checkName(op, name); err != nil {
 		return nil, nil, err
 	}
-	if isDirType(ci.Type) {
-		ci.Parent = parent
-	}
+	ci.Parent = parent // every inode knows its first directory (metapb.Inode.parent)
 	inherit := v.hasLayouts()
 	if inherit && v.layouts.changedRecently(parent) {
 		// This client changed the parent's LayoutAttr moments ago: the

@@ -217,20 +217,22 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 	// Follow-ups on inode homes, folded into the commit Txn (the old name's
 	// partition) when homed there.
 	var homed []homedOp
-	moved := func(ino uint64, isDir bool, to uint64) *metapb.Op {
-		if isDir && oldParent != newParent {
+	// An inode renamed to another directory follows it (metapb.Inode.parent):
+	// a path-restricted client reaches it only through its parent.
+	moved := func(ino, to uint64) *metapb.Op {
+		if oldParent != newParent {
 			return opSetParent(ino, to)
 		}
 		return opLink(ino, 0) // ctime = now
 	}
 	var dOld, dNew int32
-	homed = append(homed, homedOp{srcIno, moved(srcIno, srcDir, newParent)})
+	homed = append(homed, homedOp{srcIno, moved(srcIno, newParent)})
 	if srcDir && oldParent != newParent {
 		dOld, dNew = dOld-1, dNew+1
 	}
 	var dropIno uint64
 	if exchange {
-		homed = append(homed, homedOp{dst.GetIno(), moved(dst.GetIno(), dstDir, oldParent)})
+		homed = append(homed, homedOp{dst.GetIno(), moved(dst.GetIno(), oldParent)})
 		if dstDir && oldParent != newParent {
 			dOld, dNew = dOld+1, dNew-1
 		}

@@ -349,8 +349,8 @@ func (s *service) planCreate(p *partition, mp *metapartition.Partition, req *met
 		}
 	}
 	delta := int32(0)
+	ci.Parent = dir.Ino
 	if isDir {
-		ci.Parent = dir.Ino
 		delta = 1
 	}
 	ops := []*metapb.Op{

@@ -28,10 +28,6 @@ func (t *txn) createInode(m *metapb.CreateInode) (*metapb.OpResult, *opError) {
 	} else if len(target) != 0 {
 		return nil, fail(metapb.EINVAL, "target given for a %v", typ)
 	}
-	parent := m.GetParent()
-	if parent != 0 && typ != metapb.FileType_FILE_TYPE_DIRECTORY {
-		return nil, fail(metapb.EINVAL, "parent pointer given for a %v", typ)
-	}
 	rdev := m.GetRdev()
 	if rdev != 0 && typ != metapb.FileType_FILE_TYPE_CHAR_DEVICE && typ != metapb.FileType_FILE_TYPE_BLOCK_DEVICE {
 		return nil, fail(metapb.EINVAL, "rdev given for a %v", typ)
@@ -64,8 +60,9 @@ func (t *txn) createInode(m *metapb.CreateInode) (*metapb.OpResult, *opError) {
 	case metapb.FileType_FILE_TYPE_SYMLINK:
 		in.size = uint64(len(target)) // st_size of a symlink is its target's length
 	}
-	if rdev != 0 || len(target) != 0 || parent != 0 {
-		in.x = &inodeExtra{rdev: rdev, target: string(target), parent: parent}
+	in.parent = m.GetParent()
+	if rdev != 0 || len(target) != 0 {
+		in.x = &inodeExtra{rdev: rdev, target: string(target)}
 	}
 	if m.GetLayout() == metapb.FileLayout_FILE_LAYOUT_CDC {
 		if in.x == nil {
@@ -105,18 +102,13 @@ func (t *txn) setattr(m *metapb.Setattr) (*metapb.OpResult, *opError) {
 		return nil, fail(metapb.EISDIR, "directory %d: mode and owner change under a namespace lock", ino)
 	}
 	if has(valid, metapb.SetattrValid_SETATTR_PARENT) {
-		switch {
-		case in.typ() != metapb.FileType_FILE_TYPE_DIRECTORY:
-			return nil, fail(metapb.ENOTDIR, "parent pointer of %v %d", in.typ(), ino)
-		case m.GetParent() == 0 || m.GetParent() == ino:
-			return nil, fail(metapb.EINVAL, "parent pointer %d for directory %d", m.GetParent(), ino)
+		if m.GetParent() == 0 || m.GetParent() == ino {
+			return nil, fail(metapb.EINVAL, "parent pointer %d for inode %d", m.GetParent(), ino)
 		}
 	}
 	n := in.clone()
 	if has(valid, metapb.SetattrValid_SETATTR_PARENT) {
-		x := n.extra()
-		x.parent = m.GetParent()
-		n.setExtra(x)
+		n.parent = m.GetParent()
 	}
 	if has(valid, metapb.SetattrValid_SETATTR_SIZE) {
 		switch in.typ() {

@@ -223,11 +223,14 @@
 //     keys (and missing dentries) are skipped, so a repeat is a no-op.
 //     Parent 0 or a bad name: EINVAL; more than MaxDentriesPerOp: E2BIG.
 //
-// A directory keeps a parent pointer (Inode.parent): CreateInode{parent}
-// sets it (EINVAL on other types) and Setattr SETATTR_PARENT moves it on
-// rename (ENOTDIR on other types, EINVAL for 0 or the directory itself).
-// The partition cannot check it; clients walk it up to refuse moving a
-// directory into its own subtree.
+// Every inode keeps a parent pointer (Inode.parent): CreateInode{parent}
+// sets it and Setattr SETATTR_PARENT moves it on rename (EINVAL for 0 or
+// the inode itself). A directory's is its one parent; a file's is the
+// directory of the name it was created or last renamed under (a hard link
+// elsewhere does not move it). The partition cannot check it; clients walk
+// a directory's up to refuse moving it into its own subtree, and meta nodes
+// walk any inode's up to keep a path-restricted client inside its subtree
+// (pkg/capability).
 //
 // Exactly-once: a Txn with a non-zero request_id that succeeds is
 // remembered with its result in a FIFO of the last RequestHistory (16384)

@@ -10,10 +10,10 @@ package metapartition
 // enough.
 const (
 	// inodeRecordBytes: the inode struct and its B-tree slot (a pointer).
-	inodeRecordBytes = 112 + 8
-	// inodeExtraBytes: an inodeExtra (rdev, parent, target, two slices and
-	// the chunk layout pointer).
-	inodeExtraBytes = 88
+	inodeRecordBytes = 120 + 8
+	// inodeExtraBytes: an inodeExtra (rdev, target, two slices and the
+	// chunk layout pointer).
+	inodeExtraBytes = 80
 	// cdcLayoutBytes: a chunked file's layout header (generation, slice);
 	// chunkRefBytes: one chunk of its list.
 	cdcLayoutBytes = 32

@@ -95,15 +95,19 @@ type inode struct {
 	uid   uint32
 	gid   uint32
 	nlink uint32
-	ext0  extent      // first extent; ext0.size == 0 means no extents
-	x     *inodeExtra // nil for most inodes
+	// parent is the directory the inode was created in, or last moved to
+	// by a rename (Inode.parent): a directory's is its one parent, a file's
+	// that of the name it was created or last renamed under. 0 for a
+	// volume's root and for inodes of servers that kept none.
+	parent uint64
+	ext0   extent      // first extent; ext0.size == 0 means no extents
+	x      *inodeExtra // nil for most inodes
 }
 
 // inodeExtra holds what most inodes do not have. Like inode it is immutable
 // once reachable from the tree, and so are its slices.
 type inodeExtra struct {
 	rdev   uint64
-	parent uint64   // a directory's parent directory; 0 for the root and non-directories
 	target string   // symlink target
 	exts   []extent // extents after ext0, sorted by fileOff
 	xattrs []xattr  // sorted by name
@@ -153,7 +157,7 @@ func (in *inode) extra() *inodeExtra {
 // setExtra stores x, or nil if it holds nothing, so that inodes that lose
 // their rare parts give the memory back.
 func (in *inode) setExtra(x *inodeExtra) {
-	if x.rdev == 0 && x.parent == 0 && x.target == "" && len(x.exts) == 0 && len(x.xattrs) == 0 && x.cdc == nil {
+	if x.rdev == 0 && x.target == "" && len(x.exts) == 0 && len(x.xattrs) == 0 && x.cdc == nil {
 		in.x = nil
 		return
 	}
@@ -165,14 +169,6 @@ func (in *inode) rdev() uint64 {
 		return 0
 	}
 	return in.x.rdev
-}
-
-// parent returns a directory's parent pointer (0 if none).
-func (in *inode) parent() uint64 {
-	if in.x == nil {
-		return 0
-	}
-	return in.x.parent
 }
 
 func (in *inode) target() string {
@@ -302,7 +298,7 @@ func (in *inode) toProto(full bool) *metapb.Inode {
 		CtimeNs: in.ctime,
 		BtimeNs: in.btime,
 		Rdev:    in.rdev(),
-		Parent:  in.parent(),
+		Parent:  in.parent,
 		Layout:  in.layout(),
 	}
 	if t := in.target(); t != "" {

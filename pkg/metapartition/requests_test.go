@@ -90,10 +90,10 @@ func TestRequestIDExactlyOnce(t *testing.T) {
 	}
 }
 
-// TestDirectoryParentPointer: CreateInode records a directory's parent,
-// Setattr SETATTR_PARENT moves it, other types refuse it, and it survives a
-// snapshot round trip.
-func TestDirectoryParentPointer(t *testing.T) {
+// TestParentPointer: CreateInode records an inode's parent, Setattr
+// SETATTR_PARENT moves it, for directories and files alike, and it
+// survives a snapshot round trip.
+func TestParentPointer(t *testing.T) {
 	p := newRoot(t)
 	mkdir := func(parent uint64) *metapb.Op {
 		return &metapb.Op{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: dir, Mode: 0o755, Parent: parent}}}
@@ -106,16 +106,16 @@ func TestDirectoryParentPointer(t *testing.T) {
 	if in := mustInode(t, p, 3); in.Parent != 2 {
 		t.Fatalf("GetInode parent = %d", in.Parent)
 	}
-	bad := &metapb.Op{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: reg, Parent: 1}}}
-	if r := run(t, p, 4, bad); r.Errno != int32(metapb.EINVAL) {
-		t.Fatalf("parent on a regular file: errno %d, want EINVAL", r.Errno)
+	file := &metapb.Op{Op: &metapb.Op_CreateInode{CreateInode: &metapb.CreateInode{Type: reg, Parent: 3}}}
+	r = mustRun(t, p, 5, file, createDentry(3, "f", 0, reg))
+	if got := r.Results[0].Inode.Parent; got != 3 {
+		t.Fatalf("parent of a new file = %d, want 3", got)
 	}
-	mustRun(t, p, 5, createInode(reg, 0), createDentry(1, "f", 0, reg))
 	move := func(ino, parent uint64) *metapb.Op {
 		return setattr(&metapb.Setattr{Ino: ino, Valid: uint32(metapb.SetattrValid_SETATTR_PARENT), Parent: parent})
 	}
-	if r := run(t, p, 6, move(4, 1)); r.Errno != int32(metapb.ENOTDIR) {
-		t.Fatalf("parent pointer on a file: errno %d, want ENOTDIR", r.Errno)
+	if r := mustRun(t, p, 6, move(4, 1)); r.Results[0].Inode.Parent != 1 {
+		t.Fatalf("a file moved to 1: parent %d", r.Results[0].Inode.Parent)
 	}
 	if r := run(t, p, 6, move(3, 0)); r.Errno != int32(metapb.EINVAL) {
 		t.Fatalf("parent 0: errno %d, want EINVAL", r.Errno)

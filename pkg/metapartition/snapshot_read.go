@@ -309,9 +309,8 @@ func (r *snapReader) inode() *inode {
 	in.size = r.u()
 	in.atime, in.mtime, in.ctime, in.btime = r.i(), r.i(), r.i(), r.i()
 	rdev := r.u()
-	var parent uint64
 	if r.version >= 2 {
-		parent = r.u()
+		in.parent = r.u()
 	}
 	target := string(r.raw("symlink target", MaxSymlinkLen))
 	nExt := r.count("extents", 5)
@@ -366,8 +365,8 @@ func (r *snapReader) inode() *inode {
 		r.failf("inode %d: a %v with a %d-byte target", in.ino, typ, len(target))
 	case rdev != 0 && !isDevice:
 		r.failf("inode %d: a %v with rdev", in.ino, typ)
-	case parent != 0 && typ != metapb.FileType_FILE_TYPE_DIRECTORY:
-		r.failf("inode %d: a %v with a parent pointer", in.ino, typ)
+	case in.parent == in.ino:
+		r.failf("inode %d: its own parent", in.ino)
 	case len(exts) > 0 && typ != metapb.FileType_FILE_TYPE_REGULAR:
 		r.failf("inode %d: a %v with extents", in.ino, typ)
 	case in.size > MaxFileSize:
@@ -383,7 +382,7 @@ func (r *snapReader) inode() *inode {
 	if len(exts) > 0 {
 		in.ext0 = exts[0]
 	}
-	x := &inodeExtra{rdev: rdev, parent: parent, target: target, xattrs: xs, cdc: cdc}
+	x := &inodeExtra{rdev: rdev, target: target, xattrs: xs, cdc: cdc}
 	if len(exts) > 1 {
 		x.exts = exts[1:]
 	}

@@ -79,7 +79,7 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 		s.i(in.ctime)
 		s.i(in.btime)
 		s.u(in.rdev())
-		s.u(in.parent())
+		s.u(in.parent)
 		s.bytes(in.target())
 		s.u(uint64(in.extentCount()))
 		if in.ext0.size != 0 {
