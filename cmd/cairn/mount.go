@@ -334,7 +334,8 @@ file system (docs/bench.md, "Traces").`,
 				fmt.Fprintf(cmd.OutOrStdout(), "trace: %d operations written to %s\n", n, traceTo)
 				return err
 			}
-			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m, Trace: rec})
+			// A path-restricted identity sees its subtree as the mount's root.
+			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m, Trace: rec, Root: caps.RootIno})
 			srv, err := fuse.NewServer(fsys, mp, &fuse.MountOptions{
 				DirectMount: os.Geteuid() == 0,
 				AllowOther:  mo.allowOther,

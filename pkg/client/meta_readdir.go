@@ -30,7 +30,8 @@ func (v *Volume) ReadDir(ctx context.Context, dir uint64, cursor string, limit i
 // ReadDirPlus is ReadDir with each entry's attributes (Attr). Inodes homed
 // on another partition than their name are fetched from their homes in
 // parallel; a name whose inode vanished meanwhile (a racing unlink) is left
-// out.
+// out, and one whose inode this client may not read (a hard link to a file
+// outside a path-restricted client's subtree) is listed without Attr.
 func (v *Volume) ReadDirPlus(ctx context.Context, dir uint64, cursor string, limit int) (entries []DirEntry, more bool, err error) {
 	return v.readDir(ctx, "readdirplus", dir, cursor, limit, true)
 }
@@ -77,6 +78,7 @@ func (v *Volume) readDir(ctx context.Context, op string, dir uint64, cursor stri
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
+	denied := make([]bool, len(out))
 	for i := range out {
 		if in, ok := inodes[out[i].Ino]; ok {
 			out[i].Attr = toAttr(in)
@@ -91,6 +93,8 @@ func (v *Volume) readDir(ctx context.Context, op string, dir uint64, cursor stri
 			switch {
 			case err == nil:
 				out[i].Attr = toAttr(in)
+			case isErrno(err, syscall.EACCES):
+				denied[i] = true
 			case !isErrno(err, syscall.ENOENT):
 				mu.Lock()
 				firstErr = err
@@ -103,8 +107,8 @@ func (v *Volume) readDir(ctx context.Context, op string, dir uint64, cursor stri
 		return nil, false, firstErr
 	}
 	kept := out[:0]
-	for _, e := range out {
-		if e.Attr != nil {
+	for i, e := range out {
+		if e.Attr != nil || denied[i] {
 			kept = append(kept, e)
 		}
 	}

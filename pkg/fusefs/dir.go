@@ -26,7 +26,7 @@ type dirHandle struct {
 // OpenDir opens a directory (ENOTDIR for other types).
 func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	start := time.Now()
-	a, err := fs.v.GetAttr(ctxOf(cancel), in.NodeId)
+	a, err := fs.v.GetAttr(ctxOf(cancel), fs.ino(in.NodeId))
 	if err != nil {
 		return fs.observe("opendir", start, status(err))
 	}
@@ -36,7 +36,7 @@ func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	fs.mu.Lock()
 	fh := fs.nextFh
 	fs.nextFh++
-	fs.dirs[fh] = &dirHandle{ino: in.NodeId}
+	fs.dirs[fh] = &dirHandle{ino: fs.ino(in.NodeId)}
 	fs.mu.Unlock()
 	out.Fh = fh
 	return fs.observe("opendir", start, fuse.OK)
@@ -49,12 +49,12 @@ func (fs *FS) load(ctx context.Context, d *dirHandle, plus bool) error {
 		return err
 	}
 	parent := self.Parent
-	if parent == 0 {
+	if parent == 0 || d.ino == fs.root {
 		parent = d.ino
 	}
 	entries := []client.DirEntry{
-		{Name: ".", Ino: d.ino, Type: syscall.S_IFDIR},
-		{Name: "..", Ino: parent, Type: syscall.S_IFDIR},
+		{Name: ".", Ino: fs.node(d.ino), Type: syscall.S_IFDIR},
+		{Name: "..", Ino: fs.node(parent), Type: syscall.S_IFDIR},
 	}
 	cursor := ""
 	for {

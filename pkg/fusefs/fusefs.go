@@ -39,6 +39,9 @@ type Options struct {
 	// (pkg/optrace); paths are relative to the mount's root. The caller
 	// closes it after unmounting.
 	Trace *optrace.Recorder
+	// Root is the inode of the directory the mount shows as its root
+	// (default the volume's root): a path-restricted client's subtree.
+	Root uint64
 }
 
 func (o Options) withDefaults() Options {
@@ -59,6 +62,7 @@ func (o Options) withDefaults() Options {
 // It is safe for the concurrent requests of a multi-threaded server.
 type FS struct {
 	fuse.RawFileSystem
+	root   uint64 // the inode shown as the mount's root (Options.Root)
 	v      *client.Volume
 	opts   Options
 	tr     *tracer                     // nil unless Options.Trace is set
@@ -77,7 +81,12 @@ type FS struct {
 
 // New returns the adapter of v.
 func New(v *client.Volume, opts Options) *FS {
+	root := opts.Root
+	if root == 0 {
+		root = client.RootIno
+	}
 	fs := &FS{
+		root:          root,
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
 		v:             v, opts: opts.withDefaults(), nextFh: 1, hints: newAttrHints(opts.withDefaults().AttrTimeout),
 		noCaps: newNoCaps(opts.withDefaults().AttrTimeout),
@@ -88,6 +97,23 @@ func New(v *client.Volume, opts Options) *FS {
 		fs.tr = newTracer(opts.Trace)
 	}
 	return fs
+}
+
+// ino is the inode number of the kernel's node id: the mount's root is
+// node 1 (FUSE_ROOT_ID) whatever directory it shows.
+func (fs *FS) ino(node uint64) uint64 {
+	if node == fuse.FUSE_ROOT_ID {
+		return fs.root
+	}
+	return node
+}
+
+// node is the kernel's node id of inode ino (ino inverted).
+func (fs *FS) node(ino uint64) uint64 {
+	if ino == fs.root {
+		return fuse.FUSE_ROOT_ID
+	}
+	return ino
 }
 
 // String names the file system (shown by the kernel in debug output).
@@ -207,7 +233,7 @@ func (fs *FS) fillAttr(a *client.Attr, out *fuse.Attr) {
 		}
 	}
 	*out = fuse.Attr{
-		Ino: a.Ino, Size: size, Blocks: (size + 511) / 512,
+		Ino: fs.node(a.Ino), Size: size, Blocks: (size + 511) / 512,
 		Mode: a.Mode, Nlink: a.Nlink, Owner: fuse.Owner{Uid: a.Uid, Gid: a.Gid},
 		Rdev: uint32(a.Rdev), Blksize: 128 << 10,
 	}
@@ -217,7 +243,7 @@ func (fs *FS) fillAttr(a *client.Attr, out *fuse.Attr) {
 }
 
 func (fs *FS) fillEntry(a *client.Attr, out *fuse.EntryOut) {
-	out.NodeId = a.Ino
+	out.NodeId = fs.node(a.Ino)
 	out.Generation = a.Generation
 	out.SetEntryTimeout(fs.opts.EntryTimeout)
 	out.SetAttrTimeout(fs.opts.AttrTimeout)

@@ -22,15 +22,17 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 	var err error
 	switch name {
 	case ".":
-		a, err = fs.v.GetAttr(ctx, header.NodeId)
+		a, err = fs.v.GetAttr(ctx, fs.ino(header.NodeId))
 	case "..":
-		if a, err = fs.v.GetAttr(ctx, header.NodeId); err == nil && a.Parent != 0 {
+		// The mount's root is its own parent, as on any mount (and a
+		// path-restricted client may not see above it).
+		if a, err = fs.v.GetAttr(ctx, fs.ino(header.NodeId)); err == nil && a.Parent != 0 && a.Ino != fs.root {
 			a, err = fs.v.GetAttr(ctx, a.Parent)
 		}
 	default:
 		// The kernel looks up only in directories it holds (and answers
 		// ENOENT itself in a removed one): a missing name is one request.
-		a, err = fs.v.LookupChild(ctx, header.NodeId, name)
+		a, err = fs.v.LookupChild(ctx, fs.ino(header.NodeId), name)
 	}
 	if err != nil {
 		if client.ErrnoOf(err) == syscall.ENOENT {
@@ -71,7 +73,7 @@ func (fs *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.Attr
 		}
 		return fs.observe("getattr", start, fuse.OK)
 	}
-	a, err := fs.v.GetAttr(ctxOf(cancel), in.NodeId)
+	a, err := fs.v.GetAttr(ctxOf(cancel), fs.ino(in.NodeId))
 	if err != nil {
 		if fs.tr != nil {
 			fs.tr.stat(start, &in.InHeader, fs.tr.path(in.NodeId), status(err), nil)
@@ -168,9 +170,9 @@ func (fs *FS) setAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Attr
 	var a *client.Attr
 	var err error
 	if s.Valid == 0 {
-		a, err = fs.v.GetAttr(ctx, in.NodeId)
+		a, err = fs.v.GetAttr(ctx, fs.ino(in.NodeId))
 	} else {
-		a, err = fs.v.Setattr(ctx, in.NodeId, s)
+		a, err = fs.v.Setattr(ctx, fs.ino(in.NodeId), s)
 	}
 	if err != nil {
 		return fs.observe("setattr", start, status(err))
@@ -187,7 +189,7 @@ func (fs *FS) setAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Attr
 func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learn(cancel, in.NodeId)
-	a, err := fs.v.Mknod(ctx, in.NodeId, name, in.Mode&^(in.Umask&0o777), uint64(in.Rdev), in.Uid, in.Gid)
+	a, err := fs.v.Mknod(ctx, fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777), uint64(in.Rdev), in.Uid, in.Gid)
 	done()
 	if fs.tr != nil && (in.Mode&syscall.S_IFMT == 0 || in.Mode&syscall.S_IFMT == syscall.S_IFREG) {
 		// A regular file made without opening it: an open that creates
@@ -209,7 +211,7 @@ func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *
 func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learn(cancel, in.NodeId)
-	a, err := fs.v.Mkdir(ctx, in.NodeId, name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
+	a, err := fs.v.Mkdir(ctx, fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
 	done()
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpMkdir, Path: fs.tr.child(in.NodeId, name), Mode: in.Mode & 0o7777}, status(err), 0)
@@ -228,7 +230,7 @@ func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *
 func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learn(cancel, header.NodeId)
-	st := status(fs.v.Unlink(ctx, header.NodeId, name))
+	st := status(fs.v.Unlink(ctx, fs.ino(header.NodeId), name))
 	done()
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpUnlink, Path: fs.tr.child(header.NodeId, name)}, st, 0)
@@ -243,7 +245,7 @@ func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string)
 func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learnDirs(cancel, header.NodeId, header.NodeId)
-	st := status(fs.v.Rmdir(ctx, header.NodeId, name))
+	st := status(fs.v.Rmdir(ctx, fs.ino(header.NodeId), name))
 	done(st == fuse.OK)
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpRmdir, Path: fs.tr.child(header.NodeId, name)}, st, 0)
@@ -259,7 +261,7 @@ func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) 
 func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName string, newName string) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learnDirs(cancel, in.NodeId, in.Newdir)
-	st := status(fs.v.Rename(ctx, in.NodeId, oldName, in.Newdir, newName, in.Flags))
+	st := status(fs.v.Rename(ctx, fs.ino(in.NodeId), oldName, fs.ino(in.Newdir), newName, in.Flags))
 	done(st == fuse.OK)
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpRename, Path: fs.tr.child(in.NodeId, oldName),
@@ -276,7 +278,7 @@ func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fu
 	start := time.Now()
 	fs.hints.invalidate()
 	defer fs.hints.invalidate()
-	a, err := fs.v.Link(ctxOf(cancel), in.Oldnodeid, in.NodeId, name)
+	a, err := fs.v.Link(ctxOf(cancel), fs.ino(in.Oldnodeid), fs.ino(in.NodeId), name)
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpLink, Path: fs.tr.path(in.Oldnodeid),
 			Path2: fs.tr.child(in.NodeId, name)}, status(err), 0)
@@ -295,7 +297,7 @@ func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fu
 func (fs *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target string, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learn(cancel, header.NodeId)
-	a, err := fs.v.Symlink(ctx, header.NodeId, name, target, header.Uid, header.Gid)
+	a, err := fs.v.Symlink(ctx, fs.ino(header.NodeId), name, target, header.Uid, header.Gid)
 	done()
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpSymlink, Path: fs.tr.child(header.NodeId, name), Path2: target}, status(err), 0)
@@ -313,7 +315,7 @@ func (fs *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target stri
 // Readlink returns a symlink's target.
 func (fs *FS) Readlink(cancel <-chan struct{}, header *fuse.InHeader) ([]byte, fuse.Status) {
 	start := time.Now()
-	t, err := fs.v.Readlink(ctxOf(cancel), header.NodeId)
+	t, err := fs.v.Readlink(ctxOf(cancel), fs.ino(header.NodeId))
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpReadlink, Path: fs.tr.path(header.NodeId)}, status(err), 0)
 	}
@@ -339,7 +341,7 @@ func (fs *FS) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr strin
 			return 0, fs.observe("getxattr", start, fuse.ENODATA)
 		}
 	}
-	val, err := fs.v.GetXattr(ctxOf(cancel), header.NodeId, attr)
+	val, err := fs.v.GetXattr(ctxOf(cancel), fs.ino(header.NodeId), attr)
 	if err != nil {
 		st := status(err)
 		if caps && st == fuse.ENODATA {
@@ -357,7 +359,7 @@ func (fs *FS) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr strin
 // if dest is too small).
 func (fs *FS) ListXAttr(cancel <-chan struct{}, header *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
 	start := time.Now()
-	names, err := fs.v.ListXattr(ctxOf(cancel), header.NodeId)
+	names, err := fs.v.ListXattr(ctxOf(cancel), fs.ino(header.NodeId))
 	if err != nil {
 		return 0, fs.observe("listxattr", start, status(err))
 	}
@@ -377,7 +379,7 @@ func (fs *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string,
 	defer fs.changing(in.NodeId)()
 	fs.noCaps.changed(in.NodeId)
 	defer fs.noCaps.changed(in.NodeId)
-	return fs.observe("setxattr", start, status(fs.v.SetXattr(ctxOf(cancel), in.NodeId, attr, data, in.Flags)))
+	return fs.observe("setxattr", start, status(fs.v.SetXattr(ctxOf(cancel), fs.ino(in.NodeId), attr, data, in.Flags)))
 }
 
 // RemoveXAttr removes an xattr.
@@ -386,5 +388,5 @@ func (fs *FS) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr st
 	defer fs.changing(header.NodeId)()
 	fs.noCaps.changed(header.NodeId)
 	defer fs.noCaps.changed(header.NodeId)
-	return fs.observe("removexattr", start, status(fs.v.RemoveXattr(ctxOf(cancel), header.NodeId, attr)))
+	return fs.observe("removexattr", start, status(fs.v.RemoveXattr(ctxOf(cancel), fs.ino(header.NodeId), attr)))
 }

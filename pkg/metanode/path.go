@@ -3,6 +3,8 @@ package metanode
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/nsreplica"
@@ -101,7 +104,28 @@ func (s *service) Path(ctx context.Context, req *metapb.PathRequest) (*metapb.Pa
 		}
 		s.h.metrics.requests.WithLabelValues(rpc).Inc()
 	}
+	caps := capability.FromContext(ctx)
+	if caps.Subtree() && req.ParentIno == 0 {
+		// The client's "/" is its subtree's directory: resolve under it.
+		// planPath refuses a resolution that leaves it (through "..").
+		if string(req.Path) == "/" {
+			req.Path = []byte(caps.Path)
+		} else {
+			req.Path = append([]byte(caps.Path), req.Path...)
+		}
+		if len(req.Path) > len(caps.Path) && req.Path[len(caps.Path)] != '/' {
+			return pathErr(metapb.EINVAL, req.Path, "not an absolute path"), nil
+		}
+	}
 	p, resp, err := s.pathHere(ctx, req)
+	if err == nil && resp.Symlink && caps.Subtree() && req.ParentIno == 0 {
+		// The symlink's place, counted in the client's own path.
+		prefix := uint32(strings.Count(caps.Path, "/"))
+		if resp.SymlinkAt < prefix {
+			return pathErr(metapb.EACCES, req.Path, "a symlink above the client's subtree"), nil
+		}
+		resp.SymlinkAt -= prefix
+	}
 	if err != nil || resp.Errno != 0 {
 		if err == nil && metapb.Errno(resp.Errno) == metapb.EWRONGMP && resp.Owner != 0 && !req.Forwarded {
 			return s.forwardPath(ctx, req, resp), nil
@@ -110,6 +134,9 @@ func (s *service) Path(ctx context.Context, req *metapb.PathRequest) (*metapb.Pa
 	}
 	if req.Op == metapb.PathOp_PATH_OP_LOOKUP && resp.Inode == nil && resp.Dentry.GetIno() != 0 {
 		s.completeInode(ctx, p, req, resp)
+	}
+	if resp.Parent != 0 {
+		resp.Inode = sameParent(ctx, resp.Parent, resp.Inode)
 	}
 	return resp, nil
 }
@@ -189,13 +216,21 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	if err != nil {
 		return nil, nil, err
 	}
-	if r := access(ctx, p, req.Op != metapb.PathOp_PATH_OP_LOOKUP); r != nil {
+	r := access(ctx, p, req.Op != metapb.PathOp_PATH_OP_LOOKUP)
+	if r == nil && req.ParentIno != 0 {
+		r = s.inSubtree(ctx, p, req.ParentIno)
+	}
+	if r != nil {
 		return nil, pathErr(r.errno, req.Path, "%s", r.msg), nil
+	}
+	var confine uint64 // a path-restricted client's resolution must pass through it
+	if c := capability.FromContext(ctx); c.Subtree() && req.ParentIno == 0 {
+		confine = c.RootIno
 	}
 	cred := credOf(req.Cred)
 	for round := 0; round < maxPathRounds; round++ {
 		var plan pathPlan
-		p.sm.read(func(mp *metapartition.Partition) { plan = s.planPath(p, mp, req, comps, trailing, cred) })
+		p.sm.read(func(mp *metapartition.Partition) { plan = s.planPath(p, mp, req, comps, trailing, cred, confine) })
 		switch {
 		case plan.miss != nil:
 			resp, err := s.fetch(ctx, p, plan.miss, comps)
@@ -228,8 +263,10 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 
 // planPath resolves the path's directories in the replica and plans the
 // operation on the last component. It runs under the partition's read
-// lock, so the resolution and a read answer see one state.
-func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, comps []string, trailing bool, cred perm.Cred) pathPlan {
+// lock, so the resolution and a read answer see one state. With confine,
+// the resolved directory must have been reached through directory confine (a
+// path-restricted client's subtree: EACCES otherwise).
+func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, comps []string, trailing bool, cred perm.Cred, confine uint64) pathPlan {
 	if req.ParentIno != 0 {
 		// By inode: the caller names the directory; nothing to resolve
 		// or check (the kernel checked the permissions).
@@ -254,6 +291,9 @@ func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metap
 	}
 	if next < len(dirs) {
 		return pathPlan{miss: &nsMiss{parent: stack[len(stack)-1].Ino, name: dirs[next], at: next, gen: gen}}
+	}
+	if confine != 0 && !slices.ContainsFunc(stack, func(e nsreplica.Entry) bool { return e.Ino == confine }) {
+		return pathPlan{resp: pathErr(metapb.EACCES, req.Path, "outside the only subtree this client may use")}
 	}
 	dir := stack[len(stack)-1]
 	base := &metapb.PathResponse{Parent: dir.Ino, ParentInode: &metapb.Inode{Ino: dir.Ino, Type: metapb.FileType_FILE_TYPE_DIRECTORY, Mode: dir.Mode & 0o7777, Uid: dir.Uid, Gid: dir.Gid}}

@@ -117,7 +117,11 @@ func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnR
 	if err != nil {
 		return nil, err
 	}
-	if r := accessTxn(ctx, p, req.Txn); r != nil {
+	r := accessTxn(ctx, p, req.Txn)
+	if r == nil {
+		r = s.inSubtree(ctx, p, txnInodes(req.Txn)...)
+	}
+	if r != nil {
 		return &metapb.TxnResponse{Result: &metapb.TxnResult{Errno: int32(r.errno), Message: r.msg}}, nil
 	}
 	res, err := p.merger.submit(ctx, req.Txn)
@@ -149,7 +153,11 @@ func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metap
 		return nil, err
 	}
 	resp := &metapb.LookupResponse{}
-	if r := access(ctx, p, false); r != nil {
+	r := access(ctx, p, false)
+	if r == nil {
+		r = s.inSubtree(ctx, p, req.Parent)
+	}
+	if r != nil {
 		resp.Errno = int32(r.errno)
 		return resp, nil
 	}
@@ -160,7 +168,7 @@ func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metap
 			// learn it until the change is done (FalconFS §4.3).
 			d, ino, e = nil, nil, metapb.EBUSY
 		}
-		resp.Errno, resp.Dentry, resp.Inode = int32(e), d, ino
+		resp.Errno, resp.Dentry, resp.Inode = int32(e), d, sameParent(ctx, req.Parent, ino)
 		resp.RoutingVersion, _ = mp.RoutingState()
 	})
 	return resp, nil
@@ -175,7 +183,11 @@ func (s *service) GetInode(ctx context.Context, req *metapb.GetInodeRequest) (*m
 		return nil, err
 	}
 	resp := &metapb.GetInodeResponse{}
-	if r := access(ctx, p, false); r != nil {
+	r := access(ctx, p, false)
+	if r == nil {
+		r = s.inSubtree(ctx, p, req.Ino)
+	}
+	if r != nil {
 		resp.Errno = int32(r.errno)
 		return resp, nil
 	}
@@ -201,7 +213,11 @@ func (s *service) ReadDir(ctx context.Context, req *metapb.ReadDirRequest) (*met
 		return nil, err
 	}
 	resp := &metapb.ReadDirResponse{}
-	if r := access(ctx, p, false); r != nil {
+	r := access(ctx, p, false)
+	if r == nil {
+		r = s.inSubtree(ctx, p, req.Parent)
+	}
+	if r != nil {
 		resp.Errno = int32(r.errno)
 		return resp, nil
 	}
@@ -215,7 +231,7 @@ func (s *service) ReadDir(ctx context.Context, req *metapb.ReadDirRequest) (*met
 		resp.Dentries = ds
 		if req.Plus {
 			for _, d := range ds {
-				if ino, e := mp.GetInode(d.Ino); e == 0 {
+				if ino, e := mp.GetInode(d.Ino); e == 0 && sameParent(ctx, req.Parent, ino) != nil {
 					resp.Inodes = append(resp.Inodes, ino)
 				}
 			}

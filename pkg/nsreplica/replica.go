@@ -97,6 +97,10 @@ type Replica struct {
 	idxBits   uint
 	idxMask   uint32
 	nameBytes int64 // allocation size of every record's name
+	// ups holds parent pointers of directories learned without their name
+	// (from the directory's inode, Inode.parent): ParentOf answers from
+	// the entries first, then from here. At most max; cleared when full.
+	ups map[uint64]uint64
 
 	gen          atomic.Uint64
 	hits, misses atomic.Uint64
@@ -189,6 +193,35 @@ func (r *Replica) Put(parent uint64, name string, e Entry, gen uint64) bool {
 	return true
 }
 
+// ParentOf returns the parent of directory ino, if the replica knows it:
+// from ino's entry, or from PutParent.
+func (r *Replica) ParentOf(ino uint64) (uint64, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if idx, ok := r.findIno(ino); ok {
+		return r.rec(idx).parent, true
+	}
+	p, ok := r.ups[ino]
+	return p, ok
+}
+
+// PutParent records that directory ino's parent is parent, as read from
+// ino's inode, under the same rule as Put: refused (false) when gen is not
+// the current generation.
+func (r *Replica) PutParent(ino, parent uint64, gen uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if gen != r.gen.Load() {
+		r.refused++
+		return false
+	}
+	if r.ups == nil || len(r.ups) >= r.max {
+		r.ups = map[uint64]uint64{}
+	}
+	r.ups[ino] = parent
+	return true
+}
+
 // Invalidate drops the entry of directory ino, if held, and increases the
 // generation so that lookups started before it cannot be Put. It is called
 // when a fence on ino is applied (rmdir, directory rename, chmod or chown of
@@ -199,6 +232,7 @@ func (r *Replica) Invalidate(ino uint64) {
 	if idx, ok := r.findIno(ino); ok {
 		r.remove(idx)
 	}
+	delete(r.ups, ino)
 	r.invalidations++
 	r.gen.Add(1)
 }
@@ -212,6 +246,7 @@ func (r *Replica) Clear() {
 	r.chunks = nil
 	r.n = 0
 	r.nameBytes = 0
+	r.ups = nil
 	r.resetTables()
 	r.gen.Add(1)
 }

@@ -475,3 +475,45 @@ func BenchmarkGet(b *testing.B) {
 		i = (i + 1) % n
 	}
 }
+
+// TestParentOf: a directory's parent comes from its entry or from
+// PutParent; an Invalidate of the directory forgets both, a PutParent
+// from before it is refused, and Clear forgets everything.
+func TestParentOf(t *testing.T) {
+	r := New(4)
+	mustPut(t, r, 1, "a", dirEntry(2, 0o755, 0, 0))
+	if p, ok := r.ParentOf(2); !ok || p != 1 {
+		t.Fatalf("ParentOf(2) from its entry = %d, %v", p, ok)
+	}
+	if _, ok := r.ParentOf(3); ok {
+		t.Fatal("ParentOf(3) known before anything said it")
+	}
+	gen := r.Gen()
+	if !r.PutParent(3, 2, gen) {
+		t.Fatal("PutParent refused at the current generation")
+	}
+	if p, ok := r.ParentOf(3); !ok || p != 2 {
+		t.Fatalf("ParentOf(3) = %d, %v", p, ok)
+	}
+	r.Invalidate(3) // 3 was renamed
+	if _, ok := r.ParentOf(3); ok {
+		t.Fatal("ParentOf(3) survived its invalidation")
+	}
+	if r.PutParent(3, 2, gen) {
+		t.Fatal("a PutParent read before the invalidation was stored")
+	}
+	r.Invalidate(2)
+	if _, ok := r.ParentOf(2); ok {
+		t.Fatal("ParentOf(2) survived its invalidation")
+	}
+	for i := uint64(10); i < 20; i++ { // more than max: bounded
+		r.PutParent(i, 1, r.Gen())
+	}
+	if n := len(r.ups); n > 4 {
+		t.Fatalf("%d parent pointers held, max 4", n)
+	}
+	r.Clear()
+	if _, ok := r.ParentOf(19); ok {
+		t.Fatal("ParentOf survived Clear")
+	}
+}
