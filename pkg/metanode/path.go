@@ -118,27 +118,40 @@ func (s *service) Path(ctx context.Context, req *metapb.PathRequest) (*metapb.Pa
 		}
 	}
 	p, resp, err := s.pathHere(ctx, req)
-	if err == nil && resp.Symlink && caps.Subtree() && req.ParentIno == 0 {
-		// The symlink's place, counted in the client's own path.
+	if err != nil {
+		return resp, err
+	}
+	switch {
+	case resp.Errno != 0:
+		if metapb.Errno(resp.Errno) == metapb.EWRONGMP && resp.Owner != 0 && !req.Forwarded {
+			resp = s.forwardPath(ctx, req, resp)
+		}
+	case req.Op == metapb.PathOp_PATH_OP_LOOKUP && resp.Inode == nil && resp.Dentry.GetIno() != 0:
+		s.completeInode(ctx, p, req, resp)
+	}
+	return confineAnswer(caps, req, resp), nil
+}
+
+// confineAnswer fits an answer to a path-restricted client (nothing
+// changes for others): a symlink's place is counted in the client's own
+// path, which the subtree's path prefixes here, and an inode of another
+// directory than the name's (a hard link) is left out, for the client to
+// ask for by number (and be refused unless it lies in its subtree).
+func confineAnswer(caps capability.Caps, req *metapb.PathRequest, resp *metapb.PathResponse) *metapb.PathResponse {
+	if !caps.Subtree() {
+		return resp
+	}
+	if resp.Symlink && req.ParentIno == 0 {
 		prefix := uint32(strings.Count(caps.Path, "/"))
 		if resp.SymlinkAt < prefix {
-			return pathErr(metapb.EACCES, req.Path, "a symlink above the client's subtree"), nil
+			return pathErr(metapb.EACCES, req.Path, "a symlink above the client's subtree")
 		}
 		resp.SymlinkAt -= prefix
 	}
-	if err != nil || resp.Errno != 0 {
-		if err == nil && metapb.Errno(resp.Errno) == metapb.EWRONGMP && resp.Owner != 0 && !req.Forwarded {
-			return s.forwardPath(ctx, req, resp), nil
-		}
-		return resp, err
+	if resp.Parent != 0 && resp.Inode != nil && resp.Inode.GetParent() != resp.Parent {
+		resp.Inode = nil
 	}
-	if req.Op == metapb.PathOp_PATH_OP_LOOKUP && resp.Inode == nil && resp.Dentry.GetIno() != 0 {
-		s.completeInode(ctx, p, req, resp)
-	}
-	if resp.Parent != 0 {
-		resp.Inode = sameParent(ctx, resp.Parent, resp.Inode)
-	}
-	return resp, nil
+	return resp
 }
 
 // forwardPath passes req to the partition that owns its last name and

@@ -30,6 +30,8 @@ import (
 //     nodes, and a raw write reaches a data node: EROFS each time;
 //   - a client of one volume opens no other volume and reaches none of its
 //     partitions on the meta and data nodes;
+//   - a client confined to a directory reaches nothing outside it, by any
+//     path or inode trick (checkSubtree);
 //   - a revoked client is refused: its open mount fails within a few
 //     heartbeats, and a new connection is refused at the handshake, with a
 //     message that says so.
@@ -199,6 +201,8 @@ func TestClientCapabilities(t *testing.T) {
 		}
 	}
 
+	checkSubtree(t, dir, master, mnt)
+
 	// Revocation: the open mount stops working, new connections are
 	// refused at the handshake.
 	mustCairn(t, "client", "revoke", "reader", "--data-dir", dir)
@@ -262,4 +266,134 @@ func dataCall(addr string, conf *tls.Config, h dataproto.Header) error {
 	defer c.Close()
 	_, _, err = c.Do(ctx, &dataproto.Request{Header: h})
 	return err
+}
+
+// checkSubtree: a client created with --path /a reaches nothing outside
+// /a. Its mount shows /a as its root; each trick below is tried through
+// the SDK (and so against the servers) and, where a mount can express it,
+// through the mount:
+//  1. paths climbing out with "..", at the root and below it;
+//  2. a symlink inside /a whose target climbs out;
+//  3. inode numbers of things outside: the volume's root, a directory, a
+//     file (stat, open, list, look up in, chmod);
+//  4. a hard link made inside /a (by an admin) to a file outside;
+//  5. a hard link the client tries to make inside /a to a file outside;
+//  6. a rename out of /a;
+//  7. a directory the client knew by inode number, moved out of /a by an
+//     admin afterwards.
+//
+// And it works inside: create, write, list, rename, a symlink inside.
+func checkSubtree(t *testing.T, dir, master, mnt string) {
+	must(t, os.MkdirAll(filepath.Join(mnt, "a", "d"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(mnt, "b"), 0o755))
+	must(t, os.WriteFile(filepath.Join(mnt, "b", "secret"), []byte("secret"), 0o644))
+	must(t, os.WriteFile(filepath.Join(mnt, "a", "mine"), []byte("mine"), 0o644))
+	must(t, os.Link(filepath.Join(mnt, "b", "secret"), filepath.Join(mnt, "a", "hardlink")))
+	must(t, os.Symlink("../b", filepath.Join(mnt, "a", "up")))
+	must(t, os.Symlink("d", filepath.Join(mnt, "a", "down")))
+	subDir := filepath.Join(t.TempDir(), "sub")
+	mustCairn(t, "client", "create", "confined", "--data-dir", dir, "--path", "/a", "--out", subDir)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	admin, err := client.Open(ctx, []string{master}, "default", &client.Options{TLS: adminTLS(t, dir)})
+	must(t, err)
+	defer admin.Close()
+	root := client.Cred{}
+	ino := func(path string) uint64 {
+		a, err := admin.LstatPath(ctx, path, root)
+		must(t, err)
+		return a.Ino
+	}
+	secret, b, d := ino("/b/secret"), ino("/b"), ino("/a/d")
+
+	v, err := client.Open(ctx, []string{master}, "default", &client.Options{TLS: loadTLS(t, subDir)})
+	must(t, err)
+	defer v.Close()
+	denied := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, syscall.EACCES) {
+			t.Errorf("%s as a client confined to /a: %v, want EACCES", what, err)
+		}
+	}
+	stat := func(p string) error { _, err := v.StatPath(ctx, p, root); return err }
+	// 1. ".." out of the subtree.
+	for _, p := range []string{"/../b/secret", "/..", "/d/../../b", "/../a/../b/secret", "/d/../../../b/secret"} {
+		denied("stat "+p, stat(p))
+	}
+	if err := stat("/../a/mine"); err != nil { // out and back in: inside
+		t.Errorf("stat /../a/mine: %v", err)
+	}
+	// 2. A symlink climbing out; one staying inside works.
+	denied("stat /up/secret", stat("/up/secret"))
+	if _, err := v.StatPath(ctx, "/down", root); err != nil {
+		t.Errorf("stat through a symlink inside: %v", err)
+	}
+	// 3. Inode numbers from outside.
+	for _, c := range []struct {
+		what string
+		ino  uint64
+	}{{"the volume root", client.RootIno}, {"/b", b}, {"/b/secret", secret}} {
+		_, err := v.GetAttr(ctx, c.ino)
+		denied("getattr of "+c.what, err)
+		_, err = v.OpenFile(ctx, c.ino, os.O_RDONLY)
+		denied("open of "+c.what, err)
+		_, _, err = v.ReadDir(ctx, c.ino, "", 100)
+		denied("readdir of "+c.what, err)
+		_, err = v.Lookup(ctx, c.ino, "secret")
+		denied("lookup in "+c.what, err)
+		_, err = v.Setattr(ctx, c.ino, client.SetattrIn{Valid: client.SetMode, Mode: 0o777})
+		denied("chmod of "+c.what, err)
+	}
+	// 4. A hard link inside to a file outside: listed, not readable.
+	denied("stat /hardlink", stat("/hardlink"))
+	_, err = v.OpenPath(ctx, "/hardlink", os.O_RDONLY, 0, root)
+	denied("open /hardlink", err)
+	// 5. The client linking a file outside into its subtree.
+	_, err = v.Link(ctx, secret, d, "stolen")
+	denied("link of /b/secret into /a/d", err)
+	// 6. A rename out.
+	denied("rename /mine to /../b/mine", v.RenamePath(ctx, "/mine", "/../b/mine", root))
+	if err := v.Rename(ctx, d, "x", b, "x", 0); !errors.Is(err, syscall.EACCES) && !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("rename by inode into /b: %v, want EACCES (or ENOENT, refused before)", err)
+	}
+
+	// Through the mount: /a is the root; the same data, and the tricks a
+	// mount can express.
+	sub := filepath.Join(t.TempDir(), "submnt")
+	must(t, os.Mkdir(sub, 0o755))
+	startMount(t, sub, "--master", master, "--tls-dir", subDir, "default", sub)
+	if b, err := os.ReadFile(filepath.Join(sub, "mine")); err != nil || string(b) != "mine" {
+		t.Fatalf("read /a/mine through the confined mount: %q, %v", b, err)
+	}
+	names, err := os.ReadDir(sub)
+	must(t, err)
+	var listed []string
+	for _, e := range names {
+		listed = append(listed, e.Name())
+	}
+	if strings.Join(listed, ",") != "d,down,hardlink,mine,up" {
+		t.Errorf("the confined mount's root lists %v", listed)
+	}
+	if _, err := os.ReadFile(filepath.Join(sub, "hardlink")); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("read of the hard link through the mount: %v, want EACCES", err)
+	}
+	if _, err := os.Stat(filepath.Join(sub, "up", "secret")); err == nil {
+		t.Error("the symlink ../b led to the secret through the mount")
+	}
+	must(t, os.WriteFile(filepath.Join(sub, "d", "new"), []byte("new"), 0o644))
+	must(t, os.Rename(filepath.Join(sub, "d", "new"), filepath.Join(sub, "renamed")))
+	if b, err := os.ReadFile(filepath.Join(mnt, "a", "renamed")); err != nil || string(b) != "new" {
+		t.Errorf("a file the confined client wrote reads %q (%v) at /a/renamed", b, err)
+	}
+	// 7. A directory moved out of /a by an admin: its inode, known to the
+	// client, leads nowhere any more.
+	if _, err := v.GetAttr(ctx, d); err != nil {
+		t.Fatalf("getattr of /a/d before it moved: %v", err)
+	}
+	must(t, os.Rename(filepath.Join(mnt, "a", "d"), filepath.Join(mnt, "b", "d")))
+	_, err = v.GetAttr(ctx, d)
+	denied("getattr of /a/d moved to /b/d", err)
+	_, _, err = v.ReadDir(ctx, d, "", 100)
+	denied("readdir of /a/d moved to /b/d", err)
 }
