@@ -519,7 +519,7 @@ func (c *chunkLayout) splice(ctx context.Context, op string, gen uint64, start, 
 	for first := true; first || len(chunks) > 0; first = false {
 		k := min(len(chunks), maxChunksPerSplice)
 		m := &metapb.SpliceChunks{Ino: f.ino, BaseGen: gen, Start: uint32(start), End: uint32(end), Chunks: chunks[:k]}
-		res, err := f.v.txn(ctx, op, byIno(f.ino), &metapb.Op{Op: &metapb.Op_SpliceChunks{SpliceChunks: m}})
+		res, err := f.v.txn(f.withCred(ctx), op, byIno(f.ino), &metapb.Op{Op: &metapb.Op_SpliceChunks{SpliceChunks: m}})
 		if err != nil {
 			return 0, !first, err
 		}

@@ -412,7 +412,7 @@ func (l *extentLayout) flush(ctx context.Context, op string) error {
 	for len(l.pending) > 0 {
 		n := min(len(l.pending), maxKeysPerAppend)
 		m := &metapb.AppendExtents{Ino: f.ino, Extents: l.pending[:n], Size: f.size}
-		res, err := f.v.txn(ctx, op, byIno(f.ino), &metapb.Op{Op: &metapb.Op_AppendExtents{AppendExtents: m}})
+		res, err := f.v.txn(f.withCred(ctx), op, byIno(f.ino), &metapb.Op{Op: &metapb.Op_AppendExtents{AppendExtents: m}})
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/chunkcache"
 	"github.com/cairnfs/cairn/pkg/dataclient"
+	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
@@ -100,7 +101,8 @@ type File struct {
 	ino  uint64
 	ctx  context.Context // bounds the data path; ended by Close
 	stop context.CancelFunc
-	lay  layout // places the bytes; called with mu held
+	cred *metapb.Cred // the opener's identity (WithCred), carried by the file's metadata changes
+	lay  layout       // places the bytes; called with mu held
 
 	mu       sync.Mutex
 	append   bool
@@ -156,7 +158,7 @@ func (v *Volume) openInode(ctx context.Context, op string, in *metapb.Inode, fla
 		return nil, err
 	}
 	f := &File{
-		v: v, dc: dc, ino: ino,
+		v: v, dc: dc, ino: ino, cred: metaclient.CredOf(ctx),
 		append: flags&syscall.O_APPEND != 0, writable: writable,
 		size: in.GetSize(), ver: versionOf(in), verOK: true,
 	}
@@ -166,6 +168,14 @@ func (v *Volume) openInode(ctx context.Context, op string, in *metapb.Inode, fla
 	v.opened(ino)
 	f.ctx, f.stop = context.WithCancel(context.Background())
 	return f, nil
+}
+
+// withCred is ctx acting for the file's opener, unless it names its own.
+func (f *File) withCred(ctx context.Context) context.Context {
+	if f.cred != nil && metaclient.CredOf(ctx) == nil {
+		return metaclient.WithCred(ctx, f.cred)
+	}
+	return ctx
 }
 
 // Ino returns the file's inode number.
@@ -373,7 +383,7 @@ func (f *File) Close(ctx context.Context) error {
 		// Unlinked while open: the last close evicts it.
 		ctx, cancel := f.v.opCtx(ctx)
 		defer cancel()
-		_, _ = f.v.txn(ctx, "close", byIno(f.ino), opEvict(f.ino))
+		_, _ = f.v.txn(f.withCred(ctx), "close", byIno(f.ino), opEvict(f.ino))
 	}
 	return err
 }

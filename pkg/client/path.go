@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/nsreplica"
 	"github.com/cairnfs/cairn/pkg/perm"
@@ -34,6 +35,15 @@ import (
 
 // Cred is the identity a path operation runs as.
 type Cred = perm.Cred
+
+// WithCred returns ctx whose requests act for cred: the metadata changes
+// made under it carry it (metapb.TxnRequest.cred), and so do a file's
+// writes when the file was opened under it. Servers check permissions with
+// it for a client whose capabilities map ids (root squash, id maps); for
+// others the client's own checks (or the kernel's) are what counts.
+func WithCred(ctx context.Context, cred Cred) context.Context {
+	return metaclient.WithCred(ctx, &metapb.Cred{Uid: cred.Uid, Gid: cred.Gid, Groups: cred.Groups})
+}
 
 // maxSymlinkHops bounds the symlinks one path operation follows (Linux's
 // MAXSYMLINKS): ELOOP beyond.
@@ -224,11 +234,13 @@ func (v *Volume) lookupPath(ctx context.Context, op, path string, follow bool, a
 // StatPath returns the attributes of the file path names, following a
 // final symlink.
 func (v *Volume) StatPath(ctx context.Context, path string, cred Cred) (*Attr, error) {
+	ctx = WithCred(ctx, cred)
 	return v.statPath(ctx, "stat", path, true, cred)
 }
 
 // LstatPath is StatPath without following a final symlink.
 func (v *Volume) LstatPath(ctx context.Context, path string, cred Cred) (*Attr, error) {
+	ctx = WithCred(ctx, cred)
 	return v.statPath(ctx, "lstat", path, false, cred)
 }
 
@@ -245,6 +257,7 @@ func (v *Volume) statPath(ctx context.Context, op, path string, follow bool, cre
 // ReadlinkPath returns the target of the symlink path names (EINVAL if it
 // is not one).
 func (v *Volume) ReadlinkPath(ctx context.Context, path string, cred Cred) (string, error) {
+	ctx = WithCred(ctx, cred)
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
 	_, in, err := v.lookupPath(ctx, "readlink", path, false, 0, cred)
@@ -280,6 +293,7 @@ func accessOf(flags int) uint32 {
 // checked against cred. A read-only open of an existing file is one
 // request.
 func (v *Volume) OpenPath(ctx context.Context, path string, flags int, mode uint32, cred Cred) (*File, error) {
+	ctx = WithCred(ctx, cred)
 	const op = "open"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
@@ -304,6 +318,7 @@ func (v *Volume) OpenPath(ctx context.Context, path string, flags int, mode uint
 
 // CreatePath creates the regular file path names (EEXIST if it exists).
 func (v *Volume) CreatePath(ctx context.Context, path string, mode uint32, cred Cred) (*Attr, error) {
+	ctx = WithCred(ctx, cred)
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
 	in, _, _, err := v.createPath(ctx, "create", path, &metapb.Inode{Type: metapb.FileType_FILE_TYPE_REGULAR, Mode: mode & 0o7777}, cred, true)
@@ -316,6 +331,7 @@ func (v *Volume) CreatePath(ctx context.Context, path string, mode uint32, cred 
 // MkdirPath creates the directory path names; the parent's layout
 // attribute is copied to it, as Mkdir does.
 func (v *Volume) MkdirPath(ctx context.Context, path string, mode uint32, cred Cred) (*Attr, error) {
+	ctx = WithCred(ctx, cred)
 	const op = "mkdir"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
@@ -329,6 +345,7 @@ func (v *Volume) MkdirPath(ctx context.Context, path string, mode uint32, cred C
 
 // SymlinkPath creates the symlink path -> target.
 func (v *Volume) SymlinkPath(ctx context.Context, target, path string, cred Cred) (*Attr, error) {
+	ctx = WithCred(ctx, cred)
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
 	if target == "" || len(target) >= nsreplica.MaxPath || strings.IndexByte(target, 0) >= 0 {
@@ -407,6 +424,7 @@ func (v *Volume) createPath(ctx context.Context, op, path string, tmpl *metapb.I
 // directory): one request, the name's partition runs the steps homed
 // elsewhere (the inode's link, the parent's TouchDir) itself.
 func (v *Volume) UnlinkPath(ctx context.Context, path string, cred Cred) error {
+	ctx = WithCred(ctx, cred)
 	const op = "unlink"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
@@ -449,6 +467,7 @@ func mayChange(op string, r *pathResult, cred Cred, remove bool, owner uint32) e
 
 // RmdirPath removes the empty directory path names.
 func (v *Volume) RmdirPath(ctx context.Context, path string, cred Cred) error {
+	ctx = WithCred(ctx, cred)
 	const op = "rmdir"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
@@ -484,6 +503,7 @@ func (v *Volume) newName(ctx context.Context, op, path string, cred Cred) (*path
 // RenamePath renames oldPath to newPath (rename(2) semantics, replacing a
 // file or an empty directory).
 func (v *Volume) RenamePath(ctx context.Context, oldPath, newPath string, cred Cred) error {
+	ctx = WithCred(ctx, cred)
 	const op = "rename"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
@@ -513,6 +533,7 @@ func (v *Volume) RenamePath(ctx context.Context, oldPath, newPath string, cred C
 
 // LinkPath gives the file oldPath names the additional name newPath.
 func (v *Volume) LinkPath(ctx context.Context, oldPath, newPath string, cred Cred) (*Attr, error) {
+	ctx = WithCred(ctx, cred)
 	const op = "link"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
@@ -539,6 +560,7 @@ func (v *Volume) LinkPath(ctx context.Context, oldPath, newPath string, cred Cre
 // ReadDirPath lists the directory path names (following symlinks), all
 // of it, without "." and "..".
 func (v *Volume) ReadDirPath(ctx context.Context, path string, cred Cred) ([]DirEntry, error) {
+	ctx = WithCred(ctx, cred)
 	const op = "readdir"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
@@ -573,6 +595,7 @@ const maxReadDirPage = 4096
 // and a group cred is in, a size write permission (EACCES), "now" times
 // the owner or write permission.
 func (v *Volume) SetattrPath(ctx context.Context, path string, in SetattrIn, cred Cred) (*Attr, error) {
+	ctx = WithCred(ctx, cred)
 	const op = "setattr"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()

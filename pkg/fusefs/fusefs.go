@@ -126,6 +126,14 @@ func (fs *FS) String() string { return "cairn:" + fs.v.Name() }
 // SDK calls are bounded by their own deadlines.
 func ctxOf(cancel <-chan struct{}) context.Context { return &fuse.Context{} }
 
+// caller is ctx acting for the process that made the kernel's request h
+// (client.WithCred): its changes carry its uid and gid, which servers
+// check for a client whose ids they map (root squash). The kernel gives no
+// supplementary groups.
+func caller(ctx context.Context, h *fuse.InHeader) context.Context {
+	return client.WithCred(ctx, client.Cred{Uid: h.Uid, Gid: h.Gid})
+}
+
 // learn starts an operation on inode ino that may learn its attributes
 // from the servers (a create, mkdir, mknod, symlink or unlink in directory
 // ino; an open of file ino): ctx collects them, and done keeps them as

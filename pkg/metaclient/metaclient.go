@@ -77,14 +77,29 @@ func (c *Client) Leader(id uint64) string {
 // Txn applies txn on p and returns its result (whose errno may be non-zero).
 func (c *Client) Txn(ctx context.Context, p *pb.Partition, txn *metapb.Txn) (*metapb.TxnResult, error) {
 	var resp *metapb.TxnResponse
+	cred := CredOf(ctx)
 	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
-		resp, err = m.Txn(ctx, &metapb.TxnRequest{PartitionId: p.Id, Txn: txn}, o...)
+		resp, err = m.Txn(ctx, &metapb.TxnRequest{PartitionId: p.Id, Txn: txn, Cred: cred}, o...)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return resp.Result, nil
+}
+
+type credKey struct{}
+
+// WithCred returns ctx whose Txns carry cred, the identity of the caller
+// the client acts for (TxnRequest.cred).
+func WithCred(ctx context.Context, cred *metapb.Cred) context.Context {
+	return context.WithValue(ctx, credKey{}, cred)
+}
+
+// CredOf is the cred WithCred put in ctx, or nil.
+func CredOf(ctx context.Context) *metapb.Cred {
+	c, _ := ctx.Value(credKey{}).(*metapb.Cred)
+	return c
 }
 
 // FollowUpTxn is Txn for a meta node finishing a client's request on

@@ -233,6 +233,10 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	if r == nil && req.ParentIno != 0 {
 		r = s.inSubtree(ctx, p, req.ParentIno)
 	}
+	var parent *dirInfo // a by-inode parent, checked for an id-mapping client
+	if r == nil {
+		parent, r = s.mapPath(ctx, p, req)
+	}
 	if r != nil {
 		return nil, pathErr(r.errno, req.Path, "%s", r.msg), nil
 	}
@@ -243,7 +247,7 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	cred := credOf(req.Cred)
 	for round := 0; round < maxPathRounds; round++ {
 		var plan pathPlan
-		p.sm.read(func(mp *metapartition.Partition) { plan = s.planPath(p, mp, req, comps, trailing, cred, confine) })
+		p.sm.read(func(mp *metapartition.Partition) { plan = s.planPath(p, mp, req, comps, trailing, cred, confine, parent) })
 		switch {
 		case plan.miss != nil:
 			resp, err := s.fetch(ctx, p, plan.miss, comps)
@@ -278,14 +282,20 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 // operation on the last component. It runs under the partition's read
 // lock, so the resolution and a read answer see one state. With confine,
 // the resolved directory must have been reached through directory confine (a
-// path-restricted client's subtree: EACCES otherwise).
-func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, comps []string, trailing bool, cred perm.Cred, confine uint64) pathPlan {
+// path-restricted client's subtree: EACCES otherwise). parent, if known,
+// is a by-inode request's directory (mapPath checked it), whose mode an
+// unlink's sticky check needs.
+func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, comps []string, trailing bool, cred perm.Cred, confine uint64, parent *dirInfo) pathPlan {
 	if req.ParentIno != 0 {
 		// By inode: the caller names the directory; nothing to resolve
-		// or check (the kernel checked the permissions).
+		// or check (the kernel checked the permissions, or mapPath did).
 		base := &metapb.PathResponse{Parent: req.ParentIno}
 		base.RoutingVersion, _ = mp.RoutingState()
-		return s.planName(p, mp, req, base, nsreplica.Entry{Ino: req.ParentIno}, string(req.Path), false, cred)
+		dir := nsreplica.Entry{Ino: req.ParentIno}
+		if parent != nil {
+			dir = nsreplica.Entry{Ino: parent.ino, Mode: parent.attr.Mode, Uid: parent.attr.Uid, Gid: parent.attr.Gid}
+		}
+		return s.planName(p, mp, req, base, dir, string(req.Path), false, cred)
 	}
 	gen := p.ns.Gen()
 	root, ok := p.ns.Get(0, "")

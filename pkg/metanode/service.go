@@ -121,6 +121,9 @@ func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnR
 	if r == nil {
 		r = s.inSubtree(ctx, p, txnInodes(req.Txn)...)
 	}
+	if r == nil {
+		r = s.checkTxn(ctx, p, req)
+	}
 	if r != nil {
 		return &metapb.TxnResponse{Result: &metapb.TxnResult{Errno: int32(r.errno), Message: r.msg}}, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/nsreplica"
 )
 
 // A path-restricted client (capability.Caps.Subtree) reaches only the
@@ -65,11 +66,43 @@ func (s *service) knownParent(p *partition, ino uint64) (up uint64, ok bool) {
 	return up, ok
 }
 
-// fetchParent reads ino's parent pointer from its home, waiting while a
-// coordinator holds it (a directory being renamed), and keeps a
-// directory's in the namespace replica. ok is false for an inode that does
-// not exist.
+// fetchParent reads ino's parent pointer from its home (fetchKept). ok
+// is false for an inode that does not exist.
 func (s *service) fetchParent(ctx context.Context, p *partition, ino uint64) (up uint64, ok bool, err error) {
+	in, err := s.fetchKept(ctx, p, ino)
+	return in.GetParent(), in != nil, err
+}
+
+// dirOf is directory ino's entry (mode and owner): from this partition's
+// records, the namespace replica, or its home (fetchKept). ok is false
+// when ino is not an existing directory.
+func (s *service) dirOf(ctx context.Context, p *partition, ino uint64) (e nsreplica.Entry, ok bool, err error) {
+	local := false
+	p.sm.read(func(mp *metapartition.Partition) {
+		if local = mp.Holds(ino); local {
+			in, ge := mp.GetInode(ino)
+			if ok = ge == metapb.OK && in.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY; ok {
+				e = entryOf(in)
+			}
+		}
+	})
+	if local {
+		return e, ok, nil
+	}
+	if e, ok = p.ns.Dir(ino); ok {
+		return e, true, nil
+	}
+	in, err := s.fetchKept(ctx, p, ino)
+	if err != nil || in.GetType() != metapb.FileType_FILE_TYPE_DIRECTORY {
+		return e, false, err
+	}
+	return entryOf(in), true, nil
+}
+
+// fetchKept reads inode ino from its home, waiting while a coordinator
+// holds it (a directory being renamed), and keeps a directory in the
+// namespace replica. It returns nil for an inode that does not exist.
+func (s *service) fetchKept(ctx context.Context, p *partition, ino uint64) (*metapb.Inode, error) {
 	backoff := nsBusyMin
 	for {
 		gen := p.ns.Gen()
@@ -78,18 +111,18 @@ func (s *service) fetchParent(ctx context.Context, p *partition, ino uint64) (up
 		cancel()
 		switch {
 		case err != nil:
-			return 0, false, err
+			return nil, err
 		case e == metapb.OK:
 			if in.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY {
-				p.ns.PutParent(ino, in.GetParent(), gen)
+				p.ns.PutDir(entryOf(in), in.GetParent(), gen)
 			}
-			return in.GetParent(), true, nil
+			return in, nil
 		case e != metapb.EBUSY:
-			return 0, false, nil
+			return nil, nil
 		}
 		select {
 		case <-ctx.Done():
-			return 0, false, ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, nsBusyMax)

@@ -159,7 +159,7 @@ const (
 	SetattrValid_SETATTR_ATIME_NOW SetattrValid = 64
 	SetattrValid_SETATTR_MTIME_NOW SetattrValid = 128
 	SetattrValid_SETATTR_CTIME     SetattrValid = 256
-	SetattrValid_SETATTR_PARENT    SetattrValid = 512 // a directory's parent pointer (rename); sets ctime
+	SetattrValid_SETATTR_PARENT    SetattrValid = 512 // the parent pointer (rename); sets ctime
 )
 
 // Enum value maps for SetattrValid.
@@ -573,9 +573,11 @@ type Inode struct {
 	Xattrs     map[string][]byte      `protobuf:"bytes,14,rep,name=xattrs,proto3" json:"xattrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Extents    []*ExtentKey           `protobuf:"bytes,15,rep,name=extents,proto3" json:"extents,omitempty"`
 	BtimeNs    int64                  `protobuf:"varint,16,opt,name=btime_ns,json=btimeNs,proto3" json:"btime_ns,omitempty"`
-	// parent is a directory's parent directory (0 for the root and for other
-	// types): set by CreateInode, moved by Setattr SETATTR_PARENT on rename.
-	// Clients walk it up to refuse moving a directory into its own subtree.
+	// parent is the directory the inode was created in or last renamed to
+	// (0 for a volume's root): set by CreateInode, moved by Setattr
+	// SETATTR_PARENT on rename. Clients walk a directory's up to refuse
+	// moving it into its own subtree; meta nodes walk any inode's up to keep
+	// a path-restricted client in its subtree.
 	Parent uint64     `protobuf:"varint,17,opt,name=parent,proto3" json:"parent,omitempty"`
 	Layout FileLayout `protobuf:"varint,18,opt,name=layout,proto3,enum=cairn.meta.FileLayout" json:"layout,omitempty"`
 	// chunks is a FILE_LAYOUT_CDC file's layout; size is the sum of their sizes.
@@ -1172,7 +1174,7 @@ type Setattr struct {
 	AtimeNs int64                  `protobuf:"varint,7,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
 	MtimeNs int64                  `protobuf:"varint,8,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
 	CtimeNs int64                  `protobuf:"varint,9,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
-	Parent  uint64                 `protobuf:"varint,10,opt,name=parent,proto3" json:"parent,omitempty"` // with SETATTR_PARENT; directories only (ENOTDIR)
+	Parent  uint64                 `protobuf:"varint,10,opt,name=parent,proto3" json:"parent,omitempty"` // with SETATTR_PARENT
 	// refuse_dir fails the op with EISDIR, applying nothing, when the inode
 	// is a directory: a directory's mode or owner changes only under a
 	// namespace lock (Fence.lock), which the client takes and asks again.
@@ -3367,7 +3369,12 @@ type TxnRequest struct {
 	// follow_up marks a Txn a meta node sends to another partition to finish
 	// a client's request (a parent's TouchDir, an inode's Link or Evict, the
 	// undo of a create): not counted as a client request.
-	FollowUp      bool `protobuf:"varint,3,opt,name=follow_up,json=followUp,proto3" json:"follow_up,omitempty"`
+	FollowUp bool `protobuf:"varint,3,opt,name=follow_up,json=followUp,proto3" json:"follow_up,omitempty"`
+	// cred is the identity of the caller the client acts for. A meta node
+	// checks the Txn's permissions with it (mapped) for a client whose
+	// capabilities map ids (root squash, id maps; pkg/capability); such a
+	// client's Txn without it acts as nobody.
+	Cred          *Cred `protobuf:"bytes,4,opt,name=cred,proto3" json:"cred,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3421,6 +3428,13 @@ func (x *TxnRequest) GetFollowUp() bool {
 		return x.FollowUp
 	}
 	return false
+}
+
+func (x *TxnRequest) GetCred() *Cred {
+	if x != nil {
+		return x.Cred
+	}
+	return nil
 }
 
 type TxnResponse struct {
@@ -5036,12 +5050,13 @@ const file_meta_proto_rawDesc = "" +
 	"\aresults\x18\x04 \x03(\v2\x14.cairn.meta.OpResultR\aresults\"C\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ns\x18\x01 \x01(\x03R\x05nowNs\x12#\n" +
-	"\x04txns\x18\x02 \x03(\v2\x0f.cairn.meta.TxnR\x04txns\"o\n" +
+	"\x04txns\x18\x02 \x03(\v2\x0f.cairn.meta.TxnR\x04txns\"\x95\x01\n" +
 	"\n" +
 	"TxnRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12!\n" +
 	"\x03txn\x18\x02 \x01(\v2\x0f.cairn.meta.TxnR\x03txn\x12\x1b\n" +
-	"\tfollow_up\x18\x03 \x01(\bR\bfollowUp\"<\n" +
+	"\tfollow_up\x18\x03 \x01(\bR\bfollowUp\x12$\n" +
+	"\x04cred\x18\x04 \x01(\v2\x10.cairn.meta.CredR\x04cred\"<\n" +
 	"\vTxnResponse\x12-\n" +
 	"\x06result\x18\x01 \x01(\v2\x15.cairn.meta.TxnResultR\x06result\"y\n" +
 	"\rLookupRequest\x12!\n" +
@@ -5341,44 +5356,45 @@ var file_meta_proto_depIdxs = []int32{
 	39, // 51: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
 	38, // 52: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
 	38, // 53: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
-	41, // 54: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
-	9,  // 55: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
-	8,  // 56: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
-	8,  // 57: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
-	9,  // 58: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
-	8,  // 59: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
-	3,  // 60: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
-	8,  // 61: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
-	9,  // 62: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
-	6,  // 63: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
-	54, // 64: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
-	54, // 65: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
-	4,  // 66: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
-	56, // 67: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
-	8,  // 68: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
-	8,  // 69: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
-	9,  // 70: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
-	8,  // 71: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
-	8,  // 72: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
-	57, // 73: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
-	43, // 74: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	45, // 75: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	47, // 76: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	49, // 77: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	53, // 78: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	51, // 79: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
-	58, // 80: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
-	44, // 81: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	46, // 82: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	48, // 83: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	50, // 84: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	55, // 85: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	52, // 86: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
-	80, // [80:87] is the sub-list for method output_type
-	73, // [73:80] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	56, // 54: cairn.meta.TxnRequest.cred:type_name -> cairn.meta.Cred
+	41, // 55: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
+	9,  // 56: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 57: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
+	8,  // 58: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
+	9,  // 59: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
+	8,  // 60: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
+	3,  // 61: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
+	8,  // 62: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
+	9,  // 63: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
+	6,  // 64: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
+	54, // 65: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
+	54, // 66: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
+	4,  // 67: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
+	56, // 68: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
+	8,  // 69: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
+	8,  // 70: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
+	9,  // 71: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 72: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
+	8,  // 73: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
+	57, // 74: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
+	43, // 75: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	45, // 76: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	47, // 77: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	49, // 78: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	53, // 79: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	51, // 80: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
+	58, // 81: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
+	44, // 82: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	46, // 83: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	48, // 84: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	50, // 85: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	55, // 86: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	52, // 87: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
+	81, // [81:88] is the sub-list for method output_type
+	74, // [74:81] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }

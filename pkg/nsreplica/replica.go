@@ -97,10 +97,10 @@ type Replica struct {
 	idxBits   uint
 	idxMask   uint32
 	nameBytes int64 // allocation size of every record's name
-	// ups holds parent pointers of directories learned without their name
-	// (from the directory's inode, Inode.parent): ParentOf answers from
-	// the entries first, then from here. At most max; cleared when full.
-	ups map[uint64]uint64
+	// byDir holds directories learned without their name (from the
+	// directory's inode): ParentOf and Dir answer from the entries first,
+	// then from here. At most max; cleared when full.
+	byDir map[uint64]dirRec
 
 	gen          atomic.Uint64
 	hits, misses atomic.Uint64
@@ -193,32 +193,51 @@ func (r *Replica) Put(parent uint64, name string, e Entry, gen uint64) bool {
 	return true
 }
 
+// dirRec is a directory known by its inode alone.
+type dirRec struct {
+	parent uint64
+	e      Entry
+}
+
 // ParentOf returns the parent of directory ino, if the replica knows it:
-// from ino's entry, or from PutParent.
+// from ino's entry, or from PutDir.
 func (r *Replica) ParentOf(ino uint64) (uint64, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if idx, ok := r.findIno(ino); ok {
 		return r.rec(idx).parent, true
 	}
-	p, ok := r.ups[ino]
-	return p, ok
+	d, ok := r.byDir[ino]
+	return d.parent, ok
 }
 
-// PutParent records that directory ino's parent is parent, as read from
-// ino's inode, under the same rule as Put: refused (false) when gen is not
-// the current generation.
-func (r *Replica) PutParent(ino, parent uint64, gen uint64) bool {
+// Dir returns the entry of directory ino (its mode and owner), if the
+// replica knows it: from ino's entry, or from PutDir.
+func (r *Replica) Dir(ino uint64) (Entry, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if idx, ok := r.findIno(ino); ok {
+		rec := r.rec(idx)
+		return Entry{Ino: rec.ino, Mode: rec.mode, Uid: rec.uid, Gid: rec.gid}, true
+	}
+	d, ok := r.byDir[ino]
+	return d.e, ok
+}
+
+// PutDir records directory e, whose parent is parent, as read from its
+// inode, under the same rule as Put: refused (false) when gen is not the
+// current generation.
+func (r *Replica) PutDir(e Entry, parent uint64, gen uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if gen != r.gen.Load() {
 		r.refused++
 		return false
 	}
-	if r.ups == nil || len(r.ups) >= r.max {
-		r.ups = map[uint64]uint64{}
+	if r.byDir == nil || len(r.byDir) >= r.max {
+		r.byDir = map[uint64]dirRec{}
 	}
-	r.ups[ino] = parent
+	r.byDir[e.Ino] = dirRec{parent: parent, e: e}
 	return true
 }
 
@@ -232,7 +251,7 @@ func (r *Replica) Invalidate(ino uint64) {
 	if idx, ok := r.findIno(ino); ok {
 		r.remove(idx)
 	}
-	delete(r.ups, ino)
+	delete(r.byDir, ino)
 	r.invalidations++
 	r.gen.Add(1)
 }
@@ -246,7 +265,7 @@ func (r *Replica) Clear() {
 	r.chunks = nil
 	r.n = 0
 	r.nameBytes = 0
-	r.ups = nil
+	r.byDir = nil
 	r.resetTables()
 	r.gen.Add(1)
 }

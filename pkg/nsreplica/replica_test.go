@@ -476,8 +476,8 @@ func BenchmarkGet(b *testing.B) {
 	}
 }
 
-// TestParentOf: a directory's parent comes from its entry or from
-// PutParent; an Invalidate of the directory forgets both, a PutParent
+// TestParentOf: a directory's parent and attributes come from its entry
+// or from PutDir; an Invalidate of the directory forgets both, a PutDir
 // from before it is refused, and Clear forgets everything.
 func TestParentOf(t *testing.T) {
 	r := New(4)
@@ -485,31 +485,38 @@ func TestParentOf(t *testing.T) {
 	if p, ok := r.ParentOf(2); !ok || p != 1 {
 		t.Fatalf("ParentOf(2) from its entry = %d, %v", p, ok)
 	}
+	if e, ok := r.Dir(2); !ok || e != dirEntry(2, 0o755, 0, 0) {
+		t.Fatalf("Dir(2) from its entry = %+v, %v", e, ok)
+	}
 	if _, ok := r.ParentOf(3); ok {
 		t.Fatal("ParentOf(3) known before anything said it")
 	}
 	gen := r.Gen()
-	if !r.PutParent(3, 2, gen) {
-		t.Fatal("PutParent refused at the current generation")
+	three := dirEntry(3, 0o1777, 7, 8)
+	if !r.PutDir(three, 2, gen) {
+		t.Fatal("PutDir refused at the current generation")
 	}
 	if p, ok := r.ParentOf(3); !ok || p != 2 {
 		t.Fatalf("ParentOf(3) = %d, %v", p, ok)
+	}
+	if e, ok := r.Dir(3); !ok || e != three {
+		t.Fatalf("Dir(3) = %+v, %v", e, ok)
 	}
 	r.Invalidate(3) // 3 was renamed
 	if _, ok := r.ParentOf(3); ok {
 		t.Fatal("ParentOf(3) survived its invalidation")
 	}
-	if r.PutParent(3, 2, gen) {
-		t.Fatal("a PutParent read before the invalidation was stored")
+	if r.PutDir(three, 2, gen) {
+		t.Fatal("a PutDir read before the invalidation was stored")
 	}
 	r.Invalidate(2)
 	if _, ok := r.ParentOf(2); ok {
 		t.Fatal("ParentOf(2) survived its invalidation")
 	}
 	for i := uint64(10); i < 20; i++ { // more than max: bounded
-		r.PutParent(i, 1, r.Gen())
+		r.PutDir(dirEntry(i, 0o755, 0, 0), 1, r.Gen())
 	}
-	if n := len(r.ups); n > 4 {
+	if n := len(r.byDir); n > 4 {
 		t.Fatalf("%d parent pointers held, max 4", n)
 	}
 	r.Clear()

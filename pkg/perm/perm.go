@@ -85,3 +85,80 @@ func MayDelete(c Cred, dirMode, dirUid, fileUid uint32) bool {
 func (c Cred) inGroup(gid uint32) bool {
 	return c.Gid == gid || slices.Contains(c.Groups, gid)
 }
+
+// Errors a change of attributes is refused with, as Linux's errno values.
+const (
+	EPERM  = 1
+	EACCES = 13
+)
+
+// Attr is what the checks of a change know of an inode.
+type Attr struct {
+	Mode, Uid, Gid uint32 // Mode with the type bits
+}
+
+// Chmod is 0 when c may change the mode of a, else EPERM (only the owner
+// and uid 0 may).
+func Chmod(c Cred, a Attr) int {
+	if c.Uid == 0 || c.Uid == a.Uid {
+		return 0
+	}
+	return EPERM
+}
+
+// Chown is 0 when c may give a the owner uid and group gid (either kept
+// as it is when unchanged), else EPERM, as Linux's chown_ok and
+// chgrp_ok decide: only uid 0 changes the owner; the owner may change the
+// group to one of its own.
+func Chown(c Cred, a Attr, uid, gid uint32) int {
+	if c.Uid == 0 {
+		return 0
+	}
+	if uid != a.Uid {
+		return EPERM
+	}
+	if gid != a.Gid && (c.Uid != a.Uid || !c.inGroup(gid)) {
+		return EPERM
+	}
+	return 0
+}
+
+// Times is 0 when c may set a's access and modification times: to given
+// values only as the owner or uid 0 (else EPERM); to the current time also
+// with write permission (else EACCES).
+func Times(c Cred, a Attr, toNow bool) int {
+	if c.Uid == 0 || c.Uid == a.Uid {
+		return 0
+	}
+	if toNow && Allowed(c, a.Mode, a.Uid, a.Gid, Write) {
+		return 0
+	}
+	if toNow {
+		return EACCES
+	}
+	return EPERM
+}
+
+// Xattr is 0 when c may set or remove the extended attribute name of a:
+// user.* needs write permission (EACCES), the ACLs in system.* the owner
+// or uid 0 (EPERM), and every other namespace (trusted.*, security.*)
+// uid 0 (EPERM).
+func Xattr(c Cred, a Attr, name string) int {
+	switch {
+	case len(name) > 5 && name[:5] == "user.":
+		if Allowed(c, a.Mode, a.Uid, a.Gid, Write) {
+			return 0
+		}
+		return EACCES
+	case len(name) > 7 && name[:7] == "system.":
+		return Chmod(c, a)
+	case c.Uid == 0:
+		return 0
+	}
+	return EPERM
+}
+
+// KeepsSetgid reports whether a new inode with group gid made by c may
+// keep its set-group-id bit: only when c is in that group or is uid 0, as
+// Linux clears it on chmod otherwise.
+func KeepsSetgid(c Cred, gid uint32) bool { return c.Uid == 0 || c.inGroup(gid) }

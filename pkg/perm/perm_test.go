@@ -95,3 +95,43 @@ func TestMayDelete(t *testing.T) {
 		})
 	}
 }
+
+func TestAttributeChanges(t *testing.T) {
+	file := Attr{Mode: 0o100664, Uid: 1000, Gid: 100}
+	owner := Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 200}}
+	groupie := Cred{Uid: 1001, Gid: 100}
+	other := Cred{Uid: 1002, Gid: 300}
+	root := Cred{}
+	for _, tc := range []struct {
+		name string
+		got  int
+		want int
+	}{
+		{"owner chmod", Chmod(owner, file), 0},
+		{"group chmod", Chmod(groupie, file), EPERM},
+		{"root chmod", Chmod(root, file), 0},
+		{"owner keeps owner, own group", Chown(owner, file, 1000, 200), 0},
+		{"owner to a group not its own", Chown(owner, file, 1000, 300), EPERM},
+		{"owner gives the file away", Chown(owner, file, 1002, 100), EPERM},
+		{"other changes the group", Chown(other, file, 1000, 300), EPERM},
+		{"nothing changed by a stranger", Chown(other, file, 1000, 100), 0},
+		{"root gives it away", Chown(root, file, 5, 5), 0},
+		{"owner sets times", Times(owner, file, false), 0},
+		{"group member sets times to now", Times(groupie, file, true), 0},
+		{"group member sets given times", Times(groupie, file, false), EPERM},
+		{"other sets times to now", Times(other, file, true), EACCES},
+		{"user xattr by a writer", Xattr(groupie, file, "user.k"), 0},
+		{"user xattr by other", Xattr(other, file, "user.k"), EACCES},
+		{"acl by owner", Xattr(owner, file, "system.posix_acl_access"), 0},
+		{"acl by group member", Xattr(groupie, file, "system.posix_acl_access"), EPERM},
+		{"trusted by owner", Xattr(owner, file, "trusted.k"), EPERM},
+		{"security by root", Xattr(root, file, "security.selinux"), 0},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, tc.got, tc.want)
+		}
+	}
+	if !KeepsSetgid(owner, 200) || KeepsSetgid(owner, 300) || !KeepsSetgid(root, 300) {
+		t.Error("KeepsSetgid")
+	}
+}
