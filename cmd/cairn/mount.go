@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/client"
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/fusefs"
@@ -335,7 +336,7 @@ file system (docs/bench.md, "Traces").`,
 				return err
 			}
 			// A path-restricted identity sees its subtree as the mount's root.
-			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m, Trace: rec, Root: caps.RootIno})
+			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m, Trace: rec, Root: caps.RootIno, ShowIDs: showIDs(caps)})
 			srv, err := fuse.NewServer(fsys, mp, &fuse.MountOptions{
 				DirectMount: os.Geteuid() == 0,
 				AllowOther:  mo.allowOther,
@@ -428,4 +429,14 @@ func unmount(cmd *cobra.Command, srv *fuse.Server, mp string, served <-chan stru
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "unmounted %s\n", mp)
 	return nil
+}
+
+// showIDs is how a mount shows owners for an identity with id maps: in
+// the client's own ids, so that the kernel's permission checks and ls
+// agree with what the servers decide (nil: as stored).
+func showIDs(caps capability.Caps) func(uid, gid uint32) (uint32, uint32) {
+	if len(caps.UIDMap) == 0 && len(caps.GIDMap) == 0 {
+		return nil
+	}
+	return func(uid, gid uint32) (uint32, uint32) { return caps.ClientUID(uid), caps.ClientGID(gid) }
 }

@@ -90,15 +90,45 @@ func (c Caps) UID(uid uint32) uint32 { return c.mapID(c.UIDMap, uid) }
 // GID maps a gid the client claims to the cluster's.
 func (c Caps) GID(gid uint32) uint32 { return c.mapID(c.GIDMap, gid) }
 
+// OwnerUID maps a uid the client names as an owner to set (chown) to the
+// cluster's: by the uid map only. Root squash is about who the caller is,
+// not about the ids it names: a squashed caller's chown to root is refused
+// as any unprivileged caller's is.
+func (c Caps) OwnerUID(uid uint32) uint32 { return mapRange(c.UIDMap, uid) }
+
+// OwnerGID is OwnerUID for a group.
+func (c Caps) OwnerGID(gid uint32) uint32 { return mapRange(c.GIDMap, gid) }
+
 func (c Caps) mapID(m []IDRange, id uint32) uint32 {
-	for _, r := range m {
-		if id >= r.Client && uint64(id) < uint64(r.Client)+uint64(r.Count) {
-			id = r.Cluster + (id - r.Client)
-			break
-		}
-	}
+	id = mapRange(m, id)
 	if c.RootSquash && id == 0 {
 		return Nobody
+	}
+	return id
+}
+
+// ClientUID maps a cluster uid back to the client's: the inverse of the
+// uid map, so that a mount shows a client's users their own files as
+// theirs. Ids outside the map are shown as they are (nobody too).
+func (c Caps) ClientUID(uid uint32) uint32 { return unmapRange(c.UIDMap, uid) }
+
+// ClientGID is ClientUID for a group.
+func (c Caps) ClientGID(gid uint32) uint32 { return unmapRange(c.GIDMap, gid) }
+
+func unmapRange(m []IDRange, id uint32) uint32 {
+	for _, r := range m {
+		if id >= r.Cluster && uint64(id) < uint64(r.Cluster)+uint64(r.Count) {
+			return r.Client + (id - r.Cluster)
+		}
+	}
+	return id
+}
+
+func mapRange(m []IDRange, id uint32) uint32 {
+	for _, r := range m {
+		if id >= r.Client && uint64(id) < uint64(r.Client)+uint64(r.Count) {
+			return r.Cluster + (id - r.Client)
+		}
 	}
 	return id
 }

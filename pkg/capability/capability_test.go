@@ -31,6 +31,18 @@ func TestMapIDs(t *testing.T) {
 			t.Errorf("%s: UID(%d) = %d, want %d", tc.name, tc.in, got, tc.want)
 		}
 	}
+	if got := squash.OwnerUID(0); got != 0 {
+		t.Errorf("OwnerUID(0) under squash = %d: a chown to root must stay one (and be refused)", got)
+	}
+	if got := mapped.ClientUID(5009); got != 1009 {
+		t.Errorf("ClientUID(5009) = %d, want 1009", got)
+	}
+	if got := mapped.ClientUID(Nobody); got != Nobody {
+		t.Errorf("ClientUID(nobody) = %d", got)
+	}
+	if got := mapped.OwnerUID(1001); got != 5001 {
+		t.Errorf("OwnerUID(1001) = %d, want 5001", got)
+	}
 	if got := (Caps{RootSquash: true, UIDMap: mapped.UIDMap}).GID(0); got != Nobody {
 		t.Errorf("GID(0) under squash with only a uid map = %d, want %d", got, Nobody)
 	}

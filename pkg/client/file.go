@@ -14,6 +14,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/dataclient"
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/perm"
 )
 
 // dataClient returns the volume's data client, creating it on first use
@@ -131,7 +132,14 @@ func (v *Volume) OpenFile(ctx context.Context, ino uint64, flags int) (*File, er
 			return nil, err
 		}
 	}
-	in, err := v.getInode(octx, op, ino)
+	access := uint32(perm.Read)
+	switch flags & syscall.O_ACCMODE {
+	case syscall.O_WRONLY:
+		access = perm.Write
+	case syscall.O_RDWR:
+		access = perm.Read | perm.Write
+	}
+	in, err := v.getInodeFor(octx, op, ino, access)
 	if err != nil {
 		return nil, err
 	}

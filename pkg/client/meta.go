@@ -50,9 +50,16 @@ func opSetParent(ino, parent uint64) *metapb.Op {
 
 // getInode reads ino from its home partition.
 func (v *Volume) getInode(ctx context.Context, op string, ino uint64) (*metapb.Inode, error) {
+	return v.getInodeFor(ctx, op, ino, 0)
+}
+
+// getInodeFor is getInode for the caller of ctx (WithCred) about to access
+// the inode (perm.Read, Write, Exec): the servers check it for a client
+// whose ids they map.
+func (v *Volume) getInodeFor(ctx context.Context, op string, ino uint64, access uint32) (*metapb.Inode, error) {
 	var resp *metapb.GetInodeResponse
 	err := v.do(ctx, op, byIno(ino), func(ctx context.Context, p *pb.Partition) (err error) {
-		resp, err = v.meta.GetInode(ctx, p, ino)
+		resp, err = v.meta.GetInodeFor(ctx, p, ino, access)
 		return err
 	})
 	if err != nil {
@@ -62,6 +69,20 @@ func (v *Volume) getInode(ctx context.Context, op string, ino uint64) (*metapb.I
 		return nil, errnoErr(op, syscall.Errno(e), "inode %d", ino)
 	}
 	return resp.GetInode(), nil
+}
+
+// Access returns inode ino's attributes for the caller of ctx (WithCred)
+// about to access it (perm.Read, Write, Exec: an opendir, an open): for a
+// client whose ids the servers map, they refuse it with EACCES unless the
+// mapped caller may.
+func (v *Volume) Access(ctx context.Context, ino uint64, access uint32) (*Attr, error) {
+	ctx, cancel := v.opCtx(ctx)
+	defer cancel()
+	in, err := v.getInodeFor(ctx, "access", ino, access)
+	if err != nil {
+		return nil, err
+	}
+	return toAttr(in), nil
 }
 
 // checkDir fails with ENOENT if dir does not exist (or has no links) and

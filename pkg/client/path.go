@@ -102,6 +102,9 @@ func (v *Volume) nameReq(ctx context.Context, op string, parent uint64, name str
 // partition names when it answers EWRONGMP (a stale routing it could not
 // forward), at most maxPathHops times. EMOVING is retried as for Txns.
 func (v *Volume) sendPath(ctx context.Context, op string, req *metapb.PathRequest, first picker) (*metapb.PathResponse, error) {
+	if req.Cred == nil {
+		req.Cred = metaclient.CredOf(ctx) // a by-inode request acts for the caller too
+	}
 	var target uint64
 	for hop := 0; ; hop++ {
 		pick := first

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/client"
 	"github.com/cairnfs/cairn/pkg/optrace"
+	"github.com/cairnfs/cairn/pkg/perm"
 )
 
 // dirHandle is an open directory: its listing, read at offset 0.
@@ -26,7 +27,7 @@ type dirHandle struct {
 // OpenDir opens a directory (ENOTDIR for other types).
 func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	start := time.Now()
-	a, err := fs.v.GetAttr(ctxOf(cancel), fs.ino(in.NodeId))
+	a, err := fs.v.Access(caller(ctxOf(cancel), &in.InHeader), fs.ino(in.NodeId), perm.Read)
 	if err != nil {
 		return fs.observe("opendir", start, status(err))
 	}

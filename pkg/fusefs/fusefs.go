@@ -42,6 +42,9 @@ type Options struct {
 	// Root is the inode of the directory the mount shows as its root
 	// (default the volume's root): a path-restricted client's subtree.
 	Root uint64
+	// ShowIDs, if set, maps an owner and group as the cluster stores them
+	// to those the mount shows (a client identity's id maps, inverted).
+	ShowIDs func(uid, gid uint32) (uint32, uint32)
 }
 
 func (o Options) withDefaults() Options {
@@ -244,6 +247,9 @@ func (fs *FS) fillAttr(a *client.Attr, out *fuse.Attr) {
 		Ino: fs.node(a.Ino), Size: size, Blocks: (size + 511) / 512,
 		Mode: a.Mode, Nlink: a.Nlink, Owner: fuse.Owner{Uid: a.Uid, Gid: a.Gid},
 		Rdev: uint32(a.Rdev), Blksize: 128 << 10,
+	}
+	if fs.opts.ShowIDs != nil {
+		out.Owner.Uid, out.Owner.Gid = fs.opts.ShowIDs(a.Uid, a.Gid)
 	}
 	out.Atime, out.Atimensec = toFuseTime(a.Atime)
 	out.Mtime, out.Mtimensec = toFuseTime(mtime)

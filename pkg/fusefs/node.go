@@ -32,7 +32,7 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 	default:
 		// The kernel looks up only in directories it holds (and answers
 		// ENOENT itself in a removed one): a missing name is one request.
-		a, err = fs.v.LookupChild(ctx, fs.ino(header.NodeId), name)
+		a, err = fs.v.LookupChild(caller(ctx, header), fs.ino(header.NodeId), name)
 	}
 	if err != nil {
 		if client.ErrnoOf(err) == syscall.ENOENT {

@@ -129,9 +129,20 @@ func (c *Client) Lookup(ctx context.Context, p *pb.Partition, parent uint64, nam
 
 // GetInode reads inode ino from its home partition p.
 func (c *Client) GetInode(ctx context.Context, p *pb.Partition, ino uint64) (*metapb.GetInodeResponse, error) {
+	return c.GetInodeFor(ctx, p, ino, 0)
+}
+
+// GetInodeFor is GetInode for a caller about to access the inode (4 read,
+// 2 write, 1 exec: GetInodeRequest.access), with the cred of ctx
+// (WithCred).
+func (c *Client) GetInodeFor(ctx context.Context, p *pb.Partition, ino uint64, access uint32) (*metapb.GetInodeResponse, error) {
 	var resp *metapb.GetInodeResponse
+	req := &metapb.GetInodeRequest{PartitionId: p.Id, Ino: ino, Access: access}
+	if access != 0 {
+		req.Cred = CredOf(ctx)
+	}
 	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
-		resp, err = m.GetInode(ctx, &metapb.GetInodeRequest{PartitionId: p.Id, Ino: ino}, o...)
+		resp, err = m.GetInode(ctx, req, o...)
 		return err
 	})
 	return resp, err

@@ -52,7 +52,10 @@ func protoCred(c perm.Cred) *metapb.Cred {
 // ownNew makes a new inode belong to the mapped caller.
 func ownNew(c capability.Caps, cred perm.Cred, uid, gid, mode *uint32) {
 	*uid = cred.Uid
-	*gid = c.GID(*gid)
+	*gid = c.OwnerGID(*gid)
+	if *gid == 0 && c.RootSquash {
+		*gid = cred.Gid // root's group comes from the caller, squashed with it
+	}
 	if !perm.KeepsSetgid(cred, *gid) {
 		*mode &^= syscall.S_ISGID
 	}
@@ -143,6 +146,17 @@ func typeBits(t metapb.FileType) uint32 {
 		return syscall.S_IFSOCK
 	}
 	return syscall.S_IFREG
+}
+
+// mayAccess reports whether the caller cred may access inode in as access
+// asks (an open): always for a client whose ids are not mapped (its own
+// checks count), else as Linux decides for the mapped caller.
+func mayAccess(ctx context.Context, cred *metapb.Cred, in *metapb.Inode, access uint32) bool {
+	c := capability.FromContext(ctx)
+	if !c.MapsIDs() {
+		return true
+	}
+	return perm.Allowed(mappedCred(c, cred), in.GetMode()|typeBits(in.GetType()), in.GetUid(), in.GetGid(), access)
 }
 
 // checkTxn maps the ids of an id-mapping client's Txn (new inodes, owners
@@ -242,10 +256,10 @@ func (s *service) checkFence(ctx context.Context, p *partition, cred perm.Cred, 
 func (s *service) checkSetattr(ctx context.Context, p *partition, c capability.Caps, cred perm.Cred, m *metapb.Setattr) *refusal {
 	has := func(b metapb.SetattrValid) bool { return m.GetValid()&uint32(b) != 0 }
 	if has(metapb.SetattrValid_SETATTR_UID) {
-		m.Uid = c.UID(m.Uid)
+		m.Uid = c.OwnerUID(m.Uid)
 	}
 	if has(metapb.SetattrValid_SETATTR_GID) {
-		m.Gid = c.GID(m.Gid)
+		m.Gid = c.OwnerGID(m.Gid)
 	}
 	a, r := s.inodeAttr(ctx, p, m.GetIno())
 	if r != nil {

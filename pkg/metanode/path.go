@@ -247,7 +247,9 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	cred := credOf(req.Cred)
 	for round := 0; round < maxPathRounds; round++ {
 		var plan pathPlan
-		p.sm.read(func(mp *metapartition.Partition) { plan = s.planPath(p, mp, req, comps, trailing, cred, confine, parent) })
+		p.sm.read(func(mp *metapartition.Partition) {
+			plan = s.planPath(p, mp, req, comps, trailing, cred, confine, parent)
+		})
 		switch {
 		case plan.miss != nil:
 			resp, err := s.fetch(ctx, p, plan.miss, comps)

@@ -199,6 +199,9 @@ func (s *service) GetInode(ctx context.Context, req *metapb.GetInodeRequest) (*m
 		if e == metapb.OK && req.NsFetch && mp.Fenced(req.Ino, time.Now().UnixNano()) {
 			ino, e = nil, metapb.EBUSY
 		}
+		if e == metapb.OK && req.Access != 0 && !mayAccess(ctx, req.Cred, ino, req.Access) {
+			ino, e = nil, metapb.EACCES
+		}
 		resp.Errno, resp.Inode = int32(e), ino
 	})
 	return resp, nil

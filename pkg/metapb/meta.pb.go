@@ -3621,10 +3621,16 @@ func (x *LookupResponse) GetRoutingVersion() uint64 {
 }
 
 type GetInodeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PartitionId   uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
-	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
-	NsFetch       bool                   `protobuf:"varint,3,opt,name=ns_fetch,json=nsFetch,proto3" json:"ns_fetch,omitempty"` // as LookupRequest.ns_fetch
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	Ino         uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	NsFetch     bool                   `protobuf:"varint,3,opt,name=ns_fetch,json=nsFetch,proto3" json:"ns_fetch,omitempty"` // as LookupRequest.ns_fetch
+	// access (4 read, 2 write, 1 exec) is what the caller cred is about to
+	// do with the inode (an open): checked for a client whose capabilities
+	// map ids (EACCES), as TxnRequest.cred; ignored for others, whose own
+	// checks (or the kernel's) count.
+	Access        uint32 `protobuf:"varint,4,opt,name=access,proto3" json:"access,omitempty"`
+	Cred          *Cred  `protobuf:"bytes,5,opt,name=cred,proto3" json:"cred,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3678,6 +3684,20 @@ func (x *GetInodeRequest) GetNsFetch() bool {
 		return x.NsFetch
 	}
 	return false
+}
+
+func (x *GetInodeRequest) GetAccess() uint32 {
+	if x != nil {
+		return x.Access
+	}
+	return 0
+}
+
+func (x *GetInodeRequest) GetCred() *Cred {
+	if x != nil {
+		return x.Cred
+	}
+	return nil
 }
 
 type GetInodeResponse struct {
@@ -5068,11 +5088,13 @@ const file_meta_proto_rawDesc = "" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12*\n" +
 	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12'\n" +
 	"\x05inode\x18\x03 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12'\n" +
-	"\x0frouting_version\x18\x04 \x01(\x04R\x0eroutingVersion\"a\n" +
+	"\x0frouting_version\x18\x04 \x01(\x04R\x0eroutingVersion\"\x9f\x01\n" +
 	"\x0fGetInodeRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x19\n" +
-	"\bns_fetch\x18\x03 \x01(\bR\ansFetch\"Q\n" +
+	"\bns_fetch\x18\x03 \x01(\bR\ansFetch\x12\x16\n" +
+	"\x06access\x18\x04 \x01(\rR\x06access\x12$\n" +
+	"\x04cred\x18\x05 \x01(\v2\x10.cairn.meta.CredR\x04cred\"Q\n" +
 	"\x10GetInodeResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12'\n" +
 	"\x05inode\x18\x02 \x01(\v2\x11.cairn.meta.InodeR\x05inode\"\x8b\x01\n" +
@@ -5360,41 +5382,42 @@ var file_meta_proto_depIdxs = []int32{
 	41, // 55: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
 	9,  // 56: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
 	8,  // 57: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
-	8,  // 58: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
-	9,  // 59: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
-	8,  // 60: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
-	3,  // 61: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
-	8,  // 62: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
-	9,  // 63: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
-	6,  // 64: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
-	54, // 65: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
-	54, // 66: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
-	4,  // 67: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
-	56, // 68: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
-	8,  // 69: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
-	8,  // 70: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
-	9,  // 71: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
-	8,  // 72: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
-	8,  // 73: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
-	57, // 74: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
-	43, // 75: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	45, // 76: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	47, // 77: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	49, // 78: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	53, // 79: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	51, // 80: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
-	58, // 81: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
-	44, // 82: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	46, // 83: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	48, // 84: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	50, // 85: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	55, // 86: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	52, // 87: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
-	81, // [81:88] is the sub-list for method output_type
-	74, // [74:81] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	56, // 58: cairn.meta.GetInodeRequest.cred:type_name -> cairn.meta.Cred
+	8,  // 59: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
+	9,  // 60: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
+	8,  // 61: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
+	3,  // 62: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
+	8,  // 63: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
+	9,  // 64: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
+	6,  // 65: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
+	54, // 66: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
+	54, // 67: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
+	4,  // 68: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
+	56, // 69: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
+	8,  // 70: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
+	8,  // 71: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
+	9,  // 72: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 73: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
+	8,  // 74: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
+	57, // 75: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
+	43, // 76: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	45, // 77: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	47, // 78: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	49, // 79: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	53, // 80: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	51, // 81: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
+	58, // 82: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
+	44, // 83: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	46, // 84: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	48, // 85: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	50, // 86: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	55, // 87: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	52, // 88: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
+	82, // [82:89] is the sub-list for method output_type
+	75, // [75:82] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
