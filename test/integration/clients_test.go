@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -32,6 +34,7 @@ import (
 //     partitions on the meta and data nodes;
 //   - a client confined to a directory reaches nothing outside it, by any
 //     path or inode trick (checkSubtree);
+//   - root squash and id maps hold through a mount (checkSquash);
 //   - a revoked client is refused: its open mount fails within a few
 //     heartbeats, and a new connection is refused at the handshake, with a
 //     message that says so.
@@ -202,6 +205,7 @@ func TestClientCapabilities(t *testing.T) {
 	}
 
 	checkSubtree(t, dir, master, mnt)
+	checkSquash(t, dir, master, mnt)
 
 	// Revocation: the open mount stops working, new connections are
 	// refused at the handshake.
@@ -396,4 +400,111 @@ func checkSubtree(t *testing.T, dir, master, mnt string) {
 	denied("getattr of /a/d moved to /b/d", err)
 	_, _, err = v.ReadDir(ctx, d, "", 100)
 	denied("readdir of /a/d moved to /b/d", err)
+}
+
+// checkSquash: through the mount of an identity created with
+// --root-squash --uid-map 1000:5000:10 --gid-map 1000:5000:10, root on the
+// client host is nobody to the cluster, and the host's user 1000 is the
+// cluster's 5000, whichever the kernel let through: what root creates
+// belongs to 65534; root cannot read, change or chown what is not its own;
+// user 1000's files are 5000's on the cluster, and shown as its own
+// through the mount. The same checks hold through the SDK, whose
+// requests name the caller directly.
+func checkSquash(t *testing.T, dir, master, mnt string) {
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skipf("no setpriv to run commands as another user: %v", err)
+	}
+	pub, priv := filepath.Join(mnt, "pub"), filepath.Join(mnt, "priv")
+	must(t, os.Mkdir(pub, 0o777))
+	must(t, os.Chmod(pub, 0o777))
+	must(t, os.Mkdir(priv, 0o700))
+	must(t, os.WriteFile(filepath.Join(priv, "s"), []byte("s"), 0o600))
+	must(t, os.Chown(filepath.Join(priv, "s"), 1000, 1000))
+	must(t, os.Chown(priv, 1000, 1000))
+	must(t, os.WriteFile(filepath.Join(pub, "rootfile"), []byte("root"), 0o644))
+	sqDir := filepath.Join(t.TempDir(), "squash")
+	mustCairn(t, "client", "create", "squashed", "--data-dir", dir, "--root-squash",
+		"--uid-map", "1000:5000:10", "--gid-map", "1000:5000:10", "--out", sqDir)
+	// A mount point user 1000 can reach: the test's temporary directories
+	// are root's alone.
+	base := t.TempDir()
+	must(t, os.Chmod(base, 0o755))
+	must(t, os.Chmod(filepath.Dir(base), 0o755))
+	sq := filepath.Join(base, "sqmnt")
+	must(t, os.Mkdir(sq, 0o755))
+	startMount(t, sq, "--master", master, "--tls-dir", sqDir, "-o", "allow_other", "default", sq)
+
+	owner := func(p string) (uint32, uint32) {
+		t.Helper()
+		var st syscall.Stat_t
+		must(t, syscall.Stat(p, &st))
+		return st.Uid, st.Gid
+	}
+	// Root, squashed.
+	if _, err := os.ReadDir(filepath.Join(sq, "priv")); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("squashed root lists a 0700 directory of user 1000: %v, want EACCES", err)
+	}
+	if _, err := os.ReadFile(filepath.Join(sq, "priv", "s")); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("squashed root reads a 0600 file of user 1000: %v, want EACCES", err)
+	}
+	if err := os.WriteFile(filepath.Join(sq, "pub", "rootfile"), []byte("x"), 0o644); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("squashed root writes root's 0644 file: %v, want EACCES", err)
+	}
+	if err := os.Chmod(filepath.Join(sq, "pub", "rootfile"), 0o666); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("squashed root chmods root's file: %v, want EPERM", err)
+	}
+	must(t, os.WriteFile(filepath.Join(sq, "pub", "bysquashed"), []byte("x"), 0o644))
+	if uid, gid := owner(filepath.Join(pub, "bysquashed")); uid != 65534 || gid != 65534 {
+		t.Errorf("a file squashed root created belongs to %d:%d, want 65534:65534", uid, gid)
+	}
+	if err := os.Chown(filepath.Join(sq, "pub", "bysquashed"), 0, 0); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("squashed root gives its file to root: %v, want EPERM", err)
+	}
+	if err := os.Remove(filepath.Join(sq, "priv", "s")); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("squashed root removes from a 0700 directory of user 1000: %v, want EACCES", err)
+	}
+	// User 1000 of the client host is 5000 on the cluster.
+	as1000 := func(script string) error {
+		out, err := exec.Command("setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "sh", "-ec", script).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	mine := filepath.Join(sq, "pub", "mine")
+	if err := as1000("echo mine > " + mine + "; chmod 600 " + mine + "; cat " + mine); err != nil {
+		t.Fatalf("user 1000 through the mount: %v", err)
+	}
+	if uid, gid := owner(filepath.Join(pub, "mine")); uid != 5000 || gid != 5000 {
+		t.Errorf("user 1000's file belongs to %d:%d on the cluster, want 5000:5000", uid, gid)
+	}
+	if uid, gid := owner(mine); uid != 1000 || gid != 1000 {
+		t.Errorf("the mount shows user 1000's file as %d:%d, want 1000:1000", uid, gid)
+	}
+	if _, err := os.ReadFile(mine); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("squashed root reads user 1000's 0600 file: %v, want EACCES", err)
+	}
+	if err := as1000("cat " + filepath.Join(sq, "priv", "s")); err == nil {
+		t.Error("user 1000 of the client (5000 on the cluster) read the cluster's user 1000's 0600 file")
+	}
+
+	// The SDK: the caller named in each request is mapped the same way.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	v, err := client.Open(ctx, []string{master}, "default", &client.Options{TLS: loadTLS(t, sqDir)})
+	must(t, err)
+	defer v.Close()
+	root := client.Cred{}
+	_, err = v.OpenPath(ctx, "/priv/s", os.O_RDONLY, 0, root)
+	if !errors.Is(err, syscall.EACCES) {
+		t.Errorf("the SDK as root opens a 0600 file of user 1000: %v, want EACCES", err)
+	}
+	if _, err := v.SetattrPath(ctx, "/pub/rootfile", client.SetattrIn{Valid: client.SetMode, Mode: 0o777}, root); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("the SDK as root chmods root's file: %v, want EPERM", err)
+	}
+	a, err := v.CreatePath(ctx, "/pub/bysdk", 0o644, root)
+	must(t, err)
+	if a.Uid != 65534 {
+		t.Errorf("a file the SDK created as root belongs to %d, want 65534", a.Uid)
+	}
 }
