@@ -47,7 +47,7 @@ func TestAuthorizer(t *testing.T) {
 	self, err := pki.Load(issueInto(t, ca))
 	must(t, err)
 	self.SetRevoked(func(s string) bool { return s == pki.Serial(gone) })
-	a := &authorizer{id: self, caps: map[string]capability.Caps{}}
+	a := newAuthorizer(self, 2)
 	txn := metapb.MetaNode_Txn_FullMethodName
 	for _, tc := range []struct {
 		name     string
@@ -89,5 +89,39 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClientCallBound: one client identity has at most maxClientCalls
+// calls in flight, over all its connections; a node is not bounded; a call
+// that ends gives its place back.
+func TestClientCallBound(t *testing.T) {
+	ca := filepath.Join(t.TempDir(), "ca")
+	must(t, pki.CreateCA(ca, "test"))
+	sign := func(name string, kind pki.Kind) *x509.Certificate {
+		is, err := pki.Sign(ca, pki.Request{Name: name, Kind: kind})
+		must(t, err)
+		return is.Cert
+	}
+	app, other, node := sign("app", pki.KindClient), sign("other", pki.KindClient), sign("node", pki.KindNode)
+	a := newAuthorizer(nil, 2)
+	r1, err := a.admit(app)
+	must(t, err)
+	_, err = a.admit(app)
+	must(t, err)
+	if _, err := a.admit(app); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a third call of one client: %v, want ResourceExhausted", err)
+	}
+	if _, err := a.admit(other); err != nil {
+		t.Fatalf("another client is bounded by the first's calls: %v", err)
+	}
+	for i := 0; i < 10; i++ {
+		if _, err := a.admit(node); err != nil {
+			t.Fatalf("a node's call %d: %v", i, err)
+		}
+	}
+	r1()
+	if _, err := a.admit(app); err != nil {
+		t.Fatalf("after one call ended: %v", err)
 	}
 }

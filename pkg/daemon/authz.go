@@ -107,9 +107,45 @@ func PeerKind(ctx context.Context) pki.Kind {
 // call's context (capability.FromContext).
 type authorizer struct {
 	id *pki.Identity
+	// maxClientCalls bounds the calls in flight from one client identity
+	// (by certificate serial), whatever number of connections it opens:
+	// past it a call is refused with RESOURCE_EXHAUSTED, which clients
+	// retry after a pause. Nodes and admins are not bounded here.
+	maxClientCalls int
 
-	mu   sync.Mutex
-	caps map[string]capability.Caps // by serial; certificates do not change
+	mu       sync.Mutex
+	caps     map[string]capability.Caps // by serial; certificates do not change
+	inflight map[string]int             // client calls in flight, by serial
+}
+
+// MaxClientCalls is the default bound of one client identity's calls in
+// flight on one server: well above what a mount keeps in flight (its
+// fan-out is 64 per operation), far below what would exhaust a node.
+const MaxClientCalls = 1024
+
+func newAuthorizer(id *pki.Identity, maxClientCalls int) *authorizer {
+	return &authorizer{id: id, maxClientCalls: maxClientCalls, caps: map[string]capability.Caps{}, inflight: map[string]int{}}
+}
+
+// admit counts a client's call in flight; release uncounts it.
+func (a *authorizer) admit(cert *x509.Certificate) (release func(), err error) {
+	if a.maxClientCalls <= 0 || pki.KindOf(cert) != pki.KindClient {
+		return func() {}, nil
+	}
+	serial := pki.Serial(cert)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.inflight[serial] >= a.maxClientCalls {
+		return nil, status.Errorf(codes.ResourceExhausted, "client %q has %d calls in flight here, the most one client may", cert.Subject.CommonName, a.maxClientCalls)
+	}
+	a.inflight[serial]++
+	return func() {
+		a.mu.Lock()
+		if a.inflight[serial]--; a.inflight[serial] == 0 {
+			delete(a.inflight, serial)
+		}
+		a.mu.Unlock()
+	}, nil
 }
 
 // maxCachedCaps bounds the cache of parsed capabilities; it is cleared
@@ -163,6 +199,13 @@ func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	if err != nil {
 		return nil, err
 	}
+	if cert := PeerCert(ctx); cert != nil {
+		release, err := a.admit(cert)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	return handler(ctx, req)
 }
 
@@ -170,6 +213,13 @@ func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 	ctx, err := a.check(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
+	}
+	if cert := PeerCert(ctx); cert != nil {
+		release, err := a.admit(cert)
+		if err != nil {
+			return err
+		}
+		defer release()
 	}
 	return handler(srv, &ctxStream{ss, ctx})
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/lightrpc"
 	"github.com/cairnfs/cairn/pkg/pki"
 )
@@ -21,19 +20,24 @@ type RPCServer struct {
 	light *lightrpc.Server
 }
 
+// maxStreamsPerConn bounds the calls of one gRPC connection in flight,
+// as lightrpc bounds its own per connection.
+const maxStreamsPerConn = 4096
+
 // NewRPCServer returns a server with call metrics in reg (one set for both
 // protocols) and the message size bound MaxRecvMsgBytes. With an identity
 // id (serve it on ListenRPC's TLS listener), every call is checked against
 // the policy of Authorize by the kind of the certificate its caller
 // presented, and against id's revocation list; the caller's capabilities
-// are in the handler's context (capability.FromContext). A nil id serves
+// are in the handler's context (capability.FromContext), and one client
+// identity has at most MaxClientCalls calls in flight. A nil id serves
 // plain text and checks nothing.
 func NewRPCServer(reg prometheus.Registerer, id *pki.Identity) *RPCServer {
 	metrics := UnaryMetrics(reg)
 	unary := []grpc.UnaryServerInterceptor{metrics}
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes)}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.MaxConcurrentStreams(maxStreamsPerConn)}
 	if id != nil {
-		a := &authorizer{id: id, caps: map[string]capability.Caps{}}
+		a := newAuthorizer(id, MaxClientCalls)
 		unary = append(unary, a.unary)
 		opts = append(opts, grpc.Creds(newHandshakenCreds()), grpc.ChainStreamInterceptor(a.stream))
 	}
