@@ -32,27 +32,6 @@ func (a *Attr) IsDir() bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
 // Type returns the file type bits of Mode (syscall.S_IFMT part).
 func (a *Attr) Type() uint32 { return a.Mode & syscall.S_IFMT }
 
-// typeBits maps a file type to its st_mode type bits.
-func typeBits(t metapb.FileType) uint32 {
-	switch t {
-	case metapb.FileType_FILE_TYPE_REGULAR:
-		return syscall.S_IFREG
-	case metapb.FileType_FILE_TYPE_DIRECTORY:
-		return syscall.S_IFDIR
-	case metapb.FileType_FILE_TYPE_SYMLINK:
-		return syscall.S_IFLNK
-	case metapb.FileType_FILE_TYPE_FIFO:
-		return syscall.S_IFIFO
-	case metapb.FileType_FILE_TYPE_SOCKET:
-		return syscall.S_IFSOCK
-	case metapb.FileType_FILE_TYPE_CHAR_DEVICE:
-		return syscall.S_IFCHR
-	case metapb.FileType_FILE_TYPE_BLOCK_DEVICE:
-		return syscall.S_IFBLK
-	}
-	return 0
-}
-
 // fileType maps st_mode type bits to a file type; 0 (no type) is regular,
 // as mknod(2) takes it.
 func fileType(mode uint32) (metapb.FileType, bool) {
@@ -82,7 +61,7 @@ func toTime(ns int64) time.Time { return time.Unix(0, ns) }
 func toAttr(in *metapb.Inode) *Attr {
 	return &Attr{
 		Ino:        in.GetIno(),
-		Mode:       typeBits(in.GetType()) | in.GetMode()&0o7777,
+		Mode:       in.GetType().ModeBits() | in.GetMode()&0o7777,
 		Nlink:      in.GetNlink(),
 		Uid:        in.GetUid(),
 		Gid:        in.GetGid(),

@@ -121,9 +121,9 @@ func TestViewRouting(t *testing.T) {
 
 func TestTypeBits(t *testing.T) {
 	for ft := metapb.FileType_FILE_TYPE_REGULAR; ft <= metapb.FileType_FILE_TYPE_BLOCK_DEVICE; ft++ {
-		back, ok := fileType(typeBits(ft) | 0o644)
+		back, ok := fileType(ft.ModeBits() | 0o644)
 		if !ok || back != ft {
-			t.Errorf("%v -> %#o -> %v", ft, typeBits(ft), back)
+			t.Errorf("%v -> %#o -> %v", ft, ft.ModeBits(), back)
 		}
 	}
 	if ft, ok := fileType(0o644); !ok || ft != metapb.FileType_FILE_TYPE_REGULAR {

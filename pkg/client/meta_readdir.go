@@ -68,7 +68,7 @@ func (v *Volume) readDir(ctx context.Context, op string, dir uint64, cursor stri
 	}
 	out := make([]DirEntry, len(ds))
 	for i, d := range ds {
-		out[i] = DirEntry{Name: string(d.GetName()), Ino: d.GetIno(), Type: typeBits(d.GetType())}
+		out[i] = DirEntry{Name: string(d.GetName()), Ino: d.GetIno(), Type: d.GetType().ModeBits()}
 	}
 	if !plus {
 		return out, more, nil

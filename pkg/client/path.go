@@ -228,7 +228,7 @@ func (v *Volume) lookupPath(ctx context.Context, op, path string, follow bool, a
 	if err != nil {
 		return nil, nil, err
 	}
-	if r.resp.GetInode() == nil && access != 0 && !perm.Allowed(cred, typeBits(in.GetType())|in.GetMode(), in.GetUid(), in.GetGid(), access) {
+	if r.resp.GetInode() == nil && access != 0 && !perm.Allowed(cred, in.GetType().ModeBits()|in.GetMode(), in.GetUid(), in.GetGid(), access) {
 		return nil, nil, errnoErr(op, syscall.EACCES, "%q", path)
 	}
 	return r, in, nil
@@ -615,7 +615,7 @@ func (v *Volume) SetattrPath(ctx context.Context, path string, in SetattrIn, cre
 // setattrAllowed is the permission part of chmod/chown/truncate/utimes.
 func setattrAllowed(c Cred, cur *metapb.Inode, in SetattrIn) syscall.Errno {
 	root, owner := c.Uid == 0, c.Uid == cur.GetUid()
-	writable := perm.Allowed(c, typeBits(cur.GetType())|cur.GetMode(), cur.GetUid(), cur.GetGid(), perm.Write)
+	writable := perm.Allowed(c, cur.GetType().ModeBits()|cur.GetMode(), cur.GetUid(), cur.GetGid(), perm.Write)
 	inGroup := func(g uint32) bool { return g == c.Gid || slices.Contains(c.Groups, g) }
 	switch {
 	case root:

@@ -40,6 +40,15 @@ func access(ctx context.Context, p *partition, change bool) *refusal {
 	return nil
 }
 
+// mayRead checks a read of inode ino (a directory to look in or list, an
+// inode to read) on partition p against the caller's capabilities.
+func (s *service) mayRead(ctx context.Context, p *partition, ino uint64) *refusal {
+	if r := access(ctx, p, false); r != nil {
+		return r
+	}
+	return s.inSubtree(ctx, p, ino)
+}
+
 // accessTxn is access for a Txn, which also refuses to clients the
 // operations only cluster processes and admin tools send: routing
 // changes, inode ranges and the collectors' bookkeeping. Those could

@@ -126,26 +126,7 @@ func (s *service) inodeAttr(ctx context.Context, p *partition, ino uint64) (perm
 	if in == nil {
 		return perm.Attr{}, refuse(metapb.ENOENT, "inode %d does not exist", ino)
 	}
-	return perm.Attr{Mode: in.GetMode() | typeBits(in.GetType()), Uid: in.GetUid(), Gid: in.GetGid()}, nil
-}
-
-// typeBits are the S_IFMT bits of a file type.
-func typeBits(t metapb.FileType) uint32 {
-	switch t {
-	case metapb.FileType_FILE_TYPE_DIRECTORY:
-		return syscall.S_IFDIR
-	case metapb.FileType_FILE_TYPE_SYMLINK:
-		return syscall.S_IFLNK
-	case metapb.FileType_FILE_TYPE_CHAR_DEVICE:
-		return syscall.S_IFCHR
-	case metapb.FileType_FILE_TYPE_BLOCK_DEVICE:
-		return syscall.S_IFBLK
-	case metapb.FileType_FILE_TYPE_FIFO:
-		return syscall.S_IFIFO
-	case metapb.FileType_FILE_TYPE_SOCKET:
-		return syscall.S_IFSOCK
-	}
-	return syscall.S_IFREG
+	return perm.Attr{Mode: in.GetMode() | in.GetType().ModeBits(), Uid: in.GetUid(), Gid: in.GetGid()}, nil
 }
 
 // mayAccess reports whether the caller cred may access inode in as access
@@ -156,7 +137,7 @@ func mayAccess(ctx context.Context, cred *metapb.Cred, in *metapb.Inode, access 
 	if !c.MapsIDs() {
 		return true
 	}
-	return perm.Allowed(mappedCred(c, cred), in.GetMode()|typeBits(in.GetType()), in.GetUid(), in.GetGid(), access)
+	return perm.Allowed(mappedCred(c, cred), in.GetMode()|in.GetType().ModeBits(), in.GetUid(), in.GetGid(), access)
 }
 
 // checkTxn maps the ids of an id-mapping client's Txn (new inodes, owners

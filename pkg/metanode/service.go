@@ -156,11 +156,7 @@ func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metap
 		return nil, err
 	}
 	resp := &metapb.LookupResponse{}
-	r := access(ctx, p, false)
-	if r == nil {
-		r = s.inSubtree(ctx, p, req.Parent)
-	}
-	if r != nil {
+	if r := s.mayRead(ctx, p, req.Parent); r != nil {
 		resp.Errno = int32(r.errno)
 		return resp, nil
 	}
@@ -186,11 +182,7 @@ func (s *service) GetInode(ctx context.Context, req *metapb.GetInodeRequest) (*m
 		return nil, err
 	}
 	resp := &metapb.GetInodeResponse{}
-	r := access(ctx, p, false)
-	if r == nil {
-		r = s.inSubtree(ctx, p, req.Ino)
-	}
-	if r != nil {
+	if r := s.mayRead(ctx, p, req.Ino); r != nil {
 		resp.Errno = int32(r.errno)
 		return resp, nil
 	}
@@ -219,11 +211,7 @@ func (s *service) ReadDir(ctx context.Context, req *metapb.ReadDirRequest) (*met
 		return nil, err
 	}
 	resp := &metapb.ReadDirResponse{}
-	r := access(ctx, p, false)
-	if r == nil {
-		r = s.inSubtree(ctx, p, req.Parent)
-	}
-	if r != nil {
+	if r := s.mayRead(ctx, p, req.Parent); r != nil {
 		resp.Errno = int32(r.errno)
 		return resp, nil
 	}
