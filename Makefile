@@ -64,6 +64,7 @@ lint: deps
 ## tests with the race detector.
 test: deps build vet lint
 	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/integration)
+	@$(MAKE) --no-print-directory fuzz FUZZ_FOR=$(FUZZ_SHORT)
 	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test $(INTEGRATION_FLAGS) ./test/integration/
 
 ## posix: the POSIX suite pjdfstest on a fresh `cairn up` mount (installs it with
@@ -139,9 +140,10 @@ bench-tls: build
 
 ## fuzz: every fuzz target for FUZZ_FOR each (default 10m), one after the
 ## other: the wire decoders, the stores' recovery, and the servers' request
-## handlers against real nodes (a data node, a 3-replica meta partition);
-## `make test` runs their seed corpora only. Not part of CI.
+## handlers against real nodes (a data node, a 3-replica meta partition).
+## `make test` runs each for FUZZ_SHORT (default 3s) after their seed corpora.
 FUZZ_FOR ?= 10m
+FUZZ_SHORT ?= 3s
 FUZZ_TARGETS = \
 	pkg/dataproto:FuzzReadFrame pkg/dataproto:FuzzDecodeListings pkg/lightrpc:FuzzDecode \
 	pkg/datanode:FuzzRequest pkg/metanode:FuzzService \
