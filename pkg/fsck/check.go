@@ -42,6 +42,12 @@ const (
 	// DirParentMismatch: a directory whose parent pointer is not the
 	// directory its name is in.
 	DirParentMismatch Kind = "dir-parent-mismatch"
+	// FileParentMismatch: a file (any non-directory) whose parent pointer
+	// names no directory holding one of its names: a rename's follow-up
+	// was lost, or the file predates parent pointers of files. A
+	// path-restricted client would be refused it in its directory, or let
+	// reach it where it no longer is.
+	FileParentMismatch Kind = "file-parent-mismatch"
 	// DirCycle: directories whose names form a cycle, cut off from the root.
 	DirCycle Kind = "dir-cycle"
 	// UnreachableDir: a named directory that the root does not reach (its
@@ -62,7 +68,7 @@ const (
 
 // Kinds lists every kind in report order.
 var Kinds = []Kind{MissingRoot, DanglingName, Orphan, Unlinked, NlinkMismatch, DirMultipleNames,
-	DirParentMismatch, DirCycle, UnreachableDir, LostName, MisplacedDentry, InodeOutOfRange, TypeMismatch}
+	DirParentMismatch, FileParentMismatch, DirCycle, UnreachableDir, LostName, MisplacedDentry, InodeOutOfRange, TypeMismatch}
 
 // PartitionSnapshot is everything one meta partition holds.
 type PartitionSnapshot struct {
@@ -120,7 +126,8 @@ type Finding struct {
 	// to it).
 	CtimeNs  int64 `json:"ctime_ns,omitempty"`
 	NewestNs int64 `json:"newest_ns,omitempty"`
-	// Parent is the parent pointer a DirParentMismatch should get.
+	// Parent is the parent pointer a DirParentMismatch or
+	// FileParentMismatch should get.
 	Parent uint64 `json:"parent,omitempty"`
 	// Home is the partition whose range holds a dangling name's inode (0:
 	// none does).
@@ -326,6 +333,12 @@ func checkInodes(x *index) []Finding {
 				f := base
 				f.Kind, f.WantNlink = NlinkMismatch, want
 				f.Explanation = fmt.Sprintf("%s inode %d has nlink %d but %d names", typeName(in.GetType()), ino, in.GetNlink(), want)
+				out = append(out, f)
+			}
+			if !slices.ContainsFunc(names, func(d located[*metapb.Dentry]) bool { return d.rec.GetParent() == in.GetParent() }) {
+				f := base
+				f.Kind, f.Parent = FileParentMismatch, names[0].rec.GetParent()
+				f.Explanation = fmt.Sprintf("%s inode %d is named in %d but its parent pointer says %d", typeName(in.GetType()), ino, f.Parent, in.GetParent())
 				out = append(out, f)
 			}
 			continue

@@ -45,9 +45,9 @@ func newNS() *ns {
 
 func (n *ns) add(parent uint64, name string, ino uint64, typ metapb.FileType) {
 	if _, ok := n.inodes[ino]; !ok {
-		in := &metapb.Inode{Ino: ino, Type: typ, CtimeNs: oldTime}
+		in := &metapb.Inode{Ino: ino, Type: typ, CtimeNs: oldTime, Parent: parent}
 		if typ == dirT {
-			in.Nlink, in.Parent = 2, parent
+			in.Nlink = 2
 		}
 		n.inodes[ino] = in
 	}
@@ -258,6 +258,18 @@ func TestCheckAndPlan(t *testing.T) {
 			mutate: func(n *ns) { n.inodes[102].Parent = 1 },
 			want:   []string{"dir-parent-mismatch 102"},
 			plan:   []string{"2: setparent(102,101)"},
+		},
+		{
+			name:   "file parent pointer stale (rename follow-up lost)",
+			mutate: func(n *ns) { n.inodes[103].Parent = 1 },
+			want:   []string{"file-parent-mismatch 103"},
+			plan:   []string{"2: setparent(103,102)"},
+		},
+		{
+			name:   "file from before parent pointers of files",
+			mutate: func(n *ns) { n.inodes[103].Parent = 0 },
+			want:   []string{"file-parent-mismatch 103"},
+			plan:   []string{"2: setparent(103,102)"},
 		},
 		{
 			name: "directory cycle",

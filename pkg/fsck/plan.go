@@ -57,7 +57,7 @@ type PlanOptions struct {
 
 // Repairable lists the kinds PlanRepair can fix; the others need a person
 // to decide (which name of a directory is right, where a lost subtree goes).
-var Repairable = []Kind{Orphan, Unlinked, NlinkMismatch, DirParentMismatch, DanglingName}
+var Repairable = []Kind{Orphan, Unlinked, NlinkMismatch, DirParentMismatch, FileParentMismatch, DanglingName}
 
 func linkOp(ino uint64, delta int32) *metapb.Op {
 	return &metapb.Op{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: ino, Delta: delta}}}
@@ -129,10 +129,10 @@ func PlanRepair(fs []Finding, o PlanOptions) Plan {
 				}
 			}
 			a.Description = fmt.Sprintf("set nlink of %s inode %d from %d to %d", f.Type, f.Ino, f.Nlink, f.WantNlink)
-		case DirParentMismatch:
+		case DirParentMismatch, FileParentMismatch:
 			a.Ops = []*metapb.Op{{Op: &metapb.Op_Setattr{Setattr: &metapb.Setattr{Ino: f.Ino,
 				Valid: uint32(metapb.SetattrValid_SETATTR_PARENT), Parent: f.Parent}}}}
-			a.Description = fmt.Sprintf("set the parent pointer of directory %d to %d", f.Ino, f.Parent)
+			a.Description = fmt.Sprintf("set the parent pointer of %s %d to %d", f.Type, f.Ino, f.Parent)
 		case DanglingName:
 			if len(f.Dentries) != 1 {
 				skip("malformed finding")
