@@ -167,7 +167,19 @@ type Host struct {
 	mu     sync.RWMutex
 	parts  map[uint64]*partition
 	closed bool
+
+	// clientConns counts the data-path connections of each client
+	// identity (by certificate serial): at most MaxClientConns, so that
+	// one client cannot take the node's MaxConns alone.
+	connMu      sync.Mutex
+	clientConns map[string]int
 }
+
+// MaxClientConns bounds the data-path connections one client identity
+// keeps open to a data node; each carries at most
+// dataproto.ServerOptions.MaxInflight requests. A mount opens one per
+// data node it writes or reads through.
+const MaxClientConns = 64
 
 // New starts the data role on env: it serves env.DataListener at once
 // (requests for partitions not yet open are refused with
@@ -199,7 +211,7 @@ func New(env node.Env, opts Options) (*Host, error) {
 	if opts.Server.TLS == nil {
 		opts.Server.TLS = env.ServerTLS
 	}
-	h := &Host{env: env, opts: opts, log: log, parts: map[uint64]*partition{}, serveDone: make(chan struct{})}
+	h := &Host{env: env, opts: opts, log: log, parts: map[uint64]*partition{}, serveDone: make(chan struct{}), clientConns: map[string]int{}}
 	h.peers = newPeerPool(opts.Chain)
 	h.recovery = &pacer{rate: float64(opts.RecoveryBytesPerSecond)}
 	if env.Masters != nil {

@@ -39,9 +39,11 @@ type session struct {
 	// revocation list on every request (so that a revocation ends open
 	// connections too), and the capabilities it grants (pkg/capability).
 	// denied, if set, refuses every request: unreadable capabilities.
-	serial string
-	caps   capability.Caps
-	denied error
+	serial  string
+	caps    capability.Caps
+	denied  error
+	counted bool  // among the client's connections (countConn)
+	busy    error // past MaxClientConns: every request is refused busy
 	// down holds this session's connections to next replicas, used only on
 	// the reader goroutine: one connection per next replica keeps a
 	// stream's packets in order along the chain.
@@ -60,8 +62,29 @@ func (h *Host) newSession(peer *x509.Certificate) dataproto.Session {
 	if peer != nil {
 		s.serial = pki.Serial(peer)
 		s.caps, s.denied = capability.FromCert(peer)
+		if s.denied == nil && pki.KindOf(peer) == pki.KindClient {
+			s.counted = h.countConn(s.serial, 1) <= MaxClientConns
+			if !s.counted {
+				h.countConn(s.serial, -1)
+				s.busy = fmt.Errorf("client %q has %d data-path connections to this node already", peer.Subject.CommonName, MaxClientConns)
+			}
+		}
 	}
 	return s
+}
+
+// countConn adds delta to the connections of client serial and returns
+// the new count.
+func (h *Host) countConn(serial string, delta int) int {
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
+	n := h.clientConns[serial] + delta
+	if n <= 0 {
+		delete(h.clientConns, serial)
+	} else {
+		h.clientConns[serial] = n
+	}
+	return n
 }
 
 // permit checks a request against the connection's certificate: not
@@ -79,6 +102,8 @@ func (s *session) permit(in *dataproto.Inbound) bool {
 		return true // plain text: the cluster runs with --insecure
 	case s.denied != nil:
 		return refuse(dataproto.CodePermissionDenied, "%v", s.denied)
+	case s.busy != nil:
+		return refuse(dataproto.CodeBusy, "%v", s.busy)
 	case s.h.env.Revoked != nil && s.h.env.Revoked(s.serial):
 		return refuse(dataproto.CodePermissionDenied, "the connection's certificate (serial %s) is revoked", s.serial)
 	case !s.caps.Restricted() || h.Op == dataproto.OpPing:
@@ -100,6 +125,9 @@ func (s *session) permit(in *dataproto.Inbound) bool {
 // Close fails the calls to next replicas (their waiters answer and exit)
 // and waits for the session's goroutines.
 func (s *session) Close() {
+	if s.counted {
+		s.h.countConn(s.serial, -1)
+	}
 	for _, d := range s.down {
 		if d.c != nil {
 			d.c.Close()
