@@ -51,6 +51,12 @@ func TestMutualTLS(t *testing.T) {
 	mustCairn(t, "client", "revoke", "gone", "--data-dir", dir)
 	revoked, err := pki.Load(revokedDir)
 	must(t, err)
+	// And an admin certificate revoked by its file ('cairn cert revoke').
+	exAdminDir := filepath.Join(t.TempDir(), "ex-admin")
+	must(t, pki.Issue(localcluster.TLSDir(dir, localcluster.CAIdentity), exAdminDir, pki.Request{Name: "ex-admin", Kind: pki.KindAdmin}))
+	mustCairn(t, "cert", "revoke", "--cert", filepath.Join(exAdminDir, pki.CertFile), "--data-dir", dir)
+	exAdmin, err := pki.Load(exAdminDir)
+	must(t, err)
 
 	clients := []struct {
 		name string
@@ -61,7 +67,8 @@ func TestMutualTLS(t *testing.T) {
 		{"plain text", nil, false},
 		{"TLS without a certificate", noCert, false},
 		{"a certificate of another CA", other.ClientConfig(), false},
-		{"a revoked certificate", revoked.ClientConfig(), false},
+		{"a revoked client certificate", revoked.ClientConfig(), false},
+		{"a revoked admin certificate", exAdmin.ClientConfig(), false},
 	}
 	l, err := localcluster.LoadLayout(dir)
 	must(t, err)
@@ -79,11 +86,13 @@ func TestMutualTLS(t *testing.T) {
 		}
 	}
 	for _, n := range ports {
-		for deadline := time.Now().Add(10 * time.Second); probe(n.addr, n.role, n.proto, revoked.ClientConfig()) == nil; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s at %s still answers a certificate revoked 10s ago", n.role, n.addr)
+		for _, id := range []*pki.Identity{revoked, exAdmin} {
+			for deadline := time.Now().Add(10 * time.Second); probe(n.addr, n.role, n.proto, id.ClientConfig()) == nil; {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s at %s still answers certificate %q revoked 10s ago", n.role, n.addr, id.Name())
+				}
+				time.Sleep(200 * time.Millisecond)
 			}
-			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	checked := 0
