@@ -34,6 +34,9 @@ func usagef(cmd *cobra.Command, format string, a ...any) error {
 }
 
 func main() {
+	if isMountHelper(os.Args[0]) {
+		os.Exit(runMountHelper(os.Args[1:]))
+	}
 	os.Exit(run(os.Args[1:]))
 }
 

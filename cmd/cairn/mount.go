@@ -36,6 +36,7 @@ type mountOpts struct {
 	// (0: the SDK's default): the mount answers ETIMEDOUT instead of hanging.
 	opTimeout         time.Duration
 	allowOther, debug bool
+	readOnly          bool // -o ro: mounted read-only whatever the identity allows
 	// readAheadKB is the kernel's read-ahead for the mount (its bdi's
 	// read_ahead_kb); 0 leaves the kernel's default.
 	readAheadKB int
@@ -84,10 +85,12 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 				o.readAheadKB = n
 			case "allow_other":
 				o.allowOther = true
+			case "ro":
+				o.readOnly = true
 			case "debug":
 				o.debug = true
 			default:
-				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, op_timeout=S, read_ahead_kb=N, allow_other, debug)", k)
+				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, op_timeout=S, read_ahead_kb=N, ro, allow_other, debug)", k)
 			}
 			if err != nil {
 				return o, err
@@ -240,6 +243,7 @@ Options (-o, comma-separated, may repeat):
                     soon as the cluster is back
   read_ahead_kb=N   KiB the kernel reads ahead of a sequential reader (default
                     4096; 0 keeps the kernel's 128; needs root)
+  ro                mount read-only
   allow_other       let other users than the mounting one use the mount
   debug             log every FUSE request
 
@@ -284,7 +288,7 @@ file system (docs/bench.md, "Traces").`,
 				return usagef(cmd, "the identity in %s may use volume %q only, not %q", cf.id.Dir(), caps.Volume, volume)
 			}
 			fuseOpts := []string{"default_permissions"}
-			if caps.ReadOnly {
+			if caps.ReadOnly || mo.readOnly {
 				// The servers refuse every change of a read-only client;
 				// mounted read-only, the kernel refuses them first, at
 				// open(2) rather than at close.
