@@ -12,7 +12,8 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 # Debian packages the tests use: strace records traces for `cairn bench record`;
 # fuse3 provides fusermount3 for mounting as a non-root user; fio checks data
 # through the mount (TestPosixFio).
-APT_PACKAGES  := strace fuse3 fio
+# prometheus brings promtool, which checks deploy/monitoring's rules and dashboard.
+APT_PACKAGES  := strace fuse3 fio prometheus
 # The POSIX suite run by `make posix` and TestMountPjdfstest (Rust, crates.io).
 PJDFSTEST_VERSION := 0.2.2
 SUDO          := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
