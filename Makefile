@@ -147,7 +147,7 @@ FUZZ_FOR ?= 10m
 FUZZ_SHORT ?= 3s
 FUZZ_TARGETS = \
 	pkg/dataproto:FuzzReadFrame pkg/dataproto:FuzzDecodeListings pkg/lightrpc:FuzzDecode \
-	pkg/datanode:FuzzRequest pkg/metanode:FuzzService \
+	pkg/datanode:FuzzRequest pkg/metanode:FuzzService pkg/metanode:FuzzRestricted \
 	pkg/metapartition:FuzzApply pkg/metapartition:FuzzRestore \
 	pkg/extentstore:FuzzDecodeRecord pkg/extentstore:FuzzOpen pkg/multiraft:FuzzDecodeBatch \
 	pkg/hybridindex:FuzzUnmarshal pkg/chunker:FuzzCut pkg/optrace:FuzzRead pkg/bench/trace:FuzzImportStrace

@@ -152,8 +152,9 @@ func (s *service) checkTxn(ctx context.Context, p *partition, req *metapb.TxnReq
 		var r *refusal
 		switch o := op.GetOp().(type) {
 		case *metapb.Op_CreateInode:
-			ci := o.CreateInode
-			ownNew(c, cred, &ci.Uid, &ci.Gid, &ci.Mode)
+			if ci := o.CreateInode; ci != nil { // nil: the partition refuses it
+				ownNew(c, cred, &ci.Uid, &ci.Gid, &ci.Mode)
+			}
 		case *metapb.Op_CreateDentry:
 			_, r = s.checkDir(ctx, p, cred, o.CreateDentry.GetParent(), perm.Write|perm.Exec)
 		case *metapb.Op_DeleteDentry:
