@@ -411,6 +411,7 @@ func (v *service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRe
 	})
 	v.s.mu.Unlock()
 	sort.Slice(resp.Nodes, func(i, j int) bool { return resp.Nodes[i].Node.Id < resp.Nodes[j].Node.Id })
+	scopeMap(ctx, resp.Map)
 	resp.LeaderId = v.s.cfg.ID
 	resp.Recovering, resp.RecoveryBytesPerSecond = v.s.rate.latest()
 	resp.Masters = v.s.pingMasters(ctx)
