@@ -12,8 +12,9 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 # Debian packages the tests use: strace records traces for `cairn bench record`;
 # fuse3 provides fusermount3 for mounting as a non-root user; fio checks data
 # through the mount (TestPosixFio).
-# prometheus brings promtool, which checks deploy/monitoring's rules and dashboard.
-APT_PACKAGES  := strace fuse3 fio prometheus
+# prometheus brings promtool, which checks deploy/monitoring's rules and
+# dashboard; chromium loads the master's web console in TestConsole.
+APT_PACKAGES  := strace fuse3 fio prometheus chromium
 # The POSIX suite run by `make posix` and TestMountPjdfstest (Rust, crates.io).
 PJDFSTEST_VERSION := 0.2.2
 SUDO          := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)

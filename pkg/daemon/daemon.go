@@ -158,6 +158,7 @@ func NewLogger(w io.Writer, level string) (*slog.Logger, error) {
 // Telemetry serves /metrics (Prometheus) and /healthz on one HTTP listener.
 type Telemetry struct {
 	Registry *prometheus.Registry
+	mux      *http.ServeMux
 	srv      *http.Server
 	ln       net.Listener
 	done     chan struct{}
@@ -184,6 +185,7 @@ func StartTelemetry(addr string, health func() error) (*Telemetry, error) {
 	HandleProfiles(mux)
 	t := &Telemetry{
 		Registry: reg,
+		mux:      mux,
 		srv:      &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
 		ln:       ln,
 		done:     make(chan struct{}),
@@ -194,6 +196,10 @@ func StartTelemetry(addr string, health func() error) (*Telemetry, error) {
 	}()
 	return t, nil
 }
+
+// Handle serves pattern with h on the endpoint besides /metrics,
+// /healthz and the profiles (a master's console at "/").
+func (t *Telemetry) Handle(pattern string, h http.Handler) { t.mux.Handle(pattern, h) }
 
 // Addr is the address the endpoint listens on.
 func (t *Telemetry) Addr() string { return t.ln.Addr().String() }

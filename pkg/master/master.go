@@ -29,6 +29,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/console"
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/metaclient"
@@ -130,6 +131,7 @@ type Server struct {
 	transport *multiraft.GRPCTransport
 	rpc       *daemon.RPCServer
 	telemetry *daemon.Telemetry
+	console   *console.Console // the web console at / of the telemetry port
 	fsm       *fsm
 	metrics   *metrics
 	hostname  string
@@ -275,6 +277,9 @@ func Start(cfg Config) (_ *Server, err error) {
 		cfg.TLS.SetRevoked(s.revoked)
 	}
 	s.rpc = daemon.NewRPCServer(s.telemetry.Registry, cfg.TLS)
+	s.console = console.New(consoleSource{s}, s.log)
+	s.telemetry.Handle("/", s.console.Handler())
+	s.console.Start()
 	pb.RegisterMasterServer(s.rpc, &service{s: s})
 	s.transport.Register(s.rpc)
 	s.host.Start()
@@ -331,6 +336,9 @@ func (s *Server) Stop() {
 		}
 	}
 	s.wg.Wait()
+	if s.console != nil {
+		s.console.Stop()
+	}
 	s.closeAll()
 	s.log.Info("master stopped", "id", s.cfg.ID)
 }
