@@ -2,10 +2,14 @@ package daemon
 
 import (
 	"context"
+	"log/slog"
 	"net"
+	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cairnfs/cairn/pkg/lightrpc"
 	"github.com/cairnfs/cairn/pkg/pki"
@@ -34,8 +38,9 @@ const maxStreamsPerConn = 4096
 // plain text and checks nothing.
 func NewRPCServer(reg prometheus.Registerer, id *pki.Identity) *RPCServer {
 	metrics := UnaryMetrics(reg)
-	unary := []grpc.UnaryServerInterceptor{metrics}
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.MaxConcurrentStreams(maxStreamsPerConn)}
+	unary := []grpc.UnaryServerInterceptor{recoverUnary, metrics}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgBytes), grpc.MaxConcurrentStreams(maxStreamsPerConn),
+		grpc.ChainStreamInterceptor(recoverStream)}
 	if id != nil {
 		a := newAuthorizer(id, MaxClientCalls)
 		unary = append(unary, a.unary)
@@ -46,6 +51,33 @@ func NewRPCServer(reg prometheus.Registerer, id *pki.Identity) *RPCServer {
 		grpc:  grpc.NewServer(opts...),
 		light: lightrpc.NewServer(lightrpc.ServerOptions{Interceptor: chainUnary(unary), MaxFrameBytes: MaxRecvMsgBytes}),
 	}
+}
+
+// recoverUnary turns a handler's panic into an INTERNAL answer, logged
+// with its stack, so that a bug a request reaches costs that request and
+// not the process and every partition it hosts.
+func recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicked(info.FullMethod, r)
+		}
+	}()
+	return handler(ctx, req)
+}
+
+// recoverStream is recoverUnary for streams.
+func recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicked(info.FullMethod, r)
+		}
+	}()
+	return handler(srv, ss)
+}
+
+func panicked(method string, r any) error {
+	slog.Error("rpc handler panicked; the request fails, the server goes on", "method", method, "panic", r, "stack", string(debug.Stack()))
+	return status.Errorf(codes.Internal, "%s: internal error: %v", method, r)
 }
 
 // chainUnary runs interceptors in order around a handler, as

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -346,8 +347,25 @@ func (sc *serverConn) readLoop() {
 			in.Fail(CodeBadRequest, "unknown op %d", uint8(h.Op))
 			continue
 		}
-		sc.sess.Handle(in)
+		if !sc.handle(in) {
+			return
+		}
 	}
+}
+
+// handle hands in to the session. A panic in the session's handler drops
+// the connection (its peer retries, elsewhere if need be) and is logged;
+// the server and its other connections go on.
+func (sc *serverConn) handle(in *Inbound) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			sc.s.opts.Logger.Error("data path: handler panicked; dropping the connection", "remote", sc.nc.RemoteAddr(),
+				"op", in.Header.Op, "panic", r, "stack", string(debug.Stack()))
+			ok = false
+		}
+	}()
+	sc.sess.Handle(in)
+	return true
 }
 
 func (sc *serverConn) writeLoop() {
