@@ -135,5 +135,11 @@ func printCluster(cmd *cobra.Command, c *localcluster.Cluster, took time.Duratio
 	if mp := c.MountDir(); mp != "" {
 		fmt.Fprintf(out, "\nMount:    %s (unmounted on exit)", mp)
 	}
+	for _, p := range c.Layout().Procs {
+		if p.Role == "master" {
+			fmt.Fprintf(out, "\nConsole:  http://%s/", p.MetricsAddr) // any master forwards to the leader
+			break
+		}
+	}
 	fmt.Fprintf(out, "\nData dir: %s\nStatus:   cairn status --data-dir %s\nStop:     Ctrl-C (state is kept; run 'cairn up' again to restart)\n", c.Dir(), c.Dir())
 }
