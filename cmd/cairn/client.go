@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -269,7 +270,16 @@ its next heartbeat on. Prefer 'cairn client revoke NAME' for client identities.`
 		Example: "  cairn cert revoke --cert /etc/cairn/old-node/tls.crt\n  cairn cert revoke --serial 3f9a0c...",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := &pb.RevokeRequest{Serial: strings.ToLower(hexS)}
+			req := &pb.RevokeRequest{}
+			if hexS != "" {
+				// openssl prints serials upper-case, zero-padded, maybe
+				// with colons; the list holds pki.Serial's form.
+				n, ok := new(big.Int).SetString(strings.ReplaceAll(hexS, ":", ""), 16)
+				if !ok || n.Sign() <= 0 {
+					return usagef(cmd, "--serial %q: not a hexadecimal serial number", hexS)
+				}
+				req.Serial = n.Text(16)
+			}
 			switch {
 			case certFile != "" && hexS != "":
 				return usagef(cmd, "give --cert or --serial, not both")

@@ -33,7 +33,7 @@ const mountReadyWait = 90 * time.Second
 
 // ignoredMountOptions are fstab options for mount(8), systemd or the
 // kernel's generic mount flags, not for Cairn.
-var ignoredMountOptions = []string{"rw", "defaults", "auto", "noauto", "user", "nouser", "users", "nofail", "_netdev",
+var ignoredMountOptions = []string{"rw", "defaults", "auto", "noauto", "user", "nouser", "users", "nofail", "_netdev", "default_permissions",
 	"exec", "noexec", "suid", "nosuid", "dev", "nodev", "atime", "noatime", "relatime", "strictatime", "nodiratime", "async", "sync"}
 
 // fstabArgs turns a mount helper's arguments, SOURCE MOUNTPOINT [-o
@@ -149,6 +149,7 @@ func runMountHelper(args []string) int {
 	defer log.Close()
 	start, _ := log.Seek(0, 2)
 	cmd := exec.Command(self, mountArgs...)
+	cmd.Args[0] = "cairn" // a hard link named mount.fuse.cairn must not run as the helper again
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives mount(8) and its session
 	if err := cmd.Start(); err != nil {

@@ -3,12 +3,12 @@ package client
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
 
+	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 )
 
@@ -64,7 +64,7 @@ func metaMetricsAddrs(resp *pb.StatusResponse, volume string) ([]string, error) 
 	slices.Sort(ids)
 	for _, id := range ids {
 		ns := status[id]
-		addr := metricsEndpoint(ns.GetMetricsAddr(), ns.GetNode().GetAddr())
+		addr := clustermap.MetricsEndpoint(ns.GetMetricsAddr(), ns.GetNode().GetAddr())
 		if addr == "" {
 			name := fmt.Sprintf("node %d", id)
 			if a := m.GetNodes()[id].GetAddr(); a != "" {
@@ -82,27 +82,4 @@ func metaMetricsAddrs(resp *pb.StatusResponse, volume string) ([]string, error) 
 			volume, strings.Join(missing, ", "))
 	}
 	return out, nil
-}
-
-// metricsEndpoint completes a reported metrics address whose host is
-// empty or unspecified with the host of the node's gRPC address.
-func metricsEndpoint(metrics, grpcAddr string) string {
-	if metrics == "" {
-		return ""
-	}
-	host, port, err := net.SplitHostPort(metrics)
-	if err != nil {
-		return metrics
-	}
-	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
-		return metrics
-	}
-	ghost, _, err := net.SplitHostPort(grpcAddr)
-	if err != nil || ghost == "" {
-		ghost = "127.0.0.1"
-	}
-	if ip := net.ParseIP(ghost); ip != nil && ip.IsUnspecified() {
-		ghost = "127.0.0.1"
-	}
-	return net.JoinHostPort(ghost, port)
 }

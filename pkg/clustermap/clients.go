@@ -24,8 +24,8 @@ func (s *State) registerClient(now int64, c *pb.RegisterClient) error {
 		return fmt.Errorf("%w client: a name of 1 to 255 bytes", ErrInvalid)
 	case cl.Serial == "":
 		return fmt.Errorf("%w client %q: no certificate serial", ErrInvalid, cl.Name)
-	case len(s.m.Clients) >= MaxClients:
-		return fmt.Errorf("%w: the cluster has %d clients already; revoke some", ErrConflict, len(s.m.Clients))
+	case s.validClients() >= MaxClients:
+		return fmt.Errorf("%w: the cluster has %d valid clients already; revoke some", ErrConflict, MaxClients)
 	}
 	if old, ok := s.m.Clients[cl.Name]; ok && old.RevokedUnixMs == 0 {
 		return fmt.Errorf("client %q: %w (revoke it first, or pick another name)", cl.Name, ErrExists)
@@ -35,6 +35,11 @@ func (s *State) registerClient(now int64, c *pb.RegisterClient) error {
 	}
 	if s.m.Clients == nil {
 		s.m.Clients = map[string]*pb.Client{}
+	}
+	if len(s.m.Clients) >= MaxClients {
+		// Full of revoked records: their serials stay revoked; forget
+		// the records.
+		maps.DeleteFunc(s.m.Clients, func(_ string, c *pb.Client) bool { return c.RevokedUnixMs != 0 })
 	}
 	rec := &pb.Client{Name: cl.Name, Serial: cl.Serial, Caps: cl.Caps, CreatedUnixMs: now, NotAfterUnixMs: cl.NotAfterUnixMs}
 	s.m.Clients[cl.Name] = rec
@@ -78,6 +83,17 @@ func (s *State) revoke(now int64, r *pb.Revoke) (string, bool, error) {
 		}
 	}
 	return serial, true, nil
+}
+
+// validClients counts the clients not revoked.
+func (s *State) validClients() int {
+	n := 0
+	for _, c := range s.m.Clients {
+		if c.RevokedUnixMs == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // dropExpired forgets revocations of certificates that have expired: no

@@ -26,6 +26,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 )
 
@@ -113,8 +114,9 @@ func (c *Console) sample() {
 		if n.GetMetricsAddr() == "" || n.GetNode().GetState() != pb.NodeState_NODE_STATE_ALIVE {
 			continue
 		}
-		if err := c.scrape(ctx, n.GetMetricsAddr(), &tot); err != nil {
-			c.log.Debug("console: scrape", "addr", n.GetMetricsAddr(), "err", err)
+		addr := clustermap.MetricsEndpoint(n.GetMetricsAddr(), n.GetNode().GetAddr())
+		if err := c.scrape(ctx, addr, &tot); err != nil {
+			c.log.Debug("console: scrape", "addr", addr, "err", err)
 		}
 	}
 	now := time.Now()

@@ -176,7 +176,8 @@ type Host struct {
 }
 
 // MaxClientConns bounds the data-path connections one client identity
-// keeps open to a data node; each carries at most
+// keeps open to a data node (past it a new one is closed at once); each
+// carries at most
 // dataproto.ServerOptions.MaxInflight requests. A mount opens one per
 // data node it writes or reads through.
 const MaxClientConns = 64

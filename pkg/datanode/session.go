@@ -42,8 +42,7 @@ type session struct {
 	serial  string
 	caps    capability.Caps
 	denied  error
-	counted bool  // among the client's connections (countConn)
-	busy    error // past MaxClientConns: every request is refused busy
+	counted bool // among the client's connections (countConn)
 	// down holds this session's connections to next replicas, used only on
 	// the reader goroutine: one connection per next replica keeps a
 	// stream's packets in order along the chain.
@@ -58,16 +57,27 @@ type downConn struct {
 }
 
 func (h *Host) newSession(peer *x509.Certificate) dataproto.Session {
+	s := h.session(peer)
+	if s == nil {
+		return nil // an untyped nil: the server closes the connection
+	}
+	return s
+}
+
+// session is newSession's session, or nil when the connection's client
+// has MaxClientConns connections here already.
+func (h *Host) session(peer *x509.Certificate) *session {
 	s := &session{h: h, down: map[string]*downConn{}, forwarder: peer == nil || pki.KindOf(peer) == pki.KindNode}
 	if peer != nil {
 		s.serial = pki.Serial(peer)
 		s.caps, s.denied = capability.FromCert(peer)
 		if s.denied == nil && pki.KindOf(peer) == pki.KindClient {
-			s.counted = h.countConn(s.serial, 1) <= MaxClientConns
-			if !s.counted {
+			if h.countConn(s.serial, 1) > MaxClientConns {
 				h.countConn(s.serial, -1)
-				s.busy = fmt.Errorf("client %q has %d data-path connections to this node already", peer.Subject.CommonName, MaxClientConns)
+				h.log.Warn("data path: connection refused: the client has too many", "client", peer.Subject.CommonName, "bound", MaxClientConns)
+				return nil
 			}
+			s.counted = true
 		}
 	}
 	return s
@@ -102,8 +112,6 @@ func (s *session) permit(in *dataproto.Inbound) bool {
 		return true // plain text: the cluster runs with --insecure
 	case s.denied != nil:
 		return refuse(dataproto.CodePermissionDenied, "%v", s.denied)
-	case s.busy != nil:
-		return refuse(dataproto.CodeBusy, "%v", s.busy)
 	case s.h.env.Revoked != nil && s.h.env.Revoked(s.serial):
 		return refuse(dataproto.CodePermissionDenied, "the connection's certificate (serial %s) is revoked", s.serial)
 	case !s.caps.Restricted() || h.Op == dataproto.OpPing:

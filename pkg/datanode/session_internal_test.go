@@ -1,6 +1,7 @@
 package datanode
 
 import (
+	"log/slog"
 	"path/filepath"
 	"testing"
 
@@ -8,8 +9,8 @@ import (
 )
 
 // TestClientConnectionBound: one client identity keeps at most
-// MaxClientConns data-path sessions that serve requests; past it a session
-// refuses them as busy, and a closed session makes room. Nodes are not
+// MaxClientConns data-path sessions; past it the connection gets none
+// (the server closes it), and a closed session makes room. Nodes are not
 // counted.
 func TestClientConnectionBound(t *testing.T) {
 	ca := filepath.Join(t.TempDir(), "ca")
@@ -24,28 +25,26 @@ func TestClientConnectionBound(t *testing.T) {
 		return is
 	}
 	app, node := sign("app", pki.KindClient).Cert, sign("node", pki.KindNode).Cert
-	h := &Host{clientConns: map[string]int{}}
+	h := &Host{clientConns: map[string]int{}, log: slog.Default()}
 	var open []*session
 	for i := 0; i < MaxClientConns; i++ {
-		s := h.newSession(app).(*session)
-		if s.busy != nil {
-			t.Fatalf("session %d refused: %v", i, s.busy)
+		s := h.session(app)
+		if s == nil {
+			t.Fatalf("session %d refused", i)
 		}
 		open = append(open, s)
 	}
-	over := h.newSession(app).(*session)
-	if over.busy == nil {
-		t.Fatal("a client's session past the bound serves requests")
+	if h.newSession(app) != nil {
+		t.Fatal("a client's connection past the bound got a session")
 	}
-	over.Close()
 	for i := 0; i < 2*MaxClientConns; i++ {
-		if s := h.newSession(node).(*session); s.busy != nil {
-			t.Fatalf("a node's session %d refused: %v", i, s.busy)
+		if h.session(node) == nil {
+			t.Fatalf("a node's session %d refused", i)
 		}
 	}
 	open[0].Close()
-	if s := h.newSession(app).(*session); s.busy != nil {
-		t.Fatalf("after a close: %v", s.busy)
+	if h.session(app) == nil {
+		t.Fatal("refused after a close")
 	}
 	if n := h.clientConns[pki.Serial(app)]; n != MaxClientConns {
 		t.Fatalf("%d sessions counted, want %d", n, MaxClientConns)

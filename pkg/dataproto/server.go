@@ -110,7 +110,8 @@ type Server struct {
 }
 
 // NewServer returns a server that makes a Session per connection with
-// newSession.
+// newSession, which may return nil to refuse the connection (it is closed
+// at once: the peer has too many, say).
 func NewServer(newSession func(peer *x509.Certificate) Session, opts ServerOptions) *Server {
 	opts = opts.withDefaults()
 	if opts.TLS != nil {
@@ -301,11 +302,17 @@ func (sc *serverConn) readLoop() {
 	sc.sess = sc.s.newSession(sc.peer)
 	defer func() {
 		sc.close()
-		sc.sess.Close()
+		if sc.sess != nil {
+			sc.sess.Close()
+		}
 		sc.s.mu.Lock()
 		delete(sc.s.conns, sc)
 		sc.s.mu.Unlock()
 	}()
+	if sc.sess == nil {
+		sc.s.opts.Logger.Debug("data path: connection refused by the server's role", "remote", sc.nc.RemoteAddr())
+		return
+	}
 	var hdr [HeaderLen]byte
 	opts := sc.s.opts
 	for {

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 
+	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 )
 
@@ -24,5 +25,5 @@ func (c consoleSource) LeaderHTTP(ctx context.Context) string {
 	if err != nil {
 		return ""
 	}
-	return r.GetMetricsAddr()
+	return clustermap.MetricsEndpoint(r.GetMetricsAddr(), addr)
 }

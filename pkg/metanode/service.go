@@ -119,6 +119,9 @@ func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnR
 	}
 	r := accessTxn(ctx, p, req.Txn)
 	if r == nil {
+		r = movesRoot(ctx, req.Txn)
+	}
+	if r == nil {
 		r = s.inSubtree(ctx, p, txnInodes(req.Txn)...)
 	}
 	if r == nil {

@@ -54,12 +54,19 @@ func (s *service) within(ctx context.Context, p *partition, root, ino uint64) (b
 // knownParent is ino's parent pointer from this partition's records or
 // the namespace replica, without asking anyone.
 func (s *service) knownParent(p *partition, ino uint64) (up uint64, ok bool) {
+	fenced := false
 	p.sm.read(func(mp *metapartition.Partition) {
 		if mp.Holds(ino) {
 			in, e := mp.GetInode(ino)
 			up, ok = in.GetParent(), e == metapb.OK
+			// A directory being moved: its pointer is about to change;
+			// fetchKept waits for the move to end.
+			fenced = ok && mp.Fenced(ino, time.Now().UnixNano())
 		}
 	})
+	if fenced {
+		return 0, false
+	}
 	if !ok {
 		up, ok = p.ns.ParentOf(ino)
 	}
@@ -158,6 +165,23 @@ func sameParent(ctx context.Context, parent uint64, in *metapb.Inode) *metapb.In
 		return nil
 	}
 	return in
+}
+
+// movesRoot refuses a Txn of a path-restricted client that moves the
+// parent pointer of its subtree's own directory: pointed at a child, it
+// would make a loop no walk leaves; the directory is not the client's to
+// move (its name lies outside the subtree).
+func movesRoot(ctx context.Context, txn *metapb.Txn) *refusal {
+	c := capability.FromContext(ctx)
+	if !c.Subtree() {
+		return nil
+	}
+	for _, op := range txn.GetOps() {
+		if m := op.GetSetattr(); m.GetIno() == c.RootIno && m.GetValid()&uint32(metapb.SetattrValid_SETATTR_PARENT) != 0 {
+			return refuse(metapb.EACCES, "the subtree's own directory %s is not this client's to move", c.Path)
+		}
+	}
+	return nil
 }
 
 // txnInodes lists the inodes a Txn names: the directories it changes names

@@ -399,7 +399,10 @@ func (id *Identity) ServerConfig() *tls.Config {
 		// of dynamic sizing help a browser render early, and here only add
 		// write calls (crypto/tls writes each record with its own).
 		DynamicRecordSizingDisabled: true,
-		ClientAuth:                  tls.RequireAnyClientCert, // verified below, against the bundle as it is now
+		// No resumption: a resumed session skips VerifyPeerCertificate,
+		// and so the revocation list and a rotated CA bundle.
+		SessionTicketsDisabled: true,
+		ClientAuth:             tls.RequireAnyClientCert, // verified below, against the bundle as it is now
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return id.current().cert, nil
 		},
