@@ -133,9 +133,8 @@ func TestClientCallBound(t *testing.T) {
 func TestRecover(t *testing.T) {
 	info := &grpc.UnaryServerInfo{FullMethod: "/cairn.meta.MetaNode/Txn"}
 	_, err := recoverUnary(context.Background(), nil, info, func(context.Context, any) (any, error) {
-		var m map[string]int
-		m["boom"]++ // a nil map write: the kind of bug a hostile request finds
-		return nil, nil
+		var in *struct{ n int }
+		return in.n, nil // a nil dereference: the kind of bug a hostile request finds
 	})
 	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "Txn") {
 		t.Fatalf("panicking handler: %v", err)
