@@ -2,6 +2,7 @@ package console
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -57,7 +58,7 @@ func diff(prev, cur *pb.StatusResponse, nowMs int64) []Event {
 		add("leader", "master %d leads (was master %d)", cur.GetLeaderId(), prev.GetLeaderId())
 	}
 	pm, cm := prev.GetMap(), cur.GetMap()
-	for _, id := range sortedKeys(cm.GetNodes()) {
+	for _, id := range slices.Sorted(maps.Keys(cm.GetNodes())) {
 		n := cm.GetNodes()[id]
 		old, ok := pm.GetNodes()[id]
 		switch {
@@ -69,22 +70,22 @@ func diff(prev, cur *pb.StatusResponse, nowMs int64) []Event {
 			add("node", "%s node %d is being decommissioned", roleName(n.GetRole()), id)
 		}
 	}
-	for _, id := range sortedKeys(pm.GetNodes()) {
+	for _, id := range slices.Sorted(maps.Keys(pm.GetNodes())) {
 		if _, ok := cm.GetNodes()[id]; !ok {
 			add("node", "node %d left the map", id)
 		}
 	}
-	for _, id := range sortedKeys(cm.GetVolumes()) {
+	for _, id := range slices.Sorted(maps.Keys(cm.GetVolumes())) {
 		if _, ok := pm.GetVolumes()[id]; !ok {
 			add("volume", "volume %s created", cm.GetVolumes()[id].GetName())
 		}
 	}
-	for _, id := range sortedKeys(pm.GetVolumes()) {
+	for _, id := range slices.Sorted(maps.Keys(pm.GetVolumes())) {
 		if _, ok := cm.GetVolumes()[id]; !ok {
 			add("volume", "volume %s deleted", pm.GetVolumes()[id].GetName())
 		}
 	}
-	for _, id := range sortedKeys(cm.GetPartitions()) {
+	for _, id := range slices.Sorted(maps.Keys(cm.GetPartitions())) {
 		p := cm.GetPartitions()[id]
 		old, ok := pm.GetPartitions()[id]
 		if !ok {
@@ -105,15 +106,6 @@ func diff(prev, cur *pb.StatusResponse, nowMs int64) []Event {
 		}
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[uint64]V) []uint64 {
-	keys := make([]uint64, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 func roleName(r pb.Role) string {
