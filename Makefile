@@ -143,9 +143,9 @@ bench-tls: build
 ## fuzz: every fuzz target for FUZZ_FOR each (default 10m), one after the
 ## other: the wire decoders, the stores' recovery, and the servers' request
 ## handlers against real nodes (a data node, a 3-replica meta partition).
-## `make test` runs each for FUZZ_SHORT (default 3s) after their seed corpora.
+## `make test` runs each for FUZZ_SHORT (default 1s) after their seed corpora.
 FUZZ_FOR ?= 10m
-FUZZ_SHORT ?= 3s
+FUZZ_SHORT ?= 1s
 FUZZ_TARGETS = \
 	pkg/dataproto:FuzzReadFrame pkg/dataproto:FuzzDecodeListings pkg/lightrpc:FuzzDecode \
 	pkg/datanode:FuzzRequest pkg/metanode:FuzzService pkg/metanode:FuzzRestricted \

@@ -340,7 +340,7 @@ file system (docs/bench.md, "Traces").`,
 				return err
 			}
 			// A path-restricted identity sees its subtree as the mount's root.
-			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m, Trace: rec, Root: caps.RootIno, ShowIDs: showIDs(caps)})
+			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m, Trace: rec, Root: caps.RootIno, ShowIDs: showIDs(caps), CallerGroups: caps.MapsIDs()})
 			srv, err := fuse.NewServer(fsys, mp, &fuse.MountOptions{
 				DirectMount: os.Geteuid() == 0,
 				AllowOther:  mo.allowOther,

@@ -27,7 +27,7 @@ type dirHandle struct {
 // OpenDir opens a directory (ENOTDIR for other types).
 func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	start := time.Now()
-	a, err := fs.v.Access(caller(ctxOf(cancel), &in.InHeader), fs.ino(in.NodeId), perm.Read)
+	a, err := fs.v.Access(fs.caller(ctxOf(cancel), &in.InHeader), fs.ino(in.NodeId), perm.Read)
 	if err != nil {
 		return fs.observe("opendir", start, status(err))
 	}

@@ -68,7 +68,7 @@ func (fs *FS) create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 	// (it is new, so there is nothing else to read).
 	ctx, done := fs.learn(cancel, in.NodeId)
 	gen := fs.noCaps.generation()
-	a, f, err := fs.v.CreateFile(caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid, int(in.Flags))
+	a, f, err := fs.v.CreateFile(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid, int(in.Flags))
 	done()
 	if err != nil {
 		return fs.observe("create", start, status(err))
@@ -101,7 +101,7 @@ func (fs *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut, s
 		}
 	}
 	lctx, done := fs.learn(cancel, in.NodeId)
-	f, err := fs.v.OpenFile(caller(lctx, &in.InHeader), fs.ino(in.NodeId), int(in.Flags))
+	f, err := fs.v.OpenFile(fs.caller(lctx, &in.InHeader), fs.ino(in.NodeId), int(in.Flags))
 	if err != nil {
 		done()
 		return fs.observe("open", start, status(err))

@@ -13,6 +13,9 @@ package fusefs
 import (
 	"context"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -45,6 +48,10 @@ type Options struct {
 	// ShowIDs, if set, maps an owner and group as the cluster stores them
 	// to those the mount shows (a client identity's id maps, inverted).
 	ShowIDs func(uid, gid uint32) (uint32, uint32)
+	// CallerGroups sends each change's caller with its supplementary
+	// groups, read from /proc (a file read per change): for an identity
+	// whose ids the servers map, which judge the caller by them.
+	CallerGroups bool
 }
 
 func (o Options) withDefaults() Options {
@@ -131,10 +138,35 @@ func ctxOf(cancel <-chan struct{}) context.Context { return &fuse.Context{} }
 
 // caller is ctx acting for the process that made the kernel's request h
 // (client.WithCred): its changes carry its uid and gid, which servers
-// check for a client whose ids they map (root squash). The kernel gives no
-// supplementary groups.
-func caller(ctx context.Context, h *fuse.InHeader) context.Context {
-	return client.WithCred(ctx, client.Cred{Uid: h.Uid, Gid: h.Gid})
+// check for a client whose ids they map (root squash), and with
+// Options.CallerGroups its supplementary groups, which the kernel does not
+// pass: they are read from /proc.
+func (fs *FS) caller(ctx context.Context, h *fuse.InHeader) context.Context {
+	c := client.Cred{Uid: h.Uid, Gid: h.Gid}
+	if fs.opts.CallerGroups {
+		if b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(h.Pid), 10) + "/status"); err == nil {
+			c.Groups = parseGroups(b)
+		}
+	}
+	return client.WithCred(ctx, c)
+}
+
+// parseGroups reads the "Groups:" line of a /proc/PID/status file.
+func parseGroups(status []byte) []uint32 {
+	for line := range strings.Lines(string(status)) {
+		rest, ok := strings.CutPrefix(line, "Groups:")
+		if !ok {
+			continue
+		}
+		var out []uint32
+		for _, f := range strings.Fields(rest) {
+			if g, err := strconv.ParseUint(f, 10, 32); err == nil {
+				out = append(out, uint32(g))
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 // learn starts an operation on inode ino that may learn its attributes

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -47,5 +48,18 @@ func TestFuseTime(t *testing.T) {
 	}
 	if s, ns := toFuseTime(time.Unix(12, 34)); s != 12 || ns != 34 {
 		t.Fatalf("12.34: %d.%d", s, ns)
+	}
+}
+
+func TestParseGroups(t *testing.T) {
+	status := "Name:\tsh\nUid:\t1000\t1000\t1000\t1000\nGroups:\t3000 4000 \nNgid:\t0\n"
+	if got := parseGroups([]byte(status)); !slices.Equal(got, []uint32{3000, 4000}) {
+		t.Errorf("groups %v", got)
+	}
+	if got := parseGroups([]byte("Groups:\t\n")); len(got) != 0 {
+		t.Errorf("no groups: %v", got)
+	}
+	if got := parseGroups([]byte("Name:\tx\n")); got != nil {
+		t.Errorf("no Groups line: %v", got)
 	}
 }

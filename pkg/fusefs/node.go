@@ -32,7 +32,7 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 	default:
 		// The kernel looks up only in directories it holds (and answers
 		// ENOENT itself in a removed one): a missing name is one request.
-		a, err = fs.v.LookupChild(caller(ctx, header), fs.ino(header.NodeId), name)
+		a, err = fs.v.LookupChild(fs.caller(ctx, header), fs.ino(header.NodeId), name)
 	}
 	if err != nil {
 		if client.ErrnoOf(err) == syscall.ENOENT {
@@ -120,7 +120,7 @@ func (fs *FS) traceSetAttr(start time.Time, in *fuse.SetAttrIn, st fuse.Status) 
 }
 
 func (fs *FS) setAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut, start time.Time) fuse.Status {
-	ctx := caller(ctxOf(cancel), &in.InHeader)
+	ctx := fs.caller(ctxOf(cancel), &in.InHeader)
 	var s client.SetattrIn
 	if in.Valid&fuse.FATTR_MODE != 0 {
 		s.Valid |= client.SetMode
@@ -189,7 +189,7 @@ func (fs *FS) setAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Attr
 func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learn(cancel, in.NodeId)
-	a, err := fs.v.Mknod(caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777), uint64(in.Rdev), in.Uid, in.Gid)
+	a, err := fs.v.Mknod(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777), uint64(in.Rdev), in.Uid, in.Gid)
 	done()
 	if fs.tr != nil && (in.Mode&syscall.S_IFMT == 0 || in.Mode&syscall.S_IFMT == syscall.S_IFREG) {
 		// A regular file made without opening it: an open that creates
@@ -211,7 +211,7 @@ func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *
 func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learn(cancel, in.NodeId)
-	a, err := fs.v.Mkdir(caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
+	a, err := fs.v.Mkdir(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
 	done()
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpMkdir, Path: fs.tr.child(in.NodeId, name), Mode: in.Mode & 0o7777}, status(err), 0)
@@ -230,7 +230,7 @@ func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *
 func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learn(cancel, header.NodeId)
-	st := status(fs.v.Unlink(caller(ctx, header), fs.ino(header.NodeId), name))
+	st := status(fs.v.Unlink(fs.caller(ctx, header), fs.ino(header.NodeId), name))
 	done()
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpUnlink, Path: fs.tr.child(header.NodeId, name)}, st, 0)
@@ -245,7 +245,7 @@ func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string)
 func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learnDirs(cancel, header.NodeId, header.NodeId)
-	st := status(fs.v.Rmdir(caller(ctx, header), fs.ino(header.NodeId), name))
+	st := status(fs.v.Rmdir(fs.caller(ctx, header), fs.ino(header.NodeId), name))
 	done(st == fuse.OK)
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpRmdir, Path: fs.tr.child(header.NodeId, name)}, st, 0)
@@ -261,7 +261,7 @@ func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) 
 func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName string, newName string) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learnDirs(cancel, in.NodeId, in.Newdir)
-	st := status(fs.v.Rename(caller(ctx, &in.InHeader), fs.ino(in.NodeId), oldName, fs.ino(in.Newdir), newName, in.Flags))
+	st := status(fs.v.Rename(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), oldName, fs.ino(in.Newdir), newName, in.Flags))
 	done(st == fuse.OK)
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpRename, Path: fs.tr.child(in.NodeId, oldName),
@@ -278,7 +278,7 @@ func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fu
 	start := time.Now()
 	fs.hints.invalidate()
 	defer fs.hints.invalidate()
-	a, err := fs.v.Link(caller(ctxOf(cancel), &in.InHeader), fs.ino(in.Oldnodeid), fs.ino(in.NodeId), name)
+	a, err := fs.v.Link(fs.caller(ctxOf(cancel), &in.InHeader), fs.ino(in.Oldnodeid), fs.ino(in.NodeId), name)
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpLink, Path: fs.tr.path(in.Oldnodeid),
 			Path2: fs.tr.child(in.NodeId, name)}, status(err), 0)
@@ -297,7 +297,7 @@ func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fu
 func (fs *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target string, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learn(cancel, header.NodeId)
-	a, err := fs.v.Symlink(caller(ctx, header), fs.ino(header.NodeId), name, target, header.Uid, header.Gid)
+	a, err := fs.v.Symlink(fs.caller(ctx, header), fs.ino(header.NodeId), name, target, header.Uid, header.Gid)
 	done()
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpSymlink, Path: fs.tr.child(header.NodeId, name), Path2: target}, status(err), 0)
@@ -379,7 +379,7 @@ func (fs *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string,
 	defer fs.changing(in.NodeId)()
 	fs.noCaps.changed(in.NodeId)
 	defer fs.noCaps.changed(in.NodeId)
-	return fs.observe("setxattr", start, status(fs.v.SetXattr(caller(ctxOf(cancel), &in.InHeader), fs.ino(in.NodeId), attr, data, in.Flags)))
+	return fs.observe("setxattr", start, status(fs.v.SetXattr(fs.caller(ctxOf(cancel), &in.InHeader), fs.ino(in.NodeId), attr, data, in.Flags)))
 }
 
 // RemoveXAttr removes an xattr.
@@ -388,5 +388,5 @@ func (fs *FS) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr st
 	defer fs.changing(header.NodeId)()
 	fs.noCaps.changed(header.NodeId)
 	defer fs.noCaps.changed(header.NodeId)
-	return fs.observe("removexattr", start, status(fs.v.RemoveXattr(caller(ctxOf(cancel), header), fs.ino(header.NodeId), attr)))
+	return fs.observe("removexattr", start, status(fs.v.RemoveXattr(fs.caller(ctxOf(cancel), header), fs.ino(header.NodeId), attr)))
 }

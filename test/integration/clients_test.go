@@ -487,6 +487,19 @@ func checkSquash(t *testing.T, dir, master, mnt string) {
 	if err := as1000("cat " + filepath.Join(sq, "priv", "s")); err == nil {
 		t.Error("user 1000 of the client (5000 on the cluster) read the cluster's user 1000's 0600 file")
 	}
+	// Access through a supplementary group: the kernel passes none, the
+	// mount reads them from /proc, the servers judge by them.
+	team := filepath.Join(pub, "team")
+	must(t, os.Mkdir(team, 0o770))
+	must(t, os.Chmod(team, 0o770))
+	must(t, os.Chown(team, 0, 3000))
+	inTeam := exec.Command("setpriv", "--reuid", "1000", "--regid", "1000", "--groups", "3000", "sh", "-ec", "echo t > "+filepath.Join(sq, "pub", "team", "f"))
+	if out, err := inTeam.CombinedOutput(); err != nil {
+		t.Errorf("user 1000 in group 3000 creates in a 0770 directory of group 3000: %v: %s", err, out)
+	}
+	if err := as1000("echo t > " + filepath.Join(sq, "pub", "team", "g")); err == nil {
+		t.Error("user 1000 outside group 3000 created in its 0770 directory")
+	}
 
 	// The SDK: the caller named in each request is mapped the same way.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

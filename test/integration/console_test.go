@@ -59,7 +59,7 @@ func TestConsole(t *testing.T) {
 		t.Skip("no Chromium (apt-get install chromium; make test installs it)")
 	}
 	dir := filepath.Join(t.TempDir(), "console")
-	startUp(t, dir, "--masters", "3", "--mount", "")
+	startUp(t, dir, "--masters", "3", "--mount", "", "--down-after", "3s")
 	st := waitLeaders(t, dir)
 	l, err := localcluster.LoadLayout(dir)
 	must(t, err)
