@@ -70,7 +70,10 @@ func TestAuthorizer(t *testing.T) {
 		if tc.cert != nil {
 			ctx = peerCtx(tc.cert)
 		}
-		got, err := a.check(ctx, tc.method)
+		got, release, err := a.check(ctx, tc.method)
+		if err == nil {
+			release()
+		}
 		if status.Code(err) != tc.code {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.code)
 			continue
@@ -107,23 +110,26 @@ func TestClientCallBound(t *testing.T) {
 	}
 	app, other, node := sign("app", pki.KindClient), sign("other", pki.KindClient), sign("node", pki.KindNode)
 	a := newAuthorizer(nil, 2)
-	r1, err := a.admit(app)
+	admit := func(c *x509.Certificate) (func(), error) {
+		return a.admit(pki.KindOf(c), pki.Serial(c), c.Subject.CommonName)
+	}
+	r1, err := admit(app)
 	must(t, err)
-	_, err = a.admit(app)
+	_, err = admit(app)
 	must(t, err)
-	if _, err := a.admit(app); status.Code(err) != codes.ResourceExhausted {
+	if _, err := admit(app); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a third call of one client: %v, want ResourceExhausted", err)
 	}
-	if _, err := a.admit(other); err != nil {
+	if _, err := admit(other); err != nil {
 		t.Fatalf("another client is bounded by the first's calls: %v", err)
 	}
 	for i := 0; i < 10; i++ {
-		if _, err := a.admit(node); err != nil {
+		if _, err := admit(node); err != nil {
 			t.Fatalf("a node's call %d: %v", i, err)
 		}
 	}
 	r1()
-	if _, err := a.admit(app); err != nil {
+	if _, err := admit(app); err != nil {
 		t.Fatalf("after one call ended: %v", err)
 	}
 }

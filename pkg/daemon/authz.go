@@ -127,16 +127,20 @@ func newAuthorizer(id *pki.Identity, maxClientCalls int) *authorizer {
 	return &authorizer{id: id, maxClientCalls: maxClientCalls, caps: map[string]capability.Caps{}, inflight: map[string]int{}}
 }
 
-// admit counts a client's call in flight; release uncounts it.
-func (a *authorizer) admit(cert *x509.Certificate) (release func(), err error) {
-	if a.maxClientCalls <= 0 || pki.KindOf(cert) != pki.KindClient {
-		return func() {}, nil
+// maxCachedCaps bounds the cache of parsed capabilities; it is cleared
+// when full.
+const maxCachedCaps = 4096
+
+// admit counts a call in flight of a client's certificate (by serial;
+// name for the message); release uncounts it. Other kinds are not counted.
+func (a *authorizer) admit(kind pki.Kind, serial, name string) (release func(), err error) {
+	if kind != pki.KindClient || a.maxClientCalls <= 0 {
+		return noRelease, nil
 	}
-	serial := pki.Serial(cert)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.inflight[serial] >= a.maxClientCalls {
-		return nil, status.Errorf(codes.ResourceExhausted, "client %q has %d calls in flight here, the most one client may", cert.Subject.CommonName, a.maxClientCalls)
+		return nil, status.Errorf(codes.ResourceExhausted, "client %q has %d calls in flight here, the most one client may", name, a.maxClientCalls)
 	}
 	a.inflight[serial]++
 	return func() {
@@ -148,33 +152,38 @@ func (a *authorizer) admit(cert *x509.Certificate) (release func(), err error) {
 	}, nil
 }
 
-// maxCachedCaps bounds the cache of parsed capabilities; it is cleared
-// when full.
-const maxCachedCaps = 4096
+// noRelease is the release of a call not counted.
+func noRelease() {}
 
-func (a *authorizer) check(ctx context.Context, method string) (context.Context, error) {
+// check authorizes a call to method and admits it; the caller runs
+// release when the call ends.
+func (a *authorizer) check(ctx context.Context, method string) (_ context.Context, release func(), err error) {
 	cert := PeerCert(ctx)
 	if cert == nil {
-		return ctx, Authorize(method, "")
+		return ctx, noRelease, Authorize(method, "")
 	}
-	if err := Authorize(method, pki.KindOf(cert)); err != nil {
-		return ctx, err
+	kind := pki.KindOf(cert)
+	if err := Authorize(method, kind); err != nil {
+		return ctx, nil, err
 	}
-	if a.id.Revoked(cert) {
-		return ctx, status.Errorf(codes.Unauthenticated, "the certificate %q (serial %s) is revoked", cert.Subject.CommonName, pki.Serial(cert))
+	serial := pki.Serial(cert) // once per call: it formats a big number
+	if a.id.RevokedSerial(serial) {
+		return ctx, nil, status.Errorf(codes.Unauthenticated, "the certificate %q (serial %s) is revoked", cert.Subject.CommonName, serial)
 	}
-	c, err := a.capsOf(cert)
+	c, err := a.capsOf(serial, cert)
 	if err != nil {
-		return ctx, status.Error(codes.PermissionDenied, err.Error())
+		return ctx, nil, status.Error(codes.PermissionDenied, err.Error())
 	}
-	if !c.Restricted() {
-		return ctx, nil
+	if release, err = a.admit(kind, serial, cert.Subject.CommonName); err != nil {
+		return ctx, nil, err
 	}
-	return capability.NewContext(ctx, c), nil
+	if c.Restricted() {
+		ctx = capability.NewContext(ctx, c)
+	}
+	return ctx, release, nil
 }
 
-func (a *authorizer) capsOf(cert *x509.Certificate) (capability.Caps, error) {
-	serial := pki.Serial(cert)
+func (a *authorizer) capsOf(serial string, cert *x509.Certificate) (capability.Caps, error) {
 	a.mu.Lock()
 	c, ok := a.caps[serial]
 	a.mu.Unlock()
@@ -195,32 +204,20 @@ func (a *authorizer) capsOf(cert *x509.Certificate) (capability.Caps, error) {
 }
 
 func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	ctx, err := a.check(ctx, info.FullMethod)
+	ctx, release, err := a.check(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
 	}
-	if cert := PeerCert(ctx); cert != nil {
-		release, err := a.admit(cert)
-		if err != nil {
-			return nil, err
-		}
-		defer release()
-	}
+	defer release()
 	return handler(ctx, req)
 }
 
 func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx, err := a.check(ss.Context(), info.FullMethod)
+	ctx, release, err := a.check(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
 	}
-	if cert := PeerCert(ctx); cert != nil {
-		release, err := a.admit(cert)
-		if err != nil {
-			return err
-		}
-		defer release()
-	}
+	defer release()
 	return handler(srv, &ctxStream{ss, ctx})
 }
 

@@ -251,9 +251,12 @@ func (id *Identity) SetRevoked(revoked func(serial string) bool) {
 
 // Revoked reports whether c is revoked by the list SetRevoked gave (false
 // when none was given).
-func (id *Identity) Revoked(c *x509.Certificate) bool {
+func (id *Identity) Revoked(c *x509.Certificate) bool { return id.RevokedSerial(Serial(c)) }
+
+// RevokedSerial is Revoked for a serial already formatted (Serial).
+func (id *Identity) RevokedSerial(serial string) bool {
 	f := id.revoked.Load()
-	return f != nil && (*f)(Serial(c))
+	return f != nil && (*f)(serial)
 }
 
 type identityState struct {
