@@ -16,6 +16,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -32,6 +33,8 @@ import (
 
 // Source is what the console reads: the master it runs in.
 type Source interface {
+	// IsLeader reports whether this master leads (cheap: no request).
+	IsLeader() bool
 	// Status is the cluster as the leader sees it ('cairn status');
 	// an error when this master does not lead.
 	Status(ctx context.Context) (*pb.StatusResponse, error)
@@ -100,9 +103,13 @@ func (c *Console) Stop() {
 // sample reads the status, notes what changed, and sums the nodes'
 // counters into a chart point.
 func (c *Console) sample() {
+	var st *pb.StatusResponse
+	err := errNotLeader
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeLimit)
 	defer cancel()
-	st, err := c.src.Status(ctx)
+	if c.src.IsLeader() {
+		st, err = c.src.Status(ctx)
+	}
 	if err != nil {
 		c.mu.Lock()
 		c.last, c.totalAt = nil, time.Time{} // a new leader starts its own history
@@ -148,6 +155,8 @@ func (c *Console) scrape(ctx context.Context, addr string, into *Totals) error {
 	return into.addExposition(resp.Body)
 }
 
+var errNotLeader = errors.New("this master does not lead")
+
 // Overview is what /api/overview answers.
 type Overview struct {
 	Status  json.RawMessage `json:"status"` // pb.StatusResponse in protojson
@@ -169,9 +178,7 @@ func (c *Console) Handler() http.Handler {
 		_, _ = w.Write(b)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), scrapeLimit)
-		defer cancel()
-		if _, err := c.src.Status(ctx); err != nil {
+		if !c.src.IsLeader() {
 			c.proxy(w, r)
 			return
 		}

@@ -91,6 +91,8 @@ type fakeSource struct {
 	leader string
 }
 
+func (f fakeSource) IsLeader() bool { return f.st != nil }
+
 func (f fakeSource) Status(context.Context) (*pb.StatusResponse, error) {
 	if f.st == nil {
 		return nil, errors.New("not the leader")

@@ -10,6 +10,12 @@ import (
 // consoleSource is what the web console reads of a master.
 type consoleSource struct{ s *Server }
 
+// IsLeader reports whether the master leads its Raft group.
+func (c consoleSource) IsLeader() bool {
+	isLeader, _, _ := c.s.leader()
+	return isLeader
+}
+
 // Status is the leader's status, as 'cairn status' reads it.
 func (c consoleSource) Status(ctx context.Context) (*pb.StatusResponse, error) {
 	return (&service{s: c.s}).Status(ctx, &pb.StatusRequest{})
