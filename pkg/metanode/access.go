@@ -49,6 +49,29 @@ func (s *service) mayRead(ctx context.Context, p *partition, ino uint64) *refusa
 	return s.inSubtree(ctx, p, ino)
 }
 
+// mayChange checks a Txn against the caller's capabilities: access and
+// the internal operations (accessTxn), then, for a restricted client
+// only, its subtree (movesRoot, inSubtree) and its mapped ids (checkTxn,
+// which also maps the ids the Txn sets).
+func (s *service) mayChange(ctx context.Context, p *partition, req *metapb.TxnRequest) *refusal {
+	if r := accessTxn(ctx, p, req.Txn); r != nil {
+		return r
+	}
+	c := capability.FromContext(ctx)
+	if !c.Restricted() {
+		return nil
+	}
+	if c.Subtree() {
+		if r := movesRoot(ctx, req.Txn); r != nil {
+			return r
+		}
+		if r := s.inSubtree(ctx, p, txnInodes(req.Txn)...); r != nil {
+			return r
+		}
+	}
+	return s.checkTxn(ctx, p, req)
+}
+
 // accessTxn is access for a Txn, which also refuses to clients the
 // operations only cluster processes and admin tools send: routing
 // changes, inode ranges and the collectors' bookkeeping. Those could

@@ -117,17 +117,7 @@ func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnR
 	if err != nil {
 		return nil, err
 	}
-	r := accessTxn(ctx, p, req.Txn)
-	if r == nil {
-		r = movesRoot(ctx, req.Txn)
-	}
-	if r == nil {
-		r = s.inSubtree(ctx, p, txnInodes(req.Txn)...)
-	}
-	if r == nil {
-		r = s.checkTxn(ctx, p, req)
-	}
-	if r != nil {
+	if r := s.mayChange(ctx, p, req); r != nil {
 		return &metapb.TxnResponse{Result: &metapb.TxnResult{Errno: int32(r.errno), Message: r.msg}}, nil
 	}
 	res, err := p.merger.submit(ctx, req.Txn)
