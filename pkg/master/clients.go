@@ -58,11 +58,6 @@ func (v *service) Revoke(ctx context.Context, req *pb.RevokeRequest) (*pb.Revoke
 	return &pb.RevokeResponse{Epoch: v.epoch(), Serial: serial}, nil
 }
 
-func (v *service) epoch() uint64 {
-	var epoch uint64
-	v.s.fsm.read(func(st *clustermap.State) { epoch = st.Map().Epoch })
-	return epoch
-}
 
 // revoked reports whether serial is on the cluster's revocation list, as
 // this master has applied it.

@@ -81,6 +81,13 @@ func toStatus(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
+// epoch is the map epoch this master has applied.
+func (v *service) epoch() uint64 {
+	var epoch uint64
+	v.s.fsm.read(func(st *clustermap.State) { epoch = st.Map().Epoch })
+	return epoch
+}
+
 func (v *service) Ping(ctx context.Context, _ *pb.PingRequest) (*pb.PingResponse, error) {
 	isLeader, addr, st := v.s.leader()
 	return &pb.PingResponse{
@@ -111,10 +118,8 @@ func (v *service) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 	v.s.mu.Lock()
 	v.s.soft[id] = &nodeSoft{last: time.Now()}
 	v.s.mu.Unlock()
-	var epoch uint64
-	v.s.fsm.read(func(st *clustermap.State) { epoch = st.Map().Epoch })
 	v.s.log.Info("node registered", "node", id, "role", req.Role, "addr", req.Addr)
-	return &pb.RegisterResponse{ClusterId: clusterID, NodeId: id, Epoch: epoch}, nil
+	return &pb.RegisterResponse{ClusterId: clusterID, NodeId: id, Epoch: v.epoch()}, nil
 }
 
 func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
@@ -251,10 +256,8 @@ func (v *service) DeleteVolume(ctx context.Context, req *pb.VolumeRequest) (*pb.
 	if _, err := v.s.propose(ctx, &pb.Command{Op: &pb.Command_DeleteVolume{DeleteVolume: &pb.DeleteVolume{Name: req.Name}}}); err != nil {
 		return nil, toStatus(err)
 	}
-	var epoch uint64
-	v.s.fsm.read(func(st *clustermap.State) { epoch = st.Map().Epoch })
 	v.s.log.Info("volume deleted", "volume", req.Name)
-	return &pb.DeleteVolumeResponse{Epoch: epoch}, nil
+	return &pb.DeleteVolumeResponse{Epoch: v.epoch()}, nil
 }
 
 func (v *service) CreateVolume(ctx context.Context, req *pb.CreateVolumeRequest) (*pb.VolumeResponse, error) {
