@@ -58,7 +58,6 @@ func (v *service) Revoke(ctx context.Context, req *pb.RevokeRequest) (*pb.Revoke
 	return &pb.RevokeResponse{Epoch: v.epoch(), Serial: serial}, nil
 }
 
-
 // revoked reports whether serial is on the cluster's revocation list, as
 // this master has applied it.
 func (s *Server) revoked(serial string) bool {
