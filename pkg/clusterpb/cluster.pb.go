@@ -455,8 +455,10 @@ type Volume struct {
 	// chunk index, fixed at creation (its first meta partitions): a
 	// fingerprint's shard is clustermap.ChunkShard. Growth never moves it.
 	ChunkIndexPartitions []uint64 `protobuf:"varint,15,rep,packed,name=chunk_index_partitions,json=chunkIndexPartitions,proto3" json:"chunk_index_partitions,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// quotas are the volume's directory quotas, by directory inode.
+	Quotas        []*Quota `protobuf:"bytes,16,rep,name=quotas,proto3" json:"quotas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Volume) Reset() {
@@ -594,6 +596,262 @@ func (x *Volume) GetChunkIndexPartitions() []uint64 {
 	return nil
 }
 
+func (x *Volume) GetQuotas() []*Quota {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
+// Quota limits the bytes and inodes below one directory of a volume
+// ('cairn quota set'). Every meta partition counts, in its replicated
+// state, what the inodes it homes add below each quota directory (by id);
+// the quota's usage is base plus the sum of those counts over the volume's
+// meta partitions (QuotaState). A fresh id for every quota set on a
+// directory without one keeps counts of an earlier quota of the same
+// directory out.
+type Quota struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Ino       uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`                              // the directory
+	Path      string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`                             // its path when the quota was set, for display
+	MaxBytes  uint64                 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`    // 0: no limit
+	MaxInodes uint64                 `protobuf:"varint,5,opt,name=max_inodes,json=maxInodes,proto3" json:"max_inodes,omitempty"` // 0: no limit
+	// base corrects the partitions' counts: what was below the directory
+	// when the quota was set, and any drift a recount found since.
+	BaseBytes     int64 `protobuf:"varint,6,opt,name=base_bytes,json=baseBytes,proto3" json:"base_bytes,omitempty"`
+	BaseInodes    int64 `protobuf:"varint,7,opt,name=base_inodes,json=baseInodes,proto3" json:"base_inodes,omitempty"`
+	SetUnixMs     int64 `protobuf:"varint,8,opt,name=set_unix_ms,json=setUnixMs,proto3" json:"set_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Quota) Reset() {
+	*x = Quota{}
+	mi := &file_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Quota) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Quota) ProtoMessage() {}
+
+func (x *Quota) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Quota.ProtoReflect.Descriptor instead.
+func (*Quota) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Quota) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Quota) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *Quota) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Quota) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *Quota) GetMaxInodes() uint64 {
+	if x != nil {
+		return x.MaxInodes
+	}
+	return 0
+}
+
+func (x *Quota) GetBaseBytes() int64 {
+	if x != nil {
+		return x.BaseBytes
+	}
+	return 0
+}
+
+func (x *Quota) GetBaseInodes() int64 {
+	if x != nil {
+		return x.BaseInodes
+	}
+	return 0
+}
+
+func (x *Quota) GetSetUnixMs() int64 {
+	if x != nil {
+		return x.SetUnixMs
+	}
+	return 0
+}
+
+// QuotaState is a quota with its usage, from the meta partitions' latest
+// reports (the master leader's soft state). used_known is false until
+// every meta partition of the volume has been reported.
+type QuotaState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Quota         *Quota                 `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"`
+	VolumeId      uint64                 `protobuf:"varint,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	UsedBytes     int64                  `protobuf:"varint,3,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	UsedInodes    int64                  `protobuf:"varint,4,opt,name=used_inodes,json=usedInodes,proto3" json:"used_inodes,omitempty"`
+	UsedKnown     bool                   `protobuf:"varint,5,opt,name=used_known,json=usedKnown,proto3" json:"used_known,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaState) Reset() {
+	*x = QuotaState{}
+	mi := &file_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaState) ProtoMessage() {}
+
+func (x *QuotaState) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaState.ProtoReflect.Descriptor instead.
+func (*QuotaState) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *QuotaState) GetQuota() *Quota {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
+func (x *QuotaState) GetVolumeId() uint64 {
+	if x != nil {
+		return x.VolumeId
+	}
+	return 0
+}
+
+func (x *QuotaState) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *QuotaState) GetUsedInodes() int64 {
+	if x != nil {
+		return x.UsedInodes
+	}
+	return 0
+}
+
+func (x *QuotaState) GetUsedKnown() bool {
+	if x != nil {
+		return x.UsedKnown
+	}
+	return false
+}
+
+// QuotaUse is what one meta partition's inodes add to one quota.
+type QuotaUse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Bytes         int64                  `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Inodes        int64                  `protobuf:"varint,3,opt,name=inodes,proto3" json:"inodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaUse) Reset() {
+	*x = QuotaUse{}
+	mi := &file_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaUse) ProtoMessage() {}
+
+func (x *QuotaUse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaUse.ProtoReflect.Descriptor instead.
+func (*QuotaUse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *QuotaUse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QuotaUse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *QuotaUse) GetInodes() int64 {
+	if x != nil {
+		return x.Inodes
+	}
+	return 0
+}
+
 // ChunkLayout is a content-defined chunking configuration (chunker.Config).
 type ChunkLayout struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -607,7 +865,7 @@ type ChunkLayout struct {
 
 func (x *ChunkLayout) Reset() {
 	*x = ChunkLayout{}
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +877,7 @@ func (x *ChunkLayout) String() string {
 func (*ChunkLayout) ProtoMessage() {}
 
 func (x *ChunkLayout) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +890,7 @@ func (x *ChunkLayout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkLayout.ProtoReflect.Descriptor instead.
 func (*ChunkLayout) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{2}
+	return file_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ChunkLayout) GetAlgorithm() uint32 {
@@ -677,7 +935,7 @@ type ExceptionEntry struct {
 
 func (x *ExceptionEntry) Reset() {
 	*x = ExceptionEntry{}
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +947,7 @@ func (x *ExceptionEntry) String() string {
 func (*ExceptionEntry) ProtoMessage() {}
 
 func (x *ExceptionEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +960,7 @@ func (x *ExceptionEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExceptionEntry.ProtoReflect.Descriptor instead.
 func (*ExceptionEntry) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{3}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExceptionEntry) GetName() []byte {
@@ -742,7 +1000,7 @@ type Migration struct {
 
 func (x *Migration) Reset() {
 	*x = Migration{}
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +1012,7 @@ func (x *Migration) String() string {
 func (*Migration) ProtoMessage() {}
 
 func (x *Migration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +1025,7 @@ func (x *Migration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Migration.ProtoReflect.Descriptor instead.
 func (*Migration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{4}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Migration) GetRoutingVersion() uint64 {
@@ -856,7 +1114,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1126,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1139,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Partition) GetId() uint64 {
@@ -986,7 +1244,7 @@ type ClusterMap struct {
 
 func (x *ClusterMap) Reset() {
 	*x = ClusterMap{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1256,7 @@ func (x *ClusterMap) String() string {
 func (*ClusterMap) ProtoMessage() {}
 
 func (x *ClusterMap) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1269,7 @@ func (x *ClusterMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMap.ProtoReflect.Descriptor instead.
 func (*ClusterMap) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClusterMap) GetClusterId() string {
@@ -1108,7 +1366,7 @@ type Client struct {
 
 func (x *Client) Reset() {
 	*x = Client{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1378,7 @@ func (x *Client) String() string {
 func (*Client) ProtoMessage() {}
 
 func (x *Client) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1391,7 @@ func (x *Client) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Client.ProtoReflect.Descriptor instead.
 func (*Client) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Client) GetName() string {
@@ -1197,6 +1455,8 @@ type Command struct {
 	//	*Command_AddDataPartitions
 	//	*Command_RegisterClient
 	//	*Command_Revoke
+	//	*Command_SetQuota
+	//	*Command_RemoveQuota
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1204,7 +1464,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1476,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1489,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -1372,6 +1632,24 @@ func (x *Command) GetRevoke() *Revoke {
 	return nil
 }
 
+func (x *Command) GetSetQuota() *SetQuota {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetQuota); ok {
+			return x.SetQuota
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRemoveQuota() *RemoveQuota {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RemoveQuota); ok {
+			return x.RemoveQuota
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1432,6 +1710,14 @@ type Command_Revoke struct {
 	Revoke *Revoke `protobuf:"bytes,23,opt,name=revoke,proto3,oneof"`
 }
 
+type Command_SetQuota struct {
+	SetQuota *SetQuota `protobuf:"bytes,24,opt,name=set_quota,json=setQuota,proto3,oneof"`
+}
+
+type Command_RemoveQuota struct {
+	RemoveQuota *RemoveQuota `protobuf:"bytes,25,opt,name=remove_quota,json=removeQuota,proto3,oneof"`
+}
+
 func (*Command_Init) isCommand_Op() {}
 
 func (*Command_Register) isCommand_Op() {}
@@ -1460,6 +1746,145 @@ func (*Command_RegisterClient) isCommand_Op() {}
 
 func (*Command_Revoke) isCommand_Op() {}
 
+func (*Command_SetQuota) isCommand_Op() {}
+
+func (*Command_RemoveQuota) isCommand_Op() {}
+
+// SetQuota sets the limits of the quota on a directory, creating it (with
+// a fresh id and base 0) if the directory has none. With rebase, the base
+// is set too (a recount's correction), and a quota that does not exist is
+// refused (NOT_FOUND) instead of created.
+type SetQuota struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Volume string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Quota  *Quota                 `protobuf:"bytes,2,opt,name=quota,proto3" json:"quota,omitempty"` // ino, path, limits (and base with rebase); id ignored
+	Rebase bool                   `protobuf:"varint,3,opt,name=rebase,proto3" json:"rebase,omitempty"`
+	// With rebase: the id the recount was made for; another (the quota was
+	// removed and set again meanwhile) is refused.
+	ExpectId      uint64 `protobuf:"varint,4,opt,name=expect_id,json=expectId,proto3" json:"expect_id,omitempty"`
+	LimitsOnly    bool   `protobuf:"varint,5,opt,name=limits_only,json=limitsOnly,proto3" json:"limits_only,omitempty"` // with rebase: leave the limits as they are
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetQuota) Reset() {
+	*x = SetQuota{}
+	mi := &file_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetQuota) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetQuota) ProtoMessage() {}
+
+func (x *SetQuota) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetQuota.ProtoReflect.Descriptor instead.
+func (*SetQuota) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetQuota) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *SetQuota) GetQuota() *Quota {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
+func (x *SetQuota) GetRebase() bool {
+	if x != nil {
+		return x.Rebase
+	}
+	return false
+}
+
+func (x *SetQuota) GetExpectId() uint64 {
+	if x != nil {
+		return x.ExpectId
+	}
+	return 0
+}
+
+func (x *SetQuota) GetLimitsOnly() bool {
+	if x != nil {
+		return x.LimitsOnly
+	}
+	return false
+}
+
+// RemoveQuota removes the quota on a directory (NOT_FOUND if none).
+type RemoveQuota struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveQuota) Reset() {
+	*x = RemoveQuota{}
+	mi := &file_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveQuota) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveQuota) ProtoMessage() {}
+
+func (x *RemoveQuota) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveQuota.ProtoReflect.Descriptor instead.
+func (*RemoveQuota) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RemoveQuota) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *RemoveQuota) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
 // RegisterClient records a newly issued client identity. Refused
 // (ALREADY_EXISTS) when a client of that name is recorded and not revoked.
 type RegisterClient struct {
@@ -1471,7 +1896,7 @@ type RegisterClient struct {
 
 func (x *RegisterClient) Reset() {
 	*x = RegisterClient{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1908,7 @@ func (x *RegisterClient) String() string {
 func (*RegisterClient) ProtoMessage() {}
 
 func (x *RegisterClient) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1921,7 @@ func (x *RegisterClient) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterClient.ProtoReflect.Descriptor instead.
 func (*RegisterClient) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RegisterClient) GetClient() *Client {
@@ -1520,7 +1945,7 @@ type Revoke struct {
 
 func (x *Revoke) Reset() {
 	*x = Revoke{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1957,7 @@ func (x *Revoke) String() string {
 func (*Revoke) ProtoMessage() {}
 
 func (x *Revoke) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1970,7 @@ func (x *Revoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revoke.ProtoReflect.Descriptor instead.
 func (*Revoke) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Revoke) GetClient() string {
@@ -1582,7 +2007,7 @@ type AddDataPartitions struct {
 
 func (x *AddDataPartitions) Reset() {
 	*x = AddDataPartitions{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +2019,7 @@ func (x *AddDataPartitions) String() string {
 func (*AddDataPartitions) ProtoMessage() {}
 
 func (x *AddDataPartitions) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +2032,7 @@ func (x *AddDataPartitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDataPartitions.ProtoReflect.Descriptor instead.
 func (*AddDataPartitions) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AddDataPartitions) GetVolume() string {
@@ -1635,7 +2060,7 @@ type DrainNode struct {
 
 func (x *DrainNode) Reset() {
 	*x = DrainNode{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +2072,7 @@ func (x *DrainNode) String() string {
 func (*DrainNode) ProtoMessage() {}
 
 func (x *DrainNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +2085,7 @@ func (x *DrainNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNode.ProtoReflect.Descriptor instead.
 func (*DrainNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DrainNode) GetNodeId() uint64 {
@@ -1693,7 +2118,7 @@ type MoveReplica struct {
 
 func (x *MoveReplica) Reset() {
 	*x = MoveReplica{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +2130,7 @@ func (x *MoveReplica) String() string {
 func (*MoveReplica) ProtoMessage() {}
 
 func (x *MoveReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +2143,7 @@ func (x *MoveReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplica.ProtoReflect.Descriptor instead.
 func (*MoveReplica) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MoveReplica) GetPartitionId() uint64 {
@@ -1763,7 +2188,7 @@ type MarkInSync struct {
 
 func (x *MarkInSync) Reset() {
 	*x = MarkInSync{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +2200,7 @@ func (x *MarkInSync) String() string {
 func (*MarkInSync) ProtoMessage() {}
 
 func (x *MarkInSync) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +2213,7 @@ func (x *MarkInSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInSync.ProtoReflect.Descriptor instead.
 func (*MarkInSync) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MarkInSync) GetPartitionId() uint64 {
@@ -1827,7 +2252,7 @@ type AddMetaPartition struct {
 
 func (x *AddMetaPartition) Reset() {
 	*x = AddMetaPartition{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +2264,7 @@ func (x *AddMetaPartition) String() string {
 func (*AddMetaPartition) ProtoMessage() {}
 
 func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2277,7 @@ func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMetaPartition.ProtoReflect.Descriptor instead.
 func (*AddMetaPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddMetaPartition) GetVolume() string {
@@ -1892,7 +2317,7 @@ type StartMigration struct {
 
 func (x *StartMigration) Reset() {
 	*x = StartMigration{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2329,7 @@ func (x *StartMigration) String() string {
 func (*StartMigration) ProtoMessage() {}
 
 func (x *StartMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2342,7 @@ func (x *StartMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMigration.ProtoReflect.Descriptor instead.
 func (*StartMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StartMigration) GetVolume() string {
@@ -1970,7 +2395,7 @@ type AdvanceMigration struct {
 
 func (x *AdvanceMigration) Reset() {
 	*x = AdvanceMigration{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2407,7 @@ func (x *AdvanceMigration) String() string {
 func (*AdvanceMigration) ProtoMessage() {}
 
 func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2420,7 @@ func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceMigration.ProtoReflect.Descriptor instead.
 func (*AdvanceMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AdvanceMigration) GetVolume() string {
@@ -2035,7 +2460,7 @@ type InitCluster struct {
 
 func (x *InitCluster) Reset() {
 	*x = InitCluster{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2472,7 @@ func (x *InitCluster) String() string {
 func (*InitCluster) ProtoMessage() {}
 
 func (x *InitCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2485,7 @@ func (x *InitCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
 func (*InitCluster) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InitCluster) GetClusterId() string {
@@ -2084,7 +2509,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2521,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2534,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegisterNode) GetUuid() string {
@@ -2164,7 +2589,7 @@ type SetNodeState struct {
 
 func (x *SetNodeState) Reset() {
 	*x = SetNodeState{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2601,7 @@ func (x *SetNodeState) String() string {
 func (*SetNodeState) ProtoMessage() {}
 
 func (x *SetNodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2614,7 @@ func (x *SetNodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeState.ProtoReflect.Descriptor instead.
 func (*SetNodeState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetNodeState) GetNodeId() uint64 {
@@ -2216,7 +2641,7 @@ type NewPartition struct {
 
 func (x *NewPartition) Reset() {
 	*x = NewPartition{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2653,7 @@ func (x *NewPartition) String() string {
 func (*NewPartition) ProtoMessage() {}
 
 func (x *NewPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2666,7 @@ func (x *NewPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewPartition.ProtoReflect.Descriptor instead.
 func (*NewPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NewPartition) GetKind() PartitionKind {
@@ -2273,7 +2698,7 @@ type CreateVolume struct {
 
 func (x *CreateVolume) Reset() {
 	*x = CreateVolume{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2710,7 @@ func (x *CreateVolume) String() string {
 func (*CreateVolume) ProtoMessage() {}
 
 func (x *CreateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2723,7 @@ func (x *CreateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolume.ProtoReflect.Descriptor instead.
 func (*CreateVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateVolume) GetName() string {
@@ -2359,7 +2784,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2796,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2809,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -2409,7 +2834,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2846,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2859,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RegisterRequest) GetClusterId() string {
@@ -2497,7 +2922,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2934,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2947,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RegisterResponse) GetClusterId() string {
@@ -2559,7 +2984,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2996,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +3009,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{26}
+	return file_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Usage) GetCapacityBytes() uint64 {
@@ -2635,14 +3060,17 @@ type PartitionReport struct {
 	// Data partitions: the live bytes of the replica's extents (sizes minus
 	// punched holes), measured at every report; used_bytes is on-disk space,
 	// measured every few seconds. Recovery progress compares replicas by it.
-	LogicalBytes  uint64 `protobuf:"varint,9,opt,name=logical_bytes,json=logicalBytes,proto3" json:"logical_bytes,omitempty"`
+	LogicalBytes uint64 `protobuf:"varint,9,opt,name=logical_bytes,json=logicalBytes,proto3" json:"logical_bytes,omitempty"`
+	// Meta partitions: what the partition's inodes add to each quota
+	// (QuotaUse), by quota id.
+	QuotaUse      []*QuotaUse `protobuf:"bytes,10,rep,name=quota_use,json=quotaUse,proto3" json:"quota_use,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PartitionReport) Reset() {
 	*x = PartitionReport{}
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2654,7 +3082,7 @@ func (x *PartitionReport) String() string {
 func (*PartitionReport) ProtoMessage() {}
 
 func (x *PartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2667,7 +3095,7 @@ func (x *PartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReport.ProtoReflect.Descriptor instead.
 func (*PartitionReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{27}
+	return file_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PartitionReport) GetId() uint64 {
@@ -2733,6 +3161,13 @@ func (x *PartitionReport) GetLogicalBytes() uint64 {
 	return 0
 }
 
+func (x *PartitionReport) GetQuotaUse() []*QuotaUse {
+	if x != nil {
+		return x.QuotaUse
+	}
+	return nil
+}
+
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2748,7 +3183,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +3195,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +3208,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HeartbeatRequest) GetNodeId() uint64 {
@@ -2838,14 +3273,17 @@ type HeartbeatResponse struct {
 	// it (a move replaced its replica): delete their state.
 	Removed []uint64 `protobuf:"varint,5,rep,packed,name=removed,proto3" json:"removed,omitempty"`
 	// The serials of revoked certificates (ClusterMap.revoked).
-	Revoked       []string `protobuf:"bytes,6,rep,name=revoked,proto3" json:"revoked,omitempty"`
+	Revoked []string `protobuf:"bytes,6,rep,name=revoked,proto3" json:"revoked,omitempty"`
+	// Meta nodes: the quotas of every volume with their usage, which their
+	// partitions' leaders enforce (EDQUOT).
+	Quotas        []*QuotaState `protobuf:"bytes,7,rep,name=quotas,proto3" json:"quotas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +3295,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +3308,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HeartbeatResponse) GetEpoch() uint64 {
@@ -2915,6 +3353,13 @@ func (x *HeartbeatResponse) GetRevoked() []string {
 	return nil
 }
 
+func (x *HeartbeatResponse) GetQuotas() []*QuotaState {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
 type GetMapRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2923,7 +3368,7 @@ type GetMapRequest struct {
 
 func (x *GetMapRequest) Reset() {
 	*x = GetMapRequest{}
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2935,7 +3380,7 @@ func (x *GetMapRequest) String() string {
 func (*GetMapRequest) ProtoMessage() {}
 
 func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2948,7 +3393,7 @@ func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapRequest.ProtoReflect.Descriptor instead.
 func (*GetMapRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{30}
+	return file_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 type GetMapResponse struct {
@@ -2960,7 +3405,7 @@ type GetMapResponse struct {
 
 func (x *GetMapResponse) Reset() {
 	*x = GetMapResponse{}
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3417,7 @@ func (x *GetMapResponse) String() string {
 func (*GetMapResponse) ProtoMessage() {}
 
 func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3430,7 @@ func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapResponse.ProtoReflect.Descriptor instead.
 func (*GetMapResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{31}
+	return file_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetMapResponse) GetMap() *ClusterMap {
@@ -3012,7 +3457,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3469,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3482,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{32}
+	return file_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateVolumeRequest) GetName() string {
@@ -3098,7 +3543,7 @@ type VolumeRequest struct {
 
 func (x *VolumeRequest) Reset() {
 	*x = VolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3555,7 @@ func (x *VolumeRequest) String() string {
 func (*VolumeRequest) ProtoMessage() {}
 
 func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3568,7 @@ func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{33}
+	return file_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *VolumeRequest) GetName() string {
@@ -3149,13 +3594,15 @@ type VolumeResponse struct {
 	// volume's replica count.
 	DataCapacityBytes uint64 `protobuf:"varint,6,opt,name=data_capacity_bytes,json=dataCapacityBytes,proto3" json:"data_capacity_bytes,omitempty"`
 	DataFreeBytes     uint64 `protobuf:"varint,7,opt,name=data_free_bytes,json=dataFreeBytes,proto3" json:"data_free_bytes,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The volume's quotas with their usage.
+	Quotas        []*QuotaState `protobuf:"bytes,8,rep,name=quotas,proto3" json:"quotas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VolumeResponse) Reset() {
 	*x = VolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3614,7 @@ func (x *VolumeResponse) String() string {
 func (*VolumeResponse) ProtoMessage() {}
 
 func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3627,7 @@ func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeResponse.ProtoReflect.Descriptor instead.
 func (*VolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{34}
+	return file_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *VolumeResponse) GetVolume() *Volume {
@@ -3232,6 +3679,13 @@ func (x *VolumeResponse) GetDataFreeBytes() uint64 {
 	return 0
 }
 
+func (x *VolumeResponse) GetQuotas() []*QuotaState {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
 type ListVolumesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3240,7 +3694,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3706,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3719,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{35}
+	return file_cluster_proto_rawDescGZIP(), []int{40}
 }
 
 type ListVolumesResponse struct {
@@ -3278,7 +3732,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_cluster_proto_msgTypes[36]
+	mi := &file_cluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3744,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[36]
+	mi := &file_cluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3757,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{36}
+	return file_cluster_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -3329,7 +3783,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[37]
+	mi := &file_cluster_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3795,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[37]
+	mi := &file_cluster_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3808,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{37}
+	return file_cluster_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteVolumeResponse) GetEpoch() uint64 {
@@ -3372,7 +3826,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_cluster_proto_msgTypes[38]
+	mi := &file_cluster_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3838,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[38]
+	mi := &file_cluster_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3851,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{38}
+	return file_cluster_proto_rawDescGZIP(), []int{43}
 }
 
 // PingResponse tells who a master is and what it knows of the leader.
@@ -3418,7 +3872,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_cluster_proto_msgTypes[39]
+	mi := &file_cluster_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3430,7 +3884,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[39]
+	mi := &file_cluster_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3443,7 +3897,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{39}
+	return file_cluster_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PingResponse) GetId() uint64 {
@@ -3526,7 +3980,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_cluster_proto_msgTypes[40]
+	mi := &file_cluster_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3538,7 +3992,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[40]
+	mi := &file_cluster_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3551,7 +4005,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{40}
+	return file_cluster_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *NodeStatus) GetNode() *Node {
@@ -3611,7 +4065,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[41]
+	mi := &file_cluster_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3623,7 +4077,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[41]
+	mi := &file_cluster_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3636,7 +4090,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{41}
+	return file_cluster_proto_rawDescGZIP(), []int{46}
 }
 
 type StatusResponse struct {
@@ -3655,7 +4109,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[42]
+	mi := &file_cluster_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3667,7 +4121,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[42]
+	mi := &file_cluster_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3680,7 +4134,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{42}
+	return file_cluster_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StatusResponse) GetMap() *ClusterMap {
@@ -3738,7 +4192,7 @@ type ReplicaRecovery struct {
 
 func (x *ReplicaRecovery) Reset() {
 	*x = ReplicaRecovery{}
-	mi := &file_cluster_proto_msgTypes[43]
+	mi := &file_cluster_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3750,7 +4204,7 @@ func (x *ReplicaRecovery) String() string {
 func (*ReplicaRecovery) ProtoMessage() {}
 
 func (x *ReplicaRecovery) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[43]
+	mi := &file_cluster_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3763,7 +4217,7 @@ func (x *ReplicaRecovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaRecovery.ProtoReflect.Descriptor instead.
 func (*ReplicaRecovery) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{43}
+	return file_cluster_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReplicaRecovery) GetPartitionId() uint64 {
@@ -3787,6 +4241,146 @@ func (x *ReplicaRecovery) GetBytesLeft() uint64 {
 	return 0
 }
 
+type SetQuotaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Set           *SetQuota              `protobuf:"bytes,1,opt,name=set,proto3" json:"set,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetQuotaRequest) Reset() {
+	*x = SetQuotaRequest{}
+	mi := &file_cluster_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetQuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetQuotaRequest) ProtoMessage() {}
+
+func (x *SetQuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetQuotaRequest.ProtoReflect.Descriptor instead.
+func (*SetQuotaRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *SetQuotaRequest) GetSet() *SetQuota {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+type RemoveQuotaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Remove        *RemoveQuota           `protobuf:"bytes,1,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveQuotaRequest) Reset() {
+	*x = RemoveQuotaRequest{}
+	mi := &file_cluster_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveQuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveQuotaRequest) ProtoMessage() {}
+
+func (x *RemoveQuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveQuotaRequest.ProtoReflect.Descriptor instead.
+func (*RemoveQuotaRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *RemoveQuotaRequest) GetRemove() *RemoveQuota {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+type QuotaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Quota         *Quota                 `protobuf:"bytes,2,opt,name=quota,proto3" json:"quota,omitempty"` // as set (SetQuota) or as it was (RemoveQuota)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaResponse) Reset() {
+	*x = QuotaResponse{}
+	mi := &file_cluster_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaResponse) ProtoMessage() {}
+
+func (x *QuotaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaResponse.ProtoReflect.Descriptor instead.
+func (*QuotaResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *QuotaResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *QuotaResponse) GetQuota() *Quota {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
 type CreateClientRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Client        *Client                `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`
@@ -3796,7 +4390,7 @@ type CreateClientRequest struct {
 
 func (x *CreateClientRequest) Reset() {
 	*x = CreateClientRequest{}
-	mi := &file_cluster_proto_msgTypes[44]
+	mi := &file_cluster_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3808,7 +4402,7 @@ func (x *CreateClientRequest) String() string {
 func (*CreateClientRequest) ProtoMessage() {}
 
 func (x *CreateClientRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[44]
+	mi := &file_cluster_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3821,7 +4415,7 @@ func (x *CreateClientRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateClientRequest.ProtoReflect.Descriptor instead.
 func (*CreateClientRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{44}
+	return file_cluster_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateClientRequest) GetClient() *Client {
@@ -3840,7 +4434,7 @@ type CreateClientResponse struct {
 
 func (x *CreateClientResponse) Reset() {
 	*x = CreateClientResponse{}
-	mi := &file_cluster_proto_msgTypes[45]
+	mi := &file_cluster_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3852,7 +4446,7 @@ func (x *CreateClientResponse) String() string {
 func (*CreateClientResponse) ProtoMessage() {}
 
 func (x *CreateClientResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[45]
+	mi := &file_cluster_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3865,7 +4459,7 @@ func (x *CreateClientResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateClientResponse.ProtoReflect.Descriptor instead.
 func (*CreateClientResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{45}
+	return file_cluster_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateClientResponse) GetEpoch() uint64 {
@@ -3883,7 +4477,7 @@ type ListClientsRequest struct {
 
 func (x *ListClientsRequest) Reset() {
 	*x = ListClientsRequest{}
-	mi := &file_cluster_proto_msgTypes[46]
+	mi := &file_cluster_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3895,7 +4489,7 @@ func (x *ListClientsRequest) String() string {
 func (*ListClientsRequest) ProtoMessage() {}
 
 func (x *ListClientsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[46]
+	mi := &file_cluster_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3908,7 +4502,7 @@ func (x *ListClientsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsRequest.ProtoReflect.Descriptor instead.
 func (*ListClientsRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{46}
+	return file_cluster_proto_rawDescGZIP(), []int{54}
 }
 
 type ListClientsResponse struct {
@@ -3920,7 +4514,7 @@ type ListClientsResponse struct {
 
 func (x *ListClientsResponse) Reset() {
 	*x = ListClientsResponse{}
-	mi := &file_cluster_proto_msgTypes[47]
+	mi := &file_cluster_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +4526,7 @@ func (x *ListClientsResponse) String() string {
 func (*ListClientsResponse) ProtoMessage() {}
 
 func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[47]
+	mi := &file_cluster_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +4539,7 @@ func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsResponse.ProtoReflect.Descriptor instead.
 func (*ListClientsResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{47}
+	return file_cluster_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListClientsResponse) GetClients() []*Client {
@@ -3966,7 +4560,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_cluster_proto_msgTypes[48]
+	mi := &file_cluster_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +4572,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[48]
+	mi := &file_cluster_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +4585,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{48}
+	return file_cluster_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RevokeRequest) GetClient() string {
@@ -4025,7 +4619,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_cluster_proto_msgTypes[49]
+	mi := &file_cluster_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4037,7 +4631,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[49]
+	mi := &file_cluster_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4050,7 +4644,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{49}
+	return file_cluster_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RevokeResponse) GetEpoch() uint64 {
@@ -4077,7 +4671,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_cluster_proto_msgTypes[50]
+	mi := &file_cluster_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4683,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[50]
+	mi := &file_cluster_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4696,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{50}
+	return file_cluster_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DecommissionNodeRequest) GetNodeId() uint64 {
@@ -4129,7 +4723,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_cluster_proto_msgTypes[51]
+	mi := &file_cluster_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4141,7 +4735,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[51]
+	mi := &file_cluster_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4154,7 +4748,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{51}
+	return file_cluster_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DecommissionNodeResponse) GetNode() *Node {
@@ -4182,7 +4776,7 @@ type ReportFailureRequest struct {
 
 func (x *ReportFailureRequest) Reset() {
 	*x = ReportFailureRequest{}
-	mi := &file_cluster_proto_msgTypes[52]
+	mi := &file_cluster_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4194,7 +4788,7 @@ func (x *ReportFailureRequest) String() string {
 func (*ReportFailureRequest) ProtoMessage() {}
 
 func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[52]
+	mi := &file_cluster_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4207,7 +4801,7 @@ func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportFailureRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{52}
+	return file_cluster_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReportFailureRequest) GetNodeId() uint64 {
@@ -4240,7 +4834,7 @@ type ReportFailureResponse struct {
 
 func (x *ReportFailureResponse) Reset() {
 	*x = ReportFailureResponse{}
-	mi := &file_cluster_proto_msgTypes[53]
+	mi := &file_cluster_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4252,7 +4846,7 @@ func (x *ReportFailureResponse) String() string {
 func (*ReportFailureResponse) ProtoMessage() {}
 
 func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[53]
+	mi := &file_cluster_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4265,7 +4859,7 @@ func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportFailureResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{53}
+	return file_cluster_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReportFailureResponse) GetMarkedDown() bool {
@@ -4291,7 +4885,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x15state_changed_unix_ms\x18\b \x01(\x03R\x12stateChangedUnixMs\x12\x1b\n" +
 	"\tdata_addr\x18\t \x01(\tR\bdataAddr\x12\x1a\n" +
 	"\bdraining\x18\n" +
-	" \x01(\bR\bdraining\"\xe3\x04\n" +
+	" \x01(\bR\bdraining\"\x91\x05\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -4311,7 +4905,34 @@ const file_cluster_proto_rawDesc = "" +
 	"\rmp_max_inodes\x18\f \x01(\x04R\vmpMaxInodes\x12%\n" +
 	"\x0edefault_layout\x18\r \x01(\rR\rdefaultLayout\x126\n" +
 	"\bchunking\x18\x0e \x01(\v2\x1a.cairn.cluster.ChunkLayoutR\bchunking\x124\n" +
-	"\x16chunk_index_partitions\x18\x0f \x03(\x04R\x14chunkIndexPartitions\"|\n" +
+	"\x16chunk_index_partitions\x18\x0f \x03(\x04R\x14chunkIndexPartitions\x12,\n" +
+	"\x06quotas\x18\x10 \x03(\v2\x14.cairn.cluster.QuotaR\x06quotas\"\xd9\x01\n" +
+	"\x05Quota\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x1b\n" +
+	"\tmax_bytes\x18\x04 \x01(\x04R\bmaxBytes\x12\x1d\n" +
+	"\n" +
+	"max_inodes\x18\x05 \x01(\x04R\tmaxInodes\x12\x1d\n" +
+	"\n" +
+	"base_bytes\x18\x06 \x01(\x03R\tbaseBytes\x12\x1f\n" +
+	"\vbase_inodes\x18\a \x01(\x03R\n" +
+	"baseInodes\x12\x1e\n" +
+	"\vset_unix_ms\x18\b \x01(\x03R\tsetUnixMs\"\xb4\x01\n" +
+	"\n" +
+	"QuotaState\x12*\n" +
+	"\x05quota\x18\x01 \x01(\v2\x14.cairn.cluster.QuotaR\x05quota\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\x04R\bvolumeId\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x03 \x01(\x03R\tusedBytes\x12\x1f\n" +
+	"\vused_inodes\x18\x04 \x01(\x03R\n" +
+	"usedInodes\x12\x1d\n" +
+	"\n" +
+	"used_known\x18\x05 \x01(\bR\tusedKnown\"H\n" +
+	"\bQuotaUse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x16\n" +
+	"\x06inodes\x18\x03 \x01(\x03R\x06inodes\"|\n" +
 	"\vChunkLayout\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x19\n" +
 	"\bmin_size\x18\x02 \x01(\rR\aminSize\x12\x19\n" +
@@ -4386,7 +5007,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x04caps\x18\x03 \x01(\fR\x04caps\x12&\n" +
 	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12)\n" +
 	"\x11not_after_unix_ms\x18\x05 \x01(\x03R\x0enotAfterUnixMs\x12&\n" +
-	"\x0frevoked_unix_ms\x18\x06 \x01(\x03R\rrevokedUnixMs\"\xde\a\n" +
+	"\x0frevoked_unix_ms\x18\x06 \x01(\x03R\rrevokedUnixMs\"\xd7\b\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x120\n" +
 	"\x04init\x18\n" +
@@ -4405,8 +5026,20 @@ const file_cluster_proto_rawDesc = "" +
 	"drain_node\x18\x14 \x01(\v2\x18.cairn.cluster.DrainNodeH\x00R\tdrainNode\x12R\n" +
 	"\x13add_data_partitions\x18\x15 \x01(\v2 .cairn.cluster.AddDataPartitionsH\x00R\x11addDataPartitions\x12H\n" +
 	"\x0fregister_client\x18\x16 \x01(\v2\x1d.cairn.cluster.RegisterClientH\x00R\x0eregisterClient\x12/\n" +
-	"\x06revoke\x18\x17 \x01(\v2\x15.cairn.cluster.RevokeH\x00R\x06revokeB\x04\n" +
-	"\x02op\"?\n" +
+	"\x06revoke\x18\x17 \x01(\v2\x15.cairn.cluster.RevokeH\x00R\x06revoke\x126\n" +
+	"\tset_quota\x18\x18 \x01(\v2\x17.cairn.cluster.SetQuotaH\x00R\bsetQuota\x12?\n" +
+	"\fremove_quota\x18\x19 \x01(\v2\x1a.cairn.cluster.RemoveQuotaH\x00R\vremoveQuotaB\x04\n" +
+	"\x02op\"\xa4\x01\n" +
+	"\bSetQuota\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12*\n" +
+	"\x05quota\x18\x02 \x01(\v2\x14.cairn.cluster.QuotaR\x05quota\x12\x16\n" +
+	"\x06rebase\x18\x03 \x01(\bR\x06rebase\x12\x1b\n" +
+	"\texpect_id\x18\x04 \x01(\x04R\bexpectId\x12\x1f\n" +
+	"\vlimits_only\x18\x05 \x01(\bR\n" +
+	"limitsOnly\"7\n" +
+	"\vRemoveQuota\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\"?\n" +
 	"\x0eRegisterClient\x12-\n" +
 	"\x06client\x18\x01 \x01(\v2\x15.cairn.cluster.ClientR\x06client\"c\n" +
 	"\x06Revoke\x12\x16\n" +
@@ -4497,7 +5130,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"used_bytes\x18\x02 \x01(\x04R\tusedBytes\x12\x19\n" +
 	"\bmem_util\x18\x03 \x01(\x01R\amemUtil\x12\x19\n" +
-	"\bcpu_util\x18\x04 \x01(\x01R\acpuUtil\"\x88\x02\n" +
+	"\bcpu_util\x18\x04 \x01(\x01R\acpuUtil\"\xbe\x02\n" +
 	"\x0fPartitionReport\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\bR\x06leader\x12\x1d\n" +
@@ -4508,7 +5141,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06voters\x18\x06 \x03(\x04R\x06voters\x12\x1a\n" +
 	"\blearners\x18\a \x03(\x04R\blearners\x12\x1b\n" +
 	"\tread_only\x18\b \x01(\bR\breadOnly\x12#\n" +
-	"\rlogical_bytes\x18\t \x01(\x04R\flogicalBytes\"\xfc\x01\n" +
+	"\rlogical_bytes\x18\t \x01(\x04R\flogicalBytes\x124\n" +
+	"\tquota_use\x18\n" +
+	" \x03(\v2\x17.cairn.cluster.QuotaUseR\bquotaUse\"\xfc\x01\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12*\n" +
@@ -4518,7 +5153,7 @@ const file_cluster_proto_rawDesc = "" +
 	"partitions\x12\x10\n" +
 	"\x03pid\x18\x05 \x01(\x05R\x03pid\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x12!\n" +
-	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xc0\x03\n" +
+	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xf3\x03\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x124\n" +
 	"\bassigned\x18\x02 \x03(\v2\x18.cairn.cluster.PartitionR\bassigned\x12N\n" +
@@ -4526,7 +5161,8 @@ const file_cluster_proto_rawDesc = "" +
 	"node_addrs\x18\x03 \x03(\v2/.cairn.cluster.HeartbeatResponse.NodeAddrsEntryR\tnodeAddrs\x12[\n" +
 	"\x0fnode_data_addrs\x18\x04 \x03(\v23.cairn.cluster.HeartbeatResponse.NodeDataAddrsEntryR\rnodeDataAddrs\x12\x18\n" +
 	"\aremoved\x18\x05 \x03(\x04R\aremoved\x12\x18\n" +
-	"\arevoked\x18\x06 \x03(\tR\arevoked\x1a<\n" +
+	"\arevoked\x18\x06 \x03(\tR\arevoked\x121\n" +
+	"\x06quotas\x18\a \x03(\v2\x19.cairn.cluster.QuotaStateR\x06quotas\x1a<\n" +
 	"\x0eNodeAddrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
@@ -4545,7 +5181,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0edefault_layout\x18\x06 \x01(\rR\rdefaultLayout\x126\n" +
 	"\bchunking\x18\a \x01(\v2\x1a.cairn.cluster.ChunkLayoutR\bchunking\"#\n" +
 	"\rVolumeRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xa5\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xd8\x02\n" +
 	"\x0eVolumeResponse\x12-\n" +
 	"\x06volume\x18\x01 \x01(\v2\x15.cairn.cluster.VolumeR\x06volume\x128\n" +
 	"\n" +
@@ -4557,7 +5193,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"used_known\x18\x05 \x01(\bR\tusedKnown\x12.\n" +
 	"\x13data_capacity_bytes\x18\x06 \x01(\x04R\x11dataCapacityBytes\x12&\n" +
-	"\x0fdata_free_bytes\x18\a \x01(\x04R\rdataFreeBytes\"\x14\n" +
+	"\x0fdata_free_bytes\x18\a \x01(\x04R\rdataFreeBytes\x121\n" +
+	"\x06quotas\x18\b \x03(\v2\x19.cairn.cluster.QuotaStateR\x06quotas\"\x14\n" +
 	"\x12ListVolumesRequest\"\\\n" +
 	"\x13ListVolumesResponse\x12/\n" +
 	"\avolumes\x18\x01 \x03(\v2\x15.cairn.cluster.VolumeR\avolumes\x12\x14\n" +
@@ -4601,7 +5238,14 @@ const file_cluster_proto_rawDesc = "" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1d\n" +
 	"\n" +
-	"bytes_left\x18\x03 \x01(\x04R\tbytesLeft\"D\n" +
+	"bytes_left\x18\x03 \x01(\x04R\tbytesLeft\"<\n" +
+	"\x0fSetQuotaRequest\x12)\n" +
+	"\x03set\x18\x01 \x01(\v2\x17.cairn.cluster.SetQuotaR\x03set\"H\n" +
+	"\x12RemoveQuotaRequest\x122\n" +
+	"\x06remove\x18\x01 \x01(\v2\x1a.cairn.cluster.RemoveQuotaR\x06remove\"Q\n" +
+	"\rQuotaResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12*\n" +
+	"\x05quota\x18\x02 \x01(\v2\x14.cairn.cluster.QuotaR\x05quota\"D\n" +
 	"\x13CreateClientRequest\x12-\n" +
 	"\x06client\x18\x01 \x01(\v2\x15.cairn.cluster.ClientR\x06client\",\n" +
 	"\x14CreateClientResponse\x12\x14\n" +
@@ -4653,7 +5297,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x16MOVE_PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10MOVE_PHASE_START\x10\x01\x12\x13\n" +
 	"\x0fMOVE_PHASE_DONE\x10\x02\x12\x14\n" +
-	"\x10MOVE_PHASE_ABORT\x10\x032\xf1\b\n" +
+	"\x10MOVE_PHASE_ABORT\x10\x032\x8b\n" +
+	"\n" +
 	"\x06Master\x12K\n" +
 	"\bRegister\x12\x1e.cairn.cluster.RegisterRequest\x1a\x1f.cairn.cluster.RegisterResponse\x12N\n" +
 	"\tHeartbeat\x12\x1f.cairn.cluster.HeartbeatRequest\x1a .cairn.cluster.HeartbeatResponse\x12E\n" +
@@ -4668,7 +5313,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\x10DecommissionNode\x12&.cairn.cluster.DecommissionNodeRequest\x1a'.cairn.cluster.DecommissionNodeResponse\x12W\n" +
 	"\fCreateClient\x12\".cairn.cluster.CreateClientRequest\x1a#.cairn.cluster.CreateClientResponse\x12T\n" +
 	"\vListClients\x12!.cairn.cluster.ListClientsRequest\x1a\".cairn.cluster.ListClientsResponse\x12E\n" +
-	"\x06Revoke\x12\x1c.cairn.cluster.RevokeRequest\x1a\x1d.cairn.cluster.RevokeResponseB(Z&github.com/cairnfs/cairn/pkg/clusterpbb\x06proto3"
+	"\x06Revoke\x12\x1c.cairn.cluster.RevokeRequest\x1a\x1d.cairn.cluster.RevokeResponse\x12H\n" +
+	"\bSetQuota\x12\x1e.cairn.cluster.SetQuotaRequest\x1a\x1c.cairn.cluster.QuotaResponse\x12N\n" +
+	"\vRemoveQuota\x12!.cairn.cluster.RemoveQuotaRequest\x1a\x1c.cairn.cluster.QuotaResponseB(Z&github.com/cairnfs/cairn/pkg/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -4683,7 +5330,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_cluster_proto_goTypes = []any{
 	(Role)(0),                        // 0: cairn.cluster.Role
 	(NodeState)(0),                   // 1: cairn.cluster.NodeState
@@ -4692,163 +5339,186 @@ var file_cluster_proto_goTypes = []any{
 	(MovePhase)(0),                   // 4: cairn.cluster.MovePhase
 	(*Node)(nil),                     // 5: cairn.cluster.Node
 	(*Volume)(nil),                   // 6: cairn.cluster.Volume
-	(*ChunkLayout)(nil),              // 7: cairn.cluster.ChunkLayout
-	(*ExceptionEntry)(nil),           // 8: cairn.cluster.ExceptionEntry
-	(*Migration)(nil),                // 9: cairn.cluster.Migration
-	(*Partition)(nil),                // 10: cairn.cluster.Partition
-	(*ClusterMap)(nil),               // 11: cairn.cluster.ClusterMap
-	(*Client)(nil),                   // 12: cairn.cluster.Client
-	(*Command)(nil),                  // 13: cairn.cluster.Command
-	(*RegisterClient)(nil),           // 14: cairn.cluster.RegisterClient
-	(*Revoke)(nil),                   // 15: cairn.cluster.Revoke
-	(*AddDataPartitions)(nil),        // 16: cairn.cluster.AddDataPartitions
-	(*DrainNode)(nil),                // 17: cairn.cluster.DrainNode
-	(*MoveReplica)(nil),              // 18: cairn.cluster.MoveReplica
-	(*MarkInSync)(nil),               // 19: cairn.cluster.MarkInSync
-	(*AddMetaPartition)(nil),         // 20: cairn.cluster.AddMetaPartition
-	(*StartMigration)(nil),           // 21: cairn.cluster.StartMigration
-	(*AdvanceMigration)(nil),         // 22: cairn.cluster.AdvanceMigration
-	(*InitCluster)(nil),              // 23: cairn.cluster.InitCluster
-	(*RegisterNode)(nil),             // 24: cairn.cluster.RegisterNode
-	(*SetNodeState)(nil),             // 25: cairn.cluster.SetNodeState
-	(*NewPartition)(nil),             // 26: cairn.cluster.NewPartition
-	(*CreateVolume)(nil),             // 27: cairn.cluster.CreateVolume
-	(*DeleteVolume)(nil),             // 28: cairn.cluster.DeleteVolume
-	(*RegisterRequest)(nil),          // 29: cairn.cluster.RegisterRequest
-	(*RegisterResponse)(nil),         // 30: cairn.cluster.RegisterResponse
-	(*Usage)(nil),                    // 31: cairn.cluster.Usage
-	(*PartitionReport)(nil),          // 32: cairn.cluster.PartitionReport
-	(*HeartbeatRequest)(nil),         // 33: cairn.cluster.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 34: cairn.cluster.HeartbeatResponse
-	(*GetMapRequest)(nil),            // 35: cairn.cluster.GetMapRequest
-	(*GetMapResponse)(nil),           // 36: cairn.cluster.GetMapResponse
-	(*CreateVolumeRequest)(nil),      // 37: cairn.cluster.CreateVolumeRequest
-	(*VolumeRequest)(nil),            // 38: cairn.cluster.VolumeRequest
-	(*VolumeResponse)(nil),           // 39: cairn.cluster.VolumeResponse
-	(*ListVolumesRequest)(nil),       // 40: cairn.cluster.ListVolumesRequest
-	(*ListVolumesResponse)(nil),      // 41: cairn.cluster.ListVolumesResponse
-	(*DeleteVolumeResponse)(nil),     // 42: cairn.cluster.DeleteVolumeResponse
-	(*PingRequest)(nil),              // 43: cairn.cluster.PingRequest
-	(*PingResponse)(nil),             // 44: cairn.cluster.PingResponse
-	(*NodeStatus)(nil),               // 45: cairn.cluster.NodeStatus
-	(*StatusRequest)(nil),            // 46: cairn.cluster.StatusRequest
-	(*StatusResponse)(nil),           // 47: cairn.cluster.StatusResponse
-	(*ReplicaRecovery)(nil),          // 48: cairn.cluster.ReplicaRecovery
-	(*CreateClientRequest)(nil),      // 49: cairn.cluster.CreateClientRequest
-	(*CreateClientResponse)(nil),     // 50: cairn.cluster.CreateClientResponse
-	(*ListClientsRequest)(nil),       // 51: cairn.cluster.ListClientsRequest
-	(*ListClientsResponse)(nil),      // 52: cairn.cluster.ListClientsResponse
-	(*RevokeRequest)(nil),            // 53: cairn.cluster.RevokeRequest
-	(*RevokeResponse)(nil),           // 54: cairn.cluster.RevokeResponse
-	(*DecommissionNodeRequest)(nil),  // 55: cairn.cluster.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil), // 56: cairn.cluster.DecommissionNodeResponse
-	(*ReportFailureRequest)(nil),     // 57: cairn.cluster.ReportFailureRequest
-	(*ReportFailureResponse)(nil),    // 58: cairn.cluster.ReportFailureResponse
-	nil,                              // 59: cairn.cluster.ClusterMap.NodesEntry
-	nil,                              // 60: cairn.cluster.ClusterMap.VolumesEntry
-	nil,                              // 61: cairn.cluster.ClusterMap.PartitionsEntry
-	nil,                              // 62: cairn.cluster.ClusterMap.ClientsEntry
-	nil,                              // 63: cairn.cluster.ClusterMap.RevokedEntry
-	nil,                              // 64: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	nil,                              // 65: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	(*Quota)(nil),                    // 7: cairn.cluster.Quota
+	(*QuotaState)(nil),               // 8: cairn.cluster.QuotaState
+	(*QuotaUse)(nil),                 // 9: cairn.cluster.QuotaUse
+	(*ChunkLayout)(nil),              // 10: cairn.cluster.ChunkLayout
+	(*ExceptionEntry)(nil),           // 11: cairn.cluster.ExceptionEntry
+	(*Migration)(nil),                // 12: cairn.cluster.Migration
+	(*Partition)(nil),                // 13: cairn.cluster.Partition
+	(*ClusterMap)(nil),               // 14: cairn.cluster.ClusterMap
+	(*Client)(nil),                   // 15: cairn.cluster.Client
+	(*Command)(nil),                  // 16: cairn.cluster.Command
+	(*SetQuota)(nil),                 // 17: cairn.cluster.SetQuota
+	(*RemoveQuota)(nil),              // 18: cairn.cluster.RemoveQuota
+	(*RegisterClient)(nil),           // 19: cairn.cluster.RegisterClient
+	(*Revoke)(nil),                   // 20: cairn.cluster.Revoke
+	(*AddDataPartitions)(nil),        // 21: cairn.cluster.AddDataPartitions
+	(*DrainNode)(nil),                // 22: cairn.cluster.DrainNode
+	(*MoveReplica)(nil),              // 23: cairn.cluster.MoveReplica
+	(*MarkInSync)(nil),               // 24: cairn.cluster.MarkInSync
+	(*AddMetaPartition)(nil),         // 25: cairn.cluster.AddMetaPartition
+	(*StartMigration)(nil),           // 26: cairn.cluster.StartMigration
+	(*AdvanceMigration)(nil),         // 27: cairn.cluster.AdvanceMigration
+	(*InitCluster)(nil),              // 28: cairn.cluster.InitCluster
+	(*RegisterNode)(nil),             // 29: cairn.cluster.RegisterNode
+	(*SetNodeState)(nil),             // 30: cairn.cluster.SetNodeState
+	(*NewPartition)(nil),             // 31: cairn.cluster.NewPartition
+	(*CreateVolume)(nil),             // 32: cairn.cluster.CreateVolume
+	(*DeleteVolume)(nil),             // 33: cairn.cluster.DeleteVolume
+	(*RegisterRequest)(nil),          // 34: cairn.cluster.RegisterRequest
+	(*RegisterResponse)(nil),         // 35: cairn.cluster.RegisterResponse
+	(*Usage)(nil),                    // 36: cairn.cluster.Usage
+	(*PartitionReport)(nil),          // 37: cairn.cluster.PartitionReport
+	(*HeartbeatRequest)(nil),         // 38: cairn.cluster.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 39: cairn.cluster.HeartbeatResponse
+	(*GetMapRequest)(nil),            // 40: cairn.cluster.GetMapRequest
+	(*GetMapResponse)(nil),           // 41: cairn.cluster.GetMapResponse
+	(*CreateVolumeRequest)(nil),      // 42: cairn.cluster.CreateVolumeRequest
+	(*VolumeRequest)(nil),            // 43: cairn.cluster.VolumeRequest
+	(*VolumeResponse)(nil),           // 44: cairn.cluster.VolumeResponse
+	(*ListVolumesRequest)(nil),       // 45: cairn.cluster.ListVolumesRequest
+	(*ListVolumesResponse)(nil),      // 46: cairn.cluster.ListVolumesResponse
+	(*DeleteVolumeResponse)(nil),     // 47: cairn.cluster.DeleteVolumeResponse
+	(*PingRequest)(nil),              // 48: cairn.cluster.PingRequest
+	(*PingResponse)(nil),             // 49: cairn.cluster.PingResponse
+	(*NodeStatus)(nil),               // 50: cairn.cluster.NodeStatus
+	(*StatusRequest)(nil),            // 51: cairn.cluster.StatusRequest
+	(*StatusResponse)(nil),           // 52: cairn.cluster.StatusResponse
+	(*ReplicaRecovery)(nil),          // 53: cairn.cluster.ReplicaRecovery
+	(*SetQuotaRequest)(nil),          // 54: cairn.cluster.SetQuotaRequest
+	(*RemoveQuotaRequest)(nil),       // 55: cairn.cluster.RemoveQuotaRequest
+	(*QuotaResponse)(nil),            // 56: cairn.cluster.QuotaResponse
+	(*CreateClientRequest)(nil),      // 57: cairn.cluster.CreateClientRequest
+	(*CreateClientResponse)(nil),     // 58: cairn.cluster.CreateClientResponse
+	(*ListClientsRequest)(nil),       // 59: cairn.cluster.ListClientsRequest
+	(*ListClientsResponse)(nil),      // 60: cairn.cluster.ListClientsResponse
+	(*RevokeRequest)(nil),            // 61: cairn.cluster.RevokeRequest
+	(*RevokeResponse)(nil),           // 62: cairn.cluster.RevokeResponse
+	(*DecommissionNodeRequest)(nil),  // 63: cairn.cluster.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil), // 64: cairn.cluster.DecommissionNodeResponse
+	(*ReportFailureRequest)(nil),     // 65: cairn.cluster.ReportFailureRequest
+	(*ReportFailureResponse)(nil),    // 66: cairn.cluster.ReportFailureResponse
+	nil,                              // 67: cairn.cluster.ClusterMap.NodesEntry
+	nil,                              // 68: cairn.cluster.ClusterMap.VolumesEntry
+	nil,                              // 69: cairn.cluster.ClusterMap.PartitionsEntry
+	nil,                              // 70: cairn.cluster.ClusterMap.ClientsEntry
+	nil,                              // 71: cairn.cluster.ClusterMap.RevokedEntry
+	nil,                              // 72: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	nil,                              // 73: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
 	1,  // 1: cairn.cluster.Node.state:type_name -> cairn.cluster.NodeState
-	8,  // 2: cairn.cluster.Volume.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	9,  // 3: cairn.cluster.Volume.migration:type_name -> cairn.cluster.Migration
-	7,  // 4: cairn.cluster.Volume.chunking:type_name -> cairn.cluster.ChunkLayout
-	8,  // 5: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	3,  // 6: cairn.cluster.Migration.phase:type_name -> cairn.cluster.MigrationPhase
-	2,  // 7: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
-	59, // 8: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
-	60, // 9: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
-	61, // 10: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
-	62, // 11: cairn.cluster.ClusterMap.clients:type_name -> cairn.cluster.ClusterMap.ClientsEntry
-	63, // 12: cairn.cluster.ClusterMap.revoked:type_name -> cairn.cluster.ClusterMap.RevokedEntry
-	23, // 13: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
-	24, // 14: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
-	25, // 15: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
-	27, // 16: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
-	28, // 17: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
-	20, // 18: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
-	21, // 19: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
-	22, // 20: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
-	19, // 21: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
-	18, // 22: cairn.cluster.Command.move_replica:type_name -> cairn.cluster.MoveReplica
-	17, // 23: cairn.cluster.Command.drain_node:type_name -> cairn.cluster.DrainNode
-	16, // 24: cairn.cluster.Command.add_data_partitions:type_name -> cairn.cluster.AddDataPartitions
-	14, // 25: cairn.cluster.Command.register_client:type_name -> cairn.cluster.RegisterClient
-	15, // 26: cairn.cluster.Command.revoke:type_name -> cairn.cluster.Revoke
-	12, // 27: cairn.cluster.RegisterClient.client:type_name -> cairn.cluster.Client
-	26, // 28: cairn.cluster.AddDataPartitions.partitions:type_name -> cairn.cluster.NewPartition
-	4,  // 29: cairn.cluster.MoveReplica.phase:type_name -> cairn.cluster.MovePhase
-	26, // 30: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
-	8,  // 31: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	3,  // 32: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
-	0,  // 33: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
-	1,  // 34: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
-	2,  // 35: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
-	26, // 36: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
-	7,  // 37: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
-	0,  // 38: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
-	31, // 39: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
-	32, // 40: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
-	10, // 41: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
-	64, // 42: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	65, // 43: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
-	11, // 44: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
-	7,  // 45: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
-	6,  // 46: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
-	10, // 47: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
-	6,  // 48: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
-	5,  // 49: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
-	31, // 50: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
-	32, // 51: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
-	11, // 52: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
-	45, // 53: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
-	44, // 54: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
-	48, // 55: cairn.cluster.StatusResponse.recovering:type_name -> cairn.cluster.ReplicaRecovery
-	12, // 56: cairn.cluster.CreateClientRequest.client:type_name -> cairn.cluster.Client
-	12, // 57: cairn.cluster.ListClientsResponse.clients:type_name -> cairn.cluster.Client
-	5,  // 58: cairn.cluster.DecommissionNodeResponse.node:type_name -> cairn.cluster.Node
-	5,  // 59: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
-	6,  // 60: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
-	10, // 61: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
-	12, // 62: cairn.cluster.ClusterMap.ClientsEntry.value:type_name -> cairn.cluster.Client
-	29, // 63: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
-	33, // 64: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
-	35, // 65: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
-	37, // 66: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
-	38, // 67: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
-	40, // 68: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
-	38, // 69: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
-	46, // 70: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
-	43, // 71: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	57, // 72: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
-	55, // 73: cairn.cluster.Master.DecommissionNode:input_type -> cairn.cluster.DecommissionNodeRequest
-	49, // 74: cairn.cluster.Master.CreateClient:input_type -> cairn.cluster.CreateClientRequest
-	51, // 75: cairn.cluster.Master.ListClients:input_type -> cairn.cluster.ListClientsRequest
-	53, // 76: cairn.cluster.Master.Revoke:input_type -> cairn.cluster.RevokeRequest
-	30, // 77: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	34, // 78: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	36, // 79: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	39, // 80: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	39, // 81: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	41, // 82: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	42, // 83: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	47, // 84: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	44, // 85: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	58, // 86: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
-	56, // 87: cairn.cluster.Master.DecommissionNode:output_type -> cairn.cluster.DecommissionNodeResponse
-	50, // 88: cairn.cluster.Master.CreateClient:output_type -> cairn.cluster.CreateClientResponse
-	52, // 89: cairn.cluster.Master.ListClients:output_type -> cairn.cluster.ListClientsResponse
-	54, // 90: cairn.cluster.Master.Revoke:output_type -> cairn.cluster.RevokeResponse
-	77, // [77:91] is the sub-list for method output_type
-	63, // [63:77] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	11, // 2: cairn.cluster.Volume.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	12, // 3: cairn.cluster.Volume.migration:type_name -> cairn.cluster.Migration
+	10, // 4: cairn.cluster.Volume.chunking:type_name -> cairn.cluster.ChunkLayout
+	7,  // 5: cairn.cluster.Volume.quotas:type_name -> cairn.cluster.Quota
+	7,  // 6: cairn.cluster.QuotaState.quota:type_name -> cairn.cluster.Quota
+	11, // 7: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	3,  // 8: cairn.cluster.Migration.phase:type_name -> cairn.cluster.MigrationPhase
+	2,  // 9: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
+	67, // 10: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
+	68, // 11: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
+	69, // 12: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
+	70, // 13: cairn.cluster.ClusterMap.clients:type_name -> cairn.cluster.ClusterMap.ClientsEntry
+	71, // 14: cairn.cluster.ClusterMap.revoked:type_name -> cairn.cluster.ClusterMap.RevokedEntry
+	28, // 15: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
+	29, // 16: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
+	30, // 17: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
+	32, // 18: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
+	33, // 19: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
+	25, // 20: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
+	26, // 21: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
+	27, // 22: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
+	24, // 23: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
+	23, // 24: cairn.cluster.Command.move_replica:type_name -> cairn.cluster.MoveReplica
+	22, // 25: cairn.cluster.Command.drain_node:type_name -> cairn.cluster.DrainNode
+	21, // 26: cairn.cluster.Command.add_data_partitions:type_name -> cairn.cluster.AddDataPartitions
+	19, // 27: cairn.cluster.Command.register_client:type_name -> cairn.cluster.RegisterClient
+	20, // 28: cairn.cluster.Command.revoke:type_name -> cairn.cluster.Revoke
+	17, // 29: cairn.cluster.Command.set_quota:type_name -> cairn.cluster.SetQuota
+	18, // 30: cairn.cluster.Command.remove_quota:type_name -> cairn.cluster.RemoveQuota
+	7,  // 31: cairn.cluster.SetQuota.quota:type_name -> cairn.cluster.Quota
+	15, // 32: cairn.cluster.RegisterClient.client:type_name -> cairn.cluster.Client
+	31, // 33: cairn.cluster.AddDataPartitions.partitions:type_name -> cairn.cluster.NewPartition
+	4,  // 34: cairn.cluster.MoveReplica.phase:type_name -> cairn.cluster.MovePhase
+	31, // 35: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
+	11, // 36: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	3,  // 37: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
+	0,  // 38: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
+	1,  // 39: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
+	2,  // 40: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
+	31, // 41: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
+	10, // 42: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
+	0,  // 43: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
+	9,  // 44: cairn.cluster.PartitionReport.quota_use:type_name -> cairn.cluster.QuotaUse
+	36, // 45: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
+	37, // 46: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
+	13, // 47: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
+	72, // 48: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	73, // 49: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	8,  // 50: cairn.cluster.HeartbeatResponse.quotas:type_name -> cairn.cluster.QuotaState
+	14, // 51: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
+	10, // 52: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
+	6,  // 53: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
+	13, // 54: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
+	8,  // 55: cairn.cluster.VolumeResponse.quotas:type_name -> cairn.cluster.QuotaState
+	6,  // 56: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
+	5,  // 57: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
+	36, // 58: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
+	37, // 59: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
+	14, // 60: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
+	50, // 61: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
+	49, // 62: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
+	53, // 63: cairn.cluster.StatusResponse.recovering:type_name -> cairn.cluster.ReplicaRecovery
+	17, // 64: cairn.cluster.SetQuotaRequest.set:type_name -> cairn.cluster.SetQuota
+	18, // 65: cairn.cluster.RemoveQuotaRequest.remove:type_name -> cairn.cluster.RemoveQuota
+	7,  // 66: cairn.cluster.QuotaResponse.quota:type_name -> cairn.cluster.Quota
+	15, // 67: cairn.cluster.CreateClientRequest.client:type_name -> cairn.cluster.Client
+	15, // 68: cairn.cluster.ListClientsResponse.clients:type_name -> cairn.cluster.Client
+	5,  // 69: cairn.cluster.DecommissionNodeResponse.node:type_name -> cairn.cluster.Node
+	5,  // 70: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
+	6,  // 71: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
+	13, // 72: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
+	15, // 73: cairn.cluster.ClusterMap.ClientsEntry.value:type_name -> cairn.cluster.Client
+	34, // 74: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
+	38, // 75: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
+	40, // 76: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
+	42, // 77: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
+	43, // 78: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
+	45, // 79: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
+	43, // 80: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
+	51, // 81: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
+	48, // 82: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
+	65, // 83: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
+	63, // 84: cairn.cluster.Master.DecommissionNode:input_type -> cairn.cluster.DecommissionNodeRequest
+	57, // 85: cairn.cluster.Master.CreateClient:input_type -> cairn.cluster.CreateClientRequest
+	59, // 86: cairn.cluster.Master.ListClients:input_type -> cairn.cluster.ListClientsRequest
+	61, // 87: cairn.cluster.Master.Revoke:input_type -> cairn.cluster.RevokeRequest
+	54, // 88: cairn.cluster.Master.SetQuota:input_type -> cairn.cluster.SetQuotaRequest
+	55, // 89: cairn.cluster.Master.RemoveQuota:input_type -> cairn.cluster.RemoveQuotaRequest
+	35, // 90: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	39, // 91: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	41, // 92: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	44, // 93: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	44, // 94: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	46, // 95: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	47, // 96: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	52, // 97: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	49, // 98: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	66, // 99: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
+	64, // 100: cairn.cluster.Master.DecommissionNode:output_type -> cairn.cluster.DecommissionNodeResponse
+	58, // 101: cairn.cluster.Master.CreateClient:output_type -> cairn.cluster.CreateClientResponse
+	60, // 102: cairn.cluster.Master.ListClients:output_type -> cairn.cluster.ListClientsResponse
+	62, // 103: cairn.cluster.Master.Revoke:output_type -> cairn.cluster.RevokeResponse
+	56, // 104: cairn.cluster.Master.SetQuota:output_type -> cairn.cluster.QuotaResponse
+	56, // 105: cairn.cluster.Master.RemoveQuota:output_type -> cairn.cluster.QuotaResponse
+	90, // [90:106] is the sub-list for method output_type
+	74, // [74:90] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -4856,7 +5526,7 @@ func file_cluster_proto_init() {
 	if File_cluster_proto != nil {
 		return
 	}
-	file_cluster_proto_msgTypes[8].OneofWrappers = []any{
+	file_cluster_proto_msgTypes[11].OneofWrappers = []any{
 		(*Command_Init)(nil),
 		(*Command_Register)(nil),
 		(*Command_SetNodeState)(nil),
@@ -4871,6 +5541,8 @@ func file_cluster_proto_init() {
 		(*Command_AddDataPartitions)(nil),
 		(*Command_RegisterClient)(nil),
 		(*Command_Revoke)(nil),
+		(*Command_SetQuota)(nil),
+		(*Command_RemoveQuota)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4878,7 +5550,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   61,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

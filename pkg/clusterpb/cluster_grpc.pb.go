@@ -39,6 +39,8 @@ const (
 	Master_CreateClient_FullMethodName     = "/cairn.cluster.Master/CreateClient"
 	Master_ListClients_FullMethodName      = "/cairn.cluster.Master/ListClients"
 	Master_Revoke_FullMethodName           = "/cairn.cluster.Master/Revoke"
+	Master_SetQuota_FullMethodName         = "/cairn.cluster.Master/SetQuota"
+	Master_RemoveQuota_FullMethodName      = "/cairn.cluster.Master/RemoveQuota"
 )
 
 // MasterClient is the client API for Master service.
@@ -71,6 +73,10 @@ type MasterClient interface {
 	CreateClient(ctx context.Context, in *CreateClientRequest, opts ...grpc.CallOption) (*CreateClientResponse, error)
 	ListClients(ctx context.Context, in *ListClientsRequest, opts ...grpc.CallOption) (*ListClientsResponse, error)
 	Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error)
+	// Directory quotas: set (or change, or rebase after a recount) and
+	// remove. Admins only; GetVolume lists them with their usage.
+	SetQuota(ctx context.Context, in *SetQuotaRequest, opts ...grpc.CallOption) (*QuotaResponse, error)
+	RemoveQuota(ctx context.Context, in *RemoveQuotaRequest, opts ...grpc.CallOption) (*QuotaResponse, error)
 }
 
 type masterClient struct {
@@ -221,6 +227,26 @@ func (c *masterClient) Revoke(ctx context.Context, in *RevokeRequest, opts ...gr
 	return out, nil
 }
 
+func (c *masterClient) SetQuota(ctx context.Context, in *SetQuotaRequest, opts ...grpc.CallOption) (*QuotaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QuotaResponse)
+	err := c.cc.Invoke(ctx, Master_SetQuota_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) RemoveQuota(ctx context.Context, in *RemoveQuotaRequest, opts ...grpc.CallOption) (*QuotaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QuotaResponse)
+	err := c.cc.Invoke(ctx, Master_RemoveQuota_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -251,6 +277,10 @@ type MasterServer interface {
 	CreateClient(context.Context, *CreateClientRequest) (*CreateClientResponse, error)
 	ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error)
 	Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error)
+	// Directory quotas: set (or change, or rebase after a recount) and
+	// remove. Admins only; GetVolume lists them with their usage.
+	SetQuota(context.Context, *SetQuotaRequest) (*QuotaResponse, error)
+	RemoveQuota(context.Context, *RemoveQuotaRequest) (*QuotaResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -302,6 +332,12 @@ func (UnimplementedMasterServer) ListClients(context.Context, *ListClientsReques
 }
 func (UnimplementedMasterServer) Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Revoke not implemented")
+}
+func (UnimplementedMasterServer) SetQuota(context.Context, *SetQuotaRequest) (*QuotaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetQuota not implemented")
+}
+func (UnimplementedMasterServer) RemoveQuota(context.Context, *RemoveQuotaRequest) (*QuotaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveQuota not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -576,6 +612,42 @@ func _Master_Revoke_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_SetQuota_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetQuotaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).SetQuota(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_SetQuota_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).SetQuota(ctx, req.(*SetQuotaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_RemoveQuota_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveQuotaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).RemoveQuota(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_RemoveQuota_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).RemoveQuota(ctx, req.(*RemoveQuotaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -638,6 +710,14 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Revoke",
 			Handler:    _Master_Revoke_Handler,
+		},
+		{
+			MethodName: "SetQuota",
+			Handler:    _Master_SetQuota_Handler,
+		},
+		{
+			MethodName: "RemoveQuota",
+			Handler:    _Master_RemoveQuota_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

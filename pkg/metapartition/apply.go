@@ -76,13 +76,20 @@ func (p *Partition) applyTxn(now int64, m *metapb.Txn) *metapb.TxnResult {
 	defer t.reset(nil, 0) // drop references to the batch and to old records
 	results := make([]*metapb.OpResult, 0, len(ops))
 	for i, op := range ops {
-		r, err := t.apply(op)
+		ino, before, charged, err := t.chargeBefore(op)
+		var r *metapb.OpResult
+		if err == nil {
+			r, err = t.apply(op)
+		}
 		if err != nil {
 			return &metapb.TxnResult{
 				Errno:    int32(err.errno),
 				FailedOp: int32(i),
 				Message:  fmt.Sprintf("op %d (%s): %s", i, opName(op), err.msg),
 			}
+		}
+		if charged {
+			t.chargeAfter(op, ino, before, r)
 		}
 		results = append(results, r)
 	}

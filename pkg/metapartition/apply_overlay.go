@@ -47,6 +47,8 @@ type txn struct {
 	chunkChanges []chunkChange
 	chunkIdx     map[chunker.Fingerprint]int
 	marks        []markChange
+
+	quota []quotaCharge // quota count changes (quota.go)
 }
 
 type dentryKey struct {
@@ -88,6 +90,7 @@ func (t *txn) reset(p *Partition, now int64) {
 		chunkChanges: t.chunkChanges[:0],
 		chunkIdx:     t.chunkIdx,
 		marks:        t.marks[:0],
+		quota:        t.quota[:0],
 	}
 	if p != nil {
 		t.maxIno, t.end = p.maxIno, p.end
@@ -249,6 +252,7 @@ func (t *txn) free(ino uint64, pieces []extent) {
 // indexes. It cannot fail.
 func (t *txn) commit() {
 	p := t.p
+	t.commitQuota()
 	for _, c := range t.inodes {
 		var old *inode
 		if c.in == nil {

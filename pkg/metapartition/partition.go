@@ -42,6 +42,7 @@ type Partition struct {
 	chunks   *btree.BTreeG[chunkEntry]  // chunk index entries by fingerprint (chunks.go)
 	marks    *btree.Map[uint64, uint64] // source partition -> highest drop_seq applied
 	nsEpoch  uint64                     // fences applied so far (Txn.ns_epoch)
+	quota    *btree.Map[uint64, QuotaUse] // quota id -> what this partition's inodes add (quota.go)
 
 	// Derived from the above, rebuilt by Restore, never serialized.
 	orphans *btree.Set[uint64]   // inodes with nlink 0
@@ -296,6 +297,7 @@ func newEmpty() *Partition {
 		hot:      btree.NewBTreeGOptions(nameNLess, treeOpts),
 		chunks:   btree.NewBTreeGOptions(chunkEntryLess, treeOpts),
 		marks:    new(btree.Map[uint64, uint64]),
+		quota:    new(btree.Map[uint64, QuotaUse]),
 		cidx:     newChunkDerived(),
 	}
 }

@@ -39,10 +39,11 @@ import (
 //	#chunkEntries, entry* fp size pid eid extOff refs dead(0/1) mtime, by fp (v4)
 //	#watermarks, mark*   source seq, by source (v4)
 //	nsEpoch              fences applied so far (v5)
+//	#quotas, quota*      id bytes(varint) inodes(varint), by id (v6)
 //	crc32c of everything above, 4 bytes little-endian
 const (
 	snapMagic   = "CAIRNMP\n"
-	snapVersion = 5
+	snapVersion = 6
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -68,6 +69,7 @@ type Frozen struct {
 	chunks   *btree.BTreeG[chunkEntry]
 	marks    *btree.Map[uint64, uint64]
 	nsEpoch  uint64
+	quota    *btree.Map[uint64, QuotaUse]
 }
 
 // Clone returns a Frozen copy of the replicated state. It costs O(1) for the
@@ -88,6 +90,7 @@ func (p *Partition) Clone() *Frozen {
 		chunks:   p.chunks.Copy(),
 		marks:    p.marks.Copy(),
 		nsEpoch:  p.nsEpoch,
+		quota:    p.quota.Copy(),
 	}
 }
 

@@ -181,6 +181,9 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 	if r.version >= 5 {
 		p.nsEpoch = r.u()
 	}
+	if r.version >= 6 {
+		r.quotaUse(p)
+	}
 	if r.err == nil && r.off != len(r.b) {
 		r.failf("%d bytes after the last record", len(r.b)-r.off)
 	}
@@ -232,6 +235,24 @@ func (r *snapReader) chunkIndex(p *Partition) {
 		}
 		prev = source
 		p.marks.Load(source, seq)
+	}
+}
+
+// quotaUse reads the quota counts into p (v6).
+func (r *snapReader) quotaUse(p *Partition) {
+	n := r.count("quota counts", 3)
+	var prev uint64
+	for i := 0; i < n && r.err == nil; i++ {
+		id, u := r.u(), QuotaUse{Bytes: r.i(), Inodes: r.i()}
+		if r.err != nil {
+			break
+		}
+		if id == 0 || (i > 0 && id <= prev) || u == (QuotaUse{}) {
+			r.failf("quota count %d invalid, empty or out of order", id)
+			break
+		}
+		prev = id
+		p.quota.Set(id, u)
 	}
 }
 

@@ -186,6 +186,13 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 		return s.record()
 	})
 	s.u(f.nsEpoch)
+	s.u(uint64(f.quota.Len()))
+	f.quota.Scan(func(id uint64, u QuotaUse) bool {
+		s.u(id)
+		s.i(u.Bytes)
+		s.i(u.Inodes)
+		return s.record()
+	})
 	s.flush()
 	if s.err != nil {
 		return s.n, fmt.Errorf("metapartition: write snapshot: %w", s.err)

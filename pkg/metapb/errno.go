@@ -14,7 +14,7 @@ type Errno int32
 
 // The errno values the meta partition returns (which operation returns which
 // is documented in pkg/metapartition's package comment), plus EPERM, EACCES, EXDEV, ELOOP
-// ENOTEMPTY and EROFS (a read-only client), which the meta node service needs for the checks it makes
+// ENOTEMPTY, EROFS (a read-only client) and EDQUOT (a directory quota), which the meta node service needs for the checks it makes
 // across partitions and for path operations,
 // and EIO for a remembered result that cannot be decoded (never expected).
 const (
@@ -40,6 +40,7 @@ const (
 	ELOOP        Errno = 40
 	ENODATA      Errno = 61
 	ESTALE       Errno = 116
+	EDQUOT       Errno = 122
 
 	// EWRONGMP and EMOVING are Cairn's own codes, above every Linux errno, and
 	// never reach an application: EWRONGMP says the partition does not own the
@@ -77,6 +78,7 @@ var errnoNames = map[Errno]string{
 	ELOOP:        "ELOOP",
 	ENODATA:      "ENODATA",
 	ESTALE:       "ESTALE",
+	EDQUOT:       "EDQUOT",
 	EWRONGMP:     "EWRONGMP",
 	EMOVING:      "EMOVING",
 	ENSCHANGED:   "ENSCHANGED",

@@ -2264,7 +2264,17 @@ type Op struct {
 	//	*Op_ChunkCollect
 	//	*Op_ChunkForget
 	//	*Op_ChunkFix
-	Op            isOp_Op `protobuf_oneof:"op"`
+	Op isOp_Op `protobuf_oneof:"op"`
+	// Quota charges (meta node leaders set them; a client's are replaced).
+	// The op's change of its inode's footprint (1 inode, plus its size for
+	// a regular file, while it exists) is charged to the quotas quotas
+	// names: the footprint before the op is taken from each of quotas and
+	// the footprint after added to each of quotas_to, or to quotas when
+	// quotas_to is empty. A file renamed into another quota's directory
+	// names the old quotas and the new ones.
+	Quotas        []uint64 `protobuf:"varint,30,rep,packed,name=quotas,proto3" json:"quotas,omitempty"`
+	QuotasTo      []uint64 `protobuf:"varint,31,rep,packed,name=quotas_to,json=quotasTo,proto3" json:"quotas_to,omitempty"`
+	QuotasMove    bool     `protobuf:"varint,32,opt,name=quotas_move,json=quotasMove,proto3" json:"quotas_move,omitempty"` // quotas_to applies even when empty
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2511,6 +2521,27 @@ func (x *Op) GetChunkFix() *ChunkFix {
 		}
 	}
 	return nil
+}
+
+func (x *Op) GetQuotas() []uint64 {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
+func (x *Op) GetQuotasTo() []uint64 {
+	if x != nil {
+		return x.QuotasTo
+	}
+	return nil
+}
+
+func (x *Op) GetQuotasMove() bool {
+	if x != nil {
+		return x.QuotasMove
+	}
+	return false
 }
 
 type isOp_Op interface {
@@ -4990,8 +5021,7 @@ const file_meta_proto_rawDesc = "" +
 	"\vChunkForget\x12)\n" +
 	"\x06chunks\x18\x01 \x03(\v2\x11.cairn.meta.ChunkR\x06chunks\"=\n" +
 	"\bChunkFix\x121\n" +
-	"\aentries\x18\x01 \x03(\v2\x17.cairn.meta.ChunkRecordR\aentries\"\xb7\n" +
-	"\n" +
+	"\aentries\x18\x01 \x03(\v2\x17.cairn.meta.ChunkRecordR\aentries\"\x8d\v\n" +
 	"\x02Op\x12<\n" +
 	"\fcreate_inode\x18\x01 \x01(\v2\x17.cairn.meta.CreateInodeH\x00R\vcreateInode\x12?\n" +
 	"\rcreate_dentry\x18\x02 \x01(\v2\x18.cairn.meta.CreateDentryH\x00R\fcreateDentry\x12?\n" +
@@ -5018,7 +5048,11 @@ const file_meta_proto_rawDesc = "" +
 	"chunk_refs\x18\x14 \x01(\v2\x15.cairn.meta.ChunkRefsH\x00R\tchunkRefs\x12?\n" +
 	"\rchunk_collect\x18\x15 \x01(\v2\x18.cairn.meta.ChunkCollectH\x00R\fchunkCollect\x12<\n" +
 	"\fchunk_forget\x18\x16 \x01(\v2\x17.cairn.meta.ChunkForgetH\x00R\vchunkForget\x123\n" +
-	"\tchunk_fix\x18\x17 \x01(\v2\x14.cairn.meta.ChunkFixH\x00R\bchunkFixB\x04\n" +
+	"\tchunk_fix\x18\x17 \x01(\v2\x14.cairn.meta.ChunkFixH\x00R\bchunkFix\x12\x16\n" +
+	"\x06quotas\x18\x1e \x03(\x04R\x06quotas\x12\x1b\n" +
+	"\tquotas_to\x18\x1f \x03(\x04R\bquotasTo\x12\x1f\n" +
+	"\vquotas_move\x18  \x01(\bR\n" +
+	"quotasMoveB\x04\n" +
 	"\x02op\"H\n" +
 	"\x0eRouteException\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x12\n" +
