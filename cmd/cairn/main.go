@@ -87,7 +87,7 @@ wins over the environment, which wins over the file.`,
 	}
 	root.PersistentFlags().StringVar(&configPath, "config", "", "YAML config file whose keys are flag names")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err, c} })
-	root.AddCommand(newMasterCmd(), newNodeCmd("meta"), newNodeCmd("data"), newUpCmd(), newStatusCmd(), newVolumeCmd(), newBenchCmd(), newMountCmd(), newFSCmd(), newFsckCmd(), newGCCmd(), newNodeAdminCmd(), newCertCmd(), newClientCmd())
+	root.AddCommand(newMasterCmd(), newNodeCmd("meta"), newNodeCmd("data"), newUpCmd(), newStatusCmd(), newVolumeCmd(), newBenchCmd(), newMountCmd(), newFSCmd(), newFsckCmd(), newGCCmd(), newNodeAdminCmd(), newCertCmd(), newClientCmd(), newQuotaCmd())
 	return root
 }
 
@@ -103,6 +103,16 @@ func noArgs(cmd *cobra.Command, args []string) error {
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
+			return usagef(cmd, "expected %s, got %d arguments", what, len(args))
+		}
+		return nil
+	}
+}
+
+// rangeArgs is cobra.RangeArgs with a usage error naming what is expected.
+func rangeArgs(lo, hi int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < lo || len(args) > hi {
 			return usagef(cmd, "expected %s, got %d arguments", what, len(args))
 		}
 		return nil

@@ -40,6 +40,9 @@ type mountOpts struct {
 	// readAheadKB is the kernel's read-ahead for the mount (its bdi's
 	// read_ahead_kb); 0 leaves the kernel's default.
 	readAheadKB int
+	// subdir is the directory of the volume the mount shows as its root
+	// ("": the volume's root, or a path-restricted identity's subtree).
+	subdir string
 }
 
 // defaultReadAheadKB is the mount's read-ahead unless -o read_ahead_kb says
@@ -87,10 +90,15 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 				o.allowOther = true
 			case "ro":
 				o.readOnly = true
+			case "subdir":
+				if !hasVal || !strings.HasPrefix(val, "/") {
+					err = fmt.Errorf("-o %s: want an absolute path in the volume, e.g. subdir=/projects/a", kv)
+				}
+				o.subdir = val
 			case "debug":
 				o.debug = true
 			default:
-				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, op_timeout=S, read_ahead_kb=N, ro, allow_other, debug)", k)
+				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, op_timeout=S, read_ahead_kb=N, ro, allow_other, debug, subdir=PATH)", k)
 			}
 			if err != nil {
 				return o, err
@@ -244,6 +252,8 @@ Options (-o, comma-separated, may repeat):
   read_ahead_kb=N   KiB the kernel reads ahead of a sequential reader (default
                     4096; 0 keeps the kernel's 128; needs root)
   ro                mount read-only
+  subdir=PATH       show directory PATH of the volume as the mount's root; df
+                    shows its quota when it has one
   allow_other       let other users than the mounting one use the mount
   debug             log every FUSE request
 
@@ -339,8 +349,22 @@ file system (docs/bench.md, "Traces").`,
 				fmt.Fprintf(cmd.OutOrStdout(), "trace: %d operations written to %s\n", n, traceTo)
 				return err
 			}
-			// A path-restricted identity sees its subtree as the mount's root.
-			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m, Trace: rec, Root: caps.RootIno, ShowIDs: showIDs(caps), CallerGroups: caps.MapsIDs()})
+			// A path-restricted identity sees its subtree as the mount's root
+			// (-o subdir resolves below it).
+			root := caps.RootIno
+			if mo.subdir != "" {
+				ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
+				a, err := v.StatPath(ctx, mo.subdir, client.Cred{})
+				cancel()
+				switch {
+				case err != nil:
+					return closeTrace(fmt.Errorf("-o subdir=%s: %w", mo.subdir, err))
+				case !a.IsDir():
+					return closeTrace(fmt.Errorf("-o subdir=%s: not a directory", mo.subdir))
+				}
+				root = a.Ino
+			}
+			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m, Trace: rec, Root: root, ShowIDs: showIDs(caps), CallerGroups: caps.MapsIDs()})
 			srv, err := fuse.NewServer(fsys, mp, &fuse.MountOptions{
 				DirectMount: os.Geteuid() == 0,
 				AllowOther:  mo.allowOther,

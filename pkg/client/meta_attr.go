@@ -192,6 +192,13 @@ const statfsBlock = 4096
 // disk space divided by its replica count. Usage comes from the master's
 // latest heartbeats (a second or two behind).
 func (v *Volume) StatFS(ctx context.Context) (*StatFS, error) {
+	return v.StatFSAt(ctx, RootIno)
+}
+
+// StatFSAt is StatFS for a mount whose root is directory ino: when ino has
+// a directory quota, the figures are the quota's limits and usage (a
+// limit not set keeps the volume's figure).
+func (v *Volume) StatFSAt(ctx context.Context, ino uint64) (*StatFS, error) {
 	const op = "statfs"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
@@ -219,8 +226,14 @@ func (v *Volume) StatFS(ctx context.Context) (*StatFS, error) {
 	}
 	blocks, freeBlocks := total/statfsBlock, free/statfsBlock
 	const filesMax = 1 << 40
-	return &StatFS{
+	s := &StatFS{
 		BlockSize: statfsBlock, Blocks: blocks, BlocksFree: freeBlocks, BlocksAvail: freeBlocks,
 		Files: inodes, FilesFree: filesMax - min(inodes, filesMax), NameLen: 255,
-	}, nil
+	}
+	if ino != RootIno {
+		if q, _ := v.quotaOf(ctx, ino); q != nil {
+			quotaFigures(s, q)
+		}
+	}
+	return s, nil
 }

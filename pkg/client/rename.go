@@ -143,6 +143,18 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 	if dst != nil && dst.GetIno() == src.GetIno() {
 		return nil // two names of one inode: rename(2) does nothing
 	}
+	if oldParent != newParent {
+		if srcDir {
+			if err := v.sameQuotas(ctx, src.GetIno(), oldParent, newParent); err != nil {
+				return err
+			}
+		}
+		if exchange && dstDir {
+			if err := v.sameQuotas(ctx, dst.GetIno(), newParent, oldParent); err != nil {
+				return err
+			}
+		}
+	}
 	if !exchange && dst != nil {
 		switch {
 		case srcDir && !dstDir:

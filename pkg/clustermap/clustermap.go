@@ -184,6 +184,11 @@ func (s *State) Apply(cmd *pb.Command) (any, error) {
 		changed = err == nil
 	case *pb.Command_Revoke:
 		res, changed, err = s.revoke(cmd.NowUnixMs, op.Revoke)
+	case *pb.Command_SetQuota:
+		res, changed, err = s.setQuota(cmd.NowUnixMs, op.SetQuota)
+	case *pb.Command_RemoveQuota:
+		res, err = s.removeQuota(op.RemoveQuota)
+		changed = err == nil
 	default:
 		return nil, fmt.Errorf("%w command: unknown operation %T", ErrInvalid, op)
 	}

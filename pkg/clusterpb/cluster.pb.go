@@ -1238,6 +1238,7 @@ type ClusterMap struct {
 	// and on every request.
 	Clients       map[string]*Client `protobuf:"bytes,10,rep,name=clients,proto3" json:"clients,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Revoked       map[string]int64   `protobuf:"bytes,11,rep,name=revoked,proto3" json:"revoked,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	NextQuotaId   uint64             `protobuf:"varint,12,opt,name=next_quota_id,json=nextQuotaId,proto3" json:"next_quota_id,omitempty"` // 0 before the first quota: ids start at 1
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1347,6 +1348,13 @@ func (x *ClusterMap) GetRevoked() map[string]int64 {
 		return x.Revoked
 	}
 	return nil
+}
+
+func (x *ClusterMap) GetNextQuotaId() uint64 {
+	if x != nil {
+		return x.NextQuotaId
+	}
+	return 0
 }
 
 // Client is a client identity issued by 'cairn client create': a
@@ -4966,7 +4974,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05epoch\x18\t \x01(\x04R\x05epoch\x12\x18\n" +
 	"\ajoining\x18\n" +
 	" \x01(\x04R\ajoining\x12\x18\n" +
-	"\aleaving\x18\v \x01(\x04R\aleaving\"\xb4\a\n" +
+	"\aleaving\x18\v \x01(\x04R\aleaving\"\xd8\a\n" +
 	"\n" +
 	"ClusterMap\x12\x1d\n" +
 	"\n" +
@@ -4984,7 +4992,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0fcreated_unix_ms\x18\t \x01(\x03R\rcreatedUnixMs\x12@\n" +
 	"\aclients\x18\n" +
 	" \x03(\v2&.cairn.cluster.ClusterMap.ClientsEntryR\aclients\x12@\n" +
-	"\arevoked\x18\v \x03(\v2&.cairn.cluster.ClusterMap.RevokedEntryR\arevoked\x1aM\n" +
+	"\arevoked\x18\v \x03(\v2&.cairn.cluster.ClusterMap.RevokedEntryR\arevoked\x12\"\n" +
+	"\rnext_quota_id\x18\f \x01(\x04R\vnextQuotaId\x1aM\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +

@@ -43,6 +43,8 @@ var (
 		pb.Master_CreateClient_FullMethodName:     admins,
 		pb.Master_ListClients_FullMethodName:      admins,
 		pb.Master_Revoke_FullMethodName:           admins,
+		pb.Master_SetQuota_FullMethodName:         admins,
+		pb.Master_RemoveQuota_FullMethodName:      admins,
 		"/cairn.cluster.Master/":                  anyone,
 		// Meta nodes: the file system's requests come from clients and, as
 		// follow-ups, from other meta nodes; whole-partition scans and

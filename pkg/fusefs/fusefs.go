@@ -296,10 +296,11 @@ func (fs *FS) fillEntry(a *client.Attr, out *fuse.EntryOut) {
 	fs.fillAttr(a, &out.Attr)
 }
 
-// StatFs reports the volume's capacity and inode counts.
+// StatFs reports the volume's capacity and inode counts, or the quota's
+// of the mount's root directory when it has one.
 func (fs *FS) StatFs(cancel <-chan struct{}, header *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
 	start := time.Now()
-	s, err := fs.v.StatFS(ctxOf(cancel))
+	s, err := fs.v.StatFSAt(ctxOf(cancel), fs.root)
 	if err != nil {
 		return fs.observe("statfs", start, status(err))
 	}

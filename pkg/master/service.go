@@ -179,7 +179,11 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		}
 		v.s.log.Info("stale replica caught up", "partition", c.PartitionId, "node", c.NodeId, "partition_epoch", c.Epoch)
 	}
-	return &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs, NodeDataAddrs: dataAddrs, Removed: removed, Revoked: revoked}, nil
+	resp := &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs, NodeDataAddrs: dataAddrs, Removed: removed, Revoked: revoked}
+	if node.Role == pb.Role_ROLE_META {
+		resp.Quotas = v.s.allQuotas()
+	}
+	return resp, nil
 }
 
 func (v *service) GetMap(ctx context.Context, _ *pb.GetMapRequest) (*pb.GetMapResponse, error) {
@@ -219,6 +223,7 @@ func (v *service) volumeResponse(ctx context.Context, name string) (*pb.VolumeRe
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", name)
 	}
 	resp.UsedBytes, resp.UsedKnown = v.s.volumeUsage(resp.Volume.DataPartitions)
+	resp.Quotas = scopeQuotas(ctx, v.s.quotaStates([]*pb.Volume{resp.Volume}))
 	resp.DataCapacityBytes, resp.DataFreeBytes = v.s.dataSpace()
 	return resp, nil
 }

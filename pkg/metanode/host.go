@@ -61,6 +61,7 @@ type Host struct {
 	metrics *metrics
 	peers   *peers
 	layouts layoutCache // parents' layout attributes for creates (layout.go)
+	quotas  quotaTable  // the cluster's directory quotas (quota.go)
 
 	mu      sync.RWMutex
 	parts   map[uint64]*partition
@@ -95,6 +96,7 @@ type partition struct {
 	// (0: none), which the leader carries out (pkg/membership).
 	joining, leaving atomic.Uint64
 	replicas         atomic.Pointer[[]uint64] // the map's replica set
+	quotaPointers                             // counts reported to the master (quota.go)
 }
 
 // setMove records the map's replica set and replica move of the partition.
@@ -290,6 +292,9 @@ func (h *Host) open(p *pb.Partition) error {
 		}
 	}
 	part := &partition{id: p.Id, volume: p.VolumeId, sm: sm, merger: newMerger(h, p.Id), ns: ns}
+	part.merger.prepare = func(ctx context.Context, txn *metapb.Txn) (*metapb.TxnResult, error) {
+		return (&service{h: h}).chargeQuotas(ctx, part, txn)
+	}
 	part.setMove(p)
 	opts := multiraft.GroupOptions{OnLeaderChange: func(li multiraft.LeaderInfo) {
 		if !li.IsLeader {
@@ -330,6 +335,7 @@ func (h *Host) Report() []*pb.PartitionReport {
 		p.sm.read(func(mp *metapartition.Partition) {
 			s := mp.Stats(0)
 			r.Items = uint64(s.Inodes + s.Dentries)
+			p.reportQuota(mp, r)
 		})
 		out = append(out, r)
 	}

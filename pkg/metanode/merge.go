@@ -33,6 +33,9 @@ type merger struct {
 	slots chan struct{}
 	once  sync.Once
 	wg    sync.WaitGroup
+	// prepare, if set, runs on every Txn before it is queued (quota
+	// charges, quota.go); a non-nil result is the answer instead.
+	prepare func(ctx context.Context, txn *metapb.Txn) (*metapb.TxnResult, error)
 }
 
 type pending struct {
@@ -62,6 +65,11 @@ func newMerger(h *Host, id uint64) *merger {
 
 // submit queues txn and waits for its result.
 func (m *merger) submit(ctx context.Context, txn *metapb.Txn) (*metapb.TxnResult, error) {
+	if m.prepare != nil {
+		if res, err := m.prepare(ctx, txn); res != nil || err != nil {
+			return res, err
+		}
+	}
 	p := &pending{ctx: ctx, txn: txn, done: make(chan outcome, 1)}
 	select {
 	case m.reqs <- p:

@@ -48,11 +48,11 @@ func footprint(in *inode) QuotaUse {
 	return u
 }
 
-// chargedIno is the inode whose footprint op may change: the op's inode
+// ChargedIno returns the inode whose footprint op may change: the op's inode
 // field (0: the Txn's created inode), or, for a CreateInode, the inode it
 // creates (known after it applied). ok is false for ops that change no
 // footprint, which may carry no quotas.
-func chargedIno(op *metapb.Op) (ino uint64, creates, ok bool) {
+func ChargedIno(op *metapb.Op) (ino uint64, creates, ok bool) {
 	switch o := op.GetOp().(type) {
 	case *metapb.Op_CreateInode:
 		return 0, true, true
@@ -84,7 +84,7 @@ func (t *txn) chargeBefore(op *metapb.Op) (ino uint64, before QuotaUse, charged 
 	if len(qs) == 0 && len(to) == 0 {
 		return 0, QuotaUse{}, false, nil
 	}
-	raw, creates, ok := chargedIno(op)
+	raw, creates, ok := ChargedIno(op)
 	if !ok {
 		return 0, QuotaUse{}, false, fail(metapb.EINVAL, "quotas given for an op that changes no inode's footprint")
 	}
@@ -112,7 +112,7 @@ func (t *txn) chargeBefore(op *metapb.Op) (ino uint64, before QuotaUse, charged 
 // the footprint before leaves op.quotas, the footprint after joins
 // op.quotas_to (op.quotas unless quotas_move).
 func (t *txn) chargeAfter(op *metapb.Op, ino uint64, before QuotaUse, r *metapb.OpResult) {
-	if _, creates, _ := chargedIno(op); creates {
+	if _, creates, _ := ChargedIno(op); creates {
 		ino = r.GetInode().GetIno()
 	}
 	after := footprint(t.inode(ino))

@@ -122,6 +122,13 @@ type Remover interface {
 	Remove(ids []uint64) error
 }
 
+// QuotaEnforcer is implemented by a PartitionHost that enforces directory
+// quotas (meta nodes): it receives the quotas with their usage from every
+// heartbeat answer.
+type QuotaEnforcer interface {
+	SetQuotas(quotas []*pb.QuotaState)
+}
+
 // PartitionHost is the part of a role that hosts partitions.
 type PartitionHost interface {
 	// Assign receives the node's whole assignment when it changes, and once at
@@ -628,6 +635,9 @@ func (n *Node) heartbeat() error {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
 	n.heartbeats.Inc()
+	if q, ok := n.parts.(QuotaEnforcer); ok {
+		q.SetQuotas(resp.Quotas)
+	}
 	n.mu.Lock()
 	if !slices.Equal(n.assignment.Revoked, resp.Revoked) {
 		n.setRevoked(resp.Revoked)

@@ -1,0 +1,193 @@
+package client
+
+import (
+	"context"
+	"slices"
+	"syscall"
+	"time"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+)
+
+// Directory quotas as the SDK sees them: the quotas come with the
+// volume's usage from the master (capacity.go's poll), and serve two
+// things here. statfs of a directory with a quota (the root of a mount
+// made at it) shows the quota's limits and usage, as CephFS and JuiceFS
+// do. And a directory rename between directories under different quotas
+// is refused with EXDEV before it starts (CephFS's rule; mv then copies):
+// the meta nodes move a renamed file's charge with it, but a directory's
+// whole subtree would have to be recounted.
+
+// quotaMaxAge is how old the quota list may be for a rename's check: a
+// quota set since is seen within that time.
+const quotaMaxAge = 2 * time.Second
+
+// Quotas returns the volume's quotas with their usage, fresh from the
+// master.
+func (v *Volume) Quotas(ctx context.Context) ([]*pb.QuotaState, error) {
+	if err := v.fetchUsage(ctx); err != nil {
+		return nil, transportErr("quotas", err)
+	}
+	v.space.mu.Lock()
+	defer v.space.mu.Unlock()
+	return v.space.resp.GetQuotas(), nil
+}
+
+// quotaDirs returns the directories with quotas, from an answer at most
+// quotaMaxAge old.
+func (v *Volume) quotaDirs(ctx context.Context) (map[uint64]bool, error) {
+	u := &v.space
+	u.mu.Lock()
+	stale := u.resp == nil || time.Since(u.at) > quotaMaxAge
+	u.mu.Unlock()
+	if stale {
+		if err := v.fetchUsage(ctx); err != nil {
+			return nil, transportErr("rename", err)
+		}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	qs := u.resp.GetQuotas()
+	if len(qs) == 0 {
+		return nil, nil
+	}
+	dirs := make(map[uint64]bool, len(qs))
+	for _, q := range qs {
+		dirs[q.GetQuota().GetIno()] = true
+	}
+	return dirs, nil
+}
+
+// quotasAbove returns the quota directories at or above dir, nearest
+// first, by walking parent pointers.
+func (v *Volume) quotasAbove(ctx context.Context, dirs map[uint64]bool, dir uint64) ([]uint64, error) {
+	var out []uint64
+	for range maxWalkDepth {
+		if dirs[dir] {
+			out = append(out, dir)
+		}
+		if dir == RootIno || dir == 0 {
+			return out, nil
+		}
+		in, err := v.getInode(ctx, "rename", dir)
+		if err != nil {
+			return nil, err
+		}
+		dir = in.GetParent()
+	}
+	return nil, errnoErr("rename", syscall.ELOOP, "directory chain above %d is deeper than %d", dir, maxWalkDepth)
+}
+
+// sameQuotas refuses with EXDEV a directory's move from oldParent to
+// newParent when the two lie under different quotas.
+func (v *Volume) sameQuotas(ctx context.Context, ino, oldParent, newParent uint64) error {
+	dirs, err := v.quotaDirs(ctx)
+	if err != nil || len(dirs) == 0 {
+		return err
+	}
+	from, err := v.quotasAbove(ctx, dirs, oldParent)
+	if err != nil {
+		return err
+	}
+	to, err := v.quotasAbove(ctx, dirs, newParent)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(from, to) {
+		return errnoErr("rename", syscall.EXDEV, "directory %d would move between directory quotas (%v to %v)", ino, from, to)
+	}
+	return nil
+}
+
+// quotaOf returns the quota on directory ino with its usage, nil if it
+// has none.
+func (v *Volume) quotaOf(ctx context.Context, ino uint64) (*pb.QuotaState, error) {
+	u := &v.space
+	u.mu.Lock()
+	r := u.resp
+	u.mu.Unlock()
+	for _, q := range r.GetQuotas() {
+		if q.GetQuota().GetIno() == ino {
+			return q, nil
+		}
+	}
+	return nil, nil
+}
+
+// quotaFigures narrows statfs figures to the quota q: its limits (where
+// set) as the totals, its usage as what is used.
+func quotaFigures(s *StatFS, q *pb.QuotaState) {
+	if limit := q.GetQuota().GetMaxBytes(); limit > 0 {
+		used := uint64(max(q.GetUsedBytes(), 0))
+		free := (limit - min(used, limit)) / statfsBlock
+		s.Blocks = (limit + statfsBlock - 1) / statfsBlock
+		s.BlocksFree, s.BlocksAvail = min(free, s.BlocksFree), min(free, s.BlocksAvail)
+	}
+	if limit := q.GetQuota().GetMaxInodes(); limit > 0 {
+		used := uint64(max(q.GetUsedInodes(), 0))
+		s.Files, s.FilesFree = min(used, limit), limit-min(used, limit)
+	}
+}
+
+// Usage is what lies below a directory, as its quota counts it: every
+// inode below it (not the directory itself) once, however many names it
+// has there, and the apparent sizes of the regular files and symbolic
+// links among them.
+type Usage struct {
+	Bytes  int64
+	Inodes int64
+}
+
+// DirUsage walks the tree below directory dir and returns its Usage, the
+// recount that 'cairn quota check' compares with a quota's counts.
+// progress, if not nil, is called with the inodes counted so far every
+// 10,000 inodes. The walk is not a snapshot: changes made meanwhile may be
+// counted or not.
+func (v *Volume) DirUsage(ctx context.Context, dir uint64, progress func(inodes int64)) (Usage, error) {
+	var (
+		u     Usage
+		seen  = map[uint64]bool{} // inodes with several links, counted once
+		queue = []uint64{dir}
+	)
+	for len(queue) > 0 {
+		d := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		cursor := ""
+		for {
+			entries, more, err := v.ReadDirPlus(ctx, d, cursor, 1000)
+			if err != nil {
+				if isErrno(err, syscall.ENOENT) && d != dir {
+					break // removed while walking
+				}
+				return u, err
+			}
+			for _, e := range entries {
+				cursor = e.Name
+				if e.Name == "." || e.Name == ".." || e.Attr == nil {
+					continue
+				}
+				a := e.Attr
+				if a.Nlink > 1 && !a.IsDir() {
+					if seen[a.Ino] {
+						continue
+					}
+					seen[a.Ino] = true
+				}
+				u.Inodes++
+				switch a.Type() {
+				case syscall.S_IFREG, syscall.S_IFLNK:
+					u.Bytes += int64(a.Size)
+				case syscall.S_IFDIR:
+					queue = append(queue, a.Ino)
+				}
+				if progress != nil && u.Inodes%10_000 == 0 {
+					progress(u.Inodes)
+				}
+			}
+			if !more || len(entries) == 0 {
+				break
+			}
+		}
+	}
+	return u, nil
+}
