@@ -280,6 +280,11 @@ func (v *Volume) Link(ctx context.Context, ino, newParent uint64, newName string
 		}
 		return nil, errnoErr(op, syscall.EPERM, "inode %d is a directory", ino)
 	}
+	if in.GetParent() != newParent {
+		if err := v.sameQuotas(ctx, op, ino, in.GetParent(), newParent); err != nil {
+			return nil, err
+		}
+	}
 	var attr *metapb.Inode
 	err = replanned(ctx, op, func() (err error) {
 		attr, err = v.linkOnce(ctx, ino, in.GetType(), newParent, newName)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
 // Directory quotas as the SDK sees them: the quotas come with the
@@ -16,7 +17,11 @@ import (
 // do. And a directory rename between directories under different quotas
 // is refused with EXDEV before it starts (CephFS's rule; mv then copies):
 // the meta nodes move a renamed file's charge with it, but a directory's
-// whole subtree would have to be recounted.
+// whole subtree would have to be recounted. Hard links follow the same
+// rule (link(2), and the rename of a file with several links, EXDEV
+// across quotas): a file counts toward the quotas above the directory of
+// its parent pointer, so all its names must lie under the same quotas for
+// a walk of any quota directory to count it where it is charged.
 
 // quotaMaxAge is how old the quota list may be for a rename's check: a
 // quota set since is seen within that time.
@@ -35,14 +40,14 @@ func (v *Volume) Quotas(ctx context.Context) ([]*pb.QuotaState, error) {
 
 // quotaDirs returns the directories with quotas, from an answer at most
 // quotaMaxAge old.
-func (v *Volume) quotaDirs(ctx context.Context) (map[uint64]bool, error) {
+func (v *Volume) quotaDirs(ctx context.Context, op string) (map[uint64]bool, error) {
 	u := &v.space
 	u.mu.Lock()
 	stale := u.resp == nil || time.Since(u.at) > quotaMaxAge
 	u.mu.Unlock()
 	if stale {
 		if err := v.fetchUsage(ctx); err != nil {
-			return nil, transportErr("rename", err)
+			return nil, transportErr(op, err)
 		}
 	}
 	u.mu.Lock()
@@ -60,7 +65,7 @@ func (v *Volume) quotaDirs(ctx context.Context) (map[uint64]bool, error) {
 
 // quotasAbove returns the quota directories at or above dir, nearest
 // first, by walking parent pointers.
-func (v *Volume) quotasAbove(ctx context.Context, dirs map[uint64]bool, dir uint64) ([]uint64, error) {
+func (v *Volume) quotasAbove(ctx context.Context, op string, dirs map[uint64]bool, dir uint64) ([]uint64, error) {
 	var out []uint64
 	for range maxWalkDepth {
 		if dirs[dir] {
@@ -69,32 +74,52 @@ func (v *Volume) quotasAbove(ctx context.Context, dirs map[uint64]bool, dir uint
 		if dir == RootIno || dir == 0 {
 			return out, nil
 		}
-		in, err := v.getInode(ctx, "rename", dir)
+		in, err := v.getInode(ctx, op, dir)
 		if err != nil {
 			return nil, err
 		}
 		dir = in.GetParent()
 	}
-	return nil, errnoErr("rename", syscall.ELOOP, "directory chain above %d is deeper than %d", dir, maxWalkDepth)
+	return nil, errnoErr(op, syscall.ELOOP, "directory chain above %d is deeper than %d", dir, maxWalkDepth)
 }
 
-// sameQuotas refuses with EXDEV a directory's move from oldParent to
-// newParent when the two lie under different quotas.
-func (v *Volume) sameQuotas(ctx context.Context, ino, oldParent, newParent uint64) error {
-	dirs, err := v.quotaDirs(ctx)
+// quotaMove refuses with EXDEV the move of a directory, or of a file with
+// several links, named by d from oldParent to newParent when the two lie
+// under different quotas.
+func (v *Volume) quotaMove(ctx context.Context, d *metapb.Dentry, oldParent, newParent uint64) error {
+	if d == nil {
+		return nil
+	}
+	dirs, err := v.quotaDirs(ctx, "rename")
 	if err != nil || len(dirs) == 0 {
 		return err
 	}
-	from, err := v.quotasAbove(ctx, dirs, oldParent)
+	if !isDirType(d.GetType()) {
+		in, err := v.getInode(ctx, "rename", d.GetIno())
+		if err != nil || in.GetNlink() <= 1 {
+			return err
+		}
+	}
+	return v.sameQuotas(ctx, "rename", d.GetIno(), oldParent, newParent)
+}
+
+// sameQuotas refuses op with EXDEV when the directories oldParent and
+// newParent lie under different quotas (ino is what would move).
+func (v *Volume) sameQuotas(ctx context.Context, op string, ino, oldParent, newParent uint64) error {
+	dirs, err := v.quotaDirs(ctx, op)
+	if err != nil || len(dirs) == 0 {
+		return err
+	}
+	from, err := v.quotasAbove(ctx, op, dirs, oldParent)
 	if err != nil {
 		return err
 	}
-	to, err := v.quotasAbove(ctx, dirs, newParent)
+	to, err := v.quotasAbove(ctx, op, dirs, newParent)
 	if err != nil {
 		return err
 	}
 	if !slices.Equal(from, to) {
-		return errnoErr("rename", syscall.EXDEV, "directory %d would move between directory quotas (%v to %v)", ino, from, to)
+		return errnoErr(op, syscall.EXDEV, "inode %d would move or be linked between directory quotas (%v to %v)", ino, from, to)
 	}
 	return nil
 }

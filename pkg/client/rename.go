@@ -144,13 +144,11 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		return nil // two names of one inode: rename(2) does nothing
 	}
 	if oldParent != newParent {
-		if srcDir {
-			if err := v.sameQuotas(ctx, src.GetIno(), oldParent, newParent); err != nil {
-				return err
-			}
+		if err := v.quotaMove(ctx, src, oldParent, newParent); err != nil {
+			return err
 		}
-		if exchange && dstDir {
-			if err := v.sameQuotas(ctx, dst.GetIno(), newParent, oldParent); err != nil {
+		if exchange {
+			if err := v.quotaMove(ctx, dst, newParent, oldParent); err != nil {
 				return err
 			}
 		}

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -64,15 +65,26 @@ func (s *Server) quotaStates(vols []*pb.Volume) []*pb.QuotaState {
 	if len(want) == 0 {
 		return nil
 	}
-	best := make(map[uint64]*pb.PartitionReport, len(want))
+	// Per partition the report of its leader, the latest one when two
+	// nodes claim to lead (a dead node's last report says it led);
+	// without a leader's, any replica's (its counts lag a little).
+	type pick struct {
+		r  *pb.PartitionReport
+		at time.Time
+	}
+	best := make(map[uint64]pick, len(want))
 	s.mu.Lock()
 	for _, soft := range s.soft {
+		if time.Since(soft.last) > reportFresh {
+			continue
+		}
 		for _, r := range soft.partitions {
 			if !want[r.Id] {
 				continue
 			}
-			if cur := best[r.Id]; cur == nil || (r.Leader && !cur.Leader) {
-				best[r.Id] = r
+			cur, ok := best[r.Id]
+			if !ok || (r.Leader && !cur.r.Leader) || (r.Leader == cur.r.Leader && soft.last.After(cur.at)) {
+				best[r.Id] = pick{r, soft.last}
 			}
 		}
 	}
@@ -85,11 +97,12 @@ func (s *Server) quotaStates(vols []*pb.Volume) []*pb.QuotaState {
 		used := map[uint64]*pb.QuotaUse{}
 		known := true
 		for _, id := range vol.MetaPartitions {
-			r := best[id]
-			if r == nil {
+			b, ok := best[id]
+			if !ok {
 				known = false
 				continue
 			}
+			r := b.r
 			for _, u := range r.QuotaUse {
 				sum := used[u.Id]
 				if sum == nil {

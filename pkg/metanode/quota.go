@@ -40,6 +40,11 @@ import (
 // client, as CephFS does). Quotas set on a directory with content start
 // from a recount ('cairn quota set' and 'cairn quota check').
 
+// The usage the leaders enforce against is at most a heartbeat old, and
+// a node whose partitions charge quotas sends its heartbeats early (every
+// 100 ms), so the other partitions' charges of the last fraction of a
+// second are what a limit can be passed by.
+
 // quotaTable is the node's copy of the cluster's quotas, replaced whole at
 // every heartbeat. Safe for concurrent use.
 type quotaTable struct {
@@ -205,6 +210,12 @@ func (s *service) chargeQuotas(ctx context.Context, p *partition, txn *metapb.Tx
 			s.h.log.Warn("quota walk incomplete", "partition", p.id, "op", i, "err", err)
 		}
 		op.Quotas = qs
+		if len(qs) > 0 && s.h.env.Refresh != nil {
+			// Report the new counts soon (at most one early heartbeat per
+			// 100 ms): the other leaders see them sooner, and so do we
+			// theirs.
+			s.h.env.Refresh()
+		}
 		if sa := op.GetSetattr(); sa != nil && sa.GetValid()&uint32(metapb.SetattrValid_SETATTR_PARENT) != 0 && cur != nil {
 			to, err := s.quotasAbove(ctx, p, tab, sa.GetParent())
 			if err != nil && ctx.Err() != nil {

@@ -38,10 +38,10 @@ type Partition struct {
 	free     *btree.BTreeG[FreedExtent]   // by Seq
 	touched  opRing
 	requests reqRing
-	routing  *routing                   // nil: never got SetRouting, accepts every name
-	chunks   *btree.BTreeG[chunkEntry]  // chunk index entries by fingerprint (chunks.go)
-	marks    *btree.Map[uint64, uint64] // source partition -> highest drop_seq applied
-	nsEpoch  uint64                     // fences applied so far (Txn.ns_epoch)
+	routing  *routing                     // nil: never got SetRouting, accepts every name
+	chunks   *btree.BTreeG[chunkEntry]    // chunk index entries by fingerprint (chunks.go)
+	marks    *btree.Map[uint64, uint64]   // source partition -> highest drop_seq applied
+	nsEpoch  uint64                       // fences applied so far (Txn.ns_epoch)
 	quota    *btree.Map[uint64, QuotaUse] // quota id -> what this partition's inodes add (quota.go)
 
 	// Derived from the above, rebuilt by Restore, never serialized.
