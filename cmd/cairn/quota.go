@@ -419,10 +419,7 @@ func parseLimit(s string, size bool) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if n < 0 || n > math.MaxInt64 {
-			return 0, fmt.Errorf("out of range")
-		}
-		return uint64(n), nil
+		return uint64(n), nil // ParseSize refuses negative sizes
 	}
 	var n uint64
 	if _, err := fmt.Sscan(s, &n); err != nil || n > math.MaxInt64 {
