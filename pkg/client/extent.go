@@ -413,6 +413,10 @@ func (l *extentLayout) flush(ctx context.Context, op string) error {
 		n := min(len(l.pending), maxKeysPerAppend)
 		m := &metapb.AppendExtents{Ino: f.ino, Extents: l.pending[:n], Size: f.size}
 		res, err := f.v.txn(f.withCred(ctx), op, byIno(f.ino), &metapb.Op{Op: &metapb.Op_AppendExtents{AppendExtents: m}})
+		if isErrno(err, syscall.EDQUOT) {
+			l.refused(ctx, op)
+			return err
+		}
 		if err != nil {
 			return err
 		}
@@ -432,6 +436,27 @@ func (l *extentLayout) flush(ctx context.Context, op string) error {
 		l.touched = false
 	}
 	return nil
+}
+
+// refused drops the writes a directory quota refused to record (EDQUOT):
+// the data written for keys not yet recorded is freed on the data nodes
+// (a new extent whole; the tail of an extent the file already had stays
+// until the file's own extents go), and the file's view goes back to what
+// its inode records, so later reads and writes start from there. Best
+// effort: what cannot be freed or read now is left as it is.
+func (l *extentLayout) refused(ctx context.Context, op string) {
+	f := l.f
+	if f.dc != nil && len(l.pending) > 0 {
+		_, _ = f.dc.Free(ctx, l.pending)
+	}
+	in, err := f.v.getInode(ctx, op, f.ino)
+	if err != nil {
+		return
+	}
+	l.keys, l.pending, l.recorded = sortedKeys(in.GetExtents()), nil, in.GetSize()
+	f.size, f.sizeDirt = in.GetSize(), false
+	l.touched = false
+	l.dropReader()
 }
 
 func (l *extentLayout) truncated(size uint64) {
