@@ -107,24 +107,20 @@ unless --no-recount says it is empty.`,
 				return err
 			}
 			defer v.Close()
-			var q *pb.Quota
-			err = withMaster(cmd, &f.clusterFlags, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) error {
-				// Limits left out keep their value on an existing quota.
-				set := &pb.Quota{Ino: a.Ino, Path: args[1], MaxBytes: maxBytes, MaxInodes: maxInodes}
-				if old := findQuota(ctx, v, a.Ino); old != nil {
-					if !cmd.Flags().Changed("bytes") {
-						set.MaxBytes = old.MaxBytes
-					}
-					if !cmd.Flags().Changed("inodes") {
-						set.MaxInodes = old.MaxInodes
-					}
+			ctx, cancel := f.context()
+			defer cancel()
+			// Limits left out keep their value on an existing quota.
+			if old := findQuota(ctx, v, a.Ino); old != nil {
+				if !cmd.Flags().Changed("bytes") {
+					maxBytes = old.MaxBytes
 				}
-				resp, err := m.SetQuota(ctx, &pb.SetQuotaRequest{Set: &pb.SetQuota{Volume: args[0], Quota: set}}, o...)
-				q = resp.GetQuota()
-				return err
-			})
+				if !cmd.Flags().Changed("inodes") {
+					maxInodes = old.MaxInodes
+				}
+			}
+			q, err := v.SetQuota(ctx, a.Ino, args[1], maxBytes, maxInodes)
 			if err != nil {
-				return err
+				return plainError(err)
 			}
 			fresh := time.Since(time.UnixMilli(q.SetUnixMs)) < time.Minute && q.BaseBytes == 0 && q.BaseInodes == 0
 			fmt.Fprintf(cmd.OutOrStdout(), "quota %d on %s (inode %d): %s, %s\n", q.Id, q.Path, q.Ino, limitText(q.MaxBytes, true), limitText(q.MaxInodes, false))
@@ -132,9 +128,9 @@ unless --no-recount says it is empty.`,
 				return nil
 			}
 			time.Sleep(quotaSettle)
-			ctx, cancel := context.WithTimeout(context.Background(), recountTimeout)
-			defer cancel()
-			r, err := recountQuota(ctx, cmd, &f, v, q, true)
+			rctx, rcancel := context.WithTimeout(context.Background(), recountTimeout)
+			defer rcancel()
+			r, err := recountQuota(rctx, cmd, v, q, true)
 			if err != nil {
 				return fmt.Errorf("recount %s: %w (run 'cairn quota check --repair')", q.Path, err)
 			}
@@ -243,15 +239,14 @@ func newQuotaRmCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v.Close()
-			return withMaster(cmd, &f.clusterFlags, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) error {
-				resp, err := m.RemoveQuota(ctx, &pb.RemoveQuotaRequest{Remove: &pb.RemoveQuota{Volume: args[0], Ino: a.Ino}}, o...)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "quota %d on %s removed\n", resp.Quota.Id, args[1])
-				return nil
-			})
+			defer v.Close()
+			ctx, cancel := f.context()
+			defer cancel()
+			if err := v.RemoveQuota(ctx, a.Ino); err != nil {
+				return plainError(err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "quota on %s removed\n", args[1])
+			return nil
 		},
 	}
 	f.add(cmd)
@@ -298,7 +293,7 @@ counted or not. Exits 0 when usage matches (or was repaired), 1 otherwise.`,
 				if len(args) == 2 && q.Quota.Ino != a.Ino {
 					continue
 				}
-				r, err := recountQuota(ctx, cmd, &f, v, q.Quota, repair)
+				r, err := recountQuota(ctx, cmd, v, q.Quota, repair)
 				if err != nil {
 					return fmt.Errorf("recount %s: %w", q.Quota.Path, err)
 				}
@@ -360,7 +355,7 @@ func printChecks(w io.Writer, rs []quotaCheck) {
 // repair, rebases the quota so that its usage is what the walk found.
 // The usage is read after the walk, once the partitions have reported
 // what the walk saw (a heartbeat later).
-func recountQuota(ctx context.Context, cmd *cobra.Command, f *quotaFlags, v *client.Volume, q *pb.Quota, repair bool) (quotaCheck, error) {
+func recountQuota(ctx context.Context, cmd *cobra.Command, v *client.Volume, q *pb.Quota, repair bool) (quotaCheck, error) {
 	r := quotaCheck{Path: q.Path, ID: q.Id}
 	start, last := time.Now(), time.Now()
 	found, err := v.DirUsage(ctx, q.Ino, func(n int64) {
@@ -395,17 +390,8 @@ func recountQuota(ctx context.Context, cmd *cobra.Command, f *quotaFlags, v *cli
 	if !r.Drift || !repair {
 		return r, nil
 	}
-	// The partitions' sum is used - base; the new base makes it found.
-	base := client.Usage{Bytes: found.Bytes - (st.UsedBytes - st.Quota.BaseBytes), Inodes: found.Inodes - (st.UsedInodes - st.Quota.BaseInodes)}
-	err = withMaster(cmd, &f.clusterFlags, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) error {
-		_, err := m.SetQuota(ctx, &pb.SetQuotaRequest{Set: &pb.SetQuota{
-			Volume: f.volume, Rebase: true, ExpectId: q.Id, LimitsOnly: true,
-			Quota: &pb.Quota{Ino: q.Ino, BaseBytes: base.Bytes, BaseInodes: base.Inodes},
-		}}, o...)
-		return err
-	})
-	if err != nil {
-		return r, err
+	if err := v.RebaseQuota(ctx, st, found); err != nil {
+		return r, plainError(err)
 	}
 	r.Repaired = true
 	return r, nil

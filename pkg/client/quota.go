@@ -6,6 +6,10 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
@@ -215,4 +219,68 @@ func (v *Volume) DirUsage(ctx context.Context, dir uint64, progress func(inodes 
 		}
 	}
 	return u, nil
+}
+
+// SetQuota sets the limits of the quota on directory ino (path is shown
+// by 'cairn quota list'), creating it if the directory has none; 0 is no
+// limit. It needs an admin identity. A new quota counts what is below the
+// directory from then on: for a directory with content, recount it
+// ('cairn quota check --repair') once every meta node has heard of the
+// quota.
+func (v *Volume) SetQuota(ctx context.Context, ino uint64, path string, maxBytes, maxInodes uint64) (*pb.Quota, error) {
+	var resp *pb.QuotaResponse
+	err := v.mc.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.SetQuota(ctx, &pb.SetQuotaRequest{Set: &pb.SetQuota{Volume: v.name,
+			Quota: &pb.Quota{Ino: ino, Path: path, MaxBytes: maxBytes, MaxInodes: maxInodes}}}, o...)
+		return err
+	})
+	if err != nil {
+		return nil, transportErr("set quota", err)
+	}
+	v.dropUsage()
+	return resp.GetQuota(), nil
+}
+
+// RemoveQuota removes the quota on directory ino; ENOENT if it has none.
+func (v *Volume) RemoveQuota(ctx context.Context, ino uint64) error {
+	err := v.mc.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) error {
+		_, err := m.RemoveQuota(ctx, &pb.RemoveQuotaRequest{Remove: &pb.RemoveQuota{Volume: v.name, Ino: ino}}, o...)
+		return err
+	})
+	if status.Code(err) == codes.NotFound {
+		return errnoErr("remove quota", syscall.ENOENT, "directory %d has no quota", ino)
+	}
+	if err != nil {
+		return transportErr("remove quota", err)
+	}
+	v.dropUsage()
+	return nil
+}
+
+// RebaseQuota corrects the usage of quota q (as read from Quotas) so that
+// it reads found: the repair of a recount. It fails if the quota was
+// removed or set again since q was read.
+func (v *Volume) RebaseQuota(ctx context.Context, q *pb.QuotaState, found Usage) error {
+	// The partitions' sum is used - base; the new base makes it found.
+	base := Usage{Bytes: found.Bytes - (q.GetUsedBytes() - q.GetQuota().GetBaseBytes()), Inodes: found.Inodes - (q.GetUsedInodes() - q.GetQuota().GetBaseInodes())}
+	err := v.mc.Do(ctx, func(ctx context.Context, m pb.MasterClient, o ...grpc.CallOption) error {
+		_, err := m.SetQuota(ctx, &pb.SetQuotaRequest{Set: &pb.SetQuota{
+			Volume: v.name, Rebase: true, ExpectId: q.GetQuota().GetId(), LimitsOnly: true,
+			Quota: &pb.Quota{Ino: q.GetQuota().GetIno(), BaseBytes: base.Bytes, BaseInodes: base.Inodes},
+		}}, o...)
+		return err
+	})
+	if err != nil {
+		return transportErr("rebase quota", err)
+	}
+	v.dropUsage()
+	return nil
+}
+
+// dropUsage makes the next look at the volume's usage and quotas ask the
+// master.
+func (v *Volume) dropUsage() {
+	v.space.mu.Lock()
+	v.space.at = time.Time{}
+	v.space.mu.Unlock()
 }
