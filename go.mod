@@ -22,6 +22,11 @@ require (
 )
 
 require (
+	github.com/container-storage-interface/spec v1.13.0 // indirect
+	github.com/kubernetes-csi/csi-test/v5 v5.6.0 // indirect
+)
+
+require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect

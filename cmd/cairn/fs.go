@@ -436,37 +436,13 @@ func newFSRmCmd() *cobra.Command {
 				if !recursive {
 					return fmt.Errorf("%s is a directory; use -r", args[0])
 				}
-				return removeTree(ctx, v, dir.Ino, name, a.Ino)
+				return v.RemoveTree(ctx, dir.Ino, name, a.Ino)
 			})
 		},
 	}
 	f.add(cmd)
 	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove directories and their contents")
 	return cmd
-}
-
-// removeTree removes directory (parent, name) = ino and everything below it.
-func removeTree(ctx context.Context, v *client.Volume, parent uint64, name string, ino uint64) error {
-	for {
-		entries, more, err := v.ReadDir(ctx, ino, "", 1024)
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if e.Type == syscall.S_IFDIR {
-				err = removeTree(ctx, v, ino, e.Name, e.Ino)
-			} else {
-				err = v.Unlink(ctx, ino, e.Name)
-			}
-			if err != nil && !errors.Is(err, syscall.ENOENT) {
-				return err
-			}
-		}
-		if !more {
-			break
-		}
-	}
-	return v.Rmdir(ctx, parent, name)
 }
 
 func newFSMvCmd() *cobra.Command {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/client"
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/fusefs"
+	"github.com/cairnfs/cairn/pkg/mountinfo"
 	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
@@ -123,42 +123,6 @@ func setReadAhead(mp string, kb int) error {
 	return nil
 }
 
-// isMountPoint reports whether path is a mount point in /proc/self/mountinfo.
-func isMountPoint(path string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == path {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // checkMountPoint makes sure mp can be mounted on: a stale FUSE mount left
 // by a killed process ("transport endpoint is not connected") is lazily
 // unmounted; a missing path, a non-directory, a live mount point or a
@@ -188,7 +152,7 @@ func checkMountPoint(cmd *cobra.Command, mp string) error {
 	if !st.IsDir() {
 		return usagef(cmd, "mount point %s is not a directory", mp)
 	}
-	if busy, err := isMountPoint(mp); err != nil {
+	if busy, err := mountinfo.Mounted(mp); err != nil {
 		return fmt.Errorf("read /proc/self/mountinfo: %w", err)
 	} else if busy {
 		return fmt.Errorf("mount point %s is busy: something is already mounted there (unmount it first: umount %s)", mp, mp)

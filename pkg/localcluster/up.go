@@ -25,6 +25,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/loopback"
 	"github.com/cairnfs/cairn/pkg/masterclient"
+	"github.com/cairnfs/cairn/pkg/mountinfo"
 	"github.com/cairnfs/cairn/pkg/pki"
 )
 
@@ -224,19 +225,8 @@ func (c *Cluster) MountDir() string {
 	return c.mountDir
 }
 
-// IsMounted reports whether path is a mount point in /proc/self/mountinfo.
-func IsMounted(path string) (bool, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
-			return true, nil
-		}
-	}
-	return false, nil
-}
+// IsMounted reports whether path is a mount point.
+func IsMounted(path string) (bool, error) { return mountinfo.Mounted(path) }
 
 // checkDataDir refuses a dir that exists, holds files, and is not a cluster's.
 func checkDataDir(dir string) error {
