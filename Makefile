@@ -7,6 +7,10 @@ BIN           := bin/cairn
 TOOLS         := $(CURDIR)/bin/tools
 STATICCHECK   := $(TOOLS)/staticcheck
 STATICCHECK_VERSION := v0.8.2
+# helm checks deploy/helm/cairn (TestHelmChart); built from its Go module
+# (about 2.5 minutes on 2 cores, once).
+HELM          := $(TOOLS)/helm
+HELM_VERSION  := v3.22.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 # Debian packages the tests use: strace records traces for `cairn bench record`;
@@ -34,7 +38,7 @@ up: build
 	./$(BIN) up
 
 ## deps: what the tests need beyond Go itself.
-deps: apt-deps cargo-deps $(STATICCHECK)
+deps: apt-deps cargo-deps $(STATICCHECK) $(HELM)
 
 apt-deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -55,6 +59,9 @@ cargo-deps:
 $(STATICCHECK):
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
+$(HELM):
+	GOBIN=$(TOOLS) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
 vet:
 	@test -z "$$(gofmt -l cmd pkg)" || { echo "gofmt needed:"; gofmt -l cmd pkg; exit 1; }
 	$(GO) vet ./...
@@ -67,7 +74,7 @@ lint: deps
 test: deps build vet lint
 	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/integration)
 	@$(MAKE) --no-print-directory fuzz FUZZ_FOR=$(FUZZ_SHORT)
-	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test $(INTEGRATION_FLAGS) ./test/integration/
+	CAIRN_BIN=$(CURDIR)/$(BIN) HELM=$(HELM) $(GO) test $(INTEGRATION_FLAGS) ./test/integration/
 
 ## posix: the POSIX suite pjdfstest on a fresh `cairn up` mount (installs it with
 ## cargo when missing); fails below 95% passed. See docs/posix.md.

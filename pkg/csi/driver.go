@@ -9,8 +9,9 @@
 // the SDK and the masters, and needs an admin identity (quotas and
 // volumes are admin operations). The node service publishes a volume by
 // mounting it with FUSE at the target path: a `cairn mount` process per
-// target (Mounter), as FUSE-based CSI drivers do, so that a restart of
-// the node plugin does not take the applications' mounts down with it.
+// target (Mounter), in its own session, so that the driver's process can
+// stop and start again without taking the applications' mounts with it
+// (a restart of its container does end them: docs/ecosystem.md).
 // Every access mode is supported, ReadWriteMany included: Cairn mounts
 // share one namespace with close-to-open consistency.
 package csi

@@ -25,8 +25,8 @@ type Mounter interface {
 }
 
 // ProcessMounter mounts by starting `cairn mount` for each target, as
-// a user would: the mount outlives a restart of the driver (it is its own
-// process), and unmounting the target ends it.
+// a user would: the mount is its own process in its own session, which
+// outlives the driver's process, and unmounting the target ends it.
 type ProcessMounter struct {
 	// Binary is the cairn executable; Args are the flags that reach the
 	// cluster, put before the volume (--master, --tls-dir or --data-dir).
