@@ -16,6 +16,7 @@ type Entry struct {
 	MountPoint string // absolute, unescaped
 	FSType     string // "fuse.cairn", "ext4", ...
 	Source     string // the mount source ("cairn:VOLUME" for a Cairn mount)
+	Options    string // the per-mount options ("rw,nosuid,relatime")
 }
 
 // Lookup returns the mount at path (the last one, if several are stacked
@@ -29,35 +30,57 @@ func Lookup(path string) (Entry, bool, error) {
 	return lookup(f, path)
 }
 
+// Containing returns the mount that holds path: the one with the longest
+// mount point that is path or one of its parents.
+func Containing(path string) (Entry, bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return Entry{}, false, err
+	}
+	defer f.Close()
+	return containing(f, path)
+}
+
 // Mounted reports whether path is a mount point.
 func Mounted(path string) (bool, error) {
 	_, ok, err := Lookup(path)
 	return ok, err
 }
 
-// lookup reads mountinfo lines from r: "ID PARENT MAJ:MIN ROOT MOUNTPOINT
-// OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS".
+// lookup finds the last mount at path in the mountinfo lines of r.
 func lookup(r io.Reader, path string) (Entry, bool, error) {
+	return scan(r, func(e, _ Entry) bool { return e.MountPoint == path })
+}
+
+// containing finds the innermost mount holding path in the lines of r.
+func containing(r io.Reader, path string) (Entry, bool, error) {
+	return scan(r, func(e, best Entry) bool {
+		p := e.MountPoint
+		return (p == "/" || path == p || strings.HasPrefix(path, p+"/")) && len(p) >= len(best.MountPoint)
+	})
+}
+
+// scan reads mountinfo lines ("ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS
+// [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS") and returns the last entry
+// better says beats the best so far (the zero Entry at first).
+func scan(r io.Reader, better func(e, best Entry) bool) (Entry, bool, error) {
 	var (
-		found Entry
-		ok    bool
+		best Entry
+		ok   bool
 	)
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || unescape(fields[4]) != path {
+		pre, post, found := strings.Cut(sc.Text(), " - ")
+		a, b := strings.Fields(pre), strings.Fields(post)
+		if !found || len(a) < 6 || len(b) < 2 {
 			continue
 		}
-		e := Entry{MountPoint: path}
-		for i := 5; i < len(fields)-2; i++ {
-			if fields[i] == "-" {
-				e.FSType, e.Source = unescape(fields[i+1]), unescape(fields[i+2])
-				break
-			}
+		e := Entry{MountPoint: unescape(a[4]), Options: a[5], FSType: unescape(b[0]), Source: unescape(b[1])}
+		if better(e, best) {
+			best, ok = e, true
 		}
-		found, ok = e, true
 	}
-	return found, ok, sc.Err()
+	return best, ok, sc.Err()
 }
 
 // unescape undoes mountinfo's octal escapes (\040 for a space).

@@ -1,7 +1,6 @@
 package fsys
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,12 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cairnfs/cairn/pkg/mountinfo"
 )
 
 // The posix backend works on any mounted file system: a local disk, a FUSE
@@ -309,8 +309,8 @@ func (p *posixFS) Describe() map[string]string {
 		out["block_size"] = strconv.FormatInt(sfs.Bsize, 10)
 		out["free_bytes"] = strconv.FormatUint(sfs.Bavail*uint64(sfs.Bsize), 10)
 	}
-	if m, ok := mountOf(p.dir); ok {
-		out["mount_point"], out["fs_type"], out["mount_source"], out["mount_options"] = m.point, m.fstype, m.source, m.options
+	if m, ok, _ := mountinfo.Containing(p.dir); ok {
+		out["mount_point"], out["fs_type"], out["mount_source"], out["mount_options"] = m.MountPoint, m.FSType, m.Source, m.Options
 	}
 	return out
 }
@@ -325,59 +325,6 @@ func fsTypeName(t int64) string {
 		return n
 	}
 	return fmt.Sprintf("0x%x", t)
-}
-
-type mount struct{ point, fstype, source, options string }
-
-// mountOf finds the longest mount point that contains dir.
-func mountOf(dir string) (mount, bool) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return mount{}, false
-	}
-	defer f.Close()
-	var best mount
-	found := false
-	sc := bufio.NewScanner(io.LimitReader(f, 16<<20))
-	for sc.Scan() {
-		// id parent major:minor root point options [optional...] - fstype source superoptions
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		a, b := strings.Fields(pre), strings.Fields(post)
-		if len(a) < 6 || len(b) < 2 {
-			continue
-		}
-		point := unescapeMount(a[4])
-		if point != "/" && dir != point && !strings.HasPrefix(dir, point+"/") {
-			continue
-		}
-		if !found || len(point) >= len(best.point) {
-			best = mount{point: point, fstype: b[0], source: b[1], options: a[5]}
-			found = true
-		}
-	}
-	return best, found
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // rawFile is an open descriptor with no Go runtime poller in between.
