@@ -73,7 +73,7 @@ lint: deps
 ## tests with the race detector.
 test: deps build vet lint
 	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/integration)
-	@$(MAKE) --no-print-directory fuzz FUZZ_FOR=$(FUZZ_SHORT)
+	@$(MAKE) --no-print-directory fuzz FUZZ_FOR=$(FUZZ_SHORT) FUZZ_KEEP=0
 	CAIRN_BIN=$(CURDIR)/$(BIN) HELM=$(HELM) $(GO) test $(INTEGRATION_FLAGS) ./test/integration/
 
 ## posix: the POSIX suite pjdfstest on a fresh `cairn up` mount (installs it with
@@ -153,8 +153,12 @@ bench-tls: build
 ## `make test` runs each for FUZZ_SHORT (default 2000 executions) after their
 ## seed corpora: a count, not a duration, because go1.26's fuzzing coordinator
 ## can report its own deadline as a failure (golang/go#75804).
+## The inputs a run finds (the fuzz cache's corpus) are copied into each
+## target's testdata/fuzz, where every later `go test` runs them as seeds;
+## commit them. `make test` keeps none (FUZZ_KEEP=0).
 FUZZ_FOR ?= 10m
 FUZZ_SHORT ?= 2000x
+FUZZ_KEEP ?= 1
 FUZZ_TARGETS = \
 	pkg/dataproto:FuzzReadFrame pkg/dataproto:FuzzDecodeListings pkg/lightrpc:FuzzDecode \
 	pkg/datanode:FuzzRequest pkg/metanode:FuzzService pkg/metanode:FuzzRestricted \
@@ -165,6 +169,11 @@ fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "== $$fn ($$pkg) for $(FUZZ_FOR)"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZ_FOR) ./$$pkg/; \
+		cache="$$($(GO) env GOCACHE)/fuzz/github.com/cairnfs/cairn/$$pkg/$$fn"; \
+		if [ "$(FUZZ_KEEP)" = 1 ] && [ -d "$$cache" ]; then \
+			mkdir -p "$$pkg/testdata/fuzz/$$fn" && cp -n "$$cache"/* "$$pkg/testdata/fuzz/$$fn/" 2>/dev/null || true; \
+			echo "   corpus: $$(ls "$$pkg/testdata/fuzz/$$fn" | wc -l) inputs in $$pkg/testdata/fuzz/$$fn"; \
+		fi; \
 	done
 
 ## bench: the benchmarks (not part of CI).
