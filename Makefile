@@ -17,8 +17,9 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 # fuse3 provides fusermount3 for mounting as a non-root user; fio checks data
 # through the mount (TestPosixFio).
 # prometheus brings promtool, which checks deploy/monitoring's rules and
-# dashboard; chromium loads the master's web console in TestConsole.
-APT_PACKAGES  := strace fuse3 fio prometheus chromium
+# dashboard; chromium loads the master's web console in TestConsole;
+# python3-boto3 checks the S3 gateway as a user's script would (TestS3Gateway).
+APT_PACKAGES  := strace fuse3 fio prometheus chromium python3-boto3
 # The POSIX suite run by `make posix` and TestMountPjdfstest (Rust, crates.io).
 PJDFSTEST_VERSION := 0.2.2
 SUDO          := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)

@@ -20,6 +20,7 @@ func newUpCmd() *cobra.Command {
 	var (
 		dataDir, volume, logLevel string
 		mount                     string
+		s3                        bool
 		masters, metas, datas     int
 		ready, downAfter          time.Duration
 		outAfter                  time.Duration
@@ -35,7 +36,9 @@ func newUpCmd() *cobra.Command {
 nodes as child processes on loopback ports, with every byte of state under
 --data-dir and each process's log in <data-dir>/<process>/cairn.log. Volume
 'default' is created on first start and mounted with FUSE at <data-dir>/mnt
-(--mount DIR elsewhere, --mount "" not at all).
+(--mount DIR elsewhere, --mount "" not at all), and served over S3 on a
+loopback port it prints, with credentials in <data-dir>/s3.env as the AWS SDKs'
+own variables (set -a; . <data-dir>/s3.env makes any S3 tool use it).
 
 Ctrl-C (or SIGTERM) stops every process cleanly. Running 'cairn up' again on the
 same --data-dir restarts the same cluster with its state; 'cairn status' and the
@@ -81,7 +84,7 @@ other admin commands find it through --data-dir.`,
 			c, err := localcluster.Start(ctx, localcluster.Options{
 				DataDir: dataDir, Mount: mount, Masters: masters, Metas: metas, Datas: datas, Binary: self,
 				Volume: volume, VolumeLayout: layout, Ready: ready, Out: cmd.OutOrStdout(), LogLevel: logLevel, DownAfter: downAfter, OutAfter: outAfter,
-				MasterFlags: masterFlags, MetaFlags: metaFlags, Insecure: insecure,
+				MasterFlags: masterFlags, MetaFlags: metaFlags, Insecure: insecure, S3: s3,
 			})
 			if err != nil {
 				return err
@@ -109,6 +112,7 @@ other admin commands find it through --data-dir.`,
 	f.IntVar(&metas, "metas", 0, "number of meta nodes for a new cluster (default 3)")
 	f.IntVar(&datas, "datas", 0, "number of data nodes for a new cluster (default 3)")
 	f.StringVar(&volume, "volume", "default", "volume to create if missing (empty: none)")
+	f.BoolVar(&s3, "s3", true, "serve the volume over S3 on a loopback port, with credentials in <data-dir>/s3.env (--s3=false: no gateway)")
 	f.StringVar(&layout, "layout", "extent", "layout of new files in the volume created: extent, or cdc (content-defined chunks with dedup)")
 	f.DurationVar(&ready, "ready-timeout", 60*time.Second, "how long to wait for the cluster to come up")
 	f.StringVar(&logLevel, "log-level", "info", "log level of the cluster's processes")
@@ -134,6 +138,9 @@ func printCluster(cmd *cobra.Command, c *localcluster.Cluster, took time.Duratio
 	tw.Flush()
 	if mp := c.MountDir(); mp != "" {
 		fmt.Fprintf(out, "\nMount:    %s (unmounted on exit)", mp)
+	}
+	if ep := c.S3Endpoint(); ep != "" {
+		fmt.Fprintf(out, "\nS3:       %s (buckets are the volume's top-level directories; set -a; . %s)", ep, filepath.Join(c.Dir(), localcluster.S3EnvFile))
 	}
 	for _, p := range c.Layout().Procs {
 		if p.Role == "master" {

@@ -67,6 +67,9 @@ type Options struct {
 	// /dev/fuse, or if the mount does not come up, Start warns on Out and
 	// goes on without it.
 	Mount string
+	// S3, if set, starts an S3 gateway (`cairn s3`) for Volume on a free
+	// loopback port, with credentials kept in <data-dir>/s3.env.
+	S3 bool
 }
 
 // Cluster is a running local cluster.
@@ -82,6 +85,8 @@ type Cluster struct {
 	stopping bool
 	mountDir string // where the mount child mounts the volume
 	mounted  bool   // it did
+	// s3Endpoint is the S3 gateway's URL, "" without one (s3.go).
+	s3Endpoint string
 	exited   chan string
 }
 
@@ -159,6 +164,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 		if opts.Mount != "" {
 			c.startMount(rctx)
+		}
+		if opts.S3 {
+			c.startS3(rctx)
 		}
 	}
 	return c, nil
@@ -306,6 +314,9 @@ func (c *Cluster) args(p Proc) []string {
 	}
 	common := append([]string{"--data-dir", dir, "--metrics-addr", p.MetricsAddr, "--log-level", c.opts.LogLevel}, nodeTLS...)
 	switch p.Role {
+	case s3Proc:
+		return append([]string{"s3", "--master", strings.Join(c.layout.MasterAddrs(), ","), "--volume", c.opts.Volume,
+			"--listen", p.Addr, "--mount-dir", filepath.Join(dir, "mnt")}, adminTLS...)
 	case mountProc:
 		args := append([]string{"mount", "--master", strings.Join(c.layout.MasterAddrs(), ","), "--metrics", p.MetricsAddr}, adminTLS...)
 		if os.Geteuid() == 0 {
@@ -338,7 +349,8 @@ func (c *Cluster) args(p Proc) []string {
 // LogPath is where a process's output goes.
 func (c *Cluster) LogPath(p Proc) string { return filepath.Join(c.dir, p.Name, "cairn.log") }
 
-func (c *Cluster) startChild(p Proc) error {
+// startChild starts p's process; env is added to its environment.
+func (c *Cluster) startChild(p Proc, env ...string) error {
 	if err := os.MkdirAll(filepath.Join(c.dir, p.Name), 0o755); err != nil {
 		return fmt.Errorf("%s: %w", p.Name, err)
 	}
@@ -358,6 +370,7 @@ func (c *Cluster) startChild(p Proc) error {
 			cmd.Env = append(cmd.Env, e)
 		}
 	}
+	cmd.Env = append(cmd.Env, env...)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start %s: %w", p.Name, err)
@@ -516,8 +529,9 @@ func (c *Cluster) Stop() {
 	c.mu.Lock()
 	c.stopping = true
 	c.mu.Unlock()
-	// The mount first, while the cluster can still take its last flushes.
-	for _, ch := range c.childrenOf(mountProc) {
+	// The mount and the gateway first, while the cluster can still take
+	// their last flushes.
+	for _, ch := range c.childrenOf(mountProc, s3Proc) {
 		stopChild(ch, 15*time.Second)
 	}
 	if c.mountDir != "" {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -101,9 +102,13 @@ type upProc struct {
 }
 
 // startUp runs `cairn up --data-dir dir args...` and waits until it prints that
-// the cluster is up.
+// the cluster is up. Without an --s3 argument the S3 gateway is off: only
+// the tests of the gateway pay for its process and mount.
 func startUp(t *testing.T, dir string, args ...string) *upProc {
 	t.Helper()
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--s3") }) {
+		args = append(args, "--s3=false")
+	}
 	cmd := exec.Command(cairnBin, append([]string{"up", "--data-dir", dir}, args...)...)
 	cmd.Env = cleanEnv()
 	pr, pw := io.Pipe()

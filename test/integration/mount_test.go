@@ -19,7 +19,7 @@ import (
 
 // startMounted runs `cairn up` in dir and returns its mount point, or skips
 // the test when the machine cannot mount FUSE file systems.
-func startMounted(t *testing.T, dir string) (*upProc, string) {
+func startMounted(t *testing.T, dir string, args ...string) (*upProc, string) {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("no /dev/fuse: %v", err)
@@ -37,7 +37,7 @@ func startMounted(t *testing.T, dir string) (*upProc, string) {
 			}
 		}
 	})
-	up := startUp(t, dir)
+	up := startUp(t, dir, args...)
 	if ok, err := localcluster.IsMounted(mp); err != nil || !ok {
 		t.Fatalf("cairn up did not mount %s (%v):\n%s", mp, err, up.output())
 	}
