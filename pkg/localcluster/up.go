@@ -87,7 +87,7 @@ type Cluster struct {
 	mounted  bool   // it did
 	// s3Endpoint is the S3 gateway's URL, "" without one (s3.go).
 	s3Endpoint string
-	exited   chan string
+	exited     chan string
 }
 
 type child struct {
