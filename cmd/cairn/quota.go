@@ -110,12 +110,16 @@ unless --no-recount says it is empty.`,
 			ctx, cancel := f.context()
 			defer cancel()
 			// Limits left out keep their value on an existing quota.
-			if old := findQuota(ctx, v, a.Ino); old != nil {
+			old, err := v.QuotaOf(ctx, a.Ino)
+			if err != nil {
+				return plainError(err)
+			}
+			if old != nil {
 				if !cmd.Flags().Changed("bytes") {
-					maxBytes = old.MaxBytes
+					maxBytes = old.Quota.MaxBytes
 				}
 				if !cmd.Flags().Changed("inodes") {
-					maxInodes = old.MaxInodes
+					maxInodes = old.Quota.MaxInodes
 				}
 			}
 			q, err := v.SetQuota(ctx, a.Ino, args[1], maxBytes, maxInodes)
@@ -145,20 +149,6 @@ unless --no-recount says it is empty.`,
 	fl.BoolVar(&noRecount, "no-recount", false, "the directory is new and empty: skip the recount")
 	fl.DurationVar(&recountTimeout, "recount-timeout", time.Hour, "how long the recount of a directory with content may take")
 	return cmd
-}
-
-// findQuota returns the quota on directory ino, nil if none (or unknown).
-func findQuota(ctx context.Context, v *client.Volume, ino uint64) *pb.Quota {
-	qs, err := v.Quotas(ctx)
-	if err != nil {
-		return nil
-	}
-	for _, q := range qs {
-		if q.Quota.GetIno() == ino {
-			return q.Quota
-		}
-	}
-	return nil
 }
 
 func newQuotaListCmd() *cobra.Command {

@@ -231,7 +231,7 @@ func (v *Volume) StatFSAt(ctx context.Context, ino uint64) (*StatFS, error) {
 		Files: inodes, FilesFree: filesMax - min(inodes, filesMax), NameLen: 255,
 	}
 	if ino != RootIno {
-		if q, _ := v.quotaOf(ctx, ino); q != nil {
+		if q := v.cachedQuotaOf(ino); q != nil {
 			quotaFigures(s, q)
 		}
 	}

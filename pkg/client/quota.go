@@ -128,19 +128,32 @@ func (v *Volume) sameQuotas(ctx context.Context, op string, ino, oldParent, newP
 	return nil
 }
 
-// quotaOf returns the quota on directory ino with its usage, nil if it
-// has none.
-func (v *Volume) quotaOf(ctx context.Context, ino uint64) (*pb.QuotaState, error) {
-	u := &v.space
-	u.mu.Lock()
-	r := u.resp
-	u.mu.Unlock()
-	for _, q := range r.GetQuotas() {
+// QuotaOf returns the quota on directory ino with its usage, fresh from
+// the master; nil if the directory has none.
+func (v *Volume) QuotaOf(ctx context.Context, ino uint64) (*pb.QuotaState, error) {
+	qs, err := v.Quotas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return quotaIn(qs, ino), nil
+}
+
+// quotaIn returns the quota of qs on directory ino, nil if none.
+func quotaIn(qs []*pb.QuotaState, ino uint64) *pb.QuotaState {
+	for _, q := range qs {
 		if q.GetQuota().GetIno() == ino {
-			return q, nil
+			return q
 		}
 	}
-	return nil, nil
+	return nil
+}
+
+// cachedQuotaOf is QuotaOf from the latest answer the volume holds (statfs
+// has just refreshed it).
+func (v *Volume) cachedQuotaOf(ino uint64) *pb.QuotaState {
+	v.space.mu.Lock()
+	defer v.space.mu.Unlock()
+	return quotaIn(v.space.resp.GetQuotas(), ino)
 }
 
 // quotaFigures narrows statfs figures to the quota q: its limits (where

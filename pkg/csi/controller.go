@@ -150,12 +150,12 @@ func (s *controller) createSubdir(ctx context.Context, id VolumeID, size uint64)
 			return status.Errorf(codes.AlreadyExists, "%s exists and is not a directory", id.Path)
 		}
 		if err == nil {
-			q, qerr := quotaOn(ctx, v, a.Ino)
+			q, qerr := v.QuotaOf(ctx, a.Ino)
 			if qerr != nil {
 				return grpcErr("read quotas", qerr)
 			}
-			if q != nil && q.MaxBytes != size {
-				return status.Errorf(codes.AlreadyExists, "volume %s exists with %d bytes, not %d", id, q.MaxBytes, size)
+			if q != nil && q.Quota.MaxBytes != size {
+				return status.Errorf(codes.AlreadyExists, "volume %s exists with %d bytes, not %d", id, q.Quota.MaxBytes, size)
 			}
 			if q != nil {
 				return nil
@@ -190,20 +190,6 @@ func mkdirAll(ctx context.Context, v *client.Volume, p string) error {
 		return err
 	}
 	return nil
-}
-
-// quotaOn returns the quota on directory ino, nil if it has none.
-func quotaOn(ctx context.Context, v *client.Volume, ino uint64) (*pb.Quota, error) {
-	qs, err := v.Quotas(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, q := range qs {
-		if q.GetQuota().GetIno() == ino {
-			return q.Quota, nil
-		}
-	}
-	return nil, nil
 }
 
 // createVolume creates a whole Cairn volume; one that exists with the
@@ -320,11 +306,11 @@ func (s *controller) exists(ctx context.Context, raw string) (VolumeID, *client.
 	if err != nil {
 		return id, nil, 0, 0, grpcErr("volume "+id.String(), err)
 	}
-	q, err := quotaOn(ctx, v, a.Ino)
+	q, err := v.QuotaOf(ctx, a.Ino)
 	if err != nil {
 		return id, nil, 0, 0, grpcErr("read quotas", err)
 	}
-	return id, v, a.Ino, q.GetMaxBytes(), nil
+	return id, v, a.Ino, q.GetQuota().GetMaxBytes(), nil
 }
 
 func (s *controller) ValidateVolumeCapabilities(ctx context.Context, req *csipb.ValidateVolumeCapabilitiesRequest) (*csipb.ValidateVolumeCapabilitiesResponse, error) {
