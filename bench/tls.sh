@@ -16,9 +16,9 @@
 #   bench/tls.sh [--out DIR] [--repetitions N]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-CAIRN=${CAIRN_BIN:-$HERE/../bin/cairn}
-WORK=$(mktemp -d /tmp/cairn-bench-tls.XXXXXX)
-out=$WORK/report
+REPO=$(cd "$HERE/.." && pwd)
+CAIRN=${CAIRN_BIN:-$REPO/bin/cairn}
+out=$REPO/bench-reports/tls-$(date -u +%Y%m%dT%H%M%SZ)
 reps=3
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -28,15 +28,21 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 PEER=/bin/false
+# The clusters' data (a few GiB) goes when the run succeeds; the reports
+# stay in --out.
+WORK=$(mktemp -d /var/tmp/cairn-tls.XXXXXX)
 # shellcheck source=bench/lib.sh
 . "$HERE/lib.sh"
 
 pids=()
 cleanup() {
-  local p
+  local rc=$? p
+  set +e
   for p in "${pids[@]}"; do stop "$p" "cairn up" 60; done
   unmount_left "$WORK/plain/mnt"
   unmount_left "$WORK/tls/mnt"
+  if (( rc == 0 )); then rm -rf "$WORK"; else echo "logs kept in $WORK" >&2; fi
+  exit $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

@@ -43,12 +43,29 @@ type nodeRow struct {
 	// CopyLeft is what the node's data replicas catching up (stale, or
 	// joining by a move) still lack, in bytes.
 	CopyLeft uint64 `json:"copy_left_bytes"`
+	// DiskUsed is the used fraction of the node's data disk as it last
+	// reported it (what non-root users cannot write counts as used), or -1
+	// when it has not reported.
+	DiskUsed float64 `json:"disk_used"`
+	// Full says that the master places no new replica on the node.
+	Full bool `json:"full"`
 }
 
-func nodeRows(m *pb.ClusterMap, recovering []*pb.ReplicaRecovery) []nodeRow {
+func nodeRows(resp *pb.StatusResponse) []nodeRow {
+	m := resp.GetMap()
 	rows := map[uint64]*nodeRow{}
 	for id, n := range m.GetNodes() {
-		rows[id] = &nodeRow{ID: id, Role: roleString(n.Role), Address: n.Addr, Zone: n.Zone, State: stateString(n.State), Draining: n.Draining}
+		rows[id] = &nodeRow{ID: id, Role: roleString(n.Role), Address: n.Addr, Zone: n.Zone, State: stateString(n.State), Draining: n.Draining, DiskUsed: -1}
+	}
+	for _, ns := range resp.GetNodes() {
+		row := rows[ns.GetNode().GetId()]
+		if row == nil {
+			continue
+		}
+		if u := ns.GetUsage(); u.GetCapacityBytes() > 0 {
+			row.DiskUsed = float64(u.UsedBytes) / float64(u.CapacityBytes)
+		}
+		row.Full = ns.Full
 	}
 	for _, p := range m.GetPartitions() {
 		for _, r := range p.Replicas {
@@ -63,7 +80,7 @@ func nodeRows(m *pb.ClusterMap, recovering []*pb.ReplicaRecovery) []nodeRow {
 			row.Leaving++
 		}
 	}
-	for _, x := range recovering {
+	for _, x := range resp.GetRecovering() {
 		if row := rows[x.NodeId]; row != nil {
 			row.CopyLeft += x.BytesLeft
 		}
@@ -91,12 +108,12 @@ func newNodeListCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				rows := nodeRows(resp.Map, resp.Recovering)
+				rows := nodeRows(resp)
 				if asJSON {
 					return printJSON(cmd, rows)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tROLE\tADDRESS\tZONE\tSTATE\tREPLICAS\tMOVING IN\tMOVING OUT\tTO COPY")
+				fmt.Fprintln(tw, "ID\tROLE\tADDRESS\tZONE\tSTATE\tDISK\tREPLICAS\tMOVING IN\tMOVING OUT\tTO COPY")
 				for _, r := range rows {
 					state := r.State
 					switch {
@@ -104,6 +121,13 @@ func newNodeListCmd() *cobra.Command {
 						state += ", decommissioned"
 					case r.Draining:
 						state += ", draining"
+					}
+					if r.Full {
+						state += ", full"
+					}
+					disk := "-"
+					if r.DiskUsed >= 0 {
+						disk = fmt.Sprintf("%.0f%%", 100*r.DiskUsed)
 					}
 					zone := r.Zone
 					if zone == "" {
@@ -113,7 +137,7 @@ func newNodeListCmd() *cobra.Command {
 					if r.CopyLeft > 0 {
 						toCopy = humanBytes(r.CopyLeft)
 					}
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", r.ID, r.Role, r.Address, zone, state, r.Replicas, r.Joining, r.Leaving, toCopy)
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", r.ID, r.Role, r.Address, zone, state, disk, r.Replicas, r.Joining, r.Leaving, toCopy)
 				}
 				return tw.Flush()
 			})

@@ -3982,8 +3982,12 @@ type NodeStatus struct {
 	Hostname            string                 `protobuf:"bytes,5,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	MetricsAddr         string                 `protobuf:"bytes,6,opt,name=metrics_addr,json=metricsAddr,proto3" json:"metrics_addr,omitempty"`
 	Partitions          []*PartitionReport     `protobuf:"bytes,7,rep,name=partitions,proto3" json:"partitions,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The master places no new replica on this node: its disk is 95% full,
+	// one of its data replicas refuses new data, or a replica copied to it
+	// recently ran out of room.
+	Full          bool `protobuf:"varint,8,opt,name=full,proto3" json:"full,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -4063,6 +4067,13 @@ func (x *NodeStatus) GetPartitions() []*PartitionReport {
 		return x.Partitions
 	}
 	return nil
+}
+
+func (x *NodeStatus) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
 }
 
 type StatusRequest struct {
@@ -5221,7 +5232,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x03pid\x18\x06 \x01(\x05R\x03pid\x12\x1a\n" +
 	"\bhostname\x18\a \x01(\tR\bhostname\x12\x12\n" +
 	"\x04addr\x18\b \x01(\tR\x04addr\x12!\n" +
-	"\fmetrics_addr\x18\t \x01(\tR\vmetricsAddr\"\xa7\x02\n" +
+	"\fmetrics_addr\x18\t \x01(\tR\vmetricsAddr\"\xbb\x02\n" +
 	"\n" +
 	"NodeStatus\x12'\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.cairn.cluster.NodeR\x04node\x12*\n" +
@@ -5232,7 +5243,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\fmetrics_addr\x18\x06 \x01(\tR\vmetricsAddr\x12>\n" +
 	"\n" +
 	"partitions\x18\a \x03(\v2\x1e.cairn.cluster.PartitionReportR\n" +
-	"partitions\"\x0f\n" +
+	"partitions\x12\x12\n" +
+	"\x04full\x18\b \x01(\bR\x04full\"\x0f\n" +
 	"\rStatusRequest\"\xbd\x02\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x03map\x18\x01 \x01(\v2\x19.cairn.cluster.ClusterMapR\x03map\x12/\n" +

@@ -413,6 +413,7 @@ func (v *service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRe
 				ns.Usage, ns.Pid, ns.Hostname, ns.MetricsAddr = soft.usage, soft.pid, soft.hostname, soft.metricsAddr
 				ns.LastHeartbeatUnixMs = soft.last.UnixMilli()
 				ns.Partitions = soft.partitions
+				ns.Full = nodeFull(soft) || time.Now().Before(v.s.refused[id])
 			}
 			resp.Nodes = append(resp.Nodes, ns)
 		}
