@@ -11,9 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -231,6 +233,126 @@ func TestS3Gateway(t *testing.T) {
 	}
 	if out, err := py.CombinedOutput(); err != nil || !strings.Contains(string(out), "all checks passed") {
 		t.Fatalf("boto3 checks (make test installs python3-boto3): %v\n%s", err, out)
+	}
+
+	checkVolumeBuckets(t, ctx, dir, env, big)
+}
+
+// checkVolumeBuckets runs a second gateway, `cairn s3 --buckets volumes`,
+// on the cluster in dir, where every volume is a bucket: the volume
+// 'default' (whose directory photos holds big.bin, put through the first
+// gateway) is a bucket, a bucket created over S3 is a volume, a volume
+// created with the CLI is a bucket, a copy crosses volumes, an empty
+// bucket's deletion deletes its volume and a non-empty one is refused.
+func checkVolumeBuckets(t *testing.T, ctx context.Context, dir string, env map[string]string, big []byte) {
+	addr := freeAddr(t)
+	logf, err := os.Create(filepath.Join(dir, "s3-volumes.log"))
+	must(t, err)
+	defer logf.Close()
+	mounts := filepath.Join(dir, "s3-volumes")
+	must(t, os.Mkdir(mounts, 0o755))
+	gw := exec.Command(cairnBin, "s3", "--buckets", "volumes", "--data-dir", dir, "--listen", addr, "--mount-dir", mounts)
+	gw.Env = append(cleanEnv(), "AWS_ACCESS_KEY_ID=volumes-key", "AWS_SECRET_ACCESS_KEY=volumes-secret")
+	gw.Stdout, gw.Stderr = logf, logf
+	must(t, gw.Start())
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			_ = gw.Process.Signal(syscall.SIGTERM)
+			_ = gw.Wait()
+		}
+	}
+	defer stop()
+	log := func() string { b, _ := os.ReadFile(logf.Name()); return string(b) }
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get("http://" + addr + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cairn s3 --buckets volumes not serving after 30s:\n%s", log())
+		}
+	}
+	c := s3Client(map[string]string{"AWS_REGION": env["AWS_REGION"], "AWS_ENDPOINT_URL": "http://" + addr,
+		"AWS_ACCESS_KEY_ID": "volumes-key"}, "volumes-secret")
+	buckets := func() []string {
+		out, err := c.ListBuckets(ctx, &s3.ListBucketsInput{})
+		must(t, err)
+		var names []string
+		for _, b := range out.Buckets {
+			names = append(names, aws.ToString(b.Name))
+		}
+		return names
+	}
+	volumes := func() string { return mustCairn(t, "volume", "list", "--data-dir", dir) }
+	get := func(bucket, key string) []byte {
+		t.Helper()
+		out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		if err != nil {
+			t.Fatalf("GET %s/%s: %v\n%s", bucket, key, err, log())
+		}
+		defer out.Body.Close()
+		b, err := io.ReadAll(out.Body)
+		must(t, err)
+		return b
+	}
+
+	if got := buckets(); !slices.Equal(got, []string{"default"}) {
+		t.Fatalf("buckets %v, want the volume default", got)
+	}
+	_, err = c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("vb-one")})
+	must(t, err)
+	if !strings.Contains(volumes(), "vb-one") {
+		t.Fatalf("bucket vb-one made no volume:\n%s", volumes())
+	}
+	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("vb-one")}); err == nil || !strings.Contains(err.Error(), "BucketAlreadyOwnedByYou") {
+		t.Fatalf("bucket vb-one created twice: %v", err)
+	}
+	_, err = c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String("vb-one"), Key: aws.String("dir/big.bin"), CopySource: aws.String("default/photos/big.bin")})
+	must(t, err)
+	if got := get("vb-one", "dir/big.bin"); !bytes.Equal(got, big) {
+		t.Fatalf("big.bin copied from volume default to vb-one: %d bytes, not the %d put", len(got), len(big))
+	}
+	if got := get("default", "photos/big.bin"); !bytes.Equal(got, big) {
+		t.Fatalf("photos/big.bin of volume default: %d bytes, not the %d put through the directory gateway", len(got), len(big))
+	}
+
+	mustCairn(t, "volume", "create", "vb-two", "--data-dir", dir)
+	_, err = c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("vb-two"), Key: aws.String("k"), Body: strings.NewReader("v")})
+	must(t, err)
+	if got := get("vb-two", "k"); string(got) != "v" {
+		t.Fatalf("vb-two/k: %q", got)
+	}
+	if got := buckets(); !slices.Equal(got, []string{"default", "vb-one", "vb-two"}) {
+		t.Fatalf("buckets %v, want default, vb-one, vb-two", got)
+	}
+
+	if _, err := c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("vb-one")}); err == nil || !strings.Contains(err.Error(), "BucketNotEmpty") {
+		t.Fatalf("non-empty bucket deleted: %v", err)
+	}
+	_, err = c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("vb-one"), Key: aws.String("dir/big.bin")})
+	must(t, err)
+	_, err = c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("vb-one")})
+	if err != nil {
+		t.Fatalf("delete empty bucket vb-one: %v\n%s", err, log())
+	}
+	if strings.Contains(volumes(), "vb-one") {
+		t.Fatalf("volume vb-one outlived its bucket:\n%s", volumes())
+	}
+	if _, err := c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String("vb-one")}); err == nil {
+		t.Fatal("HEAD of the deleted bucket vb-one succeeded")
+	}
+	if got := buckets(); !slices.Equal(got, []string{"default", "vb-two"}) {
+		t.Fatalf("buckets %v after deleting vb-one, want default, vb-two", got)
+	}
+	stop()
+	b, err := os.ReadFile("/proc/self/mounts")
+	must(t, err)
+	if strings.Contains(string(b), mounts) {
+		t.Fatalf("the volumes gateway left mounts under %s:\n%s\ngateway log:\n%s", mounts, b, log())
 	}
 }
 
