@@ -29,3 +29,25 @@ func noteAttrs(ctx context.Context, in *metapb.Inode) {
 		fn(toAttr(in))
 	}
 }
+
+type changingKey struct{}
+
+// WithChanging returns a context under which rename and rmdir pass fn each
+// inode they are about to change other than the parents (the moved or
+// exchanged inode, a replaced one, the removed directory), as soon as they
+// know it and before they send the change; a retry passes the inodes it
+// finds again. A mount uses it to forget what it knows of those inodes
+// only, rather than of every inode.
+func WithChanging(ctx context.Context, fn func(ino uint64)) context.Context {
+	return context.WithValue(ctx, changingKey{}, fn)
+}
+
+// noteChanging passes ino to ctx's WithChanging.
+func noteChanging(ctx context.Context, ino uint64) {
+	if ino == 0 {
+		return
+	}
+	if fn, ok := ctx.Value(changingKey{}).(func(uint64)); ok && fn != nil {
+		fn(ino)
+	}
+}

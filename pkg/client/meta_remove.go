@@ -284,6 +284,7 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 		return errnoErr(op, syscall.ENOTDIR, "%d/%q", parent, name)
 	}
 	dir := d.GetIno()
+	noteChanging(ctx, dir)
 	if done, err := v.rmdirOwnerLast(ctx, op, parent, name, dir); done {
 		return err
 	}

@@ -112,6 +112,8 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 	if err := dstErr; err != nil {
 		return err
 	}
+	noteChanging(ctx, src.GetIno())
+	noteChanging(ctx, dst.GetIno())
 	exchange := flags&RenameExchange != 0
 	switch {
 	case flags&RenameNoreplace != 0 && dst != nil:

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"maps"
 	"syscall"
 	"testing"
 
@@ -162,5 +163,52 @@ func TestOneRequestPerCreateWithLayouts(t *testing.T) {
 	cost("create in the copy", 1, func() (err error) { g, err = v.Create(ctx, sub.Ino, "g", 0o644, 0, 0); return err })
 	if l := layoutOf(g.Ino); l != metapb.FileLayout_FILE_LAYOUT_EXTENT {
 		t.Errorf("file in a subdirectory that inherited extent: %v", l)
+	}
+}
+
+// TestChangingNamesInodes checks what WithChanging reports, which a mount
+// relies on to forget only the attributes a change makes stale: rename
+// names the moved inode and the one it replaces, an exchange both, rmdir
+// the removed directory; none names the parents.
+func TestChangingNamesInodes(t *testing.T) {
+	v, _ := startWithData(t, Options{})
+	ctx := context.Background()
+	d, err := v.Mkdir(ctx, RootIno, "d", 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name string) uint64 {
+		t.Helper()
+		a, err := v.Create(ctx, d.Ino, name, 0o644, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Ino
+	}
+	named := func(fn func(ctx context.Context) error) map[uint64]bool {
+		t.Helper()
+		got := map[uint64]bool{}
+		if err := fn(WithChanging(ctx, func(ino uint64) { got[ino] = true })); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	a, b, c := mk("a"), mk("b"), mk("c")
+	if got := named(func(ctx context.Context) error { return v.Rename(ctx, d.Ino, "a", RootIno, "a2", 0) }); !maps.Equal(got, map[uint64]bool{a: true}) {
+		t.Errorf("rename to a new name named %v, want the moved inode %d", got, a)
+	}
+	if got := named(func(ctx context.Context) error { return v.Rename(ctx, d.Ino, "b", d.Ino, "c", 0) }); !maps.Equal(got, map[uint64]bool{b: true, c: true}) {
+		t.Errorf("rename over a file named %v, want %d and the replaced %d", got, b, c)
+	}
+	e := mk("e")
+	if got := named(func(ctx context.Context) error { return v.Rename(ctx, d.Ino, "c", d.Ino, "e", RenameExchange) }); !maps.Equal(got, map[uint64]bool{b: true, e: true}) {
+		t.Errorf("exchange named %v, want %d and %d", got, b, e)
+	}
+	sub, err := v.Mkdir(ctx, d.Ino, "sub", 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := named(func(ctx context.Context) error { return v.Rmdir(ctx, d.Ino, "sub") }); !maps.Equal(got, map[uint64]bool{sub.Ino: true}) {
+		t.Errorf("rmdir named %v, want the directory %d", got, sub.Ino)
 	}
 }

@@ -26,14 +26,15 @@ import (
 // handles wrote. It is used once. Every other change through this mount
 // invalidates the hints it could make stale when it starts and again when
 // it ends: those of its inode (setattr, xattrs, and the writes, flushes
-// and closes of a file), or all of them (rename, rmdir, link; rename and
-// rmdir then keep the parents' attributes they answered). A hint from
+// and closes of a file), those of the inodes it changes (link: the file
+// and the directory; rename and rmdir: the parents and the inodes the SDK
+// names as it goes, then keeping the parents' attributes they answered).
+// A hint from
 // an operation that overlapped such a change is not kept, so a hint never
 // hides a change this mount made.
 type attrHints struct {
 	ttl time.Duration // 0: no hints
 
-	epoch   atomic.Uint64              // bumped by every invalidation of all hints
 	buckets [hintBuckets]atomic.Uint64 // bumped by invalidations of one inode (by ino % hintBuckets)
 	n       atomic.Int64               // hints kept: invalidations skip the lock at 0
 
@@ -53,8 +54,9 @@ const maxAttrHints = 4096
 // inodes that share one only lose a hint now and then.
 const hintBuckets = 1024
 
-// stamp is where the invalidations stood when an operation began.
-type stamp struct{ all, ino uint64 }
+// stamp is where the invalidations of an inode stood when an operation
+// began.
+type stamp struct{ ino uint64 }
 
 func newAttrHints(attrTimeout time.Duration) *attrHints {
 	return &attrHints{ttl: min(attrTimeout, time.Second), hints: map[uint64]attrHint{}}
@@ -63,12 +65,12 @@ func newAttrHints(attrTimeout time.Duration) *attrHints {
 // begin returns where the invalidations of ino stand as an operation that
 // may bring a hint for it starts.
 func (h *attrHints) begin(ino uint64) stamp {
-	return stamp{all: h.epoch.Load(), ino: h.buckets[ino%hintBuckets].Load()}
+	return stamp{ino: h.buckets[ino%hintBuckets].Load()}
 }
 
 // valid reports whether no invalidation of ino happened since st.
 func (h *attrHints) valid(ino uint64, st stamp) bool {
-	return h.epoch.Load() == st.all && h.buckets[ino%hintBuckets].Load() == st.ino
+	return h.buckets[ino%hintBuckets].Load() == st.ino
 }
 
 // put keeps a for its inode unless an invalidation of it happened since st
@@ -123,28 +125,21 @@ func (h *attrHints) take(ino uint64) *client.Attr {
 	return d.a
 }
 
-// invalidate drops every hint; call it when a change that brings no hint
-// starts and when it ends. Cheap when no hint is kept.
-func (h *attrHints) invalidate() {
-	h.epoch.Add(1)
-	if h.n.Load() == 0 {
-		return
+// invalidateInoKeeping is invalidateIno at the end of an operation that
+// began at st and learnt ino's attributes: the stamp it returns lets that
+// operation still put them when no other invalidation of ino happened
+// since st (its own does not count), and stays stale otherwise. Another
+// inode sharing ino's counter, invalidated meanwhile, costs the hint.
+func (h *attrHints) invalidateInoKeeping(ino uint64, st stamp) stamp {
+	if h.buckets[ino%hintBuckets].CompareAndSwap(st.ino, st.ino+1) {
+		st.ino++
+		h.mu.Lock()
+		delete(h.hints, ino)
+		h.n.Store(int64(len(h.hints)))
+		h.mu.Unlock()
+		return st
 	}
-	h.mu.Lock()
-	clear(h.hints)
-	h.n.Store(0)
-	h.mu.Unlock()
-}
-
-// invalidateKeeping is invalidate at the end of an operation that began
-// at st and learnt attributes: the stamp it returns lets that operation
-// still put them when no other invalidation happened since st (its own
-// does not count), and stays stale otherwise.
-func (h *attrHints) invalidateKeeping(st stamp) stamp {
-	if h.epoch.Load() == st.all {
-		st.all++
-	}
-	h.invalidate()
+	h.invalidateIno(ino)
 	return st
 }
 

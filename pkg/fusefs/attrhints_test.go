@@ -36,11 +36,6 @@ func TestAttrHints(t *testing.T) {
 			h.put(st, attrAt(1, 10)) // answered later, changed earlier
 			return h.take(1)
 		}, 20},
-		{"invalidated after", func(h *attrHints) *client.Attr {
-			h.put(h.begin(1), attrAt(1, 10))
-			h.invalidate()
-			return h.take(1)
-		}, 0},
 		{"its inode invalidated after", func(h *attrHints) *client.Attr {
 			h.put(h.begin(1), attrAt(1, 10))
 			h.invalidateIno(1)
@@ -51,9 +46,9 @@ func TestAttrHints(t *testing.T) {
 			h.invalidateIno(2)
 			return h.take(1)
 		}, 10},
-		{"overlapping invalidation drops the hint", func(h *attrHints) *client.Attr {
+		{"overlapping rename of the directory drops the hint", func(h *attrHints) *client.Attr {
 			st := h.begin(1)
-			h.invalidate() // a rename started while the create ran
+			h.invalidateIno(1) // a rename named directory 1 while a create in it ran
 			h.put(st, attrAt(1, 10))
 			return h.take(1)
 		}, 0},
@@ -70,14 +65,14 @@ func TestAttrHints(t *testing.T) {
 			return h.take(1)
 		}, 10},
 		{"operation begun after an invalidation", func(h *attrHints) *client.Attr {
-			h.invalidate()
+			h.invalidateIno(1)
 			h.put(h.begin(1), attrAt(1, 10))
 			return h.take(1)
 		}, 10},
 		{"own closing invalidation keeps it (rmdir)", func(h *attrHints) *client.Attr {
 			st := h.begin(1)
 			h.put(h.begin(1), attrAt(1, 5)) // learnt by another operation
-			st = h.invalidateKeeping(st)
+			st = h.invalidateInoKeeping(1, st)
 			if a := h.take(1); a != nil {
 				t.Errorf("the closing invalidation kept %v", a)
 			}
@@ -86,11 +81,25 @@ func TestAttrHints(t *testing.T) {
 		}, 10},
 		{"closing invalidation after another drops it", func(h *attrHints) *client.Attr {
 			st := h.begin(1)
-			h.invalidate() // another rmdir or rename overlapped
-			st = h.invalidateKeeping(st)
+			h.invalidateIno(1) // another rmdir or rename in directory 1 overlapped
+			st = h.invalidateInoKeeping(1, st)
 			h.put(st, attrAt(1, 10))
 			return h.take(1)
 		}, 0},
+		{"closing invalidation after a later one drops it", func(h *attrHints) *client.Attr {
+			st := h.begin(1)
+			st = h.invalidateInoKeeping(1, st)
+			h.invalidateIno(1) // a change of directory 1 after this one ended
+			h.put(st, attrAt(1, 10))
+			return h.take(1)
+		}, 0},
+		{"rename of other inodes keeps the hint", func(h *attrHints) *client.Attr {
+			h.put(h.begin(1), attrAt(1, 10))
+			st := h.begin(2)
+			h.invalidateIno(3) // the moved inode
+			h.invalidateInoKeeping(2, st)
+			return h.take(1)
+		}, 10},
 		{"expired", func(h *attrHints) *client.Attr {
 			h.put(h.begin(1), attrAt(1, 10))
 			d := h.hints[1]

@@ -190,16 +190,25 @@ func (fs *FS) learn(cancel <-chan struct{}, ino uint64) (ctx context.Context, do
 	}
 }
 
-// learnDirs starts an operation that changes inodes the mount cannot name
-// (rmdir: the removed directory; rename: the moved and a replaced inode)
-// and learns the new attributes of directories a and b (the parents):
-// every hint is dropped now and when done runs, and done(ok) then keeps
-// what the servers answered for a and b, when ok and no other
-// invalidation overlapped.
+// learnDirs starts an operation that changes parent directories a and b
+// and inodes the mount learns from the SDK as it goes (client.WithChanging:
+// rmdir's removed directory, rename's moved and replaced inodes). The
+// hints of a and b are dropped now, those of the others as they are
+// named, and all of them again when done runs; done(ok) then keeps what
+// the servers answered for a and b, when ok and no other invalidation of
+// them overlapped. Hints of other inodes stay.
 func (fs *FS) learnDirs(cancel <-chan struct{}, a, b uint64) (ctx context.Context, done func(ok bool)) {
-	fs.hints.invalidate()
+	fs.hints.invalidateIno(a)
+	if b != a {
+		fs.hints.invalidateIno(b)
+	}
 	sa, sb := fs.hints.begin(a), fs.hints.begin(b)
-	var gotA, gotB *client.Attr
+	var (
+		mu      sync.Mutex
+		changed []uint64
+		gotA    *client.Attr
+		gotB    *client.Attr
+	)
 	ctx = client.WithAttrs(ctxOf(cancel), func(at *client.Attr) {
 		switch at.Ino {
 		case a:
@@ -208,18 +217,29 @@ func (fs *FS) learnDirs(cancel <-chan struct{}, a, b uint64) (ctx context.Contex
 			gotB = at
 		}
 	})
+	ctx = client.WithChanging(ctx, func(ino uint64) {
+		fs.hints.invalidateIno(ino)
+		mu.Lock()
+		changed = append(changed, ino)
+		mu.Unlock()
+	})
 	return ctx, func(ok bool) {
-		sa2 := fs.hints.invalidateKeeping(sa)
+		mu.Lock()
+		for _, ino := range changed {
+			fs.hints.invalidateIno(ino)
+		}
+		mu.Unlock()
+		sa = fs.hints.invalidateInoKeeping(a, sa)
+		if b != a {
+			sb = fs.hints.invalidateInoKeeping(b, sb)
+		}
 		if !ok {
 			return
 		}
 		if gotA != nil {
-			fs.hints.put(sa2, gotA)
+			fs.hints.put(sa, gotA)
 		}
-		if gotB != nil && b != a && sb.all == sa.all {
-			// Both began at one epoch: a's stamp says whether it moved
-			// since by more than this operation's own invalidation.
-			sb.all = sa2.all
+		if gotB != nil && b != a {
 			fs.hints.put(sb, gotB)
 		}
 	}

@@ -276,8 +276,9 @@ func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName string, 
 // Link gives an inode another name.
 func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
-	fs.hints.invalidate()
-	defer fs.hints.invalidate()
+	// The file's link count and ctime, the directory's mtime.
+	defer fs.changing(in.Oldnodeid)()
+	defer fs.changing(in.NodeId)()
 	a, err := fs.v.Link(fs.caller(ctxOf(cancel), &in.InHeader), fs.ino(in.Oldnodeid), fs.ino(in.NodeId), name)
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpLink, Path: fs.tr.path(in.Oldnodeid),
