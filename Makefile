@@ -149,8 +149,9 @@ bench-tls: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/tls.sh $(BENCH_TLS_FLAGS)
 
 ## fuzz: every fuzz target for FUZZ_FOR each (default 10m), one after the
-## other: the wire decoders, the stores' recovery, and the servers' request
-## handlers against real nodes (a data node, a 3-replica meta partition).
+## other: the wire decoders, the stores' recovery, the cluster map's state
+## machine, and the servers' request handlers against real nodes (a master,
+## a data node, a 3-replica meta partition).
 ## `make test` runs each for FUZZ_SHORT (default 2000 executions) after their
 ## seed corpora: a count, not a duration, because go1.26's fuzzing coordinator
 ## can report its own deadline as a failure (golang/go#75804).
@@ -163,6 +164,7 @@ FUZZ_KEEP ?= 1
 FUZZ_TARGETS = \
 	pkg/dataproto:FuzzReadFrame pkg/dataproto:FuzzDecodeListings pkg/lightrpc:FuzzDecode \
 	pkg/datanode:FuzzRequest pkg/metanode:FuzzService pkg/metanode:FuzzRestricted \
+	pkg/master:FuzzMaster pkg/clustermap:FuzzApply \
 	pkg/metapartition:FuzzApply pkg/metapartition:FuzzRestore \
 	pkg/extentstore:FuzzDecodeRecord pkg/extentstore:FuzzOpen pkg/multiraft:FuzzDecodeBatch \
 	pkg/hybridindex:FuzzUnmarshal pkg/chunker:FuzzCut pkg/optrace:FuzzRead pkg/bench/trace:FuzzImportStrace
