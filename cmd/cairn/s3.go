@@ -33,8 +33,10 @@ func newS3Cmd() *cobra.Command {
 are the top-level directories of one volume (--volume); with --buckets volumes
 every volume is a bucket: creating a bucket creates a volume and deleting an
 empty bucket deletes its volume (both need an admin identity). Objects are
-files, so the same bytes are reachable through S3, the mount and the SDK. Requests are signed with AWS Signature V4 by the one
-account --access-key/--secret-key (default: the AWS SDKs' own variables
+files, so the same bytes are reachable through S3, the mount and the SDK.
+
+Requests are signed with AWS Signature V4 by the one account
+--access-key/--secret-key (default: the AWS SDKs' own variables
 AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). Object metadata (ETag, user
 metadata, content type) is kept in the files' extended attributes.
 
@@ -44,6 +46,12 @@ other users).`,
 		Example: "  AWS_ACCESS_KEY_ID=k AWS_SECRET_ACCESS_KEY=s cairn s3 --data-dir ./cairn-data --listen 127.0.0.1:9000",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if buckets != "dirs" && buckets != "volumes" {
+				return usagef(cmd, "--buckets %q: want dirs or volumes", buckets)
+			}
+			if buckets == "volumes" && cmd.Flags().Changed("volume") {
+				return usagef(cmd, "--volume names the volume whose directories are the buckets: not with --buckets volumes")
+			}
 			if accessKey == "" {
 				accessKey = os.Getenv("AWS_ACCESS_KEY_ID")
 			}
@@ -52,12 +60,6 @@ other users).`,
 			}
 			if accessKey == "" || secretKey == "" {
 				return usagef(cmd, "no credentials: give --access-key and --secret-key, or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
-			}
-			if buckets != "dirs" && buckets != "volumes" {
-				return usagef(cmd, "--buckets %q: want dirs or volumes", buckets)
-			}
-			if buckets == "volumes" && cmd.Flags().Changed("volume") {
-				return usagef(cmd, "--volume names the volume whose directories are the buckets: not with --buckets volumes")
 			}
 			addrs, conf, err := cf.endpoint(cmd)
 			if err != nil {

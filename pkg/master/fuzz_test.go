@@ -130,16 +130,24 @@ var masterMethods = []func(ctx context.Context, v *service, b []byte) error{
 			return v.Heartbeat(ctx, r)
 		})
 	},
-	func(ctx context.Context, v *service, b []byte) error { return handle(ctx, b, &pb.GetMapRequest{}, v.GetMap) },
+	func(ctx context.Context, v *service, b []byte) error {
+		return handle(ctx, b, &pb.GetMapRequest{}, v.GetMap)
+	},
 	func(ctx context.Context, v *service, b []byte) error {
 		return handle(ctx, b, &pb.CreateVolumeRequest{}, v.CreateVolume)
 	},
-	func(ctx context.Context, v *service, b []byte) error { return handle(ctx, b, &pb.VolumeRequest{}, v.GetVolume) },
+	func(ctx context.Context, v *service, b []byte) error {
+		return handle(ctx, b, &pb.VolumeRequest{}, v.GetVolume)
+	},
 	func(ctx context.Context, v *service, b []byte) error {
 		return handle(ctx, b, &pb.ListVolumesRequest{}, v.ListVolumes)
 	},
-	func(ctx context.Context, v *service, b []byte) error { return handle(ctx, b, &pb.VolumeRequest{}, v.DeleteVolume) },
-	func(ctx context.Context, v *service, b []byte) error { return handle(ctx, b, &pb.StatusRequest{}, v.Status) },
+	func(ctx context.Context, v *service, b []byte) error {
+		return handle(ctx, b, &pb.VolumeRequest{}, v.DeleteVolume)
+	},
+	func(ctx context.Context, v *service, b []byte) error {
+		return handle(ctx, b, &pb.StatusRequest{}, v.Status)
+	},
 	func(ctx context.Context, v *service, b []byte) error {
 		return handle(ctx, b, &pb.ReportFailureRequest{}, v.ReportFailure)
 	},
@@ -152,8 +160,12 @@ var masterMethods = []func(ctx context.Context, v *service, b []byte) error{
 	func(ctx context.Context, v *service, b []byte) error {
 		return handle(ctx, b, &pb.ListClientsRequest{}, v.ListClients)
 	},
-	func(ctx context.Context, v *service, b []byte) error { return handle(ctx, b, &pb.RevokeRequest{}, v.Revoke) },
-	func(ctx context.Context, v *service, b []byte) error { return handle(ctx, b, &pb.SetQuotaRequest{}, v.SetQuota) },
+	func(ctx context.Context, v *service, b []byte) error {
+		return handle(ctx, b, &pb.RevokeRequest{}, v.Revoke)
+	},
+	func(ctx context.Context, v *service, b []byte) error {
+		return handle(ctx, b, &pb.SetQuotaRequest{}, v.SetQuota)
+	},
 	func(ctx context.Context, v *service, b []byte) error {
 		return handle(ctx, b, &pb.RemoveQuotaRequest{}, v.RemoveQuota)
 	},
