@@ -329,19 +329,9 @@ file system (docs/bench.md, "Traces").`,
 				root = a.Ino
 			}
 			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m, Trace: rec, Root: root, ShowIDs: showIDs(caps), CallerGroups: caps.MapsIDs()})
-			srv, err := fuse.NewServer(fsys, mp, &fuse.MountOptions{
-				DirectMount: os.Geteuid() == 0,
-				AllowOther:  mo.allowOther,
-				FsName:      "cairn:" + volume,
-				Name:        "cairn",
-				Options:     fuseOpts,
-				MaxWrite:    1 << 20,
-				Debug:       mo.debug,
-				// The mount decides when cached pages go (at an open
-				// that finds the file changed: pkg/fusefs/pagecache.go),
-				// not the kernel on seeing new attributes.
-				ExplicitDataCacheControl: true,
-			})
+			opts := fusefs.ServerOptions(volume)
+			opts.AllowOther, opts.Options, opts.Debug = mo.allowOther, fuseOpts, mo.debug
+			srv, err := fuse.NewServer(fsys, mp, opts)
 			if err != nil {
 				return closeTrace(fmt.Errorf("mount %s on %s: %w", volume, mp, err))
 			}

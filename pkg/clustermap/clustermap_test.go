@@ -34,7 +34,7 @@ const (
 )
 
 // cluster returns a map with meta nodes 1-3 and data nodes 4-6.
-func cluster(t *testing.T) *State {
+func cluster(t testing.TB) *State {
 	t.Helper()
 	s := New()
 	cmds := []*pb.Command{

@@ -16,11 +16,8 @@ import (
 // client, and a replica move in progress.
 func fuzzCluster(t testing.TB) *State {
 	t.Helper()
-	s := New()
+	s := cluster(t)
 	cmds := []*pb.Command{
-		{Op: &pb.Command_Init{Init: &pb.InitCluster{ClusterId: "c1"}}},
-		reg("m1", pb.Role_ROLE_META, "a:1", 0), reg("m2", pb.Role_ROLE_META, "a:2", 0), reg("m3", pb.Role_ROLE_META, "a:3", 0),
-		reg("d1", pb.Role_ROLE_DATA, "a:4", 0), reg("d2", pb.Role_ROLE_DATA, "a:5", 0), reg("d3", pb.Role_ROLE_DATA, "a:6", 0),
 		reg("d4", pb.Role_ROLE_DATA, "a:7", 0),
 		vol("v", 3, part(meta, 1, 2, 3), part(data, 4, 5, 6)),
 		setQuota("v", 9, 1<<20, 100),

@@ -29,9 +29,8 @@ import (
 // and closes of a file), those of the inodes it changes (link: the file
 // and the directory; rename and rmdir: the parents and the inodes the SDK
 // names as it goes, then keeping the parents' attributes they answered).
-// A hint from
-// an operation that overlapped such a change is not kept, so a hint never
-// hides a change this mount made.
+// A hint from an operation that overlapped such a change is not kept, so
+// a hint never hides a change this mount made.
 type attrHints struct {
 	ttl time.Duration // 0: no hints
 
@@ -131,15 +130,12 @@ func (h *attrHints) take(ino uint64) *client.Attr {
 // since st (its own does not count), and stays stale otherwise. Another
 // inode sharing ino's counter, invalidated meanwhile, costs the hint.
 func (h *attrHints) invalidateInoKeeping(ino uint64, st stamp) stamp {
-	if h.buckets[ino%hintBuckets].CompareAndSwap(st.ino, st.ino+1) {
+	if b := &h.buckets[ino%hintBuckets]; b.CompareAndSwap(st.ino, st.ino+1) {
 		st.ino++
-		h.mu.Lock()
-		delete(h.hints, ino)
-		h.n.Store(int64(len(h.hints)))
-		h.mu.Unlock()
-		return st
+	} else {
+		b.Add(1)
 	}
-	h.invalidateIno(ino)
+	h.forget(ino)
 	return st
 }
 
@@ -147,6 +143,11 @@ func (h *attrHints) invalidateInoKeeping(ino uint64, st stamp) stamp {
 // no hint starts and when it ends. Cheap when no hint is kept.
 func (h *attrHints) invalidateIno(ino uint64) {
 	h.buckets[ino%hintBuckets].Add(1)
+	h.forget(ino)
+}
+
+// forget drops ino's hint, once its counter was bumped.
+func (h *attrHints) forget(ino uint64) {
 	if h.n.Load() == 0 {
 		return
 	}

@@ -68,6 +68,22 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// ServerOptions are the go-fuse options every mount of volume uses (cairn
+// mount, the S3 gateway's private mounts); callers add their own (allow
+// other, debug, extra -o options) on top.
+func ServerOptions(volume string) *fuse.MountOptions {
+	return &fuse.MountOptions{
+		DirectMount: os.Geteuid() == 0,
+		FsName:      "cairn:" + volume,
+		Name:        "cairn",
+		MaxWrite:    1 << 20,
+		// The mount decides when cached pages go (at an open that finds
+		// the file changed: pagecache.go), not the kernel on seeing new
+		// attributes.
+		ExplicitDataCacheControl: true,
+	}
+}
+
 // FS serves one volume. Create it with New and pass it to fuse.NewServer.
 // It is safe for the concurrent requests of a multi-threaded server.
 type FS struct {

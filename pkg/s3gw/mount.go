@@ -2,7 +2,6 @@ package s3gw
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -15,14 +14,7 @@ import (
 // backend's use only, and returns once the kernel serves it.
 func mount(v *client.Volume, dir string) (*fuse.Server, error) {
 	fsys := fusefs.New(v, fusefs.Options{EntryTimeout: time.Second, AttrTimeout: time.Second})
-	srv, err := fuse.NewServer(fsys, dir, &fuse.MountOptions{
-		DirectMount: os.Geteuid() == 0,
-		FsName:      "cairn:" + v.Name(),
-		Name:        "cairn",
-		MaxWrite:    1 << 20,
-		// As cairn mount: the mount decides when cached pages go.
-		ExplicitDataCacheControl: true,
-	})
+	srv, err := fuse.NewServer(fsys, dir, fusefs.ServerOptions(v.Name()))
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", v.Name(), dir, err)
 	}

@@ -347,26 +347,26 @@ func (b *volumeBackend) CreateBucket(ctx context.Context, in *s3.CreateBucketInp
 		return err
 	}
 	dir := filepath.Join(b.set.root, bucket)
-	attrs := []struct {
-		key string
-		val []byte
-	}{{attrACL, acl}, {attrOwnership, []byte(in.ObjectOwnership)}}
+	store := func(key string, val []byte) error {
+		if err := (meta.XattrMeta{}).StoreAttribute(nil, dir, "", key, val); err != nil {
+			return fmt.Errorf("bucket %s: store %s: %w", bucket, key, err)
+		}
+		return nil
+	}
+	if err = store(attrACL, acl); err != nil {
+		return err
+	}
+	if err = store(attrOwnership, []byte(in.ObjectOwnership)); err != nil {
+		return err
+	}
 	if tags != nil {
-		js, err := json.Marshal(tags)
-		if err != nil {
-			return fmt.Errorf("bucket tags: %w", err)
+		js, jerr := json.Marshal(tags)
+		if jerr != nil {
+			return fmt.Errorf("bucket tags: %w", jerr)
 		}
-		attrs = append(attrs, struct {
-			key string
-			val []byte
-		}{attrTags, js})
+		err = store(attrTags, js)
 	}
-	for _, a := range attrs {
-		if err = (meta.XattrMeta{}).StoreAttribute(nil, dir, "", a.key, a.val); err != nil {
-			return fmt.Errorf("bucket %s: store %s: %w", bucket, a.key, err)
-		}
-	}
-	return nil
+	return err
 }
 
 // DeleteBucket deletes an empty bucket's volume. Empty is what the
