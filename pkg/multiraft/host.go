@@ -63,6 +63,11 @@ type Host struct {
 	// duration (0: no leases). See lease.go.
 	clockBase  time.Time
 	leaseNanos int64
+
+	// notices are the commit notices held back (notice.go); noticeArmed
+	// says a round is scheduled for when the oldest is due.
+	notices     map[noticeKey]heldNotice
+	noticeArmed atomic.Bool
 }
 
 type pendingNote struct {
@@ -94,6 +99,7 @@ func NewHost(cfg Config) (*Host, error) {
 		wakec:       make(chan struct{}, 1),
 		stopc:       make(chan struct{}),
 		notifyLast:  make(map[GroupID]pendingNote),
+		notices:     make(map[noticeKey]heldNotice),
 		notifyc:     make(chan struct{}, 1),
 		// Proposal ids start at a random point so that ids issued before a
 		// restart, still in the log, never match waiters after it.
@@ -358,6 +364,7 @@ func (h *Host) processRound(tick bool) (more bool) {
 	for i := range work {
 		h.queueMessages(work[i].g, &work[i].rd, out, late)
 	}
+	h.releaseNotices(out)
 	out.flush(tick)
 
 	// Phase 7: advance.

@@ -29,6 +29,8 @@ var (
 		{"entries_applied", "Log entries applied to state machines."},
 		{"snapshots_taken", "Snapshots taken for log truncation."},
 		{"peers_down", "Peers declared dead by the node-level liveness rule."},
+		{"commit_notices_held", "Appends without entries (commit index only) held back in case an append with entries replaced them."},
+		{"commit_notices_saved", "Held commit notices replaced by an append with entries, never sent."},
 	}
 	descGroups   = prometheus.NewDesc("cairn_raft_groups", "Raft groups on this host.", nil, nil)
 	descQuiesced = prometheus.NewDesc("cairn_raft_groups_quiesced", "Raft groups on this host that are quiesced.", nil, nil)
@@ -59,6 +61,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		"messages_sent": s.MessagesSent, "heartbeats_sent": s.HeartbeatsSent, "batches_received": s.BatchesReceived,
 		"dropped_inbox_full": s.DroppedInboxFull, "dropped_malformed": s.DroppedMalformed,
 		"entries_applied": s.EntriesApplied, "snapshots_taken": s.SnapshotsTaken, "peers_down": s.PeersDown,
+		"commit_notices_held": s.CommitNoticesHeld, "commit_notices_saved": s.CommitNoticesSaved,
 	}
 	for name, v := range values {
 		ch <- prometheus.MustNewConstMetric(descCounters[name], prometheus.CounterValue, float64(v))

@@ -247,6 +247,7 @@ func (h *Host) canQuiesce(g *group) bool {
 // quiesceLeader stops ticking leader g and tells its followers to do the same
 // with one quiesce heartbeat each, carried in the per-peer batch.
 func (h *Host) quiesceLeader(g *group, out *outbox) {
+	h.dropNotices(g.id) // the quiesce heartbeat carries the commit index
 	bs := g.rn.BasicStatus()
 	hb := Heartbeat{
 		Group:   g.id,
@@ -359,6 +360,13 @@ func (h *Host) queueMessages(g *group, rd *raft.Ready, out *outbox, which sendWh
 		}
 		// A quiesced group that sends anything but a heartbeat response
 		// has work again.
+		if h.cfg.CommitNoticeDelay > 0 && m.GetType() == raftpb.MsgApp {
+			if isCommitNotice(m) {
+				h.holdNotice(g.id, m) // notice.go
+				continue
+			}
+			h.supersedeNotice(g.id, to)
+		}
 		if g.quiesced && m.GetType() != raftpb.MsgHeartbeatResp {
 			h.unquiesce(g)
 		}

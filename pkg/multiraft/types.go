@@ -117,6 +117,12 @@ type Config struct {
 	Now func() time.Time
 	// DisableLeaseReads makes every ReadIndex a round of heartbeats.
 	DisableLeaseReads bool
+	// CommitNoticeDelay is how long a leader may hold an append that
+	// carries no entries, only a new commit index, in case an append with
+	// entries to the same follower replaces it (notice.go); 0 sends it at
+	// once. Followers of a group that goes idle apply its last entries up
+	// to this much later.
+	CommitNoticeDelay time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -270,6 +276,10 @@ type HostStats struct {
 	// VotesRefused vote requests dropped because this host started less
 	// than ElectionTicks ticks ago.
 	LeaseReads, LeaseMisses, VotesRefused uint64
+	// CommitNoticesHeld counts empty appends held back (Config.
+	// CommitNoticeDelay); CommitNoticesSaved those an append with entries
+	// replaced, which were never sent.
+	CommitNoticesHeld, CommitNoticesSaved uint64
 	// Groups and GroupsQuiesced are current counts.
 	Groups, GroupsQuiesced int
 }
