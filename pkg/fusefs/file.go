@@ -107,6 +107,12 @@ func (fs *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut, s
 		return fs.observe("open", start, status(err))
 	}
 	out.Fh = fs.addFile(f)
+	if in.Flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		// A read-only handle has nothing to flush, and file locks are the
+		// kernel's (fusefs.go): its close(2) need not wait for a FLUSH
+		// round trip. Release still comes, after the close.
+		out.OpenFlags |= fuse.FOPEN_NOFLUSH
+	}
 	if fs.keepPages(f) {
 		// Unchanged since the kernel cached its pages (pagecache.go).
 		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE

@@ -424,7 +424,7 @@ func TestMountRequestsPerOp(t *testing.T) {
 	dirs := namesAway(t, v, ino, "d", n)
 	fifos := namesAway(t, v, ino, "p", n)
 	links := namesAway(t, v, ino, "l", n)
-	phase := func(what string, fn func(name string) error, names []string) {
+	phase := func(what string, fn func(name string) error, names []string) (fuseDelta map[string]float64) {
 		t.Helper()
 		time.Sleep(100 * time.Millisecond) // asynchronous RELEASEs land
 		ops0, m0 := fuseOps(t, maddr), metricValue(t, maddr, "cairn_client_meta_requests_total")
@@ -437,8 +437,10 @@ func TestMountRequestsPerOp(t *testing.T) {
 		ops1, m1 := fuseOps(t, maddr), metricValue(t, maddr, "cairn_client_meta_requests_total")
 		var bound float64
 		var kinds []string
+		fuseDelta = map[string]float64{}
 		for op, c := range ops1 {
 			if delta := c - ops0[op]; delta > 0 {
+				fuseDelta[op] = delta
 				bound += delta * fuseCost[op]
 				kinds = append(kinds, fmt.Sprintf("%s %.0f", op, delta))
 			}
@@ -449,6 +451,7 @@ func TestMountRequestsPerOp(t *testing.T) {
 		if m1-m0 > bound+1 {
 			t.Errorf("%s: %.0f metadata requests for FUSE requests that may cost %.0f", what, m1-m0, bound)
 		}
+		return fuseDelta
 	}
 	phase("creat", func(p string) error {
 		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
@@ -460,13 +463,18 @@ func TestMountRequestsPerOp(t *testing.T) {
 	phase("stat", func(p string) error { _, err := os.Stat(p); return err }, files)
 	time.Sleep(1100 * time.Millisecond) // the kernel's entries and attributes expire
 	phase("stat cold", func(p string) error { _, err := os.Stat(p); return err }, files)
-	phase("open", func(p string) error {
+	opened := phase("open", func(p string) error {
 		f, err := os.Open(p)
 		if err != nil {
 			return err
 		}
 		return f.Close()
 	}, files)
+	// A read-only handle is opened with FOPEN_NOFLUSH: its close(2) does
+	// not wait for a FLUSH round trip.
+	if opened["flush"] != 0 {
+		t.Errorf("%.0f FLUSH requests for %d read-only opens and closes, want none", opened["flush"], len(files))
+	}
 	phase("mkdir", func(p string) error { return os.Mkdir(p, 0o755) }, dirs)
 	phase("mknod", func(p string) error { return syscall.Mkfifo(p, 0o644) }, fifos)
 	phase("symlink", func(p string) error { return os.Symlink("target", p) }, links)
