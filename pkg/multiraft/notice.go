@@ -1,6 +1,7 @@
 package multiraft
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -102,10 +103,10 @@ func (h *Host) releaseNotices(out *outbox) {
 		}
 	}
 	slices.SortFunc(due, func(a, b noticeKey) int {
-		if a.group != b.group {
-			return cmpUint(uint64(a.group), uint64(b.group))
+		if c := cmp.Compare(a.group, b.group); c != 0 {
+			return c
 		}
-		return cmpUint(uint64(a.to), uint64(b.to))
+		return cmp.Compare(a.to, b.to)
 	})
 	for _, k := range due {
 		n := h.notices[k]
@@ -134,14 +135,4 @@ func (h *Host) armNoticeTimer() {
 			h.wake()
 		})
 	}
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
