@@ -13,7 +13,9 @@
 # The first run is `metadata` (mdtest-like: DirCreation ... FileRemoval, then
 # TreeCreation and TreeRemoval), the second `dl-traversal` (a tree read in a
 # random order once per epoch; built once per file system as a kept tree shared
-# by the mount and the SDK, and removed from the peers at the end). Then it
+# by the mount and the SDK, and removed from the peers at the end; its files
+# are evicted from the page cache after every setup, so that epoch 1 is cold
+# in every repetition, not only the first). Then it
 # prints one compact table: per phase the ops/s of every target (median over
 # the repetitions) and the ratios Cairn mount ÷ JuiceFS, Cairn SDK ÷ JuiceFS and
 # Cairn mount ÷ passthrough, with the geometric mean of the eight metadata
@@ -155,7 +157,7 @@ if (( dl )); then
   tree_made=1
   run dl-traversal --workload dl-traversal --set "fanout=$dl_fanout" --set "depth=$dl_depth" \
     --set "files_per_dir=$per_dir" --set "file_size=$dl_size" --set "epochs=$dl_epochs" \
-    --set "tree=$tree" --setup-timeout "$setup_timeout"
+    --set "tree=$tree" --set drop_cache=true --setup-timeout "$setup_timeout"
 fi
 
 echo
