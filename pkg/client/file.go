@@ -208,7 +208,7 @@ func (f *File) Modified() time.Time {
 
 func (f *File) check(op string, write bool) error {
 	if f.closed {
-		return errnoErr(op, syscall.EBADF, "inode %d: file is closed", f.ino)
+		return f.closedErr(op)
 	}
 	if write && !f.writable {
 		return errnoErr(op, syscall.EBADF, "inode %d: not open for writing", f.ino)
@@ -306,7 +306,7 @@ func (f *File) Flush(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return errnoErr("flush", syscall.EBADF, "inode %d: file is closed", f.ino)
+		return f.closedErr("flush")
 	}
 	return f.flushLocked(ctx, "flush")
 }
@@ -317,7 +317,7 @@ func (f *File) Fsync(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return errnoErr("fsync", syscall.EBADF, "inode %d: file is closed", f.ino)
+		return f.closedErr("fsync")
 	}
 	return f.flushLocked(ctx, "fsync")
 }
@@ -373,6 +373,14 @@ func (f *File) Truncated(size uint64) {
 	defer f.mu.Unlock()
 	f.lay.truncated(size)
 	f.size = size
+}
+
+// ErrFileClosed is the cause (errors.Is) of the EBADF a File's operations
+// return once it is closed. A closed File flushed its writes as it closed.
+var ErrFileClosed = errors.New("file is closed")
+
+func (f *File) closedErr(op string) error {
+	return &Error{Op: op, Errno: syscall.EBADF, Msg: fmt.Sprintf("inode %d", f.ino), Err: ErrFileClosed}
 }
 
 // Close flushes and releases the handle. It returns the error of the flush

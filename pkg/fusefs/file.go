@@ -5,6 +5,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sort"
 	"syscall"
@@ -25,6 +26,22 @@ func (fs *FS) openFiles(ino uint64) []*client.File {
 		out = append(out, f)
 	}
 	return out
+}
+
+// flushOpen flushes every handle this mount has open on ino, so that what
+// comes next (an open, a truncate, a new mtime) follows their writes, and
+// returns them. A handle released meanwhile is skipped: the kernel sends
+// RELEASE after close(2) has returned, so it races the requests that follow
+// the close, and a closed File flushed its writes as it closed.
+func (fs *FS) flushOpen(ctx context.Context, ino uint64) ([]*client.File, error) {
+	files := fs.openFiles(ino)
+	for _, f := range files {
+		err := fs.flushFile(f, func() error { return f.Flush(ctx) })
+		if err != nil && !errors.Is(err, client.ErrFileClosed) {
+			return nil, err
+		}
+	}
+	return files, nil
 }
 
 // addFile registers an open file and returns its handle number.
@@ -95,10 +112,8 @@ func (fs *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) f
 
 func (fs *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut, start time.Time) fuse.Status {
 	ctx := ctxOf(cancel)
-	for _, f := range fs.openFiles(in.NodeId) {
-		if err := fs.flushFile(f, func() error { return f.Flush(ctx) }); err != nil {
-			return fs.observe("open", start, status(err))
-		}
+	if _, err := fs.flushOpen(ctx, in.NodeId); err != nil {
+		return fs.observe("open", start, status(err))
 	}
 	lctx, done := fs.learn(cancel, in.NodeId)
 	f, err := fs.v.OpenFile(fs.caller(lctx, &in.InHeader), fs.ino(in.NodeId), int(in.Flags))

@@ -154,11 +154,9 @@ func (fs *FS) setAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Attr
 	if in.Valid&(fuse.FATTR_SIZE|fuse.FATTR_MTIME|fuse.FATTR_MTIME_NOW) != 0 {
 		// Also before setting the mtime: a later flush of earlier writes
 		// would move it again (tar and cp -p set it before close).
-		files = fs.openFiles(in.NodeId)
-		for _, f := range files {
-			if err := f.Flush(ctx); err != nil {
-				return fs.observe("setattr", start, status(err))
-			}
+		var err error
+		if files, err = fs.flushOpen(ctx, in.NodeId); err != nil {
+			return fs.observe("setattr", start, status(err))
 		}
 	}
 	if in.Valid&fuse.FATTR_SIZE != 0 {

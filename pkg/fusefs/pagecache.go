@@ -3,7 +3,11 @@
 
 package fusefs
 
-import "github.com/cairnfs/cairn/pkg/client"
+import (
+	"errors"
+
+	"github.com/cairnfs/cairn/pkg/client"
+)
 
 // maxPageVersions bounds the versions remembered; past it the table starts
 // again empty, and the next open of each file drops its cached pages, as
@@ -68,9 +72,11 @@ func (fs *FS) flushedPages(f *client.File, before client.Version) {
 func (fs *FS) flushFile(f *client.File, flush func() error) error {
 	before, _ := f.Version()
 	if err := flush(); err != nil {
-		// The handle's view fell back (client.File): the pages may hold
-		// bytes that no longer exist.
-		fs.forgetPages(f.Ino())
+		if !errors.Is(err, client.ErrFileClosed) {
+			// The handle's view fell back (client.File): the pages may
+			// hold bytes that no longer exist.
+			fs.forgetPages(f.Ino())
+		}
 		return err
 	}
 	fs.flushedPages(f, before)
