@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -508,4 +510,30 @@ func commonPrefix(a, b []byte) int {
 		n++
 	}
 	return n
+}
+
+// Readers of small files recycle their chunk buffers when they close: a
+// client reading many small files one after another does not allocate a
+// chunk (ReadChunkBytes, zeroed) per file. With the garbage collector off,
+// the bytes allocated over 64 reads stay far below one chunk per read.
+func TestReaderRecyclesChunks(t *testing.T) {
+	c := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{1, 2, 3}}, Options: nodeOptions()})
+	const chunk = 1 << 20
+	cl := newClient(t, c, dataclient.Options{ExtentBytes: 4 << 20, ReadChunkBytes: chunk})
+	data := randBytes(4096, 3)
+	keys := writeFile(t, cl, data, 1)
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	readAll(t, cl, keys, int64(len(data))) // the pool's first buffer
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const reads = 64
+	for range reads {
+		if got := readAll(t, cl, keys, int64(len(data))); !bytes.Equal(got, data) {
+			t.Fatal("read differs")
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > reads*chunk/4 {
+		t.Fatalf("%d reads of a 4 KiB file allocated %d bytes: chunks are not recycled", reads, n)
+	}
 }

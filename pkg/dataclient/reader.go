@@ -205,6 +205,15 @@ func (r *Reader) Close() error {
 	r.mu.Unlock()
 	r.stop()
 	r.wg.Wait()
+	// Every fetch is over: the kept chunks' buffers go back to the pool
+	// (a ReadAt still copying from one recycles it when it is done), so
+	// that reading many small files does not allocate, and zero, a chunk
+	// per file.
+	r.mu.Lock()
+	for ci, ch := range r.chunks {
+		r.dropLocked(ci, ch)
+	}
+	r.mu.Unlock()
 	return nil
 }
 
