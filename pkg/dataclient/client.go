@@ -226,7 +226,7 @@ type Client struct {
 	leaders  map[uint64]uint64         // partition -> Raft leader last seen (overwrites)
 	closed   bool
 
-	writeFailures, readFailovers, readCRCErrors, refreshes atomic.Int64
+	writeFailures, readFailovers, readCRCErrors, refreshes, chunkBuffers atomic.Int64
 }
 
 // Stats are a client's counters.
@@ -242,11 +242,14 @@ type Stats struct {
 	// ReadCRCErrors counts reads whose bytes did not match the CRC the
 	// replica sent (each retried on the same replica once, then another).
 	ReadCRCErrors int64
+	// ChunkBuffers counts read-ahead chunk buffers allocated because none
+	// was free to reuse.
+	ChunkBuffers int64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
-	return Stats{WriteFailures: c.writeFailures.Load(), ReadFailovers: c.readFailovers.Load(), Refreshes: c.refreshes.Load(), ReadCRCErrors: c.readCRCErrors.Load()}
+	return Stats{WriteFailures: c.writeFailures.Load(), ReadFailovers: c.readFailovers.Load(), Refreshes: c.refreshes.Load(), ReadCRCErrors: c.readCRCErrors.Load(), ChunkBuffers: c.chunkBuffers.Load()}
 }
 
 // New fetches the topology from src and returns a client.

@@ -385,6 +385,7 @@ func (c *Client) chunkBuf(n int) []byte {
 	if b, ok := c.chunks.Get().(*[]byte); ok && cap(*b) >= n {
 		return (*b)[:n]
 	}
+	c.chunkBuffers.Add(1)
 	return make([]byte, n)
 }
 
