@@ -48,11 +48,6 @@ type heldNotice struct {
 	since time.Time
 }
 
-// isCommitNotice reports whether m is an append with no entries.
-func isCommitNotice(m *raftpb.Message) bool {
-	return m.GetType() == raftpb.MsgApp && len(m.Entries) == 0
-}
-
 // holdNotice holds m, an empty append of group g, replacing an older one
 // held for the same follower (it keeps the older one's time, so that a
 // stream of notices cannot hold the index back for longer than the delay).

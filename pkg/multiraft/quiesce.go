@@ -358,15 +358,16 @@ func (h *Host) queueMessages(g *group, rd *raft.Ready, out *outbox, which sendWh
 			g.snapSent[to] = h.ticks
 			h.stats.SnapshotsSent++
 		}
-		// A quiesced group that sends anything but a heartbeat response
-		// has work again.
 		if h.cfg.CommitNoticeDelay > 0 && m.GetType() == raftpb.MsgApp {
-			if isCommitNotice(m) {
-				h.holdNotice(g.id, m) // notice.go
+			// An append without entries is a commit notice (notice.go).
+			if len(m.Entries) == 0 {
+				h.holdNotice(g.id, m)
 				continue
 			}
 			h.supersedeNotice(g.id, to)
 		}
+		// A quiesced group that sends anything but a heartbeat response
+		// has work again.
 		if g.quiesced && m.GetType() != raftpb.MsgHeartbeatResp {
 			h.unquiesce(g)
 		}
