@@ -99,6 +99,26 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 	return s.invoke(ctx, method, in, out, opts)
 }
 
+// Notify sends a one-way call of method with args: the server runs it, in
+// the order of this connection's one-way calls, and answers nothing. A nil
+// error means the call was handed to the connection, not that it arrived
+// or ran; it is lost if the connection breaks first. Notify never
+// connects: it fails with UNAVAILABLE when the connection has no live
+// session, so that a caller that learned through a unary call that the
+// server takes one-way calls (and which methods) learns it again, with a
+// unary call, after every reconnect; a server that does not take them
+// closes the connection, which the next Notify reports. (A Conn whose
+// unary calls other goroutines make too may reconnect in between: such a
+// caller cannot tell which session its unary call went over.) ctx bounds
+// the call's run on the server, if it has a deadline.
+func (c *Conn) Notify(ctx context.Context, method string, args proto.Message) error {
+	s := c.live.Load()
+	if s == nil || s.dead.Load() {
+		return status.Errorf(codes.Unavailable, "%s: no live connection to %s for a one-way call", method, c.addr)
+	}
+	return s.notify(ctx, method, args)
+}
+
 // NewStream opens a streaming call over gRPC.
 func (c *Conn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	gc, err := c.grpcClient()
@@ -337,6 +357,31 @@ func (s *session) invoke(ctx context.Context, method string, in, out proto.Messa
 	}
 	if err := proto.Unmarshal(r.payload, out); err != nil {
 		return status.Errorf(codes.Internal, "%s: decode response: %v", method, err)
+	}
+	return nil
+}
+
+func (s *session) notify(ctx context.Context, method string, in proto.Message) error {
+	var timeout time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		if timeout = time.Until(d); timeout <= 0 {
+			return status.FromContextError(context.DeadlineExceeded).Err()
+		}
+	}
+	buf := getBuffer()
+	defer putBuffer(buf)
+	// Id 0: no unary call uses it (they count from 1), and nothing
+	// answers a one-way call.
+	b, err := appendCall(*buf, kindNotify, 0, timeout, method, func(b []byte) ([]byte, error) {
+		return proto.MarshalOptions{}.MarshalAppend(b, in)
+	})
+	if err != nil {
+		return status.Errorf(codes.Internal, "%s: encode request: %v", method, err)
+	}
+	*buf = b[:0]
+	if err := s.w.send(b); err != nil {
+		s.fail(err)
+		return status.Errorf(codes.Unavailable, "connection error: %v", err)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@
 //	frame    = length u32 | kind u8 | call id u64 | body     (little-endian;
 //	           length counts the bytes after itself)
 //	request  = timeout µs u64 (0: none) | method length u16 | method | message
+//	notify   = a request body, for a one-way call: nothing answers it
 //	cancel   = (empty): the caller gave up on the call
 //	response = code u32 | status message length u32 | status message |
 //	           trailer pairs u16 | (length u16 | bytes)* | message
@@ -32,5 +33,11 @@
 //
 // Writes are coalesced: concurrent calls on one connection share write
 // system calls (see writer). The server runs each call on a pooled worker
-// goroutine whose stack has already grown, and answers in any order.
+// goroutine whose stack has already grown, and answers in any order. A
+// one-way call (Conn.Notify) runs on the connection's reader before the
+// next frame is read: one-way calls run in the order sent, and a sender
+// faster than the handler is held back by TCP. A server of an earlier
+// version closes a connection that sends one, so a client sends them only
+// to a server that said, in an answer on the same connection, that it
+// takes them (the Raft transport's Deliver does this).
 package lightrpc

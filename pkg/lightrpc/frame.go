@@ -20,6 +20,9 @@ const (
 	kindRequest  byte = 1 // client -> server: a unary call
 	kindCancel   byte = 2 // client -> server: the caller gave up on call id
 	kindResponse byte = 3 // server -> client: the answer to call id
+	// kindNotify is a one-way call, client -> server: a request body, no
+	// answer, handled before the next frame of its connection is read.
+	kindNotify byte = 4
 )
 
 // headerBytes is the fixed part of every frame: length (of what follows it,
@@ -112,7 +115,13 @@ type request struct {
 }
 
 func appendRequest(b []byte, id uint64, timeout time.Duration, method string, marshal func([]byte) ([]byte, error)) ([]byte, error) {
-	b, at := appendHeader(b, kindRequest, id)
+	return appendCall(b, kindRequest, id, timeout, method, marshal)
+}
+
+// appendCall appends a frame with a request body: a unary call
+// (kindRequest) or a one-way one (kindNotify).
+func appendCall(b []byte, kind byte, id uint64, timeout time.Duration, method string, marshal func([]byte) ([]byte, error)) ([]byte, error) {
+	b, at := appendHeader(b, kind, id)
 	us := uint64(0)
 	if timeout > 0 {
 		us = max(uint64(timeout/time.Microsecond), 1)

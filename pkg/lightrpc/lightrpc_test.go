@@ -28,15 +28,35 @@ type checker struct {
 	healthpb.UnimplementedHealthServer
 	started  chan struct{} // "block": the call is running
 	canceled chan struct{} // "block": the call's context ended
+
+	mu   sync.Mutex
+	seen []string // "echo-*" services checked, in the order handled
+}
+
+// echoed returns the "echo-*" services checked so far.
+func (c *checker) echoed() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.seen...)
 }
 
 func (c *checker) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	switch svc := req.GetService(); {
 	case svc == "" || strings.HasPrefix(svc, "echo"):
+		if strings.HasPrefix(svc, "echo-") {
+			c.mu.Lock()
+			c.seen = append(c.seen, svc)
+			c.mu.Unlock()
+		}
 		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 	case svc == "refuse":
 		_ = grpc.SetTrailer(ctx, metadata.Pairs("cairn-leader", "10.0.0.7:1234"))
 		return nil, status.Error(codes.FailedPrecondition, "not the leader")
+	case svc == "served":
+		if !Served(ctx) {
+			return nil, status.Error(codes.NotFound, "not served by lightrpc")
+		}
+		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 	case svc == "plain-error":
 		return nil, errors.New("something broke")
 	case svc == "deadline":
@@ -128,6 +148,71 @@ func TestUnaryCall(t *testing.T) {
 	}
 	if ts.calls.Load() != 1 {
 		t.Fatalf("interceptor ran %d times, want 1", ts.calls.Load())
+	}
+	if _, err := check(context.Background(), c, "served"); err != nil {
+		t.Fatalf("a lightrpc call's handler: Served = false (%v)", err)
+	}
+	gc, err := grpc.NewClient(ts.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	if _, err := check(context.Background(), gc, "served"); status.Code(err) != codes.NotFound {
+		t.Fatalf("a gRPC call's handler: Served = true (%v)", err)
+	}
+}
+
+// One-way calls: never over a connection not yet made, run through the
+// interceptor in the order sent, and a one-way call to a method the server
+// lacks ends the connection, which the next one-way call reports (a unary
+// call connects again).
+func TestNotify(t *testing.T) {
+	const checkMethod = "/grpc.health.v1.Health/Check"
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	ctx := context.Background()
+	req := func(svc string) *healthpb.HealthCheckRequest { return &healthpb.HealthCheckRequest{Service: svc} }
+	if err := c.Notify(ctx, checkMethod, req("echo-none")); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Notify before any call = %v, want UNAVAILABLE", err)
+	}
+	if _, err := check(ctx, c, "echo"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	var want []string
+	for i := range n {
+		svc := fmt.Sprintf("echo-%d", i)
+		want = append(want, svc)
+		if err := c.Notify(ctx, checkMethod, req(svc)); err != nil {
+			t.Fatalf("Notify %d: %v", i, err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(ts.checker.echoed()) < n && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := ts.checker.echoed(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("one-way calls handled %d, in order %v", len(got), got)
+	}
+	if got := ts.calls.Load(); got != n+1 {
+		t.Fatalf("interceptor ran %d times, want %d", got, n+1)
+	}
+
+	if err := c.Notify(ctx, "/grpc.health.v1.Health/Nothing", req("x")); err != nil {
+		t.Fatalf("Notify to a missing method: %v (it is handed over; the server then ends the connection)", err)
+	}
+	for {
+		err := c.Notify(ctx, checkMethod, req("echo-after"))
+		if status.Code(err) == codes.Unavailable {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("Notify after a one-way call to a missing method = %v; want UNAVAILABLE once the server closed the connection", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := check(ctx, c, "echo"); err != nil {
+		t.Fatalf("unary call after the connection ended: %v", err)
 	}
 }
 

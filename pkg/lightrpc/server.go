@@ -227,6 +227,10 @@ func (s *Server) serveConn(c net.Conn) {
 			if !s.start(sc, f) {
 				return
 			}
+		case kindNotify:
+			if !s.notify(sc, f) {
+				return
+			}
 		case kindCancel:
 			sc.mu.Lock()
 			cancel := sc.calls[f.id]
@@ -283,6 +287,43 @@ func (s *Server) start(sc *serverConn, f frame) bool {
 		resp, trailer, err := s.call(ctx, req)
 		s.finish(sc, f.id, cancel, resp, trailer, err)
 	})
+	return true
+}
+
+// notify runs the one-way call in frame f to its end before the
+// connection's next frame is read, so that one-way calls are handled in the
+// order they were sent and a client that sends faster than its handler
+// runs is held back by TCP. The answer is dropped. false closes the
+// connection: a malformed frame, or a method this server does not have (a
+// sender that expected it must learn that its calls are lost, and does
+// when its connection ends).
+func (s *Server) notify(sc *serverConn, f frame) bool {
+	req, err := decodeRequest(f.body)
+	if err == nil {
+		if _, ok := s.methods[req.method]; !ok {
+			err = fmt.Errorf("one-way call to unknown method %s", req.method)
+		}
+	}
+	if err != nil {
+		s.opts.Log.Debug("lightrpc connection closed", "remote", sc.c.RemoteAddr(), "err", err)
+		return false
+	}
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return false
+	}
+	s.calls.Add(1)
+	s.mu.Unlock()
+	defer s.calls.Done()
+	ctx, cancel := sc.ctx, context.CancelFunc(func() {})
+	if req.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, req.timeout)
+	}
+	defer cancel()
+	if _, _, err := s.call(ctx, req); err != nil {
+		s.opts.Log.Debug("lightrpc one-way call failed", "remote", sc.c.RemoteAddr(), "method", req.method, "err", err)
+	}
 	return true
 }
 
@@ -416,6 +457,14 @@ func (s *Server) closeConns() {
 		sc.cancel()
 	}
 	s.mu.Unlock()
+}
+
+// Served reports whether ctx is the context of a call that a lightrpc
+// Server runs, as opposed to a gRPC server: only a caller on lightrpc can
+// go on with one-way calls (Conn.Notify) on the same connection.
+func Served(ctx context.Context) bool {
+	_, ok := grpc.ServerTransportStreamFromContext(ctx).(*transportStream)
+	return ok
 }
 
 // transportStream gives handlers grpc.SetTrailer and grpc.SetHeader.

@@ -60,7 +60,7 @@ type GRPCTransport struct {
 	closed bool
 	wg     sync.WaitGroup // sender goroutines
 
-	sent, dropped, sendErrors, received, malformed, undelivered atomic.Uint64
+	sent, dropped, sendErrors, received, malformed, undelivered, oneWay atomic.Uint64
 }
 
 type grpcPeer struct {
@@ -210,6 +210,8 @@ type TransportStats struct {
 	// BatchesReceived were delivered to the host; Malformed raft messages or
 	// misaddressed batches were dropped; Undelivered arrived before SetHost.
 	BatchesReceived, Malformed, Undelivered uint64
+	// OneWayCalls are Deliver calls sent one-way (no answer awaited).
+	OneWayCalls uint64
 }
 
 // Stats returns the transport's counters.
@@ -217,6 +219,7 @@ func (t *GRPCTransport) Stats() TransportStats {
 	return TransportStats{
 		BatchesSent: t.sent.Load(), BatchesDropped: t.dropped.Load(), SendErrors: t.sendErrors.Load(),
 		BatchesReceived: t.received.Load(), Malformed: t.malformed.Load(), Undelivered: t.undelivered.Load(),
+		OneWayCalls: t.oneWay.Load(),
 	}
 }
 
@@ -286,10 +289,21 @@ const (
 	deliverTimeout    = 10 * time.Second
 )
 
+// deliverMethod is Deliver's full name, for one-way calls.
+const deliverMethod = "/cairn.multiraft.Transport/Deliver"
+
 // deliver sends p's queued batches, everything queued at once in one call,
-// until a call fails or the transport closes.
-func (t *GRPCTransport) deliver(conn grpc.ClientConnInterface, p *grpcPeer) (sentAny bool, err error) {
+// until a call fails or the transport closes. The first call of a
+// connection is unary; when the peer's Ack says it takes one-way calls, the
+// rest go one-way on that connection (lightrpc.Conn.Notify): the sender no
+// longer waits for an answer before sending what queued meanwhile, and
+// neither side pays for one, which was a write and a read on each side
+// for every call. Raft needs no acknowledgement of the transport; a
+// connection that breaks loses what it carried, as a dropped batch does,
+// and the next connection starts with a unary call again.
+func (t *GRPCTransport) deliver(conn *lightrpc.Conn, p *grpcPeer) (sentAny bool, err error) {
 	client := transportpb.NewTransportClient(conn)
+	oneWay := false
 	var pending []*transportpb.Batch // encoded, not yet sent
 	for {
 		if len(pending) == 0 {
@@ -326,8 +340,17 @@ func (t *GRPCTransport) deliver(conn grpc.ClientConnInterface, p *grpcPeer) (sen
 		}
 		// A large call (a snapshot) may take longer on a slow link: at
 		// least 1 MiB/s is allowed on top.
+		if oneWay {
+			if err := conn.Notify(t.ctx, deliverMethod, call); err != nil {
+				return sentAny, fmt.Errorf("deliver one-way to node %d: %w", p.id, err)
+			}
+			t.sent.Add(uint64(len(call.Batches)))
+			t.oneWay.Add(1)
+			sentAny = true
+			continue
+		}
 		ctx, cancel := context.WithTimeout(t.ctx, deliverTimeout+time.Duration(size>>20)*time.Second)
-		_, err := client.Deliver(ctx, call)
+		ack, err := client.Deliver(ctx, call)
 		cancel()
 		if err != nil {
 			if status.Code(err) == codes.Unimplemented {
@@ -338,6 +361,7 @@ func (t *GRPCTransport) deliver(conn grpc.ClientConnInterface, p *grpcPeer) (sen
 		}
 		t.sent.Add(uint64(len(call.Batches)))
 		sentAny = true
+		oneWay = ack.GetOneWay()
 	}
 }
 
@@ -455,13 +479,15 @@ func (s *grpcService) Stream(stream grpc.ClientStreamingServer[transportpb.Batch
 	}
 }
 
-func (s *grpcService) Deliver(_ context.Context, in *transportpb.Batches) (*transportpb.Ack, error) {
+// Deliver hands in's batches to the host. Its Ack offers one-way calls
+// only to a caller on lightrpc: gRPC has no such call.
+func (s *grpcService) Deliver(ctx context.Context, in *transportpb.Batches) (*transportpb.Ack, error) {
 	for _, pb := range in.GetBatches() {
 		if err := s.t.receive(pb); err != nil {
 			return nil, err
 		}
 	}
-	return &transportpb.Ack{}, nil
+	return &transportpb.Ack{OneWay: lightrpc.Served(ctx)}, nil
 }
 
 // receive hands one inbound batch to the host.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +25,19 @@ const (
 	serveBoth       = "lightrpc+grpc" // a Cairn process: Deliver in lightrpc, gRPC on the same port
 	serveGRPC       = "grpc"          // gRPC only, Deliver and Stream
 	serveStreamOnly = "stream-only"   // an earlier version: gRPC, Stream only
+	serveUnaryOnly  = "unary-only"    // an earlier version: lightrpc, Deliver answered without one_way
 )
+
+// unaryOnly is the Deliver of a version that does not take one-way calls:
+// its Ack leaves one_way unset.
+type unaryOnly struct{ *grpcService }
+
+func (u unaryOnly) Deliver(ctx context.Context, in *transportpb.Batches) (*transportpb.Ack, error) {
+	if _, err := u.grpcService.Deliver(ctx, in); err != nil {
+		return nil, err
+	}
+	return &transportpb.Ack{}, nil
+}
 
 // grpcNode is one host with its own RPC server on loopback.
 type grpcNode struct {
@@ -56,6 +69,12 @@ func (n *grpcNode) serve(t *testing.T) string {
 		n.tr.Register(ls)
 		serve = func(ln net.Listener) error { return ls.Serve(ln, gs.Serve) }
 		n.stop = func() { ls.Stop(); gs.Stop() }
+	case serveUnaryOnly:
+		ls := lightrpc.NewServer(lightrpc.ServerOptions{})
+		transportpb.RegisterTransportServer(ls, unaryOnly{&grpcService{t: n.tr}})
+		transportpb.RegisterTransportServer(gs, unaryOnly{&grpcService{t: n.tr}})
+		serve = func(ln net.Listener) error { return ls.Serve(ln, gs.Serve) }
+		n.stop = func() { ls.Stop(); gs.Stop() }
 	case serveGRPC:
 		n.tr.Register(gs)
 	case serveStreamOnly:
@@ -85,6 +104,7 @@ func TestGRPCTransport(t *testing.T) {
 		{serveBoth, serveBoth, serveBoth},
 		{serveGRPC, serveGRPC, serveGRPC},
 		{serveBoth, serveBoth, serveStreamOnly},
+		{serveUnaryOnly, serveUnaryOnly, serveUnaryOnly},
 	} {
 		t.Run(fmt.Sprint(modes), func(t *testing.T) { testTransport(t, modes) })
 	}
@@ -205,6 +225,31 @@ func testTransport(t *testing.T, modes [3]string) {
 	if nodes[lead].tr.Stats().SendErrors == 0 {
 		t.Fatal("the move did not break any stream; the test did not exercise reconnection")
 	}
+	// One-way calls go to the peers that said they take them (lightrpc
+	// servers of this version), and only to them. The leader sends to
+	// every follower; a follower may send to the leader only.
+	for _, n := range nodes {
+		oneWay := n.tr.Stats().OneWayCalls
+		others := otherModes(modes, n.id)
+		takes := slices.Contains(others, serveBoth)
+		switch {
+		case n.id == lead && takes && oneWay == 0:
+			t.Errorf("leader %d sent no one-way call to its followers (%v)", n.id, others)
+		case !takes && oneWay != 0:
+			t.Errorf("node %d sent %d one-way calls to peers %v, which do not take them", n.id, oneWay, others)
+		}
+	}
+}
+
+// otherModes returns the server modes of the nodes other than id.
+func otherModes(modes [3]string, id NodeID) []string {
+	var out []string
+	for i, m := range modes {
+		if NodeID(i+1) != id {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Large batches are split under the wire limit, never splitting a message,

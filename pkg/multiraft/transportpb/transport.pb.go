@@ -281,9 +281,15 @@ func (x *Heartbeat) GetStamp() int64 {
 	return 0
 }
 
-// Ack ends a stream.
+// Ack ends a stream, and answers a Deliver call.
 type Ack struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// one_way, in the answer to a Deliver call, says that this server also
+	// takes Deliver as a one-way call (a lightrpc notify frame: no answer,
+	// handled in arrival order), so that the sender may send the following
+	// batches on the same connection that way. An earlier version leaves it
+	// false and keeps getting unary calls.
+	OneWay        bool `protobuf:"varint,1,opt,name=one_way,json=oneWay,proto3" json:"one_way,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -316,6 +322,13 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
 	return file_pkg_multiraft_transportpb_transport_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Ack) GetOneWay() bool {
+	if x != nil {
+		return x.OneWay
+	}
+	return false
 }
 
 // Batches are the batches a sender had queued for one peer, in order.
@@ -387,8 +400,9 @@ const file_pkg_multiraft_transportpb_transport_proto_rawDesc = "" +
 	"\aquiesce\x18\x05 \x01(\bR\aquiesce\x12\x14\n" +
 	"\x05index\x18\x06 \x01(\x04R\x05index\x12\x19\n" +
 	"\blog_term\x18\a \x01(\x04R\alogTerm\x12\x14\n" +
-	"\x05stamp\x18\b \x01(\x03R\x05stamp\"\x05\n" +
-	"\x03Ack\";\n" +
+	"\x05stamp\x18\b \x01(\x03R\x05stamp\"\x1e\n" +
+	"\x03Ack\x12\x17\n" +
+	"\aone_way\x18\x01 \x01(\bR\x06oneWay\";\n" +
 	"\aBatches\x120\n" +
 	"\abatches\x18\x01 \x03(\v2\x16.cairn.multiraft.BatchR\abatches2\x80\x01\n" +
 	"\tTransport\x128\n" +

@@ -41,7 +41,9 @@ const (
 //
 // Transport carries batches from one host to another: Deliver carries the
 // batches queued for a peer, one call at a time per peer (so they arrive in
-// order), over Cairn's lighter framing of unary calls (pkg/lightrpc); Stream,
+// order), over Cairn's lighter framing of unary calls (pkg/lightrpc), and,
+// once the peer's Ack says one_way, as one-way calls on that connection;
+// Stream,
 // one long-lived client stream per peer, is kept for peers of an earlier
 // version without Deliver.
 type TransportClient interface {
@@ -86,7 +88,9 @@ func (c *transportClient) Deliver(ctx context.Context, in *Batches, opts ...grpc
 //
 // Transport carries batches from one host to another: Deliver carries the
 // batches queued for a peer, one call at a time per peer (so they arrive in
-// order), over Cairn's lighter framing of unary calls (pkg/lightrpc); Stream,
+// order), over Cairn's lighter framing of unary calls (pkg/lightrpc), and,
+// once the peer's Ack says one_way, as one-way calls on that connection;
+// Stream,
 // one long-lived client stream per peer, is kept for peers of an earlier
 // version without Deliver.
 type TransportServer interface {
