@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"syscall"
 
@@ -36,17 +37,101 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 	if err := checkName(op, newName); err != nil {
 		return err
 	}
+	if h := hintsFor(ctx, oldParent, newParent, flags); h.src != nil || h.dst != nil {
+		err := replanned(ctx, op, func() error { return v.rename(ctx, oldParent, oldName, newParent, newName, flags, h) })
+		if !staleHint(err) {
+			return err
+		}
+		// A name was not what the hint said: nothing changed (or the
+		// new name was taken back); start over with lookups, which give
+		// the exact errno.
+	}
 	var err error
 	for range 3 {
 		// ESTALE: a name changed between lookup and commit; start over.
 		// errReplan: the routing changed before the first dentry step
 		// applied; start over under the new view.
-		err = replanned(ctx, op, func() error { return v.rename(ctx, oldParent, oldName, newParent, newName, flags) })
+		err = replanned(ctx, op, func() error {
+			return v.rename(ctx, oldParent, oldName, newParent, newName, flags, renameHints{})
+		})
 		if !isErrno(err, syscall.ESTALE) {
 			return err
 		}
 	}
 	return err
+}
+
+// NameHint is what a caller learned of a name just before an operation
+// on it, from its own lookup: the inode it names and that inode's type
+// (Mode's syscall.S_IFMT bits), or that it names nothing (Absent). A
+// mount has one for both names of most renames: the kernel looked them up
+// before sending the rename.
+type NameHint struct {
+	Absent bool
+	Ino    uint64
+	Mode   uint32
+}
+
+type renameHintsKey struct{}
+
+// renameHints are a rename's hints in the form its steps use: the
+// dentries the names hold, src never nil, dst nil for a missing name.
+type renameHints struct {
+	src *metapb.Dentry // nil: look the old name up
+	dst *metapb.Dentry // with dstKnown: nil for a missing new name
+	// dstKnown: dst is the hint's (else look the new name up).
+	dstKnown bool
+}
+
+// WithRenameHints returns a context under which Rename takes src and dst
+// (either may be nil: unknown) for what its old and new name hold, instead
+// of looking them up: a rename within one directory without flags then
+// costs its Txns only. Every step of a rename names the inode it expects
+// (or that the name is free), so a stale hint cannot make a rename do
+// anything else: the step fails, what the rename did is taken back, and it
+// starts over with lookups. A hint is only worth giving fresh (a mount
+// gives what it answered the kernel's LOOKUP within the entry timeout).
+func WithRenameHints(ctx context.Context, src, dst *NameHint) context.Context {
+	return context.WithValue(ctx, renameHintsKey{}, [2]*NameHint{src, dst})
+}
+
+// hintsFor returns ctx's rename hints that a rename from oldParent to
+// newParent with flags may use: a rename within one directory, without
+// flags (the ancestor, quota and flag checks of the others read the
+// names anyway).
+func hintsFor(ctx context.Context, oldParent, newParent uint64, flags uint32) renameHints {
+	hs, ok := ctx.Value(renameHintsKey{}).([2]*NameHint)
+	if !ok || oldParent != newParent || flags != 0 {
+		return renameHints{}
+	}
+	var h renameHints
+	// An absent source needs no hint: the kernel answers ENOENT itself.
+	if s := hs[0]; s != nil && !s.Absent && s.Ino != 0 {
+		if t, ok := fileType(s.Mode); ok {
+			h.src = &metapb.Dentry{Ino: s.Ino, Type: t}
+		}
+	}
+	if d := hs[1]; d != nil {
+		if d.Absent {
+			h.dstKnown = true
+		} else if t, ok := fileType(d.Mode); ok && d.Ino != 0 {
+			h.dst, h.dstKnown = &metapb.Dentry{Ino: d.Ino, Type: t}, true
+		}
+	}
+	return h
+}
+
+// staleHint reports whether a rename run on hints failed because a name
+// was not what a hint said: the source gone or another inode (ENOENT,
+// ESTALE), the new name taken (EEXIST), or a type the hint did not tell
+// (ENOTDIR, EISDIR, ENOTEMPTY).
+func staleHint(err error) bool {
+	switch ErrnoOf(err) {
+	case syscall.ENOENT, syscall.ESTALE, syscall.EEXIST, syscall.ENOTDIR, syscall.EISDIR, syscall.ENOTEMPTY:
+		var e *Error
+		return errors.As(err, &e)
+	}
+	return false
 }
 
 // isAncestor reports whether dir is ino or one of ino's ancestors, walking
@@ -86,22 +171,31 @@ func (p *plan) add(part uint64, ops ...*metapb.Op) {
 	p.ops[part] = append(p.ops[part], ops...)
 }
 
-func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) error {
+func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32, h renameHints) error {
 	const op = "rename"
-	// Both names at once. Within one directory, a source that exists
-	// shows the directory is one, so a missing target costs no check of
-	// its parent.
+	// Both names at once, unless hinted. Within one directory, a source
+	// that exists shows the directory is one, so a missing target costs
+	// no check of its parent.
 	var (
-		dst    *metapb.Dentry
-		dstErr error
-		wg     sync.WaitGroup
+		src, dst *metapb.Dentry
+		err      error
+		dstErr   error
+		wg       sync.WaitGroup
 	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		dst, _, dstErr = v.lookupDentryIn(ctx, op, newParent, newName, oldParent == newParent)
-	}()
-	src, _, err := v.lookupDentry(ctx, op, oldParent, oldName)
+	if h.dstKnown {
+		dst = h.dst
+	} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dst, _, dstErr = v.lookupDentryIn(ctx, op, newParent, newName, oldParent == newParent)
+		}()
+	}
+	if h.src != nil {
+		src = h.src
+	} else {
+		src, _, err = v.lookupDentry(ctx, op, oldParent, oldName)
+	}
 	wg.Wait()
 	if err != nil {
 		return err
@@ -143,6 +237,10 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		}
 	}
 	if dst != nil && dst.GetIno() == src.GetIno() {
+		if h.src != nil || h.dstKnown {
+			// Nothing to send that would check the hints: look.
+			return errnoErr(op, syscall.ESTALE, "hinted names are one inode")
+		}
 		return nil // two names of one inode: rename(2) does nothing
 	}
 	if oldParent != newParent {

@@ -212,3 +212,111 @@ func TestChangingNamesInodes(t *testing.T) {
 		t.Errorf("rmdir named %v, want the directory %d", got, sub.Ino)
 	}
 }
+
+// TestRenameHints: a rename within one directory given what its names
+// hold (a mount's hints) costs its Txns only, and hints that are wrong in
+// every way still give the result and errno of a rename without them, with
+// nothing else changed.
+func TestRenameHints(t *testing.T) {
+	v, _ := startWithData(t, Options{})
+	ctx := context.Background()
+	d, err := v.Mkdir(ctx, RootIno, "d", 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Names on one partition that is not the directory's home: a rename
+	// among them is one Txn there and the directory's TouchDir at home.
+	home := v.HomeOf(d.Ino)
+	var part uint64
+	var names []string
+	for i := 0; len(names) < 12; i++ {
+		n := fmt.Sprint("r", i)
+		if p := v.RouteName(d.Ino, n); p != home && (part == 0 || p == part) {
+			part = p
+			names = append(names, n)
+		}
+	}
+	mk := func(name string) *Attr {
+		t.Helper()
+		a, err := v.Create(ctx, d.Ino, name, 0o644, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	found := func(a *Attr) *NameHint { return &NameHint{Ino: a.Ino, Mode: a.Mode} }
+	absent := &NameHint{Absent: true}
+	holds := func(name string) uint64 {
+		t.Helper()
+		a, err := v.LookupChild(ctx, d.Ino, name)
+		if isErrno(err, syscall.ENOENT) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Ino
+	}
+	rename := func(src, dst *NameHint, from, to string) (int64, error) {
+		before := v.Stats().MetaRequests
+		err := v.Rename(WithRenameHints(ctx, src, dst), d.Ino, from, d.Ino, to, 0)
+		return v.Stats().MetaRequests - before, err
+	}
+
+	a := mk(names[0])
+	if n, err := rename(nil, nil, names[0], names[1]); err != nil || n != 4 {
+		t.Errorf("rename without hints: %d requests, %v; want 4 (two lookups, the Txn, the parent's TouchDir)", n, err)
+	}
+	if n, err := rename(found(a), absent, names[1], names[2]); err != nil || n != 2 {
+		t.Errorf("rename with hints: %d requests, %v; want 2 (the Txn, the parent's TouchDir)", n, err)
+	}
+	if holds(names[2]) != a.Ino || holds(names[1]) != 0 {
+		t.Fatalf("after the hinted rename %s holds %d, %s %d; want %d and nothing", names[2], holds(names[2]), names[1], holds(names[1]), a.Ino)
+	}
+
+	// The source is another inode than the hint says.
+	b, c := mk(names[3]), mk(names[4])
+	if _, err := rename(found(c), absent, names[3], names[5]); err != nil {
+		t.Fatalf("rename with a source hint of another inode: %v", err)
+	}
+	if holds(names[5]) != b.Ino || holds(names[3]) != 0 || holds(names[4]) != c.Ino {
+		t.Errorf("stale source hint: moved the wrong inode")
+	}
+	// The new name exists though the hint says it is free: replaced, as
+	// rename(2) does.
+	if _, err := rename(found(b), absent, names[5], names[4]); err != nil {
+		t.Fatalf("rename over a file hinted free: %v", err)
+	}
+	if holds(names[4]) != b.Ino || holds(names[5]) != 0 {
+		t.Errorf("rename over a file hinted free: %s holds %d, want %d", names[4], holds(names[4]), b.Ino)
+	}
+	if _, err := v.GetAttr(ctx, c.Ino); !isErrno(err, syscall.ENOENT) {
+		t.Errorf("the replaced inode %d: %v, want ENOENT", c.Ino, err)
+	}
+	// A directory there: EISDIR, as without hints, and nothing moved.
+	sub, err := v.Mkdir(ctx, d.Ino, names[6], 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rename(found(b), absent, names[4], names[6]); !isErrno(err, syscall.EISDIR) {
+		t.Errorf("file onto a directory hinted free: %v, want EISDIR", err)
+	}
+	if holds(names[4]) != b.Ino || holds(names[6]) != sub.Ino {
+		t.Errorf("a failed rename changed names")
+	}
+	// The source is gone: ENOENT, and the new name is not left behind.
+	if _, err := rename(found(b), absent, names[7], names[8]); !isErrno(err, syscall.ENOENT) {
+		t.Errorf("missing source hinted present: %v, want ENOENT", err)
+	}
+	if holds(names[8]) != 0 {
+		t.Errorf("a failed rename left %s", names[8])
+	}
+	// Hints that make both names one inode, while the new name is free:
+	// the rename still happens.
+	if _, err := rename(found(b), found(b), names[4], names[9]); err != nil {
+		t.Fatalf("rename hinted as onto its own inode: %v", err)
+	}
+	if holds(names[9]) != b.Ino || holds(names[4]) != 0 {
+		t.Errorf("rename hinted as onto its own inode did not move")
+	}
+}

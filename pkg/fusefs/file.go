@@ -94,6 +94,7 @@ func (fs *FS) create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 	fs.keepPages(f)                // a new inode: nothing cached yet
 	fs.noCaps.absent(f.Ino(), gen) // nor any xattr: the first write asks nothing
 	fs.fillEntry(a, &out.EntryOut)
+	fs.names.found(in.NodeId, name, a)
 	return fs.observe("create", start, fuse.OK)
 }
 

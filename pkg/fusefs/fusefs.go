@@ -102,6 +102,7 @@ type FS struct {
 	pages  map[uint64]client.Version          // ino -> Version of the kernel's cached pages (pagecache.go)
 
 	hints  *attrHints // attributes learnt by this mount's operations (attrhints.go)
+	names  *nameHints // what names held when this mount last answered for them (namehints.go)
 	noCaps *noCaps    // files without capabilities (xattrcache.go)
 }
 
@@ -115,8 +116,8 @@ func New(v *client.Volume, opts Options) *FS {
 		root:          root,
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
 		v:             v, opts: opts.withDefaults(), nextFh: 1, hints: newAttrHints(opts.withDefaults().AttrTimeout),
-		noCaps: newNoCaps(opts.withDefaults().AttrTimeout),
-		files:  map[uint64]*client.File{}, byIno: map[uint64]map[uint64]*client.File{}, dirs: map[uint64]*dirHandle{},
+		noCaps: newNoCaps(opts.withDefaults().AttrTimeout), names: newNameHints(opts.withDefaults().EntryTimeout),
+		files: map[uint64]*client.File{}, byIno: map[uint64]map[uint64]*client.File{}, dirs: map[uint64]*dirHandle{},
 		pages: map[uint64]client.Version{},
 	}
 	if opts.Trace != nil {

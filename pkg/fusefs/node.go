@@ -39,6 +39,9 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 			// A negative entry the kernel may cache: NodeId 0.
 			out.NodeId = 0
 			out.SetEntryTimeout(fs.opts.EntryTimeout)
+			if name != "." && name != ".." {
+				fs.names.absent(header.NodeId, name)
+			}
 		}
 		if fs.tr != nil && name != "." && name != ".." {
 			fs.tr.stat(start, header, fs.tr.child(header.NodeId, name), status(err), nil)
@@ -46,6 +49,9 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 		return fs.observe("lookup", start, status(err))
 	}
 	fs.fillEntry(a, out)
+	if name != "." && name != ".." {
+		fs.names.found(header.NodeId, name, a)
+	}
 	if fs.tr != nil && name != "." && name != ".." {
 		fs.tr.learn(header.NodeId, name, a.Ino)
 		fs.tr.stat(start, header, fs.tr.child(header.NodeId, name), fuse.OK, &out.Attr)
@@ -199,6 +205,7 @@ func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *
 		return fs.observe("mknod", start, status(err))
 	}
 	fs.fillEntry(a, out)
+	fs.names.found(in.NodeId, name, a)
 	if fs.tr != nil {
 		fs.tr.learn(in.NodeId, name, a.Ino)
 	}
@@ -218,6 +225,7 @@ func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *
 		return fs.observe("mkdir", start, status(err))
 	}
 	fs.fillEntry(a, out)
+	fs.names.found(in.NodeId, name, a)
 	if fs.tr != nil {
 		fs.tr.learn(in.NodeId, name, a.Ino)
 	}
@@ -230,6 +238,7 @@ func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string)
 	ctx, done := fs.learn(cancel, header.NodeId)
 	st := status(fs.v.Unlink(fs.caller(ctx, header), fs.ino(header.NodeId), name))
 	done()
+	fs.names.forget(header.NodeId, name)
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpUnlink, Path: fs.tr.child(header.NodeId, name)}, st, 0)
 		if st == fuse.OK {
@@ -245,6 +254,7 @@ func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) 
 	ctx, done := fs.learnDirs(cancel, header.NodeId, header.NodeId)
 	st := status(fs.v.Rmdir(fs.caller(ctx, header), fs.ino(header.NodeId), name))
 	done(st == fuse.OK)
+	fs.names.forget(header.NodeId, name)
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpRmdir, Path: fs.tr.child(header.NodeId, name)}, st, 0)
 		if st == fuse.OK {
@@ -255,12 +265,20 @@ func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) 
 }
 
 // Rename moves a name; flags RENAME_NOREPLACE and RENAME_EXCHANGE are
-// passed to the SDK (others: EINVAL).
+// passed to the SDK (others: EINVAL). What this mount last answered for
+// both names goes along as hints (namehints.go).
 func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName string, newName string) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learnDirs(cancel, in.NodeId, in.Newdir)
+	src, dst := fs.names.take(in.NodeId, oldName), fs.names.take(in.Newdir, newName)
+	ctx = client.WithRenameHints(ctx, src, dst)
 	st := status(fs.v.Rename(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), oldName, fs.ino(in.Newdir), newName, in.Flags))
 	done(st == fuse.OK)
+	fs.names.forget(in.NodeId, oldName)
+	fs.names.forget(in.Newdir, newName)
+	if st == fuse.OK && src != nil && in.Flags == 0 {
+		fs.names.put(in.Newdir, newName, *src)
+	}
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpRename, Path: fs.tr.child(in.NodeId, oldName),
 			Path2: fs.tr.child(in.Newdir, newName)}, st, 0)
@@ -286,6 +304,7 @@ func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fu
 		return fs.observe("link", start, status(err))
 	}
 	fs.fillEntry(a, out)
+	fs.names.found(in.NodeId, name, a)
 	if fs.tr != nil {
 		fs.tr.learn(in.NodeId, name, a.Ino)
 	}
@@ -305,6 +324,7 @@ func (fs *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target stri
 		return fs.observe("symlink", start, status(err))
 	}
 	fs.fillEntry(a, out)
+	fs.names.found(header.NodeId, name, a)
 	if fs.tr != nil {
 		fs.tr.learn(header.NodeId, name, a.Ino)
 	}

@@ -385,6 +385,10 @@ func TestCreateRacingRmdir(t *testing.T) {
 var fuseCost = map[string]float64{
 	"lookup": 1, "getattr": 1, "create": 1, "mkdir": 1, "mknod": 1, "symlink": 1,
 	"unlink": 1, "open": 1, "readlink": 1, "flush": 0, "release": 0,
+	// A rename within one directory, with the names the kernel looked up
+	// just before: its Txns only (the new name's partition, the old
+	// name's, the directory's TouchDir at its home), no lookups of its own.
+	"rename": 3,
 }
 
 // fuseOps reads the mount's FUSE request counts by op (every errno).
@@ -402,7 +406,7 @@ func fuseOps(t *testing.T, addr string) map[string]float64 {
 }
 
 // TestMountRequestsPerOp drives a `cairn up` mount with creat, mkdir,
-// mknod, symlink, stat, open and unlink on names that route to another
+// mknod, symlink, stat, open, rename and unlink on names that route to another
 // partition than their directory's home, and checks from the mount's
 // metrics that every FUSE request costs one metadata request at most
 // (LOOKUP, GETATTR, CREATE, MKDIR, MKNOD, SYMLINK, UNLINK, OPEN) and a
@@ -478,7 +482,12 @@ func TestMountRequestsPerOp(t *testing.T) {
 	phase("mkdir", func(p string) error { return os.Mkdir(p, 0o755) }, dirs)
 	phase("mknod", func(p string) error { return syscall.Mkfifo(p, 0o644) }, fifos)
 	phase("symlink", func(p string) error { return os.Symlink("target", p) }, links)
-	phase("unlink", func(p string) error { return os.Remove(p) }, append(append(files, fifos...), links...))
+	renamed := make([]string, len(files))
+	for i, f := range files {
+		renamed[i] = "r" + f
+	}
+	phase("rename", func(p string) error { return os.Rename(p, filepath.Join(d, "r"+filepath.Base(p))) }, files)
+	phase("unlink", func(p string) error { return os.Remove(p) }, append(append(renamed, fifos...), links...))
 }
 
 // scrapeLine is one sample of a metric: its labels ("{...}") and value.
