@@ -273,6 +273,14 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 	if err := checkName(op, name); err != nil {
 		return err
 	}
+	if h, ok := ctx.Value(rmdirHintKey{}).(*NameHint); ok && h != nil && !h.Absent && h.Ino != 0 && h.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		err := v.rmdir(ctx, parent, name, h.Ino)
+		if !staleHint(err) {
+			return err
+		}
+		// Not the directory the hint says (gone, replaced, or another
+		// with names in it): nothing changed; look it up.
+	}
 	d, _, err := v.lookupDentry(ctx, op, parent, name)
 	if err != nil {
 		return err
@@ -283,7 +291,23 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 	if !isDirType(d.GetType()) {
 		return errnoErr(op, syscall.ENOTDIR, "%d/%q", parent, name)
 	}
-	dir := d.GetIno()
+	return v.rmdir(ctx, parent, name, d.GetIno())
+}
+
+type rmdirHintKey struct{}
+
+// WithRmdirHint returns a context under which Rmdir takes dir (nil:
+// unknown) for what its name holds instead of looking it up, as Rename
+// takes WithRenameHints. The fences and the Txn that deletes the name
+// expect that directory, so a stale hint fails them, changes nothing, and
+// the rmdir starts over with a lookup.
+func WithRmdirHint(ctx context.Context, dir *NameHint) context.Context {
+	return context.WithValue(ctx, rmdirHintKey{}, dir)
+}
+
+// rmdir removes directory dir, named name in parent (Rmdir).
+func (v *Volume) rmdir(ctx context.Context, parent uint64, name string, dir uint64) error {
+	const op = "rmdir"
 	noteChanging(ctx, dir)
 	if done, err := v.rmdirOwnerLast(ctx, op, parent, name, dir); done {
 		return err

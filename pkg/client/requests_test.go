@@ -320,3 +320,81 @@ func TestRenameHints(t *testing.T) {
 		t.Errorf("rename hinted as onto its own inode did not move")
 	}
 }
+
+// TestRmdirHint: an rmdir given the directory its name holds skips its
+// lookup, and a stale hint (another directory, one with names in it, a
+// name that is gone or holds a file) still gives the errno and result of
+// an rmdir without it.
+func TestRmdirHint(t *testing.T) {
+	v, _ := startWithData(t, Options{})
+	ctx := context.Background()
+	d, err := v.Mkdir(ctx, RootIno, "d", 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mkdir := func(name string) *Attr {
+		t.Helper()
+		a, err := v.Mkdir(ctx, d.Ino, name, 0o755, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	hint := func(a *Attr) *NameHint { return &NameHint{Ino: a.Ino, Mode: a.Mode} }
+	rmdir := func(h *NameHint, name string) (int64, error) {
+		before := v.Stats().MetaRequests
+		err := v.Rmdir(WithRmdirHint(ctx, h), d.Ino, name)
+		return v.Stats().MetaRequests - before, err
+	}
+	a, b := mkdir("a"), mkdir("b")
+	plain, err := rmdir(nil, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hinted, err := rmdir(hint(b), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hinted != plain-1 {
+		t.Errorf("rmdir with a hint: %d requests, without %d; want one fewer", hinted, plain)
+	}
+
+	// The name now holds another directory than the hint says.
+	c := mkdir("c")
+	if _, err := rmdir(hint(a), "c"); err != nil {
+		t.Fatalf("rmdir with a hint of a removed directory: %v", err)
+	}
+	if _, err := v.GetAttr(ctx, c.Ino); !isErrno(err, syscall.ENOENT) {
+		t.Errorf("the directory the name held: %v, want it removed", err)
+	}
+	// The hinted directory has names in it, the one the name holds none.
+	full, empty := mkdir("full"), mkdir("empty")
+	if _, err := v.Create(ctx, full.Ino, "x", 0o644, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rmdir(hint(full), "empty"); err != nil {
+		t.Fatalf("rmdir of an empty directory hinted as a full one: %v", err)
+	}
+	if _, err := v.GetAttr(ctx, empty.Ino); !isErrno(err, syscall.ENOENT) {
+		t.Errorf("empty directory: %v, want it removed", err)
+	}
+	if _, err := rmdir(hint(full), "full"); !isErrno(err, syscall.ENOTEMPTY) {
+		t.Errorf("rmdir of a full directory: %v, want ENOTEMPTY", err)
+	}
+	// Gone, or a file: the errnos of a plain rmdir.
+	if _, err := rmdir(hint(full), "gone"); !isErrno(err, syscall.ENOENT) {
+		t.Errorf("rmdir of a missing name hinted as a directory: %v, want ENOENT", err)
+	}
+	if _, err := v.Create(ctx, d.Ino, "file", 0o644, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rmdir(hint(full), "file"); !isErrno(err, syscall.ENOTDIR) {
+		t.Errorf("rmdir of a file hinted as a directory: %v, want ENOTDIR", err)
+	}
+	if _, err := v.GetAttr(ctx, full.Ino); err != nil {
+		t.Errorf("the hinted directory after the failed rmdirs: %v", err)
+	}
+	if _, err := v.Create(ctx, full.Ino, "y", 0o644, 0, 0); err != nil {
+		t.Errorf("create in the hinted directory after the failed rmdirs: %v (a fence left behind?)", err)
+	}
+}

@@ -248,10 +248,12 @@ func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string)
 	return fs.observe("unlink", start, st)
 }
 
-// Rmdir removes an empty directory.
+// Rmdir removes an empty directory, with what this mount last answered
+// for the name as a hint (namehints.go).
 func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learnDirs(cancel, header.NodeId, header.NodeId)
+	ctx = client.WithRmdirHint(ctx, fs.names.take(header.NodeId, name))
 	st := status(fs.v.Rmdir(fs.caller(ctx, header), fs.ino(header.NodeId), name))
 	done(st == fuse.OK)
 	fs.names.forget(header.NodeId, name)
