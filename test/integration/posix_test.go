@@ -451,6 +451,70 @@ func TestPosixTwoMounts(t *testing.T) {
 	}
 }
 
+// TestPosixTwoMountsStaleNames renames and removes through one mount names
+// that the other mount changed within the kernel's entry timeout, so that
+// the first mount's kernel entries and the name hints it hands to the
+// rename and rmdir (docs/design.md, "Name hints for renames") are stale:
+// each operation must act on what the names hold now, with the errno a
+// rename(2) or rmdir(2) of a local file system gives.
+func TestPosixTwoMountsStaleNames(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sn")
+	_, a := startMounted(t, dir)
+	b := startSecondMount(t, dir)
+	ino := func(p string) uint64 {
+		t.Helper()
+		st, err := os.Lstat(p)
+		must(t, err)
+		return st.Sys().(*syscall.Stat_t).Ino
+	}
+	for round := range 4 {
+		x, y, z := fmt.Sprintf("x%d", round), fmt.Sprintf("y%d", round), fmt.Sprintf("z%d", round)
+		must(t, os.WriteFile(filepath.Join(a, x), []byte("old"), 0o644))
+		old := ino(filepath.Join(a, x)) // mount a looked x up
+		// Through b: x moves away and a new x takes its place.
+		must(t, os.Rename(filepath.Join(b, x), filepath.Join(b, y)))
+		must(t, os.WriteFile(filepath.Join(b, x), []byte("new"), 0o644))
+		cur := ino(filepath.Join(b, x))
+		// Through a, whose entry and hint for x still name the old inode.
+		must(t, os.Rename(filepath.Join(a, x), filepath.Join(a, z)))
+		if got := ino(filepath.Join(b, z)); got != cur {
+			t.Fatalf("round %d: rename through the stale mount moved inode %d, want the current %d (the old one was %d)", round, got, cur, old)
+		}
+		if got := ino(filepath.Join(b, y)); got != old {
+			t.Fatalf("round %d: %s holds %d, want %d untouched", round, y, got, old)
+		}
+		// A name b removed: ENOENT through a, and nothing created.
+		must(t, os.WriteFile(filepath.Join(a, "gone"), nil, 0o644))
+		_ = ino(filepath.Join(a, "gone"))
+		must(t, os.Remove(filepath.Join(b, "gone")))
+		if err := os.Rename(filepath.Join(a, "gone"), filepath.Join(a, "never")); !errors.Is(err, syscall.ENOENT) {
+			t.Fatalf("round %d: rename of a name removed through the other mount: %v, want ENOENT", round, err)
+		}
+		if _, err := os.Lstat(filepath.Join(b, "never")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("round %d: a failed rename left its new name: %v", round, err)
+		}
+		// A directory b replaced with one that has a file in it: rmdir
+		// through a says ENOTEMPTY and removes nothing; once b empties
+		// it, rmdir through a removes the directory the name holds now.
+		d := fmt.Sprintf("d%d", round)
+		must(t, os.Mkdir(filepath.Join(a, d), 0o755))
+		_ = ino(filepath.Join(a, d))
+		must(t, os.Remove(filepath.Join(b, d)))
+		must(t, os.Mkdir(filepath.Join(b, d), 0o755))
+		must(t, os.WriteFile(filepath.Join(b, d, "f"), nil, 0o644))
+		if err := syscall.Rmdir(filepath.Join(a, d)); err != syscall.ENOTEMPTY {
+			t.Fatalf("round %d: rmdir of a replaced, non-empty directory: %v, want ENOTEMPTY", round, err)
+		}
+		must(t, os.Remove(filepath.Join(b, d, "f")))
+		must(t, syscall.Rmdir(filepath.Join(a, d)))
+		// Listed through b (a listing asks the servers; b's kernel still
+		// holds its own entry for d for the entry timeout).
+		if slices.Contains(listDir(t, b), d) {
+			t.Fatalf("round %d: %s still listed after rmdir through the stale mount", round, d)
+		}
+	}
+}
+
 func commonPrefix(a, b []byte) int {
 	n := 0
 	for n < len(a) && n < len(b) && a[n] == b[n] {
