@@ -17,12 +17,7 @@ import (
 // file none; an unlink of a file open here leaves the eviction to the last
 // close.
 func TestOneRequestPerNameOp(t *testing.T) {
-	v, _ := startWithData(t, Options{})
-	ctx := context.Background()
-	d, err := v.Mkdir(ctx, RootIno, "d", 0o755, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, ctx, d := startWithDir(t)
 	home := v.HomeOf(d.Ino)
 	names := map[string]string{}
 	for i := 0; len(names) < 8; i++ {
@@ -171,12 +166,7 @@ func TestOneRequestPerCreateWithLayouts(t *testing.T) {
 // names the moved inode and the one it replaces, an exchange both, rmdir
 // the removed directory; none names the parents.
 func TestChangingNamesInodes(t *testing.T) {
-	v, _ := startWithData(t, Options{})
-	ctx := context.Background()
-	d, err := v.Mkdir(ctx, RootIno, "d", 0o755, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, ctx, d := startWithDir(t)
 	mk := func(name string) uint64 {
 		t.Helper()
 		a, err := v.Create(ctx, d.Ino, name, 0o644, 0, 0)
@@ -218,12 +208,7 @@ func TestChangingNamesInodes(t *testing.T) {
 // every way still give the result and errno of a rename without them, with
 // nothing else changed.
 func TestRenameHints(t *testing.T) {
-	v, _ := startWithData(t, Options{})
-	ctx := context.Background()
-	d, err := v.Mkdir(ctx, RootIno, "d", 0o755, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, ctx, d := startWithDir(t)
 	// Names on one partition that is not the directory's home: a rename
 	// among them is one Txn there and the directory's TouchDir at home.
 	home := v.HomeOf(d.Ino)
@@ -326,12 +311,7 @@ func TestRenameHints(t *testing.T) {
 // name that is gone or holds a file) still gives the errno and result of
 // an rmdir without it.
 func TestRmdirHint(t *testing.T) {
-	v, _ := startWithData(t, Options{})
-	ctx := context.Background()
-	d, err := v.Mkdir(ctx, RootIno, "d", 0o755, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, ctx, d := startWithDir(t)
 	mkdir := func(name string) *Attr {
 		t.Helper()
 		a, err := v.Mkdir(ctx, d.Ino, name, 0o755, 0, 0)
@@ -397,4 +377,17 @@ func TestRmdirHint(t *testing.T) {
 	if _, err := v.Create(ctx, full.Ino, "y", 0o644, 0, 0); err != nil {
 		t.Errorf("create in the hinted directory after the failed rmdirs: %v (a fence left behind?)", err)
 	}
+}
+
+// startWithDir starts a volume with data nodes and makes directory "d"
+// in its root.
+func startWithDir(t *testing.T) (*Volume, context.Context, *Attr) {
+	t.Helper()
+	v, _ := startWithData(t, Options{})
+	ctx := context.Background()
+	d, err := v.Mkdir(ctx, RootIno, "d", 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, ctx, d
 }

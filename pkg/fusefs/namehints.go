@@ -22,8 +22,9 @@ import (
 type nameHints struct {
 	ttl time.Duration
 
-	mu    sync.Mutex
-	hints map[nameKey]nameHint
+	mu     sync.Mutex
+	hints  map[nameKey]nameHint
+	pruned time.Time // when prune last ran
 }
 
 type nameKey struct {
@@ -70,7 +71,12 @@ func (n *nameHints) put(parent uint64, name string, h client.NameHint) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.hints[k]; !ok && len(n.hints) >= maxNameHints {
-		n.prune(now)
+		// A full map of live hints (a walk of a large tree) drops new
+		// ones rather than scanning it on every put: at most one scan
+		// per quarter ttl.
+		if now.Sub(n.pruned) >= n.ttl/4 {
+			n.prune(now)
+		}
 		if len(n.hints) >= maxNameHints {
 			return
 		}
@@ -104,6 +110,7 @@ func (n *nameHints) forget(parent uint64, name string) {
 
 // prune drops the expired hints. The caller holds n.mu.
 func (n *nameHints) prune(now time.Time) {
+	n.pruned = now
 	for k, e := range n.hints {
 		if now.Sub(e.at) >= n.ttl {
 			delete(n.hints, k)

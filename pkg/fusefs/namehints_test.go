@@ -55,6 +55,7 @@ func TestNameHints(t *testing.T) {
 	}
 	full.absent(1, "0") // at the bound again
 	full.ttl = 0        // and everything kept has expired: the next hint makes room
+	full.pruned = time.Time{}
 	full.found(1, "new", file)
 	full.ttl = time.Hour
 	if h := full.take(1, "new"); h == nil || len(full.hints) != 0 {
