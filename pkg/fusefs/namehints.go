@@ -10,15 +10,16 @@ import (
 // nameHints keeps what this mount last told the kernel a name holds (an
 // entry from LOOKUP, CREATE, MKDIR, MKNOD, SYMLINK or LINK, or a negative
 // LOOKUP), for as long as the kernel may keep that entry. The kernel looks
-// up both names of a rename before it sends RENAME, or holds entries this
-// mount gave it within the entry timeout; handing them to the rename
-// (client.WithRenameHints) saves it its own two lookups.
+// up both names of a rename, and the name of an rmdir, before it sends
+// RENAME or RMDIR, or holds entries this mount gave it within the entry
+// timeout; handing them to the operation (client.WithRenameHints,
+// client.WithRmdirHint) saves it its own lookups.
 //
-// Hints are advice, never an answer: every step of a rename names the
-// inode it expects, so a stale hint costs the rename a second try with
-// lookups. They are dropped when this mount changes the name (unlink,
-// rmdir, rename) and age out with the entry timeout; a change by another
-// client is what the rename's checks catch.
+// Hints are advice, never an answer: every step of those operations names
+// the inode it expects, so a stale hint costs a second try with lookups.
+// They are dropped when this mount changes the name (unlink, rmdir,
+// rename) and age out with the entry timeout; a change by another client
+// is what the operations' checks catch.
 type nameHints struct {
 	ttl time.Duration
 
