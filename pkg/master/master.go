@@ -270,7 +270,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.metrics = newMetrics(s.telemetry.Registry, s)
-	s.telemetry.Registry.MustRegister(multiraft.NewCollector(s.host))
+	s.telemetry.Registry.MustRegister(multiraft.NewCollector(s.host), multiraft.NewTransportCollector(s.transport))
 	s.fsm.onApply = func(epoch uint64) { s.metrics.epoch.Set(float64(epoch)) }
 
 	if cfg.TLS != nil {

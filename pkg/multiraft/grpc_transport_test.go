@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -224,6 +225,18 @@ func testTransport(t *testing.T, modes [3]string) {
 	}
 	if nodes[lead].tr.Stats().SendErrors == 0 {
 		t.Fatal("the move did not break any stream; the test did not exercise reconnection")
+	}
+	// The counters reach Prometheus (what a node's metrics endpoint serves).
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewTransportCollector(nodes[lead].tr))
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != len(transportCounters) {
+		t.Fatalf("gathered %d transport metrics, want %d (err %v)", len(mfs), len(transportCounters), err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "cairn_raft_transport_batches_sent_total" && mf.GetMetric()[0].GetCounter().GetValue() == 0 {
+			t.Errorf("%s is 0 on the leader", mf.GetName())
+		}
 	}
 	// One-way calls go to the peers that said they take them (lightrpc
 	// servers of this version), and only to them. The leader sends to

@@ -72,3 +72,50 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPerPeer, prometheus.CounterValue, float64(n), strconv.FormatUint(uint64(peer), 10))
 	}
 }
+
+// TransportCollector exports a GRPCTransport's counters to Prometheus,
+// read on every scrape: how many batches went out (and how many of the
+// calls one-way), how many were dropped for a full peer queue or a closed
+// transport, how often a peer's connection broke, and what came in.
+type TransportCollector struct {
+	t *GRPCTransport
+}
+
+// NewTransportCollector returns a collector for t; register it once per
+// transport.
+func NewTransportCollector(t *GRPCTransport) *TransportCollector { return &TransportCollector{t: t} }
+
+var transportCounters = []struct {
+	desc  *prometheus.Desc
+	value func(TransportStats) uint64
+}{
+	{prometheus.NewDesc("cairn_raft_transport_batches_sent_total", "Batches handed to peers' connections.", nil, nil),
+		func(s TransportStats) uint64 { return s.BatchesSent }},
+	{prometheus.NewDesc("cairn_raft_transport_one_way_calls_total", "Deliver calls sent one-way (no answer awaited), to peers that take them.", nil, nil),
+		func(s TransportStats) uint64 { return s.OneWayCalls }},
+	{prometheus.NewDesc("cairn_raft_transport_batches_dropped_total", "Outbound batches dropped for a full peer queue or a closed transport.", nil, nil),
+		func(s TransportStats) uint64 { return s.BatchesDropped }},
+	{prometheus.NewDesc("cairn_raft_transport_send_errors_total", "Connections to peers that broke or could not be made (each retried with backoff).", nil, nil),
+		func(s TransportStats) uint64 { return s.SendErrors }},
+	{prometheus.NewDesc("cairn_raft_transport_batches_received_total", "Inbound batches handed to the host.", nil, nil),
+		func(s TransportStats) uint64 { return s.BatchesReceived }},
+	{prometheus.NewDesc("cairn_raft_transport_malformed_total", "Inbound raft messages or batches dropped as malformed or misaddressed.", nil, nil),
+		func(s TransportStats) uint64 { return s.Malformed }},
+	{prometheus.NewDesc("cairn_raft_transport_undelivered_total", "Inbound batches that arrived before the host was set.", nil, nil),
+		func(s TransportStats) uint64 { return s.Undelivered }},
+}
+
+// Describe implements prometheus.Collector.
+func (c *TransportCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, tc := range transportCounters {
+		ch <- tc.desc
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *TransportCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.t.Stats()
+	for _, tc := range transportCounters {
+		ch <- prometheus.MustNewConstMetric(tc.desc, prometheus.CounterValue, float64(tc.value(s)))
+	}
+}

@@ -341,7 +341,7 @@ func (n *Node) openPartitions() (err error) {
 		return fmt.Errorf("raft host: %w", err)
 	}
 	n.transport.SetHost(n.raft)
-	n.telemetry.Registry.MustRegister(multiraft.NewCollector(n.raft))
+	n.telemetry.Registry.MustRegister(multiraft.NewCollector(n.raft), multiraft.NewTransportCollector(n.transport))
 	if n.cfg.TLS != nil {
 		n.cfg.TLS.SetRevoked(n.isRevoked)
 	}
