@@ -294,12 +294,23 @@ func (s *session) alive() bool {
 	return s.err == nil
 }
 
+// callTimeout is the time ctx leaves a call (0: no deadline), or the
+// error of a call whose deadline has passed.
+func callTimeout(ctx context.Context) (time.Duration, error) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 0, nil
+	}
+	if timeout := time.Until(d); timeout > 0 {
+		return timeout, nil
+	}
+	return 0, status.FromContextError(context.DeadlineExceeded).Err()
+}
+
 func (s *session) invoke(ctx context.Context, method string, in, out proto.Message, opts []grpc.CallOption) error {
-	var timeout time.Duration
-	if d, ok := ctx.Deadline(); ok {
-		if timeout = time.Until(d); timeout <= 0 {
-			return status.FromContextError(context.DeadlineExceeded).Err()
-		}
+	timeout, err := callTimeout(ctx)
+	if err != nil {
+		return err
 	}
 	ch := make(chan response, 1)
 	s.mu.Lock()
@@ -362,11 +373,9 @@ func (s *session) invoke(ctx context.Context, method string, in, out proto.Messa
 }
 
 func (s *session) notify(ctx context.Context, method string, in proto.Message) error {
-	var timeout time.Duration
-	if d, ok := ctx.Deadline(); ok {
-		if timeout = time.Until(d); timeout <= 0 {
-			return status.FromContextError(context.DeadlineExceeded).Err()
-		}
+	timeout, err := callTimeout(ctx)
+	if err != nil {
+		return err
 	}
 	buf := getBuffer()
 	defer putBuffer(buf)

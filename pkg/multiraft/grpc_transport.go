@@ -289,9 +289,6 @@ const (
 	deliverTimeout    = 10 * time.Second
 )
 
-// deliverMethod is Deliver's full name, for one-way calls.
-const deliverMethod = "/cairn.multiraft.Transport/Deliver"
-
 // deliver sends p's queued batches, everything queued at once in one call,
 // until a call fails or the transport closes. The first call of a
 // connection is unary; when the peer's Ack says it takes one-way calls, the
@@ -338,30 +335,28 @@ func (t *GRPCTransport) deliver(conn *lightrpc.Conn, p *grpcPeer) (sentAny bool,
 		if len(call.Batches) == 0 {
 			continue
 		}
-		// A large call (a snapshot) may take longer on a slow link: at
-		// least 1 MiB/s is allowed on top.
 		if oneWay {
-			if err := conn.Notify(t.ctx, deliverMethod, call); err != nil {
+			if err := conn.Notify(t.ctx, transportpb.Transport_Deliver_FullMethodName, call); err != nil {
 				return sentAny, fmt.Errorf("deliver one-way to node %d: %w", p.id, err)
 			}
-			t.sent.Add(uint64(len(call.Batches)))
 			t.oneWay.Add(1)
-			sentAny = true
-			continue
-		}
-		ctx, cancel := context.WithTimeout(t.ctx, deliverTimeout+time.Duration(size>>20)*time.Second)
-		ack, err := client.Deliver(ctx, call)
-		cancel()
-		if err != nil {
-			if status.Code(err) == codes.Unimplemented {
-				// Nothing was taken: requeue for the stream, in order.
-				t.requeue(p, call.Batches, pending)
+		} else {
+			// A large call (a snapshot) may take longer on a slow link:
+			// at least 1 MiB/s is allowed on top.
+			ctx, cancel := context.WithTimeout(t.ctx, deliverTimeout+time.Duration(size>>20)*time.Second)
+			ack, err := client.Deliver(ctx, call)
+			cancel()
+			if err != nil {
+				if status.Code(err) == codes.Unimplemented {
+					// Nothing was taken: requeue for the stream, in order.
+					t.requeue(p, call.Batches, pending)
+				}
+				return sentAny, fmt.Errorf("deliver to node %d: %w", p.id, err)
 			}
-			return sentAny, fmt.Errorf("deliver to node %d: %w", p.id, err)
+			oneWay = ack.GetOneWay()
 		}
 		t.sent.Add(uint64(len(call.Batches)))
 		sentAny = true
-		oneWay = ack.GetOneWay()
 	}
 }
 
