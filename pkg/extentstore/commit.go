@@ -48,8 +48,23 @@ func (s *Store) capture(e *extent, full bool) *capture {
 		c.punches = e.newPunches
 		e.newPunches = nil
 	}
-	c.sync = e.needsSync
-	e.needsSync = false
+	switch {
+	case e.needsSync && e.appendedOK && !full && len(e.appended) > 0 && int64(len(e.appended)) == e.size-e.capSize:
+		// The appends go into the log with the record (the same frame:
+		// size, CRCs and bytes commit together); the file is fsynced when
+		// the log is next rewritten.
+		r.overwrites = append(r.overwrites, &overwriteOp{off: e.capSize, data: e.appended})
+		e.appended = nil
+		e.journaled = true
+	case full:
+		// A snapshot replaces the records that hold journaled bytes.
+		c.sync = e.needsSync || e.journaled
+		e.journaled = false
+	default:
+		c.sync = e.needsSync
+	}
+	e.needsSync, e.appendedOK = false, false
+	e.appended = e.appended[:0]
 	e.capSize = e.size
 	e.dirtyBlocks = nil
 	if r.create || r.hasState || len(r.punches) > 0 {
@@ -324,7 +339,7 @@ func (s *Store) postCommitLocked(c *capture) {
 		punched = true
 	}
 	if punched {
-		e.needsSync = true
+		e.noteOtherWrite()
 		s.markDirty(e)
 	}
 }

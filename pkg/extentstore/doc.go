@@ -30,8 +30,8 @@
 // first a snapshot (a header with the block size, one record per extent with
 // its kind, size, every block CRC and every punched range, an end marker),
 // then, per commit round, one record per changed extent: its new size, the
-// CRCs of the blocks that changed, new holes, an overwrite's bytes, or its
-// creation or deletion. When the log has grown by Options.CompactBytes (and
+// CRCs of the blocks that changed, new holes, an overwrite's bytes, small
+// appends' bytes (see the commit rule), or its creation or deletion. When the log has grown by Options.CompactBytes (and
 // by more than its snapshot) a commit round rewrites it as a new snapshot:
 // written to META.tmp, fsynced, renamed over META, directory fsynced.
 // Block CRCs live only in META and in memory (4 bytes per block): there is
@@ -59,6 +59,13 @@
 // META and fsyncs META. The META fsync is the commit point. Only after it
 // are holes punched and deleted files removed.
 //
+// Small appends are journaled instead: when an extent's appends since the
+// last round are at most Options.JournalAppendBytes and are all its file
+// has not fsynced, their bytes go into the extent's record and the file is
+// not fsynced in that round. Such a file is fsynced by the next round that
+// rewrites META as a snapshot, before the records that hold its bytes leave
+// the log. A round of small files thus costs one fsync, META's.
+//
 //   - An append is acknowledged - may be reported to the client or the
 //     previous replica - once a Sync called after Append returned has
 //     returned nil. Concurrent callers share rounds (one META fsync per
@@ -77,8 +84,11 @@
 // Why nothing acknowledged is lost and nothing unacknowledged is seen:
 //
 //   - An extent's committed size only grows through a record written after
-//     the extent file was fsynced, so every committed byte is on disk, with
-//     its CRC in the same or an earlier record.
+//     the extent file was fsynced, or through a record that holds the
+//     appended bytes themselves; so every committed byte is on disk, in the
+//     file or in the log's tail (from which Open writes it again), with its
+//     CRC in the same or an earlier record. A snapshot drops the tail only
+//     after the files it covered were fsynced.
 //   - Bytes past the committed size (unsynced or torn appends) are cut at
 //     Open, whatever the disk kept of them; so is a torn partial block.
 //   - An extent's changes of one round are one framed record: all of it or
@@ -137,9 +147,10 @@
 //
 // # Costs
 //
-// Append: a page-cache write plus CRC32C of the bytes (hardware, ~10 GB/s).
-// Sync round: one fdatasync per changed extent (Options.SyncParallelism at
-// once) plus one for META. ReadAt: the blocks touched, read whole; aligned
+// Append: a page-cache write plus CRC32C of the bytes (hardware, ~10 GB/s),
+// and a copy of them while they are within the journal's bound.
+// Sync round: one fdatasync per changed extent whose appends were not
+// journaled (Options.SyncParallelism at once) plus one for META. ReadAt: the blocks touched, read whole; aligned
 // runs go straight into the caller's buffer. Memory: ~200 bytes per extent
 // plus 4 bytes per block. Open: reads META, stats every extent, reads one
 // block per recently changed extent, writes a snapshot.

@@ -76,6 +76,42 @@ type extent struct {
 	dirtyBlocks   map[int64]struct{}
 	newPunches    []span
 	needsSync     bool
+	// appended is a copy of the bytes appended since the last capture while
+	// they are the only writes the file has not fsynced and fit
+	// Options.JournalAppendBytes (appendedOK); the capture then journals
+	// them instead of fsyncing the file.
+	appended   []byte
+	appendedOK bool
+	// journaled: bytes committed since the last snapshot of the log are
+	// durable only in the log's records (the file was not fsynced after
+	// them); the round that writes the next snapshot fsyncs the file first.
+	journaled bool
+}
+
+// noteAppend records p, just appended to the file, for the next capture:
+// kept for the journal while the appends since the last capture stay within
+// limit bytes and are all the file has unsynced. The caller holds e.mu.
+func (e *extent) noteAppend(p []byte, limit int) {
+	if !e.needsSync {
+		e.appended, e.appendedOK = e.appended[:0], true
+	}
+	e.needsSync = true
+	if !e.appendedOK {
+		return
+	}
+	if len(e.appended)+len(p) > limit {
+		e.appended, e.appendedOK = nil, false
+		return
+	}
+	e.appended = append(e.appended, p...)
+}
+
+// noteOtherWrite records a write to the file that is not an append (an
+// overwrite in place, a punched hole): the next round must fsync the file.
+// The caller holds e.mu.
+func (e *extent) noteOtherWrite() {
+	e.needsSync = true
+	e.appended, e.appendedOK = nil, false
 }
 
 // blockSpan returns block b's byte range in an extent of size bytes.

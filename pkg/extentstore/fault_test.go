@@ -199,8 +199,12 @@ func TestTornWrite(t *testing.T) {
 	}
 
 	// The disk lost committed bytes (fsync lied): reads fail, repair works.
+	// Without the append journal, which would write the bytes again at Open
+	// (TestJournaledAppends).
 	mem := diskfs.NewMem()
-	s := mustOpen(t, "/dp", smallOpts(mem))
+	noJournal := smallOpts(mem)
+	noJournal.JournalAppendBytes = -1
+	s := mustOpen(t, "/dp", noJournal)
 	id, _ := s.NewExtent(KindLarge)
 	data := randBytes(rng, 2000)
 	mustAppend(t, s, id, data)
@@ -211,7 +215,7 @@ func TestTornWrite(t *testing.T) {
 	f.Truncate(1100)
 	f.Sync()
 	f.Close()
-	s = mustOpen(t, "/dp", smallOpts(mem))
+	s = mustOpen(t, "/dp", noJournal)
 	defer s.Close()
 	bad, _ := s.Scrub(context.Background(), ScrubOptions{})
 	if len(bad) != 2 || bad[0].Block != 2 || bad[1].Block != 3 {
@@ -486,8 +490,11 @@ func TestIOError(t *testing.T) {
 	}
 	// EIO on a data write fails the store (the disk is not doing what it
 	// is told), and on fsync too.
+	// (Appends past the journal's bound, so that the round fsyncs the file.)
 	wrule := &diskfs.Rule{Ops: diskfs.OpSync, PathContains: "ext-", Err: syscall.EIO}
-	s2 := mustOpen(t, "/dp2", smallOpts(diskfs.Inject(mem, wrule)))
+	o2 := smallOpts(diskfs.Inject(mem, wrule))
+	o2.JournalAppendBytes = 5
+	s2 := mustOpen(t, "/dp2", o2)
 	defer s2.Close()
 	id2, _ := s2.NewExtent(KindLarge)
 	mustAppend(t, s2, id2, make([]byte, 10))

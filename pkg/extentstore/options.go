@@ -62,6 +62,19 @@ type Options struct {
 	// more than the size of its last snapshot) since it was last
 	// rewritten, the next commit round rewrites it. Default 16 MiB.
 	CompactBytes int64
+	// JournalAppendBytes: when an extent's appends since the last commit
+	// round are at most this many bytes, and are all the file has not
+	// fsynced, the round writes them into the metadata log with the
+	// extent's record instead of fsyncing the extent file; the file is
+	// fsynced by the round that rewrites the log (compaction), before the
+	// records leave it, and recovery writes the bytes again. Rounds of small
+	// appends (small files) so cost one fsync, the log's, instead of one
+	// more per extent, but their bytes are written twice. Default 8 KiB:
+	// on a 2-core machine with one virtual disk, 4 KiB and 8 KiB files cost
+	// the data nodes less CPU journaled (-23% and -7%), 16 KiB and 32 KiB
+	// files more (+15% to +25%). Negative: never (every round fsyncs every
+	// appended file). At most MaxWriteBytes.
+	JournalAppendBytes int
 	// SyncParallelism bounds the extent fsyncs a commit round runs at once.
 	// Default 8; 1 makes rounds fully sequential (and deterministic, which
 	// crash tests want).
@@ -112,6 +125,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.SyncParallelism == 0 {
 		o.SyncParallelism = 8
 	}
+	switch {
+	case o.JournalAppendBytes == 0:
+		o.JournalAppendBytes = min(8<<10, o.MaxWriteBytes)
+	case o.JournalAppendBytes < 0:
+		o.JournalAppendBytes = 0
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -132,6 +151,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("%w: max extents %d", ErrInvalid, o.MaxExtents)
 	case o.SyncParallelism < 1 || o.SyncParallelism > 256:
 		return o, fmt.Errorf("%w: sync parallelism %d", ErrInvalid, o.SyncParallelism)
+	case o.JournalAppendBytes > o.MaxWriteBytes:
+		return o, fmt.Errorf("%w: journal append bytes %d (want at most MaxWriteBytes=%d)", ErrInvalid, o.JournalAppendBytes, o.MaxWriteBytes)
 	case o.CompactBytes < 1:
 		return o, fmt.Errorf("%w: compact bytes %d", ErrInvalid, o.CompactBytes)
 	}

@@ -250,7 +250,7 @@ func (s *Store) overwriteGroup(ops []OverwriteOp, errs []error) {
 	}
 	for _, c := range caps {
 		s.postCommitLocked(c)
-		c.e.needsSync = true
+		c.e.noteOtherWrite()
 		s.markDirty(c.e)
 	}
 }

@@ -309,7 +309,7 @@ func (s *Store) Append(id uint64, off int64, p []byte) (int64, error) {
 	}
 	s.extendCRCs(e, p)
 	e.size += int64(len(p))
-	e.needsSync = true
+	e.noteAppend(p, s.opt.JournalAppendBytes)
 	s.markDirty(e)
 	return e.size, nil
 }
