@@ -61,10 +61,13 @@ func (s *Store) capture(e *extent, full bool) *capture {
 		c.sync = e.needsSync || e.journaled
 		e.journaled = false
 	default:
+		// An fsync also covers what earlier rounds journaled.
 		c.sync = e.needsSync
+		e.journaled = e.journaled && !c.sync
 	}
-	e.needsSync, e.appendedOK = false, false
-	e.appended = e.appended[:0]
+	// The copy is not kept for the next appends: an extent appended to
+	// once would hold it for ever.
+	e.needsSync, e.appendedOK, e.appended = false, false, nil
 	e.capSize = e.size
 	e.dirtyBlocks = nil
 	if r.create || r.hasState || len(r.punches) > 0 {

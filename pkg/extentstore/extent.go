@@ -93,7 +93,7 @@ type extent struct {
 // limit bytes and are all the file has unsynced. The caller holds e.mu.
 func (e *extent) noteAppend(p []byte, limit int) {
 	if !e.needsSync {
-		e.appended, e.appendedOK = e.appended[:0], true
+		e.appended, e.appendedOK = nil, true
 	}
 	e.needsSync = true
 	if !e.appendedOK {
