@@ -119,9 +119,12 @@ func (s *Store) deltaRuns(e *extent) []crcRun {
 // group commit: concurrent callers share one round, which fsyncs every
 // changed extent file (and the directory if extents were created), then
 // appends one CRC'd record per changed extent to the metadata log and
-// fsyncs it. Only then are holes punched and deleted files removed. Cost per
-// round: one fsync per changed extent (Options.SyncParallelism at a
-// time), one for the log, occasionally a log rewrite (compaction).
+// fsyncs it; an extent's small appends (Options.JournalAppendBytes) go into
+// its record instead of an fsync of its file. Only then are holes punched
+// and deleted files removed. Cost per round: one fsync per changed extent
+// whose appends were not journaled (Options.SyncParallelism at a time), one
+// for the log, occasionally a log rewrite (compaction), which first fsyncs
+// the files whose bytes were journaled.
 //
 // A nil return means: every Append that returned before Sync was called is
 // durable, and its bytes may be acknowledged. An error means nothing about
