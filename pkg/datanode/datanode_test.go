@@ -188,6 +188,33 @@ func TestChainAppendAndRead(t *testing.T) {
 	}
 }
 
+// TestFollowersDropWrittenPages checks that the followers of a write
+// chain do not keep what they wrote in their page cache (reads go to the
+// head), while the head does.
+func TestFollowersDropWrittenPages(t *testing.T) {
+	c := three(t)
+	if !diskfs.CachesPages(c.Node(1).Dir) {
+		t.Skip("tmpfs: its page cache is its storage")
+	}
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	data := randBytes(4<<20, 7)
+	cl.appendAll(ext, data, 512<<10)
+	path := func(id uint64) string { return filepath.Join(c.Node(id).Dir, "dp-1", fmt.Sprintf("ext-%d", ext)) }
+	if n, pages, err := diskfs.Resident(path(1)); err != nil || n < pages/2 {
+		t.Fatalf("the head keeps %d of %d pages (%v), want most", n, pages, err)
+	}
+	for _, id := range []uint64{2, 3} {
+		eventually(t, 5*time.Second, func() error {
+			n, pages, err := diskfs.Resident(path(id))
+			if err != nil || n > 2 {
+				return fmt.Errorf("follower %d keeps %d of %d pages (%v)", id, n, pages, err)
+			}
+			return nil
+		})
+	}
+}
+
 func TestRequestChecks(t *testing.T) {
 	c := three(t)
 	cl := newClient(t, c)

@@ -531,6 +531,11 @@ func (s *session) append(in *dataproto.Inbound) {
 		defer s.wg.Done()
 		if s.finishChain(r, p, seq, call, next, ferr) {
 			r.ok(dataproto.Header{Extent: h.Extent, Offset: h.Offset, Arg: uint64(end), Size: size}, nil)
+			if forwarded {
+				// Reads go to the chain's head; a follower's copy of
+				// these bytes need not stay in its page cache.
+				st.Evict(h.Extent, h.Offset, int64(h.Length))
+			}
 		}
 	}()
 }
