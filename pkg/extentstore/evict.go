@@ -24,7 +24,7 @@ func (s *Store) Evict(id uint64, off, n int64) {
 		return
 	}
 	e.mu.RLock()
-	ok := e.kind == KindLarge && !e.deleted && !e.journaled && off+n <= e.committed && e.h.acquire()
+	ok := e.kind == KindLarge && !e.deleted && !e.journaled && off <= e.committed-n && e.h.acquire()
 	h := e.h
 	e.mu.RUnlock()
 	if !ok {
