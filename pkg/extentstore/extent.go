@@ -93,7 +93,8 @@ type extent struct {
 // limit bytes and are all the file has unsynced. The caller holds e.mu.
 func (e *extent) noteAppend(p []byte, limit int) {
 	if !e.needsSync {
-		e.appended, e.appendedOK = nil, true
+		// Clean since the last capture, which left appended nil.
+		e.appendedOK = true
 	}
 	e.needsSync = true
 	if !e.appendedOK {
