@@ -54,6 +54,10 @@ type fakeCluster struct {
 	onGetMap func()
 	// onRefuse, if set, runs (under mu) after every routing refusal.
 	onRefuse func()
+	// thenUndone answers a Txn's then steps undone, as a partition whose
+	// homes did not answer in time: the client must run them itself.
+	thenUndone bool
+	thenRun    int // then groups the fake ran itself
 }
 
 // fakeRouting is one partition's copy of the routing.
@@ -158,11 +162,41 @@ func (f *fakeCluster) Txn(_ context.Context, req *metapb.TxnRequest) (*metapb.Tx
 	f.now++
 	res := p.ApplyBatch(&metapb.Batch{NowNs: f.now, Txns: []*metapb.Txn{req.Txn}})[0]
 	f.txns++
+	resp := &metapb.TxnResponse{Result: res}
+	if res.Errno == 0 && len(req.Then) > 0 {
+		resp.Then = f.then(req.Txn.RequestId, req.Then)
+	}
 	if f.loseReplies && f.txns%3 == 0 {
 		f.lost++
 		return nil, status.Error(codes.Unavailable, "reply lost after commit")
 	}
-	return &metapb.TxnResponse{Result: res}, nil
+	return resp, nil
+}
+
+// then runs a Txn's then steps as a meta node does (f.mu held): groups of
+// consecutive steps on one inode, each a Txn on its home under the derived
+// request id; with thenUndone it runs none.
+func (f *fakeCluster) then(id uint64, then []*metapb.HomedOp) []*metapb.ThenGroup {
+	var out []*metapb.ThenGroup
+	for i, h := range then {
+		if n := len(out); n > 0 && then[out[n-1].Steps[0]].Ino == h.Ino {
+			out[n-1].Steps = append(out[n-1].Steps, uint32(i))
+			continue
+		}
+		out = append(out, &metapb.ThenGroup{Steps: []uint32{uint32(i)}, RequestId: metapb.FollowUpID(id, metapb.FollowUpThen+uint64(i))})
+	}
+	if f.thenUndone {
+		return out
+	}
+	for _, g := range out {
+		t := &metapb.Txn{RequestId: g.RequestId}
+		for _, st := range g.Steps {
+			t.Ops = append(t.Ops, then[st].Op)
+		}
+		g.Result, g.Done = f.followUp(then[g.Steps[0]].Ino, t), true
+		f.thenRun++
+	}
+	return out
 }
 
 // apply applies t on p as the next Raft entry (f.mu held).

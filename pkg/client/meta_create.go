@@ -194,11 +194,8 @@ func (v *Volume) touchAfterCreate(ctx context.Context, op string, parent uint64,
 		return nil
 	}
 	ino := in.GetIno()
-	_, rest, derr := v.nameStep(ctx, op, parent, name, []*metapb.Op{opDeleteDentry(parent, name, ino, 0)},
+	_, _, _ = v.nameStepThen(ctx, op, parent, name, []*metapb.Op{opDeleteDentry(parent, name, ino, 0)},
 		[]homedOp{{ino, opLink(ino, -int32(in.GetNlink()))}, {ino, opEvict(ino)}})
-	if derr == nil {
-		_, _ = v.runHomed(ctx, op, rest)
-	}
 	return errnoErr(op, syscall.ENOENT, "parent %d was removed", parent)
 }
 
@@ -320,16 +317,10 @@ func (v *Volume) linkOnce(ctx context.Context, ino uint64, typ metapb.FileType, 
 	create := opCreateDentry(newParent, newName, ino, typ)
 	if pi.GetId() == p.GetId() {
 		// One Txn; a routing change before it applied plans it again.
-		ops := []*metapb.Op{opLink(ino, 1), create}
-		if ph.GetId() == p.GetId() {
-			ops = append(ops, touch)
-		}
-		res, err := v.txn(ctx, op, pinned(p.GetId(), nameKey{newParent, newName}), ops...)
+		ops, then := fold(w, p.GetId(), []*metapb.Op{opLink(ino, 1), create}, []homedOp{{newParent, touch}})
+		res, _, err := v.txnThen(ctx, op, pinned(p.GetId(), nameKey{newParent, newName}), ops, then)
 		if err != nil {
 			return nil, err
-		}
-		if ph.GetId() != p.GetId() {
-			_, _ = v.txn(ctx, op, byIno(newParent), touch)
 		}
 		return res.GetResults()[0].GetInode(), nil
 	}
@@ -340,12 +331,11 @@ func (v *Volume) linkOnce(ctx context.Context, ino uint64, typ metapb.FileType, 
 	attr := res.GetResults()[0].GetInode()
 	// The link is counted: from here on the name step follows the routing
 	// by itself instead of starting over.
-	_, rest, err := v.nameStep(ctx, op, newParent, newName, []*metapb.Op{create}, []homedOp{{newParent, touch}})
+	_, _, err = v.nameStepThen(ctx, op, newParent, newName, []*metapb.Op{create}, []homedOp{{newParent, touch}})
 	if err != nil {
 		v.dropLinks(ctx, op, ino, 1)
 		return nil, err
 	}
-	_, _ = v.runHomed(ctx, op, rest)
 	return attr, nil
 }
 

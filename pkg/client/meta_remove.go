@@ -320,9 +320,9 @@ func (v *Volume) rmdir(ctx context.Context, parent uint64, name string, dir uint
 		unfence()
 		return errnoErr(op, syscall.ENOTEMPTY, "%d/%q", parent, name)
 	}
-	_, rest, err := v.nameStep(ctx, op, parent, name,
+	_, then, err := v.nameStepThen(ctx, op, parent, name,
 		[]*metapb.Op{opDeleteDentry(parent, name, dir, metapb.FileType_FILE_TYPE_DIRECTORY)},
-		[]homedOp{{dir, opLink(dir, -2)}, {dir, opEvict(dir)}, {parent, opTouchDir(parent, -1, newID())}})
+		rmdirSteps(parent, dir))
 	if err != nil {
 		// Lifted before answering: a caller told the directory is still
 		// there may create in it at once.
@@ -336,7 +336,7 @@ func (v *Volume) rmdir(ctx context.Context, parent uint64, name string, dir uint
 	// directory nobody can reach, so they are lifted in the background
 	// (inode numbers are not reused, so no new directory inherits them).
 	v.background(unfence)
-	v.rmdirFollowUps(ctx, op, dir, rest)
+	noteDir(ctx, parent, then)
 	return nil
 }
 
@@ -383,9 +383,9 @@ func (v *Volume) rmdirOwnerLast(ctx context.Context, op string, parent uint64, n
 		return false, nil
 	}
 	last := &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: dir, Token: token, RequireEmpty: true}}}
-	res, rest, err := v.nameStep(ctx, op, parent, name,
+	res, then, err := v.nameStepThen(ctx, op, parent, name,
 		[]*metapb.Op{last, opDeleteDentry(parent, name, dir, metapb.FileType_FILE_TYPE_DIRECTORY)},
-		[]homedOp{{dir, opLink(dir, -2)}, {dir, opEvict(dir)}, {parent, opTouchDir(parent, -1, newID())}})
+		rmdirSteps(parent, dir))
 	if err != nil {
 		unfence()
 		if isErrno(err, syscall.ESTALE) {
@@ -399,8 +399,17 @@ func (v *Volume) rmdirOwnerLast(ctx context.Context, op string, parent uint64, n
 	}
 	v.oweUnfences(ids, dir, token)
 	noteDir(ctx, parent, res.GetResults())
-	v.rmdirFollowUps(ctx, op, dir, rest)
+	noteDir(ctx, parent, then)
 	return true, nil
+}
+
+// rmdirSteps are the steps of an rmdir beside the name's delete: the
+// directory's Link -2 and Evict on its home, the parent's TouchDir. Those
+// homed on the name's partition ride in its Txn, the others are its then
+// steps (best effort: a failure leaves a leak fsck reports, or a stale
+// parent mtime and nlink).
+func rmdirSteps(parent, dir uint64) []homedOp {
+	return []homedOp{{dir, opLink(dir, -2)}, {dir, opEvict(dir)}, {parent, opTouchDir(parent, -1, newID())}}
 }
 
 // noteDir passes on the attributes of directory ino that a TouchDir among
@@ -411,37 +420,4 @@ func noteDir(ctx context.Context, ino uint64, results []*metapb.OpResult) {
 			noteAttrs(ctx, in)
 		}
 	}
-}
-
-// rmdirFollowUps runs the steps of a done rmdir that did not fit its Txn:
-// the directory's Link -2 and Evict on its home, the parent's TouchDir.
-// Best effort, each on its own and side by side: a failure leaves a leak
-// fsck reports (the inode) or a stale parent (mtime, nlink). The parent's
-// new attributes, when its TouchDir is among them, are passed on
-// (WithAttrs).
-func (v *Volume) rmdirFollowUps(ctx context.Context, op string, dir uint64, rest []homedOp) {
-	var dirOps, parentOps []homedOp
-	for _, h := range rest {
-		if h.ino == dir {
-			dirOps = append(dirOps, h)
-		} else {
-			parentOps = append(parentOps, h)
-		}
-	}
-	if len(dirOps) == 0 || len(parentOps) == 0 {
-		res, _ := v.runHomed(ctx, op, append(dirOps, parentOps...))
-		if len(parentOps) > 0 {
-			noteDir(ctx, parentOps[0].ino, res)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_, _ = v.runHomed(ctx, op, dirOps)
-	}()
-	res, _ := v.runHomed(ctx, op, parentOps)
-	noteDir(ctx, parentOps[0].ino, res)
-	wg.Wait()
 }

@@ -487,6 +487,9 @@ func (v *Volume) RmdirPath(ctx context.Context, path string, cred Cred) error {
 	if err := mayChange(op, r, cred, true, in.GetUid()); err != nil {
 		return err
 	}
+	// The directory just resolved is the hint: Rmdir need not look it up
+	// again, and its steps expect exactly that inode.
+	ctx = WithRmdirHint(ctx, &NameHint{Ino: in.GetIno(), Mode: syscall.S_IFDIR})
 	return v.Rmdir(ctx, r.resp.GetParent(), r.name)
 }
 
@@ -531,6 +534,13 @@ func (v *Volume) RenamePath(ctx context.Context, oldPath, newPath string, cred C
 	if err := mayChange(op, rn, cred, dst != nil, dstOwner); err != nil {
 		return err
 	}
+	// Both names were just resolved: they are the hints, so that Rename
+	// does not look them up again (its steps expect exactly these).
+	dstHint := &NameHint{Absent: true}
+	if dst != nil {
+		dstHint = &NameHint{Ino: dst.GetIno(), Mode: dst.GetType().ModeBits()}
+	}
+	ctx = WithRenameHints(ctx, &NameHint{Ino: in.GetIno(), Mode: in.GetType().ModeBits()}, dstHint)
 	return v.Rename(ctx, ro.resp.GetParent(), ro.name, rn.resp.GetParent(), rn.name, 0)
 }
 

@@ -153,24 +153,6 @@ func (v *Volume) isAncestor(ctx context.Context, dir, ino uint64) (bool, error) 
 	return false, errnoErr("rename", syscall.ELOOP, "directory chain above %d is deeper than %d", ino, maxWalkDepth)
 }
 
-// plan collects the Txns of a rename: ops per partition in the order the
-// partitions are first used, plus follow-ups on partitions no dentry step
-// uses.
-type plan struct {
-	order []uint64
-	ops   map[uint64][]*metapb.Op
-}
-
-func (p *plan) add(part uint64, ops ...*metapb.Op) {
-	if p.ops == nil {
-		p.ops = map[uint64][]*metapb.Op{}
-	}
-	if _, ok := p.ops[part]; !ok {
-		p.order = append(p.order, part)
-	}
-	p.ops[part] = append(p.ops[part], ops...)
-}
-
 func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32, h renameHints) error {
 	const op = "rename"
 	// Both names at once, unless hinted. Within one directory, a source
@@ -361,20 +343,15 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 			homedOp{newParent, opTouchDir(newParent, dNew, newID())})
 	}
 
+	// The steps on other partitions go with the Txn that commits the old
+	// name, as its then steps: the partition sends them (txnThen).
 	var res *metapb.TxnResult
-	var rest []homedOp
+	var then []*metapb.OpResult
 	if len(newOps) == 0 {
 		// One Txn for both names: a routing change before it applied
 		// starts the rename over (errReplan).
-		ops := oldOps
-		for _, h := range homed {
-			if hp, err := w.home(h.ino); err == nil && hp.GetId() == ps.GetId() {
-				ops = append(ops, h.op)
-			} else {
-				rest = append(rest, h)
-			}
-		}
-		if res, err = v.txn(ctx, op, pinned(ps.GetId(), nameKey{oldParent, oldName}, nameKey{newParent, newName}), ops...); err != nil {
+		ops, rest := fold(w, ps.GetId(), oldOps, homed)
+		if res, then, err = v.txnThen(ctx, op, pinned(ps.GetId(), nameKey{oldParent, oldName}, nameKey{newParent, newName}), ops, rest); err != nil {
 			return err
 		}
 	} else {
@@ -383,39 +360,22 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		}
 		// The new name exists: from here on each step follows the routing
 		// by itself instead of starting over.
-		if res, rest, err = v.nameStep(ctx, op, oldParent, oldName, oldOps, homed); err != nil {
+		if res, then, err = v.nameStepThen(ctx, op, oldParent, oldName, oldOps, homed); err != nil {
 			_, _, _ = v.nameStep(ctx, op, newParent, newName, undoNew, nil)
 			return err
 		}
 	}
-	// Evict a replaced inode that lost its last name.
-	evictIfZero := func(results []*metapb.OpResult) {
+	// Evict a replaced inode that lost its last name, and pass on the
+	// parents' new attributes.
+	for _, results := range [][]*metapb.OpResult{res.GetResults(), then} {
 		for _, r := range results {
 			if in := r.GetInode(); in != nil && dropIno != 0 && in.GetIno() == dropIno && in.GetNlink() == 0 {
 				v.evict(ctx, op, dropIno)
 			}
 		}
-	}
-	evictIfZero(res.GetResults())
-	noteDir(ctx, oldParent, res.GetResults())
-	if newParent != oldParent {
-		noteDir(ctx, newParent, res.GetResults())
-	}
-	var follow plan
-	for _, h := range rest {
-		hp, err := v.current().home(h.ino)
-		if err != nil {
-			continue // no partition holds it: nothing to update
-		}
-		follow.add(hp.GetId(), h.op)
-	}
-	for _, part := range follow.order {
-		if r, err := v.txn(ctx, op, byID(part), follow.ops[part]...); err == nil {
-			evictIfZero(r.GetResults())
-			noteDir(ctx, oldParent, r.GetResults())
-			if newParent != oldParent {
-				noteDir(ctx, newParent, r.GetResults())
-			}
+		noteDir(ctx, oldParent, results)
+		if newParent != oldParent {
+			noteDir(ctx, newParent, results)
 		}
 	}
 	return nil

@@ -249,11 +249,11 @@ func TestRenameHints(t *testing.T) {
 	}
 
 	a := mk(names[0])
-	if n, err := rename(nil, nil, names[0], names[1]); err != nil || n != 4 {
-		t.Errorf("rename without hints: %d requests, %v; want 4 (two lookups, the Txn, the parent's TouchDir)", n, err)
+	if n, err := rename(nil, nil, names[0], names[1]); err != nil || n != 3 {
+		t.Errorf("rename without hints: %d requests, %v; want 3 (two lookups, the Txn, which sends the parent's TouchDir)", n, err)
 	}
-	if n, err := rename(found(a), absent, names[1], names[2]); err != nil || n != 2 {
-		t.Errorf("rename with hints: %d requests, %v; want 2 (the Txn, the parent's TouchDir)", n, err)
+	if n, err := rename(found(a), absent, names[1], names[2]); err != nil || n != 1 {
+		t.Errorf("rename with hints: %d requests, %v; want 1 (the Txn, which sends the parent's TouchDir)", n, err)
 	}
 	if holds(names[2]) != a.Ino || holds(names[1]) != 0 {
 		t.Fatalf("after the hinted rename %s holds %d, %s %d; want %d and nothing", names[2], holds(names[2]), names[1], holds(names[1]), a.Ino)
@@ -390,4 +390,86 @@ func startWithDir(t *testing.T) (*Volume, context.Context, *Attr) {
 		t.Fatal(err)
 	}
 	return v, ctx, d
+}
+
+// TestThenStepsUndone: when the partition reports a Txn's then steps
+// undone (their homes did not answer in time), the client runs each group
+// itself under the request id the partition gave it, so that a group the
+// partition did apply after all is not applied twice.
+func TestThenStepsUndone(t *testing.T) {
+	v, _, f := startWithDataMap(t, Options{}, nil)
+	ctx := context.Background()
+	d, err := v.Mkdir(ctx, RootIno, "d", 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := v.HomeOf(d.Ino)
+	var names []string
+	for i := 0; len(names) < 4; i++ {
+		if n := fmt.Sprint("u", i); v.RouteName(d.Ino, n) != home {
+			names = append(names, n)
+		}
+	}
+	sub, err := v.Mkdir(ctx, d.Ino, names[0], 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := v.GetAttr(ctx, d.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.thenUndone = true
+	f.mu.Unlock()
+	n0 := v.Stats().MetaRequests
+	if err := v.Rmdir(WithRmdirHint(ctx, &NameHint{Ino: sub.Ino, Mode: sub.Mode}), d.Ino, names[0]); err != nil {
+		t.Fatal(err)
+	}
+	undone := v.Stats().MetaRequests - n0
+	after, err := v.GetAttr(ctx, d.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Nlink != before.Nlink-1 {
+		t.Errorf("parent nlink %d after an rmdir whose steps the client ran, want %d", after.Nlink, before.Nlink-1)
+	}
+	if _, err := v.GetAttr(ctx, sub.Ino); !isErrno(err, syscall.ENOENT) {
+		t.Errorf("removed directory: %v, want ENOENT", err)
+	}
+
+	// The same rmdir with the steps run by the partition costs the
+	// client one request per group fewer.
+	sub, err = v.Mkdir(ctx, d.Ino, names[1], 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.thenUndone = false
+	f.mu.Unlock()
+	n0 = v.Stats().MetaRequests
+	if err := v.Rmdir(WithRmdirHint(ctx, &NameHint{Ino: sub.Ino, Mode: sub.Mode}), d.Ino, names[1]); err != nil {
+		t.Fatal(err)
+	}
+	if done := v.Stats().MetaRequests - n0; done >= undone {
+		t.Errorf("rmdir: %d requests with the steps sent by the partition, %d without; want fewer", done, undone)
+	}
+	if a, err := v.GetAttr(ctx, d.Ino); err != nil || a.Nlink != before.Nlink-1 {
+		t.Errorf("parent after the second mkdir and rmdir: %+v %v, want nlink %d", a, err, before.Nlink-1)
+	}
+
+	// A group the client reruns under the partition's request id after
+	// the partition applied it (its answer lost) applies once.
+	f.mu.Lock()
+	p := f.homeOf(d.Ino)
+	id := metapb.FollowUpID(12345, metapb.FollowUpThen)
+	touch := &metapb.Txn{RequestId: id, Ops: []*metapb.Op{opTouchDir(d.Ino, -1, 777)}}
+	first := f.apply(p, touch)
+	again := f.apply(p, &metapb.Txn{RequestId: id, Ops: []*metapb.Op{opLink(d.Ino, -1)}})
+	f.mu.Unlock()
+	if first.Errno != 0 || again.Errno != 0 {
+		t.Fatalf("touch %v, rerun %v", first, again)
+	}
+	if a, err := v.GetAttr(ctx, d.Ino); err != nil || a.Nlink != before.Nlink-2 {
+		t.Errorf("parent after a group rerun under its request id: %+v %v, want nlink %d (applied once)", a, err, before.Nlink-2)
+	}
 }

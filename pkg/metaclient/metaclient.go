@@ -88,6 +88,23 @@ func (c *Client) Txn(ctx context.Context, p *pb.Partition, txn *metapb.Txn) (*me
 	return resp.Result, nil
 }
 
+// TxnThen is Txn with then, the request's steps on other partitions,
+// which p's partition sends after the Txn applied (TxnRequest.then). It
+// returns the Txn's result and the partition's report of each group of
+// steps; no groups means the partition ran none.
+func (c *Client) TxnThen(ctx context.Context, p *pb.Partition, txn *metapb.Txn, then []*metapb.HomedOp) (*metapb.TxnResult, []*metapb.ThenGroup, error) {
+	var resp *metapb.TxnResponse
+	cred := CredOf(ctx)
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.Txn(ctx, &metapb.TxnRequest{PartitionId: p.Id, Txn: txn, Cred: cred, Then: then}, o...)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return resp.Result, resp.Then, nil
+}
+
 type credKey struct{}
 
 // WithCred returns ctx whose Txns carry cred, the identity of the caller

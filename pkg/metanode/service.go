@@ -113,6 +113,9 @@ func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnR
 	if n := len(req.GetTxn().GetOps()); n == 0 || n > maxOpsPerTxn {
 		return nil, status.Errorf(codes.InvalidArgument, "a transaction has 1 to %d operations, not %d", maxOpsPerTxn, n)
 	}
+	if err := checkThen(req); err != nil {
+		return nil, err
+	}
 	p, err := s.leaderOf(ctx, req.PartitionId)
 	if err != nil {
 		return nil, err
@@ -128,7 +131,11 @@ func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnR
 		}
 		return nil, raftStatus(req.PartitionId, err)
 	}
-	return &metapb.TxnResponse{Result: res}, nil
+	resp := &metapb.TxnResponse{Result: res}
+	if res.GetErrno() == 0 && len(req.Then) > 0 {
+		resp.Then = s.runThen(ctx, p, req.Txn.GetRequestId(), req.Then)
+	}
+	return resp, nil
 }
 
 func (s *service) redirectAfter(ctx context.Context, id uint64, err error) error {

@@ -11,6 +11,9 @@ const (
 	// FollowUpUndo takes a create back when the parent's TouchDir found
 	// the parent removed.
 	FollowUpUndo = 3
+	// FollowUpThen + i is the group of TxnRequest.then steps whose first
+	// step has index i.
+	FollowUpThen = 16
 )
 
 // FollowUpID derives the request id of step of the request with id: a

@@ -3405,7 +3405,18 @@ type TxnRequest struct {
 	// checks the Txn's permissions with it (mapped) for a client whose
 	// capabilities map ids (root squash, id maps; pkg/capability); such a
 	// client's Txn without it acts as nobody.
-	Cred          *Cred `protobuf:"bytes,4,opt,name=cred,proto3" json:"cred,omitempty"`
+	Cred *Cred `protobuf:"bytes,4,opt,name=cred,proto3" json:"cred,omitempty"`
+	// then are the steps on other partitions that finish the client's
+	// request (a rename's or an rmdir's TouchDir of the parent, the Link or
+	// Evict of an inode homed elsewhere): after the Txn applied with errno 0
+	// the partition sends them itself, server to server, and answers when
+	// they are done (TxnResponse.then), so that the client sends one request.
+	// Consecutive steps on one inode go in one Txn on its home, whose request
+	// id is FollowUpID(txn.request_id, FollowUpThen + i), i the index of its
+	// first step; the groups go side by side. Only TouchDir, Link, Evict and
+	// a Setattr of the parent pointer alone; for a client whose capabilities
+	// restrict it the partition runs none (every group comes back undone).
+	Then          []*HomedOp `protobuf:"bytes,5,rep,name=then,proto3" json:"then,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3468,16 +3479,81 @@ func (x *TxnRequest) GetCred() *Cred {
 	return nil
 }
 
-type TxnResponse struct {
+func (x *TxnRequest) GetThen() []*HomedOp {
+	if x != nil {
+		return x.Then
+	}
+	return nil
+}
+
+// HomedOp is an operation on inode ino, run on the partition that homes it.
+type HomedOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Result        *TxnResult             `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Op            *Op                    `protobuf:"bytes,2,opt,name=op,proto3" json:"op,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HomedOp) Reset() {
+	*x = HomedOp{}
+	mi := &file_meta_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HomedOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HomedOp) ProtoMessage() {}
+
+func (x *HomedOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HomedOp.ProtoReflect.Descriptor instead.
+func (*HomedOp) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *HomedOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *HomedOp) GetOp() *Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+type TxnResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Result *TxnResult             `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// then answers TxnRequest.then when the Txn applied with errno 0: one
+	// group per Txn the partition formed, in the order of the steps. A
+	// response without groups means the partition ran none (a node of an
+	// earlier version): the client runs them itself.
+	Then          []*ThenGroup `protobuf:"bytes,2,rep,name=then,proto3" json:"then,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TxnResponse) Reset() {
 	*x = TxnResponse{}
-	mi := &file_meta_proto_msgTypes[39]
+	mi := &file_meta_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3565,7 @@ func (x *TxnResponse) String() string {
 func (*TxnResponse) ProtoMessage() {}
 
 func (x *TxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[39]
+	mi := &file_meta_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,10 +3578,89 @@ func (x *TxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
 func (*TxnResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{39}
+	return file_meta_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TxnResponse) GetResult() *TxnResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *TxnResponse) GetThen() []*ThenGroup {
+	if x != nil {
+		return x.Then
+	}
+	return nil
+}
+
+// ThenGroup is one Txn of a request's then steps: the steps it holds
+// (indexes into TxnRequest.then) and the request id it ran under. A group
+// not done (its partition did not answer in time) is the client's to send,
+// with the same ops and request id, so that it applies at most once.
+type ThenGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Steps         []uint32               `protobuf:"varint,1,rep,packed,name=steps,proto3" json:"steps,omitempty"`
+	RequestId     uint64                 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Done          bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	Result        *TxnResult             `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ThenGroup) Reset() {
+	*x = ThenGroup{}
+	mi := &file_meta_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ThenGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ThenGroup) ProtoMessage() {}
+
+func (x *ThenGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ThenGroup.ProtoReflect.Descriptor instead.
+func (*ThenGroup) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ThenGroup) GetSteps() []uint32 {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *ThenGroup) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *ThenGroup) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *ThenGroup) GetResult() *TxnResult {
 	if x != nil {
 		return x.Result
 	}
@@ -3527,7 +3682,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_meta_proto_msgTypes[40]
+	mi := &file_meta_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3539,7 +3694,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[40]
+	mi := &file_meta_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3552,7 +3707,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{40}
+	return file_meta_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *LookupRequest) GetPartitionId() uint64 {
@@ -3595,7 +3750,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_meta_proto_msgTypes[41]
+	mi := &file_meta_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3607,7 +3762,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[41]
+	mi := &file_meta_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3620,7 +3775,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{41}
+	return file_meta_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *LookupResponse) GetErrno() int32 {
@@ -3668,7 +3823,7 @@ type GetInodeRequest struct {
 
 func (x *GetInodeRequest) Reset() {
 	*x = GetInodeRequest{}
-	mi := &file_meta_proto_msgTypes[42]
+	mi := &file_meta_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3680,7 +3835,7 @@ func (x *GetInodeRequest) String() string {
 func (*GetInodeRequest) ProtoMessage() {}
 
 func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[42]
+	mi := &file_meta_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3693,7 +3848,7 @@ func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInodeRequest.ProtoReflect.Descriptor instead.
 func (*GetInodeRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{42}
+	return file_meta_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetInodeRequest) GetPartitionId() uint64 {
@@ -3741,7 +3896,7 @@ type GetInodeResponse struct {
 
 func (x *GetInodeResponse) Reset() {
 	*x = GetInodeResponse{}
-	mi := &file_meta_proto_msgTypes[43]
+	mi := &file_meta_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +3908,7 @@ func (x *GetInodeResponse) String() string {
 func (*GetInodeResponse) ProtoMessage() {}
 
 func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[43]
+	mi := &file_meta_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +3921,7 @@ func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInodeResponse.ProtoReflect.Descriptor instead.
 func (*GetInodeResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{43}
+	return file_meta_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetInodeResponse) GetErrno() int32 {
@@ -3796,7 +3951,7 @@ type ReadDirRequest struct {
 
 func (x *ReadDirRequest) Reset() {
 	*x = ReadDirRequest{}
-	mi := &file_meta_proto_msgTypes[44]
+	mi := &file_meta_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3808,7 +3963,7 @@ func (x *ReadDirRequest) String() string {
 func (*ReadDirRequest) ProtoMessage() {}
 
 func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[44]
+	mi := &file_meta_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3821,7 +3976,7 @@ func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirRequest.ProtoReflect.Descriptor instead.
 func (*ReadDirRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{44}
+	return file_meta_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReadDirRequest) GetPartitionId() uint64 {
@@ -3876,7 +4031,7 @@ type ReadDirResponse struct {
 
 func (x *ReadDirResponse) Reset() {
 	*x = ReadDirResponse{}
-	mi := &file_meta_proto_msgTypes[45]
+	mi := &file_meta_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3888,7 +4043,7 @@ func (x *ReadDirResponse) String() string {
 func (*ReadDirResponse) ProtoMessage() {}
 
 func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[45]
+	mi := &file_meta_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3901,7 +4056,7 @@ func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirResponse.ProtoReflect.Descriptor instead.
 func (*ReadDirResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{45}
+	return file_meta_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReadDirResponse) GetDentries() []*Dentry {
@@ -3967,7 +4122,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_meta_proto_msgTypes[46]
+	mi := &file_meta_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4134,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[46]
+	mi := &file_meta_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4147,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{46}
+	return file_meta_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ScanRequest) GetPartitionId() uint64 {
@@ -4073,7 +4228,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_meta_proto_msgTypes[47]
+	mi := &file_meta_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4085,7 +4240,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[47]
+	mi := &file_meta_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4098,7 +4253,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{47}
+	return file_meta_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ScanResponse) GetErrno() int32 {
@@ -4163,7 +4318,7 @@ type PartitionStatsRequest struct {
 
 func (x *PartitionStatsRequest) Reset() {
 	*x = PartitionStatsRequest{}
-	mi := &file_meta_proto_msgTypes[48]
+	mi := &file_meta_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4175,7 +4330,7 @@ func (x *PartitionStatsRequest) String() string {
 func (*PartitionStatsRequest) ProtoMessage() {}
 
 func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[48]
+	mi := &file_meta_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4188,7 +4343,7 @@ func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatsRequest.ProtoReflect.Descriptor instead.
 func (*PartitionStatsRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{48}
+	return file_meta_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PartitionStatsRequest) GetPartitionId() uint64 {
@@ -4222,7 +4377,7 @@ type NameCount struct {
 
 func (x *NameCount) Reset() {
 	*x = NameCount{}
-	mi := &file_meta_proto_msgTypes[49]
+	mi := &file_meta_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4234,7 +4389,7 @@ func (x *NameCount) String() string {
 func (*NameCount) ProtoMessage() {}
 
 func (x *NameCount) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[49]
+	mi := &file_meta_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4247,7 +4402,7 @@ func (x *NameCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NameCount.ProtoReflect.Descriptor instead.
 func (*NameCount) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{49}
+	return file_meta_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *NameCount) GetName() []byte {
@@ -4294,7 +4449,7 @@ type PartitionStatsResponse struct {
 
 func (x *PartitionStatsResponse) Reset() {
 	*x = PartitionStatsResponse{}
-	mi := &file_meta_proto_msgTypes[50]
+	mi := &file_meta_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4306,7 +4461,7 @@ func (x *PartitionStatsResponse) String() string {
 func (*PartitionStatsResponse) ProtoMessage() {}
 
 func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[50]
+	mi := &file_meta_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4319,7 +4474,7 @@ func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatsResponse.ProtoReflect.Descriptor instead.
 func (*PartitionStatsResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{50}
+	return file_meta_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PartitionStatsResponse) GetInodes() uint64 {
@@ -4459,7 +4614,7 @@ type Cred struct {
 
 func (x *Cred) Reset() {
 	*x = Cred{}
-	mi := &file_meta_proto_msgTypes[51]
+	mi := &file_meta_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4471,7 +4626,7 @@ func (x *Cred) String() string {
 func (*Cred) ProtoMessage() {}
 
 func (x *Cred) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[51]
+	mi := &file_meta_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4484,7 +4639,7 @@ func (x *Cred) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cred.ProtoReflect.Descriptor instead.
 func (*Cred) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{51}
+	return file_meta_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Cred) GetUid() uint32 {
@@ -4550,7 +4705,7 @@ type PathRequest struct {
 
 func (x *PathRequest) Reset() {
 	*x = PathRequest{}
-	mi := &file_meta_proto_msgTypes[52]
+	mi := &file_meta_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4562,7 +4717,7 @@ func (x *PathRequest) String() string {
 func (*PathRequest) ProtoMessage() {}
 
 func (x *PathRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[52]
+	mi := &file_meta_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4575,7 +4730,7 @@ func (x *PathRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathRequest.ProtoReflect.Descriptor instead.
 func (*PathRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{52}
+	return file_meta_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PathRequest) GetPartitionId() uint64 {
@@ -4718,7 +4873,7 @@ type PathResponse struct {
 
 func (x *PathResponse) Reset() {
 	*x = PathResponse{}
-	mi := &file_meta_proto_msgTypes[53]
+	mi := &file_meta_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4730,7 +4885,7 @@ func (x *PathResponse) String() string {
 func (*PathResponse) ProtoMessage() {}
 
 func (x *PathResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[53]
+	mi := &file_meta_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4743,7 +4898,7 @@ func (x *PathResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathResponse.ProtoReflect.Descriptor instead.
 func (*PathResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{53}
+	return file_meta_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PathResponse) GetErrno() int32 {
@@ -5104,15 +5259,26 @@ const file_meta_proto_rawDesc = "" +
 	"\aresults\x18\x04 \x03(\v2\x14.cairn.meta.OpResultR\aresults\"C\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ns\x18\x01 \x01(\x03R\x05nowNs\x12#\n" +
-	"\x04txns\x18\x02 \x03(\v2\x0f.cairn.meta.TxnR\x04txns\"\x95\x01\n" +
+	"\x04txns\x18\x02 \x03(\v2\x0f.cairn.meta.TxnR\x04txns\"\xbe\x01\n" +
 	"\n" +
 	"TxnRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12!\n" +
 	"\x03txn\x18\x02 \x01(\v2\x0f.cairn.meta.TxnR\x03txn\x12\x1b\n" +
 	"\tfollow_up\x18\x03 \x01(\bR\bfollowUp\x12$\n" +
-	"\x04cred\x18\x04 \x01(\v2\x10.cairn.meta.CredR\x04cred\"<\n" +
+	"\x04cred\x18\x04 \x01(\v2\x10.cairn.meta.CredR\x04cred\x12'\n" +
+	"\x04then\x18\x05 \x03(\v2\x13.cairn.meta.HomedOpR\x04then\";\n" +
+	"\aHomedOp\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x1e\n" +
+	"\x02op\x18\x02 \x01(\v2\x0e.cairn.meta.OpR\x02op\"g\n" +
 	"\vTxnResponse\x12-\n" +
-	"\x06result\x18\x01 \x01(\v2\x15.cairn.meta.TxnResultR\x06result\"y\n" +
+	"\x06result\x18\x01 \x01(\v2\x15.cairn.meta.TxnResultR\x06result\x12)\n" +
+	"\x04then\x18\x02 \x03(\v2\x15.cairn.meta.ThenGroupR\x04then\"\x83\x01\n" +
+	"\tThenGroup\x12\x14\n" +
+	"\x05steps\x18\x01 \x03(\rR\x05steps\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x12\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\x12-\n" +
+	"\x06result\x18\x04 \x01(\v2\x15.cairn.meta.TxnResultR\x06result\"y\n" +
 	"\rLookupRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x16\n" +
 	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x12\n" +
@@ -5294,7 +5460,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_meta_proto_goTypes = []any{
 	(FileType)(0),                  // 0: cairn.meta.FileType
 	(FileLayout)(0),                // 1: cairn.meta.FileLayout
@@ -5340,27 +5506,29 @@ var file_meta_proto_goTypes = []any{
 	(*TxnResult)(nil),              // 41: cairn.meta.TxnResult
 	(*Batch)(nil),                  // 42: cairn.meta.Batch
 	(*TxnRequest)(nil),             // 43: cairn.meta.TxnRequest
-	(*TxnResponse)(nil),            // 44: cairn.meta.TxnResponse
-	(*LookupRequest)(nil),          // 45: cairn.meta.LookupRequest
-	(*LookupResponse)(nil),         // 46: cairn.meta.LookupResponse
-	(*GetInodeRequest)(nil),        // 47: cairn.meta.GetInodeRequest
-	(*GetInodeResponse)(nil),       // 48: cairn.meta.GetInodeResponse
-	(*ReadDirRequest)(nil),         // 49: cairn.meta.ReadDirRequest
-	(*ReadDirResponse)(nil),        // 50: cairn.meta.ReadDirResponse
-	(*ScanRequest)(nil),            // 51: cairn.meta.ScanRequest
-	(*ScanResponse)(nil),           // 52: cairn.meta.ScanResponse
-	(*PartitionStatsRequest)(nil),  // 53: cairn.meta.PartitionStatsRequest
-	(*NameCount)(nil),              // 54: cairn.meta.NameCount
-	(*PartitionStatsResponse)(nil), // 55: cairn.meta.PartitionStatsResponse
-	(*Cred)(nil),                   // 56: cairn.meta.Cred
-	(*PathRequest)(nil),            // 57: cairn.meta.PathRequest
-	(*PathResponse)(nil),           // 58: cairn.meta.PathResponse
-	nil,                            // 59: cairn.meta.Inode.XattrsEntry
+	(*HomedOp)(nil),                // 44: cairn.meta.HomedOp
+	(*TxnResponse)(nil),            // 45: cairn.meta.TxnResponse
+	(*ThenGroup)(nil),              // 46: cairn.meta.ThenGroup
+	(*LookupRequest)(nil),          // 47: cairn.meta.LookupRequest
+	(*LookupResponse)(nil),         // 48: cairn.meta.LookupResponse
+	(*GetInodeRequest)(nil),        // 49: cairn.meta.GetInodeRequest
+	(*GetInodeResponse)(nil),       // 50: cairn.meta.GetInodeResponse
+	(*ReadDirRequest)(nil),         // 51: cairn.meta.ReadDirRequest
+	(*ReadDirResponse)(nil),        // 52: cairn.meta.ReadDirResponse
+	(*ScanRequest)(nil),            // 53: cairn.meta.ScanRequest
+	(*ScanResponse)(nil),           // 54: cairn.meta.ScanResponse
+	(*PartitionStatsRequest)(nil),  // 55: cairn.meta.PartitionStatsRequest
+	(*NameCount)(nil),              // 56: cairn.meta.NameCount
+	(*PartitionStatsResponse)(nil), // 57: cairn.meta.PartitionStatsResponse
+	(*Cred)(nil),                   // 58: cairn.meta.Cred
+	(*PathRequest)(nil),            // 59: cairn.meta.PathRequest
+	(*PathResponse)(nil),           // 60: cairn.meta.PathResponse
+	nil,                            // 61: cairn.meta.Inode.XattrsEntry
 }
 var file_meta_proto_depIdxs = []int32{
 	5,  // 0: cairn.meta.ChunkRecord.chunk:type_name -> cairn.meta.Chunk
 	0,  // 1: cairn.meta.Inode.type:type_name -> cairn.meta.FileType
-	59, // 2: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
+	61, // 2: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
 	7,  // 3: cairn.meta.Inode.extents:type_name -> cairn.meta.ExtentKey
 	1,  // 4: cairn.meta.Inode.layout:type_name -> cairn.meta.FileLayout
 	5,  // 5: cairn.meta.Inode.chunks:type_name -> cairn.meta.Chunk
@@ -5412,46 +5580,50 @@ var file_meta_proto_depIdxs = []int32{
 	39, // 51: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
 	38, // 52: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
 	38, // 53: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
-	56, // 54: cairn.meta.TxnRequest.cred:type_name -> cairn.meta.Cred
-	41, // 55: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
-	9,  // 56: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
-	8,  // 57: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
-	56, // 58: cairn.meta.GetInodeRequest.cred:type_name -> cairn.meta.Cred
-	8,  // 59: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
-	9,  // 60: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
-	8,  // 61: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
-	3,  // 62: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
-	8,  // 63: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
-	9,  // 64: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
-	6,  // 65: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
-	54, // 66: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
-	54, // 67: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
-	4,  // 68: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
-	56, // 69: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
-	8,  // 70: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
-	8,  // 71: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
-	9,  // 72: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
-	8,  // 73: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
-	8,  // 74: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
-	57, // 75: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
-	43, // 76: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	45, // 77: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	47, // 78: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	49, // 79: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	53, // 80: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	51, // 81: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
-	58, // 82: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
-	44, // 83: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	46, // 84: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	48, // 85: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	50, // 86: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	55, // 87: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	52, // 88: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
-	82, // [82:89] is the sub-list for method output_type
-	75, // [75:82] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	58, // 54: cairn.meta.TxnRequest.cred:type_name -> cairn.meta.Cred
+	44, // 55: cairn.meta.TxnRequest.then:type_name -> cairn.meta.HomedOp
+	31, // 56: cairn.meta.HomedOp.op:type_name -> cairn.meta.Op
+	41, // 57: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
+	46, // 58: cairn.meta.TxnResponse.then:type_name -> cairn.meta.ThenGroup
+	41, // 59: cairn.meta.ThenGroup.result:type_name -> cairn.meta.TxnResult
+	9,  // 60: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 61: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
+	58, // 62: cairn.meta.GetInodeRequest.cred:type_name -> cairn.meta.Cred
+	8,  // 63: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
+	9,  // 64: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
+	8,  // 65: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
+	3,  // 66: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
+	8,  // 67: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
+	9,  // 68: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
+	6,  // 69: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
+	56, // 70: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
+	56, // 71: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
+	4,  // 72: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
+	58, // 73: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
+	8,  // 74: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
+	8,  // 75: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
+	9,  // 76: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 77: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
+	8,  // 78: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
+	59, // 79: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
+	43, // 80: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	47, // 81: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	49, // 82: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	51, // 83: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	55, // 84: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	53, // 85: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
+	60, // 86: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
+	45, // 87: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	48, // 88: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	50, // 89: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	52, // 90: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	57, // 91: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	54, // 92: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
+	86, // [86:93] is the sub-list for method output_type
+	79, // [79:86] is the sub-list for method input_type
+	79, // [79:79] is the sub-list for extension type_name
+	79, // [79:79] is the sub-list for extension extendee
+	0,  // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -5491,7 +5663,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   55,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
