@@ -273,6 +273,14 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 	if err := checkName(op, name); err != nil {
 		return err
 	}
+	req := &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_RMDIR, RequestId: newID(), OpId: newID()}
+	resp, err := v.nameReq(ctx, op, parent, name, req)
+	if err != nil {
+		return err
+	}
+	if done, err := v.rmdirAnswer(ctx, op, parent, req, resp); done {
+		return err
+	}
 	if h, ok := ctx.Value(rmdirHintKey{}).(*NameHint); ok && h != nil && !h.Absent && h.Ino != 0 && h.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 		err := v.rmdir(ctx, parent, name, h.Ino)
 		if !staleHint(err) {
@@ -292,6 +300,42 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 		return errnoErr(op, syscall.ENOTDIR, "%d/%q", parent, name)
 	}
 	return v.rmdir(ctx, parent, name, d.GetIno())
+}
+
+// rmdirAnswer reads the answer to an rmdir the name's partition ran
+// (PATH_OP_RMDIR, one request: it fences the directory on the other
+// partitions itself). done is false when the partition left the rmdir to
+// the client, having changed nothing: EXDEV (the directory is homed on
+// another partition, or a partition did not say whether it lists names),
+// EBUSY (another operation holds the directory; the client's protocol
+// waits for it), EINVAL (a node of an earlier version, which does not
+// know the operation: the name was checked here). A parent's TouchDir the
+// partition could not deliver is sent here (same op id).
+func (v *Volume) rmdirAnswer(ctx context.Context, op string, parent uint64, req *metapb.PathRequest, resp *metapb.PathResponse) (done bool, err error) {
+	name := string(req.Path)
+	switch e := syscall.Errno(resp.GetErrno()); e {
+	case 0:
+	case syscall.EXDEV, syscall.EBUSY, syscall.EINVAL:
+		return false, nil
+	case syscall.ENOENT:
+		if req.ParentIno != 0 {
+			if err := v.checkDir(ctx, op, parent); err != nil {
+				return true, err
+			}
+		}
+		return true, errnoErr(op, e, "%q: %s", name, resp.GetMessage())
+	default:
+		return true, errnoErr(op, e, "%q: %s", name, resp.GetMessage())
+	}
+	noteChanging(ctx, resp.GetDentry().GetIno())
+	if resp.GetParentTouched() {
+		noteAttrs(ctx, resp.GetParentAttrs())
+	} else if p := resp.GetParent(); p != 0 {
+		if res, err := v.txn(ctx, op, byIno(p), opTouchDir(p, -1, req.OpId)); err == nil {
+			noteDir(ctx, p, res.GetResults())
+		}
+	}
+	return true, nil
 }
 
 type rmdirHintKey struct{}

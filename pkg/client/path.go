@@ -474,6 +474,21 @@ func (v *Volume) RmdirPath(ctx context.Context, path string, cred Cred) error {
 	const op = "rmdir"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
+	if comps, _, e := nsreplica.Split(path); e == 0 && len(comps) > 0 && comps[len(comps)-1] != ".." {
+		// One request: the name's partition checks the parent's
+		// permissions and runs the rmdir (PATH_OP_RMDIR), unless it
+		// leaves it to the client.
+		req := &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_RMDIR, Cred: credPB(cred), RequestId: newID(), OpId: newID()}
+		r, err := v.resolve(ctx, op, path, false, req)
+		switch {
+		case r == nil && err != nil:
+			return err
+		case r != nil:
+			if done, err := v.rmdirAnswer(ctx, op, r.resp.GetParent(), req, r.resp); done {
+				return err
+			}
+		}
+	}
 	r, in, err := v.lookupPath(ctx, op, path, false, 0, cred)
 	if err != nil {
 		return err

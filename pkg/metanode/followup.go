@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
@@ -278,6 +279,15 @@ func (s *service) goFollowUp(ctx context.Context, p *partition, step string, ino
 }
 
 func (s *service) followUpTxn(ctx context.Context, p *partition, step string, ino uint64, txn *metapb.Txn) (*metapb.TxnResult, error) {
+	return s.followUpAt(ctx, p, step, txn, func(ctx context.Context) (*pb.Partition, error) {
+		return s.h.peers.home(ctx, p.volume, ino)
+	})
+}
+
+// followUpAt runs txn on the partition locate finds (again after every
+// failure: the map may have moved it), retrying while no leader answers,
+// until ctx ends (followUpTimeout at most without a deadline).
+func (s *service) followUpAt(ctx context.Context, p *partition, step string, txn *metapb.Txn, locate func(context.Context) (*pb.Partition, error)) (*metapb.TxnResult, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, followUpTimeout)
@@ -285,7 +295,7 @@ func (s *service) followUpTxn(ctx context.Context, p *partition, step string, in
 	}
 	backoff := followUpBackoff
 	for {
-		part, err := s.h.peers.home(ctx, p.volume, ino)
+		part, err := locate(ctx)
 		if err == nil {
 			var res *metapb.TxnResult
 			if res, err = s.h.peers.meta.FollowUpTxn(ctx, part, txn); err == nil {
@@ -305,7 +315,7 @@ func (s *service) followUpTxn(ctx context.Context, p *partition, step string, in
 		select {
 		case <-ctx.Done():
 			s.h.metrics.followUps.WithLabelValues(step, "unreached").Inc()
-			return nil, fmt.Errorf("%s on the home of inode %d: %w (last attempt: %v)", step, ino, ctx.Err(), err)
+			return nil, fmt.Errorf("%s: %w (last attempt: %v)", step, ctx.Err(), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, followUpMaxWait)

@@ -62,6 +62,7 @@ type Host struct {
 	peers   *peers
 	layouts layoutCache // parents' layout attributes for creates (layout.go)
 	quotas  quotaTable  // the cluster's directory quotas (quota.go)
+	lifts   liftBatch   // fence lifts done rmdirs owe (rmdir.go)
 
 	mu      sync.RWMutex
 	parts   map[uint64]*partition

@@ -85,6 +85,9 @@ type pathPlan struct {
 	// Txn's new file takes the volume's default layout.
 	layoutMiss    uint64
 	defaultLayout bool
+	// rmdir are an rmdir's fences on the other partitions, placed before
+	// the Txn (rmdir.go).
+	rmdir *rmdirFence
 }
 
 // Path serves the path operations; see metapb.PathRequest. Besides
@@ -215,7 +218,7 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	}
 	switch req.Op {
 	case metapb.PathOp_PATH_OP_LOOKUP:
-	case metapb.PathOp_PATH_OP_CREATE, metapb.PathOp_PATH_OP_UNLINK:
+	case metapb.PathOp_PATH_OP_CREATE, metapb.PathOp_PATH_OP_UNLINK, metapb.PathOp_PATH_OP_RMDIR:
 		if req.ParentIno == 0 && (len(comps) == 0 || comps[len(comps)-1] == "..") {
 			return nil, pathErr(metapb.EINVAL, req.Path, "%v needs a name as the last component", req.Op), nil
 		}
@@ -265,7 +268,22 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 				return nil, nil, err
 			}
 		case plan.txn != nil:
+			if f := plan.rmdir; f != nil {
+				if resp := s.fenceOthers(ctx, p, req, f); resp != nil {
+					return p, resp, nil
+				}
+			}
 			resp, again, err := s.runPlan(ctx, p, req, &plan)
+			if f := plan.rmdir; f != nil {
+				if err == nil && !again && resp.GetErrno() == 0 {
+					s.oweLifts(p, f.dir, f.token, append(f.others, p.id))
+				} else {
+					// Not removed (or not known to be): the directory
+					// takes names again. Lifting after an rmdir that did
+					// apply is harmless.
+					s.liftNow(p, f.dir, f.token, append(f.others, p.id))
+				}
+			}
 			if err != nil {
 				return nil, nil, err
 			}
@@ -360,6 +378,8 @@ func (s *service) planName(p *partition, mp *metapartition.Partition, req *metap
 		return s.planCreate(p, mp, req, base, dir, name)
 	case metapb.PathOp_PATH_OP_UNLINK:
 		return s.planUnlink(mp, req, base, dir, name, cred)
+	case metapb.PathOp_PATH_OP_RMDIR:
+		return s.planRmdir(p, mp, req, base, dir, name, cred)
 	}
 	d, in, le := mp.Lookup(dir.Ino, name)
 	if le != metapb.OK {

@@ -278,6 +278,14 @@ const (
 	PathOp_PATH_OP_LOOKUP      PathOp = 1 // the last component's dentry (and inode if homed here)
 	PathOp_PATH_OP_CREATE      PathOp = 2 // a new inode and its name (create, mkdir, mknod, symlink)
 	PathOp_PATH_OP_UNLINK      PathOp = 3 // remove a non-directory name
+	// RMDIR removes an empty directory homed on the partition its name routes
+	// to: that partition fences it on every other partition itself, side by
+	// side (each answers whether it lists a name under it), then fences it
+	// here, deletes the name and drops the inode in one Txn, and lifts the
+	// fences in batches afterwards. It answers EXDEV (the directory is homed
+	// elsewhere, or a partition did not say) and EBUSY (another operation
+	// holds the directory) for the client to run its own protocol.
+	PathOp_PATH_OP_RMDIR PathOp = 4
 )
 
 // Enum value maps for PathOp.
@@ -287,12 +295,14 @@ var (
 		1: "PATH_OP_LOOKUP",
 		2: "PATH_OP_CREATE",
 		3: "PATH_OP_UNLINK",
+		4: "PATH_OP_RMDIR",
 	}
 	PathOp_value = map[string]int32{
 		"PATH_OP_UNSPECIFIED": 0,
 		"PATH_OP_LOOKUP":      1,
 		"PATH_OP_CREATE":      2,
 		"PATH_OP_UNLINK":      3,
+		"PATH_OP_RMDIR":       4,
 	}
 )
 
@@ -5432,12 +5442,13 @@ const file_meta_proto_rawDesc = "" +
 	"\x15SCAN_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SCAN_KIND_INODES\x10\x01\x12\x16\n" +
 	"\x12SCAN_KIND_DENTRIES\x10\x02\x12\x14\n" +
-	"\x10SCAN_KIND_CHUNKS\x10\x03*]\n" +
+	"\x10SCAN_KIND_CHUNKS\x10\x03*p\n" +
 	"\x06PathOp\x12\x17\n" +
 	"\x13PATH_OP_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0ePATH_OP_LOOKUP\x10\x01\x12\x12\n" +
 	"\x0ePATH_OP_CREATE\x10\x02\x12\x12\n" +
-	"\x0ePATH_OP_UNLINK\x10\x032\xdd\x03\n" +
+	"\x0ePATH_OP_UNLINK\x10\x03\x12\x11\n" +
+	"\rPATH_OP_RMDIR\x10\x042\xdd\x03\n" +
 	"\bMetaNode\x129\n" +
 	"\x04Path\x12\x17.cairn.meta.PathRequest\x1a\x18.cairn.meta.PathResponse\x126\n" +
 	"\x03Txn\x12\x16.cairn.meta.TxnRequest\x1a\x17.cairn.meta.TxnResponse\x12?\n" +

@@ -1,0 +1,294 @@
+package metanode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/metapartition"
+	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/nsreplica"
+	"github.com/cairnfs/cairn/pkg/perm"
+)
+
+// rmdir in one request (PATH_OP_RMDIR; FalconFS: the client sends one
+// request and the servers do the rest). For a directory homed on the
+// partition its name routes to (mkdir keeps them together), that
+// partition runs the protocol the client otherwise runs itself
+// (client.rmdirOwnerLast): it fences the directory on every other
+// partition of the volume, side by side, each answering whether it lists
+// a name under it; then one Txn here fences it with require_empty, deletes
+// the name and drops the inode, so this partition's check and the delete
+// are one step. A fence refuses new names under the directory, so no name
+// appears on a fenced partition between its answer and the delete. After
+// the Txn the fences only refuse names under a directory nobody can reach
+// (inode numbers are not reused): they are lifted in batches with other
+// rmdirs' (liftBatch), one Txn per partition. The parent's TouchDir (nlink
+// -1) follows the Txn (followup.go).
+//
+// A directory homed elsewhere, a partition that does not say whether it
+// lists names (an earlier version), a set of partitions that changed
+// meanwhile, or a fence another operation holds are answered EXDEV or
+// EBUSY, with every fence placed lifted: the client then runs its own
+// protocol, which waits for held fences.
+
+const (
+	// liftDelay is how long owed fence lifts wait for others to join
+	// their batch.
+	liftDelay = 20 * time.Millisecond
+	// liftTimeout bounds one batch of lifts; a fence not lifted lapses.
+	liftTimeout = 5 * time.Second
+)
+
+// rmdirFence is the part of an rmdir plan that runs before its Txn: the
+// fences on the volume's other partitions.
+type rmdirFence struct {
+	dir, token uint64
+	others     []uint64 // the volume's other partitions, sorted
+}
+
+// newFenceToken returns a random non-zero fence token.
+func newFenceToken() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if t := binary.LittleEndian.Uint64(b[:]) >> 1; t != 0 { // the top bit marks locks
+			return t
+		}
+	}
+}
+
+// planRmdir is the rmdir step with the parent resolved here. A retry of
+// an rmdir whose Txn applied is answered from the remembered result (its
+// TouchDir is sent again; its op id makes that a no-op).
+func (s *service) planRmdir(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, name string, cred perm.Cred) pathPlan {
+	var d *metapb.Dentry
+	retry := false
+	if res, ok := mp.Answered(req.RequestId); ok && len(res.GetResults()) > 1 {
+		d, retry = res.GetResults()[1].GetDentry(), true
+	} else {
+		var in *metapb.Inode
+		var e metapb.Errno
+		d, in, e = mp.Lookup(dir.Ino, name)
+		switch {
+		case e != metapb.OK:
+			return pathPlan{resp: pathErr(e, req.Path, "rmdir")}
+		case d.GetType() != metapb.FileType_FILE_TYPE_DIRECTORY:
+			return pathPlan{resp: pathErr(metapb.ENOTDIR, req.Path, "rmdir of a non-directory")}
+		case in == nil || !mp.Holds(d.GetIno()):
+			r := pathErr(metapb.EXDEV, req.Path, "rmdir: directory %d is homed on another partition", d.GetIno())
+			r.Parent, r.Dentry = dir.Ino, d
+			return pathPlan{resp: r}
+		case dir.Mode&syscall.S_ISVTX != 0 && !perm.MayDelete(cred, dir.Mode, dir.Uid, in.GetUid()):
+			return pathPlan{resp: pathErr(metapb.EPERM, req.Path, "sticky directory")}
+		}
+	}
+	f := &rmdirFence{dir: d.GetIno(), token: newFenceToken()}
+	ops := []*metapb.Op{
+		{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: f.dir, Token: f.token, RequireEmpty: true}}},
+		{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{Parent: dir.Ino, Name: []byte(name), ExpectIno: f.dir, ExpectType: metapb.FileType_FILE_TYPE_DIRECTORY}}},
+		{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: f.dir, Delta: -2}}},
+		{Op: &metapb.Op_Evict{Evict: &metapb.Evict{Ino: f.dir}}},
+	}
+	follow := &followUp{name: name, parent: dir.Ino}
+	if mp.Holds(dir.Ino) {
+		ops = append(ops, &metapb.Op{Op: &metapb.Op_TouchDir{TouchDir: &metapb.TouchDir{Ino: dir.Ino, NlinkDelta: -1, OpId: req.OpId}}})
+	} else {
+		follow.touch = &metapb.TouchDir{Ino: dir.Ino, NlinkDelta: -1, OpId: req.OpId}
+	}
+	plan := guardedPlan(mp, req, "rmdir", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
+		base.Dentry = d
+		for _, r := range res.GetResults() {
+			if in := r.GetInode(); in.GetIno() == dir.Ino {
+				base.ParentTouched, base.ParentAttrs = true, in
+			}
+		}
+		return base
+	})
+	plan.again = func(res *metapb.TxnResult) bool {
+		// The name changed since the lookup: look again.
+		switch metapb.Errno(res.Errno) {
+		case metapb.ESTALE, metapb.ENOTDIR, metapb.EISDIR:
+			return res.FailedOp == 1
+		}
+		return false
+	}
+	plan.follow = follow
+	if !retry {
+		plan.rmdir = f
+	}
+	return plan
+}
+
+// volumeParts lists the meta partitions of volume in the cluster map.
+func (s *service) volumeParts(ctx context.Context, volume uint64) ([]uint64, error) {
+	m, err := s.h.peers.clusterMap(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := slices.Clone(m.GetVolumes()[volume].GetMetaPartitions())
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// fenceOthers places an rmdir's fences on the volume's other partitions.
+// A non-nil answer ends the rmdir (every fence placed is lifted): ENOTEMPTY
+// when a partition lists a name under the directory, EXDEV or EBUSY for
+// the client to run its own protocol.
+func (s *service) fenceOthers(ctx context.Context, p *partition, req *metapb.PathRequest, f *rmdirFence) *metapb.PathResponse {
+	all, err := s.volumeParts(ctx, p.volume)
+	if err != nil || !slices.Contains(all, p.id) {
+		return pathErr(metapb.EXDEV, req.Path, "rmdir: the volume's partitions are not known here")
+	}
+	f.others = slices.DeleteFunc(all, func(id uint64) bool { return id == p.id })
+	type answer struct {
+		res *metapb.TxnResult
+		err error
+	}
+	answers := make([]answer, len(f.others))
+	var wg sync.WaitGroup
+	for i, id := range f.others {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			txn := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: f.dir, Token: f.token}}}}}
+			answers[i].res, answers[i].err = s.followUpOn(ctx, p, "rmdir_fence", id, txn)
+		}()
+	}
+	wg.Wait()
+	some, unknown, busy := false, false, false
+	for _, a := range answers {
+		switch {
+		case a.err != nil:
+			unknown = true
+		case metapb.Errno(a.res.GetErrno()) == metapb.EBUSY:
+			busy = true
+		case a.res.GetErrno() != 0 || len(a.res.GetResults()) == 0 || a.res.GetResults()[0].HasChildren == nil:
+			unknown = true
+		case a.res.GetResults()[0].GetHasChildren():
+			some = true
+		}
+	}
+	if !some && !unknown && !busy {
+		if now, err := s.volumeParts(ctx, p.volume); err != nil || !sameSet(now, f.others, p.id) {
+			unknown = true // the partitions changed under the fences
+		}
+	}
+	var resp *metapb.PathResponse
+	switch {
+	case some:
+		resp = pathErr(metapb.ENOTEMPTY, req.Path, "rmdir: directory %d has names", f.dir)
+	case busy:
+		resp = pathErr(metapb.EBUSY, req.Path, "rmdir: directory %d is fenced by another operation", f.dir)
+	case unknown:
+		resp = pathErr(metapb.EXDEV, req.Path, "rmdir: not every partition answered for directory %d", f.dir)
+	default:
+		return nil
+	}
+	s.liftNow(p, f.dir, f.token, f.others)
+	return resp
+}
+
+// sameSet reports whether ids (sorted) are exactly others and self.
+func sameSet(ids, others []uint64, self uint64) bool {
+	want := append(slices.Clone(others), self)
+	slices.Sort(want)
+	return slices.Equal(ids, want)
+}
+
+// followUpOn runs txn on meta partition id, as followUpTxn does on an
+// inode's home.
+func (s *service) followUpOn(ctx context.Context, p *partition, step string, id uint64, txn *metapb.Txn) (*metapb.TxnResult, error) {
+	return s.followUpAt(ctx, p, step, txn, func(ctx context.Context) (*pb.Partition, error) {
+		return s.h.peers.partition(ctx, id)
+	})
+}
+
+// liftNow lifts the fences (dir, token) on partitions ids at once: the
+// rmdir did not happen, so the directory must take names again.
+func (s *service) liftNow(p *partition, dir, token uint64, ids []uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), liftTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			txn := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Unfence{Unfence: &metapb.Unfence{Parent: dir, Token: token}}}}}
+			_, _ = s.followUpOn(ctx, p, "rmdir_unfence", id, txn)
+		}()
+	}
+	wg.Wait()
+}
+
+// liftBatch collects the fence lifts that done rmdirs owe, per partition,
+// and sends them a moment later, one Txn per partition.
+type liftBatch struct {
+	mu        sync.Mutex
+	owed      map[uint64][]*metapb.Op
+	scheduled bool
+}
+
+// oweLifts queues the lifts of (dir, token) on partitions ids.
+func (s *service) oweLifts(p *partition, dir, token uint64, ids []uint64) {
+	b := &s.h.lifts
+	b.mu.Lock()
+	if b.owed == nil {
+		b.owed = map[uint64][]*metapb.Op{}
+	}
+	for _, id := range ids {
+		b.owed[id] = append(b.owed[id], &metapb.Op{Op: &metapb.Op_Unfence{Unfence: &metapb.Unfence{Parent: dir, Token: token}}})
+	}
+	start := !b.scheduled
+	b.scheduled = true
+	b.mu.Unlock()
+	if start {
+		s.h.wg.Add(1)
+		go func() {
+			defer s.h.wg.Done()
+			s.flushLifts(p)
+		}()
+	}
+}
+
+// flushLifts waits liftDelay (less when the host stops) and sends every
+// owed lift, partitions side by side, at most maxOpsPerTxn per Txn. A Txn
+// refused (one fence lapsed and another took it) is retried one lift at a
+// time; what still fails lapses.
+func (s *service) flushLifts(p *partition) {
+	select {
+	case <-s.h.stop:
+	case <-time.After(liftDelay):
+	}
+	b := &s.h.lifts
+	b.mu.Lock()
+	owed := b.owed
+	b.owed, b.scheduled = nil, false
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), liftTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for id, ops := range owed {
+		for len(ops) > 0 {
+			batch := ops[:min(len(ops), maxOpsPerTxn)]
+			ops = ops[len(batch):]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := s.followUpOn(ctx, p, "rmdir_unfence", id, &metapb.Txn{Ops: batch})
+				if err != nil || res.GetErrno() == 0 || len(batch) == 1 {
+					return
+				}
+				for _, op := range batch {
+					_, _ = s.followUpOn(ctx, p, "rmdir_unfence", id, &metapb.Txn{Ops: []*metapb.Op{op}})
+				}
+			}()
+		}
+	}
+	wg.Wait()
+}
