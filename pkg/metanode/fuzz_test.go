@@ -58,7 +58,13 @@ func FuzzService(f *testing.F) {
 	add(0, &metapb.TxnRequest{PartitionId: part, Txn: createTxn(RootIno, "a")})
 	add(0, &metapb.TxnRequest{PartitionId: part, Txn: &metapb.Txn{Ops: []*metapb.Op{{}}}})
 	add(0, &metapb.TxnRequest{PartitionId: 1 << 60})
+	add(0, &metapb.TxnRequest{PartitionId: part, Txn: createTxn(RootIno, "t"), Then: []*metapb.HomedOp{
+		{Ino: RootIno, Op: &metapb.Op{Op: &metapb.Op_TouchDir{TouchDir: &metapb.TouchDir{Ino: RootIno, OpId: 9}}}},
+		{Ino: 1 << 62, Op: &metapb.Op{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: 1 << 62, Delta: -1}}}},
+		{Op: &metapb.Op{}}}})
 	add(1, &metapb.PathRequest{PartitionId: part})
+	add(1, &metapb.PathRequest{PartitionId: part, Op: metapb.PathOp_PATH_OP_RMDIR, ParentIno: RootIno, Path: []byte("a"), RequestId: 7})
+	add(1, &metapb.PathRequest{PartitionId: part, Op: metapb.PathOp_PATH_OP_RMDIR, Path: []byte("/a/.."), RequestId: 8})
 	add(2, &metapb.LookupRequest{PartitionId: part, Parent: RootIno, Name: []byte("a")})
 	add(2, &metapb.LookupRequest{PartitionId: part, Parent: RootIno, Name: []byte("../\x00")})
 	add(3, &metapb.GetInodeRequest{PartitionId: part, Ino: 1 << 62})
