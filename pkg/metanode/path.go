@@ -248,6 +248,15 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 		confine = c.RootIno
 	}
 	cred := credOf(req.Cred)
+	// fenced are the fences an rmdir placed on the other partitions: kept
+	// while its plan is made again (the name changed, or the epoch), lifted
+	// if the rmdir does not happen, owed to the batch if it does.
+	var fenced *rmdirFence
+	defer func() {
+		if fenced != nil {
+			s.liftNow(p, fenced.dir, fenced.token, append(fenced.others, p.id))
+		}
+	}()
 	for round := 0; round < maxPathRounds; round++ {
 		var plan pathPlan
 		p.sm.read(func(mp *metapartition.Partition) {
@@ -269,20 +278,29 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 			}
 		case plan.txn != nil:
 			if f := plan.rmdir; f != nil {
-				if resp := s.fenceOthers(ctx, p, req, f); resp != nil {
-					return p, resp, nil
+				if fenced != nil && fenced.dir == f.dir {
+					// Planned again: the fences stand, under their token.
+					f.token, f.others = fenced.token, fenced.others
+					plan.txn.Ops[0].GetFence().Token = f.token
+				} else {
+					if fenced != nil {
+						s.liftNow(p, fenced.dir, fenced.token, append(fenced.others, p.id))
+						fenced = nil
+					}
+					if resp := s.fenceOthers(ctx, p, req, f); resp != nil {
+						return p, resp, nil
+					}
+					fenced = f
 				}
 			}
 			resp, again, err := s.runPlan(ctx, p, req, &plan)
-			if f := plan.rmdir; f != nil {
-				if err == nil && !again && resp.GetErrno() == 0 {
-					s.oweLifts(p, f.dir, f.token, append(f.others, p.id))
-				} else {
-					// Not removed (or not known to be): the directory
-					// takes names again. Lifting after an rmdir that did
-					// apply is harmless.
-					s.liftNow(p, f.dir, f.token, append(f.others, p.id))
-				}
+			if f := plan.rmdir; f != nil && err == nil && !again && resp.GetErrno() == 0 {
+				// Removed: the fences only refuse names under a directory
+				// nobody reaches; they are lifted in a batch. Otherwise the
+				// deferred lift runs (harmless after an rmdir that did
+				// apply).
+				s.oweLifts(p, f.dir, f.token, append(f.others, p.id))
+				fenced = nil
 			}
 			if err != nil {
 				return nil, nil, err

@@ -110,6 +110,13 @@ func (s *service) planRmdir(p *partition, mp *metapartition.Partition, req *meta
 		}
 		return base
 	})
+	if req.ParentIno != 0 {
+		// By inode, nothing was resolved through the namespace replica:
+		// the Txn needs no epoch guard (its DeleteDentry expects the
+		// directory, its fence checks emptiness). Guarded, every fence any
+		// other rmdir placed here meanwhile would refuse it.
+		plan.txn.NsGuard, plan.txn.NsEpoch = false, 0
+	}
 	plan.again = func(res *metapb.TxnResult) bool {
 		// The name changed since the lookup: look again.
 		switch metapb.Errno(res.Errno) {

@@ -313,6 +313,61 @@ func TestRequestsPerNameOp(t *testing.T) {
 	if f := metaCounter(t, dir, "cairn_meta_follow_ups_total") - follow0; f < 4*n {
 		t.Errorf("the meta nodes sent %.0f follow-ups, want at least %d: the names did not test a parent homed elsewhere", f, 4*n)
 	}
+
+	// Concurrent rmdirs, one parent per thread, as the metadata benchmark
+	// runs them: every fence bumps its partition's namespace epoch under
+	// the other rmdirs, yet each rmdir still costs one request and fences
+	// each other partition about once.
+	const threads, per = 8, 8
+	rmdirFences := func() float64 {
+		l, err := localcluster.LoadLayout(dir)
+		must("layout", err)
+		var sum float64
+		for _, p := range l.Procs {
+			if p.Role != "meta" {
+				continue
+			}
+			for _, line := range scrapeLines(t, p.MetricsAddr, "cairn_meta_follow_ups_total") {
+				if strings.Contains(line.labels, `step="rmdir_fence"`) {
+					sum += line.value
+				}
+			}
+		}
+		return sum
+	}
+	subs := make([][]string, threads)
+	parents := make([]uint64, threads)
+	for g := range threads {
+		par, err := v.Mkdir(ctx, client.RootIno, fmt.Sprint("conc", g), 0o755, 0, 0)
+		must("mkdir", err)
+		parents[g], subs[g] = par.Ino, namesAway(t, v, par.Ino, "s", per)
+		for _, name := range subs[g] {
+			_, err := v.Mkdir(ctx, par.Ino, name, 0o755, 0, 0)
+			must("mkdir", err)
+		}
+	}
+	fences0 := rmdirFences()
+	server, own := c.per(threads*per, func() {
+		var wg sync.WaitGroup
+		for g := range threads {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, name := range subs[g] {
+					if err := v.Rmdir(ctx, parents[g], name); err != nil {
+						t.Errorf("concurrent rmdir %d/%s: %v", parents[g], name, err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	})
+	fences := (rmdirFences() - fences0) / (threads * per)
+	others := float64(len(v.Partitions()) - 1)
+	t.Logf("concurrent rmdir: %.3f requests per operation (meta nodes), %.3f (client), %.2f fences sent (%.0f other partitions)", server, own, fences, others)
+	if own > 1 || fences > 1.25*others {
+		t.Errorf("concurrent rmdir: %.3f requests, %.2f fences per rmdir; want 1 and about %.0f", own, fences, others)
+	}
 	runFsck(t, dir, 0, "--grace", "0s")
 }
 
