@@ -110,13 +110,13 @@ func (s *service) planRmdir(p *partition, mp *metapartition.Partition, req *meta
 		}
 		return base
 	})
-	if req.ParentIno != 0 {
-		// By inode, nothing was resolved through the namespace replica:
-		// the Txn needs no epoch guard (its DeleteDentry expects the
-		// directory, its fence checks emptiness). Guarded, every fence any
-		// other rmdir placed here meanwhile would refuse it.
-		plan.txn.NsGuard, plan.txn.NsEpoch = false, 0
-	}
+	// No namespace epoch guard: the DeleteDentry expects the directory and
+	// the fence checks emptiness, and the path was resolved against the
+	// replica's state when the request started (a rename or rmdir of an
+	// ancestor finished before it is seen), as the client's resolution and
+	// rmdir by inode did. Guarded, every fence any other rmdir placed here
+	// meanwhile would refuse the Txn, a Raft write each time.
+	plan.txn.NsGuard, plan.txn.NsEpoch = false, 0
 	plan.again = func(res *metapb.TxnResult) bool {
 		// The name changed since the lookup: look again.
 		switch metapb.Errno(res.Errno) {
