@@ -261,11 +261,15 @@ func (c childrenAnswer) add(r *metapb.OpResult) childrenAnswer {
 }
 
 // Rmdir removes the empty directory name in parent: ENOTDIR if it is not a
-// directory, ENOTEMPTY if it has names. Order: fence the directory on every
-// partition, check each holds no child, DeleteDentry (expect a directory),
-// Link -2 and Evict on its home, TouchDir -1 on the parent, unfence. When
-// the name's partition is the directory's home (rmdirOwnerLast), that
-// partition's fence and check ride in the Txn that deletes the name.
+// directory, ENOTEMPTY if it has names. It is one request when the name's
+// partition also homes the directory (PATH_OP_RMDIR: that partition runs
+// the protocol below itself); otherwise, or when that partition leaves it
+// to the client (rmdirAnswer), the client runs it. Order: fence the
+// directory on every partition, check each holds no child, DeleteDentry
+// (expect a directory), Link -2 and Evict on its home, TouchDir -1 on the
+// parent, unfence. When the name's partition is the directory's home
+// (rmdirOwnerLast), that partition's fence and check ride in the Txn that
+// deletes the name.
 func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 	const op = "rmdir"
 	ctx, cancel := v.opCtx(ctx)

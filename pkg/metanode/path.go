@@ -397,7 +397,7 @@ func (s *service) planName(p *partition, mp *metapartition.Partition, req *metap
 	case metapb.PathOp_PATH_OP_UNLINK:
 		return s.planUnlink(mp, req, base, dir, name, cred)
 	case metapb.PathOp_PATH_OP_RMDIR:
-		return s.planRmdir(p, mp, req, base, dir, name, cred)
+		return s.planRmdir(mp, req, base, dir, name, cred)
 	}
 	d, in, le := mp.Lookup(dir.Ino, name)
 	if le != metapb.OK {

@@ -66,7 +66,7 @@ func newFenceToken() uint64 {
 // planRmdir is the rmdir step with the parent resolved here. A retry of
 // an rmdir whose Txn applied is answered from the remembered result (its
 // TouchDir is sent again; its op id makes that a no-op).
-func (s *service) planRmdir(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, name string, cred perm.Cred) pathPlan {
+func (s *service) planRmdir(mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, name string, cred perm.Cred) pathPlan {
 	var d *metapb.Dentry
 	retry := false
 	if res, ok := mp.Answered(req.RequestId); ok && len(res.GetResults()) > 1 {

@@ -16,8 +16,8 @@ import (
 // on other partitions than the one its Txn changes, which that partition
 // sends after the Txn applied, so that the client sends one request (a
 // rename within one directory, an rmdir). They are the follow-ups of
-// followup.go in a general form: each group of consecutive steps homed on
-// one partition is one Txn with a request id derived from the client's
+// followup.go in a general form: each group of consecutive steps on one
+// inode is one Txn on its home, with a request id derived from the client's
 // (FollowUpID(request_id, FollowUpThen + first step)), so a retried
 // request, or the client running a group the partition could not deliver,
 // never applies a step twice.
