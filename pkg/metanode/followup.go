@@ -279,7 +279,7 @@ func (s *service) goFollowUp(ctx context.Context, p *partition, step string, ino
 }
 
 func (s *service) followUpTxn(ctx context.Context, p *partition, step string, ino uint64, txn *metapb.Txn) (*metapb.TxnResult, error) {
-	return s.followUpAt(ctx, p, step, txn, func(ctx context.Context) (*pb.Partition, error) {
+	return s.followUpAt(ctx, step, txn, func(ctx context.Context) (*pb.Partition, error) {
 		return s.h.peers.home(ctx, p.volume, ino)
 	})
 }
@@ -287,7 +287,7 @@ func (s *service) followUpTxn(ctx context.Context, p *partition, step string, in
 // followUpAt runs txn on the partition locate finds (again after every
 // failure: the map may have moved it), retrying while no leader answers,
 // until ctx ends (followUpTimeout at most without a deadline).
-func (s *service) followUpAt(ctx context.Context, p *partition, step string, txn *metapb.Txn, locate func(context.Context) (*pb.Partition, error)) (*metapb.TxnResult, error) {
+func (s *service) followUpAt(ctx context.Context, step string, txn *metapb.Txn, locate func(context.Context) (*pb.Partition, error)) (*metapb.TxnResult, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, followUpTimeout)

@@ -24,6 +24,7 @@ import (
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/membership"
+	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/multiraft"
@@ -60,9 +61,9 @@ type Host struct {
 	log     *slog.Logger
 	metrics *metrics
 	peers   *peers
-	layouts layoutCache // parents' layout attributes for creates (layout.go)
-	quotas  quotaTable  // the cluster's directory quotas (quota.go)
-	lifts   liftBatch   // fence lifts done rmdirs owe (rmdir.go)
+	layouts layoutCache              // parents' layout attributes for creates (layout.go)
+	quotas  quotaTable               // the cluster's directory quotas (quota.go)
+	lifts   *metaclient.UnfenceBatch // fence lifts done rmdirs owe (rmdir.go)
 
 	mu      sync.RWMutex
 	parts   map[uint64]*partition
@@ -161,6 +162,7 @@ func New(env node.Env, opts Options) (*Host, error) {
 	}
 	h.peers = newPeers(h)
 	h.metrics = newMetrics(env.Registry, h)
+	h.lifts = newLiftBatch(h)
 	metapb.RegisterMetaNodeServer(env.RPC, &service{h: h})
 	if opts.CollectInterval >= 0 {
 		h.wg.Add(1)

@@ -254,7 +254,7 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	var fenced *rmdirFence
 	defer func() {
 		if fenced != nil {
-			s.liftNow(p, fenced.dir, fenced.token, append(fenced.others, p.id))
+			s.liftNow(fenced.dir, fenced.token, append(fenced.others, p.id))
 		}
 	}()
 	for round := 0; round < maxPathRounds; round++ {
@@ -284,7 +284,7 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 					plan.txn.Ops[0].GetFence().Token = f.token
 				} else {
 					if fenced != nil {
-						s.liftNow(p, fenced.dir, fenced.token, append(fenced.others, p.id))
+						s.liftNow(fenced.dir, fenced.token, append(fenced.others, p.id))
 						fenced = nil
 					}
 					if resp := s.fenceOthers(ctx, p, req, f); resp != nil {
@@ -299,7 +299,7 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 				// nobody reaches; they are lifted in a batch. Otherwise the
 				// deferred lift runs (harmless after an rmdir that did
 				// apply).
-				s.oweLifts(p, f.dir, f.token, append(f.others, p.id))
+				s.h.lifts.Owe(append(f.others, p.id), f.dir, f.token)
 				fenced = nil
 			}
 			if err != nil {

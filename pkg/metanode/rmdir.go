@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/nsreplica"
@@ -28,8 +30,8 @@ import (
 // appears on a fenced partition between its answer and the delete. After
 // the Txn the fences only refuse names under a directory nobody can reach
 // (inode numbers are not reused): they are lifted in batches with other
-// rmdirs' (liftBatch), one Txn per partition. The parent's TouchDir (nlink
-// -1) follows the Txn (followup.go).
+// rmdirs' (metaclient.UnfenceBatch), one Txn per partition. The parent's
+// TouchDir (nlink -1) follows the Txn (followup.go).
 //
 // A directory homed elsewhere, a partition that does not say whether it
 // lists names (an earlier version), a set of partitions that changed
@@ -37,13 +39,8 @@ import (
 // EBUSY, with every fence placed lifted: the client then runs its own
 // protocol, which waits for held fences.
 
-const (
-	// liftDelay is how long owed fence lifts wait for others to join
-	// their batch.
-	liftDelay = 20 * time.Millisecond
-	// liftTimeout bounds one batch of lifts; a fence not lifted lapses.
-	liftTimeout = 5 * time.Second
-)
+// liftTimeout bounds a lift of fences; a fence not lifted lapses.
+const liftTimeout = 5 * time.Second
 
 // rmdirFence is the part of an rmdir plan that runs before its Txn: the
 // fences on the volume's other partitions.
@@ -164,7 +161,7 @@ func (s *service) fenceOthers(ctx context.Context, p *partition, req *metapb.Pat
 		go func() {
 			defer wg.Done()
 			txn := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: f.dir, Token: f.token}}}}}
-			answers[i].res, answers[i].err = s.followUpOn(ctx, p, "rmdir_fence", id, txn)
+			answers[i].res, answers[i].err = s.followUpOn(ctx, "rmdir_fence", id, txn)
 		}()
 	}
 	wg.Wait()
@@ -197,7 +194,7 @@ func (s *service) fenceOthers(ctx context.Context, p *partition, req *metapb.Pat
 	default:
 		return nil
 	}
-	s.liftNow(p, f.dir, f.token, f.others)
+	s.liftNow(f.dir, f.token, f.others)
 	return resp
 }
 
@@ -210,15 +207,15 @@ func sameSet(ids, others []uint64, self uint64) bool {
 
 // followUpOn runs txn on meta partition id, as followUpTxn does on an
 // inode's home.
-func (s *service) followUpOn(ctx context.Context, p *partition, step string, id uint64, txn *metapb.Txn) (*metapb.TxnResult, error) {
-	return s.followUpAt(ctx, p, step, txn, func(ctx context.Context) (*pb.Partition, error) {
+func (s *service) followUpOn(ctx context.Context, step string, id uint64, txn *metapb.Txn) (*metapb.TxnResult, error) {
+	return s.followUpAt(ctx, step, txn, func(ctx context.Context) (*pb.Partition, error) {
 		return s.h.peers.partition(ctx, id)
 	})
 }
 
 // liftNow lifts the fences (dir, token) on partitions ids at once: the
 // rmdir did not happen, so the directory must take names again.
-func (s *service) liftNow(p *partition, dir, token uint64, ids []uint64) {
+func (s *service) liftNow(dir, token uint64, ids []uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), liftTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -227,75 +224,28 @@ func (s *service) liftNow(p *partition, dir, token uint64, ids []uint64) {
 		go func() {
 			defer wg.Done()
 			txn := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Unfence{Unfence: &metapb.Unfence{Parent: dir, Token: token}}}}}
-			_, _ = s.followUpOn(ctx, p, "rmdir_unfence", id, txn)
+			_, _ = s.followUpOn(ctx, "rmdir_unfence", id, txn)
 		}()
 	}
 	wg.Wait()
 }
 
-// liftBatch collects the fence lifts that done rmdirs owe, per partition,
-// and sends them a moment later, one Txn per partition.
-type liftBatch struct {
-	mu        sync.Mutex
-	owed      map[uint64][]*metapb.Op
-	scheduled bool
-}
-
-// oweLifts queues the lifts of (dir, token) on partitions ids.
-func (s *service) oweLifts(p *partition, dir, token uint64, ids []uint64) {
-	b := &s.h.lifts
-	b.mu.Lock()
-	if b.owed == nil {
-		b.owed = map[uint64][]*metapb.Op{}
+// newLiftBatch is the host's batch of fence lifts its done rmdirs owe
+// (metaclient.UnfenceBatch), sent as follow-ups.
+func newLiftBatch(h *Host) *metaclient.UnfenceBatch {
+	s := &service{h: h}
+	return &metaclient.UnfenceBatch{
+		Send: func(ctx context.Context, part uint64, ops []*metapb.Op) error {
+			res, err := s.followUpOn(ctx, "rmdir_unfence", part, &metapb.Txn{Ops: ops})
+			if err == nil && res.GetErrno() != 0 {
+				err = fmt.Errorf("unfence on meta partition %d: errno %d: %s", part, res.GetErrno(), res.GetMessage())
+			}
+			return err
+		},
+		// Not tracked by h.wg: an rmdir may end while the host stops,
+		// and the flush is cut short by Stop (what is left lapses).
+		Go:      func(fn func()) { go fn() },
+		Stop:    h.stop,
+		Timeout: liftTimeout,
 	}
-	for _, id := range ids {
-		b.owed[id] = append(b.owed[id], &metapb.Op{Op: &metapb.Op_Unfence{Unfence: &metapb.Unfence{Parent: dir, Token: token}}})
-	}
-	start := !b.scheduled
-	b.scheduled = true
-	b.mu.Unlock()
-	if start {
-		s.h.wg.Add(1)
-		go func() {
-			defer s.h.wg.Done()
-			s.flushLifts(p)
-		}()
-	}
-}
-
-// flushLifts waits liftDelay (less when the host stops) and sends every
-// owed lift, partitions side by side, at most maxOpsPerTxn per Txn. A Txn
-// refused (one fence lapsed and another took it) is retried one lift at a
-// time; what still fails lapses.
-func (s *service) flushLifts(p *partition) {
-	select {
-	case <-s.h.stop:
-	case <-time.After(liftDelay):
-	}
-	b := &s.h.lifts
-	b.mu.Lock()
-	owed := b.owed
-	b.owed, b.scheduled = nil, false
-	b.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), liftTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for id, ops := range owed {
-		for len(ops) > 0 {
-			batch := ops[:min(len(ops), maxOpsPerTxn)]
-			ops = ops[len(batch):]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err := s.followUpOn(ctx, p, "rmdir_unfence", id, &metapb.Txn{Ops: batch})
-				if err != nil || res.GetErrno() == 0 || len(batch) == 1 {
-					return
-				}
-				for _, op := range batch {
-					_, _ = s.followUpOn(ctx, p, "rmdir_unfence", id, &metapb.Txn{Ops: []*metapb.Op{op}})
-				}
-			}()
-		}
-	}
-	wg.Wait()
 }
