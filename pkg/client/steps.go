@@ -27,39 +27,42 @@ type homedOp struct {
 // applied nothing). It returns the Txn's result (dops' results first) and
 // the homed ops it did not run, in order, for the caller to run on their
 // homes.
-func (v *Volume) nameStep(ctx context.Context, op string, parent uint64, name string, dops []*metapb.Op, homed []homedOp) (*metapb.TxnResult, []homedOp, error) {
-	for {
-		w := v.current()
-		p, err := w.route(parent, name)
-		if err != nil {
-			return nil, nil, &Error{Op: op, Errno: syscall.EIO, Err: err}
-		}
-		ops, rest := fold(w, p.GetId(), dops, homed)
-		res, err := v.txn(ctx, op, pinned(p.GetId(), nameKey{parent, name}), ops...)
-		if errors.Is(err, errReplan) {
-			continue
-		}
-		return res, rest, err
-	}
+func (v *Volume) nameStep(ctx context.Context, op string, parent uint64, name string, dops []*metapb.Op, homed []homedOp) (res *metapb.TxnResult, rest []homedOp, err error) {
+	err = v.onNamePartition(op, parent, name, dops, homed, func(pick picker, ops []*metapb.Op, r []homedOp) (err error) {
+		rest = r
+		res, err = v.txn(ctx, op, pick, ops...)
+		return err
+	})
+	return res, rest, err
 }
 
 // nameStepThen is nameStep whose homed ops on other partitions go with the
 // Txn as its then steps (txnThen): the partition sends them, and the
 // client sends one request. It returns the Txn's result and the results of
 // the then steps.
-func (v *Volume) nameStepThen(ctx context.Context, op string, parent uint64, name string, dops []*metapb.Op, homed []homedOp) (*metapb.TxnResult, []*metapb.OpResult, error) {
+func (v *Volume) nameStepThen(ctx context.Context, op string, parent uint64, name string, dops []*metapb.Op, homed []homedOp) (res *metapb.TxnResult, then []*metapb.OpResult, err error) {
+	err = v.onNamePartition(op, parent, name, dops, homed, func(pick picker, ops []*metapb.Op, rest []homedOp) (err error) {
+		res, then, err = v.txnThen(ctx, op, pick, ops, rest)
+		return err
+	})
+	return res, then, err
+}
+
+// onNamePartition plans a name step under the current view (the name's
+// partition, dops with the homed ops it homes folded in, the other homed
+// ops) and sends it with send, planning again while the routing changed
+// before the Txn applied (errReplan).
+func (v *Volume) onNamePartition(op string, parent uint64, name string, dops []*metapb.Op, homed []homedOp, send func(pick picker, ops []*metapb.Op, rest []homedOp) error) error {
 	for {
 		w := v.current()
 		p, err := w.route(parent, name)
 		if err != nil {
-			return nil, nil, &Error{Op: op, Errno: syscall.EIO, Err: err}
+			return &Error{Op: op, Errno: syscall.EIO, Err: err}
 		}
 		ops, rest := fold(w, p.GetId(), dops, homed)
-		res, then, err := v.txnThen(ctx, op, pinned(p.GetId(), nameKey{parent, name}), ops, rest)
-		if errors.Is(err, errReplan) {
-			continue
+		if err := send(pinned(p.GetId(), nameKey{parent, name}), ops, rest); !errors.Is(err, errReplan) {
+			return err
 		}
-		return res, then, err
 	}
 }
 
