@@ -490,7 +490,15 @@ func (s *service) planCreate(p *partition, mp *metapartition.Partition, req *met
 // again); done builds the answer of a success, a refusal names the path
 // and the resolved parent.
 func guardedPlan(mp *metapartition.Partition, req *metapb.PathRequest, what string, parent uint64, ops []*metapb.Op, done func(*metapb.TxnResult) *metapb.PathResponse) pathPlan {
-	txn := &metapb.Txn{Ops: ops, RequestId: req.RequestId, NsEpoch: mp.NsEpoch(), NsGuard: true}
+	plan := txnPlan(req, what, parent, ops, done)
+	plan.txn.NsEpoch, plan.txn.NsGuard = mp.NsEpoch(), true
+	return plan
+}
+
+// txnPlan proposes ops as the request's Txn, unguarded; done and the
+// answer of a refusal are guardedPlan's.
+func txnPlan(req *metapb.PathRequest, what string, parent uint64, ops []*metapb.Op, done func(*metapb.TxnResult) *metapb.PathResponse) pathPlan {
+	txn := &metapb.Txn{Ops: ops, RequestId: req.RequestId}
 	return pathPlan{txn: txn, build: func(res *metapb.TxnResult) *metapb.PathResponse {
 		if res.Errno != 0 {
 			r := pathErr(metapb.Errno(res.Errno), req.Path, "%s: %s", what, res.Message)

@@ -98,7 +98,13 @@ func (s *service) planRmdir(mp *metapartition.Partition, req *metapb.PathRequest
 	} else {
 		follow.touch = &metapb.TouchDir{Ino: dir.Ino, NlinkDelta: -1, OpId: req.OpId}
 	}
-	plan := guardedPlan(mp, req, "rmdir", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
+	// No namespace epoch guard: the DeleteDentry expects the directory and
+	// the fence checks emptiness, and the path was resolved against the
+	// replica's state when the request started (a rename or rmdir of an
+	// ancestor finished before it is seen), as the client's resolution and
+	// rmdir by inode did. Guarded, every fence any other rmdir placed here
+	// meanwhile would refuse the Txn, a Raft write each time.
+	plan := txnPlan(req, "rmdir", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
 		base.Dentry = d
 		for _, r := range res.GetResults() {
 			if in := r.GetInode(); in.GetIno() == dir.Ino {
@@ -107,13 +113,6 @@ func (s *service) planRmdir(mp *metapartition.Partition, req *metapb.PathRequest
 		}
 		return base
 	})
-	// No namespace epoch guard: the DeleteDentry expects the directory and
-	// the fence checks emptiness, and the path was resolved against the
-	// replica's state when the request started (a rename or rmdir of an
-	// ancestor finished before it is seen), as the client's resolution and
-	// rmdir by inode did. Guarded, every fence any other rmdir placed here
-	// meanwhile would refuse the Txn, a Raft write each time.
-	plan.txn.NsGuard, plan.txn.NsEpoch = false, 0
 	plan.again = func(res *metapb.TxnResult) bool {
 		// The name changed since the lookup: look again.
 		switch metapb.Errno(res.Errno) {
@@ -149,22 +148,9 @@ func (s *service) fenceOthers(ctx context.Context, p *partition, req *metapb.Pat
 	if err != nil || !slices.Contains(all, p.id) {
 		return pathErr(metapb.EXDEV, req.Path, "rmdir: the volume's partitions are not known here")
 	}
-	f.others = slices.DeleteFunc(all, func(id uint64) bool { return id == p.id })
-	type answer struct {
-		res *metapb.TxnResult
-		err error
-	}
-	answers := make([]answer, len(f.others))
-	var wg sync.WaitGroup
-	for i, id := range f.others {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			txn := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: f.dir, Token: f.token}}}}}
-			answers[i].res, answers[i].err = s.followUpOn(ctx, "rmdir_fence", id, txn)
-		}()
-	}
-	wg.Wait()
+	f.others = slices.DeleteFunc(slices.Clone(all), func(id uint64) bool { return id == p.id })
+	txn := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: f.dir, Token: f.token}}}}}
+	answers := s.sendEach(ctx, "rmdir_fence", f.others, txn)
 	some, unknown, busy := false, false, false
 	for _, a := range answers {
 		switch {
@@ -179,7 +165,7 @@ func (s *service) fenceOthers(ctx context.Context, p *partition, req *metapb.Pat
 		}
 	}
 	if !some && !unknown && !busy {
-		if now, err := s.volumeParts(ctx, p.volume); err != nil || !sameSet(now, f.others, p.id) {
+		if now, err := s.volumeParts(ctx, p.volume); err != nil || !slices.Equal(now, all) {
 			unknown = true // the partitions changed under the fences
 		}
 	}
@@ -198,13 +184,6 @@ func (s *service) fenceOthers(ctx context.Context, p *partition, req *metapb.Pat
 	return resp
 }
 
-// sameSet reports whether ids (sorted) are exactly others and self.
-func sameSet(ids, others []uint64, self uint64) bool {
-	want := append(slices.Clone(others), self)
-	slices.Sort(want)
-	return slices.Equal(ids, want)
-}
-
 // followUpOn runs txn on meta partition id, as followUpTxn does on an
 // inode's home.
 func (s *service) followUpOn(ctx context.Context, step string, id uint64, txn *metapb.Txn) (*metapb.TxnResult, error) {
@@ -218,16 +197,30 @@ func (s *service) followUpOn(ctx context.Context, step string, id uint64, txn *m
 func (s *service) liftNow(dir, token uint64, ids []uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), liftTimeout)
 	defer cancel()
+	txn := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Unfence{Unfence: &metapb.Unfence{Parent: dir, Token: token}}}}}
+	s.sendEach(ctx, "rmdir_unfence", ids, txn)
+}
+
+// sentTxn is one partition's answer to sendEach.
+type sentTxn struct {
+	res *metapb.TxnResult
+	err error
+}
+
+// sendEach runs txn on each of partitions ids as a follow-up, side by
+// side, and returns their answers in the order of ids.
+func (s *service) sendEach(ctx context.Context, step string, ids []uint64, txn *metapb.Txn) []sentTxn {
+	answers := make([]sentTxn, len(ids))
 	var wg sync.WaitGroup
-	for _, id := range ids {
+	for i, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			txn := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Unfence{Unfence: &metapb.Unfence{Parent: dir, Token: token}}}}}
-			_, _ = s.followUpOn(ctx, "rmdir_unfence", id, txn)
+			answers[i].res, answers[i].err = s.followUpOn(ctx, step, id, txn)
 		}()
 	}
 	wg.Wait()
+	return answers
 }
 
 // newLiftBatch is the host's batch of fence lifts its done rmdirs owe
