@@ -45,7 +45,7 @@ func (v *Volume) Unlink(ctx context.Context, parent uint64, name string) error {
 	default:
 		return errnoErr(op, e, "%d/%q: %s", parent, name, resp.GetMessage())
 	}
-	v.afterUnlink(ctx, op, req, resp)
+	v.afterUnlink(ctx, op, req, resp, resp.GetDentry().GetIno())
 	if resp.GetParentTouched() {
 		noteAttrs(ctx, resp.GetParentAttrs())
 	}
@@ -70,13 +70,13 @@ func (v *Volume) keepOpen(req *metapb.PathRequest) {
 	}
 }
 
-// afterUnlink runs what an unlink's partition reported undone: the Link -1
-// of the inode (with the request id the partition used), the Evict at 0
+// afterUnlink runs what an unlink's partition reported undone (or a
+// rename's, for the inode it replaced): the Link -1 of inode ino (with the
+// request id the partition used), the Evict at 0
 // links (deferred to the last Close of a file open here), the parent's
 // TouchDir (same op id). Failures leave a link count too high or a stale
 // parent (see the relaxations).
-func (v *Volume) afterUnlink(ctx context.Context, op string, req *metapb.PathRequest, resp *metapb.PathResponse) {
-	ino := resp.GetDentry().GetIno()
+func (v *Volume) afterUnlink(ctx context.Context, op string, req *metapb.PathRequest, resp *metapb.PathResponse, ino uint64) {
 	switch {
 	case !resp.GetLinkDropped():
 		id := metapb.FollowUpID(req.RequestId, metapb.FollowUpLink)

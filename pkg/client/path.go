@@ -450,7 +450,7 @@ func (v *Volume) UnlinkPath(ctx context.Context, path string, cred Cred) error {
 	if err != nil {
 		return err
 	}
-	v.afterUnlink(ctx, op, req, r.resp)
+	v.afterUnlink(ctx, op, req, r.resp, r.resp.GetDentry().GetIno())
 	return nil
 }
 
@@ -528,6 +528,22 @@ func (v *Volume) RenamePath(ctx context.Context, oldPath, newPath string, cred C
 	const op = "rename"
 	ctx, cancel := v.opCtx(ctx)
 	defer cancel()
+	if newName, ok := sameDirRename(oldPath, newPath); ok {
+		// One request: the old name's partition checks the parent's
+		// permissions and runs the rename (PATH_OP_RENAME), unless it
+		// leaves it to the client.
+		req := &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_RENAME, NewName: []byte(newName), Cred: credPB(cred), RequestId: newID(), OpId: newID()}
+		v.keepOpen(req)
+		r, err := v.resolve(ctx, op, oldPath, false, req)
+		switch {
+		case r == nil && err != nil:
+			return err
+		case r != nil:
+			if done, err := v.renameAnswer(ctx, op, r.resp.GetParent(), req, r.resp); done {
+				return err
+			}
+		}
+	}
 	ro, in, err := v.lookupPath(ctx, op, oldPath, false, 0, cred)
 	if err != nil {
 		return err
@@ -557,6 +573,24 @@ func (v *Volume) RenamePath(ctx context.Context, oldPath, newPath string, cred C
 	}
 	ctx = WithRenameHints(ctx, &NameHint{Ino: in.GetIno(), Mode: in.GetType().ModeBits()}, dstHint)
 	return v.Rename(ctx, ro.resp.GetParent(), ro.name, rn.resp.GetParent(), rn.name, 0)
+}
+
+// sameDirRename reports whether oldPath and newPath name two names in one
+// directory, by the same path (so that one resolution finds both), and
+// returns the new name.
+func sameDirRename(oldPath, newPath string) (string, bool) {
+	oc, otrail, oe := nsreplica.Split(oldPath)
+	nc, ntrail, ne := nsreplica.Split(newPath)
+	n := len(oc)
+	if oe != 0 || ne != 0 || otrail || ntrail || n == 0 || len(nc) != n || !slices.Equal(oc[:n-1], nc[:n-1]) {
+		return "", false
+	}
+	switch last := nc[n-1]; {
+	case oc[n-1] == "..", last == "..", last == ".", oc[n-1] == ".":
+		return "", false
+	default:
+		return last, true
+	}
 }
 
 // LinkPath gives the file oldPath names the additional name newPath.

@@ -37,7 +37,15 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 	if err := checkName(op, newName); err != nil {
 		return err
 	}
-	if h := hintsFor(ctx, oldParent, newParent, flags); h.src != nil || h.dst != nil {
+	h := hintsFor(ctx, oldParent, newParent, flags)
+	if oldParent == newParent && flags == 0 && (h.src == nil || !isDirType(h.src.GetType())) {
+		// One request: the old name's partition runs it, unless it
+		// leaves it to the client (a directory, for one).
+		if done, err := v.renameOnServer(ctx, op, oldParent, oldName, newName); done {
+			return err
+		}
+	}
+	if h.src != nil || h.dst != nil {
 		err := replanned(ctx, op, func() error { return v.rename(ctx, oldParent, oldName, newParent, newName, flags, h) })
 		if !staleHint(err) {
 			return err
@@ -379,4 +387,52 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		}
 	}
 	return nil
+}
+
+// renameOnServer asks the partition of the old name to run a rename within
+// directory parent (PATH_OP_RENAME): one request, whatever partitions the
+// names route to. done is false when the partition left the rename to the client,
+// having changed nothing: EXDEV (a directory, an inode homed elsewhere, a
+// sticky check it cannot make there, a name that changed meanwhile) or
+// EINVAL (a node of an earlier version, which does not know the
+// operation; the names were checked here).
+func (v *Volume) renameOnServer(ctx context.Context, op string, parent uint64, oldName, newName string) (done bool, err error) {
+	req := &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_RENAME, NewName: []byte(newName), RequestId: newID(), OpId: newID()}
+	v.keepOpen(req)
+	resp, err := v.nameReq(ctx, op, parent, oldName, req)
+	if err != nil {
+		return true, err
+	}
+	return v.renameAnswer(ctx, op, parent, req, resp)
+}
+
+// renameAnswer reads the answer to a rename a partition ran
+// (renameOnServer, RenamePath) and sends what it reported undone: the
+// replaced inode's Link -1 (and Evict at 0), the parent's TouchDir.
+func (v *Volume) renameAnswer(ctx context.Context, op string, parent uint64, req *metapb.PathRequest, resp *metapb.PathResponse) (done bool, err error) {
+	switch e := syscall.Errno(resp.GetErrno()); e {
+	case 0:
+	case syscall.EXDEV, syscall.EINVAL:
+		return false, nil
+	case syscall.ENOENT:
+		if req.ParentIno != 0 {
+			if err := v.checkDir(ctx, op, parent); err != nil {
+				return true, err
+			}
+		}
+		return true, errnoErr(op, e, "%q: %s", req.Path, resp.GetMessage())
+	default:
+		return true, errnoErr(op, e, "%q: %s", req.Path, resp.GetMessage())
+	}
+	noteChanging(ctx, resp.GetDentry().GetIno())
+	if ino := resp.GetReplaced(); ino != 0 {
+		noteChanging(ctx, ino)
+		v.afterUnlink(ctx, op, req, resp, ino)
+	} else if p := resp.GetParent(); !resp.GetParentTouched() && p != 0 {
+		_, _ = v.txn(ctx, op, byIno(p), opTouchDir(p, 0, req.OpId))
+	}
+	if resp.GetParentTouched() {
+		noteAttrs(ctx, resp.GetParentAttrs())
+	}
+	return true, nil
 }

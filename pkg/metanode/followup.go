@@ -79,6 +79,9 @@ type followUp struct {
 	unlinkIno  uint64
 	remoteLink bool
 	keep       bool
+	// ctimeIno is a renamed inode homed elsewhere, whose ctime its home
+	// sets after the Txn.
+	ctimeIno uint64
 }
 
 // stepResult is a follow-up's outcome: the Txn's result, or why it did
@@ -166,8 +169,20 @@ func (s *service) runPlan(ctx context.Context, p *partition, req *metapb.PathReq
 	if f.touch != nil && touched == nil {
 		touched = s.goFollowUp(ctx, p, "touch_dir", f.touch.Ino, &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_TouchDir{TouchDir: f.touch}}}})
 	}
+	var ctimed <-chan stepResult
+	if ino := f.ctimeIno; ino != 0 {
+		ctimed = s.goFollowUp(ctx, p, "ctime", ino, &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: ino}}}},
+			RequestId: metapb.FollowUpID(req.RequestId, metapb.FollowUpCtime)})
+	}
 	if f.unlinkIno != 0 {
 		s.finishUnlink(ctx, p, req, f, resp)
+	}
+	if ctimed != nil {
+		if t := <-ctimed; t.err != nil {
+			// The home did not answer within the request's time: the
+			// rename stands, its inode keeps its old ctime.
+			s.h.log.Debug("renamed inode's ctime not set", "partition", p.id, "ino", f.ctimeIno, "err", t.err)
+		}
 	}
 	if touched == nil {
 		return resp, false, nil

@@ -31,6 +31,14 @@ type twoParts struct {
 
 func newTwoParts(t *testing.T) *twoParts {
 	t.Helper()
+	return newTwoPartsRouted(t, true)
+}
+
+// newTwoPartsRouted is newTwoParts whose partitions get the volume's
+// routing only if routed (else they accept every name, as a new volume's
+// do until the master's first push).
+func newTwoPartsRouted(t *testing.T, routed bool) *twoParts {
+	t.Helper()
 	p1 := &pb.Partition{Id: 1, Kind: pb.PartitionKind_PARTITION_KIND_META, Replicas: []uint64{1, 2, 3}, InodeStart: 1, InodeEnd: 1 << 20, VolumeId: 7}
 	p2 := &pb.Partition{Id: 2, Kind: pb.PartitionKind_PARTITION_KIND_META, Replicas: []uint64{1, 2, 3}, InodeStart: 1<<20 + 1, VolumeId: 7}
 	var c *testCluster
@@ -52,6 +60,9 @@ func newTwoParts(t *testing.T) *twoParts {
 	tp.ctx, tp.cancel = context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(tp.cancel)
 	waitRoot(t, tp.ctx, tp.mc, p1)
+	if !routed {
+		return tp
+	}
 	for _, p := range []*pb.Partition{p1, p2} {
 		set := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_SetRouting{SetRouting: &metapb.SetRouting{
 			Self: p.Id, Current: &metapb.Routing{Version: 1, SlotOwners: []uint64{1, 2}}}}}}}

@@ -88,6 +88,9 @@ type pathPlan struct {
 	// rmdir are an rmdir's fences on the other partitions, placed before
 	// the Txn (rmdir.go).
 	rmdir *rmdirFence
+	// rename is a rename's new name on another partition, placed before
+	// the Txn (rename.go).
+	rename *renamePlace
 }
 
 // Path serves the path operations; see metapb.PathRequest. Besides
@@ -218,12 +221,15 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	}
 	switch req.Op {
 	case metapb.PathOp_PATH_OP_LOOKUP:
-	case metapb.PathOp_PATH_OP_CREATE, metapb.PathOp_PATH_OP_UNLINK, metapb.PathOp_PATH_OP_RMDIR:
+	case metapb.PathOp_PATH_OP_CREATE, metapb.PathOp_PATH_OP_UNLINK, metapb.PathOp_PATH_OP_RMDIR, metapb.PathOp_PATH_OP_RENAME:
 		if req.ParentIno == 0 && (len(comps) == 0 || comps[len(comps)-1] == "..") {
 			return nil, pathErr(metapb.EINVAL, req.Path, "%v needs a name as the last component", req.Op), nil
 		}
 		if req.Op == metapb.PathOp_PATH_OP_CREATE && req.Create == nil {
 			return nil, pathErr(metapb.EINVAL, req.Path, "create without the inode to create"), nil
+		}
+		if req.Op == metapb.PathOp_PATH_OP_RENAME && len(req.NewName) == 0 {
+			return nil, pathErr(metapb.EINVAL, req.Path, "rename without a new name"), nil
 		}
 	default:
 		return nil, pathErr(metapb.EINVAL, req.Path, "unknown path operation %v", req.Op), nil
@@ -293,7 +299,18 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 					fenced = f
 				}
 			}
+			if r := plan.rename; r != nil {
+				if resp := s.placeNew(ctx, p, req, r); resp != nil {
+					return p, resp, nil
+				}
+				if d := r.dst; d != nil {
+					plan.follow.unlinkIno, plan.follow.keep, plan.follow.remoteLink = d.GetIno(), r.keep, true
+				}
+			}
 			resp, again, err := s.runPlan(ctx, p, req, &plan)
+			if r := plan.rename; r != nil && err == nil && !again && resp.GetErrno() != 0 {
+				resp, again = s.renameRefused(ctx, p, req, r, resp)
+			}
 			if f := plan.rmdir; f != nil && err == nil && !again && resp.GetErrno() == 0 {
 				// Removed: the fences only refuse names under a directory
 				// nobody reaches; they are lifted in a batch. Otherwise the
@@ -398,6 +415,8 @@ func (s *service) planName(p *partition, mp *metapartition.Partition, req *metap
 		return s.planUnlink(mp, req, base, dir, name, cred)
 	case metapb.PathOp_PATH_OP_RMDIR:
 		return s.planRmdir(mp, req, base, dir, name, cred)
+	case metapb.PathOp_PATH_OP_RENAME:
+		return s.planRename(p, mp, req, base, dir, name, cred)
 	}
 	d, in, le := mp.Lookup(dir.Ino, name)
 	if le != metapb.OK {

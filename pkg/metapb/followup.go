@@ -11,6 +11,9 @@ const (
 	// FollowUpUndo takes a create back when the parent's TouchDir found
 	// the parent removed.
 	FollowUpUndo = 3
+	// FollowUpCtime sets the ctime of a renamed inode homed on another
+	// partition than its old name's.
+	FollowUpCtime = 4
 	// FollowUpThen + i is the group of TxnRequest.then steps whose first
 	// step has index i.
 	FollowUpThen = 16

@@ -286,6 +286,16 @@ const (
 	// elsewhere, or a partition did not say) and EBUSY (another operation
 	// holds the directory) for the client to run its own protocol.
 	PathOp_PATH_OP_RMDIR PathOp = 4
+	// RENAME renames the last component to new_name in the same directory
+	// (rename(2) without flags), run by the partition the old name routes to:
+	// it places the new name first (on its own partition, or on the new
+	// name's, server to server), then deletes the old name in its own Txn,
+	// taking the new name back if that fails; then the parent's TouchDir and
+	// the Link -1 of a replaced inode follow as for UNLINK (parent_touched,
+	// link_dropped). It answers EXDEV when the protocol does not apply (a
+	// directory, an inode homed elsewhere, a sticky directory with a name to
+	// replace) for the client to run its own.
+	PathOp_PATH_OP_RENAME PathOp = 5
 )
 
 // Enum value maps for PathOp.
@@ -296,6 +306,7 @@ var (
 		2: "PATH_OP_CREATE",
 		3: "PATH_OP_UNLINK",
 		4: "PATH_OP_RMDIR",
+		5: "PATH_OP_RENAME",
 	}
 	PathOp_value = map[string]int32{
 		"PATH_OP_UNSPECIFIED": 0,
@@ -303,6 +314,7 @@ var (
 		"PATH_OP_CREATE":      2,
 		"PATH_OP_UNLINK":      3,
 		"PATH_OP_RMDIR":       4,
+		"PATH_OP_RENAME":      5,
 	}
 )
 
@@ -4709,6 +4721,8 @@ type PathRequest struct {
 	// few seconds); create.layout is ignored. The answer's layout_attr is
 	// the parent's attribute, for a new directory to copy.
 	InheritLayout bool `protobuf:"varint,13,opt,name=inherit_layout,json=inheritLayout,proto3" json:"inherit_layout,omitempty"`
+	// RENAME: the name the last component gets, in the same directory.
+	NewName       []byte `protobuf:"bytes,14,opt,name=new_name,json=newName,proto3" json:"new_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4834,6 +4848,13 @@ func (x *PathRequest) GetInheritLayout() bool {
 	return false
 }
 
+func (x *PathRequest) GetNewName() []byte {
+	if x != nil {
+		return x.NewName
+	}
+	return nil
+}
+
 type PathResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Errno       int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
@@ -4876,7 +4897,12 @@ type PathResponse struct {
 	// after its TouchDir (new mtime, ctime, nlink), so that a client that
 	// must show them next (a mount, whose kernel reads a directory's
 	// attributes again after every change in it) needs no request.
-	ParentAttrs   *Inode `protobuf:"bytes,17,opt,name=parent_attrs,json=parentAttrs,proto3" json:"parent_attrs,omitempty"`
+	ParentAttrs *Inode `protobuf:"bytes,17,opt,name=parent_attrs,json=parentAttrs,proto3" json:"parent_attrs,omitempty"`
+	// RENAME: the inode the new name named before (0: none), whose link is
+	// dropped as an unlinked name's (link_dropped, nlink, evicted; the
+	// client drops it itself with FollowUpID(request_id, FollowUpLink)
+	// when link_dropped is false). dentry is the new name.
+	Replaced      uint64 `protobuf:"varint,18,opt,name=replaced,proto3" json:"replaced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5028,6 +5054,13 @@ func (x *PathResponse) GetParentAttrs() *Inode {
 		return x.ParentAttrs
 	}
 	return nil
+}
+
+func (x *PathResponse) GetReplaced() uint64 {
+	if x != nil {
+		return x.Replaced
+	}
+	return 0
 }
 
 var File_meta_proto protoreflect.FileDescriptor
@@ -5374,7 +5407,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
 	"\x03gid\x18\x02 \x01(\rR\x03gid\x12\x16\n" +
-	"\x06groups\x18\x03 \x03(\rR\x06groups\"\xa1\x03\n" +
+	"\x06groups\x18\x03 \x03(\rR\x06groups\"\xbc\x03\n" +
 	"\vPathRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\"\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x12.cairn.meta.PathOpR\x02op\x12\x12\n" +
@@ -5391,7 +5424,8 @@ const file_meta_proto_rawDesc = "" +
 	" \x01(\x04R\tparentIno\x12\x1b\n" +
 	"\tkeep_open\x18\v \x03(\x04R\bkeepOpen\x12\x19\n" +
 	"\bkeep_all\x18\f \x01(\bR\akeepAll\x12%\n" +
-	"\x0einherit_layout\x18\r \x01(\bR\rinheritLayout\"\xd1\x04\n" +
+	"\x0einherit_layout\x18\r \x01(\bR\rinheritLayout\x12\x19\n" +
+	"\bnew_name\x18\x0e \x01(\fR\anewName\"\xed\x04\n" +
 	"\fPathResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -5412,7 +5446,8 @@ const file_meta_proto_rawDesc = "" +
 	"\aevicted\x18\x0f \x01(\bR\aevicted\x12\x1f\n" +
 	"\vlayout_attr\x18\x10 \x01(\fR\n" +
 	"layoutAttr\x124\n" +
-	"\fparent_attrs\x18\x11 \x01(\v2\x11.cairn.meta.InodeR\vparentAttrs*\xc9\x01\n" +
+	"\fparent_attrs\x18\x11 \x01(\v2\x11.cairn.meta.InodeR\vparentAttrs\x12\x1a\n" +
+	"\breplaced\x18\x12 \x01(\x04R\breplaced*\xc9\x01\n" +
 	"\bFileType\x12\x15\n" +
 	"\x11FILE_TYPE_UNKNOWN\x10\x00\x12\x15\n" +
 	"\x11FILE_TYPE_REGULAR\x10\x01\x12\x17\n" +
@@ -5442,13 +5477,14 @@ const file_meta_proto_rawDesc = "" +
 	"\x15SCAN_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SCAN_KIND_INODES\x10\x01\x12\x16\n" +
 	"\x12SCAN_KIND_DENTRIES\x10\x02\x12\x14\n" +
-	"\x10SCAN_KIND_CHUNKS\x10\x03*p\n" +
+	"\x10SCAN_KIND_CHUNKS\x10\x03*\x84\x01\n" +
 	"\x06PathOp\x12\x17\n" +
 	"\x13PATH_OP_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0ePATH_OP_LOOKUP\x10\x01\x12\x12\n" +
 	"\x0ePATH_OP_CREATE\x10\x02\x12\x12\n" +
 	"\x0ePATH_OP_UNLINK\x10\x03\x12\x11\n" +
-	"\rPATH_OP_RMDIR\x10\x042\xdd\x03\n" +
+	"\rPATH_OP_RMDIR\x10\x04\x12\x12\n" +
+	"\x0ePATH_OP_RENAME\x10\x052\xdd\x03\n" +
 	"\bMetaNode\x129\n" +
 	"\x04Path\x12\x17.cairn.meta.PathRequest\x1a\x18.cairn.meta.PathResponse\x126\n" +
 	"\x03Txn\x12\x16.cairn.meta.TxnRequest\x1a\x17.cairn.meta.TxnResponse\x12?\n" +

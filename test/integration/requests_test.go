@@ -169,9 +169,10 @@ func TestRequestsPerNameOp(t *testing.T) {
 			must("close", f.Close(ctx))
 		}
 	})
-	// Renames within the directory with the names' hints, as a mount
-	// sends them: the Txn, and a Txn on the new name's partition first
-	// when it is another (issue: at most 2).
+	// Renames within the directory, with the names' hints as a mount
+	// sends them and without: one request, which the old name's partition
+	// runs, placing the new name on its partition first when it is
+	// another (issue: at most 2).
 	eachAtMost := func(what string, limit int64, names []string, fn func(i int, name string)) {
 		t.Helper()
 		server, own := c.per(len(names), func() {
@@ -190,9 +191,17 @@ func TestRequestsPerNameOp(t *testing.T) {
 		moved[i], err = v.LookupChild(ctx, d.Ino, name+"-o")
 		must("lookup", err)
 	}
-	eachAtMost("rename in a directory", 2, names, func(i int, name string) {
+	eachAtMost("rename in a directory", 1, names, func(i int, name string) {
 		hctx := client.WithRenameHints(ctx, &client.NameHint{Ino: moved[i].Ino, Mode: moved[i].Mode}, &client.NameHint{Absent: true})
 		must("rename", v.Rename(hctx, d.Ino, name+"-o", d.Ino, name+"-m", 0))
+	})
+	eachAtMost("rename without hints", 1, names, func(i int, name string) {
+		must("rename", v.Rename(ctx, d.Ino, name+"-m", d.Ino, name+"-n", 0))
+	})
+	// Over an existing file: the replaced inode's link is dropped (and it
+	// is evicted) by its home, server to server.
+	eachAtMost("rename over a file", 1, names, func(i int, name string) {
+		must("rename", v.Rename(ctx, d.Ino, name+"-n", d.Ino, name, 0))
 	})
 	// rmdir of a directory homed on its name's partition (as mkdir makes
 	// it): one request; that partition fences the directory on the
@@ -292,9 +301,9 @@ func TestRequestsPerNameOp(t *testing.T) {
 			must("unlink", v.UnlinkPath(ctx, "/path/"+name, rootCred))
 		}
 	})
-	// The path API resolves both names (two requests) and hands them to
-	// the rename as hints.
-	eachAtMost("path rename in a directory", 4, pnames, func(i int, name string) {
+	// The path API sends the rename to the old name's partition, which
+	// resolves the directory and runs it.
+	eachAtMost("path rename in a directory", 1, pnames, func(i int, name string) {
 		must("rename", v.RenamePath(ctx, "/path/"+name+"-o", "/path/"+name+"-m", rootCred))
 	})
 	prdirs := namesAway(t, v, pa.Ino, "x", n)
@@ -497,10 +506,9 @@ func TestCreateRacingRmdir(t *testing.T) {
 var fuseCost = map[string]float64{
 	"lookup": 1, "getattr": 1, "create": 1, "mkdir": 1, "mknod": 1, "symlink": 1,
 	"unlink": 1, "open": 1, "readlink": 1, "flush": 0, "release": 0,
-	// A rename within one directory, with the names the kernel looked up
-	// just before: its Txns only (the new name's partition, the old
-	// name's, the directory's TouchDir at its home), no lookups of its own.
-	"rename": 3,
+	// A rename within one directory: one request, which the old name's
+	// partition runs.
+	"rename": 1,
 }
 
 // fuseOps reads the mount's FUSE request counts by op (every errno).

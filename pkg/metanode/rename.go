@@ -1,0 +1,387 @@
+package metanode
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnfs/cairn/pkg/clustermap"
+	"github.com/cairnfs/cairn/pkg/metapartition"
+	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/nsreplica"
+	"github.com/cairnfs/cairn/pkg/perm"
+)
+
+// rename within one directory in one request (PATH_OP_RENAME; FalconFS:
+// the client sends one request and the servers do the rest). The
+// partition the old name routes to runs the order the client's protocol
+// keeps (client.Rename): the new name first, then the old name's delete,
+// so that a crash in between leaves one name too many, never none.
+//
+//   - Both names here: one Txn deletes the old name, creates or replaces
+//     the new one and, for what is homed here, sets the moved inode's
+//     ctime, drops the replaced inode's link and touches the parent.
+//   - The new name on another partition: a follow-up places it there
+//     (CreateDentry; a name there is looked up and replaced if it is not a
+//     directory), then this partition's Txn deletes the old name. If that
+//     Txn is refused (the old name changed meanwhile), the request id is
+//     first claimed here by an empty Txn, so that no retry of the request
+//     can delete the old name later, and the placement is taken back; the
+//     client then runs its own protocol (EXDEV).
+//
+// Afterwards what is homed elsewhere follows as an unlink's steps do
+// (followup.go): the parent's TouchDir, the replaced inode's Link -1 (with
+// its Evict at 0 links unless the client has the file open), and the
+// moved inode's ctime.
+//
+// Non-directories only: a directory's move must reach the namespace
+// replicas first (the client's protocol locks it). A directory, a sticky
+// directory whose check needs an owner homed elsewhere, or a new name
+// another operation is moving or fencing are answered EXDEV, changing
+// nothing, and the client runs its own protocol.
+//
+// A placement whose request is retried: a retry (another attempt, maybe
+// by a later leader) finds the new name already naming the moved inode.
+// With one link that inode has no other name, so the name is the earlier
+// attempt's placement and the retry goes on with it; with more links it
+// may be a hard link, and rename(2) of two names of one inode does
+// nothing. A crash after the Txn and before the replaced inode's Link -1
+// leaves that inode one link too many, without a name (fsck reports it),
+// as a client that dies at that point does.
+
+// renamePlace is the step of a rename plan that runs before its Txn when
+// the new name routes to another partition: placing the new name there.
+type renamePlace struct {
+	part   uint64 // the new name's partition
+	parent uint64
+	name   string         // the new name
+	src    *metapb.Dentry // what the old name holds
+	nlink  uint32         // src's links; 0: not known here (homed elsewhere)
+	// dst is what the new name held before (nil: nothing), known once
+	// placed.
+	dst *metapb.Dentry
+	// keep: the client has dst open, so it is not evicted here.
+	keep bool
+	// sticky: the directory has the sticky bit; cred, dirMode and dirUid
+	// are what a replaced inode's sticky check needs.
+	sticky  bool
+	cred    perm.Cred
+	dirMode uint32
+	dirUid  uint32
+	same    *metapb.PathResponse // the answer when both names hold one inode
+}
+
+// planRename is the rename step with the parent resolved here.
+func (s *service) planRename(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, name string, cred perm.Cred) pathPlan {
+	newName := string(req.NewName)
+	if e := nameErrno(newName); e != metapb.OK {
+		return pathPlan{resp: pathErr(e, req.NewName, "rename: not a valid new name")}
+	}
+	if res, ok := mp.Answered(req.RequestId); ok {
+		return s.renameAnswered(mp, req, base, dir, newName, res)
+	}
+	exdev := func(format string, args ...any) pathPlan {
+		r := pathErr(metapb.EXDEV, req.Path, format, args...)
+		r.Parent = dir.Ino
+		return pathPlan{resp: r}
+	}
+	src, in, e := mp.Lookup(dir.Ino, name)
+	switch {
+	case e != metapb.OK:
+		r := pathErr(e, req.Path, "rename")
+		r.Parent = dir.Ino
+		return pathPlan{resp: r}
+	case src.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY:
+		return exdev("rename of a directory")
+	case dir.Mode&syscall.S_ISVTX != 0 && in == nil:
+		// The sticky check needs the file's owner, homed elsewhere.
+		return exdev("rename: sticky directory, inode homed elsewhere")
+	case dir.Mode&syscall.S_ISVTX != 0 && !perm.MayDelete(cred, dir.Mode, dir.Uid, in.GetUid()):
+		return pathPlan{resp: pathErr(metapb.EPERM, req.Path, "sticky directory")}
+	}
+	moved := &metapb.Dentry{Parent: dir.Ino, Name: req.NewName, Ino: src.GetIno(), Type: src.GetType()}
+	if newName == name {
+		base.Dentry, base.ParentTouched = moved, true
+		return pathPlan{resp: base} // rename(2) onto itself does nothing
+	}
+	del := &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{
+		Parent: dir.Ino, Name: []byte(name), ExpectIno: src.GetIno(), ExpectType: src.GetType()}}}
+	follow := &followUp{name: newName, parent: dir.Ino}
+	var ctime []*metapb.Op // the moved inode's ctime: in the Txn when homed here
+	if in != nil {
+		ctime = []*metapb.Op{{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: src.GetIno()}}}} // delta 0: ctime = now
+	} else {
+		follow.ctimeIno = src.GetIno()
+	}
+	var touch *metapb.Op
+	if t := (&metapb.TouchDir{Ino: dir.Ino, OpId: req.OpId}); mp.Holds(dir.Ino) {
+		touch = &metapb.Op{Op: &metapb.Op_TouchDir{TouchDir: t}}
+	} else {
+		follow.touch, follow.parallel = t, true
+	}
+	owner, routed := mp.Route(dir.Ino, newName)
+	if !routed || owner != p.id {
+		// The new name lives on another partition: placed there first
+		// (pathHere), then this Txn. A partition that has not got the
+		// volume's routing yet (a new volume, until the master's first
+		// push) accepts every name, so its own check proves nothing: the
+		// cluster map's routing, the clients', says where the name goes
+		// (owner 0: placeNew reads it).
+		ops := append([]*metapb.Op{del}, ctime...)
+		if touch != nil {
+			ops = append(ops, touch)
+		}
+		same := proto.Clone(base).(*metapb.PathResponse)
+		same.Dentry, same.ParentTouched = moved, true
+		if !routed {
+			owner = 0
+		}
+		place := &renamePlace{part: owner, parent: dir.Ino, name: newName, src: src, nlink: in.GetNlink(),
+			sticky: dir.Mode&syscall.S_ISVTX != 0, cred: cred, dirMode: dir.Mode, dirUid: dir.Uid, same: same}
+		plan := txnPlan(req, "rename", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
+			return renameAnswer(base, dir.Ino, moved, place.dst.GetIno(), res)
+		})
+		plan.follow, plan.rename = follow, place
+		return plan
+	}
+	dst, dstIn, de := mp.Lookup(dir.Ino, newName)
+	if de != metapb.OK && de != metapb.ENOENT {
+		return pathPlan{resp: pathErr(de, req.NewName, "rename: the new name")}
+	}
+	ops := []*metapb.Op{del}
+	var replaced uint64
+	switch {
+	case dst == nil:
+		ops = append(ops, &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
+			Parent: dir.Ino, Name: req.NewName, Ino: src.GetIno(), Type: src.GetType()}}})
+	case dst.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY:
+		return pathPlan{resp: pathErr(metapb.EISDIR, req.NewName, "rename: the new name is a directory")}
+	case dst.GetIno() == src.GetIno():
+		base.Dentry, base.ParentTouched = moved, true
+		return pathPlan{resp: base} // two names of one inode: nothing to do
+	case dir.Mode&syscall.S_ISVTX != 0 && (dstIn == nil || !perm.MayDelete(cred, dir.Mode, dir.Uid, dstIn.GetUid())):
+		if dstIn != nil {
+			return pathPlan{resp: pathErr(metapb.EPERM, req.NewName, "sticky directory")}
+		}
+		return exdev("rename: sticky directory, replaced inode homed elsewhere")
+	default:
+		replaced = dst.GetIno()
+		ops = append(ops, &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{
+			Parent: dir.Ino, Name: req.NewName, Ino: src.GetIno(), Type: src.GetType(), ExpectIno: replaced}}})
+	}
+	ops = append(ops, ctime...)
+	if replaced != 0 {
+		follow.unlinkIno, follow.keep = replaced, keptOpen(req, replaced)
+		if follow.remoteLink = dstIn == nil; !follow.remoteLink {
+			ops = append(ops, &metapb.Op{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: replaced, Delta: -1, EvictAtZero: !follow.keep}}})
+		}
+	}
+	if touch != nil {
+		ops = append(ops, touch)
+	}
+	plan := txnPlan(req, "rename", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
+		return renameAnswer(base, dir.Ino, moved, replaced, res)
+	})
+	plan.again = func(res *metapb.TxnResult) bool {
+		// A name changed since the lookups: look again.
+		switch metapb.Errno(res.Errno) {
+		case metapb.ESTALE, metapb.ENOENT, metapb.EEXIST, metapb.EISDIR, metapb.ENOTDIR:
+			return res.FailedOp <= 1
+		}
+		return false
+	}
+	plan.follow = follow
+	return plan
+}
+
+// renameAnswered answers a retry of a rename whose request id this
+// partition has already applied: the rename's Txn (the retry re-proposes
+// nothing; its follow-ups are sent again, their ids make them no-ops), or
+// the empty Txn that claimed the id after a refused Txn (EXDEV: the
+// client runs its own protocol). The inode a cross-partition rename
+// replaced is not known any more: its link is taken only by the attempt
+// that placed the new name.
+func (s *service) renameAnswered(mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, newName string, res *metapb.TxnResult) pathPlan {
+	if len(res.GetResults()) == 0 {
+		r := pathErr(metapb.EXDEV, req.Path, "rename: an earlier attempt was refused")
+		r.Parent = dir.Ino
+		return pathPlan{resp: r}
+	}
+	src := res.GetResults()[0].GetDentry()
+	moved := &metapb.Dentry{Parent: dir.Ino, Name: req.NewName, Ino: src.GetIno(), Type: src.GetType()}
+	follow := &followUp{name: newName, parent: dir.Ino}
+	if !mp.Holds(dir.Ino) {
+		follow.touch, follow.parallel = &metapb.TouchDir{Ino: dir.Ino, OpId: req.OpId}, true
+	}
+	if !mp.Holds(src.GetIno()) {
+		follow.ctimeIno = src.GetIno()
+	}
+	plan := txnPlan(req, "rename", dir.Ino, nil, func(res *metapb.TxnResult) *metapb.PathResponse {
+		return renameAnswer(base, dir.Ino, moved, 0, res)
+	})
+	plan.follow = follow
+	return plan
+}
+
+// renameAnswer reads a rename Txn's result (a fresh or a remembered one):
+// the parent's attributes when its TouchDir ran in it, and the replaced
+// inode's link when it was homed here.
+func renameAnswer(base *metapb.PathResponse, parent uint64, moved *metapb.Dentry, replaced uint64, res *metapb.TxnResult) *metapb.PathResponse {
+	base.Dentry, base.Replaced, base.LinkDropped = moved, replaced, true
+	seen := 0
+	rs := res.GetResults()
+	if len(rs) > 0 {
+		rs = rs[1:] // the old name's delete
+	}
+	for _, r := range rs {
+		switch in := r.GetInode(); {
+		case in == nil:
+		case in.GetIno() == parent:
+			base.ParentTouched, base.ParentAttrs = true, in
+		case replaced != 0 && in.GetIno() == replaced:
+			base.Nlink, base.Evicted = in.GetNlink(), r.GetEvicted()
+			seen++
+		}
+	}
+	if replaced != 0 && seen == 0 {
+		base.LinkDropped = false // the follow-up says (finishUnlink)
+	}
+	return base
+}
+
+// placeNew places a cross-partition rename's new name on its partition
+// before the rename's Txn: nil when placed (r.dst says what it replaced),
+// else the answer that ends the rename, having changed nothing.
+func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRequest, r *renamePlace) *metapb.PathResponse {
+	exdev := func(format string, args ...any) *metapb.PathResponse {
+		resp := pathErr(metapb.EXDEV, req.Path, format, args...)
+		resp.Parent = r.parent
+		return resp
+	}
+	if r.part == 0 {
+		part, err := s.routeByMap(ctx, p.volume, r.parent, r.name)
+		if err != nil {
+			return exdev("rename: %v", err)
+		}
+		r.part = part
+	}
+	create := &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
+		Parent: r.parent, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType()}}}
+	res, err := s.followUpOn(ctx, "rename_place", r.part, &metapb.Txn{Ops: []*metapb.Op{create}, RequestId: newFenceToken()})
+	switch {
+	case err != nil:
+		return exdev("rename: the new name's partition %d did not answer: %v", r.part, err)
+	case res.GetErrno() == 0:
+		return nil
+	case metapb.Errno(res.GetErrno()) != metapb.EEXIST:
+		// ENOENT: the directory is fenced there (an rmdir is checking
+		// it); EWRONGMP, EMOVING: the name is moving. The client's
+		// protocol waits for the one and follows the other.
+		return exdev("rename: placing the new name: %s", res.GetMessage())
+	}
+	part, err := s.h.peers.partition(ctx, r.part)
+	if err != nil {
+		return exdev("rename: %v", err)
+	}
+	look, err := s.h.peers.meta.FetchDentry(ctx, part, r.parent, r.name)
+	if err != nil || look.GetErrno() != 0 {
+		return exdev("rename: the new name changed while it was placed")
+	}
+	dst := look.GetDentry()
+	switch {
+	case dst.GetIno() == r.src.GetIno():
+		if s.linksOf(ctx, p, r) == 1 {
+			return nil // an earlier attempt's placement: the inode has no other name
+		}
+		return r.same // two names of one inode: nothing to do
+	case dst.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY:
+		return pathErr(metapb.EISDIR, []byte(r.name), "rename: the new name is a directory")
+	case r.sticky && look.GetInode() == nil:
+		// The sticky check needs the replaced inode's owner, homed
+		// elsewhere: the client's protocol reads it.
+		return exdev("rename: sticky directory, replaced inode homed elsewhere")
+	case r.sticky && !perm.MayDelete(r.cred, r.dirMode, r.dirUid, look.GetInode().GetUid()):
+		return pathErr(metapb.EPERM, []byte(r.name), "sticky directory")
+	}
+	replace := &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{
+		Parent: r.parent, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType(), ExpectIno: dst.GetIno()}}}
+	res, err = s.followUpOn(ctx, "rename_place", r.part, &metapb.Txn{Ops: []*metapb.Op{replace}, RequestId: newFenceToken()})
+	if err != nil || res.GetErrno() != 0 {
+		return exdev("rename: the new name changed while it was replaced")
+	}
+	r.dst, r.keep = dst, keptOpen(req, dst.GetIno())
+	return nil
+}
+
+// renameRefused ends a cross-partition rename whose Txn was refused after
+// its new name was placed. It claims the request id here with an empty
+// Txn first: once that applies, no attempt of the request deletes the old
+// name, so the placement can be taken back (with what it replaced put
+// back) and the client runs its own protocol (EXDEV). If the claim finds
+// the rename applied (another attempt's Txn), again says to answer that.
+func (s *service) renameRefused(ctx context.Context, p *partition, req *metapb.PathRequest, r *renamePlace, refused *metapb.PathResponse) (resp *metapb.PathResponse, again bool) {
+	res, err := p.merger.submit(ctx, &metapb.Txn{RequestId: req.RequestId})
+	switch {
+	case err != nil:
+		// Not known whether the claim applied: the placement stays (one
+		// name too many), as after a crash at this point.
+		s.h.log.Warn("refused rename's new name left in place", "partition", p.id, "parent", r.parent, "name", r.name, "err", err)
+		return refused, false
+	case len(res.GetResults()) > 0:
+		return nil, true
+	}
+	undo := &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{
+		Parent: r.parent, Name: []byte(r.name), ExpectIno: r.src.GetIno()}}}
+	if d := r.dst; d != nil {
+		undo = &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{
+			Parent: r.parent, Name: []byte(r.name), Ino: d.GetIno(), Type: d.GetType(), ExpectIno: r.src.GetIno()}}}
+	}
+	ures, err := s.followUpOn(ctx, "rename_undo", r.part, &metapb.Txn{Ops: []*metapb.Op{undo}, RequestId: newFenceToken()})
+	if err != nil || ures.GetErrno() != 0 {
+		s.h.log.Warn("refused rename's new name not taken back", "partition", p.id, "parent", r.parent, "name", r.name, "err", err, "errno", ures.GetErrno())
+	}
+	out := pathErr(metapb.EXDEV, req.Path, "rename: the old name changed: %s", refused.GetMessage())
+	out.Parent = r.parent
+	return out, false
+}
+
+// routeByMap returns the meta partition the cluster map's live routing of
+// volume sends (parent, name) to, as clients route it.
+func (s *service) routeByMap(ctx context.Context, volume, parent uint64, name string) (uint64, error) {
+	m, err := s.h.peers.clusterMap(ctx)
+	if err != nil {
+		return 0, err
+	}
+	v := m.GetVolumes()[volume]
+	if v == nil {
+		return 0, fmt.Errorf("volume %d is not in the cluster map", volume)
+	}
+	t, err := clustermap.RoutingTable(v.GetSlotOwners(), v.GetExceptions())
+	if err != nil {
+		return 0, fmt.Errorf("volume %d: %w", volume, err)
+	}
+	part, _ := t.Route(parent, name)
+	if part == 0 {
+		return 0, fmt.Errorf("volume %d routes %q nowhere", volume, name)
+	}
+	return part, nil
+}
+
+// linksOf returns the link count of the renamed inode: known from the
+// plan when homed here, else read from its home (0 if it cannot be).
+func (s *service) linksOf(ctx context.Context, p *partition, r *renamePlace) uint32 {
+	if r.nlink != 0 {
+		return r.nlink
+	}
+	home, err := s.h.peers.home(ctx, p.volume, r.src.GetIno())
+	if err != nil {
+		return 0
+	}
+	g, err := s.h.peers.meta.FetchInode(ctx, home, r.src.GetIno())
+	if err != nil || g.GetErrno() != 0 {
+		return 0
+	}
+	return g.GetInode().GetNlink()
+}

@@ -1,0 +1,231 @@
+package metanode
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
+
+func renameReq(parent uint64, from, to string) *metapb.PathRequest {
+	return &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_RENAME, ParentIno: parent, Path: []byte(from), NewName: []byte(to),
+		RequestId: rand.Uint64() | 1, OpId: rand.Uint64() | 1}
+}
+
+// holds returns the inode name names in the root (0: none).
+func (tp *twoParts) holds(t *testing.T, slot int, name string) uint64 {
+	t.Helper()
+	l := tp.name(t, tp.p[slot], &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP, ParentIno: RootIno, Path: []byte(name)})
+	switch metapb.Errno(l.Errno) {
+	case metapb.OK:
+		return l.Dentry.GetIno()
+	case metapb.ENOENT:
+		return 0
+	}
+	t.Fatalf("lookup %s: %v", name, l)
+	return 0
+}
+
+// TestRenameOnServer: a rename within one directory sent to the old name's
+// partition is one client request whether the new name routes there or to
+// the other partition, moves the inode, replaces a file (dropping its link
+// and evicting it on its home), touches the parent once also when
+// retried, and leaves what it does not run (a directory) to the client,
+// changing nothing.
+func TestRenameOnServer(t *testing.T) {
+	testRenameOnServer(t, newTwoParts(t))
+}
+
+// TestRenameOnServerUnrouted: partitions that have not got the volume's
+// routing yet accept every name; a rename still puts the new name where
+// the cluster map routes it, where clients look for it.
+func TestRenameOnServerUnrouted(t *testing.T) {
+	testRenameOnServer(t, newTwoPartsRouted(t, false))
+}
+
+func testRenameOnServer(t *testing.T, tp *twoParts) {
+	requests := func() float64 { return tp.counter(t, "cairn_meta_client_requests_total") }
+	mk := func(slot int, name string) uint64 {
+		t.Helper()
+		c := tp.name(t, tp.p[slot], createReq(RootIno, name, metapb.FileType_FILE_TYPE_REGULAR))
+		if c.Errno != 0 {
+			t.Fatalf("create %s: %v", name, c)
+		}
+		return c.Inode.GetIno()
+	}
+	rename := func(slot int, req *metapb.PathRequest) *metapb.PathResponse {
+		t.Helper()
+		before := requests()
+		resp := tp.name(t, tp.p[slot], req)
+		if n := requests() - before; n != 1 {
+			t.Errorf("rename %s -> %s: %v client requests, want 1", req.Path, req.NewName, n)
+		}
+		return resp
+	}
+
+	for _, tc := range []struct {
+		name             string
+		fromSlot, toSlot int
+		replace          bool
+	}{
+		{"one partition", 1, 1, false},
+		{"one partition, replacing", 1, 1, true},
+		{"two partitions", 1, 0, false},
+		{"two partitions, replacing", 0, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			from, to := nameIn("from-"+tc.name, tc.fromSlot), nameIn("to-"+tc.name, tc.toSlot)
+			ino := mk(tc.fromSlot, from)
+			var old uint64
+			if tc.replace {
+				old = mk(tc.toSlot, to)
+			}
+			root0, in0 := tp.inode(t, RootIno), tp.inode(t, ino)
+			req := renameReq(RootIno, from, to)
+			r := rename(tc.fromSlot, req)
+			if r.Errno != 0 || r.Dentry.GetIno() != ino || r.Replaced != old || !r.ParentTouched || !r.LinkDropped {
+				t.Fatalf("rename: %v", r)
+			}
+			if tc.replace && (r.Nlink != 0 || !r.Evicted) {
+				t.Errorf("replaced inode: nlink %d, evicted %v; want 0, true", r.Nlink, r.Evicted)
+			}
+			if got := tp.holds(t, tc.toSlot, to); got != ino {
+				t.Errorf("%s holds %d, want %d", to, got, ino)
+			}
+			if got := tp.holds(t, tc.fromSlot, from); got != 0 {
+				t.Errorf("%s still holds %d", from, got)
+			}
+			root1, in1 := tp.inode(t, RootIno), tp.inode(t, ino)
+			if root1.MtimeNs <= root0.MtimeNs || root1.Nlink != root0.Nlink {
+				t.Errorf("root: mtime %d -> %d, nlink %d -> %d", root0.MtimeNs, root1.MtimeNs, root0.Nlink, root1.Nlink)
+			}
+			if in1.CtimeNs <= in0.CtimeNs || in1.Nlink != 1 {
+				t.Errorf("moved inode: ctime %d -> %d, nlink %d", in0.CtimeNs, in1.CtimeNs, in1.Nlink)
+			}
+			if tc.replace {
+				if in := tp.inode(t, old); in != nil {
+					t.Errorf("replaced inode left: %v", in)
+				}
+			}
+			// A retry of the same request changes nothing more.
+			if again := tp.name(t, tp.p[tc.fromSlot], req); again.Errno != 0 || again.Dentry.GetIno() != ino {
+				t.Fatalf("retried rename: %v", again)
+			}
+			if r := tp.inode(t, RootIno); r.MtimeNs != root1.MtimeNs {
+				t.Errorf("the retried rename touched the parent again")
+			}
+			if got := tp.holds(t, tc.toSlot, to); got != ino {
+				t.Errorf("after the retry %s holds %d, want %d", to, got, ino)
+			}
+		})
+	}
+
+	t.Run("an inode homed elsewhere", func(t *testing.T) {
+		// A file renamed before keeps its home: the name's partition
+		// runs the rename, the home sets the ctime.
+		a, b, c := nameIn("ea", 1), nameIn("eb", 0), nameIn("ec", 0)
+		ino := mk(1, a)
+		if r := rename(1, renameReq(RootIno, a, b)); r.Errno != 0 {
+			t.Fatalf("first rename: %v", r)
+		}
+		in0 := tp.inode(t, ino)
+		over := mk(0, c)
+		if r := rename(0, renameReq(RootIno, b, c)); r.Errno != 0 || r.Replaced != over || !r.Evicted {
+			t.Fatalf("rename of an inode homed elsewhere, over a file: %v", r)
+		}
+		if tp.holds(t, 0, c) != ino || tp.holds(t, 0, b) != 0 {
+			t.Errorf("after the rename: %s holds %d, %s %d", c, tp.holds(t, 0, c), b, tp.holds(t, 0, b))
+		}
+		if in1 := tp.inode(t, ino); in1.CtimeNs <= in0.CtimeNs || in1.Nlink != 1 {
+			t.Errorf("moved inode: ctime %d -> %d, nlink %d", in0.CtimeNs, in1.CtimeNs, in1.Nlink)
+		}
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		f, dir, missing := nameIn("rf", 1), nameIn("rd", 0), nameIn("rm", 1)
+		ino := mk(1, f)
+		if c := tp.name(t, tp.p[0], createReq(RootIno, dir, metapb.FileType_FILE_TYPE_DIRECTORY)); c.Errno != 0 {
+			t.Fatalf("mkdir: %v", c)
+		}
+		for _, c := range []struct {
+			what string
+			slot int
+			req  *metapb.PathRequest
+			want metapb.Errno
+		}{
+			{"a file over a directory", 1, renameReq(RootIno, f, dir), metapb.EISDIR},
+			{"a directory (left to the client)", 0, renameReq(RootIno, dir, nameIn("rd2", 1)), metapb.EXDEV},
+			{"a missing name", 1, renameReq(RootIno, missing, nameIn("rm2", 0)), metapb.ENOENT},
+			{"an invalid new name", 1, renameReq(RootIno, f, "a/b"), metapb.EINVAL},
+		} {
+			if r := rename(c.slot, c.req); metapb.Errno(r.Errno) != c.want {
+				t.Errorf("rename of %s: %v, want %v", c.what, r, c.want)
+			}
+		}
+		if tp.holds(t, 1, f) != ino || tp.holds(t, 0, dir) == 0 {
+			t.Error("a refused rename changed a name")
+		}
+	})
+
+	t.Run("an earlier attempt's placement", func(t *testing.T) {
+		// An attempt that placed the new name and died: the inode has one
+		// link, so the name is that attempt's, and the rename goes on.
+		from, to := nameIn("pf", 1), nameIn("pt", 0)
+		ino := mk(1, from)
+		place(t, tp, tp.p[0], to, ino)
+		if r := rename(1, renameReq(RootIno, from, to)); r.Errno != 0 {
+			t.Fatalf("rename after a placement: %v", r)
+		}
+		if tp.holds(t, 0, to) != ino || tp.holds(t, 1, from) != 0 {
+			t.Errorf("after the rename: %s holds %d, %s %d", to, tp.holds(t, 0, to), from, tp.holds(t, 1, from))
+		}
+		// Two links: the new name may be a hard link, and rename(2) of
+		// two names of one inode does nothing.
+		from, to = nameIn("hf", 1), nameIn("ht", 0)
+		ino = mk(1, from)
+		tp.txn(t, tp.p[1], &metapb.Op{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: ino, Delta: 1}}})
+		place(t, tp, tp.p[0], to, ino)
+		if r := rename(1, renameReq(RootIno, from, to)); r.Errno != 0 {
+			t.Fatalf("rename onto a hard link: %v", r)
+		}
+		if tp.holds(t, 0, to) != ino || tp.holds(t, 1, from) != ino {
+			t.Errorf("rename onto a hard link changed a name")
+		}
+	})
+
+	t.Run("a refused Txn", func(t *testing.T) {
+		// The old name changed after the new one was placed: the request
+		// id is claimed, the placement taken back, and a retry of the
+		// request is left to the client.
+		from, to := nameIn("cf", 1), nameIn("ct", 0)
+		ino := mk(1, from)
+		place(t, tp, tp.p[0], to, ino)
+		req := renameReq(RootIno, from, to)
+		h := tp.c.leaderOf(t, 2)
+		s := &service{h: h}
+		p := h.parts[2]
+		r := &renamePlace{part: 1, parent: RootIno, name: to, src: &metapb.Dentry{Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}
+		resp, again := s.renameRefused(tp.ctx, p, req, r, pathErr(metapb.ESTALE, req.Path, "changed"))
+		if again || metapb.Errno(resp.Errno) != metapb.EXDEV {
+			t.Fatalf("refused rename: %v, again %v; want EXDEV", resp, again)
+		}
+		if tp.holds(t, 0, to) != 0 || tp.holds(t, 1, from) != ino {
+			t.Errorf("after the refusal: %s holds %d, %s %d", to, tp.holds(t, 0, to), from, tp.holds(t, 1, from))
+		}
+		if retry := tp.name(t, tp.p[1], req); metapb.Errno(retry.Errno) != metapb.EXDEV {
+			t.Errorf("retry of a refused rename: %v, want EXDEV", retry)
+		}
+		if tp.holds(t, 0, to) != 0 || tp.holds(t, 1, from) != ino {
+			t.Errorf("the retry of a refused rename changed a name")
+		}
+	})
+}
+
+// place gives name (in the root) on partition p to inode ino, as a
+// rename's placement does.
+func place(t *testing.T, tp *twoParts, p *pb.Partition, name string, ino uint64) {
+	t.Helper()
+	tp.txn(t, p, &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
+		Parent: RootIno, Name: []byte(name), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}})
+}
