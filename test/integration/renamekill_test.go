@@ -3,13 +3,11 @@ package integration
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -72,53 +70,11 @@ func TestRenameSurvivesCoordinatorKill(t *testing.T) {
 			break
 		}
 	}
-	if _, err := vv.meta.Lookup(ctx, vv.partitionOf(parent, probe), parent, probe); err != nil {
-		t.Fatal(err)
-	}
-	leaderAddr := vv.meta.Leader(target)
-	victim := 0
-	for _, node := range getStatus(t, dir).Nodes {
-		if node.Role == "meta" && node.Address == leaderAddr {
-			victim = node.Pid
-		}
-	}
-	if victim == 0 {
-		t.Fatalf("no meta node at the leader address %q of partition %d", leaderAddr, target)
-	}
+	victim := leaderPid(t, ctx, dir, vv, target, parent, probe)
 
-	type outcome struct {
-		err error
-		at  time.Time
-	}
-	var (
-		mu      sync.Mutex
-		results = make([]outcome, n)
-		started = make(chan struct{})
-		once    sync.Once
-		wg      sync.WaitGroup
-	)
-	const threads = 6
-	for g := range threads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := g; i < n; i += threads {
-				if i >= 2*threads {
-					once.Do(func() { close(started) })
-				}
-				err := os.Rename(filepath.Join(d, files[i].old), filepath.Join(d, files[i].new))
-				mu.Lock()
-				results[i] = outcome{err, time.Now()}
-				mu.Unlock()
-			}
-		}()
-	}
-	<-started
-	killedAt := time.Now()
-	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
+	results, killedAt := killMidStorm(t, n, victim, func(i int) error {
+		return os.Rename(filepath.Join(d, files[i].old), filepath.Join(d, files[i].new))
+	})
 	time.Sleep(1500 * time.Millisecond) // the kernel's entry and attribute caches lapse
 
 	read := func(name string) []byte {
@@ -171,19 +127,5 @@ func TestRenameSurvivesCoordinatorKill(t *testing.T) {
 		t.Errorf("no rename coordinated by partition %d succeeded after its leader was killed", target)
 	}
 
-	r := cairn(t, "fsck", "default", "--data-dir", dir, "--json", "--grace", "0s")
-	var rep fsckJSON
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
-		t.Fatalf("fsck --json: %v\n%s\n%s", err, r.stdout, r.stderr)
-	}
-	for _, f := range rep.Findings {
-		switch f.Kind {
-		case "orphan", "unlinked", "nlink-mismatch":
-			// What a coordinator killed between its steps may leave
-			// (docs/design.md, relaxations); fsck repairs it.
-			t.Logf("fsck: %s (inode %d)", f.Kind, f.Ino)
-		default:
-			t.Errorf("fsck: %s (inode %d, names %v)", f.Kind, f.Ino, f.Dentries)
-		}
-	}
+	fsckAfterKill(t, dir)
 }
