@@ -64,6 +64,7 @@ type Host struct {
 	layouts layoutCache              // parents' layout attributes for creates (layout.go)
 	quotas  quotaTable               // the cluster's directory quotas (quota.go)
 	lifts   *metaclient.UnfenceBatch // fence lifts done rmdirs owe (rmdir.go)
+	rmdirs  attempts                 // rmdir requests running here (rmdir.go)
 
 	mu      sync.RWMutex
 	parts   map[uint64]*partition

@@ -254,6 +254,15 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 		confine = c.RootIno
 	}
 	cred := credOf(req.Cred)
+	if req.Op == metapb.PathOp_PATH_OP_RMDIR && req.RequestId != 0 {
+		// Attempts of one rmdir here run one at a time: they share a
+		// fence token (rmdir.go).
+		done, err := s.h.rmdirs.begin(ctx, req.RequestId)
+		if err != nil {
+			return nil, nil, status.Errorf(codes.DeadlineExceeded, "rmdir %q: an earlier attempt is still running: %v", req.Path, err)
+		}
+		defer done()
+	}
 	// fenced are the fences an rmdir placed on the other partitions: kept
 	// while its plan is made again (the name changed, or the epoch), lifted
 	// if the rmdir does not happen, owed to the batch if it does.
@@ -284,11 +293,18 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 			}
 		case plan.txn != nil:
 			if f := plan.rmdir; f != nil {
-				if fenced != nil && fenced.dir == f.dir {
+				same := fenced != nil && fenced.dir == f.dir
+				if same {
 					// Planned again: the fences stand, under their token.
-					f.token, f.others = fenced.token, fenced.others
-					plan.txn.Ops[0].GetFence().Token = f.token
+					f.token, f.takeover, f.others = fenced.token, fenced.takeover, fenced.others
 				} else {
+					// The leader's term, read outside the partition's
+					// lock: Raft's apply takes that lock under its own.
+					f.token, f.takeover = s.rmdirToken(p, req)
+				}
+				fence := plan.txn.Ops[0].GetFence()
+				fence.Token, fence.Takeover = f.token, f.takeover
+				if !same {
 					if fenced != nil {
 						s.liftNow(fenced.dir, fenced.token, append(fenced.others, p.id))
 						fenced = nil

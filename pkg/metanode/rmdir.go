@@ -14,6 +14,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/multiraft"
 	"github.com/cairnfs/cairn/pkg/nsreplica"
 	"github.com/cairnfs/cairn/pkg/perm"
 )
@@ -38,6 +39,17 @@ import (
 // meanwhile, or a fence another operation holds are answered EXDEV or
 // EBUSY, with every fence placed lifted: the client then runs its own
 // protocol, which waits for held fences.
+//
+// Attempts of one request take each other's fences over. The fence token
+// names the request (bits of its id) and the attempt's order, the Raft
+// term of the leader running it (metapartition.TakeoverToken): a retry
+// under a later leader replaces the fences an attempt that died left
+// behind instead of waiting two minutes for them to lapse, and a deposed
+// leader still running an attempt can neither place a fence over the
+// later attempt's (EBUSY) nor lift one of them (its token no longer
+// matches). Attempts on one leader share a term, so they run one at a
+// time (Host.rmdirs). A request without an id gets a random token, which
+// nothing takes over.
 
 // liftTimeout bounds a lift of fences; a fence not lifted lapses.
 const liftTimeout = 5 * time.Second
@@ -46,7 +58,54 @@ const liftTimeout = 5 * time.Second
 // fences on the volume's other partitions.
 type rmdirFence struct {
 	dir, token uint64
+	takeover   bool     // the token may replace an earlier attempt's
 	others     []uint64 // the volume's other partitions, sorted
+}
+
+// rmdirToken is the fence token of an attempt of req run by the leader of
+// partition p now: the request and the leader's term (takeover), or a
+// random token for a request without an id (takeover false).
+func (s *service) rmdirToken(p *partition, req *metapb.PathRequest) (token uint64, takeover bool) {
+	st, err := s.h.env.Raft.Status(multiraft.GroupID(p.id))
+	if req.RequestId == 0 || err != nil || st.Term == 0 {
+		return newFenceToken(), false
+	}
+	return metapartition.TakeoverToken(metapb.FollowUpID(req.RequestId, metapb.FollowUpRmdirFence), st.Term), true
+}
+
+// attempts serializes the attempts of one request on this host.
+type attempts struct {
+	mu      sync.Mutex
+	running map[uint64]chan struct{} // request id -> closed when its attempt ends
+}
+
+// begin waits until no other attempt of request id runs here and marks
+// this one running; done ends it. It fails when ctx ends first.
+func (a *attempts) begin(ctx context.Context, id uint64) (done func(), err error) {
+	for {
+		a.mu.Lock()
+		ch, busy := a.running[id]
+		if !busy {
+			if a.running == nil {
+				a.running = map[uint64]chan struct{}{}
+			}
+			mine := make(chan struct{})
+			a.running[id] = mine
+			a.mu.Unlock()
+			return func() {
+				a.mu.Lock()
+				delete(a.running, id)
+				a.mu.Unlock()
+				close(mine)
+			}, nil
+		}
+		a.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // newFenceToken returns a random non-zero fence token.
@@ -85,9 +144,11 @@ func (s *service) planRmdir(mp *metapartition.Partition, req *metapb.PathRequest
 			return pathPlan{resp: pathErr(metapb.EPERM, req.Path, "sticky directory")}
 		}
 	}
-	f := &rmdirFence{dir: d.GetIno(), token: newFenceToken()}
+	// The token is pathHere's to set: the leader's term is read outside
+	// the partition's lock (Raft's apply takes that lock under its own).
+	f := &rmdirFence{dir: d.GetIno()}
 	ops := []*metapb.Op{
-		{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: f.dir, Token: f.token, RequireEmpty: true}}},
+		{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: f.dir, RequireEmpty: true}}},
 		{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{Parent: dir.Ino, Name: []byte(name), ExpectIno: f.dir, ExpectType: metapb.FileType_FILE_TYPE_DIRECTORY}}},
 		{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: f.dir, Delta: -2}}},
 		{Op: &metapb.Op_Evict{Evict: &metapb.Evict{Ino: f.dir}}},
@@ -149,7 +210,7 @@ func (s *service) fenceOthers(ctx context.Context, p *partition, req *metapb.Pat
 		return pathErr(metapb.EXDEV, req.Path, "rmdir: the volume's partitions are not known here")
 	}
 	f.others = slices.DeleteFunc(slices.Clone(all), func(id uint64) bool { return id == p.id })
-	txn := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: f.dir, Token: f.token}}}}}
+	txn := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: f.dir, Token: f.token, Takeover: f.takeover}}}}}
 	answers := s.sendEach(ctx, "rmdir_fence", f.others, txn)
 	some, unknown, busy := false, false, false
 	for _, a := range answers {

@@ -198,6 +198,9 @@ func (t *txn) fence(m *metapb.Fence) (*metapb.OpResult, *opError) {
 	switch cur := t.fenceOf(parent); {
 	case cur == token:
 		return res, nil // a retry
+	case cur != 0 && m.GetTakeover() && TakesOver(token, cur):
+		t.putFence(parent, token) // an earlier attempt of the same request
+		return res, nil
 	case cur != 0:
 		return nil, fail(metapb.EBUSY, "parent %d is fenced with another token", parent)
 	}
@@ -247,4 +250,22 @@ func (t *txn) unfence(m *metapb.Unfence) (*metapb.OpResult, *opError) {
 	}
 	t.putFence(parent, 0)
 	return &metapb.OpResult{}, nil
+}
+
+// TakeoverToken is the token of an attempt of the request with id-derived
+// bits req (the low 31 bits are used) ordered by order (a Raft term; the
+// low 32 bits are used), for a Fence with takeover set. It is never 0.
+func TakeoverToken(req, order uint64) uint64 {
+	if t := (req&(1<<31-1))<<32 | order&(1<<32-1); t != 0 {
+		return t
+	}
+	return 1
+}
+
+// TakesOver reports whether a takeover fence with token may replace a
+// fence holding cur: both name the same request and token orders its
+// attempt after cur's. A lock (the top bit) is never taken over.
+func TakesOver(token, cur uint64) bool {
+	const order = 1<<32 - 1
+	return cur&lockBit == 0 && token&lockBit == 0 && token&^order == cur&^order && token&order > cur&order
 }

@@ -428,6 +428,9 @@ func (m *model) apply(now int64, ops []*metapb.Op) (metapb.Errno, int) {
 				}
 				switch cur := c.fences[parent]; {
 				case cur == x.Token:
+				case cur != 0 && x.Takeover && TakesOver(x.Token, cur):
+					saveFence(parent)
+					c.fences[parent] = x.Token
 				case cur != 0:
 					return metapb.EBUSY
 				default:

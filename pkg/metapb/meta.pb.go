@@ -1684,7 +1684,15 @@ type Fence struct {
 	// lists a name under parent (with the Txn's earlier changes): the last
 	// fence of an rmdir, placed in the same Txn that deletes the name, so
 	// that partition's check and the delete are one step.
-	RequireEmpty  bool `protobuf:"varint,4,opt,name=require_empty,json=requireEmpty,proto3" json:"require_empty,omitempty"`
+	RequireEmpty bool `protobuf:"varint,4,opt,name=require_empty,json=requireEmpty,proto3" json:"require_empty,omitempty"`
+	// takeover lets attempts of one request replace each other's fences:
+	// the token's bits 32 to 62 name the request, bits 0 to 31 order its
+	// attempts (the coordinating leader's Raft term). A fence with the same
+	// request bits and a lower order is replaced by this one (an attempt
+	// that died); with a higher order it refuses this one (EBUSY: a later
+	// attempt holds it); any other token refuses it as usual. Nodes of an
+	// earlier version ignore the field and answer EBUSY.
+	Takeover      bool `protobuf:"varint,5,opt,name=takeover,proto3" json:"takeover,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1743,6 +1751,13 @@ func (x *Fence) GetLock() bool {
 func (x *Fence) GetRequireEmpty() bool {
 	if x != nil {
 		return x.RequireEmpty
+	}
+	return false
+}
+
+func (x *Fence) GetTakeover() bool {
+	if x != nil {
+		return x.Takeover
 	}
 	return false
 }
@@ -5186,12 +5201,13 @@ const file_meta_proto_rawDesc = "" +
 	"\rAppendExtents\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12/\n" +
 	"\aextents\x18\x02 \x03(\v2\x15.cairn.meta.ExtentKeyR\aextents\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x04R\x04size\"n\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\"\x8a\x01\n" +
 	"\x05Fence\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
 	"\x04lock\x18\x03 \x01(\bR\x04lock\x12#\n" +
-	"\rrequire_empty\x18\x04 \x01(\bR\frequireEmpty\"7\n" +
+	"\rrequire_empty\x18\x04 \x01(\bR\frequireEmpty\x12\x1a\n" +
+	"\btakeover\x18\x05 \x01(\bR\btakeover\"7\n" +
 	"\aUnfence\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"\x1c\n" +
