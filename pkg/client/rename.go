@@ -38,9 +38,10 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 		return err
 	}
 	h := hintsFor(ctx, oldParent, newParent, flags)
-	if oldParent == newParent && flags == 0 && (h.src == nil || !isDirType(h.src.GetType())) {
+	if oldParent == newParent && flags == 0 {
 		// One request: the old name's partition runs it, unless it
-		// leaves it to the client (a directory, for one).
+		// leaves it to the client (a directory over a directory, for
+		// one).
 		if done, err := v.renameOnServer(ctx, op, oldParent, oldName, newName); done {
 			return err
 		}
@@ -391,11 +392,12 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 
 // renameOnServer asks the partition of the old name to run a rename within
 // directory parent (PATH_OP_RENAME): one request, whatever partitions the
-// names route to. done is false when the partition left the rename to the client,
-// having changed nothing: EXDEV (a directory, an inode homed elsewhere, a
-// sticky check it cannot make there, a name that changed meanwhile) or
-// EINVAL (a node of an earlier version, which does not know the
-// operation; the names were checked here).
+// names route to. done is false when the partition left the rename to the
+// client, having changed nothing: EXDEV (a directory over a directory, a
+// sticky check it cannot make there, a name that changed meanwhile), EBUSY
+// (another operation holds the directory being renamed; the client's
+// protocol waits longer) or EINVAL (a node of an earlier version, which
+// does not know the operation; the names were checked here).
 func (v *Volume) renameOnServer(ctx context.Context, op string, parent uint64, oldName, newName string) (done bool, err error) {
 	req := &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_RENAME, NewName: []byte(newName), RequestId: newID(), OpId: newID()}
 	v.keepOpen(req)
@@ -412,7 +414,7 @@ func (v *Volume) renameOnServer(ctx context.Context, op string, parent uint64, o
 func (v *Volume) renameAnswer(ctx context.Context, op string, parent uint64, req *metapb.PathRequest, resp *metapb.PathResponse) (done bool, err error) {
 	switch e := syscall.Errno(resp.GetErrno()); e {
 	case 0:
-	case syscall.EXDEV, syscall.EINVAL:
+	case syscall.EXDEV, syscall.EBUSY, syscall.EINVAL:
 		return false, nil
 	case syscall.ENOENT:
 		if req.ParentIno != 0 {

@@ -64,7 +64,9 @@ type Host struct {
 	layouts layoutCache              // parents' layout attributes for creates (layout.go)
 	quotas  quotaTable               // the cluster's directory quotas (quota.go)
 	lifts   *metaclient.UnfenceBatch // fence lifts done rmdirs owe (rmdir.go)
-	rmdirs  attempts                 // rmdir requests running here (rmdir.go)
+	// attempts are the rmdirs and renames running here, one attempt of
+	// a request at a time (rmdir.go).
+	attempts attempts
 
 	mu      sync.RWMutex
 	parts   map[uint64]*partition

@@ -91,6 +91,9 @@ type pathPlan struct {
 	// rename is a rename's new name on another partition, placed before
 	// the Txn (rename.go).
 	rename *renamePlace
+	// dirLock is a directory rename's namespace locks, taken before the
+	// rename's steps (rename.go).
+	dirLock *renameLock
 }
 
 // Path serves the path operations; see metapb.PathRequest. Besides
@@ -254,12 +257,12 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 		confine = c.RootIno
 	}
 	cred := credOf(req.Cred)
-	if req.Op == metapb.PathOp_PATH_OP_RMDIR && req.RequestId != 0 {
-		// Attempts of one rmdir here run one at a time: they share a
+	if (req.Op == metapb.PathOp_PATH_OP_RMDIR || req.Op == metapb.PathOp_PATH_OP_RENAME) && req.RequestId != 0 {
+		// Attempts of one request here run one at a time: they share a
 		// fence token (rmdir.go).
-		done, err := s.h.rmdirs.begin(ctx, req.RequestId)
+		done, err := s.h.attempts.begin(ctx, req.RequestId)
 		if err != nil {
-			return nil, nil, status.Errorf(codes.DeadlineExceeded, "rmdir %q: an earlier attempt is still running: %v", req.Path, err)
+			return nil, nil, status.Errorf(codes.DeadlineExceeded, "%v %q: an earlier attempt is still running: %v", req.Op, req.Path, err)
 		}
 		defer done()
 	}
@@ -267,9 +270,15 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	// while its plan is made again (the name changed, or the epoch), lifted
 	// if the rmdir does not happen, owed to the batch if it does.
 	var fenced *rmdirFence
+	// locked are a directory rename's namespace locks: lifted at the end
+	// unless the rename happened, which owes them to the batch.
+	var locked *renameLock
 	defer func() {
 		if fenced != nil {
 			s.liftNow(fenced.dir, fenced.token, append(fenced.others, p.id))
+		}
+		if locked != nil {
+			s.liftNow(locked.dir, locked.token, locked.parts)
 		}
 	}()
 	for round := 0; round < maxPathRounds; round++ {
@@ -300,7 +309,7 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 				} else {
 					// The leader's term, read outside the partition's
 					// lock: Raft's apply takes that lock under its own.
-					f.token, f.takeover = s.rmdirToken(p, req)
+					f.token, f.takeover = s.attemptToken(p, req)
 				}
 				fence := plan.txn.Ops[0].GetFence()
 				fence.Token, fence.Takeover = f.token, f.takeover
@@ -315,6 +324,16 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 					fenced = f
 				}
 			}
+			if l := plan.dirLock; l != nil && (locked == nil || locked.dir != l.dir) {
+				if locked != nil {
+					s.liftNow(locked.dir, locked.token, locked.parts)
+					locked = nil
+				}
+				if resp := s.lockDir(ctx, p, req, l); resp != nil {
+					return p, resp, nil
+				}
+				locked = l
+			}
 			if r := plan.rename; r != nil {
 				if resp := s.placeNew(ctx, p, req, r); resp != nil {
 					return p, resp, nil
@@ -327,6 +346,12 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 			if r := plan.rename; r != nil && err == nil && !again && resp.GetErrno() != 0 {
 				resp, again = s.renameRefused(ctx, p, req, r, resp)
 			}
+			if l := locked; l != nil && err == nil && !again && resp.GetErrno() == 0 {
+				// Renamed: the locks only keep replicas from a directory's
+				// old entry that is gone; lifted in a batch.
+				s.h.lifts.Owe(l.parts, l.dir, l.token)
+				locked = nil
+			}
 			if f := plan.rmdir; f != nil && err == nil && !again && resp.GetErrno() == 0 {
 				// Removed: the fences only refuse names under a directory
 				// nobody reaches; they are lifted in a batch. Otherwise the
@@ -336,6 +361,13 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 				fenced = nil
 			}
 			if err != nil {
+				// Whether the Txn applied is not known (a leader that lost
+				// its place may still see it committed): the fences and
+				// locks stay, for the client's retry under the next leader
+				// to take over and lift, or to lapse. Lifted now, a late
+				// commit could remove a directory a name was just made in,
+				// or move one a replica just learnt.
+				fenced, locked = nil, nil
 				return nil, nil, err
 			}
 			if again {

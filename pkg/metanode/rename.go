@@ -3,7 +3,9 @@ package metanode
 import (
 	"context"
 	"fmt"
+	"slices"
 	"syscall"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -36,18 +38,20 @@ import (
 // its Evict at 0 links unless the client has the file open), and the
 // moved inode's ctime.
 //
-// Non-directories only: a directory's move must reach the namespace
-// replicas first (the client's protocol locks it). A directory, a sticky
-// directory whose check needs an owner homed elsewhere, or a new name
-// another operation is moving or fencing are answered EXDEV, changing
-// nothing, and the client runs its own protocol.
+// A directory's move must reach the namespace replicas first: it is
+// locked on every partition before the steps above (renameLock) and
+// unlocked after. A directory over a directory (which must be empty: the
+// client's protocol fences it), a sticky directory whose check needs an
+// owner homed elsewhere, or a new name another operation is moving or
+// fencing are answered EXDEV, changing nothing, and the client runs its
+// own protocol.
 //
 // A placement whose request is retried: a retry (another attempt, maybe
 // by a later leader) finds the new name already naming the moved inode.
 // With one link that inode has no other name, so the name is the earlier
 // attempt's placement and the retry goes on with it; with more links it
 // may be a hard link, and rename(2) of two names of one inode does
-// nothing. A crash after the Txn and before the replaced inode's Link -1
+// nothing; a directory never has two names. A crash after the Txn and before the replaced inode's Link -1
 // leaves that inode one link too many, without a name (fsck reports it),
 // as a client that dies at that point does.
 
@@ -93,8 +97,6 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 		r := pathErr(e, req.Path, "rename")
 		r.Parent = dir.Ino
 		return pathPlan{resp: r}
-	case src.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY:
-		return exdev("rename of a directory")
 	case dir.Mode&syscall.S_ISVTX != 0 && in == nil:
 		// The sticky check needs the file's owner, homed elsewhere.
 		return exdev("rename: sticky directory, inode homed elsewhere")
@@ -102,6 +104,11 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 		return pathPlan{resp: pathErr(metapb.EPERM, req.Path, "sticky directory")}
 	}
 	moved := &metapb.Dentry{Parent: dir.Ino, Name: req.NewName, Ino: src.GetIno(), Type: src.GetType()}
+	isDir := src.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY
+	var lock *renameLock
+	if isDir {
+		lock = &renameLock{dir: src.GetIno()}
+	}
 	if newName == name {
 		base.Dentry, base.ParentTouched = moved, true
 		return pathPlan{resp: base} // rename(2) onto itself does nothing
@@ -143,7 +150,7 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 		plan := txnPlan(req, "rename", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
 			return renameAnswer(base, dir.Ino, moved, place.dst.GetIno(), res)
 		})
-		plan.follow, plan.rename = follow, place
+		plan.follow, plan.rename, plan.dirLock = follow, place, lock
 		return plan
 	}
 	dst, dstIn, de := mp.Lookup(dir.Ino, newName)
@@ -156,11 +163,17 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 	case dst == nil:
 		ops = append(ops, &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
 			Parent: dir.Ino, Name: req.NewName, Ino: src.GetIno(), Type: src.GetType()}}})
-	case dst.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY:
-		return pathPlan{resp: pathErr(metapb.EISDIR, req.NewName, "rename: the new name is a directory")}
 	case dst.GetIno() == src.GetIno():
 		base.Dentry, base.ParentTouched = moved, true
 		return pathPlan{resp: base} // two names of one inode: nothing to do
+	case dst.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY && isDir:
+		// Over a directory, which must be empty: the client's protocol
+		// fences it first.
+		return exdev("rename of a directory over a directory")
+	case dst.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY:
+		return pathPlan{resp: pathErr(metapb.EISDIR, req.NewName, "rename: the new name is a directory")}
+	case isDir:
+		return pathPlan{resp: pathErr(metapb.ENOTDIR, req.NewName, "rename of a directory over a non-directory")}
 	case dir.Mode&syscall.S_ISVTX != 0 && (dstIn == nil || !perm.MayDelete(cred, dir.Mode, dir.Uid, dstIn.GetUid())):
 		if dstIn != nil {
 			return pathPlan{resp: pathErr(metapb.EPERM, req.NewName, "sticky directory")}
@@ -192,7 +205,7 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 		}
 		return false
 	}
-	plan.follow = follow
+	plan.follow, plan.dirLock = follow, lock
 	return plan
 }
 
@@ -222,6 +235,11 @@ func (s *service) renameAnswered(mp *metapartition.Partition, req *metapb.PathRe
 		return renameAnswer(base, dir.Ino, moved, 0, res)
 	})
 	plan.follow = follow
+	if src.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY {
+		// The attempt that renamed it may have died holding its locks:
+		// take them over, so that they are lifted now.
+		plan.dirLock = &renameLock{dir: src.GetIno()}
+	}
 	return plan
 }
 
@@ -290,14 +308,21 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 		return exdev("rename: the new name changed while it was placed")
 	}
 	dst := look.GetDentry()
+	isDir := r.src.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY
 	switch {
 	case dst.GetIno() == r.src.GetIno():
-		if s.linksOf(ctx, p, r) == 1 {
-			return nil // an earlier attempt's placement: the inode has no other name
+		if isDir || s.linksOf(ctx, p, r) == 1 {
+			// An earlier attempt's placement: the inode has no other
+			// name (a directory never has two).
+			return nil
 		}
 		return r.same // two names of one inode: nothing to do
+	case dst.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY && isDir:
+		return exdev("rename of a directory over a directory")
 	case dst.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY:
 		return pathErr(metapb.EISDIR, []byte(r.name), "rename: the new name is a directory")
+	case isDir:
+		return pathErr(metapb.ENOTDIR, []byte(r.name), "rename of a directory over a non-directory")
 	case r.sticky && look.GetInode() == nil:
 		// The sticky check needs the replaced inode's owner, homed
 		// elsewhere: the client's protocol reads it.
@@ -385,3 +410,85 @@ func (s *service) linksOf(ctx context.Context, p *partition, r *renamePlace) uin
 	}
 	return g.GetInode().GetNlink()
 }
+
+// renameLock is a directory rename's namespace lock (Fence.lock) on every
+// partition of the volume: every namespace replica forgets the directory,
+// and fetches of it wait, until the rename is done and the locks lifted.
+// The partitions a replica fetches the directory's entry from (this one,
+// which holds the old name, and the directory's home) are locked first,
+// so that no replica can learn the old entry again once the others
+// dropped it (FalconFS §4.3; the client's nsLock keeps the same order).
+type renameLock struct {
+	dir      uint64
+	token    uint64
+	takeover bool
+	parts    []uint64 // every partition of the volume, once locked
+}
+
+// lockDir takes l's locks, under a token attempts of the request take
+// over (attemptToken): nil when every partition holds one, else the
+// answer that ends the rename, with every lock placed lifted: EBUSY (an
+// operation still holds the directory after about a second of waiting;
+// the client's protocol waits longer) or EXDEV (a partition did not
+// answer, or the volume's partitions changed).
+func (s *service) lockDir(ctx context.Context, p *partition, req *metapb.PathRequest, l *renameLock) *metapb.PathResponse {
+	all, err := s.volumeParts(ctx, p.volume)
+	if err != nil || !slices.Contains(all, p.id) {
+		return pathErr(metapb.EXDEV, req.Path, "rename: the volume's partitions are not known here")
+	}
+	l.token, l.takeover = s.attemptToken(p, req)
+	first := []uint64{p.id}
+	if home, err := s.h.peers.home(ctx, p.volume, l.dir); err == nil && home.GetId() != p.id {
+		first = append(first, home.GetId())
+	}
+	rest := slices.DeleteFunc(slices.Clone(all), func(id uint64) bool { return slices.Contains(first, id) })
+	lock := &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: l.dir, Token: l.token, Lock: true, Takeover: l.takeover}}}}}
+	for backoff := lockBackoffMin; ; backoff *= 2 {
+		busy, unknown := false, false
+		for _, ids := range [][]uint64{first, rest} {
+			for _, a := range s.sendEach(ctx, "rename_lock", ids, lock) {
+				switch {
+				case a.err != nil:
+					unknown = true
+				case metapb.Errno(a.res.GetErrno()) == metapb.EBUSY:
+					busy = true
+				case a.res.GetErrno() != 0:
+					unknown = true
+				}
+			}
+			if busy || unknown {
+				break
+			}
+		}
+		if !busy && !unknown {
+			if now, err := s.volumeParts(ctx, p.volume); err != nil || !slices.Equal(now, all) {
+				unknown = true // the partitions changed under the locks
+			}
+		}
+		if !busy && !unknown {
+			l.parts = all
+			return nil
+		}
+		s.liftNow(l.dir, l.token, all)
+		if unknown {
+			return pathErr(metapb.EXDEV, req.Path, "rename: not every partition took the lock on directory %d", l.dir)
+		}
+		if backoff > lockBackoffMax {
+			return pathErr(metapb.EBUSY, req.Path, "rename: directory %d is held by another operation", l.dir)
+		}
+		// Another operation holds the directory (often an earlier
+		// rename's locks, lifted in a batch a moment later): wait.
+		select {
+		case <-ctx.Done():
+			return pathErr(metapb.EBUSY, req.Path, "rename: directory %d is held by another operation", l.dir)
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// The waits of lockDir for a directory another operation holds: doubling
+// from lockBackoffMin while at most lockBackoffMax, about a second in all.
+const (
+	lockBackoffMin = 5 * time.Millisecond
+	lockBackoffMax = 320 * time.Millisecond
+)

@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/multiraft"
 )
 
 func renameReq(parent uint64, from, to string) *metapb.PathRequest {
@@ -142,11 +144,78 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		}
 	})
 
+	t.Run("directories", func(t *testing.T) {
+		// A directory renamed within its parent, to a name on the other
+		// partition and then on its own: one request each; the paths
+		// below it resolve through the new name once its namespace locks
+		// are lifted, and not through the old one.
+		a, b, c := nameIn("da", 1), nameIn("db", 0), nameIn("dc", 0)
+		mk := tp.name(t, tp.p[1], createReq(RootIno, a, metapb.FileType_FILE_TYPE_DIRECTORY))
+		if mk.Errno != 0 {
+			t.Fatalf("mkdir: %v", mk)
+		}
+		dino := mk.Inode.GetIno()
+		child := nameIn("child", 1)
+		if r := tp.name(t, tp.p[1], createReq(dino, child, metapb.FileType_FILE_TYPE_REGULAR)); r.Errno != 0 {
+			t.Fatalf("create under the directory: %v", r)
+		}
+		lookupPath := func(path string) metapb.Errno {
+			t.Helper()
+			r, err := tp.mc.Path(tp.ctx, tp.p[1], &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP, Path: []byte(path)})
+			if err != nil {
+				t.Fatalf("lookup %s: %v", path, err)
+			}
+			return metapb.Errno(r.Errno)
+		}
+		if e := lookupPath("/" + a + "/" + child); e != metapb.OK {
+			t.Fatalf("lookup through the directory before the renames: %v", e)
+		}
+		for _, step := range []struct {
+			slot     int
+			from, to string
+		}{{1, a, b}, {0, b, c}} {
+			if r := rename(step.slot, renameReq(RootIno, step.from, step.to)); r.Errno != 0 || r.Dentry.GetIno() != dino {
+				t.Fatalf("rename of a directory %s -> %s: %v", step.from, step.to, r)
+			}
+		}
+		if tp.holds(t, 0, c) != dino || tp.holds(t, 1, a) != 0 || tp.holds(t, 0, b) != 0 {
+			t.Fatalf("after the renames: %s holds %d, %s %d, %s %d", c, tp.holds(t, 0, c), a, tp.holds(t, 1, a), b, tp.holds(t, 0, b))
+		}
+		if e := lookupPath("/" + c + "/" + child); e != metapb.OK {
+			t.Errorf("lookup through the new name: %v", e)
+		}
+		if e := lookupPath("/" + a + "/" + child); e != metapb.ENOENT {
+			t.Errorf("lookup through the old name: %v, want ENOENT", e)
+		}
+		if r := tp.inode(t, RootIno); r.GetNlink() != mkNlink(t, tp) {
+			t.Errorf("root nlink %d after renames within it", r.GetNlink())
+		}
+
+		// An attempt under an earlier leader died holding its lock on the
+		// other partition: the retry takes it over, renames, and lifts it.
+		e := nameIn("dd", 0)
+		req := renameReq(RootIno, c, e)
+		st, err := tp.c.leaderOf(t, 1).env.Raft.Status(multiraft.GroupID(1))
+		if err != nil || st.Term == 0 {
+			t.Fatalf("status of partition 1: %v %v", st, err)
+		}
+		dead := metapartition.TakeoverToken(metapb.FollowUpID(req.RequestId, metapb.FollowUpFenceToken), st.Term-1)
+		tp.txn(t, tp.p[1], &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: dino, Token: dead, Lock: true, Takeover: true}}})
+		if r := rename(0, req); r.Errno != 0 {
+			t.Fatalf("rename after a dead attempt's lock: %v", r)
+		}
+		if e := lookupPath("/" + e + "/" + child); e != metapb.OK {
+			t.Errorf("lookup through the name after the takeover: %v", e)
+		}
+	})
+
 	t.Run("refusals", func(t *testing.T) {
-		f, dir, missing := nameIn("rf", 1), nameIn("rd", 0), nameIn("rm", 1)
+		f, dir, dir2, missing := nameIn("rf", 1), nameIn("rd", 0), nameIn("re", 1), nameIn("rm", 1)
 		ino := mk(1, f)
-		if c := tp.name(t, tp.p[0], createReq(RootIno, dir, metapb.FileType_FILE_TYPE_DIRECTORY)); c.Errno != 0 {
-			t.Fatalf("mkdir: %v", c)
+		for _, d := range []string{dir, dir2} {
+			if c := tp.name(t, tp.p[map[string]int{dir: 0, dir2: 1}[d]], createReq(RootIno, d, metapb.FileType_FILE_TYPE_DIRECTORY)); c.Errno != 0 {
+				t.Fatalf("mkdir: %v", c)
+			}
 		}
 		for _, c := range []struct {
 			what string
@@ -155,7 +224,8 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 			want metapb.Errno
 		}{
 			{"a file over a directory", 1, renameReq(RootIno, f, dir), metapb.EISDIR},
-			{"a directory (left to the client)", 0, renameReq(RootIno, dir, nameIn("rd2", 1)), metapb.EXDEV},
+			{"a directory over a file", 0, renameReq(RootIno, dir, f), metapb.ENOTDIR},
+			{"a directory over a directory (left to the client)", 0, renameReq(RootIno, dir, dir2), metapb.EXDEV},
 			{"a missing name", 1, renameReq(RootIno, missing, nameIn("rm2", 0)), metapb.ENOENT},
 			{"an invalid new name", 1, renameReq(RootIno, f, "a/b"), metapb.EINVAL},
 		} {
@@ -228,4 +298,23 @@ func place(t *testing.T, tp *twoParts, p *pb.Partition, name string, ino uint64)
 	t.Helper()
 	tp.txn(t, p, &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
 		Parent: RootIno, Name: []byte(name), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}})
+}
+
+// mkNlink is the root's link count as its directories say it should be:
+// 2 and one per subdirectory, counted by listing both partitions.
+func mkNlink(t *testing.T, tp *twoParts) uint32 {
+	t.Helper()
+	n := uint32(2)
+	for _, p := range []*pb.Partition{tp.p[0], tp.p[1]} {
+		r, err := tp.mc.ReadDir(tp.ctx, p, RootIno, "", 1000, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range r.GetDentries() {
+			if d.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY {
+				n++
+			}
+		}
+	}
+	return n
 }

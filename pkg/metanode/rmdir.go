@@ -48,7 +48,7 @@ import (
 // leader still running an attempt can neither place a fence over the
 // later attempt's (EBUSY) nor lift one of them (its token no longer
 // matches). Attempts on one leader share a term, so they run one at a
-// time (Host.rmdirs). A request without an id gets a random token, which
+// time (Host.attempts). A request without an id gets a random token, which
 // nothing takes over.
 
 // liftTimeout bounds a lift of fences; a fence not lifted lapses.
@@ -62,15 +62,15 @@ type rmdirFence struct {
 	others     []uint64 // the volume's other partitions, sorted
 }
 
-// rmdirToken is the fence token of an attempt of req run by the leader of
-// partition p now: the request and the leader's term (takeover), or a
+// attemptToken is the fence token of an attempt of req run by the leader
+// of partition p now: the request and the leader's term (takeover), or a
 // random token for a request without an id (takeover false).
-func (s *service) rmdirToken(p *partition, req *metapb.PathRequest) (token uint64, takeover bool) {
+func (s *service) attemptToken(p *partition, req *metapb.PathRequest) (token uint64, takeover bool) {
 	st, err := s.h.env.Raft.Status(multiraft.GroupID(p.id))
 	if req.RequestId == 0 || err != nil || st.Term == 0 {
 		return newFenceToken(), false
 	}
-	return metapartition.TakeoverToken(metapb.FollowUpID(req.RequestId, metapb.FollowUpRmdirFence), st.Term), true
+	return metapartition.TakeoverToken(metapb.FollowUpID(req.RequestId, metapb.FollowUpFenceToken), st.Term), true
 }
 
 // attempts serializes the attempts of one request on this host.

@@ -33,7 +33,7 @@ func TestRmdirTakesOverDeadAttempt(t *testing.T) {
 		t.Fatalf("status of partition 2: %v %v", st, err)
 	}
 	dead := func(req *metapb.PathRequest) uint64 {
-		return metapartition.TakeoverToken(metapb.FollowUpID(req.RequestId, metapb.FollowUpRmdirFence), st.Term-1)
+		return metapartition.TakeoverToken(metapb.FollowUpID(req.RequestId, metapb.FollowUpFenceToken), st.Term-1)
 	}
 	fenceOn := func(dir, token uint64, takeover bool) {
 		t.Helper()

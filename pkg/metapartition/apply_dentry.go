@@ -263,9 +263,10 @@ func TakeoverToken(req, order uint64) uint64 {
 }
 
 // TakesOver reports whether a takeover fence with token may replace a
-// fence holding cur: both name the same request and token orders its
-// attempt after cur's. A lock (the top bit) is never taken over.
+// fence holding cur: both are fences or both namespace locks (the top
+// bit), both name the same request, and token orders its attempt after
+// cur's.
 func TakesOver(token, cur uint64) bool {
 	const order = 1<<32 - 1
-	return cur&lockBit == 0 && token&lockBit == 0 && token&^order == cur&^order && token&order > cur&order
+	return token&^order == cur&^order && token&order > cur&order
 }

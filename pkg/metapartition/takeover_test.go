@@ -10,6 +10,10 @@ func takeover(parent, token uint64) *metapb.Op {
 	return &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: parent, Token: token, Takeover: true}}}
 }
 
+func lockOp(parent, token uint64, takeover bool) *metapb.Op {
+	return &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: parent, Token: token, Lock: true, Takeover: takeover}}}
+}
+
 // TestFenceTakeover: a takeover fence replaces a fence of an earlier
 // attempt of the same request, and nothing else; an earlier attempt's
 // fence or lift after the takeover changes nothing.
@@ -30,7 +34,11 @@ func TestFenceTakeover(t *testing.T) {
 		{"another request is refused", takeover(dir, TakeoverToken(other, 5)), takeover(dir, t6), metapb.EBUSY, TakeoverToken(other, 5)},
 		{"a client's fence is refused", fence(dir, 99), takeover(dir, t6), metapb.EBUSY, 99},
 		{"without takeover, a later attempt is refused", takeover(dir, t5), fence(dir, t6), metapb.EBUSY, t5},
-		{"a lock is never taken over", &metapb.Op{Op: &metapb.Op_Fence{Fence: &metapb.Fence{Parent: dir, Token: t5, Lock: true}}}, takeover(dir, t6), metapb.EBUSY, t5 | lockBit},
+		{"a fence does not take over a lock", lockOp(dir, t5, true), takeover(dir, t6), metapb.EBUSY, t5 | lockBit},
+		{"a lock does not take over a fence", takeover(dir, t5), lockOp(dir, t6, true), metapb.EBUSY, t5},
+		{"a later attempt's lock takes over", lockOp(dir, t5, true), lockOp(dir, t6, true), metapb.OK, t6 | lockBit},
+		{"an earlier attempt's lock is refused", lockOp(dir, t6, true), lockOp(dir, t5, true), metapb.EBUSY, t6 | lockBit},
+		{"the earlier attempt's unlock after the takeover", lockOp(dir, t6, true), unfence(dir, t5), metapb.EINVAL, t6 | lockBit},
 		{"no fence: placed", nil, takeover(dir, t6), metapb.OK, t6},
 		{"the earlier attempt's lift after the takeover", takeover(dir, t6), unfence(dir, t5), metapb.EINVAL, t6},
 		{"the later attempt's lift", takeover(dir, t6), unfence(dir, t6), metapb.OK, 0},

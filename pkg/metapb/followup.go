@@ -14,9 +14,9 @@ const (
 	// FollowUpCtime sets the ctime of a renamed inode homed on another
 	// partition than its old name's.
 	FollowUpCtime = 4
-	// FollowUpRmdirFence names an rmdir request in its fence tokens
-	// (not a Txn's request id).
-	FollowUpRmdirFence = 5
+	// FollowUpFenceToken names a request in the fence tokens of its
+	// attempts (rmdir, a directory's rename; not a Txn's request id).
+	FollowUpFenceToken = 5
 	// FollowUpThen + i is the group of TxnRequest.then steps whose first
 	// step has index i.
 	FollowUpThen = 16

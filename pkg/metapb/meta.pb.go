@@ -292,9 +292,12 @@ const (
 	// name's, server to server), then deletes the old name in its own Txn,
 	// taking the new name back if that fails; then the parent's TouchDir and
 	// the Link -1 of a replaced inode follow as for UNLINK (parent_touched,
-	// link_dropped). It answers EXDEV when the protocol does not apply (a
-	// directory, an inode homed elsewhere, a sticky directory with a name to
-	// replace) for the client to run its own.
+	// link_dropped). A directory is first locked on every partition
+	// (Fence.lock, its entry's owners first) and unlocked afterwards. It
+	// answers EXDEV when the protocol does not apply (a directory over a
+	// directory, a sticky directory whose check needs an owner homed
+	// elsewhere, a name being moved or fenced) and EBUSY (another operation
+	// holds the directory) for the client to run its own.
 	PathOp_PATH_OP_RENAME PathOp = 5
 )
 
@@ -1685,7 +1688,8 @@ type Fence struct {
 	// fence of an rmdir, placed in the same Txn that deletes the name, so
 	// that partition's check and the delete are one step.
 	RequireEmpty bool `protobuf:"varint,4,opt,name=require_empty,json=requireEmpty,proto3" json:"require_empty,omitempty"`
-	// takeover lets attempts of one request replace each other's fences:
+	// takeover lets attempts of one request replace each other's fences (or
+	// namespace locks, never one with the other):
 	// the token's bits 32 to 62 name the request, bits 0 to 31 order its
 	// attempts (the coordinating leader's Raft term). A fence with the same
 	// request bits and a lower order is replaced by this one (an attempt

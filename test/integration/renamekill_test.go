@@ -17,7 +17,9 @@ import (
 // through the mount, from several threads, while kill -9 takes the meta
 // node leading the partition most old names route to: PATH_OP_RENAME runs
 // each rename there (it places the new name, then deletes the old one).
-// A quarter of the renames replace an existing file. Afterwards, read
+// A quarter of the renames replace an existing file, and one in eight
+// moves a directory holding a file (locked on every partition first).
+// Afterwards, read
 // through the mount: every file is there, every byte, under its old or its
 // new name and never under none; an acknowledged rename left it under the
 // new name only; a file a rename would replace is either still there whole
@@ -39,6 +41,7 @@ func TestRenameSurvivesCoordinatorKill(t *testing.T) {
 	const n = 240
 	type file struct {
 		old, new string
+		leaf     string // "/inside" when the renamed name is a directory holding the file
 		data     []byte // the moved file's bytes
 		over     []byte // the replaced file's bytes (nil: the new name is free)
 	}
@@ -48,7 +51,11 @@ func TestRenameSurvivesCoordinatorKill(t *testing.T) {
 		f := &files[i]
 		f.old, f.new = fmt.Sprint("f", i), fmt.Sprint("g", i)
 		f.data = bytes.Repeat([]byte(fmt.Sprintf("file %d of the rename storm\n", i)), 40)
-		must(t, os.WriteFile(filepath.Join(d, f.old), f.data, 0o644))
+		if i%8 == 5 {
+			f.leaf = "/inside"
+			must(t, os.Mkdir(filepath.Join(d, f.old), 0o755))
+		}
+		must(t, os.WriteFile(filepath.Join(d, f.old+f.leaf), f.data, 0o644))
 		if i%4 == 3 {
 			f.new = fmt.Sprint("t", i)
 			f.over = bytes.Repeat([]byte(fmt.Sprintf("replaced file %d\n", i)), 30)
@@ -92,7 +99,7 @@ func TestRenameSurvivesCoordinatorKill(t *testing.T) {
 	var lastOK time.Time
 	for i, f := range files {
 		r := results[i]
-		atOld, atNew := read(f.old), read(f.new)
+		atOld, atNew := read(f.old+f.leaf), read(f.new+f.leaf)
 		movedHere := bytes.Equal(atNew, f.data)
 		switch {
 		case atOld != nil && !bytes.Equal(atOld, f.data):

@@ -203,6 +203,13 @@ func TestRequestsPerNameOp(t *testing.T) {
 	eachAtMost("rename over a file", 1, names, func(i int, name string) {
 		must("rename", v.Rename(ctx, d.Ino, name+"-n", d.Ino, name, 0))
 	})
+	// A directory, there and back (two renames): the partition locks it
+	// on every partition first (as follow-ups) and lifts the locks in a
+	// batch afterwards.
+	eachAtMost("directory renamed and back", 2, dirs, func(i int, name string) {
+		must("rename", v.Rename(ctx, d.Ino, name, d.Ino, name+"-r", 0))
+		must("rename", v.Rename(ctx, d.Ino, name+"-r", d.Ino, name, 0))
+	})
 	// rmdir of a directory homed on its name's partition (as mkdir makes
 	// it): one request; that partition fences the directory on the
 	// others, deletes it, sends the parent's TouchDir and lifts the
