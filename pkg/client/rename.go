@@ -23,7 +23,10 @@ import (
 // none); then Link -1 (and Evict at 0) of a replaced inode, the moved
 // inode's ctime and, for a directory, its parent pointer, and TouchDir of
 // both parents (nlink ±1 for a directory that changes parent). On one
-// partition the dentry steps and every record homed there are one Txn.
+// partition the dentry steps and every record homed there are one Txn. A
+// rename within one directory without flags is one request: the old
+// name's partition runs these steps itself (PATH_OP_RENAME), unless it
+// leaves them to this client.
 func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) error {
 	const op = "rename"
 	ctx, cancel := v.opCtx(ctx)
