@@ -316,20 +316,8 @@ func (v *Volume) Rmdir(ctx context.Context, parent uint64, name string) error {
 // know the operation: the name was checked here). A parent's TouchDir the
 // partition could not deliver is sent here (same op id).
 func (v *Volume) rmdirAnswer(ctx context.Context, op string, parent uint64, req *metapb.PathRequest, resp *metapb.PathResponse) (done bool, err error) {
-	name := string(req.Path)
-	switch e := syscall.Errno(resp.GetErrno()); e {
-	case 0:
-	case syscall.EXDEV, syscall.EBUSY, syscall.EINVAL:
-		return false, nil
-	case syscall.ENOENT:
-		if req.ParentIno != 0 {
-			if err := v.checkDir(ctx, op, parent); err != nil {
-				return true, err
-			}
-		}
-		return true, errnoErr(op, e, "%q: %s", name, resp.GetMessage())
-	default:
-		return true, errnoErr(op, e, "%q: %s", name, resp.GetMessage())
+	if left, err := v.serverErr(ctx, op, parent, req, resp); left || err != nil {
+		return !left, err
 	}
 	noteChanging(ctx, resp.GetDentry().GetIno())
 	if resp.GetParentTouched() {
@@ -340,6 +328,32 @@ func (v *Volume) rmdirAnswer(ctx context.Context, op string, parent uint64, req 
 		}
 	}
 	return true, nil
+}
+
+// serverErr reads the errno of an operation a partition ran for this
+// client (PATH_OP_RMDIR, PATH_OP_RENAME). left is true when the partition
+// left it to the client, having changed nothing: EXDEV, EBUSY (the
+// client's protocol waits longer for a held fence), or EINVAL (a node of
+// an earlier version, which does not know the operation; the names were
+// checked here). Otherwise err is the operation's error, nil when done;
+// an ENOENT of a request by inode first checks the parent (checkDir), for
+// the errno the client's own protocol would give.
+func (v *Volume) serverErr(ctx context.Context, op string, parent uint64, req *metapb.PathRequest, resp *metapb.PathResponse) (left bool, err error) {
+	switch e := syscall.Errno(resp.GetErrno()); e {
+	case 0:
+		return false, nil
+	case syscall.EXDEV, syscall.EBUSY, syscall.EINVAL:
+		return true, nil
+	case syscall.ENOENT:
+		if req.ParentIno != 0 {
+			if err := v.checkDir(ctx, op, parent); err != nil {
+				return false, err
+			}
+		}
+		return false, errnoErr(op, e, "%q: %s", req.Path, resp.GetMessage())
+	default:
+		return false, errnoErr(op, e, "%q: %s", req.Path, resp.GetMessage())
+	}
 }
 
 type rmdirHintKey struct{}

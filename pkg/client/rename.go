@@ -415,19 +415,8 @@ func (v *Volume) renameOnServer(ctx context.Context, op string, parent uint64, o
 // (renameOnServer, RenamePath) and sends what it reported undone: the
 // replaced inode's Link -1 (and Evict at 0), the parent's TouchDir.
 func (v *Volume) renameAnswer(ctx context.Context, op string, parent uint64, req *metapb.PathRequest, resp *metapb.PathResponse) (done bool, err error) {
-	switch e := syscall.Errno(resp.GetErrno()); e {
-	case 0:
-	case syscall.EXDEV, syscall.EBUSY, syscall.EINVAL:
-		return false, nil
-	case syscall.ENOENT:
-		if req.ParentIno != 0 {
-			if err := v.checkDir(ctx, op, parent); err != nil {
-				return true, err
-			}
-		}
-		return true, errnoErr(op, e, "%q: %s", req.Path, resp.GetMessage())
-	default:
-		return true, errnoErr(op, e, "%q: %s", req.Path, resp.GetMessage())
+	if left, err := v.serverErr(ctx, op, parent, req, resp); left || err != nil {
+		return !left, err
 	}
 	noteChanging(ctx, resp.GetDentry().GetIno())
 	if ino := resp.GetReplaced(); ino != 0 {
