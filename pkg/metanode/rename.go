@@ -51,30 +51,41 @@ import (
 // With one link that inode has no other name, so the name is the earlier
 // attempt's placement and the retry goes on with it; with more links it
 // may be a hard link, and rename(2) of two names of one inode does
-// nothing; a directory never has two names. A crash after the Txn and before the replaced inode's Link -1
-// leaves that inode one link too many, without a name (fsck reports it),
-// as a client that dies at that point does.
+// nothing; a directory never has two names. A crash after the Txn and
+// before the replaced inode's Link -1 leaves that inode one link too many,
+// without a name (fsck reports it), as a client that dies at that point
+// does.
 
 // renamePlace is the step of a rename plan that runs before its Txn when
 // the new name routes to another partition: placing the new name there.
 type renamePlace struct {
-	part   uint64 // the new name's partition
-	parent uint64
-	name   string         // the new name
-	src    *metapb.Dentry // what the old name holds
-	nlink  uint32         // src's links; 0: not known here (homed elsewhere)
+	part  uint64          // the new name's partition
+	dir   nsreplica.Entry // the directory of both names
+	cred  perm.Cred       // the caller, for a replaced name's sticky check
+	name  string          // the new name
+	src   *metapb.Dentry  // what the old name holds
+	nlink uint32          // src's links; 0: not known here (homed elsewhere)
 	// dst is what the new name held before (nil: nothing), known once
 	// placed.
 	dst *metapb.Dentry
 	// keep: the client has dst open, so it is not evicted here.
 	keep bool
-	// sticky: the directory has the sticky bit; cred, dirMode and dirUid
-	// are what a replaced inode's sticky check needs.
-	sticky  bool
-	cred    perm.Cred
-	dirMode uint32
-	dirUid  uint32
-	same    *metapb.PathResponse // the answer when both names hold one inode
+	same *metapb.PathResponse // the answer when both names hold one inode
+}
+
+// stickyCheck applies directory dir's sticky rule to cred removing or
+// replacing a name whose inode is in (nil: homed on another partition):
+// OK, EPERM, or EXDEV when the owner it needs is not known here.
+func stickyCheck(dir nsreplica.Entry, cred perm.Cred, in *metapb.Inode) metapb.Errno {
+	switch {
+	case dir.Mode&syscall.S_ISVTX == 0:
+		return metapb.OK
+	case in == nil:
+		return metapb.EXDEV
+	case !perm.MayDelete(cred, dir.Mode, dir.Uid, in.GetUid()):
+		return metapb.EPERM
+	}
+	return metapb.OK
 }
 
 // planRename is the rename step with the parent resolved here.
@@ -97,10 +108,11 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 		r := pathErr(e, req.Path, "rename")
 		r.Parent = dir.Ino
 		return pathPlan{resp: r}
-	case dir.Mode&syscall.S_ISVTX != 0 && in == nil:
-		// The sticky check needs the file's owner, homed elsewhere.
+	}
+	switch stickyCheck(dir, cred, in) {
+	case metapb.EXDEV:
 		return exdev("rename: sticky directory, inode homed elsewhere")
-	case dir.Mode&syscall.S_ISVTX != 0 && !perm.MayDelete(cred, dir.Mode, dir.Uid, in.GetUid()):
+	case metapb.EPERM:
 		return pathPlan{resp: pathErr(metapb.EPERM, req.Path, "sticky directory")}
 	}
 	moved := &metapb.Dentry{Parent: dir.Ino, Name: req.NewName, Ino: src.GetIno(), Type: src.GetType()}
@@ -145,8 +157,7 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 		if !routed {
 			owner = 0
 		}
-		place := &renamePlace{part: owner, parent: dir.Ino, name: newName, src: src, nlink: in.GetNlink(),
-			sticky: dir.Mode&syscall.S_ISVTX != 0, cred: cred, dirMode: dir.Mode, dirUid: dir.Uid, same: same}
+		place := &renamePlace{part: owner, dir: dir, cred: cred, name: newName, src: src, nlink: in.GetNlink(), same: same}
 		plan := txnPlan(req, "rename", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
 			return renameAnswer(base, dir.Ino, moved, place.dst.GetIno(), res)
 		})
@@ -174,10 +185,9 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 		return pathPlan{resp: pathErr(metapb.EISDIR, req.NewName, "rename: the new name is a directory")}
 	case isDir:
 		return pathPlan{resp: pathErr(metapb.ENOTDIR, req.NewName, "rename of a directory over a non-directory")}
-	case dir.Mode&syscall.S_ISVTX != 0 && (dstIn == nil || !perm.MayDelete(cred, dir.Mode, dir.Uid, dstIn.GetUid())):
-		if dstIn != nil {
-			return pathPlan{resp: pathErr(metapb.EPERM, req.NewName, "sticky directory")}
-		}
+	case stickyCheck(dir, cred, dstIn) == metapb.EPERM:
+		return pathPlan{resp: pathErr(metapb.EPERM, req.NewName, "sticky directory")}
+	case stickyCheck(dir, cred, dstIn) == metapb.EXDEV:
 		return exdev("rename: sticky directory, replaced inode homed elsewhere")
 	default:
 		replaced = dst.GetIno()
@@ -275,18 +285,18 @@ func renameAnswer(base *metapb.PathResponse, parent uint64, moved *metapb.Dentry
 func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRequest, r *renamePlace) *metapb.PathResponse {
 	exdev := func(format string, args ...any) *metapb.PathResponse {
 		resp := pathErr(metapb.EXDEV, req.Path, format, args...)
-		resp.Parent = r.parent
+		resp.Parent = r.dir.Ino
 		return resp
 	}
 	if r.part == 0 {
-		part, err := s.routeByMap(ctx, p.volume, r.parent, r.name)
+		part, err := s.routeByMap(ctx, p.volume, r.dir.Ino, r.name)
 		if err != nil {
 			return exdev("rename: %v", err)
 		}
 		r.part = part
 	}
 	create := &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
-		Parent: r.parent, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType()}}}
+		Parent: r.dir.Ino, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType()}}}
 	res, err := s.followUpOn(ctx, "rename_place", r.part, &metapb.Txn{Ops: []*metapb.Op{create}, RequestId: newFenceToken()})
 	switch {
 	case err != nil:
@@ -303,7 +313,7 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 	if err != nil {
 		return exdev("rename: %v", err)
 	}
-	look, err := s.h.peers.meta.FetchDentry(ctx, part, r.parent, r.name)
+	look, err := s.h.peers.meta.FetchDentry(ctx, part, r.dir.Ino, r.name)
 	if err != nil || look.GetErrno() != 0 {
 		return exdev("rename: the new name changed while it was placed")
 	}
@@ -323,15 +333,15 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 		return pathErr(metapb.EISDIR, []byte(r.name), "rename: the new name is a directory")
 	case isDir:
 		return pathErr(metapb.ENOTDIR, []byte(r.name), "rename of a directory over a non-directory")
-	case r.sticky && look.GetInode() == nil:
+	case stickyCheck(r.dir, r.cred, look.GetInode()) == metapb.EXDEV:
 		// The sticky check needs the replaced inode's owner, homed
 		// elsewhere: the client's protocol reads it.
 		return exdev("rename: sticky directory, replaced inode homed elsewhere")
-	case r.sticky && !perm.MayDelete(r.cred, r.dirMode, r.dirUid, look.GetInode().GetUid()):
+	case stickyCheck(r.dir, r.cred, look.GetInode()) == metapb.EPERM:
 		return pathErr(metapb.EPERM, []byte(r.name), "sticky directory")
 	}
 	replace := &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{
-		Parent: r.parent, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType(), ExpectIno: dst.GetIno()}}}
+		Parent: r.dir.Ino, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType(), ExpectIno: dst.GetIno()}}}
 	res, err = s.followUpOn(ctx, "rename_place", r.part, &metapb.Txn{Ops: []*metapb.Op{replace}, RequestId: newFenceToken()})
 	if err != nil || res.GetErrno() != 0 {
 		return exdev("rename: the new name changed while it was replaced")
@@ -352,23 +362,23 @@ func (s *service) renameRefused(ctx context.Context, p *partition, req *metapb.P
 	case err != nil:
 		// Not known whether the claim applied: the placement stays (one
 		// name too many), as after a crash at this point.
-		s.h.log.Warn("refused rename's new name left in place", "partition", p.id, "parent", r.parent, "name", r.name, "err", err)
+		s.h.log.Warn("refused rename's new name left in place", "partition", p.id, "parent", r.dir.Ino, "name", r.name, "err", err)
 		return refused, false
 	case len(res.GetResults()) > 0:
 		return nil, true
 	}
 	undo := &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{
-		Parent: r.parent, Name: []byte(r.name), ExpectIno: r.src.GetIno()}}}
+		Parent: r.dir.Ino, Name: []byte(r.name), ExpectIno: r.src.GetIno()}}}
 	if d := r.dst; d != nil {
 		undo = &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{
-			Parent: r.parent, Name: []byte(r.name), Ino: d.GetIno(), Type: d.GetType(), ExpectIno: r.src.GetIno()}}}
+			Parent: r.dir.Ino, Name: []byte(r.name), Ino: d.GetIno(), Type: d.GetType(), ExpectIno: r.src.GetIno()}}}
 	}
 	ures, err := s.followUpOn(ctx, "rename_undo", r.part, &metapb.Txn{Ops: []*metapb.Op{undo}, RequestId: newFenceToken()})
 	if err != nil || ures.GetErrno() != 0 {
-		s.h.log.Warn("refused rename's new name not taken back", "partition", p.id, "parent", r.parent, "name", r.name, "err", err, "errno", ures.GetErrno())
+		s.h.log.Warn("refused rename's new name not taken back", "partition", p.id, "parent", r.dir.Ino, "name", r.name, "err", err, "errno", ures.GetErrno())
 	}
 	out := pathErr(metapb.EXDEV, req.Path, "rename: the old name changed: %s", refused.GetMessage())
-	out.Parent = r.parent
+	out.Parent = r.dir.Ino
 	return out, false
 }
 

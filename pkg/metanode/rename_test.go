@@ -8,6 +8,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/nsreplica"
 )
 
 func renameReq(parent uint64, from, to string) *metapb.PathRequest {
@@ -275,7 +276,7 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		h := tp.c.leaderOf(t, 2)
 		s := &service{h: h}
 		p := h.parts[2]
-		r := &renamePlace{part: 1, parent: RootIno, name: to, src: &metapb.Dentry{Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}
+		r := &renamePlace{part: 1, dir: nsreplica.Entry{Ino: RootIno}, name: to, src: &metapb.Dentry{Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}
 		resp, again := s.renameRefused(tp.ctx, p, req, r, pathErr(metapb.ESTALE, req.Path, "changed"))
 		if again || metapb.Errno(resp.Errno) != metapb.EXDEV {
 			t.Fatalf("refused rename: %v, again %v; want EXDEV", resp, again)
