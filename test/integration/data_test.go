@@ -228,6 +228,10 @@ func TestDataWriteSurvivesFollowerKill(t *testing.T) {
 	for _, k := range mine {
 		staleRetries := 0
 		for {
+			// err is this attempt's alone: a healthy connection is kept,
+			// and an error left from the last attempt must not stand in
+			// for the request this one sends.
+			err = nil
 			if conn == nil || conn.Err() != nil {
 				conn, err = dataproto.Dial(ctx, addr, dataproto.ConnOptions{TLS: conf})
 			}
