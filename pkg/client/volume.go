@@ -268,6 +268,7 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 		a, ok := v.current().nodes[node]
 		return a, ok && a != ""
 	})
+	v.meta.SetOrigin(newID())
 	m, err := v.getMap(ctx)
 	if err == nil {
 		v.view, err = newView(m, volume)

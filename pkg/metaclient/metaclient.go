@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"sync"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -25,8 +26,27 @@ type Client struct {
 	pool    *redirect.Pool
 	resolve func(node uint64) (string, bool)
 
+	// origin is the session the Txns and path requests of this client
+	// carry (metapb.Txn.origin); 0 for a meta node's own client, whose
+	// follow-ups carry their request's origin.
+	origin uint64
+
 	mu      sync.Mutex
 	leaders map[uint64]string // partition -> address of its last known leader
+}
+
+// SetOrigin makes every Txn and path request this client sends carry
+// session origin (metapb.Txn.origin) unless it carries one already. Call
+// it before the client is used.
+func (c *Client) SetOrigin(origin uint64) { c.origin = origin }
+
+// Origin returns the session SetOrigin set.
+func (c *Client) Origin() uint64 { return c.origin }
+
+func (c *Client) stamp(txn *metapb.Txn) {
+	if c.origin != 0 && txn != nil && txn.Origin == 0 {
+		txn.Origin = c.origin
+	}
 }
 
 // New returns a client that reaches nodes through pool and finds node addresses
@@ -77,6 +97,7 @@ func (c *Client) Leader(id uint64) string {
 // Txn applies txn on p and returns its result (whose errno may be non-zero).
 func (c *Client) Txn(ctx context.Context, p *pb.Partition, txn *metapb.Txn) (*metapb.TxnResult, error) {
 	var resp *metapb.TxnResponse
+	c.stamp(txn)
 	cred := CredOf(ctx)
 	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
 		resp, err = m.Txn(ctx, &metapb.TxnRequest{PartitionId: p.Id, Txn: txn, Cred: cred}, o...)
@@ -94,6 +115,7 @@ func (c *Client) Txn(ctx context.Context, p *pb.Partition, txn *metapb.Txn) (*me
 // steps; no groups means the partition ran none.
 func (c *Client) TxnThen(ctx context.Context, p *pb.Partition, txn *metapb.Txn, then []*metapb.HomedOp) (*metapb.TxnResult, []*metapb.ThenGroup, error) {
 	var resp *metapb.TxnResponse
+	c.stamp(txn)
 	cred := CredOf(ctx)
 	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
 		resp, err = m.Txn(ctx, &metapb.TxnRequest{PartitionId: p.Id, Txn: txn, Cred: cred, Then: then}, o...)
@@ -191,6 +213,9 @@ func (c *Client) FetchInode(ctx context.Context, p *pb.Partition, ino uint64) (*
 func (c *Client) Path(ctx context.Context, p *pb.Partition, req *metapb.PathRequest) (*metapb.PathResponse, error) {
 	var resp *metapb.PathResponse
 	req.PartitionId = p.Id
+	if req.Origin == 0 {
+		req.Origin = c.origin
+	}
 	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
 		resp, err = m.Path(ctx, req, o...)
 		return err
@@ -235,4 +260,15 @@ func (c *Client) Scan(ctx context.Context, p *pb.Partition, req *metapb.ScanRequ
 		return nil, fmt.Errorf("partition %d: scan: %w", p.Id, syscall.Errno(e))
 	}
 	return resp, nil
+}
+
+// Changes asks p's leader what sessions other than this client's changed
+// after cursor (metapb.ChangesRequest), waiting up to wait for a change.
+func (c *Client) Changes(ctx context.Context, p *pb.Partition, cursor uint64, wait time.Duration) (*metapb.ChangesResponse, error) {
+	var resp *metapb.ChangesResponse
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.Changes(ctx, &metapb.ChangesRequest{PartitionId: p.Id, Cursor: cursor, Origin: c.origin, WaitMs: uint32(wait / time.Millisecond)}, o...)
+		return err
+	})
+	return resp, err
 }

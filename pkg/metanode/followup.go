@@ -308,6 +308,7 @@ func (s *service) followUpAt(ctx context.Context, step string, txn *metapb.Txn, 
 		ctx, cancel = context.WithTimeout(ctx, followUpTimeout)
 		defer cancel()
 	}
+	stampOrigin(ctx, txn)
 	backoff := followUpBackoff
 	for {
 		part, err := locate(ctx)

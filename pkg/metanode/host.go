@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairnfs/cairn/pkg/changefeed"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/membership"
 	"github.com/cairnfs/cairn/pkg/metaclient"
@@ -94,6 +95,9 @@ type partition struct {
 	// ns is the partition's namespace replica (path.go): a cache of
 	// directory entries that the partition's fences invalidate at apply.
 	ns *nsreplica.Replica
+	// feed records what the partition's applied Txns changed, for the
+	// change feeds of mounts (changes.go).
+	feed *changefeed.Log
 	// wantEnd is the cluster map's inode_end (0: open), which the leader
 	// makes the partition's range end (ranges.go).
 	wantEnd atomic.Uint64
@@ -290,14 +294,16 @@ func (h *Host) open(p *pb.Partition) error {
 	}
 	ns := nsreplica.New(0)
 	mp.OnFence(ns.Invalidate)
-	sm := &lockedSM{p: mp, restored: ns.Clear}
+	feed := changefeed.NewLog(0)
+	mp.OnApplied(recordChanges(feed))
+	sm := &lockedSM{p: mp, restored: func() { ns.Clear(); feed.Restored() }}
 	var peers []multiraft.NodeID // none for a joining replica: the leader adds it
 	if slices.Contains(p.Replicas, h.env.NodeID) {
 		for _, r := range p.Replicas {
 			peers = append(peers, multiraft.NodeID(r))
 		}
 	}
-	part := &partition{id: p.Id, volume: p.VolumeId, sm: sm, merger: newMerger(h, p.Id), ns: ns}
+	part := &partition{id: p.Id, volume: p.VolumeId, sm: sm, merger: newMerger(h, p.Id), ns: ns, feed: feed}
 	part.merger.prepare = func(ctx context.Context, txn *metapb.Txn) (*metapb.TxnResult, error) {
 		return (&service{h: h}).chargeQuotas(ctx, part, txn)
 	}

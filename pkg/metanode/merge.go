@@ -65,6 +65,7 @@ func newMerger(h *Host, id uint64) *merger {
 
 // submit queues txn and waits for its result.
 func (m *merger) submit(ctx context.Context, txn *metapb.Txn) (*metapb.TxnResult, error) {
+	stampOrigin(ctx, txn)
 	if m.prepare != nil {
 		if res, err := m.prepare(ctx, txn); res != nil || err != nil {
 			return res, err

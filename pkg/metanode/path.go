@@ -106,6 +106,7 @@ type pathPlan struct {
 // SDK's inode API and a FUSE mount send their lookups, creates and
 // unlinks that way.
 func (s *service) Path(ctx context.Context, req *metapb.PathRequest) (*metapb.PathResponse, error) {
+	ctx = withOrigin(ctx, req.Origin)
 	if !req.Forwarded {
 		rpc := "path"
 		if req.ParentIno != 0 {

@@ -105,6 +105,7 @@ func raftStatus(id uint64, err error) error {
 // partition's routing (EWRONGMP, EMOVING), is TxnResult.errno; gRPC errors
 // are only for requests that did not reach the state machine.
 func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnResponse, error) {
+	ctx = withOrigin(ctx, req.GetTxn().GetOrigin())
 	if req.FollowUp {
 		s.h.metrics.followUpsIn.Inc()
 	} else {

@@ -23,7 +23,13 @@ func (p *Partition) Apply(index uint64, data []byte) (any, error) {
 	if err := proto.Unmarshal(data, b); err != nil {
 		return nil, fmt.Errorf("metapartition: entry %d: decode batch of %d bytes: %w", index, len(data), err)
 	}
-	return p.ApplyBatch(b), nil
+	res := p.ApplyBatch(b)
+	if p.onApplied != nil {
+		for i, t := range b.GetTxns() {
+			p.onApplied(index, t, res[i])
+		}
+	}
+	return res, nil
 }
 
 // ApplyBatch applies an already decoded batch; Apply is ApplyBatch after

@@ -54,6 +54,8 @@ type Partition struct {
 	// onFence is told every directory a new fence or lock covers, at
 	// apply, so a namespace replica kept beside the partition forgets it.
 	onFence func(ino uint64)
+	// onApplied is told every Txn Apply applied, with its result.
+	onApplied func(index uint64, txn *metapb.Txn, res *metapb.TxnResult)
 
 	probe   inode // lookup key for Apply's inode lookups (Apply is serial)
 	scratch txn   // reused by Apply, one Txn at a time
@@ -671,6 +673,14 @@ func (p *Partition) pruneFences(now int64) {
 // restored partition's caller must drop its namespace replica itself,
 // because the fences applied in the skipped log are not replayed.
 func (p *Partition) OnFence(fn func(ino uint64)) { p.onFence = fn }
+
+// OnApplied sets fn to be called by Apply with every Txn of the entry at
+// index, after the entry applied, and its result (a refused Txn changed
+// nothing; a retry's remembered result changed nothing again). The hook
+// survives Restore. ApplyBatch, which has no index, does not call it.
+func (p *Partition) OnApplied(fn func(index uint64, txn *metapb.Txn, res *metapb.TxnResult)) {
+	p.onApplied = fn
+}
 
 // Holds reports whether ino is in the partition's inode range (the
 // partition is its home, whether or not it is allocated).

@@ -114,7 +114,7 @@ func (p *Partition) Restore(data []byte) error {
 	if err != nil {
 		return err
 	}
-	q.onFence = p.onFence
+	q.onFence, q.onApplied = p.onFence, p.onApplied
 	*p = *q
 	return nil
 }

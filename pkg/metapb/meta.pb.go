@@ -3091,8 +3091,12 @@ type Txn struct {
 	// path was resolved under: the Txn fails with ENSCHANGED, applying
 	// nothing, when a fence has been applied since (the server resolves the
 	// path again).
-	NsEpoch       uint64 `protobuf:"varint,3,opt,name=ns_epoch,json=nsEpoch,proto3" json:"ns_epoch,omitempty"`
-	NsGuard       bool   `protobuf:"varint,4,opt,name=ns_guard,json=nsGuard,proto3" json:"ns_guard,omitempty"`
+	NsEpoch uint64 `protobuf:"varint,3,opt,name=ns_epoch,json=nsEpoch,proto3" json:"ns_epoch,omitempty"`
+	NsGuard bool   `protobuf:"varint,4,opt,name=ns_guard,json=nsGuard,proto3" json:"ns_guard,omitempty"`
+	// origin is the session of the client whose request the Txn carries out
+	// (ChangesRequest.origin), 0 when none: a mount's change feed leaves out
+	// its own changes, which its kernel already knows.
+	Origin        uint64 `protobuf:"varint,5,opt,name=origin,proto3" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3153,6 +3157,13 @@ func (x *Txn) GetNsGuard() bool {
 		return x.NsGuard
 	}
 	return false
+}
+
+func (x *Txn) GetOrigin() uint64 {
+	if x != nil {
+		return x.Origin
+	}
+	return 0
 }
 
 type OpResult struct {
@@ -4741,7 +4752,10 @@ type PathRequest struct {
 	// the parent's attribute, for a new directory to copy.
 	InheritLayout bool `protobuf:"varint,13,opt,name=inherit_layout,json=inheritLayout,proto3" json:"inherit_layout,omitempty"`
 	// RENAME: the name the last component gets, in the same directory.
-	NewName       []byte `protobuf:"bytes,14,opt,name=new_name,json=newName,proto3" json:"new_name,omitempty"`
+	NewName []byte `protobuf:"bytes,14,opt,name=new_name,json=newName,proto3" json:"new_name,omitempty"`
+	// origin: the client's session, copied into every Txn the request
+	// makes (Txn.origin).
+	Origin        uint64 `protobuf:"varint,15,opt,name=origin,proto3" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4872,6 +4886,13 @@ func (x *PathRequest) GetNewName() []byte {
 		return x.NewName
 	}
 	return nil
+}
+
+func (x *PathRequest) GetOrigin() uint64 {
+	if x != nil {
+		return x.Origin
+	}
+	return 0
 }
 
 type PathResponse struct {
@@ -5080,6 +5101,213 @@ func (x *PathResponse) GetReplaced() uint64 {
 		return x.Replaced
 	}
 	return 0
+}
+
+// ChangesRequest asks a meta partition's leader which names and inodes
+// changed after cursor (a Raft index): a mount's change feed, which lets
+// its kernel cache names and attributes for long and drop them when
+// another client changes them (docs/design.md, "Kernel caches kept
+// coherent by a change feed").
+type ChangesRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	PartitionId uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	// cursor: the Raft index up to which the caller has every change (0: it
+	// has none yet; the answer then says forget_all).
+	Cursor uint64 `protobuf:"varint,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// origin: the caller's session; changes by its own requests are left out.
+	Origin uint64 `protobuf:"varint,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	// wait_ms: how long the leader may hold the request while there is
+	// nothing to report (at most 1000).
+	WaitMs        uint32 `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangesRequest) Reset() {
+	*x = ChangesRequest{}
+	mi := &file_meta_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangesRequest) ProtoMessage() {}
+
+func (x *ChangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangesRequest.ProtoReflect.Descriptor instead.
+func (*ChangesRequest) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ChangesRequest) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *ChangesRequest) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *ChangesRequest) GetOrigin() uint64 {
+	if x != nil {
+		return x.Origin
+	}
+	return 0
+}
+
+func (x *ChangesRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+type ChangedName struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangedName) Reset() {
+	*x = ChangedName{}
+	mi := &file_meta_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangedName) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangedName) ProtoMessage() {}
+
+func (x *ChangedName) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangedName.ProtoReflect.Descriptor instead.
+func (*ChangedName) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ChangedName) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *ChangedName) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+// ChangesResponse covers every change committed before the leader
+// answered: the caller's kernel caches are coherent up to the time it
+// sent the request once it has dropped what is listed.
+type ChangesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cursor: the Raft index this answer covers up to; the next request's
+	// cursor.
+	Cursor uint64 `protobuf:"varint,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// forget_all: the changes after the request's cursor are not all known
+	// any more (the leader's record starts later, or a change of routing
+	// moved names), or the request's cursor was 0: the caller drops
+	// everything it cached.
+	ForgetAll     bool           `protobuf:"varint,2,opt,name=forget_all,json=forgetAll,proto3" json:"forget_all,omitempty"`
+	Names         []*ChangedName `protobuf:"bytes,3,rep,name=names,proto3" json:"names,omitempty"`
+	Inodes        []uint64       `protobuf:"varint,4,rep,packed,name=inodes,proto3" json:"inodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangesResponse) Reset() {
+	*x = ChangesResponse{}
+	mi := &file_meta_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangesResponse) ProtoMessage() {}
+
+func (x *ChangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangesResponse.ProtoReflect.Descriptor instead.
+func (*ChangesResponse) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ChangesResponse) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *ChangesResponse) GetForgetAll() bool {
+	if x != nil {
+		return x.ForgetAll
+	}
+	return false
+}
+
+func (x *ChangesResponse) GetNames() []*ChangedName {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *ChangesResponse) GetInodes() []uint64 {
+	if x != nil {
+		return x.Inodes
+	}
+	return nil
 }
 
 var File_meta_proto protoreflect.FileDescriptor
@@ -5295,13 +5523,14 @@ const file_meta_proto_rawDesc = "" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\":\n" +
 	"\rPurgeDentries\x12)\n" +
-	"\x04keys\x18\x01 \x03(\v2\x15.cairn.meta.DentryKeyR\x04keys\"|\n" +
+	"\x04keys\x18\x01 \x03(\v2\x15.cairn.meta.DentryKeyR\x04keys\"\x94\x01\n" +
 	"\x03Txn\x12 \n" +
 	"\x03ops\x18\x01 \x03(\v2\x0e.cairn.meta.OpR\x03ops\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x19\n" +
 	"\bns_epoch\x18\x03 \x01(\x04R\ansEpoch\x12\x19\n" +
-	"\bns_guard\x18\x04 \x01(\bR\ansGuard\"\x8d\x02\n" +
+	"\bns_guard\x18\x04 \x01(\bR\ansGuard\x12\x16\n" +
+	"\x06origin\x18\x05 \x01(\x04R\x06origin\"\x8d\x02\n" +
 	"\bOpResult\x12'\n" +
 	"\x05inode\x18\x01 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12*\n" +
 	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12/\n" +
@@ -5427,7 +5656,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
 	"\x03gid\x18\x02 \x01(\rR\x03gid\x12\x16\n" +
-	"\x06groups\x18\x03 \x03(\rR\x06groups\"\xbc\x03\n" +
+	"\x06groups\x18\x03 \x03(\rR\x06groups\"\xd4\x03\n" +
 	"\vPathRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\"\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x12.cairn.meta.PathOpR\x02op\x12\x12\n" +
@@ -5445,7 +5674,8 @@ const file_meta_proto_rawDesc = "" +
 	"\tkeep_open\x18\v \x03(\x04R\bkeepOpen\x12\x19\n" +
 	"\bkeep_all\x18\f \x01(\bR\akeepAll\x12%\n" +
 	"\x0einherit_layout\x18\r \x01(\bR\rinheritLayout\x12\x19\n" +
-	"\bnew_name\x18\x0e \x01(\fR\anewName\"\xed\x04\n" +
+	"\bnew_name\x18\x0e \x01(\fR\anewName\x12\x16\n" +
+	"\x06origin\x18\x0f \x01(\x04R\x06origin\"\xed\x04\n" +
 	"\fPathResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -5467,7 +5697,21 @@ const file_meta_proto_rawDesc = "" +
 	"\vlayout_attr\x18\x10 \x01(\fR\n" +
 	"layoutAttr\x124\n" +
 	"\fparent_attrs\x18\x11 \x01(\v2\x11.cairn.meta.InodeR\vparentAttrs\x12\x1a\n" +
-	"\breplaced\x18\x12 \x01(\x04R\breplaced*\xc9\x01\n" +
+	"\breplaced\x18\x12 \x01(\x04R\breplaced\"|\n" +
+	"\x0eChangesRequest\x12!\n" +
+	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\x04R\x06cursor\x12\x16\n" +
+	"\x06origin\x18\x03 \x01(\x04R\x06origin\x12\x17\n" +
+	"\await_ms\x18\x04 \x01(\rR\x06waitMs\"9\n" +
+	"\vChangedName\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\"\x8f\x01\n" +
+	"\x0fChangesResponse\x12\x16\n" +
+	"\x06cursor\x18\x01 \x01(\x04R\x06cursor\x12\x1d\n" +
+	"\n" +
+	"forget_all\x18\x02 \x01(\bR\tforgetAll\x12-\n" +
+	"\x05names\x18\x03 \x03(\v2\x17.cairn.meta.ChangedNameR\x05names\x12\x16\n" +
+	"\x06inodes\x18\x04 \x03(\x04R\x06inodes*\xc9\x01\n" +
 	"\bFileType\x12\x15\n" +
 	"\x11FILE_TYPE_UNKNOWN\x10\x00\x12\x15\n" +
 	"\x11FILE_TYPE_REGULAR\x10\x01\x12\x17\n" +
@@ -5504,7 +5748,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x0ePATH_OP_CREATE\x10\x02\x12\x12\n" +
 	"\x0ePATH_OP_UNLINK\x10\x03\x12\x11\n" +
 	"\rPATH_OP_RMDIR\x10\x04\x12\x12\n" +
-	"\x0ePATH_OP_RENAME\x10\x052\xdd\x03\n" +
+	"\x0ePATH_OP_RENAME\x10\x052\xa1\x04\n" +
 	"\bMetaNode\x129\n" +
 	"\x04Path\x12\x17.cairn.meta.PathRequest\x1a\x18.cairn.meta.PathResponse\x126\n" +
 	"\x03Txn\x12\x16.cairn.meta.TxnRequest\x1a\x17.cairn.meta.TxnResponse\x12?\n" +
@@ -5512,7 +5756,8 @@ const file_meta_proto_rawDesc = "" +
 	"\bGetInode\x12\x1b.cairn.meta.GetInodeRequest\x1a\x1c.cairn.meta.GetInodeResponse\x12B\n" +
 	"\aReadDir\x12\x1a.cairn.meta.ReadDirRequest\x1a\x1b.cairn.meta.ReadDirResponse\x12W\n" +
 	"\x0ePartitionStats\x12!.cairn.meta.PartitionStatsRequest\x1a\".cairn.meta.PartitionStatsResponse\x129\n" +
-	"\x04Scan\x12\x17.cairn.meta.ScanRequest\x1a\x18.cairn.meta.ScanResponseB%Z#github.com/cairnfs/cairn/pkg/metapbb\x06proto3"
+	"\x04Scan\x12\x17.cairn.meta.ScanRequest\x1a\x18.cairn.meta.ScanResponse\x12B\n" +
+	"\aChanges\x12\x1a.cairn.meta.ChangesRequest\x1a\x1b.cairn.meta.ChangesResponseB%Z#github.com/cairnfs/cairn/pkg/metapbb\x06proto3"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -5527,7 +5772,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_meta_proto_goTypes = []any{
 	(FileType)(0),                  // 0: cairn.meta.FileType
 	(FileLayout)(0),                // 1: cairn.meta.FileLayout
@@ -5590,12 +5835,15 @@ var file_meta_proto_goTypes = []any{
 	(*Cred)(nil),                   // 58: cairn.meta.Cred
 	(*PathRequest)(nil),            // 59: cairn.meta.PathRequest
 	(*PathResponse)(nil),           // 60: cairn.meta.PathResponse
-	nil,                            // 61: cairn.meta.Inode.XattrsEntry
+	(*ChangesRequest)(nil),         // 61: cairn.meta.ChangesRequest
+	(*ChangedName)(nil),            // 62: cairn.meta.ChangedName
+	(*ChangesResponse)(nil),        // 63: cairn.meta.ChangesResponse
+	nil,                            // 64: cairn.meta.Inode.XattrsEntry
 }
 var file_meta_proto_depIdxs = []int32{
 	5,  // 0: cairn.meta.ChunkRecord.chunk:type_name -> cairn.meta.Chunk
 	0,  // 1: cairn.meta.Inode.type:type_name -> cairn.meta.FileType
-	61, // 2: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
+	64, // 2: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
 	7,  // 3: cairn.meta.Inode.extents:type_name -> cairn.meta.ExtentKey
 	1,  // 4: cairn.meta.Inode.layout:type_name -> cairn.meta.FileLayout
 	5,  // 5: cairn.meta.Inode.chunks:type_name -> cairn.meta.Chunk
@@ -5672,25 +5920,28 @@ var file_meta_proto_depIdxs = []int32{
 	9,  // 76: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
 	8,  // 77: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
 	8,  // 78: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
-	59, // 79: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
-	43, // 80: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	47, // 81: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	49, // 82: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	51, // 83: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	55, // 84: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	53, // 85: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
-	60, // 86: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
-	45, // 87: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	48, // 88: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	50, // 89: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	52, // 90: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	57, // 91: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	54, // 92: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
-	86, // [86:93] is the sub-list for method output_type
-	79, // [79:86] is the sub-list for method input_type
-	79, // [79:79] is the sub-list for extension type_name
-	79, // [79:79] is the sub-list for extension extendee
-	0,  // [0:79] is the sub-list for field type_name
+	62, // 79: cairn.meta.ChangesResponse.names:type_name -> cairn.meta.ChangedName
+	59, // 80: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
+	43, // 81: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	47, // 82: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	49, // 83: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	51, // 84: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	55, // 85: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	53, // 86: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
+	61, // 87: cairn.meta.MetaNode.Changes:input_type -> cairn.meta.ChangesRequest
+	60, // 88: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
+	45, // 89: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	48, // 90: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	50, // 91: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	52, // 92: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	57, // 93: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	54, // 94: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
+	63, // 95: cairn.meta.MetaNode.Changes:output_type -> cairn.meta.ChangesResponse
+	88, // [88:96] is the sub-list for method output_type
+	80, // [80:88] is the sub-list for method input_type
+	80, // [80:80] is the sub-list for extension type_name
+	80, // [80:80] is the sub-list for extension extendee
+	0,  // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -5730,7 +5981,7 @@ func file_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   57,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

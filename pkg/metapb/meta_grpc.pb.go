@@ -35,6 +35,7 @@ const (
 	MetaNode_ReadDir_FullMethodName        = "/cairn.meta.MetaNode/ReadDir"
 	MetaNode_PartitionStats_FullMethodName = "/cairn.meta.MetaNode/PartitionStats"
 	MetaNode_Scan_FullMethodName           = "/cairn.meta.MetaNode/Scan"
+	MetaNode_Changes_FullMethodName        = "/cairn.meta.MetaNode/Changes"
 )
 
 // MetaNodeClient is the client API for MetaNode service.
@@ -48,6 +49,7 @@ type MetaNodeClient interface {
 	ReadDir(ctx context.Context, in *ReadDirRequest, opts ...grpc.CallOption) (*ReadDirResponse, error)
 	PartitionStats(ctx context.Context, in *PartitionStatsRequest, opts ...grpc.CallOption) (*PartitionStatsResponse, error)
 	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanResponse, error)
+	Changes(ctx context.Context, in *ChangesRequest, opts ...grpc.CallOption) (*ChangesResponse, error)
 }
 
 type metaNodeClient struct {
@@ -128,6 +130,16 @@ func (c *metaNodeClient) Scan(ctx context.Context, in *ScanRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *metaNodeClient) Changes(ctx context.Context, in *ChangesRequest, opts ...grpc.CallOption) (*ChangesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChangesResponse)
+	err := c.cc.Invoke(ctx, MetaNode_Changes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MetaNodeServer is the server API for MetaNode service.
 // All implementations must embed UnimplementedMetaNodeServer
 // for forward compatibility.
@@ -139,6 +151,7 @@ type MetaNodeServer interface {
 	ReadDir(context.Context, *ReadDirRequest) (*ReadDirResponse, error)
 	PartitionStats(context.Context, *PartitionStatsRequest) (*PartitionStatsResponse, error)
 	Scan(context.Context, *ScanRequest) (*ScanResponse, error)
+	Changes(context.Context, *ChangesRequest) (*ChangesResponse, error)
 	mustEmbedUnimplementedMetaNodeServer()
 }
 
@@ -169,6 +182,9 @@ func (UnimplementedMetaNodeServer) PartitionStats(context.Context, *PartitionSta
 }
 func (UnimplementedMetaNodeServer) Scan(context.Context, *ScanRequest) (*ScanResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Scan not implemented")
+}
+func (UnimplementedMetaNodeServer) Changes(context.Context, *ChangesRequest) (*ChangesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Changes not implemented")
 }
 func (UnimplementedMetaNodeServer) mustEmbedUnimplementedMetaNodeServer() {}
 func (UnimplementedMetaNodeServer) testEmbeddedByValue()                  {}
@@ -317,6 +333,24 @@ func _MetaNode_Scan_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MetaNode_Changes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChangesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaNodeServer).Changes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MetaNode_Changes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaNodeServer).Changes(ctx, req.(*ChangesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MetaNode_ServiceDesc is the grpc.ServiceDesc for MetaNode service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -351,6 +385,10 @@ var MetaNode_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Scan",
 			Handler:    _MetaNode_Scan_Handler,
+		},
+		{
+			MethodName: "Changes",
+			Handler:    _MetaNode_Changes_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
