@@ -32,6 +32,10 @@ import (
 // mountOpts are the -o options of cairn mount.
 type mountOpts struct {
 	entryTimeout, attrTimeout time.Duration
+	// cacheTimeout is how long the kernel caches names and attributes
+	// while the change feed covers the mount (0: fusefs's default; -1:
+	// no feed).
+	cacheTimeout time.Duration
 	// opTimeout bounds every operation while the cluster does not answer
 	// (0: the SDK's default): the mount answers ETIMEDOUT instead of hanging.
 	opTimeout         time.Duration
@@ -76,6 +80,8 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 				o.entryTimeout, err = secs()
 			case "attr_timeout":
 				o.attrTimeout, err = secs()
+			case "cache_timeout":
+				o.cacheTimeout, err = secs()
 			case "op_timeout":
 				if o.opTimeout, err = secs(); err == nil && o.opTimeout < 0 {
 					err = fmt.Errorf("-o %s: an operation needs more than 0 seconds", kv)
@@ -98,7 +104,7 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 			case "debug":
 				o.debug = true
 			default:
-				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, op_timeout=S, read_ahead_kb=N, ro, allow_other, debug, subdir=PATH)", k)
+				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, cache_timeout=S, op_timeout=S, read_ahead_kb=N, ro, allow_other, debug, subdir=PATH)", k)
 			}
 			if err != nil {
 				return o, err
@@ -210,6 +216,12 @@ SIGTERM, which unmount it. The cluster is found with --master, or through the
 Options (-o, comma-separated, may repeat):
   entry_timeout=S   seconds the kernel caches names (default 1; 0 disables)
   attr_timeout=S    seconds the kernel caches attributes (default 1; 0 disables)
+  cache_timeout=S   seconds the kernel caches names and attributes while the
+                    mount's change feed tells it of every other client's
+                    change (default 60; 0 turns the feed off). A change by
+                    another client still reaches the kernel within the
+                    smaller of entry_timeout and attr_timeout; with either
+                    at 0 the feed is off
   op_timeout=S      while the cluster does not answer, an operation fails with
                     ETIMEDOUT after S seconds (default 30); it works again as
                     soon as the cluster is back
@@ -328,7 +340,7 @@ file system (docs/bench.md, "Traces").`,
 				}
 				root = a.Ino
 			}
-			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, Metrics: m, Trace: rec, Root: root, ShowIDs: showIDs(caps), CallerGroups: caps.MapsIDs()})
+			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, CacheTimeout: mo.cacheTimeout, Metrics: m, Trace: rec, Root: root, ShowIDs: showIDs(caps), CallerGroups: caps.MapsIDs()})
 			opts := fusefs.ServerOptions(volume)
 			opts.AllowOther, opts.Options, opts.Debug = mo.allowOther, fuseOpts, mo.debug
 			srv, err := fuse.NewServer(fsys, mp, opts)

@@ -183,13 +183,13 @@ func (l *Log) Restored() {
 // Since returns the changes after cursor made by sessions other than
 // origin (all of them when origin is 0), up to the last index seen, at
 // most limit names and inodes (more is answered Reset). A cursor of 0 is
-// a new caller, which holds nothing: Reset, with the cursor to go on
-// from.
+// a new caller: Reset, with the cursor to go on from, unless nothing was
+// applied yet.
 func (l *Log) Since(cursor, origin uint64, limit int) Batch {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := Batch{Cursor: l.last}
-	if l.broken || cursor == 0 || cursor < l.first || cursor > l.last {
+	if l.broken || cursor == 0 && l.last > 0 || cursor < l.first || cursor > l.last {
 		b.Reset = true
 		return b
 	}

@@ -127,6 +127,9 @@ func TestLogSince(t *testing.T) {
 			since(3, me, Batch{Cursor: 20, Reset: true}),
 			since(19, me, Batch{Cursor: 20, Inodes: []uint64{5}}),
 		}},
+		{"a new caller of an empty log waits like any other", 0, []step{
+			since(0, me, Batch{}),
+		}},
 		{"a cursor ahead of this replica resets", 0, []step{
 			{advance: 5},
 			since(9, me, Batch{Cursor: 5, Reset: true}),

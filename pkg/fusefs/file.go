@@ -83,6 +83,7 @@ func (fs *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 func (fs *FS) create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut, start time.Time) fuse.Status {
 	// One request: the file is opened from the inode the create returned
 	// (it is new, so there is nothing else to read).
+	tok := fs.begin()
 	ctx, done := fs.learn(cancel, in.NodeId)
 	gen := fs.noCaps.generation()
 	a, f, err := fs.v.CreateFile(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid, int(in.Flags))
@@ -93,7 +94,7 @@ func (fs *FS) create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 	out.Fh = fs.addFile(f)
 	fs.keepPages(f)                // a new inode: nothing cached yet
 	fs.noCaps.absent(f.Ino(), gen) // nor any xattr: the first write asks nothing
-	fs.fillEntry(a, &out.EntryOut)
+	fs.fillEntryFor(tok, in.NodeId, name, a, &out.EntryOut)
 	fs.names.found(in.NodeId, name, a)
 	return fs.observe("create", start, fuse.OK)
 }

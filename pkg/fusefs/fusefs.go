@@ -23,6 +23,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/cairnfs/cairn/pkg/changefeed"
 	"github.com/cairnfs/cairn/pkg/client"
 	"github.com/cairnfs/cairn/pkg/optrace"
 )
@@ -52,6 +53,13 @@ type Options struct {
 	// groups, read from /proc (a file read per change): for an identity
 	// whose ids the servers map, which judge the caller by them.
 	CallerGroups bool
+	// CacheTimeout is how long the kernel may cache names and attributes
+	// while the mount's change feed covers every meta partition
+	// (coherence.go); default 60 s; negative disables the feed. It is
+	// used only when both EntryTimeout and AttrTimeout are positive:
+	// the smaller of them bounds how stale a cached name or attribute
+	// may be, feed or not.
+	CacheTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -65,8 +73,14 @@ func (o Options) withDefaults() Options {
 	}
 	fix(&o.EntryTimeout)
 	fix(&o.AttrTimeout)
+	if o.CacheTimeout == 0 {
+		o.CacheTimeout = defaultCacheTimeout
+	}
 	return o
 }
+
+// defaultCacheTimeout is Options.CacheTimeout's default.
+const defaultCacheTimeout = time.Minute
 
 // ServerOptions are the go-fuse options every mount of volume uses (cairn
 // mount, the S3 gateway's private mounts); callers add their own (allow
@@ -104,6 +118,7 @@ type FS struct {
 	hints  *attrHints // attributes learnt by this mount's operations (attrhints.go)
 	names  *nameHints // what names held when this mount last answered for them (namehints.go)
 	noCaps *noCaps    // files without capabilities (xattrcache.go)
+	coh    *coherence // nil without a change feed (Options.CacheTimeout)
 }
 
 // New returns the adapter of v.
@@ -122,6 +137,9 @@ func New(v *client.Volume, opts Options) *FS {
 	}
 	if opts.Trace != nil {
 		fs.tr = newTracer(opts.Trace)
+	}
+	if o := fs.opts; o.CacheTimeout > 0 && o.EntryTimeout > 0 && o.AttrTimeout > 0 {
+		fs.coh = newCoherence(fs, o.CacheTimeout, min(o.EntryTimeout, o.AttrTimeout))
 	}
 	return fs
 }
@@ -270,7 +288,19 @@ func (fs *FS) changing(ino uint64) func() {
 }
 
 // Init keeps the server for notifications (see Open).
-func (fs *FS) Init(s *fuse.Server) { fs.server.Store(s) }
+func (fs *FS) Init(s *fuse.Server) {
+	fs.server.Store(s)
+	if fs.coh != nil {
+		fs.coh.start()
+	}
+}
+
+// OnUnmount stops the change feed.
+func (fs *FS) OnUnmount() {
+	if fs.coh != nil {
+		fs.coh.close()
+	}
+}
 
 // status maps an SDK error to the FUSE status carrying its errno.
 func status(err error) fuse.Status {
@@ -331,6 +361,48 @@ func (fs *FS) fillEntry(a *client.Attr, out *fuse.EntryOut) {
 	out.SetEntryTimeout(fs.opts.EntryTimeout)
 	out.SetAttrTimeout(fs.opts.AttrTimeout)
 	fs.fillAttr(a, &out.Attr)
+}
+
+// begin returns the token of a reply that may let the kernel cache a
+// name or attributes for long (longcache.go); take it before the request
+// whose answer the reply carries.
+func (fs *FS) begin() grantToken {
+	if fs.coh == nil {
+		return grantToken{}
+	}
+	return fs.coh.cache.begin()
+}
+
+// fillEntryFor is fillEntry for name in directory node parent, with the
+// long timeout when the change feed grants it to a reply begun at tok.
+// a nil a is a negative entry.
+func (fs *FS) fillEntryFor(tok grantToken, parent uint64, name string, a *client.Attr, out *fuse.EntryOut) {
+	var ino uint64
+	if a != nil {
+		fs.fillEntry(a, out)
+		ino = a.Ino
+	} else {
+		out.NodeId = 0
+		out.SetEntryTimeout(fs.opts.EntryTimeout)
+	}
+	if fs.coh == nil {
+		return
+	}
+	n := changefeed.Name{Parent: fs.ino(parent), Name: name}
+	if fs.coh.cache.grant(tok, time.Now(), &n, ino) {
+		out.SetEntryTimeout(fs.coh.ttl)
+		if a != nil {
+			out.SetAttrTimeout(fs.coh.ttl)
+		}
+	}
+}
+
+// attrTimeout is the attribute timeout of a reply about ino begun at tok.
+func (fs *FS) attrTimeout(tok grantToken, ino uint64) time.Duration {
+	if fs.coh != nil && fs.coh.cache.grant(tok, time.Now(), nil, ino) {
+		return fs.coh.ttl
+	}
+	return fs.opts.AttrTimeout
 }
 
 // StatFs reports the volume's capacity and inode counts, or the quota's

@@ -18,6 +18,10 @@ type Metrics struct {
 	latency    *prometheus.HistogramVec
 	readBytes  prometheus.Counter
 	writeBytes prometheus.Counter
+	// The change feed (coherence.go): notices sent to the kernel, and
+	// times every long grant was taken back.
+	feedNotices *prometheus.CounterVec
+	feedLosses  *prometheus.CounterVec
 }
 
 // NewMetrics registers a mount's metrics of v on reg.
@@ -32,9 +36,15 @@ func NewMetrics(reg prometheus.Registerer, v *client.Volume) (*Metrics, error) {
 		}, []string{"op"}),
 		readBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_fuse_read_bytes_total", Help: "Bytes returned by FUSE reads."}),
 		writeBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_fuse_write_bytes_total", Help: "Bytes accepted by FUSE writes."}),
+		feedNotices: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_fuse_feed_invalidations_total", Help: "Names and inodes the kernel was told to drop because another client changed them (change feed).",
+		}, []string{"kind"}),
+		feedLosses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_fuse_feed_losses_total", Help: "Times every long-cached name and attribute was dropped: the change feed fell behind (behind), or a partition could not say what changed (reset).",
+		}, []string{"why"}),
 	}
 	cs := []prometheus.Collector{
-		m.ops, m.latency, m.readBytes, m.writeBytes,
+		m.ops, m.latency, m.readBytes, m.writeBytes, m.feedNotices, m.feedLosses,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_sent_bytes_total", Help: "File bytes written to data nodes."},
 			func() float64 { return float64(v.Stats().BytesToData) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_received_bytes_total", Help: "File bytes read from data nodes."},
@@ -65,4 +75,18 @@ func NewMetrics(reg prometheus.Registerer, v *client.Volume) (*Metrics, error) {
 func (m *Metrics) observe(op string, start time.Time, st fuse.Status) {
 	m.ops.WithLabelValues(op, strconv.Itoa(int(st))).Inc()
 	m.latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}
+
+func (m *Metrics) invalidated(names, inodes int) {
+	if m == nil {
+		return
+	}
+	m.feedNotices.WithLabelValues("name").Add(float64(names))
+	m.feedNotices.WithLabelValues("inode").Add(float64(inodes))
+}
+
+func (m *Metrics) feedLost(why string) {
+	if m != nil {
+		m.feedLosses.WithLabelValues(why).Inc()
+	}
 }

@@ -18,6 +18,7 @@ import (
 func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
 	ctx := ctxOf(cancel)
+	tok := fs.begin()
 	var a *client.Attr
 	var err error
 	switch name {
@@ -40,6 +41,7 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 			out.NodeId = 0
 			out.SetEntryTimeout(fs.opts.EntryTimeout)
 			if name != "." && name != ".." {
+				fs.fillEntryFor(tok, header.NodeId, name, nil, out)
 				fs.names.absent(header.NodeId, name)
 			}
 		}
@@ -48,9 +50,11 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 		}
 		return fs.observe("lookup", start, status(err))
 	}
-	fs.fillEntry(a, out)
 	if name != "." && name != ".." {
+		fs.fillEntryFor(tok, header.NodeId, name, a, out)
 		fs.names.found(header.NodeId, name, a)
+	} else {
+		fs.fillEntry(a, out)
 	}
 	if fs.tr != nil && name != "." && name != ".." {
 		fs.tr.learn(header.NodeId, name, a.Ino)
@@ -79,6 +83,7 @@ func (fs *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.Attr
 		}
 		return fs.observe("getattr", start, fuse.OK)
 	}
+	tok := fs.begin()
 	a, err := fs.v.GetAttr(ctxOf(cancel), fs.ino(in.NodeId))
 	if err != nil {
 		if fs.tr != nil {
@@ -87,7 +92,7 @@ func (fs *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.Attr
 		return fs.observe("getattr", start, status(err))
 	}
 	fs.fillAttr(a, &out.Attr)
-	out.SetTimeout(fs.opts.AttrTimeout)
+	out.SetTimeout(fs.attrTimeout(tok, a.Ino))
 	if fs.tr != nil {
 		fs.tr.stat(start, &in.InHeader, fs.tr.path(in.NodeId), fuse.OK, &out.Attr)
 	}
@@ -192,6 +197,7 @@ func (fs *FS) setAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Attr
 // Mknod makes a regular file, fifo, socket or device owned by the caller.
 func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
+	tok := fs.begin()
 	ctx, done := fs.learn(cancel, in.NodeId)
 	a, err := fs.v.Mknod(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777), uint64(in.Rdev), in.Uid, in.Gid)
 	done()
@@ -204,7 +210,7 @@ func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *
 	if err != nil {
 		return fs.observe("mknod", start, status(err))
 	}
-	fs.fillEntry(a, out)
+	fs.fillEntryFor(tok, in.NodeId, name, a, out)
 	fs.names.found(in.NodeId, name, a)
 	if fs.tr != nil {
 		fs.tr.learn(in.NodeId, name, a.Ino)
@@ -215,6 +221,7 @@ func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *
 // Mkdir makes a directory owned by the caller.
 func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
+	tok := fs.begin()
 	ctx, done := fs.learn(cancel, in.NodeId)
 	a, err := fs.v.Mkdir(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
 	done()
@@ -224,7 +231,7 @@ func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *
 	if err != nil {
 		return fs.observe("mkdir", start, status(err))
 	}
-	fs.fillEntry(a, out)
+	fs.fillEntryFor(tok, in.NodeId, name, a, out)
 	fs.names.found(in.NodeId, name, a)
 	if fs.tr != nil {
 		fs.tr.learn(in.NodeId, name, a.Ino)
@@ -294,6 +301,7 @@ func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName string, 
 // Link gives an inode another name.
 func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
+	tok := fs.begin()
 	// The file's link count and ctime, the directory's mtime.
 	defer fs.changing(in.Oldnodeid)()
 	defer fs.changing(in.NodeId)()
@@ -305,7 +313,7 @@ func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fu
 	if err != nil {
 		return fs.observe("link", start, status(err))
 	}
-	fs.fillEntry(a, out)
+	fs.fillEntryFor(tok, in.NodeId, name, a, out)
 	fs.names.found(in.NodeId, name, a)
 	if fs.tr != nil {
 		fs.tr.learn(in.NodeId, name, a.Ino)
@@ -316,6 +324,7 @@ func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fu
 // Symlink makes a symbolic link owned by the caller.
 func (fs *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target string, name string, out *fuse.EntryOut) fuse.Status {
 	start := time.Now()
+	tok := fs.begin()
 	ctx, done := fs.learn(cancel, header.NodeId)
 	a, err := fs.v.Symlink(fs.caller(ctx, header), fs.ino(header.NodeId), name, target, header.Uid, header.Gid)
 	done()
@@ -325,7 +334,7 @@ func (fs *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target stri
 	if err != nil {
 		return fs.observe("symlink", start, status(err))
 	}
-	fs.fillEntry(a, out)
+	fs.fillEntryFor(tok, header.NodeId, name, a, out)
 	fs.names.found(header.NodeId, name, a)
 	if fs.tr != nil {
 		fs.tr.learn(header.NodeId, name, a.Ino)

@@ -1,0 +1,213 @@
+package fusefs
+
+import (
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/changefeed"
+)
+
+// longCache decides which replies may let the kernel cache a name or an
+// inode's attributes for long (Options.CacheTimeout), and remembers them,
+// so that they can be taken back when another client changes them
+// (coherence.go). Pure logic; the caller supplies the time.
+//
+// The kernel applies a reply some time after the mount decided its
+// timeouts, and a change notice may come in between. Two rules close that
+// window:
+//
+//   - A reply decides at its end (grant) with the token it took at its
+//     start (begin): a notice for one of its keys in between, or a loss of
+//     the feed, makes it a short-timeout reply.
+//   - A notice for a key granted shortly before (renotifyAfter) is sent
+//     to the kernel again after that delay, when the kernel has applied
+//     the reply the grant was for.
+//
+// Attributes also carry the kernel's own protection (a reply to a request
+// sent before an invalidation does not overwrite it); names do not.
+type longCache struct {
+	max int // the most keys kept; past it, replies get short timeouts
+
+	mu      sync.Mutex
+	healthy bool   // the feed covers every partition: grants allowed
+	seq     uint64 // notices so far
+	recent  [recentNotices]uint64
+	names   map[changefeed.Name]time.Time // granted names -> when
+	inodes  map[uint64]time.Time          // granted inodes -> when
+}
+
+const (
+	// recentNotices is how many notices a reply in flight is checked
+	// against; a reply that saw more is not granted.
+	recentNotices = 4096
+	// renotifyAfter: a key granted less than this before its notice is
+	// notified again this much later.
+	renotifyAfter = 200 * time.Millisecond
+	// maxLongKeys bounds the keys granted at a time (names and inodes):
+	// taking them all back must fit well within the staleness bound
+	// (a notification costs a few microseconds).
+	maxLongKeys = 1 << 16
+	// allKeys in recent marks a notice that took back everything.
+	allKeys = 0
+)
+
+func newLongCache(max int) *longCache {
+	if max <= 0 {
+		max = maxLongKeys
+	}
+	return &longCache{max: max, names: map[changefeed.Name]time.Time{}, inodes: map[uint64]time.Time{}}
+}
+
+// grantToken is where the notices stood when a reply's request began.
+type grantToken struct {
+	seq uint64
+	ok  bool
+}
+
+// begin returns the token of a request that may end in a grant. A nil
+// cache (no feed) never grants.
+func (c *longCache) begin() grantToken {
+	if c == nil {
+		return grantToken{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return grantToken{seq: c.seq, ok: c.healthy}
+}
+
+func nameFingerprint(n changefeed.Name) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(n.Parent >> (8 * i))
+	}
+	h.Write(b[:])
+	h.Write([]byte(n.Name))
+	return h.Sum64() | 1 // never allKeys
+}
+
+func inodeFingerprint(ino uint64) uint64 {
+	z := ino*0x9e3779b97f4a7c15 + 0x632be59bd9b4e019
+	z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9
+	return (z ^ (z >> 29)) | 2 // never allKeys; apart from most name keys
+}
+
+// noticedSince reports whether a notice after seq may concern key. Called
+// with mu held.
+func (c *longCache) noticedSince(seq uint64, key uint64) bool {
+	if c.seq-seq >= recentNotices {
+		return true
+	}
+	for s := seq + 1; s <= c.seq; s++ {
+		if k := c.recent[s%recentNotices]; k == key || k == allKeys {
+			return true
+		}
+	}
+	return false
+}
+
+// grant decides whether a reply begun at tok may let the kernel cache
+// name (nil: none) and ino's attributes (0: none) for long, and if so
+// records them.
+func (c *longCache) grant(tok grantToken, now time.Time, name *changefeed.Name, ino uint64) bool {
+	if c == nil || !tok.ok {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.healthy || len(c.names)+len(c.inodes)+2 > c.max {
+		return false
+	}
+	if name != nil && c.noticedSince(tok.seq, nameFingerprint(*name)) || ino != 0 && c.noticedSince(tok.seq, inodeFingerprint(ino)) {
+		return false
+	}
+	if name != nil {
+		c.names[*name] = now
+	}
+	if ino != 0 {
+		c.inodes[ino] = now
+	}
+	return true
+}
+
+// notice records that other clients changed names and inodes. It returns
+// those of them the kernel may hold for long, to be invalidated now, and
+// among them those granted within renotifyAfter, to be invalidated again
+// after it. They are forgotten: the kernel holds them no more once told.
+func (c *longCache) notice(now time.Time, names []changefeed.Name, inodes []uint64) (nowN []changefeed.Name, nowI []uint64, againN []changefeed.Name, againI []uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range names {
+		c.seq++
+		c.recent[c.seq%recentNotices] = nameFingerprint(n)
+		if at, ok := c.names[n]; ok {
+			delete(c.names, n)
+			nowN = append(nowN, n)
+			if now.Sub(at) < renotifyAfter {
+				againN = append(againN, n)
+			}
+		}
+	}
+	for _, ino := range inodes {
+		c.seq++
+		c.recent[c.seq%recentNotices] = inodeFingerprint(ino)
+		if at, ok := c.inodes[ino]; ok {
+			delete(c.inodes, ino)
+			nowI = append(nowI, ino)
+			if now.Sub(at) < renotifyAfter {
+				againI = append(againI, ino)
+			}
+		}
+	}
+	return nowN, nowI, againN, againI
+}
+
+// forgetAll takes back every grant (the feed was lost, or cannot say what
+// changed), as notice does for each; replies in flight are not granted.
+func (c *longCache) forgetAll(now time.Time) (nowN []changefeed.Name, nowI []uint64, againN []changefeed.Name, againI []uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	c.recent[c.seq%recentNotices] = allKeys
+	for n, at := range c.names {
+		nowN = append(nowN, n)
+		if now.Sub(at) < renotifyAfter {
+			againN = append(againN, n)
+		}
+	}
+	for ino, at := range c.inodes {
+		nowI = append(nowI, ino)
+		if now.Sub(at) < renotifyAfter {
+			againI = append(againI, ino)
+		}
+	}
+	clear(c.names)
+	clear(c.inodes)
+	return nowN, nowI, againN, againI
+}
+
+// setHealthy allows grants (the feed covers every partition) or stops
+// them.
+func (c *longCache) setHealthy(ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.healthy = ok
+}
+
+// prune forgets grants older than ttl, which the kernel has dropped by
+// itself.
+func (c *longCache) prune(now time.Time, ttl time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for n, at := range c.names {
+		if now.Sub(at) > ttl {
+			delete(c.names, n)
+		}
+	}
+	for ino, at := range c.inodes {
+		if now.Sub(at) > ttl {
+			delete(c.inodes, ino)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// coherenceBound is how stale a name or attribute another mount holds may
+// be: the smaller of entry_timeout and attr_timeout, 1 s by default, with
+// or without the change feed (docs/design.md, "Kernel caches kept
+// coherent by a change feed").
+const coherenceBound = time.Second
+
+// seenWithin polls cond until it holds and fails the test when that took
+// longer than coherenceBound; it returns how long it took.
+func seenWithin(t *testing.T, what string, since time.Time, cond func() bool) time.Duration {
+	t.Helper()
+	for {
+		if cond() {
+			d := time.Since(since)
+			if d > coherenceBound {
+				t.Errorf("%s: seen after %s, more than the bound of %s", what, d.Round(time.Millisecond), coherenceBound)
+			}
+			return d
+		}
+		if time.Since(since) > 10*coherenceBound {
+			t.Fatalf("%s: not seen after %s", what, time.Since(since).Round(time.Millisecond))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func gone(p string) func() bool {
+	return func() bool {
+		_, err := os.Lstat(p)
+		return errors.Is(err, fs.ErrNotExist)
+	}
+}
+
+func exists(p string) func() bool {
+	return func() bool {
+		_, err := os.Lstat(p)
+		return err == nil
+	}
+}
+
+// TestMountsSeeEachOthersChanges runs two mounts of one volume: mount A
+// (cairn up's) caches names and attributes for long while its change feed
+// covers every partition, and must still see every change mount B makes
+// within the bound: modes, sizes, new names it had found missing, renames,
+// unlinks, rmdirs. Then the meta node leading the partition of a file A
+// holds is killed (kill -9) before B changes the file: A's feed loses that
+// partition, A drops everything it cached, and sees B's change within the
+// bound of B's chmod returning.
+func TestMountsSeeEachOthersChanges(t *testing.T) {
+	dir := t.TempDir()
+	_, a := startMounted(t, dir)
+	aMetrics := mountMetricsAddr(t, a)
+	b := filepath.Join(t.TempDir(), "b")
+	must(t, os.Mkdir(b, 0o755))
+	startMount(t, b, "--data-dir", dir, "default", b)
+	inA := func(name string) string { return filepath.Join(a, name) }
+	inB := func(name string) string { return filepath.Join(b, name) }
+	lookups := func() float64 {
+		n := 0.0
+		for _, l := range scrapeLines(t, aMetrics, "cairn_fuse_requests_total") {
+			if l.labels == `{errno="0",op="lookup"}` || l.labels == `{errno="0",op="getattr"}` {
+				n += l.value
+			}
+		}
+		return n
+	}
+
+	must(t, os.WriteFile(inA("f"), []byte("one"), 0o644))
+	if _, err := os.Stat(inB("f")); err != nil {
+		t.Fatal(err)
+	}
+	// A holds f for longer than the short timeouts: stats past them ask
+	// nothing. (A routing change of the new volume, early on, takes every
+	// grant back once; so up to three tries.)
+	cached := false
+	for try := 0; try < 3 && !cached; try++ {
+		if _, err := os.Stat(inA("f")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(coherenceBound + coherenceBound/2)
+		before := lookups()
+		for range 50 {
+			if _, err := os.Stat(inA("f")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cached = lookups() == before
+	}
+	if !cached {
+		t.Fatal("mount A asked for f's name or attributes past the short timeouts: nothing was cached for long")
+	}
+
+	check := func(what string, change func(), cond func() bool) {
+		t.Helper()
+		change()
+		d := seenWithin(t, what, time.Now(), cond)
+		t.Logf("%s: seen by mount A after %s", what, d.Round(time.Microsecond))
+	}
+	check("chmod", func() { must(t, os.Chmod(inB("f"), 0o600)) }, func() bool {
+		st, err := os.Stat(inA("f"))
+		return err == nil && st.Mode().Perm() == 0o600
+	})
+	check("append", func() {
+		f, err := os.OpenFile(inB("f"), os.O_APPEND|os.O_WRONLY, 0)
+		must(t, err)
+		_, err = f.Write([]byte(" two"))
+		must(t, err)
+		must(t, f.Close())
+	}, func() bool {
+		st, err := os.Stat(inA("f"))
+		return err == nil && st.Size() == int64(len("one two"))
+	})
+	if got, err := os.ReadFile(inA("f")); err != nil || string(got) != "one two" {
+		t.Fatalf("mount A reads %q (%v) after mount B's close", got, err)
+	}
+	if !gone(inA("g"))() {
+		t.Fatal("g exists before it was made")
+	}
+	check("create of a name A found missing", func() { must(t, os.WriteFile(inB("g"), nil, 0o644)) }, exists(inA("g")))
+	check("rename (old name)", func() { must(t, os.Rename(inB("f"), inB("f2"))) }, gone(inA("f")))
+	seenWithin(t, "rename (new name)", time.Now(), exists(inA("f2")))
+	check("unlink", func() { must(t, os.Remove(inB("g"))) }, gone(inA("g")))
+	must(t, os.Mkdir(inB("d"), 0o755))
+	seenWithin(t, "mkdir", time.Now(), exists(inA("d")))
+	check("rmdir", func() { must(t, os.Remove(inB("d"))) }, gone(inA("d")))
+
+	// The worst case: the leader of the partition that holds f2 dies
+	// while A holds f2.
+	vv := openVolume(t, dir, "default")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	part := vv.partitionOf(1, "f2")
+	if _, err := vv.meta.Lookup(ctx, part, 1, "f2"); err != nil {
+		t.Fatal(err)
+	}
+	var victim int
+	for _, n := range getStatus(t, dir).Nodes {
+		if n.Role == "meta" && n.Address == vv.meta.Leader(part.Id) {
+			victim = n.Pid
+		}
+	}
+	if victim == 0 {
+		t.Fatalf("no meta node at the leader address %q of partition %d", vv.meta.Leader(part.Id), part.Id)
+	}
+	behind := func() float64 {
+		v, _ := scrapeSum(t, aMetrics, `cairn_fuse_feed_losses_total{why="behind"}`, false)
+		return v
+	}
+	lost := behind()
+	must(t, syscall.Kill(victim, syscall.SIGKILL))
+	killed := time.Now()
+	must(t, os.Chmod(inB("f2"), 0o640)) // waits for the partition's next leader
+	t.Logf("chmod through mount B returned %s after the kill", time.Since(killed).Round(time.Millisecond))
+	seenWithin(t, "chmod after the kill", time.Now(), func() bool {
+		st, err := os.Stat(inA("f2"))
+		return err == nil && st.Mode().Perm() == 0o640
+	})
+	if behind() <= lost {
+		t.Error("mount A's feed did not report falling behind after the leader's kill")
+	}
+}
