@@ -110,9 +110,11 @@ type Log struct {
 	waiters map[chan struct{}]uint64 // channel -> the waiter's origin
 }
 
-// DefaultMax bounds a Log: at a few thousand changes a second it holds
-// tens of seconds, far more than a watcher's polling interval.
-const DefaultMax = 1 << 16
+// DefaultMax bounds a Log (about 1.5 MB of names and numbers): at two
+// thousand changes a second it holds eight seconds, far more than a
+// watcher's polling interval, and a replica hosting a hundred partitions
+// keeps well under 200 MB for all of them.
+const DefaultMax = 1 << 14
 
 // NewLog returns an empty log of at most max items (DefaultMax if max <=
 // 0) that vouches for every index from 1: a replica that applies its
