@@ -107,9 +107,7 @@ func (c *coherence) supervise() {
 			}
 		}
 		c.mu.Unlock()
-		c.cache.mu.Lock()
-		was := c.cache.healthy
-		c.cache.mu.Unlock()
+		was := c.cache.isHealthy()
 		switch {
 		case was && !healthy:
 			c.cache.setHealthy(false)

@@ -195,6 +195,12 @@ func (c *longCache) setHealthy(ok bool) {
 	c.healthy = ok
 }
 
+func (c *longCache) isHealthy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.healthy
+}
+
 // prune forgets grants older than ttl, which the kernel has dropped by
 // itself.
 func (c *longCache) prune(now time.Time, ttl time.Duration) {
