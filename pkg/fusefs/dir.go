@@ -22,6 +22,7 @@ type dirHandle struct {
 	ino     uint64
 	entries []client.DirEntry // ".", "..", then the names
 	loaded  bool
+	tok     grantToken // taken before the listing was read (longcache.go)
 }
 
 // OpenDir opens a directory (ENOTDIR for other types).
@@ -45,6 +46,7 @@ func (fs *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 
 // load reads the whole listing (at offset 0: a rewinddir re-reads it).
 func (fs *FS) load(ctx context.Context, d *dirHandle, plus bool) error {
+	tok := fs.begin()
 	self, err := fs.v.GetAttr(ctx, d.ino)
 	if err != nil {
 		return err
@@ -75,7 +77,7 @@ func (fs *FS) load(ctx context.Context, d *dirHandle, plus bool) error {
 		}
 		cursor = page[len(page)-1].Name
 	}
-	d.entries, d.loaded = entries, true
+	d.entries, d.loaded, d.tok = entries, true, tok
 	return nil
 }
 
@@ -109,7 +111,7 @@ func (fs *FS) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntr
 		// "." and "..", and entries without attributes (the inode
 		// vanished meanwhile), get no entry: the kernel looks them up.
 		if e.Attr != nil && e.Name != "." && e.Name != ".." {
-			fs.fillEntry(e.Attr, eo)
+			fs.fillEntryFor(d.tok, fs.node(d.ino), e.Name, e.Attr, eo)
 			if fs.tr != nil {
 				fs.tr.learn(d.ino, e.Name, e.Ino)
 			}

@@ -1,11 +1,16 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -170,4 +175,104 @@ func TestMountsSeeEachOthersChanges(t *testing.T) {
 	if behind() <= lost {
 		t.Error("mount A's feed did not report falling behind after the leader's kill")
 	}
+}
+
+// TestMountsCoherentUnderChurn: mount B makes 300 random changes to ten
+// names (create, write, chmod, rename over, unlink, mkdir, rmdir) while
+// four threads of mount A stat and list those names without pause, so
+// that A's grants race B's notices. After each change returns through B, A must
+// show the name as B left it within the bound.
+func TestMountsCoherentUnderChurn(t *testing.T) {
+	dir := t.TempDir()
+	_, a := startMounted(t, dir)
+	b := filepath.Join(t.TempDir(), "b")
+	must(t, os.Mkdir(b, 0o755))
+	startMount(t, b, "--data-dir", dir, "default", b)
+	must(t, os.Mkdir(filepath.Join(b, "churn"), 0o755))
+	inA := func(n string) string { return filepath.Join(a, "churn", n) }
+	inB := func(n string) string { return filepath.Join(b, "churn", n) }
+	names := make([]string, 10)
+	for i := range names {
+		names[i] = fmt.Sprint("n", i)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; ctx.Err() == nil; i++ {
+				if g == 0 && i%10 == 0 {
+					// Listings too: READDIRPLUS entries are granted.
+					_, _ = os.ReadDir(filepath.Join(a, "churn"))
+					continue
+				}
+				_, _ = os.Lstat(inA(names[i%len(names)]))
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+
+	// state is what a name shows: "" when absent.
+	state := func(p string) string {
+		st, err := os.Lstat(p)
+		if err != nil {
+			return ""
+		}
+		if st.IsDir() {
+			return fmt.Sprintf("dir %o", st.Mode().Perm())
+		}
+		return fmt.Sprintf("file %o %d", st.Mode().Perm(), st.Size())
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	var worst time.Duration
+	for step := range 300 {
+		n, m := names[rng.IntN(len(names))], names[rng.IntN(len(names))]
+		var what string
+		switch cur := state(inB(n)); {
+		case cur == "":
+			if rng.IntN(3) == 0 {
+				what = "mkdir " + n
+				must(t, os.Mkdir(inB(n), 0o755))
+			} else {
+				what = "create " + n
+				must(t, os.WriteFile(inB(n), bytes.Repeat([]byte("x"), rng.IntN(3)), 0o644))
+			}
+		case strings.HasPrefix(cur, "dir"):
+			what = "rmdir " + n
+			must(t, os.Remove(inB(n)))
+		default:
+			switch rng.IntN(4) {
+			case 0:
+				what = "write " + n
+				f, err := os.OpenFile(inB(n), os.O_WRONLY|os.O_APPEND, 0)
+				must(t, err)
+				_, err = f.Write([]byte("yy"))
+				must(t, err)
+				must(t, f.Close())
+			case 1:
+				what = "chmod " + n
+				must(t, os.Chmod(inB(n), os.FileMode(0o600+rng.IntN(0o100))))
+			case 2:
+				if strings.HasPrefix(state(inB(m)), "dir") || m == n {
+					what = "unlink " + n
+					must(t, os.Remove(inB(n)))
+				} else {
+					what = "rename " + n + " over " + m
+					must(t, os.Rename(inB(n), inB(m)))
+				}
+			default:
+				what = "unlink " + n
+				must(t, os.Remove(inB(n)))
+			}
+		}
+		done := time.Now()
+		for _, k := range []string{n, m} {
+			want := state(inB(k))
+			d := seenWithin(t, fmt.Sprintf("step %d (%s): %s as %q", step, what, k, want), done, func() bool { return state(inA(k)) == want })
+			worst = max(worst, d)
+		}
+	}
+	t.Logf("300 changes through mount B, each seen by mount A within %s", worst.Round(time.Microsecond))
 }
