@@ -141,24 +141,12 @@ func (c *longCache) notice(now time.Time, names []changefeed.Name, inodes []uint
 	for _, n := range names {
 		c.seq++
 		c.recent[c.seq%recentNotices] = nameFingerprint(n)
-		if at, ok := c.names[n]; ok {
-			delete(c.names, n)
-			nowN = append(nowN, n)
-			if now.Sub(at) < renotifyAfter {
-				againN = append(againN, n)
-			}
-		}
+		takeBack(c.names, n, now, &nowN, &againN)
 	}
 	for _, ino := range inodes {
 		c.seq++
 		c.recent[c.seq%recentNotices] = inodeFingerprint(ino)
-		if at, ok := c.inodes[ino]; ok {
-			delete(c.inodes, ino)
-			nowI = append(nowI, ino)
-			if now.Sub(at) < renotifyAfter {
-				againI = append(againI, ino)
-			}
-		}
+		takeBack(c.inodes, ino, now, &nowI, &againI)
 	}
 	return nowN, nowI, againN, againI
 }
@@ -170,21 +158,27 @@ func (c *longCache) forgetAll(now time.Time) (nowN []changefeed.Name, nowI []uin
 	defer c.mu.Unlock()
 	c.seq++
 	c.recent[c.seq%recentNotices] = allKeys
-	for n, at := range c.names {
-		nowN = append(nowN, n)
-		if now.Sub(at) < renotifyAfter {
-			againN = append(againN, n)
-		}
+	for n := range c.names {
+		takeBack(c.names, n, now, &nowN, &againN)
 	}
-	for ino, at := range c.inodes {
-		nowI = append(nowI, ino)
-		if now.Sub(at) < renotifyAfter {
-			againI = append(againI, ino)
-		}
+	for ino := range c.inodes {
+		takeBack(c.inodes, ino, now, &nowI, &againI)
 	}
-	clear(c.names)
-	clear(c.inodes)
 	return nowN, nowI, againN, againI
+}
+
+// takeBack forgets the grant of key k, if any, listing k in told and,
+// when it was granted within renotifyAfter of now, in again.
+func takeBack[K comparable](granted map[K]time.Time, k K, now time.Time, told, again *[]K) {
+	at, ok := granted[k]
+	if !ok {
+		return
+	}
+	delete(granted, k)
+	*told = append(*told, k)
+	if now.Sub(at) < renotifyAfter {
+		*again = append(*again, k)
+	}
 }
 
 // setHealthy allows grants (the feed covers every partition) or stops
