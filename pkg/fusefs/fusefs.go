@@ -121,7 +121,11 @@ type FS struct {
 	coh    *coherence // nil without a change feed (Options.CacheTimeout)
 }
 
-// New returns the adapter of v.
+// New returns the adapter of v. v must serve this adapter alone: the
+// change feed (coherence.go) leaves out the changes of v's own session,
+// which it takes for changes the kernel made through this mount, so a
+// change made through v by other code would reach this kernel only when
+// its cached entry expires (CacheTimeout).
 func New(v *client.Volume, opts Options) *FS {
 	root := opts.Root
 	if root == 0 {
