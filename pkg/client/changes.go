@@ -8,10 +8,6 @@ import (
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
-// Origin returns the session id this volume's changes carry
-// (metapb.Txn.origin): a change feed of this session leaves them out.
-func (v *Volume) Origin() uint64 { return v.meta.Origin() }
-
 // Changes asks the leader of meta partition id what other sessions
 // changed after cursor, waiting up to wait while nothing did
 // (metapb.ChangesRequest). The answer covers every change committed

@@ -38,9 +38,10 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 	if err != nil {
 		if client.ErrnoOf(err) == syscall.ENOENT {
 			// A negative entry the kernel may cache: NodeId 0.
-			out.NodeId = 0
-			out.SetEntryTimeout(fs.opts.EntryTimeout)
-			if name != "." && name != ".." {
+			if name == "." || name == ".." {
+				out.NodeId = 0
+				out.SetEntryTimeout(fs.opts.EntryTimeout)
+			} else {
 				fs.fillEntryFor(tok, header.NodeId, name, nil, out)
 				fs.names.absent(header.NodeId, name)
 			}

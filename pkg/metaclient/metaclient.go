@@ -40,9 +40,6 @@ type Client struct {
 // it before the client is used.
 func (c *Client) SetOrigin(origin uint64) { c.origin = origin }
 
-// Origin returns the session SetOrigin set.
-func (c *Client) Origin() uint64 { return c.origin }
-
 func (c *Client) stamp(txn *metapb.Txn) {
 	if c.origin != 0 && txn != nil && txn.Origin == 0 {
 		txn.Origin = c.origin
