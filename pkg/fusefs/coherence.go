@@ -172,9 +172,17 @@ func (c *coherence) watch(id uint64, stop chan struct{}) {
 			c.tell(c.cache.notice(time.Now(), names, resp.GetInodes()))
 		}
 		cursor = resp.GetCursor()
+		// The answer covers every change committed before its read
+		// barrier, which began after the request was sent, by as much
+		// as the partition says (a held request that timed out: its
+		// whole wait), and before the answer came back.
+		covered := sent.Add(time.Duration(resp.GetCoveredAfterUs()) * time.Microsecond)
+		if now := time.Now(); covered.After(now) {
+			covered = now
+		}
 		c.mu.Lock()
 		if c.running[id] == stop {
-			c.covered[id] = sent
+			c.covered[id] = covered
 		}
 		c.mu.Unlock()
 	}

@@ -377,6 +377,15 @@ func (fs *FS) begin() grantToken {
 	return fs.coh.cache.begin()
 }
 
+// longCache is the change feed's cache state, nil without a feed (its
+// methods then grant and know nothing).
+func (fs *FS) longCache() *longCache {
+	if fs.coh == nil {
+		return nil
+	}
+	return fs.coh.cache
+}
+
 // fillEntryFor is fillEntry for name in directory node parent, with the
 // long timeout when the change feed grants it to a reply begun at tok.
 // a nil a is a negative entry.

@@ -35,6 +35,7 @@ type longCache struct {
 	recent  [recentNotices]uint64
 	names   map[changefeed.Name]time.Time // granted names -> when
 	inodes  map[uint64]time.Time          // granted inodes -> when
+	dirs    *listings                     // directories whose every name is known
 }
 
 const (
@@ -56,7 +57,7 @@ func newLongCache(max int) *longCache {
 	if max <= 0 {
 		max = maxLongKeys
 	}
-	return &longCache{max: max, names: map[changefeed.Name]time.Time{}, inodes: map[uint64]time.Time{}}
+	return &longCache{max: max, names: map[changefeed.Name]time.Time{}, inodes: map[uint64]time.Time{}, dirs: newListings(0)}
 }
 
 // grantToken is where the notices stood when a reply's request began.
@@ -91,6 +92,13 @@ func inodeFingerprint(ino uint64) uint64 {
 	z := ino*0x9e3779b97f4a7c15 + 0x632be59bd9b4e019
 	z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9
 	return (z ^ (z >> 29)) | 2 // never allKeys; apart from most name keys
+}
+
+// dirFingerprint is the key of "a name in directory dir changed".
+func dirFingerprint(dir uint64) uint64 {
+	z := dir*0xd1b54a32d192ed03 + 0x8bb84b93962eacc9
+	z = (z ^ (z >> 32)) * 0x94d049bb133111eb
+	return (z ^ (z >> 29)) | 4 // never allKeys
 }
 
 // noticedSince reports whether a notice after seq may concern key. Called
@@ -141,6 +149,9 @@ func (c *longCache) notice(now time.Time, names []changefeed.Name, inodes []uint
 	for _, n := range names {
 		c.seq++
 		c.recent[c.seq%recentNotices] = nameFingerprint(n)
+		c.seq++
+		c.recent[c.seq%recentNotices] = dirFingerprint(n.Parent)
+		c.dirs.drop(n.Parent)
 		takeBack(c.names, n, now, &nowN, &againN)
 	}
 	for _, ino := range inodes {
@@ -158,6 +169,7 @@ func (c *longCache) forgetAll(now time.Time) (nowN []changefeed.Name, nowI []uin
 	defer c.mu.Unlock()
 	c.seq++
 	c.recent[c.seq%recentNotices] = allKeys
+	c.dirs.clear()
 	for n := range c.names {
 		takeBack(c.names, n, now, &nowN, &againN)
 	}
@@ -209,5 +221,100 @@ func (c *longCache) prune(now time.Time, ttl time.Duration) {
 		if now.Sub(at) > ttl {
 			delete(c.inodes, ino)
 		}
+	}
+}
+
+// madeDir starts the listing of directory dir (listings.go), which a mkdir
+// of this mount begun at tok made: empty, unless the feed told of a name
+// in it since (another client found it already) or is lost.
+func (c *longCache) madeDir(tok grantToken, dir uint64) {
+	if c == nil || !tok.ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.healthy && !c.noticedSince(tok.seq, dirFingerprint(dir)) {
+		c.dirs.made(dir)
+	}
+}
+
+// absent reports whether name is known to be missing from directory dir:
+// the feed is healthy, this mount knows every name of dir, and no
+// operation of this mount there is under way.
+func (c *longCache) absent(dir uint64, name string) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.healthy && c.dirs.absent(dir, name)
+}
+
+// dirOp is an operation of this mount that changes names in directories
+// a and b (the same for all but a rename across two).
+type dirOp struct {
+	a, b   uint64
+	la, lb *listing // the listings entered
+}
+
+// nameChange is a name an operation made present in dir, or absent.
+type nameChange struct {
+	dir     uint64
+	name    string
+	present bool
+}
+
+// enterDirs starts an operation in directories a and b: their listings do
+// not answer until leaveDirs.
+func (c *longCache) enterDirs(a, b uint64) dirOp {
+	op := dirOp{a: a, b: b}
+	if c == nil {
+		return op
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	op.la = c.dirs.enter(a)
+	if b != a {
+		op.lb = c.dirs.enter(b)
+	}
+	return op
+}
+
+// leaveDirs ends op. When it succeeded, the listings learn its changes;
+// when it failed, what it did is not known for sure, and they are
+// dropped.
+func (c *longCache) leaveDirs(op dirOp, ok bool, changes ...nameChange) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !ok {
+		c.dirs.drop(op.a)
+		c.dirs.drop(op.b)
+		return
+	}
+	for _, ch := range changes {
+		c.dirs.set(ch.dir, ch.name, ch.present)
+	}
+	c.dirs.leave(op.a, op.la)
+	if op.b != op.a {
+		c.dirs.leave(op.b, op.lb)
+	}
+}
+
+// kernelForgot drops what is kept for inode ino once the kernel forgot it:
+// its listing, and the grant of its attributes, which no kernel inode
+// holds any more. A grant younger than renotifyAfter stays: its reply may
+// be the one that makes the kernel's next inode of that number.
+func (c *longCache) kernelForgot(now time.Time, ino uint64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dirs.drop(ino)
+	if at, ok := c.inodes[ino]; ok && now.Sub(at) >= renotifyAfter {
+		delete(c.inodes, ino)
 	}
 }

@@ -110,3 +110,25 @@ func TestLongCacheNotices(t *testing.T) {
 		t.Fatal("prune dropped a grant within the timeout")
 	}
 }
+
+// TestLongCacheKernelForgot: an inode the kernel forgot frees its grant,
+// unless the grant is so young that its reply may have made the kernel's
+// next inode of that number.
+func TestLongCacheKernelForgot(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := newLongCache(0)
+	c.setHealthy(true)
+	c.grant(c.begin(), t0, nil, 7)
+	c.grant(c.begin(), t0, nil, 8)
+	c.kernelForgot(t0.Add(renotifyAfter), 7)
+	c.kernelForgot(t0.Add(renotifyAfter/2), 8)
+	if _, ok := c.inodes[7]; ok {
+		t.Error("inode 7, forgotten by the kernel, is still granted")
+	}
+	if _, ok := c.inodes[8]; !ok {
+		t.Error("inode 8, granted just before the kernel forgot it, was dropped")
+	}
+	if _, nowI, _, _ := c.notice(t0.Add(time.Second), nil, []uint64{7, 8}); !slices.Equal(nowI, []uint64{8}) {
+		t.Errorf("notices for 7 and 8 told the kernel of %v, want [8]", nowI)
+	}
+}

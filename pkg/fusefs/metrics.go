@@ -22,6 +22,9 @@ type Metrics struct {
 	// times every long grant was taken back.
 	feedNotices *prometheus.CounterVec
 	feedLosses  *prometheus.CounterVec
+	// Lookups of names missing from a directory whose every name the
+	// mount knows (listings.go), answered without a request.
+	localLookups prometheus.Counter
 }
 
 // NewMetrics registers a mount's metrics of v on reg.
@@ -36,6 +39,9 @@ func NewMetrics(reg prometheus.Registerer, v *client.Volume) (*Metrics, error) {
 		}, []string{"op"}),
 		readBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_fuse_read_bytes_total", Help: "Bytes returned by FUSE reads."}),
 		writeBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_fuse_write_bytes_total", Help: "Bytes accepted by FUSE writes."}),
+		localLookups: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_fuse_local_negative_lookups_total", Help: "Lookups of names missing from a directory this mount made and knows every name of, answered without a request.",
+		}),
 		feedNotices: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_fuse_feed_invalidations_total", Help: "Names and inodes the kernel was told to drop because another client changed them (change feed).",
 		}, []string{"kind"}),
@@ -44,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer, v *client.Volume) (*Metrics, error) {
 		}, []string{"why"}),
 	}
 	cs := []prometheus.Collector{
-		m.ops, m.latency, m.readBytes, m.writeBytes, m.feedNotices, m.feedLosses,
+		m.ops, m.latency, m.readBytes, m.writeBytes, m.feedNotices, m.feedLosses, m.localLookups,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_sent_bytes_total", Help: "File bytes written to data nodes."},
 			func() float64 { return float64(v.Stats().BytesToData) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_received_bytes_total", Help: "File bytes read from data nodes."},
@@ -88,5 +94,11 @@ func (m *Metrics) invalidated(names, inodes int) {
 func (m *Metrics) feedLost(why string) {
 	if m != nil {
 		m.feedLosses.WithLabelValues(why).Inc()
+	}
+}
+
+func (m *Metrics) answeredLocally() {
+	if m != nil {
+		m.localLookups.Inc()
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/cairnfs/cairn/pkg/client"
+	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/optrace"
 )
 
@@ -31,6 +32,17 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 			a, err = fs.v.GetAttr(ctx, a.Parent)
 		}
 	default:
+		if hybridindex.ValidateName(name) == nil && fs.longCache().absent(fs.ino(header.NodeId), name) {
+			// A directory this mount made and knows every name of
+			// (listings.go): the name is missing, no request needed.
+			fs.fillEntryFor(tok, header.NodeId, name, nil, out)
+			fs.names.absent(header.NodeId, name)
+			fs.opts.Metrics.answeredLocally()
+			if fs.tr != nil {
+				fs.tr.stat(start, header, fs.tr.child(header.NodeId, name), fuse.ENOENT, nil)
+			}
+			return fs.observe("lookup", start, fuse.ENOENT)
+		}
 		// The kernel looks up only in directories it holds (and answers
 		// ENOENT itself in a removed one): a missing name is one request.
 		a, err = fs.v.LookupChild(fs.caller(ctx, header), fs.ino(header.NodeId), name)
@@ -65,9 +77,11 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 }
 
 // Forget drops the kernel's references to a node. Node ids are inode
-// numbers, so nothing is kept per node, except the path of the node when
+// numbers, so little is kept per node: the change feed's grant of its
+// attributes and its listing (longCache.kernelForgot), and its path when
 // the mount is traced.
 func (fs *FS) Forget(nodeid, nlookup uint64) {
+	fs.longCache().kernelForgot(time.Now(), fs.ino(nodeid))
 	if fs.tr != nil {
 		fs.tr.forget(nodeid, nlookup)
 	}
@@ -200,7 +214,9 @@ func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *
 	start := time.Now()
 	tok := fs.begin()
 	ctx, done := fs.learn(cancel, in.NodeId)
+	op := fs.longCache().enterDirs(fs.ino(in.NodeId), fs.ino(in.NodeId))
 	a, err := fs.v.Mknod(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777), uint64(in.Rdev), in.Uid, in.Gid)
+	fs.longCache().leaveDirs(op, err == nil, nameChange{op.a, name, true})
 	done()
 	if fs.tr != nil && (in.Mode&syscall.S_IFMT == 0 || in.Mode&syscall.S_IFMT == syscall.S_IFREG) {
 		// A regular file made without opening it: an open that creates
@@ -224,7 +240,12 @@ func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *
 	start := time.Now()
 	tok := fs.begin()
 	ctx, done := fs.learn(cancel, in.NodeId)
+	op := fs.longCache().enterDirs(fs.ino(in.NodeId), fs.ino(in.NodeId))
 	a, err := fs.v.Mkdir(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
+	fs.longCache().leaveDirs(op, err == nil, nameChange{op.a, name, true})
+	if err == nil {
+		fs.longCache().madeDir(tok, a.Ino)
+	}
 	done()
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpMkdir, Path: fs.tr.child(in.NodeId, name), Mode: in.Mode & 0o7777}, status(err), 0)
@@ -244,7 +265,9 @@ func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *
 func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learn(cancel, header.NodeId)
+	op := fs.longCache().enterDirs(fs.ino(header.NodeId), fs.ino(header.NodeId))
 	st := status(fs.v.Unlink(fs.caller(ctx, header), fs.ino(header.NodeId), name))
+	fs.longCache().leaveDirs(op, st == fuse.OK, nameChange{op.a, name, false})
 	done()
 	fs.names.forget(header.NodeId, name)
 	if fs.tr != nil {
@@ -262,7 +285,9 @@ func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) 
 	start := time.Now()
 	ctx, done := fs.learnDirs(cancel, header.NodeId, header.NodeId)
 	ctx = client.WithRmdirHint(ctx, fs.names.take(header.NodeId, name))
+	op := fs.longCache().enterDirs(fs.ino(header.NodeId), fs.ino(header.NodeId))
 	st := status(fs.v.Rmdir(fs.caller(ctx, header), fs.ino(header.NodeId), name))
+	fs.longCache().leaveDirs(op, st == fuse.OK, nameChange{op.a, name, false})
 	done(st == fuse.OK)
 	fs.names.forget(header.NodeId, name)
 	if fs.tr != nil {
@@ -282,7 +307,13 @@ func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName string, 
 	ctx, done := fs.learnDirs(cancel, in.NodeId, in.Newdir)
 	src, dst := fs.names.take(in.NodeId, oldName), fs.names.take(in.Newdir, newName)
 	ctx = client.WithRenameHints(ctx, src, dst)
+	op := fs.longCache().enterDirs(fs.ino(in.NodeId), fs.ino(in.Newdir))
 	st := status(fs.v.Rename(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), oldName, fs.ino(in.Newdir), newName, in.Flags))
+	if in.Flags&client.RenameExchange != 0 {
+		fs.longCache().leaveDirs(op, st == fuse.OK) // both names stay
+	} else {
+		fs.longCache().leaveDirs(op, st == fuse.OK, nameChange{op.a, oldName, false}, nameChange{op.b, newName, true})
+	}
 	done(st == fuse.OK)
 	fs.names.forget(in.NodeId, oldName)
 	fs.names.forget(in.Newdir, newName)
@@ -306,7 +337,9 @@ func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fu
 	// The file's link count and ctime, the directory's mtime.
 	defer fs.changing(in.Oldnodeid)()
 	defer fs.changing(in.NodeId)()
+	op := fs.longCache().enterDirs(fs.ino(in.NodeId), fs.ino(in.NodeId))
 	a, err := fs.v.Link(fs.caller(ctxOf(cancel), &in.InHeader), fs.ino(in.Oldnodeid), fs.ino(in.NodeId), name)
+	fs.longCache().leaveDirs(op, err == nil, nameChange{op.a, name, true})
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpLink, Path: fs.tr.path(in.Oldnodeid),
 			Path2: fs.tr.child(in.NodeId, name)}, status(err), 0)
@@ -327,7 +360,9 @@ func (fs *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target stri
 	start := time.Now()
 	tok := fs.begin()
 	ctx, done := fs.learn(cancel, header.NodeId)
+	op := fs.longCache().enterDirs(fs.ino(header.NodeId), fs.ino(header.NodeId))
 	a, err := fs.v.Symlink(fs.caller(ctx, header), fs.ino(header.NodeId), name, target, header.Uid, header.Gid)
+	fs.longCache().leaveDirs(op, err == nil, nameChange{op.a, name, true})
 	done()
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpSymlink, Path: fs.tr.child(header.NodeId, name), Path2: target}, status(err), 0)

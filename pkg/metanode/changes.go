@@ -40,12 +40,14 @@ func (s *service) Changes(ctx context.Context, req *metapb.ChangesRequest) (*met
 		// The feed names what changes anywhere in the volume.
 		return nil, status.Error(codes.PermissionDenied, "a client restricted to a subtree has no change feed")
 	}
+	arrived := time.Now()
 	wait := min(time.Duration(req.WaitMs)*time.Millisecond, maxChangesWait)
-	deadline := time.Now().Add(wait)
+	deadline := arrived.Add(wait)
 	for {
 		// Registered before the barrier: a change applied after it wakes
 		// this request.
 		woken, stop := p.feed.Wait(req.Origin)
+		barrier := time.Now()
 		if _, err := s.readable(ctx, req.PartitionId); err != nil {
 			stop()
 			return nil, err
@@ -54,7 +56,9 @@ func (s *service) Changes(ctx context.Context, req *metapb.ChangesRequest) (*met
 		left := time.Until(deadline)
 		if b.Reset || len(b.Names) > 0 || len(b.Inodes) > 0 || left <= 0 {
 			stop()
-			return changesResponse(b), nil
+			r := changesResponse(b)
+			r.CoveredAfterUs = uint64(barrier.Sub(arrived).Microseconds())
+			return r, nil
 		}
 		t := time.NewTimer(left)
 		select {

@@ -76,6 +76,18 @@ func TestChangeFeed(t *testing.T) {
 		}
 	}
 
+	// A held request that nothing wakes covers its whole wait: its read
+	// barrier runs when the wait ends.
+	sent := time.Now()
+	r, err := mine.Changes(tp.ctx, tp.p[0], wMine.cursor[1], 150*time.Millisecond)
+	if err != nil || r.ForgetAll || len(r.Names)+len(r.Inodes) != 0 {
+		t.Fatalf("held request: %v %v", r, err)
+	}
+	if covered := time.Duration(r.CoveredAfterUs) * time.Microsecond; covered < 150*time.Millisecond || covered > time.Since(sent) {
+		t.Errorf("a held request answered after %s says it covers %s after it arrived, want 150ms to its answer", time.Since(sent), covered)
+	}
+	wMine.cursor[1] = r.Cursor
+
 	// A held request wakes when another session changes something.
 	got := make(chan []uint64, 1)
 	go func() {

@@ -5245,11 +5245,16 @@ type ChangesResponse struct {
 	// any more (the leader's record starts later, or a change of routing
 	// moved names), or the request's cursor was 0: the caller drops
 	// everything it cached.
-	ForgetAll     bool           `protobuf:"varint,2,opt,name=forget_all,json=forgetAll,proto3" json:"forget_all,omitempty"`
-	Names         []*ChangedName `protobuf:"bytes,3,rep,name=names,proto3" json:"names,omitempty"`
-	Inodes        []uint64       `protobuf:"varint,4,rep,packed,name=inodes,proto3" json:"inodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ForgetAll bool           `protobuf:"varint,2,opt,name=forget_all,json=forgetAll,proto3" json:"forget_all,omitempty"`
+	Names     []*ChangedName `protobuf:"bytes,3,rep,name=names,proto3" json:"names,omitempty"`
+	Inodes    []uint64       `protobuf:"varint,4,rep,packed,name=inodes,proto3" json:"inodes,omitempty"`
+	// covered_after_us: how long after the request arrived the read barrier
+	// of this answer began, in microseconds. Every change committed before
+	// then is in the answer, so the answer covers the caller up to its send
+	// time plus this (a held request that timed out covers its whole wait).
+	CoveredAfterUs uint64 `protobuf:"varint,5,opt,name=covered_after_us,json=coveredAfterUs,proto3" json:"covered_after_us,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ChangesResponse) Reset() {
@@ -5308,6 +5313,13 @@ func (x *ChangesResponse) GetInodes() []uint64 {
 		return x.Inodes
 	}
 	return nil
+}
+
+func (x *ChangesResponse) GetCoveredAfterUs() uint64 {
+	if x != nil {
+		return x.CoveredAfterUs
+	}
+	return 0
 }
 
 var File_meta_proto protoreflect.FileDescriptor
@@ -5705,13 +5717,14 @@ const file_meta_proto_rawDesc = "" +
 	"\await_ms\x18\x04 \x01(\rR\x06waitMs\"9\n" +
 	"\vChangedName\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\fR\x04name\"\x8f\x01\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\"\xb9\x01\n" +
 	"\x0fChangesResponse\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\x04R\x06cursor\x12\x1d\n" +
 	"\n" +
 	"forget_all\x18\x02 \x01(\bR\tforgetAll\x12-\n" +
 	"\x05names\x18\x03 \x03(\v2\x17.cairn.meta.ChangedNameR\x05names\x12\x16\n" +
-	"\x06inodes\x18\x04 \x03(\x04R\x06inodes*\xc9\x01\n" +
+	"\x06inodes\x18\x04 \x03(\x04R\x06inodes\x12(\n" +
+	"\x10covered_after_us\x18\x05 \x01(\x04R\x0ecoveredAfterUs*\xc9\x01\n" +
 	"\bFileType\x12\x15\n" +
 	"\x11FILE_TYPE_UNKNOWN\x10\x00\x12\x15\n" +
 	"\x11FILE_TYPE_REGULAR\x10\x01\x12\x17\n" +
