@@ -360,6 +360,7 @@ func (fs *FS) fillAttr(a *client.Attr, out *fuse.Attr) {
 }
 
 func (fs *FS) fillEntry(a *client.Attr, out *fuse.EntryOut) {
+	fs.longCache().referenced(a.Ino)
 	out.NodeId = fs.node(a.Ino)
 	out.Generation = a.Generation
 	out.SetEntryTimeout(fs.opts.EntryTimeout)
@@ -387,9 +388,9 @@ func (fs *FS) longCache() *longCache {
 }
 
 // fillEntryFor is fillEntry for name in directory node parent, with the
-// long timeout when the change feed grants it to a reply begun at tok.
-// a nil a is a negative entry.
-func (fs *FS) fillEntryFor(tok grantToken, parent uint64, name string, a *client.Attr, out *fuse.EntryOut) {
+// long timeout when the change feed grants it to a reply begun at tok
+// (it reports whether it did). A nil a is a negative entry.
+func (fs *FS) fillEntryFor(tok grantToken, parent uint64, name string, a *client.Attr, out *fuse.EntryOut) bool {
 	var ino uint64
 	if a != nil {
 		fs.fillEntry(a, out)
@@ -399,15 +400,17 @@ func (fs *FS) fillEntryFor(tok grantToken, parent uint64, name string, a *client
 		out.SetEntryTimeout(fs.opts.EntryTimeout)
 	}
 	if fs.coh == nil {
-		return
+		return false
 	}
 	n := changefeed.Name{Parent: fs.ino(parent), Name: name}
-	if fs.coh.cache.grant(tok, time.Now(), &n, ino) {
-		out.SetEntryTimeout(fs.coh.ttl)
-		if a != nil {
-			out.SetAttrTimeout(fs.coh.ttl)
-		}
+	if !fs.coh.cache.grant(tok, time.Now(), &n, ino) {
+		return false
 	}
+	out.SetEntryTimeout(fs.coh.ttl)
+	if a != nil {
+		out.SetAttrTimeout(fs.coh.ttl)
+	}
+	return true
 }
 
 // attrTimeout is the attribute timeout of a reply about ino begun at tok.

@@ -69,7 +69,7 @@ func TestListings(t *testing.T) {
 			c.setHealthy(true)
 		}, asked: []string{"a"}},
 		{name: "the feed unhealthy", run: func(c *longCache) { c.setHealthy(false) }, asked: []string{"a"}},
-		{name: "the kernel forgot the directory", run: func(c *longCache) { c.kernelForgot(t0, d) }, asked: []string{"a"}},
+		{name: "the kernel forgot the directory", run: func(c *longCache) { c.kernelForgot(d, 1) }, asked: []string{"a"}},
 		{name: "full: the listing that grows past it is dropped", max: 3, run: func(c *longCache) {
 			c.leaveDirs(c.enterDirs(d, d), true, in("a"), in("b"))
 			c.leaveDirs(c.enterDirs(d, d), true, in("c"))

@@ -36,6 +36,7 @@ type longCache struct {
 	names   map[changefeed.Name]time.Time // granted names -> when
 	inodes  map[uint64]time.Time          // granted inodes -> when
 	dirs    *listings                     // directories whose every name is known
+	lookups map[uint64]uint64             // entries of each inode the kernel holds
 }
 
 const (
@@ -57,7 +58,8 @@ func newLongCache(max int) *longCache {
 	if max <= 0 {
 		max = maxLongKeys
 	}
-	return &longCache{max: max, names: map[changefeed.Name]time.Time{}, inodes: map[uint64]time.Time{}, dirs: newListings(0)}
+	return &longCache{max: max, names: map[changefeed.Name]time.Time{}, inodes: map[uint64]time.Time{},
+		dirs: newListings(0), lookups: map[uint64]uint64{}}
 }
 
 // grantToken is where the notices stood when a reply's request began.
@@ -303,18 +305,34 @@ func (c *longCache) leaveDirs(op dirOp, ok bool, changes ...nameChange) {
 	}
 }
 
-// kernelForgot drops what is kept for inode ino once the kernel forgot it:
-// its listing, and the grant of its attributes, which no kernel inode
-// holds any more. A grant younger than renotifyAfter stays: its reply may
-// be the one that makes the kernel's next inode of that number.
-func (c *longCache) kernelForgot(now time.Time, ino uint64) {
+// referenced counts a reply that hands the kernel an entry of inode ino:
+// the kernel counts them too (its lookup count) and forgets the inode
+// once FORGETs have given them all back.
+func (c *longCache) referenced(ino uint64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lookups[ino]++
+}
+
+// kernelForgot takes n of ino's entries back (a FORGET). The directory's
+// listing is dropped at any FORGET; once every entry is back, no kernel
+// inode holds ino's attributes, and their grant is freed. A reply counted
+// before a FORGET of an older kernel inode arrives keeps the count above
+// zero, so the grant of the inode that reply makes stays.
+func (c *longCache) kernelForgot(ino, n uint64) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dirs.drop(ino)
-	if at, ok := c.inodes[ino]; ok && now.Sub(at) >= renotifyAfter {
-		delete(c.inodes, ino)
+	if left := c.lookups[ino]; left > n {
+		c.lookups[ino] = left - n
+		return
 	}
+	delete(c.lookups, ino)
+	delete(c.inodes, ino)
 }

@@ -111,24 +111,37 @@ func TestLongCacheNotices(t *testing.T) {
 	}
 }
 
-// TestLongCacheKernelForgot: an inode the kernel forgot frees its grant,
-// unless the grant is so young that its reply may have made the kernel's
-// next inode of that number.
+// TestLongCacheKernelForgot: an inode's grant is freed once FORGETs gave
+// back every entry of it the mount handed out, not before: the kernel may
+// still hold it (a partial FORGET), or a reply counted before the FORGET
+// of an older kernel inode made a new one.
 func TestLongCacheKernelForgot(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	c := newLongCache(0)
 	c.setHealthy(true)
-	c.grant(c.begin(), t0, nil, 7)
-	c.grant(c.begin(), t0, nil, 8)
-	c.kernelForgot(t0.Add(renotifyAfter), 7)
-	c.kernelForgot(t0.Add(renotifyAfter/2), 8)
-	if _, ok := c.inodes[7]; ok {
-		t.Error("inode 7, forgotten by the kernel, is still granted")
+	reply := func(ino uint64) {
+		c.referenced(ino)
+		c.grant(c.begin(), t0, nil, ino)
 	}
-	if _, ok := c.inodes[8]; !ok {
-		t.Error("inode 8, granted just before the kernel forgot it, was dropped")
+	reply(7)
+	reply(7)
+	reply(8)
+	reply(9)             // the kernel's first inode of 9 ...
+	reply(9)             // ... evicted, its FORGET still on the way when a new one is made
+	c.kernelForgot(7, 1) // one of two entries back
+	c.kernelForgot(8, 1)
+	c.kernelForgot(9, 1) // the first inode's FORGET
+	for ino, want := range map[uint64]bool{7: true, 8: false, 9: true} {
+		if _, ok := c.inodes[ino]; ok != want {
+			t.Errorf("inode %d granted %v, want %v", ino, ok, want)
+		}
 	}
-	if _, nowI, _, _ := c.notice(t0.Add(time.Second), nil, []uint64{7, 8}); !slices.Equal(nowI, []uint64{8}) {
-		t.Errorf("notices for 7 and 8 told the kernel of %v, want [8]", nowI)
+	if _, nowI, _, _ := c.notice(t0.Add(time.Second), nil, []uint64{7, 8, 9}); !slices.Equal(nowI, []uint64{7, 9}) {
+		t.Errorf("notices for 7, 8 and 9 told the kernel of %v, want [7 9]", nowI)
+	}
+	c.kernelForgot(7, 1)
+	c.kernelForgot(9, 1)
+	if len(c.lookups) != 0 {
+		t.Errorf("lookup counts kept for %d inodes after every entry came back", len(c.lookups))
 	}
 }

@@ -32,10 +32,13 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 			a, err = fs.v.GetAttr(ctx, a.Parent)
 		}
 	default:
-		if hybridindex.ValidateName(name) == nil && fs.longCache().absent(fs.ino(header.NodeId), name) {
+		if hybridindex.ValidateName(name) == nil && fs.longCache().absent(fs.ino(header.NodeId), name) &&
+			fs.fillEntryFor(tok, header.NodeId, name, nil, out) {
 			// A directory this mount made and knows every name of
 			// (listings.go): the name is missing, no request needed.
-			fs.fillEntryFor(tok, header.NodeId, name, nil, out)
+			// Only with the grant: the listing is as fresh as the
+			// feed's coverage, and only a granted entry is taken back
+			// when another client's name arrives.
 			fs.names.absent(header.NodeId, name)
 			fs.opts.Metrics.answeredLocally()
 			if fs.tr != nil {
@@ -81,7 +84,7 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 // attributes and its listing (longCache.kernelForgot), and its path when
 // the mount is traced.
 func (fs *FS) Forget(nodeid, nlookup uint64) {
-	fs.longCache().kernelForgot(time.Now(), fs.ino(nodeid))
+	fs.longCache().kernelForgot(fs.ino(nodeid), nlookup)
 	if fs.tr != nil {
 		fs.tr.forget(nodeid, nlookup)
 	}

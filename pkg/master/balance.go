@@ -411,10 +411,6 @@ func (s *Server) placeMetaPartition(ctx context.Context, volume string, index, r
 	return &pb.NewPartition{Kind: pb.PartitionKind_PARTITION_KIND_META, Replicas: ids}, nil
 }
 
-// newVolumeGrace is how long a new volume's first round is retried every
-// half second while its partitions do not answer yet.
-const newVolumeGrace = time.Minute
-
 // routingLoop runs while this master leads: it keeps a driver running for
 // every volume with a routing change in progress and polls statistics every
 // BalanceInterval. It returns when ctx ends, after its drivers stopped.
@@ -427,18 +423,6 @@ func (s *Server) routingLoop(ctx context.Context, ops partitionOps) {
 	var lastBalance time.Time
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
-	// Volumes created while this master leads get their first round (the
-	// push of their routing to their new partitions) as soon as their
-	// partitions answer, not a BalanceInterval later: a routing push makes
-	// every mount's change feed start over (docs/design.md), better before
-	// the volume is in use than in the middle of it.
-	seen := map[string]bool{}
-	fresh := map[string]time.Time{} // new volumes not yet polled -> first seen
-	s.fsm.read(func(st *clustermap.State) {
-		for _, v := range st.Map().Volumes {
-			seen[v.Name] = true
-		}
-	})
 	for {
 		var migrating []string
 		s.fsm.read(func(st *clustermap.State) {
@@ -446,17 +430,8 @@ func (s *Server) routingLoop(ctx context.Context, ops partitionOps) {
 				if v.Migration != nil {
 					migrating = append(migrating, v.Name)
 				}
-				if !seen[v.Name] {
-					seen[v.Name] = true
-					fresh[v.Name] = time.Now()
-				}
 			}
 		})
-		for name, since := range fresh {
-			if err := b.volume(ctx, name); err == nil || time.Since(since) > newVolumeGrace {
-				delete(fresh, name) // done, or left to the periodic rounds
-			}
-		}
 		for _, name := range migrating {
 			mu.Lock()
 			busy := running[name]
