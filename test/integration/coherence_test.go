@@ -59,6 +59,18 @@ func exists(p string) func() bool {
 	}
 }
 
+// twoMounts starts `cairn up` in a new data directory and a second mount
+// of its volume: mount A is cairn up's, mount B the other.
+func twoMounts(t *testing.T) (dir, a, b string) {
+	t.Helper()
+	dir = t.TempDir()
+	_, a = startMounted(t, dir)
+	b = filepath.Join(t.TempDir(), "b")
+	must(t, os.Mkdir(b, 0o755))
+	startMount(t, b, "--data-dir", dir, "default", b)
+	return dir, a, b
+}
+
 // TestMountsSeeEachOthersChanges runs two mounts of one volume: mount A
 // (cairn up's) caches names and attributes for long while its change feed
 // covers every partition, and must still see every change mount B makes
@@ -68,12 +80,8 @@ func exists(p string) func() bool {
 // partition, A drops everything it cached, and sees B's change within the
 // bound of B's chmod returning.
 func TestMountsSeeEachOthersChanges(t *testing.T) {
-	dir := t.TempDir()
-	_, a := startMounted(t, dir)
+	dir, a, b := twoMounts(t)
 	aMetrics := mountMetricsAddr(t, a)
-	b := filepath.Join(t.TempDir(), "b")
-	must(t, os.Mkdir(b, 0o755))
-	startMount(t, b, "--data-dir", dir, "default", b)
 	inA := func(name string) string { return filepath.Join(a, name) }
 	inB := func(name string) string { return filepath.Join(b, name) }
 	lookups := func() float64 {
@@ -199,11 +207,7 @@ func TestMountsSeeEachOthersChanges(t *testing.T) {
 // that A's grants race B's notices. After each change returns through B, A must
 // show the name as B left it within the bound.
 func TestMountsCoherentUnderChurn(t *testing.T) {
-	dir := t.TempDir()
-	_, a := startMounted(t, dir)
-	b := filepath.Join(t.TempDir(), "b")
-	must(t, os.Mkdir(b, 0o755))
-	startMount(t, b, "--data-dir", dir, "default", b)
+	_, a, b := twoMounts(t)
 	must(t, os.Mkdir(filepath.Join(b, "churn"), 0o755))
 	inA := func(n string) string { return filepath.Join(a, "churn", n) }
 	inB := func(n string) string { return filepath.Join(b, "churn", n) }
@@ -302,12 +306,8 @@ func TestMountsCoherentUnderChurn(t *testing.T) {
 // must show the names as it left them at once, the other within the
 // bound.
 func TestListedDirectories(t *testing.T) {
-	dir := t.TempDir()
-	_, a := startMounted(t, dir)
+	_, a, b := twoMounts(t)
 	aMetrics := mountMetricsAddr(t, a)
-	b := filepath.Join(t.TempDir(), "b")
-	must(t, os.Mkdir(b, 0o755))
-	startMount(t, b, "--data-dir", dir, "default", b)
 	local := func() float64 {
 		v, _ := scrapeSum(t, aMetrics, "cairn_fuse_local_negative_lookups_total", false)
 		return v
