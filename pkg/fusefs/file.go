@@ -86,9 +86,9 @@ func (fs *FS) create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 	tok := fs.begin()
 	ctx, done := fs.learn(cancel, in.NodeId)
 	gen := fs.noCaps.generation()
-	op := fs.longCache().enterDirs(fs.ino(in.NodeId), fs.ino(in.NodeId))
+	edit := fs.editName(in.NodeId, name, true)
 	a, f, err := fs.v.CreateFile(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid, int(in.Flags))
-	fs.longCache().leaveDirs(op, err == nil, nameChange{op.a, name, true})
+	edit.done(err == nil)
 	done()
 	if err != nil {
 		return fs.observe("create", start, status(err))

@@ -387,6 +387,27 @@ func (fs *FS) longCache() *longCache {
 	return fs.coh.cache
 }
 
+// nameEdit is an operation of this mount under way that makes name present
+// in directory dir, or absent (listings.go).
+type nameEdit struct {
+	c       *longCache
+	op      dirOp
+	name    string
+	present bool
+}
+
+// editName starts an operation that makes name present in directory node
+// parent, or absent; done ends it.
+func (fs *FS) editName(parent uint64, name string, present bool) nameEdit {
+	c := fs.longCache()
+	return nameEdit{c: c, op: c.enterDirs(fs.ino(parent), fs.ino(parent)), name: name, present: present}
+}
+
+// done ends the operation: ok when it succeeded.
+func (e nameEdit) done(ok bool) {
+	e.c.leaveDirs(e.op, ok, nameChange{e.op.a, e.name, e.present})
+}
+
 // fillEntryFor is fillEntry for name in directory node parent, with the
 // long timeout when the change feed grants it to a reply begun at tok
 // (it reports whether it did). A nil a is a negative entry.

@@ -217,9 +217,9 @@ func (fs *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *
 	start := time.Now()
 	tok := fs.begin()
 	ctx, done := fs.learn(cancel, in.NodeId)
-	op := fs.longCache().enterDirs(fs.ino(in.NodeId), fs.ino(in.NodeId))
+	edit := fs.editName(in.NodeId, name, true)
 	a, err := fs.v.Mknod(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777), uint64(in.Rdev), in.Uid, in.Gid)
-	fs.longCache().leaveDirs(op, err == nil, nameChange{op.a, name, true})
+	edit.done(err == nil)
 	done()
 	if fs.tr != nil && (in.Mode&syscall.S_IFMT == 0 || in.Mode&syscall.S_IFMT == syscall.S_IFREG) {
 		// A regular file made without opening it: an open that creates
@@ -243,9 +243,9 @@ func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *
 	start := time.Now()
 	tok := fs.begin()
 	ctx, done := fs.learn(cancel, in.NodeId)
-	op := fs.longCache().enterDirs(fs.ino(in.NodeId), fs.ino(in.NodeId))
+	edit := fs.editName(in.NodeId, name, true)
 	a, err := fs.v.Mkdir(fs.caller(ctx, &in.InHeader), fs.ino(in.NodeId), name, in.Mode&^(in.Umask&0o777)&0o7777, in.Uid, in.Gid)
-	fs.longCache().leaveDirs(op, err == nil, nameChange{op.a, name, true})
+	edit.done(err == nil)
 	if err == nil {
 		fs.longCache().madeDir(tok, a.Ino)
 	}
@@ -268,9 +268,9 @@ func (fs *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *
 func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
 	start := time.Now()
 	ctx, done := fs.learn(cancel, header.NodeId)
-	op := fs.longCache().enterDirs(fs.ino(header.NodeId), fs.ino(header.NodeId))
+	edit := fs.editName(header.NodeId, name, false)
 	st := status(fs.v.Unlink(fs.caller(ctx, header), fs.ino(header.NodeId), name))
-	fs.longCache().leaveDirs(op, st == fuse.OK, nameChange{op.a, name, false})
+	edit.done(st == fuse.OK)
 	done()
 	fs.names.forget(header.NodeId, name)
 	if fs.tr != nil {
@@ -288,9 +288,9 @@ func (fs *FS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) 
 	start := time.Now()
 	ctx, done := fs.learnDirs(cancel, header.NodeId, header.NodeId)
 	ctx = client.WithRmdirHint(ctx, fs.names.take(header.NodeId, name))
-	op := fs.longCache().enterDirs(fs.ino(header.NodeId), fs.ino(header.NodeId))
+	edit := fs.editName(header.NodeId, name, false)
 	st := status(fs.v.Rmdir(fs.caller(ctx, header), fs.ino(header.NodeId), name))
-	fs.longCache().leaveDirs(op, st == fuse.OK, nameChange{op.a, name, false})
+	edit.done(st == fuse.OK)
 	done(st == fuse.OK)
 	fs.names.forget(header.NodeId, name)
 	if fs.tr != nil {
@@ -340,9 +340,9 @@ func (fs *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fu
 	// The file's link count and ctime, the directory's mtime.
 	defer fs.changing(in.Oldnodeid)()
 	defer fs.changing(in.NodeId)()
-	op := fs.longCache().enterDirs(fs.ino(in.NodeId), fs.ino(in.NodeId))
+	edit := fs.editName(in.NodeId, name, true)
 	a, err := fs.v.Link(fs.caller(ctxOf(cancel), &in.InHeader), fs.ino(in.Oldnodeid), fs.ino(in.NodeId), name)
-	fs.longCache().leaveDirs(op, err == nil, nameChange{op.a, name, true})
+	edit.done(err == nil)
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpLink, Path: fs.tr.path(in.Oldnodeid),
 			Path2: fs.tr.child(in.NodeId, name)}, status(err), 0)
@@ -363,9 +363,9 @@ func (fs *FS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, target stri
 	start := time.Now()
 	tok := fs.begin()
 	ctx, done := fs.learn(cancel, header.NodeId)
-	op := fs.longCache().enterDirs(fs.ino(header.NodeId), fs.ino(header.NodeId))
+	edit := fs.editName(header.NodeId, name, true)
 	a, err := fs.v.Symlink(fs.caller(ctx, header), fs.ino(header.NodeId), name, target, header.Uid, header.Gid)
-	fs.longCache().leaveDirs(op, err == nil, nameChange{op.a, name, true})
+	edit.done(err == nil)
 	done()
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpSymlink, Path: fs.tr.child(header.NodeId, name), Path2: target}, status(err), 0)
