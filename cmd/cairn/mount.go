@@ -44,6 +44,9 @@ type mountOpts struct {
 	// readAheadKB is the kernel's read-ahead for the mount (its bdi's
 	// read_ahead_kb); 0 leaves the kernel's default.
 	readAheadKB int
+	// fileCacheBytes bounds the mount's cache of small files' contents
+	// (client.Options.FileCacheBytes: 0 the SDK's default, negative none).
+	fileCacheBytes int64
 	// subdir is the directory of the volume the mount shows as its root
 	// ("": the volume's root, or a path-restricted identity's subtree).
 	subdir string
@@ -92,6 +95,15 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 					err = fmt.Errorf("-o %s: want KiB between 0 and 1048576, e.g. read_ahead_kb=4096", kv)
 				}
 				o.readAheadKB = n
+			case "file_cache_mb":
+				n, perr := strconv.Atoi(val)
+				if !hasVal || perr != nil || n < 0 || n > 1<<20 {
+					err = fmt.Errorf("-o %s: want MiB between 0 and 1048576 (0: no cache), e.g. file_cache_mb=64", kv)
+				}
+				o.fileCacheBytes = int64(n) << 20
+				if n == 0 {
+					o.fileCacheBytes = -1
+				}
 			case "allow_other":
 				o.allowOther = true
 			case "ro":
@@ -104,7 +116,7 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 			case "debug":
 				o.debug = true
 			default:
-				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, cache_timeout=S, op_timeout=S, read_ahead_kb=N, ro, allow_other, debug, subdir=PATH)", k)
+				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, cache_timeout=S, op_timeout=S, read_ahead_kb=N, file_cache_mb=N, ro, allow_other, debug, subdir=PATH)", k)
 			}
 			if err != nil {
 				return o, err
@@ -227,6 +239,9 @@ Options (-o, comma-separated, may repeat):
                     soon as the cluster is back
   read_ahead_kb=N   KiB the kernel reads ahead of a sequential reader (default
                     4096; 0 keeps the kernel's 128; needs root)
+  file_cache_mb=N   MiB of memory for the contents of small files (up to 1 MiB)
+                    read through the mount, kept for when the kernel has
+                    dropped their pages (default 64; 0 turns it off)
   ro                mount read-only
   subdir=PATH       show directory PATH of the volume as the mount's root; df
                     shows its quota when it has one
@@ -289,7 +304,7 @@ file system (docs/bench.md, "Traces").`,
 				}
 				defer rec.Close() // a no-op after closeTrace
 			}
-			v, err := openVolume(cmd, masters, volume, wait, &client.Options{OpTimeout: mo.opTimeout, TLS: conf})
+			v, err := openVolume(cmd, masters, volume, wait, &client.Options{OpTimeout: mo.opTimeout, FileCacheBytes: mo.fileCacheBytes, TLS: conf})
 			if err != nil {
 				return err
 			}

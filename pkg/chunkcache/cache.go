@@ -1,69 +1,71 @@
-// Package chunkcache keeps recently used content-defined chunks in client
-// memory, bounded in bytes and keyed by fingerprint.
+// Package chunkcache keeps recently used contents in client memory,
+// bounded in bytes and keyed by what names one version of them: a
+// content-defined chunk by its fingerprint, a small file by its inode and
+// version (pkg/client).
 //
-// A chunk's bytes never change under its fingerprint, so an entry never
-// needs invalidation: a file that changes gets new fingerprints, and the
-// old ones simply age out. Concurrent misses of one fingerprint share a
-// single fetch, so a reader and its read-ahead never fetch a chunk twice.
+// The bytes under a key are meant never to change, so an entry needs no
+// invalidation: a file that changes gets new keys, and the old ones
+// simply age out (Delete drops one early). Concurrent misses of one key
+// share a single fetch, so a reader and its read-ahead never fetch the
+// same contents twice.
 package chunkcache
 
 import (
 	"container/list"
 	"context"
 	"sync"
-
-	"github.com/cairnfs/cairn/pkg/chunker"
 )
 
-// Fetch loads the bytes of one chunk (from the data nodes). It must return
-// bytes that hash to the fingerprint; the cache does not check them again.
+// Fetch loads the bytes a key names (from the data nodes). For a chunk
+// they must hash to its fingerprint; the cache does not check them again.
 type Fetch func(ctx context.Context) ([]byte, error)
 
-// Cache is a byte-bounded LRU of chunk contents. The zero value is not
-// usable; call New. A Cache is safe for concurrent use.
-type Cache struct {
+// Cache is a byte-bounded LRU of contents under keys of type K. The zero
+// value is not usable; call New. A Cache is safe for concurrent use.
+type Cache[K comparable] struct {
 	limit int64
 
 	mu      sync.Mutex
 	bytes   int64
-	lru     *list.List // of *entry, most recent first
-	entries map[chunker.Fingerprint]*list.Element
-	loading map[chunker.Fingerprint]*call
+	lru     *list.List // of *entry[K], most recent first
+	entries map[K]*list.Element
+	loading map[K]*call
 
 	hits, misses int64
 }
 
-type entry struct {
-	fp   chunker.Fingerprint
+type entry[K comparable] struct {
+	key  K
 	data []byte
 }
 
 // call is a fetch in flight that later callers wait for.
 type call struct {
-	done chan struct{}
-	data []byte
-	err  error
+	done    chan struct{}
+	data    []byte
+	err     error
+	dropped bool // Delete came while it ran: its result is not kept
 }
 
-// New returns a cache that holds at most limit bytes of chunk data; a
-// limit of 0 or less caches nothing (fetches are still shared).
-func New(limit int64) *Cache {
-	return &Cache{
+// New returns a cache that holds at most limit bytes of contents; a limit
+// of 0 or less caches nothing (fetches are still shared).
+func New[K comparable](limit int64) *Cache[K] {
+	return &Cache[K]{
 		limit: limit, lru: list.New(),
-		entries: map[chunker.Fingerprint]*list.Element{},
-		loading: map[chunker.Fingerprint]*call{},
+		entries: map[K]*list.Element{},
+		loading: map[K]*call{},
 	}
 }
 
-// Get returns the chunk's bytes from memory, or calls fetch once for all
+// Get returns the bytes under fp from memory, or calls fetch once for all
 // concurrent callers of fp and keeps the result. The returned slice is
 // shared: callers must not modify it. A failed fetch is not remembered.
-func (c *Cache) Get(ctx context.Context, fp chunker.Fingerprint, fetch Fetch) ([]byte, error) {
+func (c *Cache[K]) Get(ctx context.Context, fp K, fetch Fetch) ([]byte, error) {
 	c.mu.Lock()
 	if el, ok := c.entries[fp]; ok {
 		c.lru.MoveToFront(el)
 		c.hits++
-		data := el.Value.(*entry).data
+		data := el.Value.(*entry[K]).data
 		c.mu.Unlock()
 		return data, nil
 	}
@@ -85,7 +87,7 @@ func (c *Cache) Get(ctx context.Context, fp chunker.Fingerprint, fetch Fetch) ([
 
 	c.mu.Lock()
 	delete(c.loading, fp)
-	if cl.err == nil {
+	if cl.err == nil && !cl.dropped {
 		c.putLocked(fp, cl.data)
 	}
 	c.mu.Unlock()
@@ -95,13 +97,29 @@ func (c *Cache) Get(ctx context.Context, fp chunker.Fingerprint, fetch Fetch) ([
 
 // Put stores data under fp (a chunk this client just wrote), so that reading
 // it back costs no fetch. data must not be modified afterwards.
-func (c *Cache) Put(fp chunker.Fingerprint, data []byte) {
+func (c *Cache[K]) Put(fp K, data []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.putLocked(fp, data)
 }
 
-func (c *Cache) putLocked(fp chunker.Fingerprint, data []byte) {
+// Delete drops what is kept under key, and keeps nothing from a fetch of
+// it under way: the caller learned that the bytes it names may have
+// changed. The fetch's callers still get its result.
+func (c *Cache[K]) Delete(key K) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.entries[key]; ok {
+		c.lru.Remove(el)
+		delete(c.entries, key)
+		c.bytes -= int64(len(el.Value.(*entry[K]).data))
+	}
+	if cl, ok := c.loading[key]; ok {
+		cl.dropped = true
+	}
+}
+
+func (c *Cache[K]) putLocked(fp K, data []byte) {
 	if int64(len(data)) > c.limit {
 		return
 	}
@@ -109,13 +127,13 @@ func (c *Cache) putLocked(fp chunker.Fingerprint, data []byte) {
 		c.lru.MoveToFront(el)
 		return
 	}
-	c.entries[fp] = c.lru.PushFront(&entry{fp: fp, data: data})
+	c.entries[fp] = c.lru.PushFront(&entry[K]{key: fp, data: data})
 	c.bytes += int64(len(data))
 	for c.bytes > c.limit {
 		el := c.lru.Back()
-		e := el.Value.(*entry)
+		e := el.Value.(*entry[K])
 		c.lru.Remove(el)
-		delete(c.entries, e.fp)
+		delete(c.entries, e.key)
 		c.bytes -= int64(len(e.data))
 	}
 }
@@ -128,7 +146,7 @@ type Stats struct {
 }
 
 // Stats returns the current counters.
-func (c *Cache) Stats() Stats {
+func (c *Cache[K]) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return Stats{Bytes: c.bytes, Limit: c.limit, Entries: len(c.entries), Hits: c.hits, Misses: c.misses}

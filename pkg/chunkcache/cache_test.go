@@ -13,7 +13,7 @@ import (
 func fp(i int) chunker.Fingerprint { return chunker.Sum(chunker.FastCDC1, []byte{byte(i)}) }
 
 func TestEvictsLeastRecentlyUsed(t *testing.T) {
-	c := New(300)
+	c := New[chunker.Fingerprint](300)
 	ctx := context.Background()
 	for i := range 3 {
 		c.Put(fp(i), make([]byte, 100))
@@ -38,7 +38,7 @@ func TestEvictsLeastRecentlyUsed(t *testing.T) {
 }
 
 func TestConcurrentMissesShareOneFetch(t *testing.T) {
-	c := New(1 << 20)
+	c := New[chunker.Fingerprint](1 << 20)
 	var calls atomic.Int32
 	release := make(chan struct{})
 	fetch := func(context.Context) ([]byte, error) {
@@ -67,7 +67,7 @@ func TestConcurrentMissesShareOneFetch(t *testing.T) {
 }
 
 func TestFailedFetchNotRemembered(t *testing.T) {
-	c := New(1 << 20)
+	c := New[chunker.Fingerprint](1 << 20)
 	boom := errors.New("data node down")
 	if _, err := c.Get(context.Background(), fp(1), func(context.Context) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
 		t.Fatalf("err %v, want %v", err, boom)
@@ -75,5 +75,40 @@ func TestFailedFetchNotRemembered(t *testing.T) {
 	b, err := c.Get(context.Background(), fp(1), func(context.Context) ([]byte, error) { return []byte("ok"), nil })
 	if err != nil || string(b) != "ok" {
 		t.Fatalf("retry got %q, %v", b, err)
+	}
+}
+
+// TestDelete drops a kept entry, and keeps nothing from a fetch that was
+// under way when Delete came, while its caller still gets the bytes.
+func TestDelete(t *testing.T) {
+	c := New[int](1 << 20)
+	ctx := context.Background()
+	c.Put(1, []byte("old"))
+	c.Delete(1)
+	c.Delete(2) // nothing under it: no effect
+	if st := c.Stats(); st.Entries != 0 || st.Bytes != 0 {
+		t.Fatalf("after Delete: %+v", st)
+	}
+
+	started, release := make(chan struct{}), make(chan struct{})
+	got := make(chan []byte)
+	go func() {
+		b, _ := c.Get(ctx, 3, func(context.Context) ([]byte, error) {
+			close(started)
+			<-release
+			return []byte("fetched before the change"), nil
+		})
+		got <- b
+	}()
+	<-started
+	c.Delete(3)
+	close(release)
+	if b := <-got; string(b) != "fetched before the change" {
+		t.Fatalf("caller got %q", b)
+	}
+	fetched := false
+	b, err := c.Get(ctx, 3, func(context.Context) ([]byte, error) { fetched = true; return []byte("new"), nil })
+	if err != nil || string(b) != "new" || !fetched {
+		t.Fatalf("after a Delete during the fetch: %q, %v, fetched %v; want a new fetch", b, err, fetched)
 	}
 }

@@ -158,6 +158,13 @@ func (l *extentLayout) readAt(op string, p []byte, off uint64) (int, error) {
 			return 0, err
 		}
 	}
+	if data, ok := l.cachedFile(); ok {
+		n := copy(p, data[off:])
+		if n < len(p) {
+			return n, io.EOF
+		}
+		return n, nil
+	}
 	if l.r == nil {
 		l.r = f.dc.NewReader(f.ctx, l.keys, int64(f.size))
 	}

@@ -66,6 +66,9 @@ type Stats struct {
 	DedupBytes int64
 	// ChunkCache is the chunk cache's state.
 	ChunkCache chunkcache.Stats
+	// FileCache is the small-file cache's state (filecache.go; zero when
+	// it is off).
+	FileCache chunkcache.Stats
 	// Data are the data client's counters (zero before the first OpenFile).
 	Data dataclient.Stats
 }
@@ -82,6 +85,9 @@ func (v *Volume) Stats() Stats {
 	}
 	if dc != nil {
 		st.Data = dc.Stats()
+	}
+	if v.files != nil {
+		st.FileCache = v.files.Stats()
 	}
 	return st
 }
@@ -296,6 +302,7 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		}
 	}
 	f.modified = time.Now()
+	f.dropCached()
 	return f.lay.writeAt(op, p, start)
 }
 
@@ -351,6 +358,7 @@ func (f *File) Truncate(ctx context.Context, size uint64) error {
 	if err := f.flushLocked(ctx, op); err != nil {
 		return err
 	}
+	f.dropCached()
 	ctx, cancel := f.v.opCtx(ctx)
 	defer cancel()
 	res, err := f.v.setattr(ctx, f.ino, SetattrIn{Valid: SetSize, Size: size})

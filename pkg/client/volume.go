@@ -33,6 +33,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/chunkcache"
+	"github.com/cairnfs/cairn/pkg/chunker"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataclient"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
@@ -67,6 +68,10 @@ type Options struct {
 	// ChunkCacheBytes bounds the volume's cache of chunk contents, shared
 	// by its chunked Files. 0 means 256 MiB; negative caches nothing.
 	ChunkCacheBytes int64
+	// FileCacheBytes bounds the volume's cache of small files' contents
+	// (up to 1 MiB each, read through read-only handles; filecache.go).
+	// 0 means 64 MiB; negative caches nothing.
+	FileCacheBytes int64
 	// TLS is the client configuration of the connections to the masters,
 	// meta nodes and data nodes (pkg/pki: this client's certificate and the
 	// cluster's CA; Data.Conn.TLS, if set, wins for data nodes); nil
@@ -124,7 +129,8 @@ type Volume struct {
 	// dedupBytes counts bytes of new chunks the chunk index already had, so
 	// they were not sent.
 	dedupBytes atomic.Int64
-	chunks     *chunkcache.Cache
+	chunks     *chunkcache.Cache[chunker.Fingerprint]
+	files      *chunkcache.Cache[fileKey] // nil: no file cache
 	layouts    dirLayouts
 
 	unfences *metaclient.UnfenceBatch // fences of removed directories (unfence.go)
@@ -262,7 +268,8 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 	if cacheBytes == 0 {
 		cacheBytes = defaultChunkCacheBytes
 	}
-	v.chunks = chunkcache.New(cacheBytes)
+	v.chunks = chunkcache.New[chunker.Fingerprint](cacheBytes)
+	v.files = newFileCache(o.FileCacheBytes)
 	v.unfences = v.newUnfenceBatch()
 	v.meta = metaclient.New(v.pool, func(node uint64) (string, bool) {
 		a, ok := v.current().nodes[node]

@@ -67,6 +67,12 @@ func NewMetrics(reg prometheus.Registerer, v *client.Volume) (*Metrics, error) {
 			func() float64 { return float64(v.Stats().ChunkCache.Hits) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_chunk_cache_misses_total", Help: "Chunk reads that fetched from data nodes."},
 			func() float64 { return float64(v.Stats().ChunkCache.Misses) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_client_file_cache_bytes", Help: "Bytes of small files' contents in the client's file cache."},
+			func() float64 { return float64(v.Stats().FileCache.Bytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_file_cache_hits_total", Help: "Reads of small files served from the client's file cache."},
+			func() float64 { return float64(v.Stats().FileCache.Hits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_file_cache_misses_total", Help: "Reads of small files that fetched the file from data nodes."},
+			func() float64 { return float64(v.Stats().FileCache.Misses) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_write_failures_total", Help: "Data writes that failed on a partition and moved to another."},
 			func() float64 { return float64(v.Stats().Data.WriteFailures) }),
 	}

@@ -13,9 +13,10 @@ import (
 // TestPageCacheCloseToOpen checks the mount's kept page cache (pkg/fusefs,
 // pagecache.go) on two mounts of one volume: a file read again in the same
 // mount is served from the kernel's pages (no FUSE read reaches the mount),
-// and every change the other mount closed before an open is seen by that
-// open, also when this mount wrote the file through a handle that was open
-// across the other mount's change.
+// once the kernel dropped them from the mount's file cache (pkg/client,
+// filecache.go: no data node read), and every change the other mount
+// closed before an open is seen by that open, also when this mount wrote
+// the file through a handle that was open across the other mount's change.
 func TestPageCacheCloseToOpen(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "pc")
 	_, a := startMounted(t, dir)
@@ -60,10 +61,36 @@ func TestPageCacheCloseToOpen(t *testing.T) {
 		t.Errorf("a second read of an unchanged file reached the mount: %.0f bytes read through FUSE", d)
 	}
 
+	// The kernel drops the pages: the next read reaches the mount, which
+	// keeps the file whole (it is 1 MiB, the file cache's bound), so the
+	// read after another drop asks no data node.
+	evict := func(path string) {
+		t.Helper()
+		f, err := os.Open(path)
+		must(t, err)
+		defer f.Close()
+		must(t, unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED))
+	}
+	evict(fa)
+	check("after the kernel dropped the pages", fa)
+	fetched0 := metricValue(t, maddr, "cairn_client_data_received_bytes_total")
+	hits0 := metricValue(t, maddr, "cairn_client_file_cache_hits_total")
+	evict(fa)
+	check("again after the kernel dropped the pages", fa)
+	if d := metricValue(t, maddr, "cairn_client_data_received_bytes_total") - fetched0; d != 0 {
+		t.Errorf("a read of an unchanged file the mount keeps fetched %.0f bytes from data nodes", d)
+	}
+	if metricValue(t, maddr, "cairn_client_file_cache_hits_total") == hits0 {
+		t.Error("a read of an unchanged file the mount keeps was not served from its file cache")
+	}
+
 	// The other mount overwrites in place (same size) and closes: a's next
-	// open must see it although a has every page of the file cached.
+	// open must see it although a has every page of the file cached, and
+	// the file in its file cache.
 	overwrite(fb, 300<<10, random(4096))
 	check("after b's overwrite", fa)
+	evict(fa)
+	check("after b's overwrite, the kernel's pages dropped", fa)
 
 	// a writes through a handle opened before b's next change; b's bytes
 	// must not be hidden by a's pages once a's handle closes and a opens
@@ -77,6 +104,8 @@ func TestPageCacheCloseToOpen(t *testing.T) {
 	must(t, h.Close())
 	copy(want[700<<10:], mine)
 	check("after a's write over b's change", fa)
+	evict(fa)
+	check("after a's write over b's change, the kernel's pages dropped", fa)
 	check("the same, from b", fb)
 
 	// a's own write alone keeps its pages current: the next reads in a

@@ -1,0 +1,93 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/cairnfs/cairn/pkg/chunkcache"
+)
+
+// The file cache keeps the whole contents of small files read through
+// read-only handles in the client's memory (Options.FileCacheBytes), so
+// that reading one again after the kernel dropped its pages costs no data
+// request. A deep-learning loader reads every file of its data set once
+// per epoch: the page cache rarely holds a data set from one epoch to the
+// next, and this cache holds the small files that dominate such sets.
+//
+// An entry is keyed by the inode and the Version (size, mtime, ctime) its
+// handle read at open, and only a handle that opened at that Version uses
+// it. Every change of a file's content moves its ctime, so an open after
+// another client's close reads the new Version and misses (close-to-open
+// holds as without the cache), and entries of old Versions age out. A
+// write through this client drops the entry of the Version its handle
+// opened at, so handles of this client that opened together see each
+// other's flushed writes as they do without the cache. A handle never
+// reads more than what a read of its whole file at its first read would
+// have returned.
+
+const (
+	// defaultFileCacheBytes bounds the file cache unless
+	// Options.FileCacheBytes says otherwise.
+	defaultFileCacheBytes = 64 << 20
+	// fileCacheMaxSize is the largest file kept whole.
+	fileCacheMaxSize = 1 << 20
+)
+
+// fileKey names one Version of a file's contents.
+type fileKey struct {
+	ino uint64
+	ver Version
+}
+
+// newFileCache returns the cache Options.FileCacheBytes asks for, or nil.
+func newFileCache(bytes int64) *chunkcache.Cache[fileKey] {
+	switch {
+	case bytes < 0:
+		return nil
+	case bytes == 0:
+		bytes = defaultFileCacheBytes
+	}
+	return chunkcache.New[fileKey](bytes)
+}
+
+// cachedFile returns the whole contents of the handle's file from the
+// volume's file cache, reading them from the data nodes on a miss; false
+// when the handle may not use the cache (it writes, does not know its
+// Version, or the file is empty or larger than fileCacheMaxSize) or the
+// read failed (the caller reads as without the cache and reports it).
+// Called with f.mu held.
+func (l *extentLayout) cachedFile() ([]byte, bool) {
+	f := l.f
+	c := f.v.files
+	if c == nil || f.writable || !f.verOK || f.size == 0 || f.size > fileCacheMaxSize || f.size != l.recorded {
+		return nil, false
+	}
+	keys, size := l.keys, int64(f.size)
+	data, err := c.Get(f.ctx, fileKey{ino: f.ino, ver: f.ver}, func(ctx context.Context) ([]byte, error) {
+		r := f.dc.NewReader(ctx, keys, size)
+		defer r.Close()
+		buf := make([]byte, size)
+		n, err := r.ReadAt(buf, 0)
+		f.v.bytesRead.Add(int64(n))
+		if err != nil && err != io.EOF {
+			return nil, err
+		}
+		if n != len(buf) {
+			return nil, fmt.Errorf("read %d of the %d bytes of inode %d", n, len(buf), f.ino)
+		}
+		return buf, nil
+	})
+	if err != nil || uint64(len(data)) != f.size {
+		return nil, false
+	}
+	return data, true
+}
+
+// dropCached forgets the cached contents of the file as the handle opened
+// it: the handle is about to change them. Called with f.mu held.
+func (f *File) dropCached() {
+	if f.v.files != nil && f.verOK {
+		f.v.files.Delete(fileKey{ino: f.ino, ver: f.ver})
+	}
+}
