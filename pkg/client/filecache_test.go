@@ -5,7 +5,6 @@ import (
 	"context"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestFileCache reads small files again through new read-only handles and
@@ -16,7 +15,10 @@ import (
 func TestFileCache(t *testing.T) {
 	v, _, fake := startWithDataMap(t, Options{}, nil)
 	ctx := context.Background()
-	other := openSecond(t, fake, Options{FileCacheBytes: -1})
+	fake.mu.Lock()
+	addr := fake.m.Nodes[1].Addr
+	fake.mu.Unlock()
+	other := openFakeVolume(t, addr, Options{FileCacheBytes: -1})
 
 	write := func(v *Volume, ino uint64, off int64, p []byte) {
 		t.Helper()
@@ -127,21 +129,4 @@ func TestFileCache(t *testing.T) {
 	if st := v.Stats().FileCache; st.Hits == 0 || st.Bytes == 0 || st.Bytes > st.Limit {
 		t.Fatalf("file cache stats %+v", st)
 	}
-}
-
-// openSecond opens volume "v" of the fake cluster again: another client.
-func openSecond(t *testing.T, fake *fakeCluster, opts Options) *Volume {
-	t.Helper()
-	fake.mu.Lock()
-	addr := fake.m.Nodes[1].Addr
-	fake.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	opts.RefreshInterval = -1
-	v, err := Open(ctx, []string{addr}, "v", &opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { v.Close() })
-	return v
 }

@@ -46,6 +46,13 @@ func startWithDataMap(t testing.TB, opts Options, prep func(m *pb.ClusterMap)) (
 	if err := dc.Assign(); err != nil {
 		t.Fatal(err)
 	}
+	return openFakeVolume(t, addr, opts), dc, f
+}
+
+// openFakeVolume opens volume "v" of the fake cluster at addr, with no
+// periodic map refresh; each call is another client.
+func openFakeVolume(t testing.TB, addr string, opts Options) *Volume {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	opts.RefreshInterval = -1
@@ -54,7 +61,7 @@ func startWithDataMap(t testing.TB, opts Options, prep func(m *pb.ClusterMap)) (
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { v.Close() })
-	return v, dc, f
+	return v
 }
 
 func readWhole(t *testing.T, f *File, size int) []byte {
