@@ -22,9 +22,10 @@ import (
 // holds as without the cache), and entries of old Versions age out. A
 // write through this client drops the entry of the Version its handle
 // opened at, so handles of this client that opened together see each
-// other's flushed writes as they do without the cache. A handle never
-// reads more than what a read of its whole file at its first read would
-// have returned.
+// other's flushed writes as they do without the cache. So a read served
+// from an entry returns the content of the Version its handle opened at,
+// which is what close-to-open promises; bytes another client wrote in
+// place and has not closed yet may show or not, as without the cache.
 
 const (
 	// defaultFileCacheBytes bounds the file cache unless
