@@ -241,7 +241,7 @@ Options (-o, comma-separated, may repeat):
                     4096; 0 keeps the kernel's 128; needs root)
   file_cache_mb=N   MiB of memory for the contents of small files (up to 1 MiB)
                     read through the mount, kept for when the kernel has
-                    dropped their pages (default 64; 0 turns it off)
+                    dropped their pages (default 32; 0 turns it off)
   ro                mount read-only
   subdir=PATH       show directory PATH of the volume as the mount's root; df
                     shows its quota when it has one

@@ -70,7 +70,7 @@ type Options struct {
 	ChunkCacheBytes int64
 	// FileCacheBytes bounds the volume's cache of small files' contents
 	// (up to 1 MiB each, read through read-only handles; filecache.go).
-	// 0 means 64 MiB; negative caches nothing.
+	// 0 means 32 MiB; negative caches nothing.
 	FileCacheBytes int64
 	// TLS is the client configuration of the connections to the masters,
 	// meta nodes and data nodes (pkg/pki: this client's certificate and the
