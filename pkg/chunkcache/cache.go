@@ -57,12 +57,12 @@ func New[K comparable](limit int64) *Cache[K] {
 	}
 }
 
-// Get returns the bytes under fp from memory, or calls fetch once for all
-// concurrent callers of fp and keeps the result. The returned slice is
+// Get returns the bytes under key from memory, or calls fetch once for all
+// concurrent callers of key and keeps the result. The returned slice is
 // shared: callers must not modify it. A failed fetch is not remembered.
-func (c *Cache[K]) Get(ctx context.Context, fp K, fetch Fetch) ([]byte, error) {
+func (c *Cache[K]) Get(ctx context.Context, key K, fetch Fetch) ([]byte, error) {
 	c.mu.Lock()
-	if el, ok := c.entries[fp]; ok {
+	if el, ok := c.entries[key]; ok {
 		c.lru.MoveToFront(el)
 		c.hits++
 		data := el.Value.(*entry[K]).data
@@ -70,7 +70,7 @@ func (c *Cache[K]) Get(ctx context.Context, fp K, fetch Fetch) ([]byte, error) {
 		return data, nil
 	}
 	c.misses++
-	if cl, ok := c.loading[fp]; ok {
+	if cl, ok := c.loading[key]; ok {
 		c.mu.Unlock()
 		select {
 		case <-cl.done:
@@ -80,27 +80,27 @@ func (c *Cache[K]) Get(ctx context.Context, fp K, fetch Fetch) ([]byte, error) {
 		}
 	}
 	cl := &call{done: make(chan struct{})}
-	c.loading[fp] = cl
+	c.loading[key] = cl
 	c.mu.Unlock()
 
 	cl.data, cl.err = fetch(ctx)
 
 	c.mu.Lock()
-	delete(c.loading, fp)
+	delete(c.loading, key)
 	if cl.err == nil && !cl.dropped {
-		c.putLocked(fp, cl.data)
+		c.putLocked(key, cl.data)
 	}
 	c.mu.Unlock()
 	close(cl.done)
 	return cl.data, cl.err
 }
 
-// Put stores data under fp (a chunk this client just wrote), so that reading
-// it back costs no fetch. data must not be modified afterwards.
-func (c *Cache[K]) Put(fp K, data []byte) {
+// Put stores data under key (a chunk this client just wrote), so that
+// reading it back costs no fetch. data must not be modified afterwards.
+func (c *Cache[K]) Put(key K, data []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.putLocked(fp, data)
+	c.putLocked(key, data)
 }
 
 // Delete drops what is kept under key, and keeps nothing from a fetch of
@@ -119,15 +119,15 @@ func (c *Cache[K]) Delete(key K) {
 	}
 }
 
-func (c *Cache[K]) putLocked(fp K, data []byte) {
+func (c *Cache[K]) putLocked(key K, data []byte) {
 	if int64(len(data)) > c.limit {
 		return
 	}
-	if el, ok := c.entries[fp]; ok {
+	if el, ok := c.entries[key]; ok {
 		c.lru.MoveToFront(el)
 		return
 	}
-	c.entries[fp] = c.lru.PushFront(&entry[K]{key: fp, data: data})
+	c.entries[key] = c.lru.PushFront(&entry[K]{key: key, data: data})
 	c.bytes += int64(len(data))
 	for c.bytes > c.limit {
 		el := c.lru.Back()
