@@ -158,7 +158,9 @@ func (l *extentLayout) readAt(op string, p []byte, off uint64) (int, error) {
 			return 0, err
 		}
 	}
-	if data, ok := l.cachedFile(); ok {
+	if data, ok, err := l.cachedFile(); err != nil {
+		return 0, dataErr(op, f.ino, err)
+	} else if ok {
 		n := copy(p, data[off:])
 		if n < len(p) {
 			return n, io.EOF

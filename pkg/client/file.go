@@ -302,7 +302,6 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		}
 	}
 	f.modified = time.Now()
-	f.dropCached()
 	return f.lay.writeAt(op, p, start)
 }
 
@@ -339,6 +338,12 @@ func (f *File) flushLocked(ctx context.Context, op string) error {
 		_ = f.flushLocked(ctx, op)
 		return err
 	}
+	if f.writable && f.verOK {
+		// Once the flush ended, whatever it sent: readers of this client
+		// that opened at the Version this handle knew must read its bytes
+		// again (filecache.go).
+		defer f.v.dropCached(f.ino, f.ver)
+	}
 	if err := f.lay.flush(ctx, op); err != nil {
 		return err
 	}
@@ -358,7 +363,9 @@ func (f *File) Truncate(ctx context.Context, size uint64) error {
 	if err := f.flushLocked(ctx, op); err != nil {
 		return err
 	}
-	f.dropCached()
+	if f.verOK {
+		f.v.dropCached(f.ino, f.ver)
+	}
 	ctx, cancel := f.v.opCtx(ctx)
 	defer cancel()
 	res, err := f.v.setattr(ctx, f.ino, SetattrIn{Valid: SetSize, Size: size})

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -20,8 +21,8 @@ import (
 // it. Every change of a file's content moves its ctime, so an open after
 // another client's close reads the new Version and misses (close-to-open
 // holds as without the cache), and entries of old Versions age out. A
-// write through this client drops the entry of the Version its handle
-// opened at, so handles of this client that opened together see each
+// flush of a writable handle of this client drops the entry of the
+// Version it knew before, so handles of this client that opened together see each
 // other's flushed writes as they do without the cache. So a read served
 // from an entry returns the content of the Version its handle opened at,
 // which is what close-to-open promises; bytes another client wrote in
@@ -58,14 +59,15 @@ func newFileCache(bytes int64) *chunkcache.Cache[fileKey] {
 // cachedFile returns the whole contents of the handle's file from the
 // volume's file cache, reading them from the data nodes on a miss; false
 // when the handle may not use the cache (it writes, does not know its
-// Version, or the file is empty or larger than fileCacheMaxSize) or the
-// read failed (the caller reads as without the cache and reports it).
-// Called with f.mu held.
-func (l *extentLayout) cachedFile() ([]byte, bool) {
+// Version, or the file is empty or larger than fileCacheMaxSize): the
+// caller reads as without the cache. A failed read is returned, not read
+// again by the caller, unless it is another handle's fetch given up when
+// that handle closed. Called with f.mu held.
+func (l *extentLayout) cachedFile() ([]byte, bool, error) {
 	f := l.f
 	c := f.v.files
 	if c == nil || f.writable || !f.verOK || f.size == 0 || f.size > fileCacheMaxSize || f.size != l.recorded {
-		return nil, false
+		return nil, false, nil
 	}
 	keys, size := l.keys, int64(f.size)
 	data, err := c.Get(f.ctx, fileKey{ino: f.ino, ver: f.ver}, func(ctx context.Context) ([]byte, error) {
@@ -82,16 +84,21 @@ func (l *extentLayout) cachedFile() ([]byte, bool) {
 		}
 		return buf, nil
 	})
-	if err != nil || uint64(len(data)) != f.size {
-		return nil, false
+	switch {
+	case err != nil && errors.Is(err, context.Canceled) && f.ctx.Err() == nil:
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	case uint64(len(data)) != f.size:
+		return nil, false, nil // the handle was told of a truncate
 	}
-	return data, true
+	return data, true, nil
 }
 
-// dropCached forgets the cached contents of the file as the handle opened
-// it: the handle is about to change them. Called with f.mu held.
-func (f *File) dropCached() {
-	if f.v.files != nil && f.verOK {
-		f.v.files.Delete(fileKey{ino: f.ino, ver: f.ver})
+// dropCached forgets the cached contents of Version ver of file ino: a
+// handle of this client changed, or is about to change, its bytes.
+func (v *Volume) dropCached(ino uint64, ver Version) {
+	if v.files != nil {
+		v.files.Delete(fileKey{ino: ino, ver: ver})
 	}
 }
