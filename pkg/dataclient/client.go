@@ -135,6 +135,12 @@ type Options struct {
 	ReadAheadBytes int
 	// ConnsPerNode is the connections kept per data node; default 2.
 	ConnsPerNode int
+	// SmallStickiness is how long small files keep to the partition
+	// chosen at random for them (WriteSmall); default 1s, negative: a
+	// partition per file. Long enough for a burst of concurrent writers
+	// to share its group commits, short enough that a client's small
+	// files spread over every partition within seconds.
+	SmallStickiness time.Duration
 	// Conn bounds each connection (deadlines, calls in flight).
 	Conn dataproto.ConnOptions
 	// ReportFailure, if set, is told of every data node that did not answer
@@ -181,6 +187,9 @@ func (o Options) withDefaults() Options {
 	if o.ConnsPerNode <= 0 {
 		o.ConnsPerNode = 2
 	}
+	if o.SmallStickiness == 0 {
+		o.SmallStickiness = time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -224,7 +233,11 @@ type Client struct {
 	excluded map[uint64]time.Time      // partition -> avoided until
 	lastFail map[uint64]dataproto.Code // partition -> code of its last write failure
 	leaders  map[uint64]uint64         // partition -> Raft leader last seen (overwrites)
-	closed   bool
+	// small is the partition small files go to until smallUntil
+	// (WriteSmall): writers of one client then share its group commits.
+	small      uint64
+	smallUntil time.Time
+	closed     bool
 
 	writeFailures, readFailovers, readCRCErrors, refreshes, chunkBuffers atomic.Int64
 }

@@ -195,6 +195,63 @@ func TestSmallFileWriter(t *testing.T) {
 	}
 }
 
+// Small files keep to one partition for Options.SmallStickiness (so that
+// concurrent ones share its group commit), move off it when it fails, and
+// spread over the partitions as the stickiness lapses.
+func TestSmallFilesKeepToAPartition(t *testing.T) {
+	c := datanodetest.Start(t, datanodetest.Config{
+		Nodes:      4,
+		Partitions: [][]uint64{{1, 2}, {2, 1}, {3, 4}, {4, 3}},
+		Options:    nodeOptions(),
+	})
+	partitionsOf := func(cl *dataclient.Client, n int, pause time.Duration) map[uint64]int {
+		t.Helper()
+		seen := map[uint64]int{}
+		for i := range n {
+			k, err := cl.WriteSmall(context.Background(), 0, randBytes(4096, uint64(i)))
+			if err != nil {
+				t.Fatalf("small file %d: %v", i, err)
+			}
+			seen[k.PartitionId]++
+			time.Sleep(pause)
+		}
+		return seen
+	}
+
+	// A partition per file: 24 files all on one of 4 partitions has
+	// probability 4^-23.
+	if seen := partitionsOf(newClient(t, c, dataclient.Options{SmallStickiness: -1}), 24, 0); len(seen) < 2 {
+		t.Fatalf("without stickiness every small file went to one partition: %v", seen)
+	}
+	// Lapsing stickiness spreads them too.
+	if seen := partitionsOf(newClient(t, c, dataclient.Options{SmallStickiness: 20 * time.Millisecond}), 24, 25*time.Millisecond); len(seen) < 2 {
+		t.Fatalf("small files stayed on one partition after their stickiness lapsed: %v", seen)
+	}
+
+	cl := newClient(t, c, dataclient.Options{SmallStickiness: time.Hour, ExcludeFor: time.Hour})
+	seen := partitionsOf(cl, 24, 0)
+	if len(seen) != 1 {
+		t.Fatalf("small files written in a row went to %d partitions: %v", len(seen), seen)
+	}
+	var first uint64
+	for id := range seen {
+		first = id
+	}
+	// Stop the head of that partition: the next files fail over and keep
+	// to one partition of the other pair of nodes.
+	head := c.Partitions()[first-1].Replicas[0]
+	c.Stop(head)
+	seen = partitionsOf(cl, 24, 0)
+	if len(seen) != 1 {
+		t.Fatalf("after node %d stopped, small files went to %d partitions: %v", head, len(seen), seen)
+	}
+	for id := range seen {
+		if slices.Contains(c.Partitions()[id-1].Replicas, head) {
+			t.Fatalf("small files went to partition %d, which has the stopped node %d", id, head)
+		}
+	}
+}
+
 // A follower killed in the middle of a write (three data nodes; two of the
 // partitions have node 3 as their last replica, two have only nodes 1 and
 // 2): the writer moves the bytes that were not acknowledged to another

@@ -383,6 +383,26 @@ func (w *Writer) failStream(cause error) error {
 	return nil
 }
 
+// smallPartition is the partition small files keep to now, 0 for none.
+func (c *Client) smallPartition() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Now().After(c.smallUntil) {
+		return 0
+	}
+	return c.small
+}
+
+// keepSmall makes id the partition small files keep to, for
+// Options.SmallStickiness from its choice.
+func (c *Client) keepSmall(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := time.Now(); c.small != id || now.After(c.smallUntil) {
+		c.small, c.smallUntil = id, now.Add(c.opts.SmallStickiness)
+	}
+}
+
 func isDone(call *dataproto.Call) bool {
 	select {
 	case <-call.Done():
@@ -393,9 +413,13 @@ func isDone(call *dataproto.Call) bool {
 }
 
 // WriteSmall stores data, a whole small file (at most SmallFileBytes),
-// packed into a shared small extent of a random writable partition, and
-// returns its key (at fileOffset). It retries on other partitions as
-// Writer does.
+// packed into a shared small extent of a writable partition, and returns
+// its key (at fileOffset). It retries on other partitions as Writer does.
+//
+// The partition is random, but kept for Options.SmallStickiness while it
+// takes writes: the small files a client writes side by side then land in one
+// partition, whose group commit makes them durable with one fsync per
+// replica, where files spread over every partition cost one fsync each.
 func (c *Client) WriteSmall(ctx context.Context, fileOffset uint64, data []byte) (*metapb.ExtentKey, error) {
 	if len(data) == 0 || len(data) > c.opts.SmallFileBytes {
 		return nil, fmt.Errorf("dataclient: small write of %d bytes (1..%d)", len(data), c.opts.SmallFileBytes)
@@ -403,10 +427,11 @@ func (c *Client) WriteSmall(ctx context.Context, fileOffset uint64, data []byte)
 	var last error
 	deadline := time.Now().Add(c.opts.WaitWritable)
 	for time.Now().Before(deadline) {
-		p, err := c.pick(ctx)
+		p, err := c.pickPrefer(ctx, c.smallPartition())
 		if err != nil {
 			return nil, errors.Join(err, last)
 		}
+		c.keepSmall(p.Id)
 		conn, err := c.primaryConn(ctx, p)
 		var h dataproto.Header
 		if err == nil {
