@@ -314,11 +314,15 @@ func TestListedDirectories(t *testing.T) {
 	}
 
 	// Creates in a directory A made ask nothing before they create. (A
-	// routing change of the new volume, early on, takes every listing
-	// back once; so up to three tries.)
+	// listing starts only while A's change feed is healthy, which a new
+	// mount's is once every partition's feed answered, and a routing
+	// change of the new volume, early on, takes every listing back once;
+	// so a fresh directory is tried until one answers, for up to 20 s.)
 	answered := 0.0
-	for try := 0; try < 3 && answered < 20; try++ {
+	var last string
+	for try, deadline := 0, time.Now().Add(20*time.Second); answered < 20 && time.Now().Before(deadline); try++ {
 		d := filepath.Join(a, fmt.Sprint("first", try))
+		last = d
 		must(t, os.Mkdir(d, 0o755))
 		before := local()
 		for i := range 20 {
@@ -332,14 +336,9 @@ func TestListedDirectories(t *testing.T) {
 	if answered < 20 {
 		t.Fatalf("mount A answered %v lookups in a directory it made itself, want at least 20", answered)
 	}
+	t.Logf("the listing of %s answered %v lookups", filepath.Base(last), answered)
 	// The kernel may drop the names it holds at any time (here all of
 	// them, but the directory, held open); A must still find its own.
-	last := filepath.Join(a, fmt.Sprint("first", 0))
-	for try := 1; try < 3; try++ {
-		if p := filepath.Join(a, fmt.Sprint("first", try)); exists(p)() {
-			last = p
-		}
-	}
 	held, err := os.Open(last)
 	must(t, err)
 	defer held.Close()
