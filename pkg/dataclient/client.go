@@ -223,6 +223,11 @@ type Client struct {
 	// each): a sequential read would otherwise allocate and zero its whole
 	// size again.
 	chunks sync.Pool
+	// packets recycles writers' full packet buffers (PacketBytes each)
+	// once every replica acknowledged them: a sequential writer would
+	// otherwise allocate, and the garbage collector free, its whole
+	// stream again.
+	packets sync.Pool
 
 	refreshMu sync.Mutex // one refresh at a time
 
@@ -239,7 +244,7 @@ type Client struct {
 	smallUntil time.Time
 	closed     bool
 
-	writeFailures, readFailovers, readCRCErrors, refreshes, chunkBuffers atomic.Int64
+	writeFailures, readFailovers, readCRCErrors, refreshes, chunkBuffers, packetBuffers atomic.Int64
 }
 
 // Stats are a client's counters.
@@ -258,11 +263,14 @@ type Stats struct {
 	// ChunkBuffers counts read-ahead chunk buffers allocated because none
 	// was free to reuse.
 	ChunkBuffers int64
+	// PacketBuffers counts writers' packet buffers allocated because none
+	// was free to reuse.
+	PacketBuffers int64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
-	return Stats{WriteFailures: c.writeFailures.Load(), ReadFailovers: c.readFailovers.Load(), Refreshes: c.refreshes.Load(), ReadCRCErrors: c.readCRCErrors.Load(), ChunkBuffers: c.chunkBuffers.Load()}
+	return Stats{WriteFailures: c.writeFailures.Load(), ReadFailovers: c.readFailovers.Load(), Refreshes: c.refreshes.Load(), ReadCRCErrors: c.readCRCErrors.Load(), ChunkBuffers: c.chunkBuffers.Load(), PacketBuffers: c.packetBuffers.Load()}
 }
 
 // New fetches the topology from src and returns a client.

@@ -573,6 +573,31 @@ func commonPrefix(a, b []byte) int {
 // chunk (ReadChunkBytes, zeroed) per file. With the garbage collector off
 // (it empties the pool), 64 reads allocate far fewer than 64 chunks; the
 // race detector makes the pool drop a quarter of what it is given, so the
+// A writer's acknowledged packets give their buffers to the next ones:
+// a stream of many packets allocates about a window's worth, not one per
+// packet, and the bytes read back whole (a recycled buffer's old bytes
+// never leak into a later packet).
+func TestWriterRecyclesPackets(t *testing.T) {
+	c := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{1, 2, 3}}, Options: nodeOptions()})
+	const packet, window = 64 << 10, 4
+	cl := newClient(t, c, dataclient.Options{PacketBytes: packet, MaxInflightPackets: window, ExtentBytes: 4 << 20})
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	for i := range 3 {
+		// Not a multiple of the packet: each file's last packet is short.
+		data := randBytes(8<<20+1000*i, uint64(40+i))
+		keys := writeFile(t, cl, data, uint64(40+i))
+		if got := readAll(t, cl, keys, int64(len(data))); !bytes.Equal(got, data) {
+			t.Fatalf("file %d differs", i)
+		}
+	}
+	// 3 files of 128 packets each. A writer needs the window, the packet
+	// being filled and the one being sent; the bound is looser because
+	// the race detector makes sync.Pool drop a quarter of what it is given.
+	if n := cl.Stats().PacketBuffers; n > 3*128/2 {
+		t.Fatalf("3 files of 128 packets allocated %d packet buffers: packets are not recycled", n)
+	}
+}
+
 // bound leaves room for that.
 func TestReaderRecyclesChunks(t *testing.T) {
 	c := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{1, 2, 3}}, Options: nodeOptions()})

@@ -191,9 +191,31 @@ func (w *Writer) Size() uint64 { return w.written }
 
 func (w *Writer) sendBuf() error {
 	data, segs := w.buf, w.segs
-	w.buf, w.segs = make([]byte, 0, w.c.opts.PacketBytes), nil
+	w.buf, w.segs = w.c.packetBuf(), nil
 	w.sentAny = true
 	return w.send(data, segs)
+}
+
+// packetBuf returns an empty buffer with room for a full packet, recycled
+// if one is free.
+func (c *Client) packetBuf() []byte {
+	if b, ok := c.packets.Get().(*[]byte); ok && cap(*b) >= c.opts.PacketBytes {
+		return (*b)[:0]
+	}
+	c.packetBuffers.Add(1)
+	return make([]byte, 0, c.opts.PacketBytes)
+}
+
+// recycle returns an acknowledged packet's buffer for another packet.
+// Only full-size buffers are kept (a writer's first packet grows from a
+// small one). Nothing refers to the bytes any more: the send that wrote
+// them returned before the acknowledgement came, and keys name extents.
+func (c *Client) recycle(pk *packet) {
+	if cap(pk.data) >= c.opts.PacketBytes {
+		buf := pk.data[:0]
+		c.packets.Put(&buf)
+	}
+	pk.data = nil
 }
 
 // send streams one packet, opening an extent if needed and waiting for the
@@ -301,6 +323,7 @@ func (w *Writer) waitOldest() error {
 	}
 	w.inflight = w.inflight[1:]
 	w.ack(pk)
+	w.c.recycle(pk)
 	w.failing = time.Time{}
 	return nil
 }
@@ -359,6 +382,7 @@ func (w *Writer) failStream(cause error) error {
 			break
 		}
 		w.ack(pk)
+		w.c.recycle(pk)
 		pending = pending[1:]
 	}
 	if failed == nil && len(pending) > 0 {
