@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,6 +51,35 @@ type mountOpts struct {
 	// subdir is the directory of the volume the mount shows as its root
 	// ("": the volume's root, or a path-restricted identity's subtree).
 	subdir string
+	// memoryLimit is the soft limit of the process's memory the Go
+	// runtime's collector keeps to (0: defaultMountMemoryLimit, negative:
+	// none).
+	memoryLimit int64
+}
+
+// defaultMountMemoryLimit is the mount's soft memory limit unless -o
+// memory_mb or GOMEMLIMIT says otherwise. Without one the collector lets
+// the heap grow to twice what is live, and after a burst of writes and
+// reads the mount's resident memory reached 582 MiB in a benchmark whose
+// live data stayed under 200 MiB (docs/performance.md). It is a soft
+// limit: the collector works harder near it, and memory that is live
+// beyond it is still granted.
+const defaultMountMemoryLimit = 448 << 20
+
+// applyMemoryLimit sets the process's soft memory limit from the mount's
+// options, unless the GOMEMLIMIT environment variable set one.
+func applyMemoryLimit(o mountOpts) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	switch {
+	case o.memoryLimit < 0:
+		return
+	case o.memoryLimit == 0:
+		debug.SetMemoryLimit(defaultMountMemoryLimit)
+	default:
+		debug.SetMemoryLimit(o.memoryLimit)
+	}
 }
 
 // defaultReadAheadKB is the mount's read-ahead unless -o read_ahead_kb says
@@ -104,6 +134,15 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 				if n == 0 {
 					o.fileCacheBytes = -1
 				}
+			case "memory_mb":
+				n, perr := strconv.Atoi(val)
+				if !hasVal || perr != nil || n < 0 || n > 1<<20 || (n > 0 && n < 64) {
+					err = fmt.Errorf("-o %s: want MiB of at least 64 (0: no limit), e.g. memory_mb=1024", kv)
+				}
+				o.memoryLimit = int64(n) << 20
+				if n == 0 {
+					o.memoryLimit = -1
+				}
 			case "allow_other":
 				o.allowOther = true
 			case "ro":
@@ -116,7 +155,7 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 			case "debug":
 				o.debug = true
 			default:
-				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, cache_timeout=S, op_timeout=S, read_ahead_kb=N, file_cache_mb=N, ro, allow_other, debug, subdir=PATH)", k)
+				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, cache_timeout=S, op_timeout=S, read_ahead_kb=N, file_cache_mb=N, memory_mb=N, ro, allow_other, debug, subdir=PATH)", k)
 			}
 			if err != nil {
 				return o, err
@@ -242,6 +281,9 @@ Options (-o, comma-separated, may repeat):
   file_cache_mb=N   MiB of memory for the contents of small files (up to 1 MiB)
                     read through the mount, kept for when the kernel has
                     dropped their pages (default 32; 0 turns it off)
+  memory_mb=N       soft limit of the mount's memory, which Go's garbage
+                    collector works harder to keep to (default 448; 0: no
+                    limit; the GOMEMLIMIT environment variable wins)
   ro                mount read-only
   subdir=PATH       show directory PATH of the volume as the mount's root; df
                     shows its quota when it has one
@@ -270,6 +312,7 @@ file system (docs/bench.md, "Traces").`,
 			if err != nil {
 				return usageError{err, cmd}
 			}
+			applyMemoryLimit(mo)
 			mp, err := filepath.Abs(args[1])
 			if err != nil {
 				return err
