@@ -59,11 +59,10 @@ type mountOpts struct {
 
 // defaultMountMemoryLimit is the mount's soft memory limit unless -o
 // memory_mb or GOMEMLIMIT says otherwise. Without one the collector lets
-// the heap grow to twice what is live, and after a burst of writes and
-// reads the mount's resident memory reached 582 MiB in a benchmark whose
-// live data stayed under 200 MiB (docs/performance.md). It is a soft
-// limit: the collector works harder near it, and memory that is live
-// beyond it is still granted.
+// the heap grow to twice what is live, and a 1-replica mount's resident
+// memory climbed with each phase of make bench-data to 582 MiB
+// (docs/measurements.md). It is a soft limit: the collector works harder
+// near it, and memory that is live beyond it is still granted.
 const defaultMountMemoryLimit = 448 << 20
 
 // applyMemoryLimit sets the process's soft memory limit from the mount's
