@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataproto"
@@ -382,10 +383,17 @@ func (r *Reader) releaseLocked(ch *chunk) {
 // chunkBuf returns a buffer of n bytes (capacity) for a chunk, recycled
 // if one is free. Its contents are arbitrary: fetch writes every byte.
 func (c *Client) chunkBuf(n int) []byte {
-	if b, ok := c.chunks.Get().(*[]byte); ok && cap(*b) >= n {
+	return pooledBuf(&c.chunks, n, &c.chunkBuffers)
+}
+
+// pooledBuf returns a buffer of length n from pool, or a new one (counted
+// in allocs) when the pool has none large enough. Its contents are
+// arbitrary.
+func pooledBuf(pool *sync.Pool, n int, allocs *atomic.Int64) []byte {
+	if b, ok := pool.Get().(*[]byte); ok && cap(*b) >= n {
 		return (*b)[:n]
 	}
-	c.chunkBuffers.Add(1)
+	allocs.Add(1)
 	return make([]byte, n)
 }
 

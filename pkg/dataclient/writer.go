@@ -199,11 +199,7 @@ func (w *Writer) sendBuf() error {
 // packetBuf returns an empty buffer with room for a full packet, recycled
 // if one is free.
 func (c *Client) packetBuf() []byte {
-	if b, ok := c.packets.Get().(*[]byte); ok && cap(*b) >= c.opts.PacketBytes {
-		return (*b)[:0]
-	}
-	c.packetBuffers.Add(1)
-	return make([]byte, 0, c.opts.PacketBytes)
+	return pooledBuf(&c.packets, c.opts.PacketBytes, &c.packetBuffers)[:0]
 }
 
 // recycle returns an acknowledged packet's buffer for another packet.
