@@ -19,6 +19,12 @@
 # The workloads (each phase also bounded by the workloads' duration):
 #
 #   small-files         sizes 4KiB,128KiB, --threads 8, --files 256 per thread and size;
+#   small-files-fsync   the same with an fsync before every close: on the
+#                       passthrough, one copy through FUSE synced file by file,
+#                       with no metadata service and no network, a reference
+#                       for a file system whose data is durable at close
+#                       (Cairn's is either way; JuiceFS's fsync does not reach
+#                       the disk);
 #   seq-write           --seq-files 2 files of --seq-size 256MiB, 1 MiB blocks, fsync, 1 thread;
 #   seq-read            the same, drop_cache (every file written in setup, then evicted);
 #   random-read-direct  4 KiB blocks, O_DIRECT, --random-threads 4, each with
@@ -33,6 +39,8 @@
 # Cairn r1 ÷ JuiceFS of the 1-replica one (of MiB/s when data moves, else of
 # ops/s), the sequential write against what three replicas on this one disk
 # allow (Cairn ÷ (passthrough ÷ 3)) and of one replica against JuiceFS, and
+# the small-file writes of one durable copy (the passthrough with fsync)
+# against JuiceFS, the host's CPU per operation of every write phase, and
 # the peak RSS (VmHWM) of the Cairn mount process (the `cairn mount` child of
 # `cairn up`), of the r1 mount process and of each data node process (which
 # serve both volumes), read just before the mounts and the cluster are stopped.
@@ -159,6 +167,7 @@ mkdir -p "$out"
   fi
   echo "workloads:"
   echo "  - {kind: small-files, sizes: \"$sizes\", files: $files, threads: $threads}"
+  echo "  - {kind: small-files, name: small-files-fsync, sizes: \"$sizes\", files: $files, fsync: true, threads: $threads}"
   echo "  - {kind: seq-write, files: $seq_files, file_size: $seq_size, block_size: 1MiB, fsync: true, threads: 1}"
   echo "  - {kind: seq-read, files: $seq_files, file_size: $seq_size, block_size: 1MiB, drop_cache: true, threads: 1}"
   for kind in read write; do
@@ -263,6 +272,8 @@ print("%-22s %-13s %-6s  %-34s  %-34s" % ("", "", "", "-------------- ops/s ----
 print("%-22s %-13s %-6s" % ("WORKLOAD", "PHASE", "OP") + "".join("%8s " % n for n in SHORT * 2) +
       "%9s%9s%9s" % ("C/JFS", "C/pass", "r1/JFS"))
 seqw = None
+cpu = []      # (workload, phase, host CPU ms per op per target) of the write phases
+durable = {}  # small-file write phase -> (passthrough with fsync, JuiceFS) ops/s
 fsyncs = []   # (workload, phase, p50 µs per target): fsync is timed inside the write phase's window
 failures = 0
 for wl in wls:
@@ -305,6 +316,11 @@ for wl in wls:
         line += "%9s%9s%9s" % (rfmt(ratio(main[2], main[1])), rfmt(ratio(main[2], main[0])),
                                rfmt(ratio(main[3], main[1])))
         print(line)
+        if opname == "write":
+            cpu.append((wl["name"], phase, [next((figure(ph, "host_cpu_ms_per_op") for ph in t["phases"]
+                                                  if ph["phase"] == phase), None) for t in tg]))
+        if wl["kind"] == "small-files" and opname == "write":
+            durable.setdefault(phase, {})["fsync" if wl["spec"]["values"].get("fsync") == "true" else "plain"] = ops
         if wl["kind"] == "seq-write" and opname == "write" and seqw is None:
             seqw = (mibs[2], mibs[0], mibs[3], mibs[1])   # Cairn, passthrough, Cairn r1, JuiceFS
 print()
@@ -312,6 +328,15 @@ if fsyncs:
     print("fsync (inside the write phases' windows, so in their rates), p50 latency pass/JFS/Cairn/Cairn r1:")
     for name, phase, p50 in fsyncs:
         print("  %-22s %s ms" % (name, " / ".join("-" if v is None else "%.3g" % (v / 1000) for v in p50)))
+if cpu:
+    print("host CPU per operation (every process and the kernel), ms, pass/JFS/Cairn/Cairn r1:")
+    for name, phase, v in cpu:
+        print("  %-22s %-13s %s" % (name, phase, " / ".join("-" if x is None else "%.3g" % x for x in v)))
+for phase, d in durable.items():
+    f, p = d.get("fsync"), d.get("plain")
+    if f and p and f[0] and p[1]:
+        print("small files %s: one durable copy (passthrough, fsync before close) / JuiceFS = %.2fx  (%s / %s files/s)"
+              % (phase, f[0] / p[1], fmt(f[0]), fmt(p[1])))
 if seqw and seqw[0] and seqw[1]:
     print("seq-write: Cairn / (passthrough / 3) = %.2fx  (%s / (%s / 3) MiB/s: what three replicas on this one disk allow)"
           % (seqw[0] / (seqw[1] / 3), fmt(seqw[0]), fmt(seqw[1])))
