@@ -103,6 +103,7 @@ func (s *session) writeChunk(in *dataproto.Inbound) {
 			return
 		}
 	} else {
+		p.raiseIDs()
 		ctx, cancel := context.WithTimeout(in.Context(), s.h.opts.LeaseTimeout)
 		lease, err = st.LeaseSmall(ctx)
 		cancel()

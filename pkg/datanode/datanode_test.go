@@ -729,3 +729,80 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A primary that takes over appends small files only to extents it created
+// itself. The replica it replaced may hold bytes nobody acknowledged (a
+// small file whose chain failed) in an extent both had, or in one under an
+// id the new primary's counter has not passed; had the new primary
+// appended there, that replica, aligning by size when it returns, would
+// keep its own bytes at offsets where the new primary acknowledged others,
+// and serve them.
+func TestNewPrimaryWritesWhereTheOldOneDidNot(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first bool // a small file on all three replicas before the failure
+	}{
+		{"an extent both had", true},
+		{"an id only the old primary used", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := three(t)
+			cl := newClient(t, c)
+			part := func(epoch uint64, replicas, down, stale []uint64) []*pb.Partition {
+				return []*pb.Partition{{Id: 1, VolumeId: 1, Kind: pb.PartitionKind_PARTITION_KIND_DATA, Replicas: replicas, Down: down, Stale: stale, Epoch: epoch}}
+			}
+			if tc.first {
+				cl.mustH(dataproto.Header{Op: dataproto.OpWriteSmall, Partition: 1}, randBytes(3000, 20))
+			}
+			// Node 2 stops before the map says so: node 1 appends a small
+			// file that goes no further, and fails it.
+			c.Stop(2)
+			if _, _, err := cl.do(1, dataproto.Header{Op: dataproto.OpWriteSmall, Partition: 1}, randBytes(64<<10, 21)); err == nil {
+				t.Fatal("a small write down a chain with a stopped replica was acknowledged")
+			}
+			// Epoch 2: node 1 down; node 2 heads the chain [2 3].
+			c.Stop(1)
+			c.SetEpoch(2)
+			c.SetPartitions(part(2, []uint64{2, 3, 1}, []uint64{1}, []uint64{1}))
+			c.Restart(2)
+			must(t, c.AssignNode(3))
+			s2 := randBytes(16<<10, 22)
+			h, _ := cl.must(2, dataproto.Header{Op: dataproto.OpWriteSmall, Partition: 1}, s2)
+			// Epoch 3: node 1 back, stale; it aligns from node 2.
+			c.SetEpoch(3)
+			c.SetPartitions(part(3, []uint64{2, 3, 1}, nil, []uint64{1}))
+			c.Restart(1)
+			must(t, c.AssignNode(2))
+			must(t, c.AssignNode(3))
+			eventually(t, 10*time.Second, func() error {
+				for _, r := range c.Node(1).Host.Report() {
+					if r.Id == 1 && r.InSyncEpoch == 3 {
+						return nil
+					}
+				}
+				return errors.New("node 1 has not caught up")
+			})
+			for id := uint64(1); id <= 3; id++ {
+				got, err := cl.read(id, h.Extent, h.Offset, int64(len(s2)), h.Offset+int64(len(s2)))
+				if err != nil || !bytes.Equal(got, s2) {
+					t.Fatalf("node %d: the small file node 2 acknowledged at extent %d offset %d reads back %v (err %v)",
+						id, h.Extent, h.Offset, describe(got, s2), err)
+				}
+			}
+		})
+	}
+}
+
+// describe says how got differs from want.
+func describe(got, want []byte) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("%d bytes, want %d", len(got), len(want))
+	}
+	n := 0
+	for i := range got {
+		if got[i] != want[i] {
+			n++
+		}
+	}
+	return fmt.Sprintf("with %d of %d bytes different", n, len(want))
+}

@@ -31,7 +31,12 @@
 // it leases (extentstore.LeaseSmall) at the extent's end, and forwarded as
 // an ordinary append with FlagCreate (the replicas create the small extent
 // if needed). The lease is held until the chain answered; if it failed, the
-// extent is retired (its replicas may now disagree on its size).
+// extent is retired (its replicas may now disagree on its size). A primary
+// leases only extents it created while primary (the store's pool is sealed
+// when this replica stops being primary, and starts empty), under ids above
+// its epoch's floor (idFloor): appending where a former primary appended,
+// or under an id it used, could give replicas different bytes at offsets
+// one of them acknowledged, which alignment by size does not repair.
 //
 // Content-addressed chunks (OpWriteChunk) are stored the same way, after
 // every replica, before storing or forwarding, has checked that the bytes

@@ -175,12 +175,32 @@ func (p *partition) setView(part *pb.Partition, mapEpoch uint64) {
 	if p.cv.same(cv) {
 		return
 	}
+	if old := p.cv; old.pos == 0 && cv.pos != 0 {
+		// No longer the primary: another may append meanwhile, to extents
+		// this replica may hold unacknowledged bytes of (extentstore.SealSmall).
+		p.st().SealSmall()
+	}
 	p.cv = cv
 	p.log.Info("replica set changed", "replicas", cv.replicas, "chain", cv.chain, "stale", cv.stale, "writable", cv.writable, "epoch", cv.epoch)
 	if (cv.pos > 0 && cv.self(cv.stale)) || cv.joining == cv.node {
 		p.wakeup() // a stale or joining replica catches up at once
 	}
 }
+
+// maxIDEpoch is the largest epoch idFloor separates; ids of later epochs
+// still grow, from the floor of this one.
+const maxIDEpoch = 1<<31 - 1
+
+// idFloor is the least extent id a primary of the replica set of epoch
+// hands out: the epoch takes the high 32 bits, so that primaries of
+// different epochs never pick the same id for different extents (see
+// extentstore.RaiseIDs; an epoch's primary would need 2^32 extents to
+// reach the next epoch's floor).
+func idFloor(epoch uint64) uint64 { return min(epoch, maxIDEpoch) << 32 }
+
+// raiseIDs makes the extents this replica creates as primary from now on
+// take ids of its current epoch (idFloor).
+func (p *partition) raiseIDs() { p.st().RaiseIDs(idFloor(p.view().epoch)) }
 
 // view returns the replica set as this node last learned it.
 func (p *partition) view() chainView {

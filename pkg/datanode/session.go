@@ -456,6 +456,7 @@ func (s *session) create(in *dataproto.Inbound) {
 		}
 	} else {
 		var err error
+		p.raiseIDs()
 		if id, err = st.NewExtent(extentstore.KindLarge); err != nil {
 			r.storeErr(err)
 			return
@@ -554,6 +555,7 @@ func (s *session) writeSmall(in *dataproto.Inbound) {
 		return
 	}
 	st := p.st()
+	p.raiseIDs()
 	ctx, cancel := context.WithTimeout(in.Context(), s.h.opts.LeaseTimeout)
 	lease, err := st.LeaseSmall(ctx)
 	cancel()

@@ -208,6 +208,19 @@ func (s *Store) NewExtent(kind Kind) (uint64, error) {
 	return id, nil
 }
 
+// RaiseIDs makes every id NewExtent hands out from now on at least floor
+// (ids below it are skipped, never reused). The data node raises the floor
+// of a partition with the epoch of the replica set under which it is
+// primary, so that two primaries of different epochs never pick the same id
+// for different extents: a creation that reached no replica before its
+// primary was replaced leaves an extent on that replica only, under an id
+// the next primary's own counter has not passed.
+func (s *Store) RaiseIDs(floor uint64) {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	s.nextID = max(s.nextID, floor)
+}
+
 func (s *Store) allocID() (uint64, error) {
 	s.idMu.Lock()
 	if s.nextID < s.reserved {

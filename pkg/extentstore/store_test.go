@@ -742,3 +742,104 @@ func TestSmallLeaseRetire(t *testing.T) {
 		t.Fatalf("retired extent reads %q", got)
 	}
 }
+
+// Only extents created since the store opened and since the last seal are
+// leased: a store reopened, or sealed when its replica stops being primary,
+// puts the next small file in a new extent. A lease out during the seal is
+// not taken back.
+func TestSmallPoolSealed(t *testing.T) {
+	mem := diskfs.NewMem()
+	s := mustOpen(t, "/dp", smallOpts(mem))
+	ctx := context.Background()
+	lease := func() *SmallLease {
+		t.Helper()
+		l, err := s.LeaseSmall(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Append(l.Extent(), mustStat(t, s, l.Extent()).Size, []byte("a small file")); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	l := lease()
+	first := l.Extent()
+	l.Release()
+	if l = lease(); l.Extent() != first {
+		t.Fatalf("extent %d leased after %d was released: the pool does not reuse", l.Extent(), first)
+	}
+	l.Release()
+
+	out := lease()
+	s.SealSmall()
+	if l = lease(); l.Extent() == first || l.Extent() == out.Extent() {
+		t.Fatalf("extent %d leased again after the seal", l.Extent())
+	}
+	sealed := l.Extent()
+	l.Release()
+	out.Release() // leased before the seal: not handed out again
+	for range 3 {
+		if l = lease(); l.Extent() != sealed {
+			t.Fatalf("leased extent %d, want %d, the only one made since the seal", l.Extent(), sealed)
+		}
+		l.Release()
+	}
+	must(t, s.Sync())
+	s.Close()
+
+	s = mustOpen(t, "/dp", smallOpts(mem))
+	defer s.Close()
+	if l = lease(); l.Extent() <= sealed {
+		t.Fatalf("a reopened store leased extent %d, made before it opened", l.Extent())
+	}
+	l.Release()
+}
+
+// RaiseIDs skips ids, never goes back, and its floor holds across a reopen
+// once an id above it was handed out.
+func TestRaiseIDs(t *testing.T) {
+	mem := diskfs.NewMem()
+	s := mustOpen(t, "/dp", smallOpts(mem))
+	newID := func() uint64 {
+		t.Helper()
+		id, err := s.NewExtent(KindLarge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	if id := newID(); id >= 1<<32 {
+		t.Fatalf("first id %d", id)
+	}
+	s.RaiseIDs(2 << 32)
+	if id := newID(); id != 2<<32 {
+		t.Fatalf("id %d after RaiseIDs(2<<32)", id)
+	}
+	s.RaiseIDs(1 << 32) // lower: no effect
+	if id := newID(); id != 2<<32+1 {
+		t.Fatalf("id %d after a lower floor", id)
+	}
+	must(t, s.Sync())
+	s.Close()
+	s = mustOpen(t, "/dp", smallOpts(mem))
+	defer s.Close()
+	if id := newID(); id <= 2<<32+1 {
+		t.Fatalf("id %d after reopening: an id handed out before came back", id)
+	}
+}
+
+func mustStat(t testing.TB, s *Store, id uint64) ExtentInfo {
+	t.Helper()
+	info, err := s.Stat(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
