@@ -171,6 +171,18 @@ type written struct {
 	path string
 	sum  [32]byte
 	size int
+	seed uint64 // of its contents (fileContent), 0 when they cannot be made again
+}
+
+// fileContent is the contents of a load's file: size bytes from seed, so
+// that a file that reads back wrong can be compared byte by byte.
+func fileContent(seed uint64, size int) []byte {
+	rng := rand.New(rand.NewPCG(seed, 17))
+	data := make([]byte, size)
+	for j := range data {
+		data[j] = byte(rng.Uint32())
+	}
+	return data
 }
 
 // load writes files through the mount from several goroutines (each file
@@ -209,10 +221,8 @@ func startLoad(root string, writers int) *load {
 				if i%4 == 0 {
 					size = 1<<20 + rng.IntN(2<<20)
 				}
-				data := make([]byte, size)
-				for j := range data {
-					data[j] = byte(rng.Uint32())
-				}
+				seed := uint64(w+1)<<32 | uint64(i)
+				data := fileContent(seed, size)
 				p := filepath.Join(dir, fmt.Sprintf("f%05d", i))
 				start := time.Now()
 				err := writeSync(p, data)
@@ -225,7 +235,7 @@ func startLoad(root string, writers int) *load {
 					continue
 				}
 				l.mu.Lock()
-				l.files = append(l.files, written{path: p, sum: sha256.Sum256(data), size: size})
+				l.files = append(l.files, written{path: p, sum: sha256.Sum256(data), size: size, seed: seed})
 				l.mu.Unlock()
 			}
 		}()
@@ -278,11 +288,41 @@ func verify(t *testing.T, files []written) int {
 		if err != nil || sha256.Sum256(got) != f.sum {
 			bad++
 			if bad <= 5 {
-				t.Errorf("%s: %d bytes, want %d (err %v)", f.path, len(got), f.size, err)
+				t.Errorf("%s: %d bytes, want %d (err %v)%s", f.path, len(got), f.size, err, describeDiff(f, got))
 			}
 		}
 	}
 	return bad
+}
+
+// describeDiff says where a file that read back wrong differs from what
+// was written: its inode, the first and last differing bytes, how many
+// differ, and whether the wrong ones are zeros.
+func describeDiff(f written, got []byte) string {
+	if f.seed == 0 {
+		return ""
+	}
+	want := fileContent(f.seed, f.size)
+	first, last, n, zeros := -1, -1, 0, 0
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			if first < 0 {
+				first = i
+			}
+			last = i
+			n++
+			if got[i] == 0 {
+				zeros++
+			}
+		}
+	}
+	var ino uint64
+	if fi, err := os.Stat(f.path); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+	}
+	return fmt.Sprintf("; inode %d, %d bytes differ in [%d, %d], %d of them zeros", ino, n, first, last+1, zeros)
 }
 
 // waitCopying waits until cairn node list shows data node id copying data

@@ -21,7 +21,9 @@ import (
 // counted, not failures: with one fault at a time they are rare.
 //
 // CAIRN_THRASH sets how long faults are injected (default 40s, as in CI;
-// make thrash runs 10 minutes).
+// make thrash runs 10 minutes). CAIRN_THRASH_DIR, if set, is where the
+// cluster goes instead of a temporary directory, kept afterwards with
+// its logs.
 func TestThrash(t *testing.T) {
 	length := 40 * time.Second
 	if s := os.Getenv("CAIRN_THRASH"); s != "" {
@@ -31,7 +33,11 @@ func TestThrash(t *testing.T) {
 		}
 		length = d
 	}
-	dir := filepath.Join(t.TempDir(), "thrash")
+	base := os.Getenv("CAIRN_THRASH_DIR")
+	if base == "" {
+		base = t.TempDir()
+	}
+	dir := filepath.Join(base, "thrash")
 	startUp(t, dir)
 	mnt := filepath.Join(dir, "mnt")
 	st := waitLeaders(t, dir)
