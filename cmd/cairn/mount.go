@@ -58,12 +58,32 @@ type mountOpts struct {
 }
 
 // defaultMountMemoryLimit is the mount's soft memory limit unless -o
-// memory_mb or GOMEMLIMIT says otherwise. Without one the collector lets
-// the heap grow to twice what is live, and a 1-replica mount's resident
-// memory climbed with each phase of make bench-data to 582 MiB
-// (docs/measurements.md). It is a soft limit: the collector works harder
-// near it, and memory that is live beyond it is still granted.
+// memory_mb or GOMEMLIMIT says otherwise, with the default file cache.
+// Without one the collector lets the heap grow to twice what is live, and
+// a 1-replica mount's resident memory climbed with each phase of make
+// bench-data to 582 MiB (docs/measurements.md). It is a soft limit: the
+// collector works harder near it, and memory that is live beyond it is
+// still granted.
 const defaultMountMemoryLimit = 448 << 20
+
+// memoryHeadroom is what an explicit -o memory_mb must leave beyond the
+// file cache: below it, a full cache alone would keep the collector
+// running all the time.
+const memoryHeadroom = 64 << 20
+
+// memoryLimitBytes is the soft memory limit the mount's options ask for,
+// -1 for none. The default grows with a file cache larger than its default,
+// which would otherwise hold the heap at the limit by itself.
+func (o mountOpts) memoryLimitBytes() int64 {
+	switch {
+	case o.memoryLimit != 0:
+		return o.memoryLimit
+	case o.fileCacheBytes > client.DefaultFileCacheBytes:
+		return defaultMountMemoryLimit + o.fileCacheBytes - client.DefaultFileCacheBytes
+	default:
+		return defaultMountMemoryLimit
+	}
+}
 
 // applyMemoryLimit sets the process's soft memory limit from the mount's
 // options, unless the GOMEMLIMIT environment variable set one.
@@ -71,13 +91,8 @@ func applyMemoryLimit(o mountOpts) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	switch {
-	case o.memoryLimit < 0:
-		return
-	case o.memoryLimit == 0:
-		debug.SetMemoryLimit(defaultMountMemoryLimit)
-	default:
-		debug.SetMemoryLimit(o.memoryLimit)
+	if n := o.memoryLimitBytes(); n > 0 {
+		debug.SetMemoryLimit(n)
 	}
 }
 
@@ -135,8 +150,8 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 				}
 			case "memory_mb":
 				n, perr := strconv.Atoi(val)
-				if !hasVal || perr != nil || n < 0 || n > 1<<20 || (n > 0 && n < 64) {
-					err = fmt.Errorf("-o %s: want MiB of at least 64 (0: no limit), e.g. memory_mb=1024", kv)
+				if !hasVal || perr != nil || n < 0 || n > 1<<20 {
+					err = fmt.Errorf("-o %s: want MiB between 0 and 1048576 (0: no limit), e.g. memory_mb=1024", kv)
 				}
 				o.memoryLimit = int64(n) << 20
 				if n == 0 {
@@ -160,6 +175,10 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 				return o, err
 			}
 		}
+	}
+	if cache := max(o.fileCacheBytes, client.DefaultFileCacheBytes); o.memoryLimit > 0 && o.memoryLimit < cache+memoryHeadroom {
+		return o, fmt.Errorf("-o memory_mb=%d leaves no room beyond the file cache (%d MiB): want at least %d, or a smaller file_cache_mb",
+			o.memoryLimit>>20, cache>>20, (cache+memoryHeadroom)>>20)
 	}
 	return o, nil
 }
@@ -281,8 +300,10 @@ Options (-o, comma-separated, may repeat):
                     read through the mount, kept for when the kernel has
                     dropped their pages (default 32; 0 turns it off)
   memory_mb=N       soft limit of the mount's memory, which Go's garbage
-                    collector works harder to keep to (default 448; 0: no
-                    limit; the GOMEMLIMIT environment variable wins)
+                    collector works harder to keep to (default 448, plus
+                    what file_cache_mb adds beyond 32; at least the file
+                    cache plus 64; 0: no limit; the GOMEMLIMIT environment
+                    variable wins)
   ro                mount read-only
   subdir=PATH       show directory PATH of the volume as the mount's root; df
                     shows its quota when it has one

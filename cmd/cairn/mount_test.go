@@ -24,8 +24,11 @@ func TestParseMountOpts(t *testing.T) {
 		{in: []string{"file_cache_mb"}, wantErr: "want MiB"},
 		{in: []string{"memory_mb=1024"}, want: mountOpts{entryTimeout: time.Second, attrTimeout: time.Second, readAheadKB: defaultReadAheadKB, memoryLimit: 1 << 30}},
 		{in: []string{"memory_mb=0"}, want: mountOpts{entryTimeout: time.Second, attrTimeout: time.Second, readAheadKB: defaultReadAheadKB, memoryLimit: -1}},
-		{in: []string{"memory_mb=16"}, wantErr: "at least 64"},
-		{in: []string{"memory_mb=x"}, wantErr: "at least 64"},
+		{in: []string{"memory_mb=16"}, wantErr: "at least 96"},
+		{in: []string{"memory_mb=96"}, want: mountOpts{entryTimeout: time.Second, attrTimeout: time.Second, readAheadKB: defaultReadAheadKB, memoryLimit: 96 << 20}},
+		{in: []string{"memory_mb=256,file_cache_mb=256"}, wantErr: "at least 320, or a smaller file_cache_mb"},
+		{in: []string{"memory_mb=x"}, wantErr: "want MiB"},
+		{in: []string{"memory_mb=-1"}, wantErr: "want MiB"},
 		{in: []string{"op_timeout=0"}, wantErr: "more than 0 seconds"},
 		{in: []string{"op_timeout"}, wantErr: "want seconds"},
 		{in: []string{"attr_timeout=-1"}, wantErr: "want seconds"},
@@ -42,6 +45,31 @@ func TestParseMountOpts(t *testing.T) {
 		}
 		if err != nil || got != c.want {
 			t.Errorf("%q: got %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+}
+
+// The default soft limit makes room for a file cache larger than its
+// default; an explicit limit, or none, is taken as given.
+func TestMountMemoryLimit(t *testing.T) {
+	cases := []struct {
+		in   string
+		want int64
+	}{
+		{"", defaultMountMemoryLimit},
+		{"file_cache_mb=16", defaultMountMemoryLimit},
+		{"file_cache_mb=0", defaultMountMemoryLimit},
+		{"file_cache_mb=512", defaultMountMemoryLimit + 480<<20},
+		{"file_cache_mb=512,memory_mb=2048", 2 << 30},
+		{"memory_mb=0", -1},
+	}
+	for _, c := range cases {
+		o, err := parseMountOpts([]string{c.in})
+		if err != nil {
+			t.Fatalf("%q: %v", c.in, err)
+		}
+		if got := o.memoryLimitBytes(); got != c.want {
+			t.Errorf("%q: soft limit %d MiB, want %d MiB", c.in, got>>20, c.want>>20)
 		}
 	}
 }

@@ -29,12 +29,12 @@ import (
 // place and has not closed yet may show or not, as without the cache.
 
 const (
-	// defaultFileCacheBytes bounds the file cache unless
+	// DefaultFileCacheBytes bounds the file cache unless
 	// Options.FileCacheBytes says otherwise. The Go collector lets the
 	// heap grow to twice what is live, so a full cache costs the process
 	// about twice its bound: 64 MiB raised a mount's peak RSS by 170 MiB
 	// in `make bench-data` (bound 512 MiB).
-	defaultFileCacheBytes = 32 << 20
+	DefaultFileCacheBytes = 32 << 20
 	// fileCacheMaxSize is the largest file kept whole.
 	fileCacheMaxSize = 1 << 20
 )
@@ -51,7 +51,7 @@ func newFileCache(bytes int64) *chunkcache.Cache[fileKey] {
 	case bytes < 0:
 		return nil
 	case bytes == 0:
-		bytes = defaultFileCacheBytes
+		bytes = DefaultFileCacheBytes
 	}
 	return chunkcache.New[fileKey](bytes)
 }

@@ -568,11 +568,6 @@ func commonPrefix(a, b []byte) int {
 	return n
 }
 
-// Readers of small files recycle their chunk buffers when they close: a
-// client reading many small files one after another does not allocate a
-// chunk (ReadChunkBytes, zeroed) per file. With the garbage collector off
-// (it empties the pool), 64 reads allocate far fewer than 64 chunks; the
-// race detector makes the pool drop a quarter of what it is given, so the
 // A writer's acknowledged packets give their buffers to the next ones:
 // a stream of many packets allocates about a window's worth, not one per
 // packet, and the bytes read back whole (a recycled buffer's old bytes
@@ -598,6 +593,32 @@ func TestWriterRecyclesPackets(t *testing.T) {
 	}
 }
 
+// Files larger than the small-file threshold and smaller than a packet
+// are one packet each, grown from a small buffer; the writer takes no
+// packet buffer it will not fill. (It used to take the next packet's when
+// the last one left: a 512 KiB buffer allocated and dropped per file.)
+func TestWriterTakesNoBufferAtClose(t *testing.T) {
+	c := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{1, 2, 3}}, Options: nodeOptions()})
+	const packet = 256 << 10
+	cl := newClient(t, c, dataclient.Options{PacketBytes: packet, SmallFileBytes: 16 << 10, ExtentBytes: 4 << 20})
+	const files = 32
+	for i := range files {
+		data := randBytes(100<<10+i, uint64(60+i))
+		keys := writeFile(t, cl, data, uint64(60+i))
+		if got := readAll(t, cl, keys, int64(len(data))); !bytes.Equal(got, data) {
+			t.Fatalf("file %d differs", i)
+		}
+	}
+	if n := cl.Stats().PacketBuffers; n != 0 {
+		t.Fatalf("%d files of one short packet each took %d packet buffers, want none", files, n)
+	}
+}
+
+// Readers of small files recycle their chunk buffers when they close: a
+// client reading many small files one after another does not allocate a
+// chunk (ReadChunkBytes, zeroed) per file. With the garbage collector off
+// (it empties the pool), 64 reads allocate far fewer than 64 chunks; the
+// race detector makes the pool drop a quarter of what it is given, so the
 // bound leaves room for that.
 func TestReaderRecyclesChunks(t *testing.T) {
 	c := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{1, 2, 3}}, Options: nodeOptions()})

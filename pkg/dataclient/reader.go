@@ -380,7 +380,7 @@ func (r *Reader) releaseLocked(ch *chunk) {
 	}
 }
 
-// chunkBuf returns a buffer of n bytes (capacity) for a chunk, recycled
+// chunkBuf returns a buffer of length n for a chunk, recycled
 // if one is free. Its contents are arbitrary: fetch writes every byte.
 func (c *Client) chunkBuf(n int) []byte {
 	return pooledBuf(&c.chunks, n, &c.chunkBuffers)

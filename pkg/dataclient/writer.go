@@ -84,12 +84,19 @@ func (c *Client) NewWriter(ctx context.Context, fileOffset uint64) *Writer {
 // packet grows from it by doubling, so that a small file costs a buffer of
 // its size rather than a whole packet (allocated and zeroed per file, that
 // was a tenth of the mount's CPU under small-file writes); later packets
-// start at full size.
+// take a whole one from the client's pool.
 const minPacketAlloc = 8 << 10
 
 // room makes space in buf for up to want more bytes, within a packet.
 func (w *Writer) room(want int) {
 	if cap(w.buf) >= w.c.opts.PacketBytes {
+		return
+	}
+	if w.sentAny && len(w.buf) == 0 {
+		// Taken only now, when a byte is to go in it: a buffer taken when
+		// the last packet left would outlive a writer that was closing
+		// (one per file of a few hundred KiB), outside the pool.
+		w.buf = w.c.packetBuf()
 		return
 	}
 	n := min(w.c.opts.PacketBytes, max(2*cap(w.buf), len(w.buf)+want, minPacketAlloc))
@@ -191,7 +198,7 @@ func (w *Writer) Size() uint64 { return w.written }
 
 func (w *Writer) sendBuf() error {
 	data, segs := w.buf, w.segs
-	w.buf, w.segs = w.c.packetBuf(), nil
+	w.buf, w.segs = nil, nil // room takes the next packet's buffer
 	w.sentAny = true
 	return w.send(data, segs)
 }
@@ -414,11 +421,15 @@ func (c *Client) smallPartition() uint64 {
 }
 
 // keepSmall makes id the partition small files keep to, for
-// Options.SmallStickiness from its choice.
-func (c *Client) keepSmall(id uint64) {
+// Options.SmallStickiness from its choice, unless another writer changed
+// the choice after this one took read from smallPartition: then that
+// choice stands, so that writers moving off a failed partition, or picking
+// once the last choice lapsed, all land on the first one's pick.
+func (c *Client) keepSmall(read, id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if now := time.Now(); c.small != id || now.After(c.smallUntil) {
+	now := time.Now()
+	if lapsed := now.After(c.smallUntil); lapsed || c.small == read && c.small != id {
 		c.small, c.smallUntil = id, now.Add(c.opts.SmallStickiness)
 	}
 }
@@ -447,11 +458,12 @@ func (c *Client) WriteSmall(ctx context.Context, fileOffset uint64, data []byte)
 	var last error
 	deadline := time.Now().Add(c.opts.WaitWritable)
 	for time.Now().Before(deadline) {
-		p, err := c.pickPrefer(ctx, c.smallPartition())
+		kept := c.smallPartition()
+		p, err := c.pickPrefer(ctx, kept)
 		if err != nil {
 			return nil, errors.Join(err, last)
 		}
-		c.keepSmall(p.Id)
+		c.keepSmall(kept, p.Id)
 		conn, err := c.primaryConn(ctx, p)
 		var h dataproto.Header
 		if err == nil {
