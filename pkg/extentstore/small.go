@@ -151,10 +151,10 @@ func (l *SmallLease) Release() {
 }
 
 // Retire returns the lease without handing the extent out again: the
-// holder calls it when an append to the extent failed
-// on some replica, so that the replicas may disagree on the extent's size
-// and no further small file should go there. The extent stays readable and
-// punchable. Further calls (and Release) do nothing.
+// holder calls it when an append to the extent failed on some replica, so
+// that the replicas may disagree on the extent's size and no further small
+// file should go there. The extent stays readable and punchable. Further
+// calls (and Release) do nothing.
 func (l *SmallLease) Retire() {
 	if !l.done.CompareAndSwap(false, true) {
 		return
