@@ -121,6 +121,18 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 				}
 				return time.Duration(f * float64(time.Second)), nil
 			}
+			// mib reads MiB as bytes, 0 as -1 (none); zero says what 0
+			// means and example is a good value, for the error.
+			mib := func(zero string, example int) (int64, error) {
+				n, err := strconv.Atoi(val)
+				if !hasVal || err != nil || n < 0 || n > 1<<20 {
+					return 0, fmt.Errorf("-o %s: want MiB between 0 and 1048576 (0: %s), e.g. %s=%d", kv, zero, k, example)
+				}
+				if n == 0 {
+					return -1, nil
+				}
+				return int64(n) << 20, nil
+			}
 			var err error
 			switch k {
 			case "entry_timeout":
@@ -140,23 +152,9 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 				}
 				o.readAheadKB = n
 			case "file_cache_mb":
-				n, perr := strconv.Atoi(val)
-				if !hasVal || perr != nil || n < 0 || n > 1<<20 {
-					err = fmt.Errorf("-o %s: want MiB between 0 and 1048576 (0: no cache), e.g. file_cache_mb=64", kv)
-				}
-				o.fileCacheBytes = int64(n) << 20
-				if n == 0 {
-					o.fileCacheBytes = -1
-				}
+				o.fileCacheBytes, err = mib("no cache", 64)
 			case "memory_mb":
-				n, perr := strconv.Atoi(val)
-				if !hasVal || perr != nil || n < 0 || n > 1<<20 {
-					err = fmt.Errorf("-o %s: want MiB between 0 and 1048576 (0: no limit), e.g. memory_mb=1024", kv)
-				}
-				o.memoryLimit = int64(n) << 20
-				if n == 0 {
-					o.memoryLimit = -1
-				}
+				o.memoryLimit, err = mib("no limit", 1024)
 			case "allow_other":
 				o.allowOther = true
 			case "ro":
