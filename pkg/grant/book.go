@@ -1,0 +1,126 @@
+package grant
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// Book is the tokens a client holds, found by the range they grant. Meta
+// responses fill it (Add); the data client looks up the token to present
+// before a read or an overwrite (Find). Safe for concurrent use.
+type Book struct {
+	mu    sync.Mutex
+	ext   map[ExtentID][]entry // sorted by lo; among equal lo, newest last
+	count int
+	limit int
+}
+
+type entry struct {
+	lo, hi uint64
+	tok    *Token
+}
+
+// Token is a token as a client holds it: its bytes and what it says.
+type Token struct {
+	Bytes []byte
+	Grant *Grant
+}
+
+// margin is how long before its expiry a token stops being presented: a
+// data node's clock may run ahead of the client's.
+const margin = 30 * time.Second
+
+// NewBook returns an empty book of at most limit ranges: beyond it, it
+// drops expired tokens, then all (a token dropped is fetched again, with
+// the inode, when a data node asks for it).
+func NewBook(limit int) *Book {
+	return &Book{ext: map[ExtentID][]entry{}, limit: max(limit, 1)}
+}
+
+// Add records a token. A token that does not parse is ignored: the data
+// node would refuse it too.
+func (b *Book) Add(tok []byte) {
+	g, err := Decode(tok)
+	if err != nil {
+		return
+	}
+	t := &Token{Bytes: tok, Grant: g}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.count+len(g.Ranges) > b.limit {
+		b.pruneLocked(time.Now())
+	}
+	for _, r := range g.Ranges {
+		id := ExtentID{r.Partition, r.Extent}
+		es := b.ext[id]
+		i, _ := slices.BinarySearchFunc(es, r.Lo, func(e entry, lo uint64) int {
+			if e.lo <= lo {
+				return -1
+			}
+			return 1
+		})
+		// A newer token of the same inode for the same range replaces the
+		// older one.
+		if i > 0 && es[i-1].lo == r.Lo && es[i-1].hi == r.Hi && es[i-1].tok.Grant.Ino == g.Ino {
+			es[i-1].tok = t
+			continue
+		}
+		b.ext[id] = slices.Insert(es, i, entry{lo: r.Lo, hi: r.Hi, tok: t})
+		b.count++
+	}
+}
+
+func (b *Book) pruneLocked(now time.Time) {
+	cut := now.Add(margin).Unix()
+	for id, es := range b.ext {
+		es = slices.DeleteFunc(es, func(e entry) bool { return e.tok.Grant.Expires <= cut })
+		if len(es) == 0 {
+			delete(b.ext, id)
+		} else {
+			b.ext[id] = es
+		}
+	}
+	b.count = 0
+	for _, es := range b.ext {
+		b.count += len(es)
+	}
+	if b.count > b.limit/2 {
+		clear(b.ext)
+		b.count = 0
+	}
+}
+
+// findScan bounds how many ranges starting before an offset Find looks at:
+// ranges of one extent overlap only for tokens of one file issued at
+// different times.
+const findScan = 16
+
+// Find returns a token, valid for a while yet at now, that grants mode m
+// on [lo, lo+n) of extent (p, e), or nil.
+func (b *Book) Find(p, e, lo, n uint64, m Mode, now time.Time) *Token {
+	cut := now.Add(margin).Unix()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	es := b.ext[ExtentID{p, e}]
+	i, _ := slices.BinarySearchFunc(es, lo, func(x entry, lo uint64) int {
+		if x.lo <= lo {
+			return -1
+		}
+		return 1
+	})
+	for k := i - 1; k >= 0 && k >= i-findScan; k-- {
+		x := es[k]
+		if lo+n <= x.hi && x.tok.Grant.Mode.Allows(m) && x.tok.Grant.Expires > cut {
+			return x.tok
+		}
+	}
+	return nil
+}
+
+// Len is the number of ranges held.
+func (b *Book) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.count
+}
