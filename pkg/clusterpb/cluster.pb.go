@@ -1236,9 +1236,14 @@ type ClusterMap struct {
 	// (pki.Serial) of revoked certificates of any kind, each with its
 	// certificate's expiry (unix ms): servers refuse them at the handshake
 	// and on every request.
-	Clients       map[string]*Client `protobuf:"bytes,10,rep,name=clients,proto3" json:"clients,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Revoked       map[string]int64   `protobuf:"bytes,11,rep,name=revoked,proto3" json:"revoked,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	NextQuotaId   uint64             `protobuf:"varint,12,opt,name=next_quota_id,json=nextQuotaId,proto3" json:"next_quota_id,omitempty"` // 0 before the first quota: ids start at 1
+	Clients     map[string]*Client `protobuf:"bytes,10,rep,name=clients,proto3" json:"clients,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Revoked     map[string]int64   `protobuf:"bytes,11,rep,name=revoked,proto3" json:"revoked,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	NextQuotaId uint64             `protobuf:"varint,12,opt,name=next_quota_id,json=nextQuotaId,proto3" json:"next_quota_id,omitempty"` // 0 before the first quota: ids start at 1
+	// The keys extent grants are signed with (pkg/grant), oldest first: the
+	// masters add one every grant-key period and keep the last MaxGrantKeys.
+	// Sent to meta and data nodes only; the map clients and admins read has
+	// none.
+	GrantKeys     []*GrantKey `protobuf:"bytes,13,rep,name=grant_keys,json=grantKeys,proto3" json:"grant_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1357,6 +1362,121 @@ func (x *ClusterMap) GetNextQuotaId() uint64 {
 	return 0
 }
 
+func (x *ClusterMap) GetGrantKeys() []*GrantKey {
+	if x != nil {
+		return x.GrantKeys
+	}
+	return nil
+}
+
+// GrantKey is one key of the extent grants (pkg/grant.Key).
+type GrantKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Secret        []byte                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	CreatedUnixMs int64                  `protobuf:"varint,3,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantKey) Reset() {
+	*x = GrantKey{}
+	mi := &file_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantKey) ProtoMessage() {}
+
+func (x *GrantKey) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantKey.ProtoReflect.Descriptor instead.
+func (*GrantKey) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GrantKey) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *GrantKey) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
+func (x *GrantKey) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+// RotateGrantKey adds a grant key, whose id must be above every key's, and
+// drops the oldest beyond clustermap.MaxGrantKeys. The leader makes the
+// secret, so that every replica applies the same one.
+type RotateGrantKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *GrantKey              `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateGrantKey) Reset() {
+	*x = RotateGrantKey{}
+	mi := &file_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateGrantKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateGrantKey) ProtoMessage() {}
+
+func (x *RotateGrantKey) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateGrantKey.ProtoReflect.Descriptor instead.
+func (*RotateGrantKey) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RotateGrantKey) GetKey() *GrantKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
 // Client is a client identity issued by 'cairn client create': a
 // certificate whose capabilities (pkg/capability) are in the certificate
 // itself. The master keeps this record to list and revoke it.
@@ -1374,7 +1494,7 @@ type Client struct {
 
 func (x *Client) Reset() {
 	*x = Client{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1506,7 @@ func (x *Client) String() string {
 func (*Client) ProtoMessage() {}
 
 func (x *Client) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1519,7 @@ func (x *Client) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Client.ProtoReflect.Descriptor instead.
 func (*Client) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Client) GetName() string {
@@ -1465,6 +1585,7 @@ type Command struct {
 	//	*Command_Revoke
 	//	*Command_SetQuota
 	//	*Command_RemoveQuota
+	//	*Command_RotateGrantKey
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1472,7 +1593,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1605,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1618,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -1658,6 +1779,15 @@ func (x *Command) GetRemoveQuota() *RemoveQuota {
 	return nil
 }
 
+func (x *Command) GetRotateGrantKey() *RotateGrantKey {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RotateGrantKey); ok {
+			return x.RotateGrantKey
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1726,6 +1856,10 @@ type Command_RemoveQuota struct {
 	RemoveQuota *RemoveQuota `protobuf:"bytes,25,opt,name=remove_quota,json=removeQuota,proto3,oneof"`
 }
 
+type Command_RotateGrantKey struct {
+	RotateGrantKey *RotateGrantKey `protobuf:"bytes,26,opt,name=rotate_grant_key,json=rotateGrantKey,proto3,oneof"`
+}
+
 func (*Command_Init) isCommand_Op() {}
 
 func (*Command_Register) isCommand_Op() {}
@@ -1758,6 +1892,8 @@ func (*Command_SetQuota) isCommand_Op() {}
 
 func (*Command_RemoveQuota) isCommand_Op() {}
 
+func (*Command_RotateGrantKey) isCommand_Op() {}
+
 // SetQuota sets the limits of the quota on a directory, creating it (with
 // a fresh id and base 0) if the directory has none. With rebase, the base
 // is set too (a recount's correction), and a quota that does not exist is
@@ -1777,7 +1913,7 @@ type SetQuota struct {
 
 func (x *SetQuota) Reset() {
 	*x = SetQuota{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1925,7 @@ func (x *SetQuota) String() string {
 func (*SetQuota) ProtoMessage() {}
 
 func (x *SetQuota) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1938,7 @@ func (x *SetQuota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetQuota.ProtoReflect.Descriptor instead.
 func (*SetQuota) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetQuota) GetVolume() string {
@@ -1851,7 +1987,7 @@ type RemoveQuota struct {
 
 func (x *RemoveQuota) Reset() {
 	*x = RemoveQuota{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +1999,7 @@ func (x *RemoveQuota) String() string {
 func (*RemoveQuota) ProtoMessage() {}
 
 func (x *RemoveQuota) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +2012,7 @@ func (x *RemoveQuota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveQuota.ProtoReflect.Descriptor instead.
 func (*RemoveQuota) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RemoveQuota) GetVolume() string {
@@ -1904,7 +2040,7 @@ type RegisterClient struct {
 
 func (x *RegisterClient) Reset() {
 	*x = RegisterClient{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2052,7 @@ func (x *RegisterClient) String() string {
 func (*RegisterClient) ProtoMessage() {}
 
 func (x *RegisterClient) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2065,7 @@ func (x *RegisterClient) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterClient.ProtoReflect.Descriptor instead.
 func (*RegisterClient) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterClient) GetClient() *Client {
@@ -1953,7 +2089,7 @@ type Revoke struct {
 
 func (x *Revoke) Reset() {
 	*x = Revoke{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2101,7 @@ func (x *Revoke) String() string {
 func (*Revoke) ProtoMessage() {}
 
 func (x *Revoke) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2114,7 @@ func (x *Revoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revoke.ProtoReflect.Descriptor instead.
 func (*Revoke) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Revoke) GetClient() string {
@@ -2015,7 +2151,7 @@ type AddDataPartitions struct {
 
 func (x *AddDataPartitions) Reset() {
 	*x = AddDataPartitions{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2163,7 @@ func (x *AddDataPartitions) String() string {
 func (*AddDataPartitions) ProtoMessage() {}
 
 func (x *AddDataPartitions) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2176,7 @@ func (x *AddDataPartitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDataPartitions.ProtoReflect.Descriptor instead.
 func (*AddDataPartitions) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddDataPartitions) GetVolume() string {
@@ -2068,7 +2204,7 @@ type DrainNode struct {
 
 func (x *DrainNode) Reset() {
 	*x = DrainNode{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2216,7 @@ func (x *DrainNode) String() string {
 func (*DrainNode) ProtoMessage() {}
 
 func (x *DrainNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2229,7 @@ func (x *DrainNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNode.ProtoReflect.Descriptor instead.
 func (*DrainNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DrainNode) GetNodeId() uint64 {
@@ -2126,7 +2262,7 @@ type MoveReplica struct {
 
 func (x *MoveReplica) Reset() {
 	*x = MoveReplica{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2274,7 @@ func (x *MoveReplica) String() string {
 func (*MoveReplica) ProtoMessage() {}
 
 func (x *MoveReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2287,7 @@ func (x *MoveReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplica.ProtoReflect.Descriptor instead.
 func (*MoveReplica) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MoveReplica) GetPartitionId() uint64 {
@@ -2196,7 +2332,7 @@ type MarkInSync struct {
 
 func (x *MarkInSync) Reset() {
 	*x = MarkInSync{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2344,7 @@ func (x *MarkInSync) String() string {
 func (*MarkInSync) ProtoMessage() {}
 
 func (x *MarkInSync) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2357,7 @@ func (x *MarkInSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInSync.ProtoReflect.Descriptor instead.
 func (*MarkInSync) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MarkInSync) GetPartitionId() uint64 {
@@ -2260,7 +2396,7 @@ type AddMetaPartition struct {
 
 func (x *AddMetaPartition) Reset() {
 	*x = AddMetaPartition{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2408,7 @@ func (x *AddMetaPartition) String() string {
 func (*AddMetaPartition) ProtoMessage() {}
 
 func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2421,7 @@ func (x *AddMetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMetaPartition.ProtoReflect.Descriptor instead.
 func (*AddMetaPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AddMetaPartition) GetVolume() string {
@@ -2325,7 +2461,7 @@ type StartMigration struct {
 
 func (x *StartMigration) Reset() {
 	*x = StartMigration{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2473,7 @@ func (x *StartMigration) String() string {
 func (*StartMigration) ProtoMessage() {}
 
 func (x *StartMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2486,7 @@ func (x *StartMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMigration.ProtoReflect.Descriptor instead.
 func (*StartMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StartMigration) GetVolume() string {
@@ -2403,7 +2539,7 @@ type AdvanceMigration struct {
 
 func (x *AdvanceMigration) Reset() {
 	*x = AdvanceMigration{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2551,7 @@ func (x *AdvanceMigration) String() string {
 func (*AdvanceMigration) ProtoMessage() {}
 
 func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2564,7 @@ func (x *AdvanceMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceMigration.ProtoReflect.Descriptor instead.
 func (*AdvanceMigration) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AdvanceMigration) GetVolume() string {
@@ -2468,7 +2604,7 @@ type InitCluster struct {
 
 func (x *InitCluster) Reset() {
 	*x = InitCluster{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2616,7 @@ func (x *InitCluster) String() string {
 func (*InitCluster) ProtoMessage() {}
 
 func (x *InitCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2629,7 @@ func (x *InitCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
 func (*InitCluster) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InitCluster) GetClusterId() string {
@@ -2517,7 +2653,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2529,7 +2665,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2542,7 +2678,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RegisterNode) GetUuid() string {
@@ -2597,7 +2733,7 @@ type SetNodeState struct {
 
 func (x *SetNodeState) Reset() {
 	*x = SetNodeState{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2745,7 @@ func (x *SetNodeState) String() string {
 func (*SetNodeState) ProtoMessage() {}
 
 func (x *SetNodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2758,7 @@ func (x *SetNodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeState.ProtoReflect.Descriptor instead.
 func (*SetNodeState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetNodeState) GetNodeId() uint64 {
@@ -2649,7 +2785,7 @@ type NewPartition struct {
 
 func (x *NewPartition) Reset() {
 	*x = NewPartition{}
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2797,7 @@ func (x *NewPartition) String() string {
 func (*NewPartition) ProtoMessage() {}
 
 func (x *NewPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2810,7 @@ func (x *NewPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewPartition.ProtoReflect.Descriptor instead.
 func (*NewPartition) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{26}
+	return file_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NewPartition) GetKind() PartitionKind {
@@ -2706,7 +2842,7 @@ type CreateVolume struct {
 
 func (x *CreateVolume) Reset() {
 	*x = CreateVolume{}
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +2854,7 @@ func (x *CreateVolume) String() string {
 func (*CreateVolume) ProtoMessage() {}
 
 func (x *CreateVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +2867,7 @@ func (x *CreateVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolume.ProtoReflect.Descriptor instead.
 func (*CreateVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{27}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateVolume) GetName() string {
@@ -2792,7 +2928,7 @@ type DeleteVolume struct {
 
 func (x *DeleteVolume) Reset() {
 	*x = DeleteVolume{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2804,7 +2940,7 @@ func (x *DeleteVolume) String() string {
 func (*DeleteVolume) ProtoMessage() {}
 
 func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2817,7 +2953,7 @@ func (x *DeleteVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolume.ProtoReflect.Descriptor instead.
 func (*DeleteVolume) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteVolume) GetName() string {
@@ -2842,7 +2978,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +2990,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +3003,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RegisterRequest) GetClusterId() string {
@@ -2930,7 +3066,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3078,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3091,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{30}
+	return file_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegisterResponse) GetClusterId() string {
@@ -2992,7 +3128,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3140,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3153,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{31}
+	return file_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Usage) GetCapacityBytes() uint64 {
@@ -3078,7 +3214,7 @@ type PartitionReport struct {
 
 func (x *PartitionReport) Reset() {
 	*x = PartitionReport{}
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3090,7 +3226,7 @@ func (x *PartitionReport) String() string {
 func (*PartitionReport) ProtoMessage() {}
 
 func (x *PartitionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3103,7 +3239,7 @@ func (x *PartitionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReport.ProtoReflect.Descriptor instead.
 func (*PartitionReport) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{32}
+	return file_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PartitionReport) GetId() uint64 {
@@ -3191,7 +3327,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3203,7 +3339,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3216,7 +3352,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{33}
+	return file_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *HeartbeatRequest) GetNodeId() uint64 {
@@ -3284,14 +3420,20 @@ type HeartbeatResponse struct {
 	Revoked []string `protobuf:"bytes,6,rep,name=revoked,proto3" json:"revoked,omitempty"`
 	// Meta nodes: the quotas of every volume with their usage, which their
 	// partitions' leaders enforce (EDQUOT).
-	Quotas        []*QuotaState `protobuf:"bytes,7,rep,name=quotas,proto3" json:"quotas,omitempty"`
+	Quotas []*QuotaState `protobuf:"bytes,7,rep,name=quotas,proto3" json:"quotas,omitempty"`
+	// The keys of extent grants (ClusterMap.grant_keys): meta nodes sign
+	// grants with them, data nodes verify them.
+	GrantKeys []*GrantKey `protobuf:"bytes,8,rep,name=grant_keys,json=grantKeys,proto3" json:"grant_keys,omitempty"`
+	// Data nodes: the volumes at or past their capacity, whose clients may
+	// write no new data (the data node answers CodeVolumeFull).
+	FullVolumes   []uint64 `protobuf:"varint,9,rep,packed,name=full_volumes,json=fullVolumes,proto3" json:"full_volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3445,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3458,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{34}
+	return file_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HeartbeatResponse) GetEpoch() uint64 {
@@ -3368,6 +3510,20 @@ func (x *HeartbeatResponse) GetQuotas() []*QuotaState {
 	return nil
 }
 
+func (x *HeartbeatResponse) GetGrantKeys() []*GrantKey {
+	if x != nil {
+		return x.GrantKeys
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetFullVolumes() []uint64 {
+	if x != nil {
+		return x.FullVolumes
+	}
+	return nil
+}
+
 type GetMapRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3376,7 +3532,7 @@ type GetMapRequest struct {
 
 func (x *GetMapRequest) Reset() {
 	*x = GetMapRequest{}
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3388,7 +3544,7 @@ func (x *GetMapRequest) String() string {
 func (*GetMapRequest) ProtoMessage() {}
 
 func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[35]
+	mi := &file_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3401,7 +3557,7 @@ func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapRequest.ProtoReflect.Descriptor instead.
 func (*GetMapRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{35}
+	return file_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 type GetMapResponse struct {
@@ -3413,7 +3569,7 @@ type GetMapResponse struct {
 
 func (x *GetMapResponse) Reset() {
 	*x = GetMapResponse{}
-	mi := &file_cluster_proto_msgTypes[36]
+	mi := &file_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3581,7 @@ func (x *GetMapResponse) String() string {
 func (*GetMapResponse) ProtoMessage() {}
 
 func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[36]
+	mi := &file_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3594,7 @@ func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapResponse.ProtoReflect.Descriptor instead.
 func (*GetMapResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{36}
+	return file_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetMapResponse) GetMap() *ClusterMap {
@@ -3465,7 +3621,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[37]
+	mi := &file_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3633,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[37]
+	mi := &file_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3646,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{37}
+	return file_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateVolumeRequest) GetName() string {
@@ -3551,7 +3707,7 @@ type VolumeRequest struct {
 
 func (x *VolumeRequest) Reset() {
 	*x = VolumeRequest{}
-	mi := &file_cluster_proto_msgTypes[38]
+	mi := &file_cluster_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3563,7 +3719,7 @@ func (x *VolumeRequest) String() string {
 func (*VolumeRequest) ProtoMessage() {}
 
 func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[38]
+	mi := &file_cluster_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3576,7 +3732,7 @@ func (x *VolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeRequest.ProtoReflect.Descriptor instead.
 func (*VolumeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{38}
+	return file_cluster_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *VolumeRequest) GetName() string {
@@ -3610,7 +3766,7 @@ type VolumeResponse struct {
 
 func (x *VolumeResponse) Reset() {
 	*x = VolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[39]
+	mi := &file_cluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3778,7 @@ func (x *VolumeResponse) String() string {
 func (*VolumeResponse) ProtoMessage() {}
 
 func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[39]
+	mi := &file_cluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3791,7 @@ func (x *VolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeResponse.ProtoReflect.Descriptor instead.
 func (*VolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{39}
+	return file_cluster_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *VolumeResponse) GetVolume() *Volume {
@@ -3702,7 +3858,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_cluster_proto_msgTypes[40]
+	mi := &file_cluster_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3714,7 +3870,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[40]
+	mi := &file_cluster_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3727,7 +3883,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{40}
+	return file_cluster_proto_rawDescGZIP(), []int{42}
 }
 
 type ListVolumesResponse struct {
@@ -3740,7 +3896,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_cluster_proto_msgTypes[41]
+	mi := &file_cluster_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3752,7 +3908,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[41]
+	mi := &file_cluster_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3765,7 +3921,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{41}
+	return file_cluster_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -3791,7 +3947,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_cluster_proto_msgTypes[42]
+	mi := &file_cluster_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3803,7 +3959,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[42]
+	mi := &file_cluster_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3816,7 +3972,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{42}
+	return file_cluster_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteVolumeResponse) GetEpoch() uint64 {
@@ -3834,7 +3990,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_cluster_proto_msgTypes[43]
+	mi := &file_cluster_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3846,7 +4002,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[43]
+	mi := &file_cluster_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3859,7 +4015,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{43}
+	return file_cluster_proto_rawDescGZIP(), []int{45}
 }
 
 // PingResponse tells who a master is and what it knows of the leader.
@@ -3880,7 +4036,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_cluster_proto_msgTypes[44]
+	mi := &file_cluster_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +4048,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[44]
+	mi := &file_cluster_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +4061,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{44}
+	return file_cluster_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PingResponse) GetId() uint64 {
@@ -3992,7 +4148,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_cluster_proto_msgTypes[45]
+	mi := &file_cluster_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4004,7 +4160,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[45]
+	mi := &file_cluster_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4017,7 +4173,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{45}
+	return file_cluster_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NodeStatus) GetNode() *Node {
@@ -4084,7 +4240,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[46]
+	mi := &file_cluster_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4096,7 +4252,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[46]
+	mi := &file_cluster_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4109,7 +4265,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{46}
+	return file_cluster_proto_rawDescGZIP(), []int{48}
 }
 
 type StatusResponse struct {
@@ -4128,7 +4284,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[47]
+	mi := &file_cluster_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4140,7 +4296,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[47]
+	mi := &file_cluster_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4153,7 +4309,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{47}
+	return file_cluster_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StatusResponse) GetMap() *ClusterMap {
@@ -4211,7 +4367,7 @@ type ReplicaRecovery struct {
 
 func (x *ReplicaRecovery) Reset() {
 	*x = ReplicaRecovery{}
-	mi := &file_cluster_proto_msgTypes[48]
+	mi := &file_cluster_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4379,7 @@ func (x *ReplicaRecovery) String() string {
 func (*ReplicaRecovery) ProtoMessage() {}
 
 func (x *ReplicaRecovery) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[48]
+	mi := &file_cluster_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4392,7 @@ func (x *ReplicaRecovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaRecovery.ProtoReflect.Descriptor instead.
 func (*ReplicaRecovery) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{48}
+	return file_cluster_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReplicaRecovery) GetPartitionId() uint64 {
@@ -4269,7 +4425,7 @@ type SetQuotaRequest struct {
 
 func (x *SetQuotaRequest) Reset() {
 	*x = SetQuotaRequest{}
-	mi := &file_cluster_proto_msgTypes[49]
+	mi := &file_cluster_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4281,7 +4437,7 @@ func (x *SetQuotaRequest) String() string {
 func (*SetQuotaRequest) ProtoMessage() {}
 
 func (x *SetQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[49]
+	mi := &file_cluster_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4294,7 +4450,7 @@ func (x *SetQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetQuotaRequest.ProtoReflect.Descriptor instead.
 func (*SetQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{49}
+	return file_cluster_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetQuotaRequest) GetSet() *SetQuota {
@@ -4313,7 +4469,7 @@ type RemoveQuotaRequest struct {
 
 func (x *RemoveQuotaRequest) Reset() {
 	*x = RemoveQuotaRequest{}
-	mi := &file_cluster_proto_msgTypes[50]
+	mi := &file_cluster_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4481,7 @@ func (x *RemoveQuotaRequest) String() string {
 func (*RemoveQuotaRequest) ProtoMessage() {}
 
 func (x *RemoveQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[50]
+	mi := &file_cluster_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4494,7 @@ func (x *RemoveQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveQuotaRequest.ProtoReflect.Descriptor instead.
 func (*RemoveQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{50}
+	return file_cluster_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveQuotaRequest) GetRemove() *RemoveQuota {
@@ -4358,7 +4514,7 @@ type QuotaResponse struct {
 
 func (x *QuotaResponse) Reset() {
 	*x = QuotaResponse{}
-	mi := &file_cluster_proto_msgTypes[51]
+	mi := &file_cluster_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4370,7 +4526,7 @@ func (x *QuotaResponse) String() string {
 func (*QuotaResponse) ProtoMessage() {}
 
 func (x *QuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[51]
+	mi := &file_cluster_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4383,7 +4539,7 @@ func (x *QuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotaResponse.ProtoReflect.Descriptor instead.
 func (*QuotaResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{51}
+	return file_cluster_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *QuotaResponse) GetEpoch() uint64 {
@@ -4409,7 +4565,7 @@ type CreateClientRequest struct {
 
 func (x *CreateClientRequest) Reset() {
 	*x = CreateClientRequest{}
-	mi := &file_cluster_proto_msgTypes[52]
+	mi := &file_cluster_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4421,7 +4577,7 @@ func (x *CreateClientRequest) String() string {
 func (*CreateClientRequest) ProtoMessage() {}
 
 func (x *CreateClientRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[52]
+	mi := &file_cluster_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4434,7 +4590,7 @@ func (x *CreateClientRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateClientRequest.ProtoReflect.Descriptor instead.
 func (*CreateClientRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{52}
+	return file_cluster_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreateClientRequest) GetClient() *Client {
@@ -4453,7 +4609,7 @@ type CreateClientResponse struct {
 
 func (x *CreateClientResponse) Reset() {
 	*x = CreateClientResponse{}
-	mi := &file_cluster_proto_msgTypes[53]
+	mi := &file_cluster_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4465,7 +4621,7 @@ func (x *CreateClientResponse) String() string {
 func (*CreateClientResponse) ProtoMessage() {}
 
 func (x *CreateClientResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[53]
+	mi := &file_cluster_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4478,7 +4634,7 @@ func (x *CreateClientResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateClientResponse.ProtoReflect.Descriptor instead.
 func (*CreateClientResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{53}
+	return file_cluster_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreateClientResponse) GetEpoch() uint64 {
@@ -4496,7 +4652,7 @@ type ListClientsRequest struct {
 
 func (x *ListClientsRequest) Reset() {
 	*x = ListClientsRequest{}
-	mi := &file_cluster_proto_msgTypes[54]
+	mi := &file_cluster_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4508,7 +4664,7 @@ func (x *ListClientsRequest) String() string {
 func (*ListClientsRequest) ProtoMessage() {}
 
 func (x *ListClientsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[54]
+	mi := &file_cluster_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4521,7 +4677,7 @@ func (x *ListClientsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsRequest.ProtoReflect.Descriptor instead.
 func (*ListClientsRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{54}
+	return file_cluster_proto_rawDescGZIP(), []int{56}
 }
 
 type ListClientsResponse struct {
@@ -4533,7 +4689,7 @@ type ListClientsResponse struct {
 
 func (x *ListClientsResponse) Reset() {
 	*x = ListClientsResponse{}
-	mi := &file_cluster_proto_msgTypes[55]
+	mi := &file_cluster_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4545,7 +4701,7 @@ func (x *ListClientsResponse) String() string {
 func (*ListClientsResponse) ProtoMessage() {}
 
 func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[55]
+	mi := &file_cluster_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4558,7 +4714,7 @@ func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsResponse.ProtoReflect.Descriptor instead.
 func (*ListClientsResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{55}
+	return file_cluster_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListClientsResponse) GetClients() []*Client {
@@ -4579,7 +4735,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_cluster_proto_msgTypes[56]
+	mi := &file_cluster_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4591,7 +4747,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[56]
+	mi := &file_cluster_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4604,7 +4760,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{56}
+	return file_cluster_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RevokeRequest) GetClient() string {
@@ -4638,7 +4794,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_cluster_proto_msgTypes[57]
+	mi := &file_cluster_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4650,7 +4806,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[57]
+	mi := &file_cluster_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4663,7 +4819,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{57}
+	return file_cluster_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RevokeResponse) GetEpoch() uint64 {
@@ -4690,7 +4846,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_cluster_proto_msgTypes[58]
+	mi := &file_cluster_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4702,7 +4858,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[58]
+	mi := &file_cluster_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4715,7 +4871,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{58}
+	return file_cluster_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DecommissionNodeRequest) GetNodeId() uint64 {
@@ -4742,7 +4898,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_cluster_proto_msgTypes[59]
+	mi := &file_cluster_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4754,7 +4910,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[59]
+	mi := &file_cluster_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4767,7 +4923,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{59}
+	return file_cluster_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DecommissionNodeResponse) GetNode() *Node {
@@ -4795,7 +4951,7 @@ type ReportFailureRequest struct {
 
 func (x *ReportFailureRequest) Reset() {
 	*x = ReportFailureRequest{}
-	mi := &file_cluster_proto_msgTypes[60]
+	mi := &file_cluster_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4807,7 +4963,7 @@ func (x *ReportFailureRequest) String() string {
 func (*ReportFailureRequest) ProtoMessage() {}
 
 func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[60]
+	mi := &file_cluster_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4820,7 +4976,7 @@ func (x *ReportFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportFailureRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{60}
+	return file_cluster_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReportFailureRequest) GetNodeId() uint64 {
@@ -4853,7 +5009,7 @@ type ReportFailureResponse struct {
 
 func (x *ReportFailureResponse) Reset() {
 	*x = ReportFailureResponse{}
-	mi := &file_cluster_proto_msgTypes[61]
+	mi := &file_cluster_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4865,7 +5021,7 @@ func (x *ReportFailureResponse) String() string {
 func (*ReportFailureResponse) ProtoMessage() {}
 
 func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[61]
+	mi := &file_cluster_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4878,7 +5034,7 @@ func (x *ReportFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportFailureResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{61}
+	return file_cluster_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReportFailureResponse) GetMarkedDown() bool {
@@ -4985,7 +5141,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05epoch\x18\t \x01(\x04R\x05epoch\x12\x18\n" +
 	"\ajoining\x18\n" +
 	" \x01(\x04R\ajoining\x12\x18\n" +
-	"\aleaving\x18\v \x01(\x04R\aleaving\"\xd8\a\n" +
+	"\aleaving\x18\v \x01(\x04R\aleaving\"\x90\b\n" +
 	"\n" +
 	"ClusterMap\x12\x1d\n" +
 	"\n" +
@@ -5004,7 +5160,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\aclients\x18\n" +
 	" \x03(\v2&.cairn.cluster.ClusterMap.ClientsEntryR\aclients\x12@\n" +
 	"\arevoked\x18\v \x03(\v2&.cairn.cluster.ClusterMap.RevokedEntryR\arevoked\x12\"\n" +
-	"\rnext_quota_id\x18\f \x01(\x04R\vnextQuotaId\x1aM\n" +
+	"\rnext_quota_id\x18\f \x01(\x04R\vnextQuotaId\x126\n" +
+	"\n" +
+	"grant_keys\x18\r \x03(\v2\x17.cairn.cluster.GrantKeyR\tgrantKeys\x1aM\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12)\n" +
@@ -5020,14 +5178,20 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x15.cairn.cluster.ClientR\x05value:\x028\x01\x1a:\n" +
 	"\fRevokedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc3\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"Z\n" +
+	"\bGrantKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\fR\x06secret\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\";\n" +
+	"\x0eRotateGrantKey\x12)\n" +
+	"\x03key\x18\x01 \x01(\v2\x17.cairn.cluster.GrantKeyR\x03key\"\xc3\x01\n" +
 	"\x06Client\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x12\n" +
 	"\x04caps\x18\x03 \x01(\fR\x04caps\x12&\n" +
 	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12)\n" +
 	"\x11not_after_unix_ms\x18\x05 \x01(\x03R\x0enotAfterUnixMs\x12&\n" +
-	"\x0frevoked_unix_ms\x18\x06 \x01(\x03R\rrevokedUnixMs\"\xd7\b\n" +
+	"\x0frevoked_unix_ms\x18\x06 \x01(\x03R\rrevokedUnixMs\"\xa2\t\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x120\n" +
 	"\x04init\x18\n" +
@@ -5048,7 +5212,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0fregister_client\x18\x16 \x01(\v2\x1d.cairn.cluster.RegisterClientH\x00R\x0eregisterClient\x12/\n" +
 	"\x06revoke\x18\x17 \x01(\v2\x15.cairn.cluster.RevokeH\x00R\x06revoke\x126\n" +
 	"\tset_quota\x18\x18 \x01(\v2\x17.cairn.cluster.SetQuotaH\x00R\bsetQuota\x12?\n" +
-	"\fremove_quota\x18\x19 \x01(\v2\x1a.cairn.cluster.RemoveQuotaH\x00R\vremoveQuotaB\x04\n" +
+	"\fremove_quota\x18\x19 \x01(\v2\x1a.cairn.cluster.RemoveQuotaH\x00R\vremoveQuota\x12I\n" +
+	"\x10rotate_grant_key\x18\x1a \x01(\v2\x1d.cairn.cluster.RotateGrantKeyH\x00R\x0erotateGrantKeyB\x04\n" +
 	"\x02op\"\xa4\x01\n" +
 	"\bSetQuota\x12\x16\n" +
 	"\x06volume\x18\x01 \x01(\tR\x06volume\x12*\n" +
@@ -5173,7 +5338,7 @@ const file_cluster_proto_rawDesc = "" +
 	"partitions\x12\x10\n" +
 	"\x03pid\x18\x05 \x01(\x05R\x03pid\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x12!\n" +
-	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xf3\x03\n" +
+	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xce\x04\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x124\n" +
 	"\bassigned\x18\x02 \x03(\v2\x18.cairn.cluster.PartitionR\bassigned\x12N\n" +
@@ -5182,7 +5347,10 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0fnode_data_addrs\x18\x04 \x03(\v23.cairn.cluster.HeartbeatResponse.NodeDataAddrsEntryR\rnodeDataAddrs\x12\x18\n" +
 	"\aremoved\x18\x05 \x03(\x04R\aremoved\x12\x18\n" +
 	"\arevoked\x18\x06 \x03(\tR\arevoked\x121\n" +
-	"\x06quotas\x18\a \x03(\v2\x19.cairn.cluster.QuotaStateR\x06quotas\x1a<\n" +
+	"\x06quotas\x18\a \x03(\v2\x19.cairn.cluster.QuotaStateR\x06quotas\x126\n" +
+	"\n" +
+	"grant_keys\x18\b \x03(\v2\x17.cairn.cluster.GrantKeyR\tgrantKeys\x12!\n" +
+	"\ffull_volumes\x18\t \x03(\x04R\vfullVolumes\x1a<\n" +
 	"\x0eNodeAddrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
@@ -5351,7 +5519,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_cluster_proto_goTypes = []any{
 	(Role)(0),                        // 0: cairn.cluster.Role
 	(NodeState)(0),                   // 1: cairn.cluster.NodeState
@@ -5368,65 +5536,67 @@ var file_cluster_proto_goTypes = []any{
 	(*Migration)(nil),                // 12: cairn.cluster.Migration
 	(*Partition)(nil),                // 13: cairn.cluster.Partition
 	(*ClusterMap)(nil),               // 14: cairn.cluster.ClusterMap
-	(*Client)(nil),                   // 15: cairn.cluster.Client
-	(*Command)(nil),                  // 16: cairn.cluster.Command
-	(*SetQuota)(nil),                 // 17: cairn.cluster.SetQuota
-	(*RemoveQuota)(nil),              // 18: cairn.cluster.RemoveQuota
-	(*RegisterClient)(nil),           // 19: cairn.cluster.RegisterClient
-	(*Revoke)(nil),                   // 20: cairn.cluster.Revoke
-	(*AddDataPartitions)(nil),        // 21: cairn.cluster.AddDataPartitions
-	(*DrainNode)(nil),                // 22: cairn.cluster.DrainNode
-	(*MoveReplica)(nil),              // 23: cairn.cluster.MoveReplica
-	(*MarkInSync)(nil),               // 24: cairn.cluster.MarkInSync
-	(*AddMetaPartition)(nil),         // 25: cairn.cluster.AddMetaPartition
-	(*StartMigration)(nil),           // 26: cairn.cluster.StartMigration
-	(*AdvanceMigration)(nil),         // 27: cairn.cluster.AdvanceMigration
-	(*InitCluster)(nil),              // 28: cairn.cluster.InitCluster
-	(*RegisterNode)(nil),             // 29: cairn.cluster.RegisterNode
-	(*SetNodeState)(nil),             // 30: cairn.cluster.SetNodeState
-	(*NewPartition)(nil),             // 31: cairn.cluster.NewPartition
-	(*CreateVolume)(nil),             // 32: cairn.cluster.CreateVolume
-	(*DeleteVolume)(nil),             // 33: cairn.cluster.DeleteVolume
-	(*RegisterRequest)(nil),          // 34: cairn.cluster.RegisterRequest
-	(*RegisterResponse)(nil),         // 35: cairn.cluster.RegisterResponse
-	(*Usage)(nil),                    // 36: cairn.cluster.Usage
-	(*PartitionReport)(nil),          // 37: cairn.cluster.PartitionReport
-	(*HeartbeatRequest)(nil),         // 38: cairn.cluster.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 39: cairn.cluster.HeartbeatResponse
-	(*GetMapRequest)(nil),            // 40: cairn.cluster.GetMapRequest
-	(*GetMapResponse)(nil),           // 41: cairn.cluster.GetMapResponse
-	(*CreateVolumeRequest)(nil),      // 42: cairn.cluster.CreateVolumeRequest
-	(*VolumeRequest)(nil),            // 43: cairn.cluster.VolumeRequest
-	(*VolumeResponse)(nil),           // 44: cairn.cluster.VolumeResponse
-	(*ListVolumesRequest)(nil),       // 45: cairn.cluster.ListVolumesRequest
-	(*ListVolumesResponse)(nil),      // 46: cairn.cluster.ListVolumesResponse
-	(*DeleteVolumeResponse)(nil),     // 47: cairn.cluster.DeleteVolumeResponse
-	(*PingRequest)(nil),              // 48: cairn.cluster.PingRequest
-	(*PingResponse)(nil),             // 49: cairn.cluster.PingResponse
-	(*NodeStatus)(nil),               // 50: cairn.cluster.NodeStatus
-	(*StatusRequest)(nil),            // 51: cairn.cluster.StatusRequest
-	(*StatusResponse)(nil),           // 52: cairn.cluster.StatusResponse
-	(*ReplicaRecovery)(nil),          // 53: cairn.cluster.ReplicaRecovery
-	(*SetQuotaRequest)(nil),          // 54: cairn.cluster.SetQuotaRequest
-	(*RemoveQuotaRequest)(nil),       // 55: cairn.cluster.RemoveQuotaRequest
-	(*QuotaResponse)(nil),            // 56: cairn.cluster.QuotaResponse
-	(*CreateClientRequest)(nil),      // 57: cairn.cluster.CreateClientRequest
-	(*CreateClientResponse)(nil),     // 58: cairn.cluster.CreateClientResponse
-	(*ListClientsRequest)(nil),       // 59: cairn.cluster.ListClientsRequest
-	(*ListClientsResponse)(nil),      // 60: cairn.cluster.ListClientsResponse
-	(*RevokeRequest)(nil),            // 61: cairn.cluster.RevokeRequest
-	(*RevokeResponse)(nil),           // 62: cairn.cluster.RevokeResponse
-	(*DecommissionNodeRequest)(nil),  // 63: cairn.cluster.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil), // 64: cairn.cluster.DecommissionNodeResponse
-	(*ReportFailureRequest)(nil),     // 65: cairn.cluster.ReportFailureRequest
-	(*ReportFailureResponse)(nil),    // 66: cairn.cluster.ReportFailureResponse
-	nil,                              // 67: cairn.cluster.ClusterMap.NodesEntry
-	nil,                              // 68: cairn.cluster.ClusterMap.VolumesEntry
-	nil,                              // 69: cairn.cluster.ClusterMap.PartitionsEntry
-	nil,                              // 70: cairn.cluster.ClusterMap.ClientsEntry
-	nil,                              // 71: cairn.cluster.ClusterMap.RevokedEntry
-	nil,                              // 72: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	nil,                              // 73: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	(*GrantKey)(nil),                 // 15: cairn.cluster.GrantKey
+	(*RotateGrantKey)(nil),           // 16: cairn.cluster.RotateGrantKey
+	(*Client)(nil),                   // 17: cairn.cluster.Client
+	(*Command)(nil),                  // 18: cairn.cluster.Command
+	(*SetQuota)(nil),                 // 19: cairn.cluster.SetQuota
+	(*RemoveQuota)(nil),              // 20: cairn.cluster.RemoveQuota
+	(*RegisterClient)(nil),           // 21: cairn.cluster.RegisterClient
+	(*Revoke)(nil),                   // 22: cairn.cluster.Revoke
+	(*AddDataPartitions)(nil),        // 23: cairn.cluster.AddDataPartitions
+	(*DrainNode)(nil),                // 24: cairn.cluster.DrainNode
+	(*MoveReplica)(nil),              // 25: cairn.cluster.MoveReplica
+	(*MarkInSync)(nil),               // 26: cairn.cluster.MarkInSync
+	(*AddMetaPartition)(nil),         // 27: cairn.cluster.AddMetaPartition
+	(*StartMigration)(nil),           // 28: cairn.cluster.StartMigration
+	(*AdvanceMigration)(nil),         // 29: cairn.cluster.AdvanceMigration
+	(*InitCluster)(nil),              // 30: cairn.cluster.InitCluster
+	(*RegisterNode)(nil),             // 31: cairn.cluster.RegisterNode
+	(*SetNodeState)(nil),             // 32: cairn.cluster.SetNodeState
+	(*NewPartition)(nil),             // 33: cairn.cluster.NewPartition
+	(*CreateVolume)(nil),             // 34: cairn.cluster.CreateVolume
+	(*DeleteVolume)(nil),             // 35: cairn.cluster.DeleteVolume
+	(*RegisterRequest)(nil),          // 36: cairn.cluster.RegisterRequest
+	(*RegisterResponse)(nil),         // 37: cairn.cluster.RegisterResponse
+	(*Usage)(nil),                    // 38: cairn.cluster.Usage
+	(*PartitionReport)(nil),          // 39: cairn.cluster.PartitionReport
+	(*HeartbeatRequest)(nil),         // 40: cairn.cluster.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 41: cairn.cluster.HeartbeatResponse
+	(*GetMapRequest)(nil),            // 42: cairn.cluster.GetMapRequest
+	(*GetMapResponse)(nil),           // 43: cairn.cluster.GetMapResponse
+	(*CreateVolumeRequest)(nil),      // 44: cairn.cluster.CreateVolumeRequest
+	(*VolumeRequest)(nil),            // 45: cairn.cluster.VolumeRequest
+	(*VolumeResponse)(nil),           // 46: cairn.cluster.VolumeResponse
+	(*ListVolumesRequest)(nil),       // 47: cairn.cluster.ListVolumesRequest
+	(*ListVolumesResponse)(nil),      // 48: cairn.cluster.ListVolumesResponse
+	(*DeleteVolumeResponse)(nil),     // 49: cairn.cluster.DeleteVolumeResponse
+	(*PingRequest)(nil),              // 50: cairn.cluster.PingRequest
+	(*PingResponse)(nil),             // 51: cairn.cluster.PingResponse
+	(*NodeStatus)(nil),               // 52: cairn.cluster.NodeStatus
+	(*StatusRequest)(nil),            // 53: cairn.cluster.StatusRequest
+	(*StatusResponse)(nil),           // 54: cairn.cluster.StatusResponse
+	(*ReplicaRecovery)(nil),          // 55: cairn.cluster.ReplicaRecovery
+	(*SetQuotaRequest)(nil),          // 56: cairn.cluster.SetQuotaRequest
+	(*RemoveQuotaRequest)(nil),       // 57: cairn.cluster.RemoveQuotaRequest
+	(*QuotaResponse)(nil),            // 58: cairn.cluster.QuotaResponse
+	(*CreateClientRequest)(nil),      // 59: cairn.cluster.CreateClientRequest
+	(*CreateClientResponse)(nil),     // 60: cairn.cluster.CreateClientResponse
+	(*ListClientsRequest)(nil),       // 61: cairn.cluster.ListClientsRequest
+	(*ListClientsResponse)(nil),      // 62: cairn.cluster.ListClientsResponse
+	(*RevokeRequest)(nil),            // 63: cairn.cluster.RevokeRequest
+	(*RevokeResponse)(nil),           // 64: cairn.cluster.RevokeResponse
+	(*DecommissionNodeRequest)(nil),  // 65: cairn.cluster.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil), // 66: cairn.cluster.DecommissionNodeResponse
+	(*ReportFailureRequest)(nil),     // 67: cairn.cluster.ReportFailureRequest
+	(*ReportFailureResponse)(nil),    // 68: cairn.cluster.ReportFailureResponse
+	nil,                              // 69: cairn.cluster.ClusterMap.NodesEntry
+	nil,                              // 70: cairn.cluster.ClusterMap.VolumesEntry
+	nil,                              // 71: cairn.cluster.ClusterMap.PartitionsEntry
+	nil,                              // 72: cairn.cluster.ClusterMap.ClientsEntry
+	nil,                              // 73: cairn.cluster.ClusterMap.RevokedEntry
+	nil,                              // 74: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	nil,                              // 75: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
@@ -5439,107 +5609,111 @@ var file_cluster_proto_depIdxs = []int32{
 	11, // 7: cairn.cluster.Migration.exceptions:type_name -> cairn.cluster.ExceptionEntry
 	3,  // 8: cairn.cluster.Migration.phase:type_name -> cairn.cluster.MigrationPhase
 	2,  // 9: cairn.cluster.Partition.kind:type_name -> cairn.cluster.PartitionKind
-	67, // 10: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
-	68, // 11: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
-	69, // 12: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
-	70, // 13: cairn.cluster.ClusterMap.clients:type_name -> cairn.cluster.ClusterMap.ClientsEntry
-	71, // 14: cairn.cluster.ClusterMap.revoked:type_name -> cairn.cluster.ClusterMap.RevokedEntry
-	28, // 15: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
-	29, // 16: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
-	30, // 17: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
-	32, // 18: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
-	33, // 19: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
-	25, // 20: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
-	26, // 21: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
-	27, // 22: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
-	24, // 23: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
-	23, // 24: cairn.cluster.Command.move_replica:type_name -> cairn.cluster.MoveReplica
-	22, // 25: cairn.cluster.Command.drain_node:type_name -> cairn.cluster.DrainNode
-	21, // 26: cairn.cluster.Command.add_data_partitions:type_name -> cairn.cluster.AddDataPartitions
-	19, // 27: cairn.cluster.Command.register_client:type_name -> cairn.cluster.RegisterClient
-	20, // 28: cairn.cluster.Command.revoke:type_name -> cairn.cluster.Revoke
-	17, // 29: cairn.cluster.Command.set_quota:type_name -> cairn.cluster.SetQuota
-	18, // 30: cairn.cluster.Command.remove_quota:type_name -> cairn.cluster.RemoveQuota
-	7,  // 31: cairn.cluster.SetQuota.quota:type_name -> cairn.cluster.Quota
-	15, // 32: cairn.cluster.RegisterClient.client:type_name -> cairn.cluster.Client
-	31, // 33: cairn.cluster.AddDataPartitions.partitions:type_name -> cairn.cluster.NewPartition
-	4,  // 34: cairn.cluster.MoveReplica.phase:type_name -> cairn.cluster.MovePhase
-	31, // 35: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
-	11, // 36: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
-	3,  // 37: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
-	0,  // 38: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
-	1,  // 39: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
-	2,  // 40: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
-	31, // 41: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
-	10, // 42: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
-	0,  // 43: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
-	9,  // 44: cairn.cluster.PartitionReport.quota_use:type_name -> cairn.cluster.QuotaUse
-	36, // 45: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
-	37, // 46: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
-	13, // 47: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
-	72, // 48: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
-	73, // 49: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
-	8,  // 50: cairn.cluster.HeartbeatResponse.quotas:type_name -> cairn.cluster.QuotaState
-	14, // 51: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
-	10, // 52: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
-	6,  // 53: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
-	13, // 54: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
-	8,  // 55: cairn.cluster.VolumeResponse.quotas:type_name -> cairn.cluster.QuotaState
-	6,  // 56: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
-	5,  // 57: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
-	36, // 58: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
-	37, // 59: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
-	14, // 60: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
-	50, // 61: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
-	49, // 62: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
-	53, // 63: cairn.cluster.StatusResponse.recovering:type_name -> cairn.cluster.ReplicaRecovery
-	17, // 64: cairn.cluster.SetQuotaRequest.set:type_name -> cairn.cluster.SetQuota
-	18, // 65: cairn.cluster.RemoveQuotaRequest.remove:type_name -> cairn.cluster.RemoveQuota
-	7,  // 66: cairn.cluster.QuotaResponse.quota:type_name -> cairn.cluster.Quota
-	15, // 67: cairn.cluster.CreateClientRequest.client:type_name -> cairn.cluster.Client
-	15, // 68: cairn.cluster.ListClientsResponse.clients:type_name -> cairn.cluster.Client
-	5,  // 69: cairn.cluster.DecommissionNodeResponse.node:type_name -> cairn.cluster.Node
-	5,  // 70: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
-	6,  // 71: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
-	13, // 72: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
-	15, // 73: cairn.cluster.ClusterMap.ClientsEntry.value:type_name -> cairn.cluster.Client
-	34, // 74: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
-	38, // 75: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
-	40, // 76: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
-	42, // 77: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
-	43, // 78: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
-	45, // 79: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
-	43, // 80: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
-	51, // 81: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
-	48, // 82: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	65, // 83: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
-	63, // 84: cairn.cluster.Master.DecommissionNode:input_type -> cairn.cluster.DecommissionNodeRequest
-	57, // 85: cairn.cluster.Master.CreateClient:input_type -> cairn.cluster.CreateClientRequest
-	59, // 86: cairn.cluster.Master.ListClients:input_type -> cairn.cluster.ListClientsRequest
-	61, // 87: cairn.cluster.Master.Revoke:input_type -> cairn.cluster.RevokeRequest
-	54, // 88: cairn.cluster.Master.SetQuota:input_type -> cairn.cluster.SetQuotaRequest
-	55, // 89: cairn.cluster.Master.RemoveQuota:input_type -> cairn.cluster.RemoveQuotaRequest
-	35, // 90: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	39, // 91: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	41, // 92: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	44, // 93: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	44, // 94: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	46, // 95: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	47, // 96: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	52, // 97: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	49, // 98: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	66, // 99: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
-	64, // 100: cairn.cluster.Master.DecommissionNode:output_type -> cairn.cluster.DecommissionNodeResponse
-	58, // 101: cairn.cluster.Master.CreateClient:output_type -> cairn.cluster.CreateClientResponse
-	60, // 102: cairn.cluster.Master.ListClients:output_type -> cairn.cluster.ListClientsResponse
-	62, // 103: cairn.cluster.Master.Revoke:output_type -> cairn.cluster.RevokeResponse
-	56, // 104: cairn.cluster.Master.SetQuota:output_type -> cairn.cluster.QuotaResponse
-	56, // 105: cairn.cluster.Master.RemoveQuota:output_type -> cairn.cluster.QuotaResponse
-	90, // [90:106] is the sub-list for method output_type
-	74, // [74:90] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	69, // 10: cairn.cluster.ClusterMap.nodes:type_name -> cairn.cluster.ClusterMap.NodesEntry
+	70, // 11: cairn.cluster.ClusterMap.volumes:type_name -> cairn.cluster.ClusterMap.VolumesEntry
+	71, // 12: cairn.cluster.ClusterMap.partitions:type_name -> cairn.cluster.ClusterMap.PartitionsEntry
+	72, // 13: cairn.cluster.ClusterMap.clients:type_name -> cairn.cluster.ClusterMap.ClientsEntry
+	73, // 14: cairn.cluster.ClusterMap.revoked:type_name -> cairn.cluster.ClusterMap.RevokedEntry
+	15, // 15: cairn.cluster.ClusterMap.grant_keys:type_name -> cairn.cluster.GrantKey
+	15, // 16: cairn.cluster.RotateGrantKey.key:type_name -> cairn.cluster.GrantKey
+	30, // 17: cairn.cluster.Command.init:type_name -> cairn.cluster.InitCluster
+	31, // 18: cairn.cluster.Command.register:type_name -> cairn.cluster.RegisterNode
+	32, // 19: cairn.cluster.Command.set_node_state:type_name -> cairn.cluster.SetNodeState
+	34, // 20: cairn.cluster.Command.create_volume:type_name -> cairn.cluster.CreateVolume
+	35, // 21: cairn.cluster.Command.delete_volume:type_name -> cairn.cluster.DeleteVolume
+	27, // 22: cairn.cluster.Command.add_meta_partition:type_name -> cairn.cluster.AddMetaPartition
+	28, // 23: cairn.cluster.Command.start_migration:type_name -> cairn.cluster.StartMigration
+	29, // 24: cairn.cluster.Command.advance_migration:type_name -> cairn.cluster.AdvanceMigration
+	26, // 25: cairn.cluster.Command.mark_in_sync:type_name -> cairn.cluster.MarkInSync
+	25, // 26: cairn.cluster.Command.move_replica:type_name -> cairn.cluster.MoveReplica
+	24, // 27: cairn.cluster.Command.drain_node:type_name -> cairn.cluster.DrainNode
+	23, // 28: cairn.cluster.Command.add_data_partitions:type_name -> cairn.cluster.AddDataPartitions
+	21, // 29: cairn.cluster.Command.register_client:type_name -> cairn.cluster.RegisterClient
+	22, // 30: cairn.cluster.Command.revoke:type_name -> cairn.cluster.Revoke
+	19, // 31: cairn.cluster.Command.set_quota:type_name -> cairn.cluster.SetQuota
+	20, // 32: cairn.cluster.Command.remove_quota:type_name -> cairn.cluster.RemoveQuota
+	16, // 33: cairn.cluster.Command.rotate_grant_key:type_name -> cairn.cluster.RotateGrantKey
+	7,  // 34: cairn.cluster.SetQuota.quota:type_name -> cairn.cluster.Quota
+	17, // 35: cairn.cluster.RegisterClient.client:type_name -> cairn.cluster.Client
+	33, // 36: cairn.cluster.AddDataPartitions.partitions:type_name -> cairn.cluster.NewPartition
+	4,  // 37: cairn.cluster.MoveReplica.phase:type_name -> cairn.cluster.MovePhase
+	33, // 38: cairn.cluster.AddMetaPartition.partition:type_name -> cairn.cluster.NewPartition
+	11, // 39: cairn.cluster.StartMigration.exceptions:type_name -> cairn.cluster.ExceptionEntry
+	3,  // 40: cairn.cluster.AdvanceMigration.phase:type_name -> cairn.cluster.MigrationPhase
+	0,  // 41: cairn.cluster.RegisterNode.role:type_name -> cairn.cluster.Role
+	1,  // 42: cairn.cluster.SetNodeState.state:type_name -> cairn.cluster.NodeState
+	2,  // 43: cairn.cluster.NewPartition.kind:type_name -> cairn.cluster.PartitionKind
+	33, // 44: cairn.cluster.CreateVolume.partitions:type_name -> cairn.cluster.NewPartition
+	10, // 45: cairn.cluster.CreateVolume.chunking:type_name -> cairn.cluster.ChunkLayout
+	0,  // 46: cairn.cluster.RegisterRequest.role:type_name -> cairn.cluster.Role
+	9,  // 47: cairn.cluster.PartitionReport.quota_use:type_name -> cairn.cluster.QuotaUse
+	38, // 48: cairn.cluster.HeartbeatRequest.usage:type_name -> cairn.cluster.Usage
+	39, // 49: cairn.cluster.HeartbeatRequest.partitions:type_name -> cairn.cluster.PartitionReport
+	13, // 50: cairn.cluster.HeartbeatResponse.assigned:type_name -> cairn.cluster.Partition
+	74, // 51: cairn.cluster.HeartbeatResponse.node_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeAddrsEntry
+	75, // 52: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	8,  // 53: cairn.cluster.HeartbeatResponse.quotas:type_name -> cairn.cluster.QuotaState
+	15, // 54: cairn.cluster.HeartbeatResponse.grant_keys:type_name -> cairn.cluster.GrantKey
+	14, // 55: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
+	10, // 56: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
+	6,  // 57: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
+	13, // 58: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
+	8,  // 59: cairn.cluster.VolumeResponse.quotas:type_name -> cairn.cluster.QuotaState
+	6,  // 60: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
+	5,  // 61: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
+	38, // 62: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
+	39, // 63: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
+	14, // 64: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
+	52, // 65: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
+	51, // 66: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
+	55, // 67: cairn.cluster.StatusResponse.recovering:type_name -> cairn.cluster.ReplicaRecovery
+	19, // 68: cairn.cluster.SetQuotaRequest.set:type_name -> cairn.cluster.SetQuota
+	20, // 69: cairn.cluster.RemoveQuotaRequest.remove:type_name -> cairn.cluster.RemoveQuota
+	7,  // 70: cairn.cluster.QuotaResponse.quota:type_name -> cairn.cluster.Quota
+	17, // 71: cairn.cluster.CreateClientRequest.client:type_name -> cairn.cluster.Client
+	17, // 72: cairn.cluster.ListClientsResponse.clients:type_name -> cairn.cluster.Client
+	5,  // 73: cairn.cluster.DecommissionNodeResponse.node:type_name -> cairn.cluster.Node
+	5,  // 74: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
+	6,  // 75: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
+	13, // 76: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
+	17, // 77: cairn.cluster.ClusterMap.ClientsEntry.value:type_name -> cairn.cluster.Client
+	36, // 78: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
+	40, // 79: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
+	42, // 80: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
+	44, // 81: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
+	45, // 82: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
+	47, // 83: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
+	45, // 84: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
+	53, // 85: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
+	50, // 86: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
+	67, // 87: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
+	65, // 88: cairn.cluster.Master.DecommissionNode:input_type -> cairn.cluster.DecommissionNodeRequest
+	59, // 89: cairn.cluster.Master.CreateClient:input_type -> cairn.cluster.CreateClientRequest
+	61, // 90: cairn.cluster.Master.ListClients:input_type -> cairn.cluster.ListClientsRequest
+	63, // 91: cairn.cluster.Master.Revoke:input_type -> cairn.cluster.RevokeRequest
+	56, // 92: cairn.cluster.Master.SetQuota:input_type -> cairn.cluster.SetQuotaRequest
+	57, // 93: cairn.cluster.Master.RemoveQuota:input_type -> cairn.cluster.RemoveQuotaRequest
+	37, // 94: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	41, // 95: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	43, // 96: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	46, // 97: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	46, // 98: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	48, // 99: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	49, // 100: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	54, // 101: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	51, // 102: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	68, // 103: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
+	66, // 104: cairn.cluster.Master.DecommissionNode:output_type -> cairn.cluster.DecommissionNodeResponse
+	60, // 105: cairn.cluster.Master.CreateClient:output_type -> cairn.cluster.CreateClientResponse
+	62, // 106: cairn.cluster.Master.ListClients:output_type -> cairn.cluster.ListClientsResponse
+	64, // 107: cairn.cluster.Master.Revoke:output_type -> cairn.cluster.RevokeResponse
+	58, // 108: cairn.cluster.Master.SetQuota:output_type -> cairn.cluster.QuotaResponse
+	58, // 109: cairn.cluster.Master.RemoveQuota:output_type -> cairn.cluster.QuotaResponse
+	94, // [94:110] is the sub-list for method output_type
+	78, // [78:94] is the sub-list for method input_type
+	78, // [78:78] is the sub-list for extension type_name
+	78, // [78:78] is the sub-list for extension extendee
+	0,  // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -5547,7 +5721,7 @@ func file_cluster_proto_init() {
 	if File_cluster_proto != nil {
 		return
 	}
-	file_cluster_proto_msgTypes[11].OneofWrappers = []any{
+	file_cluster_proto_msgTypes[13].OneofWrappers = []any{
 		(*Command_Init)(nil),
 		(*Command_Register)(nil),
 		(*Command_SetNodeState)(nil),
@@ -5564,6 +5738,7 @@ func file_cluster_proto_init() {
 		(*Command_Revoke)(nil),
 		(*Command_SetQuota)(nil),
 		(*Command_RemoveQuota)(nil),
+		(*Command_RotateGrantKey)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5571,7 +5746,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   69,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -3598,7 +3598,10 @@ type TxnResponse struct {
 	// group per Txn the partition formed, in the order of the steps. A
 	// response without groups means the partition ran none (a node of an
 	// earlier version): the client runs them itself.
-	Then          []*ThenGroup `protobuf:"bytes,2,rep,name=then,proto3" json:"then,omitempty"`
+	Then []*ThenGroup `protobuf:"bytes,2,rep,name=then,proto3" json:"then,omitempty"`
+	// Extent grants (pkg/grant) for the inodes of this answer, for a client
+	// certificate: what it presents to data nodes to read and write them.
+	Grants        [][]byte `protobuf:"bytes,3,rep,name=grants,proto3" json:"grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3643,6 +3646,13 @@ func (x *TxnResponse) GetResult() *TxnResult {
 func (x *TxnResponse) GetThen() []*ThenGroup {
 	if x != nil {
 		return x.Then
+	}
+	return nil
+}
+
+func (x *TxnResponse) GetGrants() [][]byte {
+	if x != nil {
+		return x.Grants
 	}
 	return nil
 }
@@ -3796,8 +3806,11 @@ type LookupResponse struct {
 	Dentry         *Dentry                `protobuf:"bytes,2,opt,name=dentry,proto3" json:"dentry,omitempty"`
 	Inode          *Inode                 `protobuf:"bytes,3,opt,name=inode,proto3" json:"inode,omitempty"`                                          // set when the inode lives on the same partition
 	RoutingVersion uint64                 `protobuf:"varint,4,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"` // the partition's routing version
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Extent grants (pkg/grant) for the inodes of this answer, for a client
+	// certificate: what it presents to data nodes to read and write them.
+	Grants        [][]byte `protobuf:"bytes,5,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LookupResponse) Reset() {
@@ -3856,6 +3869,13 @@ func (x *LookupResponse) GetRoutingVersion() uint64 {
 		return x.RoutingVersion
 	}
 	return 0
+}
+
+func (x *LookupResponse) GetGrants() [][]byte {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
 }
 
 type GetInodeRequest struct {
@@ -3939,9 +3959,12 @@ func (x *GetInodeRequest) GetCred() *Cred {
 }
 
 type GetInodeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Errno         int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
-	Inode         *Inode                 `protobuf:"bytes,2,opt,name=inode,proto3" json:"inode,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Errno int32                  `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
+	Inode *Inode                 `protobuf:"bytes,2,opt,name=inode,proto3" json:"inode,omitempty"`
+	// Extent grants (pkg/grant) for the inodes of this answer, for a client
+	// certificate: what it presents to data nodes to read and write them.
+	Grants        [][]byte `protobuf:"bytes,3,rep,name=grants,proto3" json:"grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3986,6 +4009,13 @@ func (x *GetInodeResponse) GetErrno() int32 {
 func (x *GetInodeResponse) GetInode() *Inode {
 	if x != nil {
 		return x.Inode
+	}
+	return nil
+}
+
+func (x *GetInodeResponse) GetGrants() [][]byte {
+	if x != nil {
+		return x.Grants
 	}
 	return nil
 }
@@ -4077,8 +4107,11 @@ type ReadDirResponse struct {
 	// so a listing never misses or repeats a name that is moving.
 	RoutingVersion uint64 `protobuf:"varint,5,opt,name=routing_version,json=routingVersion,proto3" json:"routing_version,omitempty"`
 	RoutingMoving  bool   `protobuf:"varint,6,opt,name=routing_moving,json=routingMoving,proto3" json:"routing_moving,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Extent grants (pkg/grant) for the inodes of this answer, for a client
+	// certificate: what it presents to data nodes to read and write them.
+	Grants        [][]byte `protobuf:"bytes,7,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadDirResponse) Reset() {
@@ -4151,6 +4184,13 @@ func (x *ReadDirResponse) GetRoutingMoving() bool {
 		return x.RoutingMoving
 	}
 	return false
+}
+
+func (x *ReadDirResponse) GetGrants() [][]byte {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
 }
 
 // ScanRequest pages through all records of a partition in key order (fsck, the
@@ -4942,7 +4982,10 @@ type PathResponse struct {
 	// dropped as an unlinked name's (link_dropped, nlink, evicted; the
 	// client drops it itself with FollowUpID(request_id, FollowUpLink)
 	// when link_dropped is false). dentry is the new name.
-	Replaced      uint64 `protobuf:"varint,18,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	Replaced uint64 `protobuf:"varint,18,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	// Extent grants (pkg/grant) for the inodes of this answer, for a client
+	// certificate: what it presents to data nodes to read and write them.
+	Grants        [][]byte `protobuf:"bytes,19,rep,name=grants,proto3" json:"grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5101,6 +5144,13 @@ func (x *PathResponse) GetReplaced() uint64 {
 		return x.Replaced
 	}
 	return 0
+}
+
+func (x *PathResponse) GetGrants() [][]byte {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
 }
 
 // ChangesRequest asks a meta partition's leader which names and inodes
@@ -5573,10 +5623,11 @@ const file_meta_proto_rawDesc = "" +
 	"\x04then\x18\x05 \x03(\v2\x13.cairn.meta.HomedOpR\x04then\";\n" +
 	"\aHomedOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x1e\n" +
-	"\x02op\x18\x02 \x01(\v2\x0e.cairn.meta.OpR\x02op\"g\n" +
+	"\x02op\x18\x02 \x01(\v2\x0e.cairn.meta.OpR\x02op\"\x7f\n" +
 	"\vTxnResponse\x12-\n" +
 	"\x06result\x18\x01 \x01(\v2\x15.cairn.meta.TxnResultR\x06result\x12)\n" +
-	"\x04then\x18\x02 \x03(\v2\x15.cairn.meta.ThenGroupR\x04then\"\x83\x01\n" +
+	"\x04then\x18\x02 \x03(\v2\x15.cairn.meta.ThenGroupR\x04then\x12\x16\n" +
+	"\x06grants\x18\x03 \x03(\fR\x06grants\"\x83\x01\n" +
 	"\tThenGroup\x12\x14\n" +
 	"\x05steps\x18\x01 \x03(\rR\x05steps\x12\x1d\n" +
 	"\n" +
@@ -5587,34 +5638,37 @@ const file_meta_proto_rawDesc = "" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x16\n" +
 	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\fR\x04name\x12\x19\n" +
-	"\bns_fetch\x18\x04 \x01(\bR\ansFetch\"\xa4\x01\n" +
+	"\bns_fetch\x18\x04 \x01(\bR\ansFetch\"\xbc\x01\n" +
 	"\x0eLookupResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12*\n" +
 	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12'\n" +
 	"\x05inode\x18\x03 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12'\n" +
-	"\x0frouting_version\x18\x04 \x01(\x04R\x0eroutingVersion\"\x9f\x01\n" +
+	"\x0frouting_version\x18\x04 \x01(\x04R\x0eroutingVersion\x12\x16\n" +
+	"\x06grants\x18\x05 \x03(\fR\x06grants\"\x9f\x01\n" +
 	"\x0fGetInodeRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x19\n" +
 	"\bns_fetch\x18\x03 \x01(\bR\ansFetch\x12\x16\n" +
 	"\x06access\x18\x04 \x01(\rR\x06access\x12$\n" +
-	"\x04cred\x18\x05 \x01(\v2\x10.cairn.meta.CredR\x04cred\"Q\n" +
+	"\x04cred\x18\x05 \x01(\v2\x10.cairn.meta.CredR\x04cred\"i\n" +
 	"\x10GetInodeResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12'\n" +
-	"\x05inode\x18\x02 \x01(\v2\x11.cairn.meta.InodeR\x05inode\"\x8b\x01\n" +
+	"\x05inode\x18\x02 \x01(\v2\x11.cairn.meta.InodeR\x05inode\x12\x16\n" +
+	"\x06grants\x18\x03 \x03(\fR\x06grants\"\x8b\x01\n" +
 	"\x0eReadDirRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x16\n" +
 	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x14\n" +
 	"\x05after\x18\x03 \x01(\fR\x05after\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x12\n" +
-	"\x04plus\x18\x05 \x01(\bR\x04plus\"\xe6\x01\n" +
+	"\x04plus\x18\x05 \x01(\bR\x04plus\"\xfe\x01\n" +
 	"\x0fReadDirResponse\x12.\n" +
 	"\bdentries\x18\x01 \x03(\v2\x12.cairn.meta.DentryR\bdentries\x12)\n" +
 	"\x06inodes\x18\x02 \x03(\v2\x11.cairn.meta.InodeR\x06inodes\x12\x12\n" +
 	"\x04more\x18\x03 \x01(\bR\x04more\x12\x14\n" +
 	"\x05errno\x18\x04 \x01(\x05R\x05errno\x12'\n" +
 	"\x0frouting_version\x18\x05 \x01(\x04R\x0eroutingVersion\x12%\n" +
-	"\x0erouting_moving\x18\x06 \x01(\bR\rroutingMoving\"\xbc\x02\n" +
+	"\x0erouting_moving\x18\x06 \x01(\bR\rroutingMoving\x12\x16\n" +
+	"\x06grants\x18\a \x03(\fR\x06grants\"\xbc\x02\n" +
 	"\vScanRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12(\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x14.cairn.meta.ScanKindR\x04kind\x12\x1b\n" +
@@ -5687,7 +5741,7 @@ const file_meta_proto_rawDesc = "" +
 	"\bkeep_all\x18\f \x01(\bR\akeepAll\x12%\n" +
 	"\x0einherit_layout\x18\r \x01(\bR\rinheritLayout\x12\x19\n" +
 	"\bnew_name\x18\x0e \x01(\fR\anewName\x12\x16\n" +
-	"\x06origin\x18\x0f \x01(\x04R\x06origin\"\xed\x04\n" +
+	"\x06origin\x18\x0f \x01(\x04R\x06origin\"\x85\x05\n" +
 	"\fPathResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -5709,7 +5763,8 @@ const file_meta_proto_rawDesc = "" +
 	"\vlayout_attr\x18\x10 \x01(\fR\n" +
 	"layoutAttr\x124\n" +
 	"\fparent_attrs\x18\x11 \x01(\v2\x11.cairn.meta.InodeR\vparentAttrs\x12\x1a\n" +
-	"\breplaced\x18\x12 \x01(\x04R\breplaced\"|\n" +
+	"\breplaced\x18\x12 \x01(\x04R\breplaced\x12\x16\n" +
+	"\x06grants\x18\x13 \x03(\fR\x06grants\"|\n" +
 	"\x0eChangesRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x16\n" +
 	"\x06cursor\x18\x02 \x01(\x04R\x06cursor\x12\x16\n" +
