@@ -189,6 +189,8 @@ func (s *State) Apply(cmd *pb.Command) (any, error) {
 	case *pb.Command_RemoveQuota:
 		res, err = s.removeQuota(op.RemoveQuota)
 		changed = err == nil
+	case *pb.Command_RotateGrantKey:
+		changed, err = s.rotateGrantKey(op.RotateGrantKey)
 	default:
 		return nil, fmt.Errorf("%w command: unknown operation %T", ErrInvalid, op)
 	}

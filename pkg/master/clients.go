@@ -66,10 +66,13 @@ func (s *Server) revoked(serial string) bool {
 	return ok
 }
 
-// scopeMap trims a copy of the map for the caller of ctx: a client sees
-// no identity records, and a client bound to a volume sees only that
-// volume and its partitions.
+// scopeMap trims a copy of the map for the caller of ctx: nobody sees the
+// grant keys (whoever holds one can grant itself any extent; nodes get them
+// with their heartbeats, and the console shows the map on plain HTTP), a
+// client sees no identity records, and a client bound to a volume sees
+// only that volume and its partitions.
 func scopeMap(ctx context.Context, m *pb.ClusterMap) {
+	m.GrantKeys = nil
 	if daemon.PeerKind(ctx) != pki.KindClient {
 		return
 	}

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -89,6 +90,9 @@ type Config struct {
 	// SweepInterval is how often the leader sweeps every volume for orphan
 	// inodes (package fsck); 0 means DefaultSweepInterval, negative never.
 	SweepInterval time.Duration
+	// GrantKeyPeriod is how often the leader adds a key for extent grants;
+	// 0 means DefaultGrantKeyPeriod.
+	GrantKeyPeriod time.Duration
 }
 
 // ParsePeers parses "1=host:port,2=host:port".
@@ -156,6 +160,9 @@ type Server struct {
 	rate        recoveryRate
 	leaderSince time.Time  // zero when not leader
 	createMu    sync.Mutex // serializes volume placement
+	// fullVolumes: the volumes at their capacity (grantkeys.go), for the
+	// data nodes' heartbeats.
+	fullVolumes atomic.Pointer[[]uint64]
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -504,6 +511,8 @@ func (s *Server) leaderDuties(ctx context.Context) {
 		}
 		s.log.Info("node state changed", "node", ch.NodeId, "state", stateName(ch.State))
 	}
+	s.rotateGrantKeys(ctx, time.Now())
+	s.noteFullVolumes()
 	s.recoverReplicas(ctx)
 	s.growData(ctx)
 	s.sampleProgress()

@@ -179,7 +179,11 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		}
 		v.s.log.Info("stale replica caught up", "partition", c.PartitionId, "node", c.NodeId, "partition_epoch", c.Epoch)
 	}
-	resp := &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs, NodeDataAddrs: dataAddrs, Removed: removed, Revoked: revoked}
+	resp := &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs, NodeDataAddrs: dataAddrs, Removed: removed, Revoked: revoked,
+		GrantKeys: v.s.grantKeys()}
+	if node.Role == pb.Role_ROLE_DATA {
+		resp.FullVolumes = v.s.full()
+	}
 	if node.Role == pb.Role_ROLE_META {
 		resp.Quotas = v.s.allQuotas()
 	}

@@ -170,7 +170,7 @@ func New(env node.Env, opts Options) (*Host, error) {
 	h.peers = newPeers(h)
 	h.metrics = newMetrics(env.Registry, h)
 	h.lifts = newLiftBatch(h)
-	metapb.RegisterMetaNodeServer(env.RPC, &service{h: h})
+	metapb.RegisterMetaNodeServer(env.RPC, granting{&service{h: h}})
 	if opts.CollectInterval >= 0 {
 		h.wg.Add(1)
 		go h.runCollector()
@@ -431,6 +431,9 @@ type metrics struct {
 	txns            prometheus.Counter
 	proposals       prometheus.Counter
 	batchTxns       prometheus.Histogram
+	// grants counts the extent grants signed for clients; grantsUnsigned
+	// the inodes answered without one (no key from the masters yet).
+	grants, grantsUnsigned prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, h *Host) *metrics {
@@ -457,6 +460,11 @@ func newMetrics(reg prometheus.Registerer, h *Host) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
 	}
+	m.grants = prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_grants_signed_total",
+		Help: "Extent grants (tokens) signed for clients' answers."})
+	m.grantsUnsigned = prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_grants_unsigned_total",
+		Help: "Inodes answered to a client without an extent grant because this node has no grant key yet."})
+	reg.MustRegister(m.grants, m.grantsUnsigned)
 	reg.MustRegister(m.requests, m.nsFetches, m.pathHops, m.followUps, m.followUpsIn, m.freed, m.dropsApplied, m.chunksReclaimed, m.txns, m.proposals, m.batchTxns)
 	nsStat := func(f func(nsreplica.Stats) float64) func() float64 {
 		return func() float64 {

@@ -37,8 +37,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/daemon"
+	"github.com/cairnfs/cairn/pkg/grant"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/multiraft"
 	"github.com/cairnfs/cairn/pkg/pki"
@@ -115,6 +117,13 @@ type Env struct {
 	// Revoked reports whether a certificate serial (pki.Serial) is on the
 	// cluster's revocation list, as of the node's last heartbeat.
 	Revoked func(serial string) bool
+	// Grants holds the keys of extent grants as of the last heartbeat
+	// (none before the first: meta nodes then sign no grant, data nodes
+	// accept none).
+	Grants *grant.Keyring
+	// VolumeFull reports whether a volume's data reached its capacity, as
+	// of the last heartbeat (data nodes refuse clients new data of it).
+	VolumeFull func(volume uint64) bool
 	// TLS is the client configuration for connections to peers, ServerTLS
 	// the server configuration of the role's own listener (nil: plain
 	// text).
@@ -178,6 +187,14 @@ type Node struct {
 	// (or the saved assignment): serials whose certificates this node
 	// refuses.
 	revoked atomic.Pointer[map[string]bool]
+	// grants holds the keys of extent grants as of the last heartbeat;
+	// full the volumes at their capacity (data nodes). Neither is kept in
+	// the data dir: a restarted node learns them from its first heartbeat.
+	grants grant.Keyring
+	full   atomic.Pointer[map[uint64]bool]
+	// lastGrantKeys: the keys grants was last set from (heartbeat goroutine
+	// only).
+	lastGrantKeys []*pb.GrantKey
 
 	fatal chan error
 	stop  chan struct{}
@@ -353,6 +370,7 @@ func (n *Node) openPartitions() (err error) {
 			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, RPC: n.rpc,
 			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData,
 			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch, AppliedEpoch: applied, Refresh: n.refresh, Revoked: n.isRevoked,
+			Grants: &n.grants, VolumeFull: n.volumeFull,
 			TLS: daemon.ClientTLS(n.cfg.TLS), ServerTLS: daemon.ServerTLS(n.cfg.TLS),
 		})
 		if err != nil {
@@ -513,10 +531,35 @@ func (n *Node) isRevoked(serial string) bool {
 	return m != nil && (*m)[serial]
 }
 
+// volumeFull reports whether the last heartbeat named volume full.
+func (n *Node) volumeFull(volume uint64) bool {
+	m := n.full.Load()
+	return m != nil && (*m)[volume]
+}
+
+// setGrantState takes the grant keys and full volumes of a heartbeat's
+// answer.
+func (n *Node) setGrantState(resp *pb.HeartbeatResponse) {
+	// Key ids are never reused: the same ids are the same keys.
+	if !slices.EqualFunc(resp.GrantKeys, n.lastGrantKeys, func(a, b *pb.GrantKey) bool { return a.Id == b.Id }) {
+		n.grants.Set(clustermap.GrantKeysOf(resp.GrantKeys))
+		n.lastGrantKeys = resp.GrantKeys
+	}
+	full := make(map[uint64]bool, len(resp.FullVolumes))
+	for _, v := range resp.FullVolumes {
+		full[v] = true
+	}
+	n.full.Store(&full)
+}
+
 // saveAssignment records the assignment and peer addresses so that a restarted
 // node opens its partitions and reaches their replicas before it reaches a
-// master.
+// master. The grant keys stay out of it: the file is readable by all.
 func (n *Node) saveAssignment(a *pb.HeartbeatResponse) error {
+	if len(a.GrantKeys) > 0 {
+		a = proto.Clone(a).(*pb.HeartbeatResponse)
+		a.GrantKeys = nil
+	}
 	b, err := protojson.MarshalOptions{Multiline: true}.Marshal(a)
 	if err != nil {
 		return err
@@ -643,6 +686,7 @@ func (n *Node) heartbeat() error {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
 	n.heartbeats.Inc()
+	n.setGrantState(resp)
 	if q, ok := n.parts.(QuotaEnforcer); ok {
 		q.SetQuotas(resp.Quotas)
 	}
