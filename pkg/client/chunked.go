@@ -119,7 +119,7 @@ func (c *chunkLayout) chunkData(ctx context.Context, op string, ch *metapb.Chunk
 		return nil, errnoErr(op, syscall.EIO, "inode %d: %v", f.ino, err)
 	}
 	data, err := f.v.chunks.Get(ctx, fp, func(ctx context.Context) ([]byte, error) {
-		b, err := f.dc.ReadChunk(ctx, chunkLocation(ch), fp)
+		b, err := f.dc.ReadChunk(dataclient.WithInode(ctx, f.ino), chunkLocation(ch), fp)
 		if err == nil {
 			f.v.bytesRead.Add(int64(len(b)))
 		}

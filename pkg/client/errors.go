@@ -64,8 +64,10 @@ func ErrnoOf(err error) syscall.Errno {
 	switch dataproto.CodeOf(err) {
 	case dataproto.CodeReadOnlyClient:
 		return syscall.EROFS
-	case dataproto.CodePermissionDenied:
+	case dataproto.CodePermissionDenied, dataproto.CodeNoGrant:
 		return syscall.EACCES
+	case dataproto.CodeVolumeFull:
+		return syscall.ENOSPC
 	}
 	switch status.Code(err) {
 	case codes.PermissionDenied, codes.Unauthenticated:

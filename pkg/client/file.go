@@ -37,6 +37,7 @@ func (v *Volume) dataClient(ctx context.Context) (*dataclient.Client, error) {
 	if opts.Conn.TLS == nil {
 		opts.Conn.TLS = v.opts.TLS
 	}
+	opts.Grants, opts.Regrant = v.grants, v.regrant
 	if opts.ReportFailure == nil {
 		opts.ReportFailure = v.mc.NewFailureReporter(reporterName()).Report
 	}
@@ -180,7 +181,9 @@ func (v *Volume) openInode(ctx context.Context, op string, in *metapb.Inode, fla
 		return nil, err
 	}
 	v.opened(ino)
-	f.ctx, f.stop = context.WithCancel(context.Background())
+	// The file's I/O names its inode, so that a data node wanting a
+	// fresh extent grant gets one (dataclient.WithInode).
+	f.ctx, f.stop = context.WithCancel(f.withCred(dataclient.WithInode(context.Background(), ino)))
 	return f, nil
 }
 

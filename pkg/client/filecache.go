@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cairnfs/cairn/pkg/dataclient"
 	"io"
 
 	"github.com/cairnfs/cairn/pkg/chunkcache"
@@ -71,7 +72,7 @@ func (l *extentLayout) cachedFile() ([]byte, bool, error) {
 	}
 	keys, size := l.keys, int64(f.size)
 	data, err := c.Get(f.ctx, fileKey{ino: f.ino, ver: f.ver}, func(ctx context.Context) ([]byte, error) {
-		r := f.dc.NewReader(ctx, keys, size)
+		r := f.dc.NewReader(dataclient.WithInode(ctx, f.ino), keys, size)
 		defer r.Close()
 		buf := make([]byte, size)
 		n, err := r.ReadAt(buf, 0)

@@ -36,10 +36,12 @@ import (
 	"github.com/cairnfs/cairn/pkg/chunker"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataclient"
+	"github.com/cairnfs/cairn/pkg/grant"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/perm"
 	"github.com/cairnfs/cairn/pkg/redirect"
 )
 
@@ -113,6 +115,9 @@ type Volume struct {
 	mc   *masterclient.Client
 	pool *redirect.Pool
 	meta *metaclient.Client
+	// grants are the extent grants the meta nodes' answers carried, which
+	// the data client presents to data nodes (pkg/grant).
+	grants *grant.Book
 
 	mu   sync.RWMutex
 	view *view
@@ -276,6 +281,8 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 		return a, ok && a != ""
 	})
 	v.meta.SetOrigin(newID())
+	v.grants = grant.NewBook(maxGrantRanges)
+	v.meta.SetGrants(v.grants.Add)
 	m, err := v.getMap(ctx)
 	if err == nil {
 		v.view, err = newView(m, volume)
@@ -291,6 +298,24 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 		go v.refreshLoop()
 	}
 	return v, nil
+}
+
+// maxGrantRanges bounds the extent ranges the volume keeps grants for
+// (about 150 bytes each): a traversal of a large tree drops the oldest
+// rather than grow, and a file whose grant went is fetched again when a
+// data node asks for it.
+const maxGrantRanges = 1 << 16
+
+// regrant fetches inode ino again, for the grants of its answer
+// (dataclient.Options.Regrant): checked for writing when write, as an
+// open for writing is, for a client whose ids the servers map.
+func (v *Volume) regrant(ctx context.Context, ino uint64, write bool) error {
+	access := uint32(perm.Read)
+	if write {
+		access = perm.Write
+	}
+	_, err := v.getInodeFor(ctx, "grant", ino, access)
+	return err
 }
 
 // background runs fn, bounded work an operation leaves behind (lifting its

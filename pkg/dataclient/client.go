@@ -37,6 +37,7 @@ import (
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/grant"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/replicaset"
 )
@@ -151,6 +152,15 @@ type Options struct {
 	// Logger receives a line for every write moved off a partition and
 	// every read moved to another replica; default: discarded.
 	Logger *slog.Logger
+	// Grants, if set, are the extent grants the client holds (filled from
+	// the meta nodes' answers): reads and overwrites present the one that
+	// names their range to the data node first (grants.go). Nil presents
+	// none: a node's, an admin's or a plain-text client.
+	Grants *grant.Book
+	// Regrant fetches inode ino again (checked for writing when write) so that its answer's grants land in
+	// Grants; called when a data node refuses I/O of a context marked with
+	// WithInode for want of a grant.
+	Regrant func(ctx context.Context, ino uint64, write bool) error
 }
 
 func (o Options) withDefaults() Options {
@@ -244,7 +254,11 @@ type Client struct {
 	smallUntil time.Time
 	closed     bool
 
+	// presented: the grant tokens each data node was sent (grants.go).
+	presented presented
+
 	writeFailures, readFailovers, readCRCErrors, refreshes, chunkBuffers, packetBuffers atomic.Int64
+	grantsPresented, regrants                                                          atomic.Int64
 }
 
 // Stats are a client's counters.
@@ -266,11 +280,16 @@ type Stats struct {
 	// PacketBuffers counts writers' packet buffers allocated because none
 	// was free to reuse.
 	PacketBuffers int64
+	// GrantsPresented counts extent grants sent to data nodes (OpGrant);
+	// Regrants the inodes fetched again because a data node wanted a
+	// fresh grant.
+	GrantsPresented, Regrants int64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
-	return Stats{WriteFailures: c.writeFailures.Load(), ReadFailovers: c.readFailovers.Load(), Refreshes: c.refreshes.Load(), ReadCRCErrors: c.readCRCErrors.Load(), ChunkBuffers: c.chunkBuffers.Load(), PacketBuffers: c.packetBuffers.Load()}
+	return Stats{WriteFailures: c.writeFailures.Load(), ReadFailovers: c.readFailovers.Load(), Refreshes: c.refreshes.Load(), ReadCRCErrors: c.readCRCErrors.Load(), ChunkBuffers: c.chunkBuffers.Load(), PacketBuffers: c.packetBuffers.Load(),
+		GrantsPresented: c.grantsPresented.Load(), Regrants: c.regrants.Load()}
 }
 
 // New fetches the topology from src and returns a client.

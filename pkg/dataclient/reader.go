@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/grant"
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
@@ -133,9 +134,13 @@ func (c *Client) readFrom(ctx context.Context, conn *dataproto.Conn, pid, ext ui
 	if verify {
 		flags = dataproto.FlagVerify
 	}
-	_, got, err := conn.Do(ctx, &dataproto.Request{
-		Header: dataproto.Header{Op: dataproto.OpRead, Flags: flags, Partition: pid, Extent: ext, Offset: off, Arg: uint64(len(dst)), Size: committed, Epoch: c.epoch()},
-		Dst:    dst,
+	var got []byte
+	err := c.withGrant(ctx, conn, pid, ext, off, len(dst), grant.Read, func() (err error) {
+		_, got, err = conn.Do(ctx, &dataproto.Request{
+			Header: dataproto.Header{Op: dataproto.OpRead, Flags: flags, Partition: pid, Extent: ext, Offset: off, Arg: uint64(len(dst)), Size: committed, Epoch: c.epoch()},
+			Dst:    dst,
+		})
+		return err
 	})
 	switch {
 	case err != nil:

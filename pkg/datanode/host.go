@@ -173,6 +173,8 @@ type Host struct {
 	// one client cannot take the node's MaxConns alone.
 	connMu      sync.Mutex
 	clientConns map[string]int
+	// grants: what each client certificate may use here (grants.go).
+	grants grantStore
 }
 
 // MaxClientConns bounds the data-path connections one client identity

@@ -25,10 +25,19 @@ type metrics struct {
 	chunkWrites     *prometheus.CounterVec // role
 	chunkBytes      *prometheus.CounterVec // role
 	chunkMismatches prometheus.Counter
+	// Extent grants clients presented (OpGrant): accepted, and refused
+	// (a bad signature, another certificate's, expired, an unknown key).
+	grantsAccepted, grantsRefused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, h *Host) (*metrics, error) {
 	m := &metrics{
+		grantsAccepted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_data_grants_accepted_total", Help: "Extent grants clients presented that this node verified and took.",
+		}),
+		grantsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_data_grants_refused_total", Help: "Extent grants clients presented that this node refused: a bad signature, another certificate's, expired, or signed with a key it does not know.",
+		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_data_requests_total", Help: "Data-path requests answered, by op and result code.",
 		}, []string{"op", "code"}),
@@ -74,7 +83,7 @@ func newMetrics(reg prometheus.Registerer, h *Host) (*metrics, error) {
 		return m, nil
 	}
 	cs := []prometheus.Collector{m.requests, m.latency, m.bytesIn, m.bytesOut, m.chainFailures, m.alignedBytes,
-		m.alignErrors, m.badBlocks, m.repairedBlocks, m.reopens, m.chunkWrites, m.chunkBytes, m.chunkMismatches,
+		m.alignErrors, m.badBlocks, m.repairedBlocks, m.reopens, m.chunkWrites, m.chunkBytes, m.chunkMismatches, m.grantsAccepted, m.grantsRefused,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "cairn_data_sendfile_bytes_total", Help: "Read bytes sent with sendfile(2) (zero-copy).",
 		}, func() float64 { return float64(h.srv.Stats().SendfileBytes) }),

@@ -2,6 +2,7 @@ package datanode
 
 import (
 	"context"
+	"math"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/extentstore"
+	"github.com/cairnfs/cairn/pkg/grant"
 	"github.com/cairnfs/cairn/pkg/multiraft"
 	"github.com/cairnfs/cairn/pkg/pki"
 	"github.com/cairnfs/cairn/pkg/replicaset"
@@ -43,6 +45,10 @@ type session struct {
 	caps    capability.Caps
 	denied  error
 	counted bool // among the client's connections (countConn)
+	// spans, for a client certificate, is what it may use here: the
+	// ranges of the grants it presented and of what it wrote (grants.go).
+	// nil for nodes, admins and plain text, which need no grant.
+	spans *grant.Spans
 	// down holds this session's connections to next replicas, used only on
 	// the reader goroutine: one connection per next replica keeps a
 	// stream's packets in order along the chain.
@@ -79,6 +85,9 @@ func (h *Host) session(peer *x509.Certificate) *session {
 			}
 			s.counted = true
 		}
+		if s.denied == nil && pki.KindOf(peer) == pki.KindClient {
+			s.spans = h.grants.spans(s.serial)
+		}
 	}
 	return s
 }
@@ -114,7 +123,11 @@ func (s *session) permit(in *dataproto.Inbound) bool {
 		return refuse(dataproto.CodePermissionDenied, "%v", s.denied)
 	case s.h.env.Revoked != nil && s.h.env.Revoked(s.serial):
 		return refuse(dataproto.CodePermissionDenied, "the connection's certificate (serial %s) is revoked", s.serial)
-	case !s.caps.Restricted() || h.Op == dataproto.OpPing:
+	}
+	if code, msg, ok := s.granted(&h); !ok {
+		return refuse(code, "%s", msg)
+	}
+	if !s.caps.Restricted() || h.Op == dataproto.OpPing {
 		return true
 	}
 	if p := s.h.partition(h.Partition); p != nil && !s.caps.AllowsVolume(p.volume) {
@@ -122,7 +135,7 @@ func (s *session) permit(in *dataproto.Inbound) bool {
 	}
 	if s.caps.ReadOnly {
 		switch h.Op {
-		case dataproto.OpRead, dataproto.OpListExtents, dataproto.OpChecksums:
+		case dataproto.OpRead, dataproto.OpGrant, dataproto.OpListExtents, dataproto.OpChecksums:
 		default:
 			return refuse(dataproto.CodeReadOnlyClient, "%v: this client is read-only", h.Op)
 		}
@@ -157,6 +170,8 @@ func (s *session) Handle(in *dataproto.Inbound) {
 		return
 	}
 	switch in.Header.Op {
+	case dataproto.OpGrant:
+		s.presentGrant(in)
 	case dataproto.OpCreateExtent:
 		s.create(in)
 	case dataproto.OpAppend:
@@ -462,9 +477,21 @@ func (s *session) create(in *dataproto.Inbound) {
 			return
 		}
 	}
+	// The client's certificate travels down the chain with the creation,
+	// so that every replica lets it use the extent: an overwrite goes to
+	// the partition's Raft leader, which may be another replica.
+	holder := in.Payload
+	if h.Flags&dataproto.FlagForwarded == 0 && s.spans != nil {
+		holder = []byte(s.serial)
+	}
+	if h.Flags&dataproto.FlagForwarded != 0 && len(holder) > 0 {
+		s.h.grants.spans(string(holder)).Own(h.Partition, id, 0, math.MaxInt64, time.Now().Add(ownFor).Unix())
+	}
 	fh := h
 	fh.Extent, fh.Kind = id, uint8(extentstore.KindLarge)
-	call, next, ferr := s.forward(in.Context(), chain, pos, fh, nil)
+	fh.PayloadCRC = dataproto.Checksum(holder) // forward keeps the CRC it is given
+	call, next, ferr := s.forward(in.Context(), chain, pos, fh, holder)
+	in.Release()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -473,6 +500,9 @@ func (s *session) create(in *dataproto.Inbound) {
 				_ = st.DeleteExtent(id) // never handed out: no one refers to it
 			}
 			return
+		}
+		if pos == 0 {
+			s.ownWhole(h.Partition, id)
 		}
 		r.ok(dataproto.Header{Extent: id, Kind: uint8(extentstore.KindLarge)}, nil)
 	}()
@@ -594,6 +624,7 @@ func (s *session) writeSmall(in *dataproto.Inbound) {
 			return
 		}
 		lease.Release()
+		s.own(h.Partition, ext, uint64(off), uint64(off)+uint64(h.Length))
 		r.ok(dataproto.Header{Extent: ext, Offset: off, Arg: uint64(off) + uint64(h.Length), Size: size, Kind: uint8(extentstore.KindSmall)}, nil)
 	}()
 }

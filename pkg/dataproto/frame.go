@@ -100,10 +100,20 @@ const (
 	// where the chunk is, Arg = Offset + chunk size, Size = the extent's
 	// size on the primary.
 	OpWriteChunk Op = 10
-	maxOp           = OpWriteChunk
+	// OpGrant presents an extent grant (pkg/grant): the payload is the
+	// token. The data node verifies it and from then on serves the ranges
+	// it names to the connection's certificate, on any of its connections
+	// to this node, until the token expires. The server handles it before
+	// it reads the next request, so a client sends it and the read it is
+	// for back to back, without waiting. Response: CodeOK, or
+	// CodePermissionDenied with the reason (a bad signature, another
+	// certificate's token) or CodeNoGrant (expired, or signed with a key
+	// this node does not know yet).
+	OpGrant Op = 11
+	maxOp      = OpGrant
 )
 
-var opNames = [...]string{"", "ping", "create", "append", "write_small", "read", "overwrite", "free", "list", "checksums", "write_chunk"}
+var opNames = [...]string{"", "ping", "create", "append", "write_small", "read", "overwrite", "free", "list", "checksums", "write_chunk", "grant"}
 
 // String names the op.
 func (o Op) String() string {
@@ -218,7 +228,14 @@ const (
 	// with is a read-only client's (pkg/capability): no write is allowed
 	// on any partition.
 	CodeReadOnlyClient
-	maxCode = CodeReadOnlyClient
+	// CodeNoGrant: the connection's certificate is a client's, and no
+	// grant it presented (OpGrant) names the range: present the token, or
+	// fetch the file's inode again for a new one, and retry.
+	CodeNoGrant
+	// CodeVolumeFull: the volume's data reached its capacity; no new data
+	// is taken from clients (ENOSPC).
+	CodeVolumeFull
+	maxCode = CodeVolumeFull
 )
 
 // Denied reports whether c refuses the connection's identity rather than
@@ -228,7 +245,7 @@ func (c Code) Denied() bool { return c == CodePermissionDenied || c == CodeReadO
 var codeNames = [...]string{"ok", "bad request", "bad crc", "unknown partition", "stale epoch", "not primary",
 	"extent not found", "offset mismatch", "range not held", "out of range", "replica failed", "read-only",
 	"replica failed its store", "corrupt", "not leader", "busy", "too large", "extent full", "wrong extent kind", "internal",
-	"fingerprint mismatch", "degraded", "permission denied", "read-only client"}
+	"fingerprint mismatch", "degraded", "permission denied", "read-only client", "no grant", "volume full"}
 
 // String names the code.
 func (c Code) String() string {

@@ -31,8 +31,37 @@ type Client struct {
 	// follow-ups carry their request's origin.
 	origin uint64
 
+	// grants, if set, receives the extent grants of every answer
+	// (SetGrants).
+	grants func(token []byte)
+
 	mu      sync.Mutex
 	leaders map[uint64]string // partition -> address of its last known leader
+}
+
+// SetGrants makes every answer's extent grants (the grants field of the
+// meta node's responses, pkg/grant) go to add. Call it before the client
+// is used.
+func (c *Client) SetGrants(add func(token []byte)) { c.grants = add }
+
+// granted is what answers with extent grants have in common.
+type granted interface{ GetGrants() [][]byte }
+
+// grantTaker passes the grants of every answer to take: the meta node adds
+// them to whatever call carries inodes, so no caller needs to know.
+type grantTaker struct {
+	grpc.ClientConnInterface
+	take func(token []byte)
+}
+
+func (g grantTaker) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	err := g.ClientConnInterface.Invoke(ctx, method, args, reply, opts...)
+	if r, ok := reply.(granted); ok && err == nil {
+		for _, t := range r.GetGrants() {
+			g.take(t)
+		}
+	}
+	return err
 }
 
 // SetOrigin makes every Txn and path request this client sends carry
@@ -73,6 +102,9 @@ func (c *Client) candidates(p *pb.Partition) []string {
 // Call runs fn against p's leader.
 func (c *Client) Call(ctx context.Context, p *pb.Partition, fn func(ctx context.Context, m metapb.MetaNodeClient, opts ...grpc.CallOption) error) error {
 	addr, err := redirect.CallReplicas(ctx, c.pool, c.candidates(p), func(ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+		if c.grants != nil {
+			cc = grantTaker{cc, c.grants}
+		}
 		return fn(ctx, metapb.NewMetaNodeClient(cc), opts...)
 	})
 	if err != nil {

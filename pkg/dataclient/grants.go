@@ -1,0 +1,115 @@
+package dataclient
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/grant"
+)
+
+// Data nodes serve a client certificate only the ranges of the extent
+// grants it presented (pkg/grant; docs/security.md). The meta nodes put
+// the grants in their answers, which fill Options.Grants; before a read or
+// an overwrite the client presents the token that names the range to the
+// data node, once per node (OpGrant, sent back to back with the request,
+// so it costs no round trip of its own). When a node answers CodeNoGrant
+// (it restarted and forgot the token, or the token expired, or none was
+// ever held), the client presents it again, then fetches the file's inode
+// again (Options.Regrant) for a fresh one, and retries.
+
+type inodeKey struct{}
+
+// WithInode returns ctx for I/O of inode ino: a data node's refusal for
+// want of a grant is then answered by fetching the inode again
+// (Options.Regrant). Without it, such a refusal fails the call (EACCES).
+func WithInode(ctx context.Context, ino uint64) context.Context {
+	return context.WithValue(ctx, inodeKey{}, ino)
+}
+
+// InodeOf is the inode WithInode put in ctx, or 0.
+func InodeOf(ctx context.Context) uint64 {
+	ino, _ := ctx.Value(inodeKey{}).(uint64)
+	return ino
+}
+
+// presented remembers which tokens each data node has been sent, by
+// address. Bounded: past maxPresented tokens for a node, it starts over
+// (at worst a token is sent twice).
+type presented struct {
+	mu   sync.Mutex
+	sent map[string]map[*grant.Token]struct{}
+}
+
+const maxPresented = 1 << 16
+
+// mark records tok as sent to addr and reports whether it was new.
+func (p *presented) mark(addr string, tok *grant.Token) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sent == nil {
+		p.sent = map[string]map[*grant.Token]struct{}{}
+	}
+	m := p.sent[addr]
+	if m == nil || len(m) >= maxPresented {
+		m = map[*grant.Token]struct{}{}
+		p.sent[addr] = m
+	}
+	if _, ok := m[tok]; ok {
+		return false
+	}
+	m[tok] = struct{}{}
+	return true
+}
+
+func (p *presented) forget(addr string, tok *grant.Token) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.sent[addr], tok)
+}
+
+// withGrant runs do, a request for mode on [off, off+n) of extent ext of
+// partition pid on conn, after presenting the token that grants it, and
+// handles a refusal for want of a grant as the package comment says.
+func (c *Client) withGrant(ctx context.Context, conn *dataproto.Conn, pid, ext uint64, off int64, n int, mode grant.Mode, do func() error) error {
+	book := c.opts.Grants
+	if book == nil {
+		return do()
+	}
+	regranted := false
+	var tok *grant.Token
+	for attempt := 0; ; attempt++ {
+		tok = book.Find(pid, ext, uint64(off), uint64(n), mode, time.Now())
+		if tok != nil && c.presented.mark(conn.Addr(), tok) {
+			// Not waited for: the node handles it before the request
+			// behind it, and the request's own answer says whether it
+			// took.
+			if _, err := conn.Start(ctx, &dataproto.Request{Header: dataproto.Header{Op: dataproto.OpGrant}, Payload: tok.Bytes}); err != nil {
+				c.presented.forget(conn.Addr(), tok)
+				return err
+			}
+			c.grantsPresented.Add(1)
+		}
+		err := do()
+		if dataproto.CodeOf(err) != dataproto.CodeNoGrant || attempt >= 2 {
+			return err
+		}
+		if tok != nil && attempt == 0 {
+			c.presented.forget(conn.Addr(), tok) // present it again
+			continue
+		}
+		ino := InodeOf(ctx)
+		if regranted || ino == 0 || c.opts.Regrant == nil {
+			return err
+		}
+		regranted = true
+		if tok != nil {
+			c.presented.forget(conn.Addr(), tok)
+		}
+		if rerr := c.opts.Regrant(ctx, ino, mode == grant.Write); rerr != nil {
+			return err
+		}
+		c.regrants.Add(1)
+	}
+}

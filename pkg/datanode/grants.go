@@ -1,0 +1,158 @@
+package datanode
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/grant"
+)
+
+// A data node cannot tell which file an extent belongs to; the meta nodes
+// can. So a connection authenticated with a client certificate is served
+// only what the grants it presented name (pkg/grant, OpGrant), and what
+// its certificate wrote itself: a new extent it created (to append to),
+// a small file or a chunk it stored (to read back or free). Listings and
+// checksums, which reveal every extent, are for nodes and admins only.
+// Node and admin certificates, and a cluster without TLS, need no grant.
+
+// Bounds of what a data node remembers per client certificate.
+const (
+	// maxSpans bounds the ranges one certificate may use here; past it the
+	// certificate starts over with none, and its client presents its
+	// tokens again when refused (CodeNoGrant).
+	maxSpans = 1 << 16
+	// maxHolders bounds the certificates remembered; past it the one
+	// picked first in the map's order is forgotten (its client presents
+	// its tokens again).
+	maxHolders = 4096
+	// ownFor is how long a certificate may append to, read and free what
+	// it wrote itself without a grant: a writer appends to its extent for
+	// as long as the file stays open, and the meta node grants the bytes
+	// once they are in the file.
+	ownFor = 24 * time.Hour
+)
+
+// grantStore is the ranges each client certificate may use on this node,
+// by serial. Spans are per certificate, not per connection, so a token is
+// presented once per data node whichever connection of a client's pool
+// carries the next request.
+type grantStore struct {
+	mu      sync.Mutex
+	holders map[string]*grant.Spans
+}
+
+func (g *grantStore) spans(serial string) *grant.Spans {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.holders == nil {
+		g.holders = map[string]*grant.Spans{}
+	}
+	sp := g.holders[serial]
+	if sp == nil {
+		if len(g.holders) >= maxHolders {
+			for k := range g.holders {
+				delete(g.holders, k)
+				break
+			}
+		}
+		sp = grant.NewSpans(maxSpans)
+		g.holders[serial] = sp
+	}
+	return sp
+}
+
+// presentGrant handles OpGrant: it verifies the token for the connection's
+// certificate and records its ranges. It runs on the reader goroutine, so
+// the request after it sees the ranges.
+func (s *session) presentGrant(in *dataproto.Inbound) {
+	r := s.begin(in)
+	defer in.Release()
+	if s.spans == nil {
+		r.ok(dataproto.Header{}, nil) // no grant needed on this connection
+		return
+	}
+	if s.h.env.Grants == nil {
+		r.fail(dataproto.CodeNoGrant, "this data node has no grant keys")
+		return
+	}
+	g, err := s.h.env.Grants.Verify(in.Payload, s.serial, time.Now())
+	switch {
+	case err == nil:
+	case isRetryableGrantErr(err):
+		s.h.m.grantsRefused.Inc()
+		r.fail(dataproto.CodeNoGrant, "%v", err)
+		return
+	default:
+		s.h.m.grantsRefused.Inc()
+		r.fail(dataproto.CodePermissionDenied, "%v", err)
+		return
+	}
+	if !s.caps.AllowsVolume(g.Volume) {
+		s.h.m.grantsRefused.Inc()
+		r.fail(dataproto.CodePermissionDenied, "the grant is for volume %d, not this client's", g.Volume)
+		return
+	}
+	s.spans.Add(g)
+	s.h.m.grantsAccepted.Inc()
+	r.ok(dataproto.Header{}, nil)
+}
+
+// isRetryableGrantErr reports whether a token refused with err may pass
+// once the client has a fresh one (expired) or this node has heard of its
+// key.
+func isRetryableGrantErr(err error) bool {
+	return errors.Is(err, grant.ErrExpired) || errors.Is(err, grant.ErrUnknownKey)
+}
+
+// granted checks a client's request against what its certificate may use
+// here; ok for requests that need no grant. On refusal it returns the code
+// and the reason.
+func (s *session) granted(h *dataproto.Header) (dataproto.Code, string, bool) {
+	if s.spans == nil || h.Flags&dataproto.FlagForwarded != 0 {
+		return 0, "", true
+	}
+	now := time.Now().Unix()
+	allows := func(off, n uint64, m grant.Mode) bool {
+		return s.spans.Allows(h.Partition, h.Extent, off, n, m, now)
+	}
+	switch h.Op {
+	case dataproto.OpListExtents, dataproto.OpChecksums:
+		return dataproto.CodePermissionDenied, h.Op.String() + ": for cluster nodes and admins only", false
+	case dataproto.OpRead:
+		if !allows(uint64(h.Offset), h.Arg, grant.Read) {
+			return dataproto.CodeNoGrant, "read: no grant of this client names the range", false
+		}
+	case dataproto.OpOverwrite, dataproto.OpAppend:
+		if !allows(uint64(h.Offset), uint64(h.Length), grant.Write) {
+			return dataproto.CodeNoGrant, h.Op.String() + ": no grant of this client names the range for writing", false
+		}
+	case dataproto.OpFree:
+		n := h.Arg
+		if h.Flags&dataproto.FlagWhole != 0 || n == 0 {
+			n = 1 // a whole large extent: the client must hold its start for writing
+		}
+		if !allows(uint64(h.Offset), n, grant.Write) {
+			return dataproto.CodeNoGrant, "free: no grant of this client names the range for writing", false
+		}
+	case dataproto.OpCreateExtent, dataproto.OpWriteSmall, dataproto.OpWriteChunk:
+		if p := s.h.partition(h.Partition); p != nil && s.h.env.VolumeFull != nil && s.h.env.VolumeFull(p.volume) {
+			return dataproto.CodeVolumeFull, "the volume's data reached its capacity", false
+		}
+	}
+	return 0, "", true
+}
+
+// own records that the connection's certificate wrote [lo, hi) of extent
+// ext of partition pid itself. Called before the write is acknowledged,
+// so that the client's next request finds it.
+func (s *session) own(pid, ext, lo, hi uint64) {
+	if s.spans != nil {
+		s.spans.Own(pid, ext, lo, hi, time.Now().Add(ownFor).Unix())
+	}
+}
+
+// ownWhole is own for a new large extent: all of it.
+func (s *session) ownWhole(pid, ext uint64) { s.own(pid, ext, 0, math.MaxInt64) }
