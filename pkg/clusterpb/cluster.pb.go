@@ -314,7 +314,11 @@ type Node struct {
 	DataAddr           string                 `protobuf:"bytes,9,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"` // data nodes: the framed data-path protocol
 	// Decommissioning: the master moves every replica off the node and places
 	// nothing new on it; with none left it may be shut down for good.
-	Draining      bool `protobuf:"varint,10,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,10,opt,name=draining,proto3" json:"draining,omitempty"`
+	// The common name of the TLS certificate the node last registered with
+	// (empty for a cluster in plain text): a node that dials this one checks
+	// that the certificate it is shown carries this name (pki.NodeClientConfig).
+	CertName      string `protobuf:"bytes,11,opt,name=cert_name,json=certName,proto3" json:"cert_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -417,6 +421,13 @@ func (x *Node) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *Node) GetCertName() string {
+	if x != nil {
+		return x.CertName
+	}
+	return ""
 }
 
 // Volume is a named file system made of meta and data partitions.
@@ -2640,13 +2651,16 @@ func (x *InitCluster) GetClusterId() string {
 }
 
 type RegisterNode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uuid          string                 `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	Role          Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=cairn.cluster.Role" json:"role,omitempty"`
-	Addr          string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
-	Zone          string                 `protobuf:"bytes,4,opt,name=zone,proto3" json:"zone,omitempty"`
-	RequestedId   uint64                 `protobuf:"varint,5,opt,name=requested_id,json=requestedId,proto3" json:"requested_id,omitempty"` // 0: assign one
-	DataAddr      string                 `protobuf:"bytes,6,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Uuid        string                 `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Role        Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=cairn.cluster.Role" json:"role,omitempty"`
+	Addr        string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	Zone        string                 `protobuf:"bytes,4,opt,name=zone,proto3" json:"zone,omitempty"`
+	RequestedId uint64                 `protobuf:"varint,5,opt,name=requested_id,json=requestedId,proto3" json:"requested_id,omitempty"` // 0: assign one
+	DataAddr    string                 `protobuf:"bytes,6,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"`
+	// The common name of the certificate the registration came with, as the
+	// master saw it at the TLS handshake (never what the node claims).
+	CertName      string `protobuf:"bytes,7,opt,name=cert_name,json=certName,proto3" json:"cert_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2719,6 +2733,13 @@ func (x *RegisterNode) GetRequestedId() uint64 {
 func (x *RegisterNode) GetDataAddr() string {
 	if x != nil {
 		return x.DataAddr
+	}
+	return ""
+}
+
+func (x *RegisterNode) GetCertName() string {
+	if x != nil {
+		return x.CertName
 	}
 	return ""
 }
@@ -3426,7 +3447,10 @@ type HeartbeatResponse struct {
 	GrantKeys []*GrantKey `protobuf:"bytes,8,rep,name=grant_keys,json=grantKeys,proto3" json:"grant_keys,omitempty"`
 	// Data nodes: the volumes at or past their capacity, whose clients may
 	// write no new data (the data node answers CodeVolumeFull).
-	FullVolumes   []uint64 `protobuf:"varint,9,rep,packed,name=full_volumes,json=fullVolumes,proto3" json:"full_volumes,omitempty"`
+	FullVolumes []uint64 `protobuf:"varint,9,rep,packed,name=full_volumes,json=fullVolumes,proto3" json:"full_volumes,omitempty"`
+	// Node.cert_name of the nodes in node_addrs that have one: a node dialling
+	// one of them (Raft, the data chain) refuses a certificate of another name.
+	NodeCertNames map[uint64]string `protobuf:"bytes,10,rep,name=node_cert_names,json=nodeCertNames,proto3" json:"node_cert_names,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3520,6 +3544,13 @@ func (x *HeartbeatResponse) GetGrantKeys() []*GrantKey {
 func (x *HeartbeatResponse) GetFullVolumes() []uint64 {
 	if x != nil {
 		return x.FullVolumes
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetNodeCertNames() map[uint64]string {
+	if x != nil {
+		return x.NodeCertNames
 	}
 	return nil
 }
@@ -5048,7 +5079,7 @@ var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\rcluster.proto\x12\rcairn.cluster\"\xc5\x02\n" +
+	"\rcluster.proto\x12\rcairn.cluster\"\xe2\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12'\n" +
@@ -5060,7 +5091,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x15state_changed_unix_ms\x18\b \x01(\x03R\x12stateChangedUnixMs\x12\x1b\n" +
 	"\tdata_addr\x18\t \x01(\tR\bdataAddr\x12\x1a\n" +
 	"\bdraining\x18\n" +
-	" \x01(\bR\bdraining\"\x91\x05\n" +
+	" \x01(\bR\bdraining\x12\x1b\n" +
+	"\tcert_name\x18\v \x01(\tR\bcertName\"\x91\x05\n" +
 	"\x06Volume\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -5269,14 +5301,15 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0emoved_dentries\x18\x04 \x01(\x04R\rmovedDentries\",\n" +
 	"\vInitCluster\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x01 \x01(\tR\tclusterId\"\xb3\x01\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\"\xd0\x01\n" +
 	"\fRegisterNode\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12'\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x13.cairn.cluster.RoleR\x04role\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\tR\x04addr\x12\x12\n" +
 	"\x04zone\x18\x04 \x01(\tR\x04zone\x12!\n" +
 	"\frequested_id\x18\x05 \x01(\x04R\vrequestedId\x12\x1b\n" +
-	"\tdata_addr\x18\x06 \x01(\tR\bdataAddr\"W\n" +
+	"\tdata_addr\x18\x06 \x01(\tR\bdataAddr\x12\x1b\n" +
+	"\tcert_name\x18\a \x01(\tR\bcertName\"W\n" +
 	"\fSetNodeState\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.cairn.cluster.NodeStateR\x05state\"\\\n" +
@@ -5338,7 +5371,7 @@ const file_cluster_proto_rawDesc = "" +
 	"partitions\x12\x10\n" +
 	"\x03pid\x18\x05 \x01(\x05R\x03pid\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x12!\n" +
-	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xce\x04\n" +
+	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xed\x05\n" +
 	"\x11HeartbeatResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x124\n" +
 	"\bassigned\x18\x02 \x03(\v2\x18.cairn.cluster.PartitionR\bassigned\x12N\n" +
@@ -5350,11 +5383,16 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06quotas\x18\a \x03(\v2\x19.cairn.cluster.QuotaStateR\x06quotas\x126\n" +
 	"\n" +
 	"grant_keys\x18\b \x03(\v2\x17.cairn.cluster.GrantKeyR\tgrantKeys\x12!\n" +
-	"\ffull_volumes\x18\t \x03(\x04R\vfullVolumes\x1a<\n" +
+	"\ffull_volumes\x18\t \x03(\x04R\vfullVolumes\x12[\n" +
+	"\x0fnode_cert_names\x18\n" +
+	" \x03(\v23.cairn.cluster.HeartbeatResponse.NodeCertNamesEntryR\rnodeCertNames\x1a<\n" +
 	"\x0eNodeAddrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
 	"\x12NodeDataAddrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
+	"\x12NodeCertNamesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0f\n" +
 	"\rGetMapRequest\"=\n" +
@@ -5519,7 +5557,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_cluster_proto_goTypes = []any{
 	(Role)(0),                        // 0: cairn.cluster.Role
 	(NodeState)(0),                   // 1: cairn.cluster.NodeState
@@ -5597,6 +5635,7 @@ var file_cluster_proto_goTypes = []any{
 	nil,                              // 73: cairn.cluster.ClusterMap.RevokedEntry
 	nil,                              // 74: cairn.cluster.HeartbeatResponse.NodeAddrsEntry
 	nil,                              // 75: cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
+	nil,                              // 76: cairn.cluster.HeartbeatResponse.NodeCertNamesEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: cairn.cluster.Node.role:type_name -> cairn.cluster.Role
@@ -5654,66 +5693,67 @@ var file_cluster_proto_depIdxs = []int32{
 	75, // 52: cairn.cluster.HeartbeatResponse.node_data_addrs:type_name -> cairn.cluster.HeartbeatResponse.NodeDataAddrsEntry
 	8,  // 53: cairn.cluster.HeartbeatResponse.quotas:type_name -> cairn.cluster.QuotaState
 	15, // 54: cairn.cluster.HeartbeatResponse.grant_keys:type_name -> cairn.cluster.GrantKey
-	14, // 55: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
-	10, // 56: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
-	6,  // 57: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
-	13, // 58: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
-	8,  // 59: cairn.cluster.VolumeResponse.quotas:type_name -> cairn.cluster.QuotaState
-	6,  // 60: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
-	5,  // 61: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
-	38, // 62: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
-	39, // 63: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
-	14, // 64: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
-	52, // 65: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
-	51, // 66: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
-	55, // 67: cairn.cluster.StatusResponse.recovering:type_name -> cairn.cluster.ReplicaRecovery
-	19, // 68: cairn.cluster.SetQuotaRequest.set:type_name -> cairn.cluster.SetQuota
-	20, // 69: cairn.cluster.RemoveQuotaRequest.remove:type_name -> cairn.cluster.RemoveQuota
-	7,  // 70: cairn.cluster.QuotaResponse.quota:type_name -> cairn.cluster.Quota
-	17, // 71: cairn.cluster.CreateClientRequest.client:type_name -> cairn.cluster.Client
-	17, // 72: cairn.cluster.ListClientsResponse.clients:type_name -> cairn.cluster.Client
-	5,  // 73: cairn.cluster.DecommissionNodeResponse.node:type_name -> cairn.cluster.Node
-	5,  // 74: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
-	6,  // 75: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
-	13, // 76: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
-	17, // 77: cairn.cluster.ClusterMap.ClientsEntry.value:type_name -> cairn.cluster.Client
-	36, // 78: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
-	40, // 79: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
-	42, // 80: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
-	44, // 81: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
-	45, // 82: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
-	47, // 83: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
-	45, // 84: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
-	53, // 85: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
-	50, // 86: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
-	67, // 87: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
-	65, // 88: cairn.cluster.Master.DecommissionNode:input_type -> cairn.cluster.DecommissionNodeRequest
-	59, // 89: cairn.cluster.Master.CreateClient:input_type -> cairn.cluster.CreateClientRequest
-	61, // 90: cairn.cluster.Master.ListClients:input_type -> cairn.cluster.ListClientsRequest
-	63, // 91: cairn.cluster.Master.Revoke:input_type -> cairn.cluster.RevokeRequest
-	56, // 92: cairn.cluster.Master.SetQuota:input_type -> cairn.cluster.SetQuotaRequest
-	57, // 93: cairn.cluster.Master.RemoveQuota:input_type -> cairn.cluster.RemoveQuotaRequest
-	37, // 94: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
-	41, // 95: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
-	43, // 96: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
-	46, // 97: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
-	46, // 98: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
-	48, // 99: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
-	49, // 100: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
-	54, // 101: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
-	51, // 102: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
-	68, // 103: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
-	66, // 104: cairn.cluster.Master.DecommissionNode:output_type -> cairn.cluster.DecommissionNodeResponse
-	60, // 105: cairn.cluster.Master.CreateClient:output_type -> cairn.cluster.CreateClientResponse
-	62, // 106: cairn.cluster.Master.ListClients:output_type -> cairn.cluster.ListClientsResponse
-	64, // 107: cairn.cluster.Master.Revoke:output_type -> cairn.cluster.RevokeResponse
-	58, // 108: cairn.cluster.Master.SetQuota:output_type -> cairn.cluster.QuotaResponse
-	58, // 109: cairn.cluster.Master.RemoveQuota:output_type -> cairn.cluster.QuotaResponse
-	94, // [94:110] is the sub-list for method output_type
-	78, // [78:94] is the sub-list for method input_type
-	78, // [78:78] is the sub-list for extension type_name
-	78, // [78:78] is the sub-list for extension extendee
-	0,  // [0:78] is the sub-list for field type_name
+	76, // 55: cairn.cluster.HeartbeatResponse.node_cert_names:type_name -> cairn.cluster.HeartbeatResponse.NodeCertNamesEntry
+	14, // 56: cairn.cluster.GetMapResponse.map:type_name -> cairn.cluster.ClusterMap
+	10, // 57: cairn.cluster.CreateVolumeRequest.chunking:type_name -> cairn.cluster.ChunkLayout
+	6,  // 58: cairn.cluster.VolumeResponse.volume:type_name -> cairn.cluster.Volume
+	13, // 59: cairn.cluster.VolumeResponse.partitions:type_name -> cairn.cluster.Partition
+	8,  // 60: cairn.cluster.VolumeResponse.quotas:type_name -> cairn.cluster.QuotaState
+	6,  // 61: cairn.cluster.ListVolumesResponse.volumes:type_name -> cairn.cluster.Volume
+	5,  // 62: cairn.cluster.NodeStatus.node:type_name -> cairn.cluster.Node
+	38, // 63: cairn.cluster.NodeStatus.usage:type_name -> cairn.cluster.Usage
+	39, // 64: cairn.cluster.NodeStatus.partitions:type_name -> cairn.cluster.PartitionReport
+	14, // 65: cairn.cluster.StatusResponse.map:type_name -> cairn.cluster.ClusterMap
+	52, // 66: cairn.cluster.StatusResponse.nodes:type_name -> cairn.cluster.NodeStatus
+	51, // 67: cairn.cluster.StatusResponse.masters:type_name -> cairn.cluster.PingResponse
+	55, // 68: cairn.cluster.StatusResponse.recovering:type_name -> cairn.cluster.ReplicaRecovery
+	19, // 69: cairn.cluster.SetQuotaRequest.set:type_name -> cairn.cluster.SetQuota
+	20, // 70: cairn.cluster.RemoveQuotaRequest.remove:type_name -> cairn.cluster.RemoveQuota
+	7,  // 71: cairn.cluster.QuotaResponse.quota:type_name -> cairn.cluster.Quota
+	17, // 72: cairn.cluster.CreateClientRequest.client:type_name -> cairn.cluster.Client
+	17, // 73: cairn.cluster.ListClientsResponse.clients:type_name -> cairn.cluster.Client
+	5,  // 74: cairn.cluster.DecommissionNodeResponse.node:type_name -> cairn.cluster.Node
+	5,  // 75: cairn.cluster.ClusterMap.NodesEntry.value:type_name -> cairn.cluster.Node
+	6,  // 76: cairn.cluster.ClusterMap.VolumesEntry.value:type_name -> cairn.cluster.Volume
+	13, // 77: cairn.cluster.ClusterMap.PartitionsEntry.value:type_name -> cairn.cluster.Partition
+	17, // 78: cairn.cluster.ClusterMap.ClientsEntry.value:type_name -> cairn.cluster.Client
+	36, // 79: cairn.cluster.Master.Register:input_type -> cairn.cluster.RegisterRequest
+	40, // 80: cairn.cluster.Master.Heartbeat:input_type -> cairn.cluster.HeartbeatRequest
+	42, // 81: cairn.cluster.Master.GetMap:input_type -> cairn.cluster.GetMapRequest
+	44, // 82: cairn.cluster.Master.CreateVolume:input_type -> cairn.cluster.CreateVolumeRequest
+	45, // 83: cairn.cluster.Master.GetVolume:input_type -> cairn.cluster.VolumeRequest
+	47, // 84: cairn.cluster.Master.ListVolumes:input_type -> cairn.cluster.ListVolumesRequest
+	45, // 85: cairn.cluster.Master.DeleteVolume:input_type -> cairn.cluster.VolumeRequest
+	53, // 86: cairn.cluster.Master.Status:input_type -> cairn.cluster.StatusRequest
+	50, // 87: cairn.cluster.Master.Ping:input_type -> cairn.cluster.PingRequest
+	67, // 88: cairn.cluster.Master.ReportFailure:input_type -> cairn.cluster.ReportFailureRequest
+	65, // 89: cairn.cluster.Master.DecommissionNode:input_type -> cairn.cluster.DecommissionNodeRequest
+	59, // 90: cairn.cluster.Master.CreateClient:input_type -> cairn.cluster.CreateClientRequest
+	61, // 91: cairn.cluster.Master.ListClients:input_type -> cairn.cluster.ListClientsRequest
+	63, // 92: cairn.cluster.Master.Revoke:input_type -> cairn.cluster.RevokeRequest
+	56, // 93: cairn.cluster.Master.SetQuota:input_type -> cairn.cluster.SetQuotaRequest
+	57, // 94: cairn.cluster.Master.RemoveQuota:input_type -> cairn.cluster.RemoveQuotaRequest
+	37, // 95: cairn.cluster.Master.Register:output_type -> cairn.cluster.RegisterResponse
+	41, // 96: cairn.cluster.Master.Heartbeat:output_type -> cairn.cluster.HeartbeatResponse
+	43, // 97: cairn.cluster.Master.GetMap:output_type -> cairn.cluster.GetMapResponse
+	46, // 98: cairn.cluster.Master.CreateVolume:output_type -> cairn.cluster.VolumeResponse
+	46, // 99: cairn.cluster.Master.GetVolume:output_type -> cairn.cluster.VolumeResponse
+	48, // 100: cairn.cluster.Master.ListVolumes:output_type -> cairn.cluster.ListVolumesResponse
+	49, // 101: cairn.cluster.Master.DeleteVolume:output_type -> cairn.cluster.DeleteVolumeResponse
+	54, // 102: cairn.cluster.Master.Status:output_type -> cairn.cluster.StatusResponse
+	51, // 103: cairn.cluster.Master.Ping:output_type -> cairn.cluster.PingResponse
+	68, // 104: cairn.cluster.Master.ReportFailure:output_type -> cairn.cluster.ReportFailureResponse
+	66, // 105: cairn.cluster.Master.DecommissionNode:output_type -> cairn.cluster.DecommissionNodeResponse
+	60, // 106: cairn.cluster.Master.CreateClient:output_type -> cairn.cluster.CreateClientResponse
+	62, // 107: cairn.cluster.Master.ListClients:output_type -> cairn.cluster.ListClientsResponse
+	64, // 108: cairn.cluster.Master.Revoke:output_type -> cairn.cluster.RevokeResponse
+	58, // 109: cairn.cluster.Master.SetQuota:output_type -> cairn.cluster.QuotaResponse
+	58, // 110: cairn.cluster.Master.RemoveQuota:output_type -> cairn.cluster.QuotaResponse
+	95, // [95:111] is the sub-list for method output_type
+	79, // [79:95] is the sub-list for method input_type
+	79, // [79:79] is the sub-list for extension type_name
+	79, // [79:79] is the sub-list for extension extendee
+	0,  // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -5746,7 +5786,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   71,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
