@@ -29,7 +29,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 24m
 
-.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls proto clean
+.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -147,6 +147,13 @@ thrash: build
 ## BENCH_TLS_FLAGS, e.g. "--repetitions 1"). See docs/measurements.md.
 bench-tls: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/tls.sh $(BENCH_TLS_FLAGS)
+
+## bench-grants: what extent grants cost: one `cairn up` read and written
+## through its admin identity (no grants) and a client identity (grants),
+## mounts and SDK, client ÷ admin in one cairn bench run per workload (not
+## part of CI; flags through BENCH_GRANTS_FLAGS). See docs/measurements.md.
+bench-grants: build
+	CAIRN_BIN=$(CURDIR)/$(BIN) bench/grants.sh $(BENCH_GRANTS_FLAGS)
 
 ## fuzz: every fuzz target for FUZZ_FOR each (default 10m), one after the
 ## other: the wire decoders, the stores' recovery, the cluster map's state
