@@ -62,7 +62,12 @@ func (g granting) grants(ctx context.Context, pid uint64, mayWrite bool, inodes 
 		}
 		toks, err := g.h.env.Grants.Sign(grant.Grant{Holder: holder, Volume: p.volume, Ino: in.Ino, Mode: mode, Ranges: rs}, GrantTTL, now)
 		if err != nil {
+			// No key yet (a restart, before the first heartbeat): ask
+			// the masters now rather than at the next interval.
 			g.h.metrics.grantsUnsigned.Inc()
+			if g.h.env.Refresh != nil {
+				g.h.env.Refresh()
+			}
 			continue
 		}
 		g.h.metrics.grants.Add(float64(len(toks)))
