@@ -63,7 +63,7 @@ func TestGrantedRequests(t *testing.T) {
 		{"read past a granted range", app, hd(dataproto.OpRead, 10, 4000, 200), dataproto.CodeNoGrant},
 		{"overwrite on a read grant", app, hd(dataproto.OpOverwrite, 10, 0, 10), dataproto.CodeNoGrant},
 		{"overwrite on a write grant", app, hd(dataproto.OpOverwrite, 11, 512, 10), 0},
-		{"append to its own extent", app, hd(dataproto.OpAppend, 12, 1 << 30, 1 << 19), 0},
+		{"append to its own extent", app, hd(dataproto.OpAppend, 12, 1<<30, 1<<19), 0},
 		{"append to another's extent", app, hd(dataproto.OpAppend, 14, 0, 10), dataproto.CodeNoGrant},
 		{"read its own small file", app, hd(dataproto.OpRead, 13, 4096, 4096), 0},
 		{"read the small file before its own", app, hd(dataproto.OpRead, 13, 0, 4096), dataproto.CodeNoGrant},
