@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -276,4 +277,24 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoding a decoded token differs: %v", err)
 		}
 	})
+}
+
+// BenchmarkVerify is what a data node spends on a token of one range (a
+// small file's) and of 64 ranges (a large file written in pieces).
+func BenchmarkVerify(b *testing.B) {
+	kr := ring(key(1, t0))
+	for _, n := range []int{1, 64} {
+		rs := make([]Range, n)
+		for i := range rs {
+			rs[i] = Range{1, uint64(i + 1), 0, 1 << 20}
+		}
+		toks, _ := kr.Sign(Grant{Holder: "3f2a9c0b1d4e5f60718293a4b5c6d7e8", Mode: Read, Ranges: rs}, time.Hour, time.Now())
+		b.Run(strconv.Itoa(n)+"-ranges", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := kr.Verify(toks[0], "3f2a9c0b1d4e5f60718293a4b5c6d7e8", time.Now()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
