@@ -69,6 +69,13 @@ func (p *presented) forget(addr string, tok *grant.Token) {
 	delete(p.sent[addr], tok)
 }
 
+// grantRetries bounds the attempts of a request a data node refuses for
+// want of a grant: present the token again, then fetch the inode again,
+// waiting a little longer each time from the third on (a data node or meta
+// node that just restarted learns the grant keys with its first heartbeat,
+// a second later).
+const grantRetries = 6
+
 // withGrant runs do, a request for mode on [off, off+n) of extent ext of
 // partition pid on conn, after presenting the token that grants it, and
 // handles a refusal for want of a grant as the package comment says.
@@ -77,10 +84,8 @@ func (c *Client) withGrant(ctx context.Context, conn *dataproto.Conn, pid, ext u
 	if book == nil {
 		return do()
 	}
-	regranted := false
-	var tok *grant.Token
 	for attempt := 0; ; attempt++ {
-		tok = book.Find(pid, ext, uint64(off), uint64(n), mode, time.Now())
+		tok := book.Find(pid, ext, uint64(off), uint64(n), mode, time.Now())
 		if tok != nil && c.presented.mark(conn.Addr(), tok) {
 			// Not waited for: the node handles it before the request
 			// behind it, and the request's own answer says whether it
@@ -92,20 +97,28 @@ func (c *Client) withGrant(ctx context.Context, conn *dataproto.Conn, pid, ext u
 			c.grantsPresented.Add(1)
 		}
 		err := do()
-		if dataproto.CodeOf(err) != dataproto.CodeNoGrant || attempt >= 2 {
+		if dataproto.CodeOf(err) != dataproto.CodeNoGrant || attempt+1 >= grantRetries || ctx.Err() != nil {
 			return err
 		}
-		if tok != nil && attempt == 0 {
-			c.presented.forget(conn.Addr(), tok) // present it again
-			continue
-		}
-		ino := InodeOf(ctx)
-		if regranted || ino == 0 || c.opts.Regrant == nil {
-			return err
-		}
-		regranted = true
 		if tok != nil {
 			c.presented.forget(conn.Addr(), tok)
+			if attempt == 0 {
+				continue // the node forgot it: present it again
+			}
+		}
+		if attempt >= 2 {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(min(100*time.Millisecond<<(attempt-2), time.Second)):
+			}
+		}
+		ino := InodeOf(ctx)
+		if ino == 0 || c.opts.Regrant == nil {
+			if tok == nil {
+				return err // nothing to present, no way to get it
+			}
+			continue
 		}
 		if rerr := c.opts.Regrant(ctx, ino, mode == grant.Write); rerr != nil {
 			return err

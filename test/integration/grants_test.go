@@ -82,9 +82,40 @@ func TestExtentGrants(t *testing.T) {
 		t.Errorf("a fresh writable confined client reads /large back: %d bytes, equal %v, %v", len(b), bytes.Equal(b, large), err)
 	}
 	fresh.Close()
-	if s := rwv.Stats().Data; s.GrantsPresented == 0 {
-		t.Errorf("the writable confined client presented no grant: %+v", s)
+	before := rwv.Stats().Data
+	if before.GrantsPresented == 0 {
+		t.Errorf("the writable confined client presented no grant: %+v", before)
 	}
+	// Every data node restarts and forgets every grant (and has no key
+	// until its first heartbeat): the same client reads on, presenting
+	// its grants again or fetching new ones.
+	var victims []*victimProc
+	for _, n := range st.Nodes {
+		if n.Role == "data" {
+			victims = append(victims, victim(t, dir, st, n.ID, "data"))
+		}
+	}
+	for _, v := range victims {
+		v.kill()
+	}
+	for _, v := range victims {
+		v.restart()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := readPath(ctx, rwv, "/large")
+		if err == nil && bytes.Equal(b, large) {
+			break
+		}
+		if errors.Is(err, syscall.EACCES) || time.Now().After(deadline) {
+			t.Fatalf("read /large after every data node restarted: %d bytes, equal %v, %v", len(b), bytes.Equal(b, large), err)
+		}
+		time.Sleep(200 * time.Millisecond) // the data nodes are still starting
+	}
+	if after := rwv.Stats().Data; after.GrantsPresented <= before.GrantsPresented {
+		t.Errorf("no grant presented again after the data nodes restarted: %+v, before %+v", after, before)
+	}
+	st = waitLeaders(t, dir)
 
 	// Every extent of every data partition, as an admin lists them.
 	l, err := localcluster.LoadLayout(dir)
