@@ -5,12 +5,18 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/cairnfs/cairn/pkg/handshake"
 	"github.com/cairnfs/cairn/pkg/pki"
 )
 
 // ListenRPC listens on addr for an RPCServer: over mutual TLS with id
 // (every connection must present a certificate of the cluster's CA before
 // a byte of either protocol is read), or in plain text when id is nil.
+// With TLS, each connection's handshake runs off the accept loop before
+// the connection is handed to the server, within handshake.DefaultTimeout
+// and the default bounds on handshakes per source address and overall
+// (package handshake): connections that never finish theirs cannot take
+// the places, descriptors or goroutines of authenticated ones.
 func ListenRPC(addr string, id *pki.Identity) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -21,7 +27,7 @@ func ListenRPC(addr string, id *pki.Identity) (net.Listener, error) {
 	}
 	cfg := id.ServerConfig()
 	cfg.NextProtos = []string{"h2"} // gRPC clients require it; lightrpc asks for none
-	return tls.NewListener(ln, cfg), nil
+	return handshake.NewListener(ln, handshake.TLS(cfg), handshake.Options{Name: "rpc"}), nil
 }
 
 // ServerTLS is the server configuration of id, or nil (plain text) when id

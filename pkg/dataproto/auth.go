@@ -36,16 +36,14 @@ const (
 	modeSecure byte = 's'
 )
 
-// authTimeout bounds the server's side of a connection's authentication
-// (a client's is bounded by its dial timeout).
-const authTimeout = 10 * time.Second
-
-// authServer authenticates nc as a server with cfg and returns the
-// connection the frames travel on and the certificate the client presented.
-func authServer(nc net.Conn, cfg *tls.Config, encrypt bool) (net.Conn, *x509.Certificate, error) {
+// authServer authenticates nc as a server with cfg, within ctx, and
+// returns the connection the frames travel on and the certificate the
+// client presented. The server's handshake listener bounds it
+// (handshake.DefaultTimeout, with nc's deadline set to ctx's); a client's
+// side is bounded by its dial timeout.
+func authServer(ctx context.Context, nc net.Conn, cfg *tls.Config, encrypt bool) (net.Conn, *x509.Certificate, error) {
 	tc := tls.Server(nc, cfg)
-	_ = nc.SetDeadline(time.Now().Add(authTimeout))
-	if err := tc.Handshake(); err != nil {
+	if err := tc.HandshakeContext(ctx); err != nil {
 		return nil, nil, fmt.Errorf("TLS handshake: %w", err)
 	}
 	var peer *x509.Certificate
@@ -59,7 +57,6 @@ func authServer(nc net.Conn, cfg *tls.Config, encrypt bool) (net.Conn, *x509.Cer
 	if _, err := tc.Write([]byte{mode}); err != nil {
 		return nil, nil, fmt.Errorf("TLS handshake: %w", err)
 	}
-	_ = nc.SetDeadline(time.Time{})
 	if encrypt {
 		return tc, peer, nil
 	}

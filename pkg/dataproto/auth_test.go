@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cairnfs/cairn/pkg/handshake"
 	"github.com/cairnfs/cairn/pkg/pki"
 )
 
@@ -88,5 +92,62 @@ func TestAuthenticatedConnections(t *testing.T) {
 				t.Error("a plain client was answered")
 			}
 		})
+	}
+}
+
+// Connections that never start their handshake do not count toward
+// MaxConns: with 2 places and 20 idle connections from other addresses
+// (two sources, each past its bound of 8), an authenticated client is
+// still served at once; the idle ones past a source's bound are closed
+// at once, and the others after the handshake timeout.
+func TestIdleConnectionsDoNotTakeAuthenticatedPlaces(t *testing.T) {
+	id := identity(t, "cluster")
+	srv, addr := serve(t, ServerOptions{TLS: id.ServerConfig(), MaxConns: 2,
+		Handshake: handshake.Limits{Timeout: 2 * time.Second, MaxPerSource: 8}}, echo)
+	var idle []net.Conn
+	for i := range 20 {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%2))}}
+		nc, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Skipf("cannot dial from a second loopback address: %v", err)
+		}
+		defer nc.Close()
+		idle = append(idle, nc)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for st := srv.Stats().Handshakes; st.Pending+int(st.RefusedSource) < 20; st = srv.Stats().Handshakes {
+		if time.Now().After(deadline) {
+			t.Fatalf("idle connections not all accepted: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st := srv.Stats().Handshakes; st.Pending != 16 || st.RefusedSource != 4 {
+		t.Fatalf("handshakes %+v, want 16 pending and 4 refused", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range 2 {
+		c, err := Dial(ctx, addr, ConnOptions{TLS: id.ClientConfig(), DialTimeout: time.Second})
+		if err != nil {
+			t.Fatalf("authenticated client %d during the idle connections: %v", i, err)
+		}
+		defer c.Close()
+		if _, p, err := c.Do(ctx, &Request{Header: Header{Op: OpAppend}, Payload: []byte("x")}); err != nil || string(p) != "x" {
+			t.Fatalf("authenticated client %d: %q, %v", i, p, err)
+		}
+	}
+	if st := srv.Stats(); st.Conns != 2 || st.Handshakes.Completed != 2 {
+		t.Fatalf("stats %+v, want 2 connections served", st)
+	}
+	// The idle connections end: refused ones at once, the others at the
+	// handshake timeout.
+	for i, nc := range idle {
+		_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := nc.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("idle connection %d: %v, want it closed by the server", i, err)
+		}
+	}
+	if st := srv.Stats().Handshakes; st.TimedOut != 16 || st.Pending != 0 {
+		t.Fatalf("handshakes %+v, want 16 timed out", st)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cairnfs/cairn/pkg/handshake"
 )
 
 // ServerOptions bound a server's connections. Zero fields take the
@@ -31,8 +33,10 @@ type ServerOptions struct {
 	// MaxInflight bounds the requests of one connection being handled at
 	// once; the server stops reading the connection beyond it. Default 64.
 	MaxInflight int
-	// MaxConns bounds the open connections; more are closed at once.
-	// Default 4096.
+	// MaxConns bounds the open connections that are served: with TLS,
+	// those whose handshake finished (connections still in it are bounded
+	// by Handshake instead, so they cannot take these places); more are
+	// closed at once. Default 4096.
 	MaxConns int
 	// DisableSendfile sends sections through a user-space buffer even when
 	// they are files. Sendfile saves a copy and CPU on a real NIC; on
@@ -46,6 +50,11 @@ type ServerOptions struct {
 	// outside it, protected by their CRCs.
 	TLS     *tls.Config
 	Encrypt bool
+	// Handshake bounds the connections in their TLS handshake, with TLS:
+	// how long each may take, how many one source address and how many
+	// all sources may have at once (package handshake; zero fields take
+	// its defaults: 3 s, 32, 1024).
+	Handshake handshake.Limits
 }
 
 func (o ServerOptions) withDefaults() ServerOptions {
@@ -99,12 +108,12 @@ type Server struct {
 	opts       ServerOptions
 	newSession func(peer *x509.Certificate) Session
 
-	mu      sync.Mutex
-	ln      net.Listener
-	conns   map[*serverConn]struct{}
-	authing map[net.Conn]struct{} // connections in their TLS handshake
-	closed  bool
-	wg      sync.WaitGroup
+	mu     sync.Mutex
+	ln     net.Listener
+	hs     *handshake.Listener // ln with TLS: the connections in their handshake
+	conns  map[*serverConn]struct{}
+	closed bool
+	wg     sync.WaitGroup
 
 	sendfileBytes, copiedBytes atomic.Int64
 }
@@ -118,7 +127,7 @@ func NewServer(newSession func(peer *x509.Certificate) Session, opts ServerOptio
 		opts.TLS = opts.TLS.Clone()
 		opts.TLS.SessionTicketsDisabled = true // nothing is resumed, and nothing may follow the mode byte
 	}
-	return &Server{opts: opts, newSession: newSession, conns: map[*serverConn]struct{}{}, authing: map[net.Conn]struct{}{}}
+	return &Server{opts: opts, newSession: newSession, conns: map[*serverConn]struct{}{}}
 }
 
 // ServerStats are a server's counters.
@@ -126,26 +135,41 @@ type ServerStats struct {
 	// SendfileBytes counts response payload bytes sent with sendfile(2);
 	// CopiedBytes those sent through a user-space buffer.
 	SendfileBytes, CopiedBytes int64
-	// Conns is the number of open connections.
+	// Conns is the number of open connections served (handshakes
+	// finished).
 	Conns int
+	// Handshakes are the counters of the connections' TLS handshakes
+	// (zero without TLS).
+	Handshakes handshake.Stats
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() ServerStats {
 	s.mu.Lock()
-	n := len(s.conns)
+	n, hs := len(s.conns), s.hs
 	s.mu.Unlock()
-	return ServerStats{SendfileBytes: s.sendfileBytes.Load(), CopiedBytes: s.copiedBytes.Load(), Conns: n}
+	st := ServerStats{SendfileBytes: s.sendfileBytes.Load(), CopiedBytes: s.copiedBytes.Load(), Conns: n}
+	if hs != nil {
+		st.Handshakes = hs.Stats()
+	}
+	return st
 }
 
 // Serve accepts connections on ln until Close (then it returns nil) or an
-// accept error. The server owns ln.
+// accept error. The server owns ln. With TLS, each connection's handshake
+// runs off the accept loop, bounded in time and in number per source and
+// overall (ServerOptions.Handshake), and only a connection whose handshake
+// finished counts toward MaxConns.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		ln.Close()
 		return nil
+	}
+	if s.opts.TLS != nil {
+		s.hs = handshake.NewListener(ln, s.authenticate, handshake.Options{Limits: s.opts.Handshake, Name: "data path", Logger: s.opts.Logger})
+		ln = s.hs
 	}
 	s.ln = ln
 	s.wg.Add(1)
@@ -170,37 +194,30 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("data path: accept: %w", err)
 		}
 		backoff = 5 * time.Millisecond
-		if s.opts.TLS != nil {
-			s.mu.Lock()
-			if s.closed || len(s.conns)+len(s.authing) >= s.opts.MaxConns {
-				s.mu.Unlock()
-				nc.Close()
-				continue
-			}
-			s.authing[nc] = struct{}{}
-			s.wg.Add(1)
-			s.mu.Unlock()
-			go s.authenticate(nc)
-			continue
+		var peer *x509.Certificate
+		if ac, ok := nc.(*authedConn); ok {
+			nc, peer = ac.Conn, ac.peer
 		}
-		s.start(nc, nil)
+		s.start(nc, peer)
 	}
 }
 
-// authenticate runs the TLS handshake of nc off the accept loop and serves
-// the connection if it succeeds.
-func (s *Server) authenticate(nc net.Conn) {
-	defer s.wg.Done()
-	c, peer, err := authServer(nc, s.opts.TLS, s.opts.Encrypt)
-	s.mu.Lock()
-	delete(s.authing, nc)
-	s.mu.Unlock()
+// authedConn is a connection whose handshake finished, as the handshake
+// listener hands it to Serve: the connection the frames travel on and the
+// certificate its client presented.
+type authedConn struct {
+	net.Conn
+	peer *x509.Certificate
+}
+
+// authenticate is the data path's handshake.Func: the TLS handshake of nc
+// and the mode byte (auth.go), within ctx.
+func (s *Server) authenticate(ctx context.Context, nc net.Conn) (net.Conn, error) {
+	c, peer, err := authServer(ctx, nc, s.opts.TLS, s.opts.Encrypt)
 	if err != nil {
-		s.opts.Logger.Debug("data path: connection refused", "remote", nc.RemoteAddr(), "err", err)
-		nc.Close()
-		return
+		return nil, err
 	}
-	s.start(c, peer)
+	return &authedConn{Conn: c, peer: peer}, nil
 }
 
 // start serves nc, whose peer presented certificate peer (nil without
@@ -241,9 +258,6 @@ func (s *Server) Close() error {
 	conns := make([]*serverConn, 0, len(s.conns))
 	for sc := range s.conns {
 		conns = append(conns, sc)
-	}
-	for nc := range s.authing {
-		nc.Close()
 	}
 	s.mu.Unlock()
 	for _, sc := range conns {
