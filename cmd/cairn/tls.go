@@ -60,10 +60,18 @@ both ends present a certificate signed by the cluster's CA. 'cairn up' creates
 the CA and its certificates under <data-dir>/tls by itself; these commands are
 for clusters of several hosts, and for rotation.
 
+A certificate's kind is its purpose: a node certificate serves and connects,
+a client or admin certificate only connects. Every Cairn client, node to node
+included, refuses a server that does not present a node certificate, so a
+client's key cannot pose as a master or node. A node that dials another node
+also expects the common name that node registered with.
+
 Rotation needs no restart: issue a new certificate into a process's --tls-dir
 and the process uses it for its next connections (it rereads the files within
-a second). To move to a new CA, put both CAs in every ca.crt first, then issue
-from the new one, then drop the old one from ca.crt.`,
+a second). Keep a node's --name when reissuing its certificate: its peers
+accept another name only once the node has restarted and registered with it.
+To move to a new CA, put both CAs in every ca.crt first, then issue from the
+new one, then drop the old one from ca.crt.`,
 		Args: noArgs,
 	}
 	cmd.AddCommand(newCertCACmd(), newCertIssueCmd(), newCertRevokeCmd())
@@ -103,9 +111,10 @@ func newCertIssueCmd() *cobra.Command {
 		Short: "Issue a node, client or admin certificate into --out",
 		Long: `Issue a certificate signed by the CA in --ca and write an identity directory
 --out (ca.crt, tls.crt, tls.key) to pass as --tls-dir. Kinds: node (masters,
-meta and data nodes), client (mounts and SDK users), admin (may also run
-administrative commands). Issuing into an existing --out replaces the identity
-there: the process using it picks it up within a second.`,
+meta and data nodes; the only certificates issued for server use), client
+(mounts and SDK users), admin (may also run administrative commands). Issuing
+into an existing --out replaces the identity there: the process using it picks
+it up within a second; a node's new certificate should keep its --name.`,
 		Example: `  cairn cert issue --ca /etc/cairn/ca --kind node --name meta-3 --host 10.0.0.7 --out /etc/cairn/tls
   cairn cert issue --ca /etc/cairn/ca --kind admin --name ops --out ~/.cairn/tls`,
 		Args: noArgs,

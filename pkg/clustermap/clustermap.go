@@ -234,8 +234,8 @@ func (s *State) register(now int64, r *pb.RegisterNode) (uint64, bool, error) {
 		if err := s.checkAddrFree(r.Addr, n.Id); err != nil {
 			return 0, false, err
 		}
-		changed := n.Addr != r.Addr || n.Zone != r.Zone || n.DataAddr != r.DataAddr
-		n.Addr, n.Zone, n.DataAddr = r.Addr, r.Zone, r.DataAddr
+		changed := n.Addr != r.Addr || n.Zone != r.Zone || n.DataAddr != r.DataAddr || n.CertName != r.CertName
+		n.Addr, n.Zone, n.DataAddr, n.CertName = r.Addr, r.Zone, r.DataAddr, r.CertName
 		return n.Id, changed, nil
 	}
 	id := s.m.NextNodeId
@@ -249,7 +249,7 @@ func (s *State) register(now int64, r *pb.RegisterNode) (uint64, bool, error) {
 		return 0, false, err
 	}
 	s.m.Nodes[id] = &pb.Node{
-		Id: id, Uuid: r.Uuid, Role: r.Role, Addr: r.Addr, Zone: r.Zone, DataAddr: r.DataAddr,
+		Id: id, Uuid: r.Uuid, Role: r.Role, Addr: r.Addr, Zone: r.Zone, DataAddr: r.DataAddr, CertName: r.CertName,
 		State: pb.NodeState_NODE_STATE_ALIVE, RegisteredUnixMs: now, StateChangedUnixMs: now,
 	}
 	if id >= s.m.NextNodeId {

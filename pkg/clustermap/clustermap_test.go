@@ -386,3 +386,36 @@ func TestMoveReplica(t *testing.T) {
 		})
 	}
 }
+
+// A node's certificate name is the one of its last registration, and a
+// change of it alone is a change of the map (nodes that dial it must learn
+// it).
+func TestRegisterCertName(t *testing.T) {
+	s := cluster(t)
+	withName := func(name string) *pb.Command {
+		c := reg("d1", pb.Role_ROLE_DATA, "a:4", 0)
+		c.GetRegister().CertName = name
+		return c
+	}
+	epoch := s.Map().Epoch
+	if _, err := s.Apply(withName("data-4")); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.NodeByUUID("d1"); n.CertName != "data-4" || s.Map().Epoch != epoch+1 {
+		t.Fatalf("after registering as data-4: name %q, epoch %d (was %d)", n.CertName, s.Map().Epoch, epoch)
+	}
+	if _, err := s.Apply(withName("data-4")); err != nil || s.Map().Epoch != epoch+1 {
+		t.Fatalf("the same registration again: %v, epoch %d", err, s.Map().Epoch)
+	}
+	if _, err := s.Apply(withName("data-4b")); err != nil || s.NodeByUUID("d1").CertName != "data-4b" {
+		t.Fatalf("registering with a renamed certificate: %v, name %q", err, s.NodeByUUID("d1").CertName)
+	}
+	if _, err := s.Apply(withName("")); err != nil || s.NodeByUUID("d1").CertName != "" {
+		t.Fatalf("registering in plain text: %v, name %q", err, s.NodeByUUID("d1").CertName)
+	}
+	c := reg("d9", pb.Role_ROLE_DATA, "a:9", 0)
+	c.GetRegister().CertName = "data-9"
+	if _, err := s.Apply(c); err != nil || s.NodeByUUID("d9").CertName != "data-9" {
+		t.Fatalf("a new node: %v, %v", err, s.NodeByUUID("d9"))
+	}
+}

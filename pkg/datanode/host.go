@@ -211,6 +211,9 @@ func New(env node.Env, opts Options) (*Host, error) {
 	if opts.Chain.TLS == nil {
 		opts.Chain.TLS = env.TLS // peers: the chain and alignment
 	}
+	if opts.Chain.TLSFor == nil {
+		opts.Chain.TLSFor = env.PeerTLS // and the node the map names at the address
+	}
 	if opts.Server.TLS == nil {
 		opts.Server.TLS = env.ServerTLS
 	}

@@ -32,6 +32,11 @@ type ConnOptions struct {
 	// handshake with this client configuration, within DialTimeout; the
 	// server chooses whether the frames then travel inside TLS (auth.go).
 	TLS *tls.Config
+	// TLSFor, when set and not nil for the address dialled, is used in
+	// place of TLS for a connection to that address: a data node gives one
+	// that also checks that the peer is the node the cluster map puts there
+	// (node.Env.PeerTLS).
+	TLSFor func(addr string) *tls.Config
 }
 
 func (o ConnOptions) withDefaults() ConnOptions {
@@ -87,9 +92,15 @@ func Dial(ctx context.Context, addr string, opts ConnOptions) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data path: dial %s: %w", addr, err)
 	}
-	if opts.TLS != nil {
+	conf := opts.TLS
+	if opts.TLSFor != nil {
+		if c := opts.TLSFor(addr); c != nil {
+			conf = c
+		}
+	}
+	if conf != nil {
 		hctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
-		c, err := authClient(hctx, nc, opts.TLS)
+		c, err := authClient(hctx, nc, conf)
 		cancel()
 		if err != nil {
 			nc.Close()

@@ -18,6 +18,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/multiraft"
 	"github.com/cairnfs/cairn/pkg/placement"
 	"github.com/cairnfs/cairn/pkg/redirect"
@@ -108,8 +109,22 @@ func (v *service) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 	case req.ClusterId != "" && req.ClusterId != clusterID:
 		return nil, status.Errorf(codes.FailedPrecondition, "node data dir belongs to cluster %s, but this is cluster %s", req.ClusterId, clusterID)
 	}
+	// The name nodes check when they dial this one (Node.cert_name) is the
+	// one of the certificate this call came with, never one the node
+	// claims; "" in plain text.
+	var certName string
+	if c := daemon.PeerCert(ctx); c != nil {
+		certName = c.Subject.CommonName
+	}
+	var before string
+	v.s.fsm.read(func(st *clustermap.State) {
+		if n := st.NodeByUUID(req.Uuid); n != nil {
+			before = n.CertName
+		}
+	})
 	res, err := v.s.propose(ctx, &pb.Command{Op: &pb.Command_Register{Register: &pb.RegisterNode{
 		Uuid: req.Uuid, Role: req.Role, Addr: req.Addr, Zone: req.Zone, RequestedId: req.NodeId, DataAddr: req.DataAddr,
+		CertName: certName,
 	}}})
 	if err != nil {
 		return nil, toStatus(err)
@@ -118,7 +133,10 @@ func (v *service) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 	v.s.mu.Lock()
 	v.s.soft[id] = &nodeSoft{last: time.Now()}
 	v.s.mu.Unlock()
-	v.s.log.Info("node registered", "node", id, "role", req.Role, "addr", req.Addr)
+	if before != "" && before != certName {
+		v.s.log.Warn("node registered with a certificate of another name; its peers now accept only the new one", "node", id, "was", before, "now", certName)
+	}
+	v.s.log.Info("node registered", "node", id, "role", req.Role, "addr", req.Addr, "cert_name", certName)
 	return &pb.RegisterResponse{ClusterId: clusterID, NodeId: id, Epoch: v.epoch()}, nil
 }
 
@@ -134,7 +152,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		removed  []uint64
 		revoked  []string
 	)
-	addrs, dataAddrs := map[uint64]string{}, map[uint64]string{}
+	addrs, dataAddrs, certNames := map[uint64]string{}, map[uint64]string{}, map[uint64]string{}
 	v.s.fsm.read(func(st *clustermap.State) {
 		if n, ok := st.Map().Nodes[req.NodeId]; ok && n.Uuid == req.Uuid {
 			node = proto.Clone(n).(*pb.Node)
@@ -149,6 +167,9 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 						addrs[r] = peer.Addr
 						if peer.DataAddr != "" {
 							dataAddrs[r] = peer.DataAddr
+						}
+						if peer.CertName != "" {
+							certNames[r] = peer.CertName
 						}
 					}
 				}
@@ -180,7 +201,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		v.s.log.Info("stale replica caught up", "partition", c.PartitionId, "node", c.NodeId, "partition_epoch", c.Epoch)
 	}
 	resp := &pb.HeartbeatResponse{Epoch: epoch, Assigned: assigned, NodeAddrs: addrs, NodeDataAddrs: dataAddrs, Removed: removed, Revoked: revoked,
-		GrantKeys: v.s.grantKeys()}
+		GrantKeys: v.s.grantKeys(), NodeCertNames: certNames}
 	if node.Role == pb.Role_ROLE_DATA {
 		resp.FullVolumes = v.s.full()
 	}

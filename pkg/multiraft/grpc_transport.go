@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,7 @@ type GRPCTransport struct {
 	log        *slog.Logger
 	dialOpts   []grpc.DialOption
 	tls        *tls.Config
+	peerTLS    func(NodeID) *tls.Config
 	queueLen   int
 	maxBytes   int
 	backoffMin time.Duration
@@ -112,6 +114,16 @@ func WithTLS(cfg *tls.Config) TransportOption {
 		t.tls = cfg
 		t.dialOpts = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
 	}
+}
+
+// WithPeerTLS runs the connection to each peer over TLS with the
+// configuration peerTLS returns for it, in place of WithTLS's: a node
+// gives one that also checks the peer's certificate name
+// (pki.Identity.NodeClientConfig). It is called once per connection to an
+// address (the configuration itself is consulted at every handshake,
+// reconnections included); a nil result, or a nil peerTLS, keeps WithTLS's.
+func WithPeerTLS(peerTLS func(NodeID) *tls.Config) TransportOption {
+	return func(t *GRPCTransport) { t.peerTLS = peerTLS }
 }
 
 // WithBackoff sets the reconnect backoff range (default 50ms to 2s).
@@ -248,8 +260,9 @@ func (t *GRPCTransport) runPeer(p *grpcPeer) {
 				_ = conn.Close()
 			}
 			addr = a
-			conn = lightrpc.Dial(a, lightrpc.ClientOptions{TLS: t.tls, GRPC: func() (*grpc.ClientConn, error) {
-				return grpc.NewClient(a, t.dialOpts...)
+			tlsConf, dialOpts := t.tlsFor(p.id)
+			conn = lightrpc.Dial(a, lightrpc.ClientOptions{TLS: tlsConf, GRPC: func() (*grpc.ClientConn, error) {
+				return grpc.NewClient(a, dialOpts...)
 			}})
 		}
 		if err == nil {
@@ -280,6 +293,20 @@ func (t *GRPCTransport) runPeer(p *grpcPeer) {
 		case <-time.After(d):
 		}
 	}
+}
+
+// tlsFor returns the TLS configuration and gRPC dial options of a
+// connection to peer: WithPeerTLS's when it gives one, else WithTLS's.
+func (t *GRPCTransport) tlsFor(peer NodeID) (*tls.Config, []grpc.DialOption) {
+	if t.peerTLS == nil {
+		return t.tls, t.dialOpts
+	}
+	c := t.peerTLS(peer)
+	if c == nil {
+		return t.tls, t.dialOpts
+	}
+	// A later credentials option replaces an earlier one.
+	return c, append(slices.Clone(t.dialOpts), grpc.WithTransportCredentials(credentials.NewTLS(c)))
 }
 
 // Bounds of one Deliver call: the batches it gathers from the queue, and

@@ -126,8 +126,16 @@ type Env struct {
 	VolumeFull func(volume uint64) bool
 	// TLS is the client configuration for connections to peers, ServerTLS
 	// the server configuration of the role's own listener (nil: plain
-	// text).
+	// text). TLS accepts any node of the cluster (pki.Identity.ClientConfig).
 	TLS, ServerTLS *tls.Config
+	// PeerTLS returns the client configuration for a connection to the peer
+	// node at addr, a gRPC or data-path address of the last heartbeat: TLS
+	// that also requires the server's certificate to carry the name the
+	// map records for the node at addr (Node.cert_name), looked up at every
+	// handshake; it accepts any node while the map records no name there
+	// (a node that has not registered since names were recorded). Nil in
+	// plain text.
+	PeerTLS func(addr string) *tls.Config
 }
 
 // Remover is a PartitionHost that deletes the state of partitions the map
@@ -348,7 +356,7 @@ func (n *Node) openPartitions() (err error) {
 		return n.applied
 	}
 	n.transport = multiraft.NewGRPCTransport(multiraft.NodeID(n.id.NodeID), func(id multiraft.NodeID) (string, bool) { return resolve(uint64(id)) }, n.log,
-		multiraft.WithTLS(daemon.ClientTLS(n.cfg.TLS)))
+		multiraft.WithTLS(daemon.ClientTLS(n.cfg.TLS)), multiraft.WithPeerTLS(n.peerTLSByID()))
 	n.raft, err = multiraft.NewHost(multiraft.Config{
 		NodeID: multiraft.NodeID(n.id.NodeID), DB: n.db, Transport: n.transport,
 		TickInterval: n.cfg.TickInterval, Logger: n.log,
@@ -371,7 +379,7 @@ func (n *Node) openPartitions() (err error) {
 			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData,
 			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch, AppliedEpoch: applied, Refresh: n.refresh, Revoked: n.isRevoked,
 			Grants: &n.grants, VolumeFull: n.volumeFull,
-			TLS: daemon.ClientTLS(n.cfg.TLS), ServerTLS: daemon.ServerTLS(n.cfg.TLS),
+			TLS: daemon.ClientTLS(n.cfg.TLS), ServerTLS: daemon.ServerTLS(n.cfg.TLS), PeerTLS: n.peerTLSByAddr(),
 		})
 		if err != nil {
 			return fmt.Errorf("%s partitions: %w", RoleName(n.cfg.Role), err)
@@ -514,6 +522,52 @@ func (n *Node) loadAssignment() error {
 	n.assignment = a
 	n.setRevoked(a.Revoked)
 	return nil
+}
+
+// peerNames returns the certificate names the last heartbeat records for
+// the nodes that match: those a connection to such a node must be shown
+// (none: the map records none, any node is accepted).
+func (n *Node) peerNames(match func(id uint64) bool) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var names []string
+	for id, name := range n.assignment.NodeCertNames {
+		if match(id) && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// peerTLSByID is the Raft transport's configuration per peer
+// (multiraft.WithPeerTLS): the peer must show the certificate name the map
+// records for it. Nil in plain text.
+func (n *Node) peerTLSByID() func(multiraft.NodeID) *tls.Config {
+	if n.cfg.TLS == nil {
+		return nil
+	}
+	return func(peer multiraft.NodeID) *tls.Config {
+		return n.cfg.TLS.NodeClientConfig(func() []string {
+			return n.peerNames(func(id uint64) bool { return id == uint64(peer) })
+		})
+	}
+}
+
+// peerTLSByAddr is Env.PeerTLS: a connection to addr must be shown the
+// certificate name of a node the map puts at addr (gRPC or data path).
+// Nil in plain text.
+func (n *Node) peerTLSByAddr() func(addr string) *tls.Config {
+	if n.cfg.TLS == nil {
+		return nil
+	}
+	return func(addr string) *tls.Config {
+		return n.cfg.TLS.NodeClientConfig(func() []string {
+			// Called with n.mu held by peerNames.
+			return n.peerNames(func(id uint64) bool {
+				return n.assignment.NodeAddrs[id] == addr || n.assignment.NodeDataAddrs[id] == addr
+			})
+		})
+	}
 }
 
 // setRevoked replaces the revocation list.
@@ -695,6 +749,11 @@ func (n *Node) heartbeat() error {
 		n.setRevoked(resp.Revoked)
 		n.assignment.Revoked = resp.Revoked
 		n.unsaved = true // kept across a restart, like the assignment
+	}
+	if !maps.Equal(n.assignment.NodeCertNames, resp.NodeCertNames) {
+		// Read at every handshake with a peer (peerNames): nothing to apply.
+		n.assignment.NodeCertNames = resp.NodeCertNames
+		n.unsaved = true
 	}
 	changed := !samePartitions(n.assignment.Assigned, resp.Assigned) || !maps.Equal(n.assignment.NodeAddrs, resp.NodeAddrs) ||
 		!maps.Equal(n.assignment.NodeDataAddrs, resp.NodeDataAddrs)

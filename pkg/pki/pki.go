@@ -14,6 +14,19 @@
 // valid for the CA is what proves a peer belongs to the cluster. Both ends
 // verify the other's chain against the CA bundle.
 //
+// Purposes: only a cluster node serves. Sign issues node certificates for
+// server and client use (extended key usages serverAuth and clientAuth),
+// client and admin certificates for client use only. Every client side
+// (ClientConfig: the SDK, mounts, admin commands, and node-to-node dials)
+// refuses, during the handshake and before sending a byte of any protocol,
+// a server whose certificate is not of kind node, whatever its key usages
+// say: certificates issued before the purposes were split carry serverAuth
+// whatever their kind, so the kind is the check that counts. A holder of a
+// client or admin certificate therefore cannot pose as a master or node to
+// anyone. Where the dialer knows which node it dials, it can also demand the
+// common name the cluster map records for that node (ClientConfigFor,
+// NodeClientConfig), so that one node cannot pose as another.
+//
 // Rotation without a restart: an identity rereads its files when they
 // change (checked at most once a second, at handshakes), so a new
 // certificate, key or CA bundle (old and new CA together during a CA
@@ -35,6 +48,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,7 +63,8 @@ const (
 )
 
 // Kind is what a certificate's holder is; it is the certificate's
-// organizational unit.
+// organizational unit. It decides what the certificate may be used for:
+// only KindNode serves (see the package comment).
 type Kind string
 
 // Kinds of holders.
@@ -111,7 +126,8 @@ type Request struct {
 	Kind Kind
 	// Hosts are DNS names and IP addresses put in the certificate's
 	// subject alternative names, for TLS clients that check them; Cairn's
-	// own processes check the CA's signature only.
+	// own processes check the CA's signature, the kind and, where they
+	// know it, the node's name, never a host name.
 	Hosts []string
 	// Extensions are added to the certificate as they are (a client's
 	// capabilities, pkg/capability).
@@ -137,6 +153,9 @@ func Issue(caDir, outDir string, req Request) error {
 }
 
 // Sign signs a certificate for req, with a new key, with the CA in caDir.
+// The certificate's extended key usages follow its kind (Usages): a node
+// certificate may serve and connect, a client or admin certificate may only
+// connect.
 func Sign(caDir string, req Request) (*Issued, error) {
 	if req.Name == "" || !req.Kind.valid() {
 		return nil, fmt.Errorf("issue a certificate: need a name and a kind of node, client or admin (got %q, %q)", req.Name, req.Kind)
@@ -164,7 +183,7 @@ func Sign(caDir string, req Request) (*Issued, error) {
 		NotBefore:       now.Add(-time.Hour),
 		NotAfter:        notAfter,
 		KeyUsage:        x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:     Usages(req.Kind),
 		ExtraExtensions: req.Extensions,
 	}
 	for _, h := range req.Hosts {
@@ -203,6 +222,19 @@ func (is *Issued) Write(outDir string) error {
 		return err
 	}
 	return writePEM(filepath.Join(outDir, CertFile), "CERTIFICATE", is.Cert.Raw, 0o644)
+}
+
+// Usages are the extended key usages Sign gives a certificate of kind k:
+// serverAuth and clientAuth for a node, clientAuth alone for the other
+// kinds (nil for an unknown kind).
+func Usages(k Kind) []x509.ExtKeyUsage {
+	switch k {
+	case KindNode:
+		return []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	case KindClient, KindAdmin:
+		return []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	return nil
 }
 
 // Serial is a certificate's serial number as revocation lists name it:
@@ -367,16 +399,17 @@ func (id *Identity) current() *identityState {
 }
 
 // verify checks a peer's chain against the current CA bundle, for use as
-// VerifyPeerCertificate; no host name is checked (see the package comment).
-func (id *Identity) verify(rawCerts [][]byte, usage x509.ExtKeyUsage) error {
+// VerifyPeerCertificate, and returns the peer's certificate; no host name
+// is checked (see the package comment).
+func (id *Identity) verify(rawCerts [][]byte, usage x509.ExtKeyUsage) (*x509.Certificate, error) {
 	if len(rawCerts) == 0 {
-		return errors.New("the peer sent no certificate")
+		return nil, errors.New("the peer sent no certificate")
 	}
 	certs := make([]*x509.Certificate, 0, len(rawCerts))
 	for _, raw := range rawCerts {
 		c, err := x509.ParseCertificate(raw)
 		if err != nil {
-			return fmt.Errorf("the peer's certificate: %w", err)
+			return nil, fmt.Errorf("the peer's certificate: %w", err)
 		}
 		certs = append(certs, c)
 	}
@@ -385,16 +418,90 @@ func (id *Identity) verify(rawCerts [][]byte, usage x509.ExtKeyUsage) error {
 		inter.AddCert(c)
 	}
 	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: id.current().pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-		return fmt.Errorf("the peer's certificate %q is not from this cluster's CA: %w", certs[0].Subject.CommonName, err)
+		return nil, fmt.Errorf("the peer's certificate %q is not from this cluster's CA: %w", certs[0].Subject.CommonName, err)
 	}
 	if id.Revoked(certs[0]) {
-		return fmt.Errorf("the peer's certificate %q (serial %s) is revoked", certs[0].Subject.CommonName, Serial(certs[0]))
+		return nil, fmt.Errorf("the peer's certificate %q (serial %s) is revoked", certs[0].Subject.CommonName, Serial(certs[0]))
+	}
+	return certs[0], nil
+}
+
+// verifyServer is verify for the client side of a connection: the chain,
+// then the server's kind, which must be node (the package comment), then
+// its usage, then, when names returns any, its common name, which must be
+// one of them. The chain is checked for any usage first so that a client
+// or admin certificate is refused for its kind, the clearer reason, whether
+// or not it carries serverAuth.
+func (id *Identity) verifyServer(rawCerts [][]byte, names func() []string) error {
+	c, err := id.verify(rawCerts, x509.ExtKeyUsageAny)
+	if err != nil {
+		return err
+	}
+	if k := KindOf(c); k != KindNode {
+		return &WrongPeerError{Name: c.Subject.CommonName, Kind: k}
+	}
+	if !hasUsage(c, x509.ExtKeyUsageServerAuth) {
+		return fmt.Errorf("the server's node certificate %q is not issued for server use (no serverAuth key usage)", c.Subject.CommonName)
+	}
+	if names == nil {
+		return nil
+	}
+	if want := names(); len(want) > 0 && !slices.Contains(want, c.Subject.CommonName) {
+		return &WrongPeerError{Name: c.Subject.CommonName, Kind: KindNode, Want: want}
 	}
 	return nil
 }
 
+// hasUsage reports whether c may be used for usage: its extended key usages
+// name it or any, or it has none (no restriction, RFC 5280).
+func hasUsage(c *x509.Certificate, usage x509.ExtKeyUsage) bool {
+	return len(c.ExtKeyUsage) == 0 && len(c.UnknownExtKeyUsage) == 0 ||
+		slices.Contains(c.ExtKeyUsage, usage) || slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageAny)
+}
+
+// WrongPeerError is how a client side refuses a server of this cluster's CA
+// that is not the peer it meant to reach: a certificate of another kind than
+// node (Want empty), or a node certificate of another name than those in
+// Want. Nothing has been sent to the server when it is returned.
+type WrongPeerError struct {
+	Name string   // the common name of the certificate the server presented
+	Kind Kind     // its kind ("" for none)
+	Want []string // the node names the dialer accepted, if it named any
+}
+
+// Error says what the server presented and what was expected, in words a
+// user can act on; it always contains "not a cluster node's" for a
+// certificate of another kind.
+func (e *WrongPeerError) Error() string {
+	if e.Kind != KindNode {
+		what := "a certificate of no kind"
+		switch e.Kind {
+		case KindClient:
+			what = "a client certificate"
+		case KindAdmin:
+			what = "an admin certificate"
+		}
+		return fmt.Sprintf("the server presented %s (%q), not a cluster node's: it is no Cairn master or node, whose certificates alone may serve; nothing was sent to it", what, e.Name)
+	}
+	return fmt.Sprintf("the server presented the certificate of node %q, but the cluster map records %s for the node dialled; nothing was sent to it", e.Name, quoteList(e.Want))
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	if len(q) == 1 {
+		return q[0]
+	}
+	return "one of " + strings.Join(q, ", ")
+}
+
 // ServerConfig is the TLS configuration of a server: TLS 1.3, a client
-// certificate from the cluster's CA required.
+// certificate from the cluster's CA required, with the clientAuth usage
+// (every kind has it) and not revoked; what the client may call then
+// depends on its kind (daemon.Authorize). Only a node's identity can
+// usefully serve: clients refuse a server of any other kind (ClientConfig).
 func (id *Identity) ServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
@@ -410,15 +517,44 @@ func (id *Identity) ServerConfig() *tls.Config {
 			return id.current().cert, nil
 		},
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			return id.verify(raw, x509.ExtKeyUsageClientAuth)
+			_, err := id.verify(raw, x509.ExtKeyUsageClientAuth)
+			return err
 		},
 	}
 }
 
 // ClientConfig is the TLS configuration of a client: TLS 1.3, this
 // identity's certificate presented, the server's verified against the
-// cluster's CA.
-func (id *Identity) ClientConfig() *tls.Config {
+// cluster's CA, the revocation list, and its purpose: the handshake fails,
+// before anything is sent through it (this identity's certificate
+// included), unless the server presents a certificate of kind node with
+// the serverAuth usage. A client, admin or kindless certificate is refused
+// with a *WrongPeerError even when it carries serverAuth (certificates
+// issued before Sign split the purposes do).
+func (id *Identity) ClientConfig() *tls.Config { return id.clientConfig(nil) }
+
+// ClientConfigFor is ClientConfig for a connection to the node whose
+// certificate's common name is name: a node certificate of any other name
+// is refused too (a *WrongPeerError). An empty name checks the kind only,
+// as ClientConfig does.
+func (id *Identity) ClientConfigFor(name string) *tls.Config {
+	if name == "" {
+		return id.ClientConfig()
+	}
+	return id.clientConfig(func() []string { return []string{name} })
+}
+
+// NodeClientConfig is ClientConfigFor with the accepted names looked up at
+// every handshake, so that a connection that reconnects follows the cluster
+// map: names returns the common names the map records for the node dialled
+// (more than one only when the map puts several nodes at its address); when
+// it returns none, the kind alone is checked. names must be safe for
+// concurrent use.
+func (id *Identity) NodeClientConfig(names func() []string) *tls.Config {
+	return id.clientConfig(names)
+}
+
+func (id *Identity) clientConfig(names func() []string) *tls.Config {
 	return &tls.Config{
 		MinVersion:                  tls.VersionTLS13,
 		DynamicRecordSizingDisabled: true, // as ServerConfig
@@ -429,7 +565,7 @@ func (id *Identity) ClientConfig() *tls.Config {
 			return id.current().cert, nil
 		},
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			return id.verify(raw, x509.ExtKeyUsageServerAuth)
+			return id.verifyServer(raw, names)
 		},
 	}
 }
