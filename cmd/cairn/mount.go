@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,9 +14,6 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
@@ -266,11 +261,12 @@ func openVolume(cmd *cobra.Command, masters []string, volume string, wait time.D
 
 func newMountCmd() *cobra.Command {
 	var (
-		cf      clusterFlags
-		opts    []string
-		metrics string
-		wait    time.Duration
-		traceTo string
+		cf       clusterFlags
+		opts     []string
+		metrics  string
+		profiles bool
+		wait     time.Duration
+		traceTo  string
 	)
 	cmd := &cobra.Command{
 		Use:   "mount VOLUME MOUNTPOINT",
@@ -330,6 +326,9 @@ file system (docs/bench.md, "Traces").`,
 			if err != nil {
 				return usageError{err, cmd}
 			}
+			if profiles && metrics == "" {
+				return usagef(cmd, "--pprof serves the profiles on the --metrics address: give --metrics too")
+			}
 			applyMemoryLimit(mo)
 			mp, err := filepath.Abs(args[1])
 			if err != nil {
@@ -373,21 +372,16 @@ file system (docs/bench.md, "Traces").`,
 
 			var m *fusefs.Metrics
 			if metrics != "" {
-				reg := prometheus.NewRegistry()
-				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-				if m, err = fusefs.NewMetrics(reg, v); err != nil {
+				// The servers' endpoint: /metrics, /healthz (the mount is
+				// healthy while it serves) and, with --pprof, the profiles.
+				tm, err := daemon.StartTelemetry(metrics, profiles, func() error { return nil })
+				if err != nil {
 					return err
 				}
-				ln, err := net.Listen("tcp", metrics)
-				if err != nil {
-					return fmt.Errorf("metrics listener on %s: %w", metrics, err)
+				defer tm.Close()
+				if m, err = fusefs.NewMetrics(tm.Registry, v); err != nil {
+					return err
 				}
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-				daemon.HandleProfiles(mux)
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-				go func() { _ = srv.Serve(ln) }()
-				defer srv.Close()
 			}
 			// closeTrace flushes and closes the trace once the mount is gone.
 			closeTrace := func(err error) error {
@@ -452,6 +446,7 @@ file system (docs/bench.md, "Traces").`,
 	cf.add(cmd)
 	cmd.Flags().StringArrayVarP(&opts, "options", "o", nil, "mount options, comma-separated (see above)")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9100)")
+	addPprofFlag(cmd, &profiles)
 	cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long to retry while no master answers")
 	cmd.Flags().StringVar(&traceTo, "trace", "", "record every operation on the mount to this trace file (see cairn bench trace-stats and replay)")
 	return cmd

@@ -73,3 +73,22 @@ func TestMountMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+// Every long-running command takes --pprof, off by default; a mount's
+// profiles need its --metrics address.
+func TestPprofFlag(t *testing.T) {
+	root := newRootCmd()
+	for _, name := range []string{"master", "meta", "data", "mount", "up"} {
+		c, _, err := root.Find([]string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := c.Flags().Lookup("pprof"); f == nil || f.DefValue != "false" {
+			t.Errorf("cairn %s: --pprof %+v, want a flag that is off by default", name, f)
+		}
+	}
+	out, code := benchCLI(t, "mount", "--pprof", "default", t.TempDir())
+	if code != exitUsage || !strings.Contains(out, "give --metrics too") {
+		t.Errorf("mount --pprof without --metrics: exit %d, %q", code, out)
+	}
+}

@@ -54,6 +54,7 @@ func newMasterCmd() *cobra.Command {
 		balanceInterval        time.Duration
 		mpMaxInodes, minDents  uint64
 		sweepInterval          time.Duration
+		profiles               bool
 		tf                     tlsFlags
 	)
 	cmd := &cobra.Command{
@@ -95,7 +96,7 @@ gets the same --peers list and its own --id.`,
 				return err
 			}
 			s, err := master.Start(master.Config{
-				ID: id, Peers: peerMap, Listen: listen, DataDir: dataDir, MetricsAddr: mAddr,
+				ID: id, Peers: peerMap, Listen: listen, DataDir: dataDir, MetricsAddr: mAddr, Profiles: profiles,
 				DownAfter: downAfter, OutAfter: outAfter, ReportGrace: reportGrace, MaxMoves: maxMoves, MinWritable: minWritable, Logger: log.With("role", "master"),
 				BalanceInterval: balanceInterval, MPMaxInodes: mpMaxInodes, BalanceMinDentries: minDents,
 				SweepInterval: sweepInterval, TLS: ident,
@@ -113,6 +114,7 @@ gets the same --peers list and its own --id.`,
 	f.StringVar(&listen, "listen", "", "address to listen on (default: this master's --peers address)")
 	f.StringVar(&dataDir, "data-dir", "./cairn-data/master", "directory for the master's Raft log and map")
 	f.StringVar(&mAddr, "metrics-addr", "127.0.0.1:17001", "address of the /metrics and /healthz endpoint")
+	addPprofFlag(cmd, &profiles)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&downAfter, "down-after", 10*time.Second, "mark a node down after this long without heartbeats")
 	f.DurationVar(&outAfter, "out-after", 10*time.Minute, "mark a down node out after this much longer")
@@ -141,7 +143,7 @@ func newNodeCmd(role string) *cobra.Command {
 		merge                                             bool
 		recoveryMBps                                      float64
 		tf                                                tlsFlags
-		encrypt                                           bool
+		encrypt, profiles                                 bool
 	)
 	pbRole, what, port := pb.Role_ROLE_META, "meta node: hosts meta partitions (inodes and dentries)", 17100
 	if role == "data" {
@@ -180,7 +182,7 @@ node comes back as the same node), sends a heartbeat with its utilization every
 			n, err := node.Start(ctx, node.Config{
 				Role: pbRole, DataDir: dataDir, Listen: listen, Advertise: advertise, Zone: zone,
 				DataListen: dataListen, DataAdvertise: dataAdvertise,
-				Masters: masters, MetricsAddr: mAddr, NodeID: nodeID, HeartbeatInterval: heartbeat,
+				Masters: masters, MetricsAddr: mAddr, Profiles: profiles, NodeID: nodeID, HeartbeatInterval: heartbeat,
 				CapacityBytes: capacity, Logger: log.With("role", role), NewPartitions: partitionsOf(role, metanode.Options{DisableMerging: !merge, ChunkGrace: chunkGrace},
 					datanode.Options{RecoveryBytesPerSecond: int64(recoveryMBps * (1 << 20)), Server: dataproto.ServerOptions{Encrypt: encrypt}}),
 				TLS: id,
@@ -199,6 +201,7 @@ node comes back as the same node), sends a heartbeat with its utilization every
 	f.StringVar(&advertise, "advertise", "", "address to give the master (default: the listen address)")
 	f.StringVar(&dataDir, "data-dir", "./cairn-data/"+role, "directory for the node's state")
 	f.StringVar(&mAddr, "metrics-addr", fmt.Sprintf("127.0.0.1:%d", port+1), "address of the /metrics and /healthz endpoint")
+	addPprofFlag(cmd, &profiles)
 	f.StringVar(&zone, "zone", "", "failure-domain label; replicas of a partition go to different zones")
 	f.Uint64Var(&nodeID, "node-id", 0, "ask for this node id on first registration (default: assigned)")
 	if role == "data" {
@@ -218,6 +221,16 @@ node comes back as the same node), sends a heartbeat with its utilization every
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	tf.add(cmd)
 	return cmd
+}
+
+// addPprofFlag adds --pprof, which serves Go's profiles on the process's
+// metrics endpoint. Off by default: the endpoint is plain HTTP with no
+// authentication, and a profile is not only data (the command line, a
+// goroutine dump with what each goroutine works on) but costs CPU while
+// it runs.
+func addPprofFlag(cmd *cobra.Command, on *bool) {
+	cmd.Flags().BoolVar(on, "pprof", false,
+		"also serve Go's profiles at /debug/pprof/ on the metrics endpoint, with no authentication: use it on loopback or a trusted network only (CAIRN_PROFILE_CONTENTION=1 adds block and mutex profiles)")
 }
 
 // partitionsOf is the partition host of a node role; meta applies to meta

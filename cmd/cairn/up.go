@@ -27,7 +27,7 @@ func newUpCmd() *cobra.Command {
 		// Master tuning, forwarded as given ("" keeps the master's default).
 		mpMaxInodes, balanceInterval, balanceMinDentries string
 		layout, chunkGrace                               string
-		metaMerge, insecure                              bool
+		metaMerge, insecure, profiles                    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -84,7 +84,7 @@ other admin commands find it through --data-dir.`,
 			c, err := localcluster.Start(ctx, localcluster.Options{
 				DataDir: dataDir, Mount: mount, Masters: masters, Metas: metas, Datas: datas, Binary: self,
 				Volume: volume, VolumeLayout: layout, Ready: ready, Out: cmd.OutOrStdout(), LogLevel: logLevel, DownAfter: downAfter, OutAfter: outAfter,
-				MasterFlags: masterFlags, MetaFlags: metaFlags, Insecure: insecure, S3: s3,
+				MasterFlags: masterFlags, MetaFlags: metaFlags, Insecure: insecure, S3: s3, Profiles: profiles,
 			})
 			if err != nil {
 				return err
@@ -123,6 +123,7 @@ other admin commands find it through --data-dir.`,
 	f.StringVar(&chunkGrace, "chunk-grace", "", "passed to the meta nodes: how long a chunk must have had no reference before its bytes are reclaimed (default: the meta nodes' 5m)")
 	f.BoolVar(&metaMerge, "meta-merge", true, "request merging on the meta nodes (--meta-merge=false only to compare, see make bench-merging)")
 	f.DurationVar(&downAfter, "down-after", 0, "mark a node down after this long without heartbeats (default: the master's 10s)")
+	f.BoolVar(&profiles, "pprof", false, "every master, node and the mount serve Go's profiles at /debug/pprof/ on their metrics addresses (loopback, open to every user of this host; no authentication)")
 	f.DurationVar(&outAfter, "out-after", 0, "mark a down node out, and move its replicas to other nodes, after this much longer (default: the master's 10m)")
 	return cmd
 }

@@ -155,7 +155,8 @@ func NewLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-// Telemetry serves /metrics (Prometheus) and /healthz on one HTTP listener.
+// Telemetry serves /metrics (Prometheus) and /healthz on one HTTP listener,
+// and Go's profiles under /debug/pprof/ when asked to (--pprof).
 type Telemetry struct {
 	Registry *prometheus.Registry
 	mux      *http.ServeMux
@@ -166,7 +167,11 @@ type Telemetry struct {
 
 // StartTelemetry listens on addr (":0" picks a port) and serves until Close.
 // health is called on every /healthz request; a nil error answers 200.
-func StartTelemetry(addr string, health func() error) (*Telemetry, error) {
+// With profiles it also serves Go's profiles of the process
+// (HandleProfiles); without, /debug/pprof/ answers 404. The endpoint has no
+// authentication: profiles (a goroutine dump, the command line, a CPU
+// profile that costs CPU while it runs) are for a trusted network only.
+func StartTelemetry(addr string, profiles bool, health func() error) (*Telemetry, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener on %s: %w", addr, err)
@@ -182,7 +187,13 @@ func StartTelemetry(addr string, health func() error) (*Telemetry, error) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	HandleProfiles(mux)
+	if profiles {
+		HandleProfiles(mux)
+	} else {
+		// Explicitly, so that no handler of "/" (a master's console, which
+		// a follower proxies to the leader) answers for the profiles.
+		mux.Handle("/debug/pprof/", http.NotFoundHandler())
+	}
 	t := &Telemetry{
 		Registry: reg,
 		mux:      mux,
@@ -198,7 +209,7 @@ func StartTelemetry(addr string, health func() error) (*Telemetry, error) {
 }
 
 // Handle serves pattern with h on the endpoint besides /metrics,
-// /healthz and the profiles (a master's console at "/").
+// /healthz and the profiles if any (a master's console at "/").
 func (t *Telemetry) Handle(pattern string, h http.Handler) { t.mux.Handle(pattern, h) }
 
 // Addr is the address the endpoint listens on.
@@ -223,7 +234,9 @@ func NewUUID() string {
 }
 
 // HandleProfiles serves Go's profiles of the running process under
-// /debug/pprof/ on mux (go tool pprof http://ADDR/debug/pprof/profile).
+// /debug/pprof/ on mux (go tool pprof http://ADDR/debug/pprof/profile),
+// without authentication: processes call it only when started with
+// --pprof.
 // Block and mutex profiles record only when CAIRN_PROFILE_CONTENTION is
 // set (to any value), since recording them costs time on every wait.
 func HandleProfiles(mux *http.ServeMux) {

@@ -70,6 +70,11 @@ type Options struct {
 	// S3, if set, starts an S3 gateway (`cairn s3`) for Volume on a free
 	// loopback port, with credentials kept in <data-dir>/s3.env.
 	S3 bool
+	// Profiles passes --pprof to the masters, nodes and the mount: each
+	// serves Go's profiles on its metrics address. Those are loopback
+	// addresses, but loopback is open to every user of the host, so it is
+	// off unless asked for.
+	Profiles bool
 }
 
 // Cluster is a running local cluster.
@@ -313,12 +318,18 @@ func (c *Cluster) args(p Proc) []string {
 		nodeTLS, adminTLS = []string{"--insecure"}, []string{"--insecure"}
 	}
 	common := append([]string{"--data-dir", dir, "--metrics-addr", p.MetricsAddr, "--log-level", c.opts.LogLevel}, nodeTLS...)
+	var pprof []string
+	if c.opts.Profiles {
+		pprof = []string{"--pprof"}
+		common = append(common, pprof...)
+	}
 	switch p.Role {
 	case s3Proc:
 		return append([]string{"s3", "--master", strings.Join(c.layout.MasterAddrs(), ","), "--volume", c.opts.Volume,
 			"--listen", p.Addr, "--mount-dir", filepath.Join(dir, "mnt")}, adminTLS...)
 	case mountProc:
 		args := append([]string{"mount", "--master", strings.Join(c.layout.MasterAddrs(), ","), "--metrics", p.MetricsAddr}, adminTLS...)
+		args = append(args, pprof...)
 		if os.Geteuid() == 0 {
 			// Mounted by root with default_permissions: every user may use
 			// it as the permission bits allow, as with a disk file system.

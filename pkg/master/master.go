@@ -53,6 +53,9 @@ type Config struct {
 	Listen      string
 	DataDir     string
 	MetricsAddr string
+	// Profiles serves Go's profiles on the metrics address too
+	// (daemon.StartTelemetry), without authentication (--pprof).
+	Profiles bool
 	// DownAfter is how long a node may miss heartbeats before it is marked down;
 	// OutAfter how long it may stay down before it is marked out.
 	DownAfter time.Duration
@@ -273,7 +276,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("master raft group: %w", err)
 	}
 
-	if s.telemetry, err = daemon.StartTelemetry(cfg.MetricsAddr, s.health); err != nil {
+	if s.telemetry, err = daemon.StartTelemetry(cfg.MetricsAddr, cfg.Profiles, s.health); err != nil {
 		return nil, err
 	}
 	s.metrics = newMetrics(s.telemetry.Registry, s)

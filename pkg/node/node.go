@@ -66,6 +66,9 @@ type Config struct {
 	Zone                      string
 	Masters                   []string
 	MetricsAddr               string
+	// Profiles serves Go's profiles on the metrics address too
+	// (daemon.StartTelemetry), without authentication (--pprof).
+	Profiles bool
 	// NodeID, if not 0, asks the master for this id on first registration.
 	NodeID            uint64
 	HeartbeatInterval time.Duration
@@ -269,7 +272,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			n.dataAddr = n.dataLn.Addr().String()
 		}
 	}
-	if n.telemetry, err = daemon.StartTelemetry(cfg.MetricsAddr, n.health); err != nil {
+	if n.telemetry, err = daemon.StartTelemetry(cfg.MetricsAddr, cfg.Profiles, n.health); err != nil {
 		return nil, err
 	}
 	n.registerMetrics()
