@@ -34,10 +34,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/grant"
@@ -508,122 +506,6 @@ func (n *Node) loadIdentity() error {
 	return nil
 }
 
-const assignmentFile = "assignment.json"
-
-func (n *Node) loadAssignment() error {
-	b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, assignmentFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read assignment: %w", err)
-	}
-	a := &pb.HeartbeatResponse{}
-	if err := protojson.Unmarshal(b, a); err != nil {
-		return fmt.Errorf("data dir %s: corrupt %s: %w", n.cfg.DataDir, assignmentFile, err)
-	}
-	n.assignment = a
-	n.setRevoked(a.Revoked)
-	return nil
-}
-
-// peerNames returns the certificate names the last heartbeat records for
-// the nodes that match: those a connection to such a node must be shown
-// (none: the map records none, any node is accepted).
-func (n *Node) peerNames(match func(id uint64) bool) []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var names []string
-	for id, name := range n.assignment.NodeCertNames {
-		if match(id) && !slices.Contains(names, name) {
-			names = append(names, name)
-		}
-	}
-	return names
-}
-
-// peerTLSByID is the Raft transport's configuration per peer
-// (multiraft.WithPeerTLS): the peer must show the certificate name the map
-// records for it. Nil in plain text.
-func (n *Node) peerTLSByID() func(multiraft.NodeID) *tls.Config {
-	if n.cfg.TLS == nil {
-		return nil
-	}
-	return func(peer multiraft.NodeID) *tls.Config {
-		return n.cfg.TLS.NodeClientConfig(func() []string {
-			return n.peerNames(func(id uint64) bool { return id == uint64(peer) })
-		})
-	}
-}
-
-// peerTLSByAddr is Env.PeerTLS: a connection to addr must be shown the
-// certificate name of a node the map puts at addr (gRPC or data path).
-// Nil in plain text.
-func (n *Node) peerTLSByAddr() func(addr string) *tls.Config {
-	if n.cfg.TLS == nil {
-		return nil
-	}
-	return func(addr string) *tls.Config {
-		return n.cfg.TLS.NodeClientConfig(func() []string {
-			// Called with n.mu held by peerNames.
-			return n.peerNames(func(id uint64) bool {
-				return n.assignment.NodeAddrs[id] == addr || n.assignment.NodeDataAddrs[id] == addr
-			})
-		})
-	}
-}
-
-// setRevoked replaces the revocation list.
-func (n *Node) setRevoked(serials []string) {
-	m := make(map[string]bool, len(serials))
-	for _, s := range serials {
-		m[s] = true
-	}
-	n.revoked.Store(&m)
-}
-
-// isRevoked reports whether serial is on the revocation list.
-func (n *Node) isRevoked(serial string) bool {
-	m := n.revoked.Load()
-	return m != nil && (*m)[serial]
-}
-
-// volumeFull reports whether the last heartbeat named volume full.
-func (n *Node) volumeFull(volume uint64) bool {
-	m := n.full.Load()
-	return m != nil && (*m)[volume]
-}
-
-// setGrantState takes the grant keys and full volumes of a heartbeat's
-// answer.
-func (n *Node) setGrantState(resp *pb.HeartbeatResponse) {
-	// Key ids are never reused: the same ids are the same keys.
-	if !slices.EqualFunc(resp.GrantKeys, n.lastGrantKeys, func(a, b *pb.GrantKey) bool { return a.Id == b.Id }) {
-		n.grants.Set(clustermap.GrantKeysOf(resp.GrantKeys))
-		n.lastGrantKeys = resp.GrantKeys
-	}
-	full := make(map[uint64]bool, len(resp.FullVolumes))
-	for _, v := range resp.FullVolumes {
-		full[v] = true
-	}
-	n.full.Store(&full)
-}
-
-// saveAssignment records the assignment and peer addresses so that a restarted
-// node opens its partitions and reaches their replicas before it reaches a
-// master. The grant keys stay out of it: the file is readable by all.
-func (n *Node) saveAssignment(a *pb.HeartbeatResponse) error {
-	if len(a.GrantKeys) > 0 {
-		a = proto.Clone(a).(*pb.HeartbeatResponse)
-		a.GrantKeys = nil
-	}
-	b, err := protojson.MarshalOptions{Multiline: true}.Marshal(a)
-	if err != nil {
-		return err
-	}
-	return daemon.WriteFileAtomic(filepath.Join(n.cfg.DataDir, assignmentFile), append(b, '\n'))
-}
-
 func (n *Node) run() {
 	t := time.NewTicker(n.cfg.HeartbeatInterval)
 	defer t.Stop()
@@ -801,19 +683,6 @@ func (n *Node) heartbeat() error {
 	}
 	if saveErr != nil {
 		return n.save(resp)
-	}
-	return nil
-}
-
-// save records the assignment, noting whether a later heartbeat must try
-// again.
-func (n *Node) save(resp *pb.HeartbeatResponse) error {
-	err := n.saveAssignment(resp)
-	n.mu.Lock()
-	n.unsaved = err != nil
-	n.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("save assignment: %w", err)
 	}
 	return nil
 }
