@@ -3,6 +3,7 @@ package metanode
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/daemon"
@@ -84,10 +85,18 @@ func accessTxn(ctx context.Context, p *partition, txn *metapb.Txn) *refusal {
 		return nil
 	}
 	for _, op := range txn.GetOps() {
-		switch op.GetOp().(type) {
+		switch o := op.GetOp().(type) {
 		case *metapb.Op_SetRouting, *metapb.Op_ImportDentries, *metapb.Op_PurgeDentries, *metapb.Op_SetRange,
 			*metapb.Op_AckFreed, *metapb.Op_ChunkCollect, *metapb.Op_ChunkForget, *metapb.Op_ChunkFix:
 			return refuse(metapb.EPERM, "%T is sent by cluster nodes and admin tools only", op.GetOp())
+		case *metapb.Op_ChunkRefs:
+			// Drops are the collector's: a client's drop_seq would move
+			// the watermark of the partition it names as the source, and
+			// that partition's own drops at or below it would be skipped
+			// (references never given back, chunks never reclaimed).
+			if o.ChunkRefs.GetSourcePartition() != 0 || slices.ContainsFunc(o.ChunkRefs.GetItems(), func(it *metapb.ChunkRef) bool { return it.GetDropSeq() != 0 }) {
+				return refuse(metapb.EPERM, "chunk drops (source_partition, drop_seq) are sent by the deletion collector only")
+			}
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -133,6 +134,7 @@ func (h *Host) ledPartitions() []ledPartition {
 // shards, extent ranges are freed on the data nodes, and the longest prefix
 // of the batch that is done is acknowledged.
 func (c *collector) collect(ctx context.Context, lp ledPartition) error {
+	start := time.Now()
 	var (
 		freed []metapartition.FreedExtent
 		// referenced marks extent entries whose file still has a key on the
@@ -179,8 +181,10 @@ func (c *collector) collect(ctx context.Context, lp ledPartition) error {
 	var dc *dataclient.Client
 	// Acknowledge only the prefix that was done, so a failure is retried
 	// next round and nothing after it is dropped from the list early.
+	// Entries that can never be freed (unfreeable) count as done.
 	var upto uint64
 	var acked, extents, applied int
+	var skipped []skippedExtent
 	for i, f := range freed {
 		if f.IsChunkDrop() {
 			if f.Seq >= dropStop {
@@ -190,21 +194,26 @@ func (c *collector) collect(ctx context.Context, lp ledPartition) error {
 			continue
 		}
 		if !referenced[i] {
-			if dc == nil {
-				var err error
-				if dc, err = c.dataClient(ctx, lp.volume); err != nil {
-					errs = append(errs, err)
-					break
+			key := &metapb.ExtentKey{PartitionId: f.PartitionID, ExtentId: f.ExtentID, ExtentOffset: f.ExtentOffset, Size: f.Size}
+			why, err := c.unfreeable(ctx, start, lp.volume, key.PartitionId, extentKeyProblem(key))
+			if err == nil && why == "" {
+				if dc == nil {
+					dc, err = c.dataClient(ctx, lp.volume)
+				}
+				if err == nil {
+					why, err = freeOne(ctx, dc, key, dc.FreeUnreferenced)
+				}
+				if err == nil && why == "" {
+					extents++
 				}
 			}
-			failed, err := dc.FreeUnreferenced(ctx, []*metapb.ExtentKey{{
-				PartitionId: f.PartitionID, ExtentId: f.ExtentID, ExtentOffset: f.ExtentOffset, Size: f.Size,
-			}})
-			if err != nil || len(failed) > 0 {
+			if err != nil {
 				errs = append(errs, fmt.Errorf("free extent %d of data partition %d (free-list seq %d): %w", f.ExtentID, f.PartitionID, f.Seq, err))
 				break
 			}
-			extents++
+			if why != "" {
+				skipped = append(skipped, skippedExtent{f, why})
+			}
 		}
 		upto, acked = f.Seq, acked+1
 	}
@@ -216,7 +225,104 @@ func (c *collector) collect(ctx context.Context, lp ledPartition) error {
 	}
 	c.h.metrics.freed.Add(float64(extents))
 	c.h.metrics.dropsApplied.Add(float64(applied))
+	for _, s := range skipped {
+		f := s.f
+		c.h.log.Warn("deletion collector: a deleted file's extent range cannot be freed; dropped from the free list",
+			"partition", lp.part.id, "volume", lp.volume, "ino", f.Ino, "seq", f.Seq, "data_partition", f.PartitionID,
+			"extent", f.ExtentID, "extent_offset", f.ExtentOffset, "size", f.Size, "reason", s.why)
+		c.h.metrics.skipped.WithLabelValues("extent").Inc()
+	}
 	return errors.Join(errs...)
+}
+
+// A free-list entry or a dead chunk the collector cannot free is dropped,
+// not retried: its key names no data partition of the volume (a partition
+// of another volume, or none at all), has fields no data node can serve,
+// or a data node refused it as a bad request. Such keys were written by a
+// client the request checks (datakeys.go) did not stop: stored before
+// them, or by a trusted caller. Retrying would stop everything after the
+// entry for good, since the list is acknowledged in order, and so let one
+// writer stall space reclaim for every file of the partition; freeing it
+// elsewhere would destroy another volume's data. Dropping loses nothing
+// the volume owns: its partitions never leave it and ids are never
+// reused, so the bytes such a key names were never this volume's to free
+// (kept until an unknown id became one of the volume's new partitions, it
+// would free another file's bytes there; a bad request on the volume's
+// own partition leaks at most that key's range, which the log line
+// names). Parking the entry instead would need
+// replicated state of its own and gives nothing to retry later. Each
+// dropped entry is logged once, after the drop is acknowledged, with its
+// inode and key, and counted in cairn_meta_collector_skipped_total.
+//
+// Everything else is transient and retried next round as before: a map
+// that cannot be read, a data node down or busy, and a data node refusing
+// the meta node's own identity (CodePermissionDenied: a revoked or
+// unrecognized certificate says nothing about the key, and dropping on it
+// would empty the whole list without freeing anything).
+
+// skippedExtent is a free-list extent range dropped without freeing.
+type skippedExtent struct {
+	f   metapartition.FreedExtent
+	why string
+}
+
+// unfreeable says why a key on data partition pid of volume cannot be
+// freed by this volume's collector ("" if it can): problem (its fields,
+// from extentKeyProblem or chunkProblem) if there is one, else a
+// partition the map does not list as the volume's. A partition missing
+// from the node's copy of the map is looked up in one read since (the
+// round's start: one read per round however many entries are bad, and
+// reads at least minMapRefetch apart); the error is for a map that
+// cannot be read.
+func (c *collector) unfreeable(ctx context.Context, since time.Time, volume, pid uint64, problem string) (string, error) {
+	if problem != "" {
+		return "key " + problem, nil
+	}
+	in, m, err := c.dataPartitionOf(ctx, volume, pid, since)
+	if err != nil {
+		return "", err
+	}
+	if in {
+		return "", nil
+	}
+	return foreignPartition(m, volume, dataRef{pid: pid, where: "the key"}).msg, nil
+}
+
+// freeOne frees key with free (dc's Free or FreeUnreferenced). It returns
+// why the key can never be freed when a data node refused it as a bad
+// request, an error for any other failure. A key on a partition dc does
+// not know yet (the volume grew since dc read its topology: unfreeable
+// checked the partition in a fresh map) makes dc read its topology again
+// for the next round.
+func freeOne(ctx context.Context, dc *dataclient.Client, key *metapb.ExtentKey, free func(context.Context, []*metapb.ExtentKey) ([]*metapb.ExtentKey, error)) (string, error) {
+	failed, err := free(ctx, []*metapb.ExtentKey{key})
+	if err == nil && len(failed) == 0 {
+		return "", nil
+	}
+	if err == nil {
+		err = errors.New("not freed")
+	}
+	if why := refusedFree(err); why != "" {
+		return why, nil
+	}
+	if !slices.ContainsFunc(dc.Topology().Partitions, func(p *pb.Partition) bool { return p.GetId() == key.PartitionId }) {
+		if rerr := dc.Refresh(ctx); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	return "", err
+}
+
+// refusedFree says why a data node's answer to a free means the key can
+// never be freed ("" when it may succeed later): CodeBadRequest, the
+// request's own arguments. CodePermissionDenied and the other refusals of
+// the caller's identity are not: see the comment above skippedExtent.
+func refusedFree(err error) string {
+	var de *dataproto.Error
+	if !errors.As(err, &de) || de.Code != dataproto.CodeBadRequest {
+		return ""
+	}
+	return "a data node refused it: " + de.Code.String() + ": " + de.Msg
 }
 
 func (c *collector) ack(ctx context.Context, lp ledPartition, upto uint64) error {
@@ -373,24 +479,36 @@ func (c *collector) reclaim(ctx context.Context, lp ledPartition) error {
 	if err != nil {
 		return fmt.Errorf("free %d dead chunks: %w", len(dead), err)
 	}
-	keys := make([]*metapb.ExtentKey, len(dead))
-	for i, r := range dead {
-		ch := r.GetChunk()
-		keys[i] = dataclient.ChunkLocation{PartitionID: ch.GetPartitionId(), ExtentID: ch.GetExtentId(), Offset: ch.GetExtentOffset(), Size: uint64(ch.GetSize())}.ExtentKey(0)
-	}
-	failed, freeErr := dc.Free(ctx, keys)
-	notFreed := make(map[*metapb.ExtentKey]bool, len(failed))
-	for _, k := range failed {
-		notFreed[k] = true
-	}
+	// Each chunk on its own (Free sends one request per key anyway), so
+	// that one a data node refuses as invalid is told from the others.
+	// Chunks that can never be freed are forgotten as if they were (see
+	// the comment above skippedExtent); any other failure keeps the entry
+	// dead for the next round.
+	start := time.Now()
 	forget := &metapb.ChunkForget{}
-	for i, r := range dead {
-		if !notFreed[keys[i]] {
-			forget.Chunks = append(forget.Chunks, r.GetChunk())
+	var skipped []skippedChunk
+	var errs []error
+	failed := 0
+	for _, r := range dead {
+		ch := r.GetChunk()
+		key := dataclient.ChunkLocation{PartitionID: ch.GetPartitionId(), ExtentID: ch.GetExtentId(), Offset: ch.GetExtentOffset(), Size: uint64(ch.GetSize())}.ExtentKey(0)
+		why, err := c.unfreeable(ctx, start, lp.volume, ch.GetPartitionId(), chunkProblem(ch))
+		if err == nil && why == "" {
+			why, err = freeOne(ctx, dc, key, dc.Free)
 		}
+		if err != nil {
+			failed++
+			errs = append(errs, err)
+			continue
+		}
+		if why != "" {
+			skipped = append(skipped, skippedChunk{ch, why})
+		}
+		forget.Chunks = append(forget.Chunks, ch)
 	}
-	if freeErr != nil {
-		freeErr = fmt.Errorf("free %d of %d dead chunks on the data nodes: %w", len(failed), len(dead), freeErr)
+	var freeErr error
+	if failed > 0 {
+		freeErr = fmt.Errorf("free %d of %d dead chunks on the data nodes: %w", failed, len(dead), errors.Join(errs...))
 	}
 	if len(forget.Chunks) == 0 {
 		return freeErr
@@ -399,8 +517,31 @@ func (c *collector) reclaim(ctx context.Context, lp ledPartition) error {
 	if err != nil {
 		return errors.Join(freeErr, fmt.Errorf("forget %d freed chunks: %w", len(forget.Chunks), err))
 	}
-	c.h.metrics.chunksReclaimed.Add(float64(len(res.GetResults()[0].GetChunks())))
+	forgotten := map[string]bool{}
+	for _, r := range res.GetResults()[0].GetChunks() {
+		forgotten[string(r.GetChunk().GetFingerprint())] = true
+	}
+	reclaimed := len(forgotten)
+	for _, s := range skipped {
+		if !forgotten[string(s.ch.GetFingerprint())] {
+			continue // taken again meanwhile: not dropped
+		}
+		reclaimed--
+		c.h.log.Warn("chunk reclaim: a dead chunk cannot be freed; forgotten without freeing it",
+			"partition", lp.part.id, "volume", lp.volume, "fingerprint", fmt.Sprintf("%x", s.ch.GetFingerprint()),
+			"data_partition", s.ch.GetPartitionId(), "extent", s.ch.GetExtentId(), "extent_offset", s.ch.GetExtentOffset(),
+			"size", s.ch.GetSize(), "reason", s.why)
+		c.h.metrics.skipped.WithLabelValues("chunk").Inc()
+	}
+	c.h.metrics.chunksReclaimed.Add(float64(reclaimed))
 	return freeErr
+}
+
+// skippedChunk is a dead chunk index entry forgotten without freeing. A
+// chunk index entry belongs to no inode: the log names its fingerprint.
+type skippedChunk struct {
+	ch  *metapb.Chunk
+	why string
 }
 
 // submit applies one op on lp and returns the result, an error for a

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/dataclient"
 	"github.com/cairnfs/cairn/pkg/datanode"
 	"github.com/cairnfs/cairn/pkg/datanode/datanodetest"
+	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
@@ -27,7 +29,7 @@ import (
 // chunkVolume is a volume with two meta partitions, 100 (inodes, and a
 // chunk index shard) and 101 (the other shard), on a three-replica meta
 // cluster whose collector runs every 50 ms with a short grace, and the
-// cluster map its collectors read.
+// cluster map its collectors read (after edits).
 type chunkVolume struct {
 	c    *testCluster
 	m    *pb.ClusterMap
@@ -38,7 +40,7 @@ type chunkVolume struct {
 	grpc *redirect.Pool
 }
 
-func newChunkVolume(t *testing.T, indexParts []uint64, dn *datanodetest.Cluster) *chunkVolume {
+func newChunkVolume(t *testing.T, indexParts []uint64, dn *datanodetest.Cluster, edits ...func(m *pb.ClusterMap)) *chunkVolume {
 	t.Helper()
 	src := &pb.Partition{Id: 100, VolumeId: 1, Kind: pb.PartitionKind_PARTITION_KIND_META, Replicas: []uint64{1, 2, 3}, InodeStart: 1, InodeEnd: 1 << 20}
 	other := &pb.Partition{Id: 101, VolumeId: 1, Kind: pb.PartitionKind_PARTITION_KIND_META, Replicas: []uint64{1, 2, 3}, InodeStart: 1<<20 + 1}
@@ -56,6 +58,9 @@ func newChunkVolume(t *testing.T, indexParts []uint64, dn *datanodetest.Cluster)
 		for id, addr := range dn.DataAddrs() {
 			m.Nodes[id] = &pb.Node{Id: id, Role: pb.Role_ROLE_DATA, DataAddr: addr, State: pb.NodeState_NODE_STATE_ALIVE}
 		}
+	}
+	for _, edit := range edits {
+		edit(m)
 	}
 	opts := Options{
 		CollectInterval: 50 * time.Millisecond,
@@ -322,5 +327,147 @@ func TestCollectorKeepsDropsWithoutIndex(t *testing.T) {
 	st, err := v.mc.Stats(v.ctx, v.src, 0)
 	if err != nil || st.PendingChunkDrops != 1 || st.Chunks != 0 {
 		t.Fatalf("stats: %v %v", err, st)
+	}
+}
+
+// TestCollectorSkipsBadKeys: a deleted file's extent key that names
+// another volume's data partition, one the map does not have, or a range
+// no data node can serve (stored by a trusted caller, or before the
+// request checks) is dropped from the free list and reported, and the
+// entries after it are freed; the other volume's bytes stay. A dead chunk
+// index entry at another volume's partition is forgotten without freeing
+// it.
+func TestCollectorSkipsBadKeys(t *testing.T) {
+	dn := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{1, 2, 3}, {1, 2, 3}}})
+	// Data partition 1 is volume 1's ("v"), 2 volume 2's ("w").
+	v := newChunkVolume(t, []uint64{100}, dn, func(m *pb.ClusterMap) {
+		for id, vol := range map[uint64]uint64{1: 1, 2: 2} {
+			p := proto.Clone(m.Partitions[id]).(*pb.Partition)
+			p.VolumeId = vol
+			m.Partitions[id] = p
+		}
+		m.Volumes[1].DataPartitions = []uint64{1}
+		m.Volumes[2] = &pb.Volume{Id: 2, Name: "w", DataPartitions: []uint64{2}}
+	})
+	client := func(volume string) *dataclient.Client {
+		dc, err := dataclient.New(v.ctx, func(context.Context) (*dataclient.Topology, error) { return dataclient.FromMap(v.m, volume) }, dataclient.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dc.Close() })
+		return dc
+	}
+	mine, theirs := client("v"), client("w")
+	type file struct {
+		name string
+		key  *metapb.ExtentKey
+		data []byte // nil: not stored anywhere
+		good bool
+	}
+	write := func(dc *dataclient.Client, name string, fill byte, good bool) file {
+		data := bytes.Repeat([]byte{fill}, 8192)
+		k, err := dc.WriteSmall(v.ctx, 0, data)
+		if err != nil {
+			t.Fatalf("write %s: %v", name, err)
+		}
+		return file{name, k, data, good}
+	}
+	files := []file{
+		write(mine, "a", 'a', true),
+		write(theirs, "foreign", 'f', false),
+		write(mine, "c", 'c', true),
+		{"unknown", &metapb.ExtentKey{PartitionId: 77, ExtentId: 1, Size: 8192}, nil, false},
+		{"past int64", &metapb.ExtentKey{PartitionId: 1, ExtentId: 1 << 40, ExtentOffset: 1 << 63, Size: 8192}, nil, false},
+		write(mine, "d", 'd', true),
+	}
+	// Created first and deleted in this order: the free list holds the
+	// bad entries between good ones.
+	inos := make([]uint64, len(files))
+	for i, f := range files {
+		ops := append(createTxn(RootIno, f.name).Ops, &metapb.Op{Op: &metapb.Op_AppendExtents{AppendExtents: &metapb.AppendExtents{
+			Extents: []*metapb.ExtentKey{f.key}, Size: f.key.Size}}})
+		inos[i] = v.txn(t, 100, ops...).Results[0].Inode.Ino
+	}
+	for _, ino := range inos {
+		v.txn(t, 100, truncateOp(ino, 0))
+	}
+	eventually(t, "every entry leaves the free list", func() bool {
+		var n int
+		v.read(t, 100, func(mp *metapartition.Partition) { n = len(mp.FreeList()) })
+		return n == 0
+	})
+	for _, f := range files {
+		if f.data == nil {
+			continue
+		}
+		dc, want := mine, make([]byte, len(f.data))
+		if !f.good {
+			dc, want = theirs, f.data // another volume's bytes are not freed
+		}
+		got := make([]byte, len(f.data))
+		err := dc.ReadExtent(v.ctx, f.key.PartitionId, f.key.ExtentId, int64(f.key.ExtentOffset), int64(f.key.ExtentOffset+f.key.Size), got)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s after the collector: %v (freed: %v)", f.name, err, bytes.Equal(got, make([]byte, len(got))))
+		}
+	}
+	skipped := func(kind string) (n float64) {
+		for _, h := range v.c.hosts {
+			n += testutil.ToFloat64(h.metrics.skipped.WithLabelValues(kind))
+		}
+		return n
+	}
+	var freed float64
+	for _, h := range v.c.hosts {
+		freed += testutil.ToFloat64(h.metrics.freed)
+	}
+	if skipped("extent") != 3 || freed != 3 {
+		t.Fatalf("%v entries skipped, %v freed; want 3 and 3", skipped("extent"), freed)
+	}
+
+	// A chunk registered at volume 2's partition, dropped by its only
+	// file: after the grace it is forgotten, its bytes left alone.
+	rng := rand.New(rand.NewPCG(3, 4))
+	ch := chunkForShard(t, v.vol, rng, 100)
+	loc, err := theirs.WriteChunk(v.ctx, ch.fp, ch.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.loc = loc
+	v.txn(t, 100, &metapb.Op{Op: &metapb.Op_ChunkRefs{ChunkRefs: &metapb.ChunkRefs{Items: []*metapb.ChunkRef{{Chunk: ch.proto(), Delta: 1}}}}})
+	g := v.txn(t, 100, createChunked("g", ch.proto())...).Results[0].Inode.Ino
+	v.txn(t, 100, truncateOp(g, 0))
+	eventually(t, "the foreign chunk leaves the index", func() bool {
+		var e metapb.Errno
+		v.read(t, 100, func(mp *metapartition.Partition) { _, e = mp.ChunkEntry(ch.fp) })
+		return e == metapb.ENOENT
+	})
+	if got, err := theirs.ReadChunk(v.ctx, ch.loc, ch.fp); err != nil || !bytes.Equal(got, ch.data) {
+		t.Fatalf("volume 2's chunk after the reclaim: %v", err)
+	}
+	if n := skipped("chunk"); n != 1 {
+		t.Fatalf("%v chunks skipped, want 1", n)
+	}
+}
+
+// TestRefusedFree: only a data node's CodeBadRequest makes a key one that
+// can never be freed; a refusal of the caller's identity, a missing
+// replica or any other error is retried.
+func TestRefusedFree(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		skip bool
+	}{
+		{&dataproto.Error{Op: dataproto.OpFree, Code: dataproto.CodeBadRequest, Msg: "free of 0 bytes"}, true},
+		{fmt.Errorf("dataclient: free partition 1 extent 2: %w", &dataproto.Error{Code: dataproto.CodeBadRequest}), true},
+		{&dataproto.Error{Code: dataproto.CodePermissionDenied, Msg: "revoked"}, false},
+		{&dataproto.Error{Code: dataproto.CodeReadOnlyClient}, false},
+		{&dataproto.Error{Code: dataproto.CodeUnknownPartition}, false},
+		{&dataproto.Error{Code: dataproto.CodeReplicaFailed}, false},
+		{errors.New("dataclient: partition 9 is not a data partition of the volume"), false},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := refusedFree(tc.err); (got != "") != tc.skip {
+			t.Errorf("%v: %q, want skipped %v", tc.err, got, tc.skip)
+		}
 	}
 }

@@ -434,6 +434,11 @@ type metrics struct {
 	// grants counts the extent grants signed for clients; grantsUnsigned
 	// the inodes answered without one (no key from the masters yet).
 	grants, grantsUnsigned prometheus.Counter
+	// dataRefsRefused counts client Txns refused for their extent keys or
+	// chunks (datakeys.go); skipped the entries the collector dropped
+	// without freeing them, by kind (collector.go).
+	dataRefsRefused prometheus.Counter
+	skipped         *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, h *Host) *metrics {
@@ -465,6 +470,11 @@ func newMetrics(reg prometheus.Registerer, h *Host) *metrics {
 	m.grantsUnsigned = prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_grants_unsigned_total",
 		Help: "Inodes answered to a client without an extent grant because this node has no grant key yet."})
 	reg.MustRegister(m.grants, m.grantsUnsigned)
+	m.dataRefsRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_meta_data_refs_refused_total",
+		Help: "Client transactions refused before replication because an extent key or chunk was impossible or named a data partition not of the volume."})
+	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_meta_collector_skipped_total",
+		Help: "Free-list extent ranges (kind extent) and dead chunk index entries (kind chunk) the collector dropped without freeing: impossible, naming no data partition of the volume, or refused by a data node as invalid; each is logged."}, []string{"kind"})
+	reg.MustRegister(m.dataRefsRefused, m.skipped)
 	reg.MustRegister(m.requests, m.nsFetches, m.pathHops, m.followUps, m.followUpsIn, m.freed, m.dropsApplied, m.chunksReclaimed, m.txns, m.proposals, m.batchTxns)
 	nsStat := func(f func(nsreplica.Stats) float64) func() float64 {
 		return func() float64 {

@@ -28,6 +28,17 @@ type peers struct {
 	mu    sync.Mutex
 	cmap  *pb.ClusterMap // last map read
 	mapAt time.Time
+	// latest is the newest map read, which forgetMap keeps, and
+	// latestAt when its read began: data partitions are checked against
+	// it (datakeys.go). reading is closed when the read of mapSince under
+	// way ends (nil: none); readAt is when its last read began.
+	latest   *pb.ClusterMap
+	latestAt time.Time
+	reading  chan struct{}
+	readAt   time.Time
+	// sets are the data partitions of each volume in the map setsOf.
+	setsOf *pb.ClusterMap
+	sets   map[uint64]map[uint64]bool
 }
 
 func newPeers(h *Host) *peers {
@@ -66,14 +77,24 @@ func (p *peers) clusterMap(ctx context.Context) (*pb.ClusterMap, error) {
 	if m != nil && time.Since(at) < mapMaxAge {
 		return m, nil
 	}
+	at = time.Now()
 	m, err := p.fetchMap(ctx)
 	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	p.cmap, p.mapAt = m, time.Now()
+	p.noteLatest(m, at)
 	p.mu.Unlock()
 	return m, nil
+}
+
+// noteLatest records m, whose read began at at, as the latest map unless
+// a read that began later is recorded. Called with p.mu held.
+func (p *peers) noteLatest(m *pb.ClusterMap, at time.Time) {
+	if p.latest == nil || at.After(p.latestAt) {
+		p.latest, p.latestAt = m, at
+	}
 }
 
 // forgetMap makes the next clusterMap read the map again (a moved leader,

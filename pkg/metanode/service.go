@@ -124,6 +124,17 @@ func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnR
 	if r := s.mayChange(ctx, p, req); r != nil {
 		return &metapb.TxnResponse{Result: &metapb.TxnResult{Errno: int32(r.errno), Message: r.msg}}, nil
 	}
+	// The data partitions a client's keys name are checked against this
+	// node's cluster map here, before the proposal, never in the apply:
+	// replicas holding different maps would apply the entry differently
+	// and diverge (datakeys.go).
+	if r, err := s.checkDataRefs(ctx, p, req.Txn); r != nil || err != nil {
+		if r == nil {
+			return nil, err
+		}
+		s.h.metrics.dataRefsRefused.Inc()
+		return &metapb.TxnResponse{Result: &metapb.TxnResult{Errno: int32(r.errno), Message: r.msg}}, nil
+	}
 	res, err := p.merger.submit(ctx, req.Txn)
 	if err != nil {
 		if errors.Is(err, multiraft.ErrNotLeader) {
