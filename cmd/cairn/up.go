@@ -38,7 +38,9 @@ nodes as child processes on loopback ports, with every byte of state under
 'default' is created on first start and mounted with FUSE at <data-dir>/mnt
 (--mount DIR elsewhere, --mount "" not at all), and served over S3 on a
 loopback port it prints, with credentials in <data-dir>/s3.env as the AWS SDKs'
-own variables (set -a; . <data-dir>/s3.env makes any S3 tool use it).
+own variables (set -a; . <data-dir>/s3.env makes any S3 tool use it). The
+gateway reaches the cluster with a client identity of its own, bound to that
+volume (<data-dir>/tls/s3; 'cairn client list' shows it as cairn-up-s3).
 
 Ctrl-C (or SIGTERM) stops every process cleanly. Running 'cairn up' again on the
 same --data-dir restarts the same cluster with its state; 'cairn status' and the

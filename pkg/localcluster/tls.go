@@ -8,12 +8,14 @@ import (
 )
 
 // Identities of a `cairn up` cluster, under <data dir>/tls: the CA, the
-// identity its masters and nodes share, and the admin identity its mount
-// and the command line use.
+// identity its masters and nodes share, the admin identity its mount and
+// the command line use, and the S3 gateway's client identity, bound to the
+// volume it serves (s3.go).
 const (
 	CAIdentity    = "ca"
 	NodeIdentity  = "node"
 	AdminIdentity = "admin"
+	S3Identity    = "s3"
 )
 
 // TLSDir is the directory of identity who (or of the CA) in the cluster

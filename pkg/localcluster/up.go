@@ -314,8 +314,9 @@ func (c *Cluster) checkPorts() error {
 func (c *Cluster) args(p Proc) []string {
 	dir := filepath.Join(c.dir, p.Name)
 	nodeTLS, adminTLS := []string{"--tls-dir", TLSDir(c.dir, NodeIdentity)}, []string{"--tls-dir", TLSDir(c.dir, AdminIdentity)}
+	s3TLS := []string{"--tls-dir", TLSDir(c.dir, S3Identity)}
 	if c.opts.Insecure {
-		nodeTLS, adminTLS = []string{"--insecure"}, []string{"--insecure"}
+		nodeTLS, adminTLS, s3TLS = []string{"--insecure"}, []string{"--insecure"}, []string{"--insecure"}
 	}
 	common := append([]string{"--data-dir", dir, "--metrics-addr", p.MetricsAddr, "--log-level", c.opts.LogLevel}, nodeTLS...)
 	var pprof []string
@@ -326,7 +327,7 @@ func (c *Cluster) args(p Proc) []string {
 	switch p.Role {
 	case s3Proc:
 		return append([]string{"s3", "--master", strings.Join(c.layout.MasterAddrs(), ","), "--volume", c.opts.Volume,
-			"--listen", p.Addr, "--mount-dir", filepath.Join(dir, "mnt")}, adminTLS...)
+			"--listen", p.Addr, "--mount-dir", filepath.Join(dir, "mnt")}, s3TLS...)
 	case mountProc:
 		args := append([]string{"mount", "--master", strings.Join(c.layout.MasterAddrs(), ","), "--metrics", p.MetricsAddr}, adminTLS...)
 		args = append(args, pprof...)

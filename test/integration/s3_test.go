@@ -23,6 +23,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/cairnfs/cairn/pkg/capability"
+	"github.com/cairnfs/cairn/pkg/pki"
 )
 
 // s3Env reads the gateway's variables that 'cairn up' wrote to
@@ -74,6 +77,7 @@ func md5Hex(b []byte) string {
 func TestS3Gateway(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "s3")
 	_, mp := startMounted(t, dir, "--s3=true")
+	checkGatewayIdentity(t, dir)
 	env := s3Env(t, dir)
 	c := s3Client(env, env["AWS_SECRET_ACCESS_KEY"])
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -236,6 +240,43 @@ func TestS3Gateway(t *testing.T) {
 	}
 
 	checkVolumeBuckets(t, ctx, dir, env, big)
+}
+
+// checkGatewayIdentity: the gateway 'cairn up' started for the cluster in
+// dir presents a client identity bound to the volume default, read-write,
+// not the admin identity, and the masters list it. Everything TestS3Gateway
+// then does through the gateway is done with that identity.
+func checkGatewayIdentity(t *testing.T, dir string) {
+	t.Helper()
+	tlsDir := ""
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	must(t, err)
+	for _, f := range procs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) < 2 || args[1] != "s3" || !slices.Contains(args, filepath.Join(dir, "s3", "mnt")) {
+			continue
+		}
+		if i := slices.Index(args, "--tls-dir"); i > 0 && i+1 < len(args) {
+			tlsDir = args[i+1]
+		}
+	}
+	if tlsDir == "" {
+		t.Fatalf("found no gateway process of the cluster in %s with a --tls-dir", dir)
+	}
+	id, err := pki.Load(tlsDir)
+	must(t, err)
+	caps, err := capability.FromCert(id.Certificate())
+	must(t, err)
+	if kind := pki.KindOf(id.Certificate()); kind != pki.KindClient || caps.Volume != "default" || caps.VolumeID == 0 || caps.ReadOnly || caps.Subtree() {
+		t.Fatalf("the gateway's identity in %s: kind %q, capabilities %+v; want a read-write client of volume default", tlsDir, kind, caps)
+	}
+	if list := mustCairn(t, "client", "list", "--data-dir", dir); !strings.Contains(list, "cairn-up-s3") || !strings.Contains(list, "volume default, read-write") {
+		t.Fatalf("client list does not show the gateway's identity:\n%s", list)
+	}
 }
 
 // checkVolumeBuckets runs a second gateway, `cairn s3 --buckets volumes`,
