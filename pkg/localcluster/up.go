@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cairnfs/cairn/pkg/client"
 	"github.com/cairnfs/cairn/pkg/clustermap"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/daemon"
@@ -84,6 +85,9 @@ type Cluster struct {
 	layout *Layout
 	lock   *daemon.DirLock
 	client *masterclient.Client
+	// adminTLS is the admin identity's client configuration (nil with
+	// Insecure), for what Start does through the SDK.
+	adminTLS *tls.Config
 
 	mu       sync.Mutex
 	children map[string]*child
@@ -147,6 +151,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 		conf = admin.ClientConfig()
+		c.adminTLS = conf
 	}
 	if c.client, err = masterclient.New(c.layout.MasterAddrs(), conf); err != nil {
 		return nil, err
@@ -509,6 +514,7 @@ func (c *Cluster) ensureVolume(ctx context.Context, name string) error {
 		return err
 	})
 	if status.Code(err) == codes.AlreadyExists {
+		c.stickRoot(ctx, name)
 		return nil
 	}
 	if err != nil {
@@ -516,6 +522,41 @@ func (c *Cluster) ensureVolume(ctx context.Context, name string) error {
 	}
 	fmt.Fprintf(c.opts.Out, "created volume %q\n", name)
 	return nil
+}
+
+// stickRoot gives the root of volume name, if it still has the mode 0777
+// every root had before Cairn made them sticky, the mode new roots get
+// (1777): cairn up mounts the volume for every user of the host
+// (allow_other), and without the sticky bit any of them may remove or
+// rename the others' files in the root. A root of any other mode was
+// chosen by someone and is left as it is. A failure is a warning: the
+// cluster runs either way.
+func (c *Cluster) stickRoot(ctx context.Context, name string) {
+	warn := func(err error) {
+		fmt.Fprintf(c.opts.Out, "warning: volume %q: the mode of its root is left as it is: %v\n", name, err)
+	}
+	v, err := client.Open(ctx, c.layout.MasterAddrs(), name, &client.Options{TLS: c.adminTLS, RefreshInterval: -1})
+	if err != nil {
+		warn(err)
+		return
+	}
+	defer v.Close()
+	a, err := v.GetAttr(ctx, client.RootIno)
+	if errors.Is(err, syscall.ENOENT) {
+		return // not made yet: it will be, sticky
+	}
+	if err != nil {
+		warn(err)
+		return
+	}
+	if a.Mode&0o7777 != 0o777 {
+		return
+	}
+	if _, err := v.Setattr(ctx, client.RootIno, client.SetattrIn{Valid: client.SetMode, Mode: 0o1777}); err != nil {
+		warn(err)
+		return
+	}
+	fmt.Fprintf(c.opts.Out, "volume %q: its root's mode is now 1777 (sticky: users remove only their own files from it), was 0777\n", name)
 }
 
 // Layout returns the cluster's processes.

@@ -158,8 +158,10 @@ func TestServiceOverGRPC(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if root.Inode.Type != metapb.FileType_FILE_TYPE_DIRECTORY || root.Inode.Mode&0o777 != rootMode {
-		t.Fatalf("root inode %v", root.Inode)
+	// Open to all and sticky: users of a shared mount remove only their
+	// own files from it.
+	if root.Inode.Type != metapb.FileType_FILE_TYPE_DIRECTORY || root.Inode.Mode&0o7777 != 0o1777 {
+		t.Fatalf("root inode %v, want a directory of mode 1777", root.Inode)
 	}
 	for i := range 20 {
 		res, err := mc.Txn(ctx, c.part, createTxn(RootIno, fmt.Sprintf("f%02d", i)))

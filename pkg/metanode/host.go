@@ -83,8 +83,11 @@ type Host struct {
 const RootIno = 1
 
 // rootMode is the root directory's mode: open to all, as JuiceFS does, so that
-// a fresh volume is usable by whoever mounts it; chmod restricts it.
-const rootMode = 0o777
+// a fresh volume is usable by whoever mounts it, and sticky (S_ISVTX), as
+// /tmp is, so that on a mount shared by several users (allow_other) only
+// a file's owner (or the directory's, or root) removes or renames it;
+// chmod restricts it.
+const rootMode = 0o1777
 
 // partition is one hosted meta partition.
 type partition struct {
