@@ -430,6 +430,11 @@ func (l *extentLayout) flush(ctx context.Context, op string) error {
 			return err
 		}
 		f.changed(res.GetResults()[0])
+		// A small file's receipt has done its work once its key is in
+		// the file; a new extent's stays for the keys still to come.
+		for _, k := range l.pending[:n] {
+			f.v.receipts.Forget(k.PartitionId, k.ExtentId, k.ExtentOffset, k.ExtentOffset+k.Size)
+		}
 		l.pending = l.pending[n:]
 		l.touched = false
 	}

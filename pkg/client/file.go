@@ -37,7 +37,7 @@ func (v *Volume) dataClient(ctx context.Context) (*dataclient.Client, error) {
 	if opts.Conn.TLS == nil {
 		opts.Conn.TLS = v.opts.TLS
 	}
-	opts.Grants, opts.Regrant = v.grants, v.regrant
+	opts.Grants, opts.Receipts, opts.Regrant = v.grants, v.receipts, v.regrant
 	if opts.ReportFailure == nil {
 		opts.ReportFailure = v.mc.NewFailureReporter(reporterName()).Report
 	}

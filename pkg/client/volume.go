@@ -118,6 +118,9 @@ type Volume struct {
 	// grants are the extent grants the meta nodes' answers carried, which
 	// the data client presents to data nodes (pkg/grant).
 	grants *grant.Book
+	// receipts are the data nodes' tokens for what this client wrote,
+	// which it shows the meta nodes with the keys it records.
+	receipts *grant.Book
 
 	mu   sync.RWMutex
 	view *view
@@ -281,8 +284,9 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 		return a, ok && a != ""
 	})
 	v.meta.SetOrigin(newID())
-	v.grants = grant.NewBook(maxGrantRanges)
+	v.grants, v.receipts = grant.NewBook(maxGrantRanges), grant.NewBook(maxReceiptRanges)
 	v.meta.SetGrants(v.grants.Add)
+	v.meta.SetReceipts(v.receiptsFor)
 	m, err := v.getMap(ctx)
 	if err == nil {
 		v.view, err = newView(m, volume)
@@ -305,6 +309,51 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 // rather than grow, and a file whose grant went is fetched again when a
 // data node asks for it.
 const maxGrantRanges = 1 << 16
+
+// maxReceiptRanges bounds the receipts kept: one per extent, small file
+// or chunk written, needed until its key is recorded (at the latest when
+// the file is closed or synced); the oldest go first.
+const maxReceiptRanges = 1 << 16
+
+// receiptsFor returns the tokens that show the meta node this client may
+// store txn's data references (metaclient.SetReceipts): for each extent
+// key and chunk registration a write token (the data node's receipt, or a
+// write grant of a file it had the key from), for each spliced chunk any
+// token (a chunk index answer's grant of a chunk stored before).
+func (v *Volume) receiptsFor(txn *metapb.Txn) [][]byte {
+	now := time.Now()
+	var out [][]byte
+	seen := map[*grant.Token]bool{}
+	need := func(pid, ext, off, n uint64, m grant.Mode) {
+		t := v.receipts.Find(pid, ext, off, n, m, now)
+		if t == nil {
+			t = v.grants.Find(pid, ext, off, n, m, now)
+		}
+		if t != nil && !seen[t] {
+			seen[t] = true
+			out = append(out, t.Bytes)
+		}
+	}
+	for _, op := range txn.GetOps() {
+		switch o := op.GetOp().(type) {
+		case *metapb.Op_AppendExtents:
+			for _, k := range o.AppendExtents.GetExtents() {
+				need(k.GetPartitionId(), k.GetExtentId(), k.GetExtentOffset(), k.GetSize(), grant.Write)
+			}
+		case *metapb.Op_SpliceChunks:
+			for _, c := range o.SpliceChunks.GetChunks() {
+				need(c.GetPartitionId(), c.GetExtentId(), c.GetExtentOffset(), uint64(c.GetSize()), grant.Read)
+			}
+		case *metapb.Op_ChunkRefs:
+			for _, it := range o.ChunkRefs.GetItems() {
+				if c := it.GetChunk(); it.GetDelta() > 0 && c.GetPartitionId() != 0 {
+					need(c.GetPartitionId(), c.GetExtentId(), c.GetExtentOffset(), uint64(c.GetSize()), grant.Write)
+				}
+			}
+		}
+	}
+	return out
+}
 
 // regrant fetches inode ino again, for the grants of its answer
 // (dataclient.Options.Regrant): checked for writing when write, as an

@@ -317,7 +317,8 @@ type Node struct {
 	Draining bool `protobuf:"varint,10,opt,name=draining,proto3" json:"draining,omitempty"`
 	// The common name of the TLS certificate the node last registered with
 	// (empty for a cluster in plain text): a node that dials this one checks
-	// that the certificate it is shown carries this name (pki.NodeClientConfig).
+	// that the certificate it is shown carries this name
+	// (pki.Identity.NodeClientConfig).
 	CertName      string `protobuf:"bytes,11,opt,name=cert_name,json=certName,proto3" json:"cert_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

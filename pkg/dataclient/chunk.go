@@ -80,9 +80,12 @@ func (c *Client) WriteChunkPrefer(ctx context.Context, prefer uint64, fp chunker
 			return ChunkLocation{}, errors.Join(err, last)
 		}
 		conn, err := c.primaryConn(ctx, p)
-		var h dataproto.Header
+		var (
+			h       dataproto.Header
+			receipt []byte
+		)
 		if err == nil {
-			h, _, err = conn.Do(ctx, &dataproto.Request{
+			h, receipt, err = conn.Do(ctx, &dataproto.Request{
 				Header:  dataproto.Header{Op: dataproto.OpWriteChunk, Partition: p.Id, Epoch: c.epoch()},
 				Prefix:  fp[:],
 				Payload: data,
@@ -92,6 +95,7 @@ func (c *Client) WriteChunkPrefer(ctx context.Context, prefer uint64, fp chunker
 			err = fmt.Errorf("chunk of %d bytes at offset %d acknowledged up to %d", len(data), h.Offset, h.Arg)
 		}
 		if err == nil {
+			c.keepReceipt(receipt)
 			return ChunkLocation{PartitionID: p.Id, ExtentID: h.Extent, Offset: uint64(h.Offset), Size: uint64(len(data))}, nil
 		}
 		switch dataproto.CodeOf(err) {

@@ -157,6 +157,11 @@ type Options struct {
 	// names their range to the data node first (grants.go). Nil presents
 	// none: a node's, an admin's or a plain-text client.
 	Grants *grant.Book
+	// Receipts, if set, keeps the data nodes' receipts for what this
+	// client wrote (a token per new extent, small file or chunk), apart
+	// from Grants so that a flood of grants never pushes out the receipt
+	// of a key not yet recorded; nil keeps them in Grants.
+	Receipts *grant.Book
 	// Regrant fetches inode ino again (checked for writing when write) so that its answer's grants land in
 	// Grants; called when a data node refuses I/O of a context marked with
 	// WithInode for want of a grant.
@@ -258,7 +263,7 @@ type Client struct {
 	presented presented
 
 	writeFailures, readFailovers, readCRCErrors, refreshes, chunkBuffers, packetBuffers atomic.Int64
-	grantsPresented, regrants                                                          atomic.Int64
+	grantsPresented, regrants                                                           atomic.Int64
 }
 
 // Stats are a client's counters.

@@ -19,6 +19,33 @@ import (
 // ever held), the client presents it again, then fetches the file's inode
 // again (Options.Regrant) for a fresh one, and retries.
 
+// keepReceipt puts a data node's receipt for what this client just wrote
+// (the answer of a creation, a small write, a chunk write) in the book:
+// the client presents it to the other replicas it reads from and to the
+// meta node with the keys it records (Receipts).
+func (c *Client) keepReceipt(tok []byte) {
+	switch {
+	case len(tok) == 0:
+	case c.opts.Receipts != nil:
+		c.opts.Receipts.Add(tok)
+	case c.opts.Grants != nil:
+		c.opts.Grants.Add(tok)
+	}
+}
+
+// find returns the token, a grant or a receipt, that grants mode on
+// [off, off+n) of extent (pid, ext), or nil.
+func (c *Client) find(pid, ext uint64, off int64, n int, mode grant.Mode) *grant.Token {
+	now := time.Now()
+	if t := c.opts.Grants.Find(pid, ext, uint64(off), uint64(n), mode, now); t != nil {
+		return t
+	}
+	if c.opts.Receipts != nil {
+		return c.opts.Receipts.Find(pid, ext, uint64(off), uint64(n), mode, now)
+	}
+	return nil
+}
+
 type inodeKey struct{}
 
 // WithInode returns ctx for I/O of inode ino: a data node's refusal for
@@ -80,12 +107,11 @@ const grantRetries = 6
 // partition pid on conn, after presenting the token that grants it, and
 // handles a refusal for want of a grant as the package comment says.
 func (c *Client) withGrant(ctx context.Context, conn *dataproto.Conn, pid, ext uint64, off int64, n int, mode grant.Mode, do func() error) error {
-	book := c.opts.Grants
-	if book == nil {
+	if c.opts.Grants == nil {
 		return do()
 	}
 	for attempt := 0; ; attempt++ {
-		tok := book.Find(pid, ext, uint64(off), uint64(n), mode, time.Now())
+		tok := c.find(pid, ext, off, n, mode)
 		if tok != nil && c.presented.mark(conn.Addr(), tok) {
 			// Not waited for: the node handles it before the request
 			// behind it, and the request's own answer says whether it

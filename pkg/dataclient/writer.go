@@ -296,10 +296,11 @@ func (c *Client) createExtent(ctx context.Context, p *pb.Partition) (*stream, er
 	if err != nil {
 		return nil, err
 	}
-	h, _, err := conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{Op: dataproto.OpCreateExtent, Partition: p.Id, Epoch: c.epoch()}})
+	h, receipt, err := conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{Op: dataproto.OpCreateExtent, Partition: p.Id, Epoch: c.epoch()}})
 	if err != nil {
 		return nil, fmt.Errorf("create extent on partition %d: %w", p.Id, err)
 	}
+	c.keepReceipt(receipt)
 	return &stream{part: p, conn: conn, id: h.Extent}, nil
 }
 
@@ -465,14 +466,18 @@ func (c *Client) WriteSmall(ctx context.Context, fileOffset uint64, data []byte)
 		}
 		c.keepSmall(kept, p.Id)
 		conn, err := c.primaryConn(ctx, p)
-		var h dataproto.Header
+		var (
+			h       dataproto.Header
+			receipt []byte
+		)
 		if err == nil {
-			h, _, err = conn.Do(ctx, &dataproto.Request{
+			h, receipt, err = conn.Do(ctx, &dataproto.Request{
 				Header:  dataproto.Header{Op: dataproto.OpWriteSmall, Partition: p.Id, Epoch: c.epoch()},
 				Payload: data,
 			})
 		}
 		if err == nil {
+			c.keepReceipt(receipt)
 			return &metapb.ExtentKey{FileOffset: fileOffset, PartitionId: p.Id, ExtentId: h.Extent, ExtentOffset: uint64(h.Offset), Size: uint64(len(data))}, nil
 		}
 		if ctx.Err() != nil || dataproto.CodeOf(err).Denied() {

@@ -162,7 +162,7 @@ func (s *session) writeChunk(in *dataproto.Inbound) {
 		}
 		s.h.m.chunkWrites.WithLabelValues(role).Inc()
 		s.h.m.chunkBytes.WithLabelValues(role).Add(float64(n))
-		s.own(r.in.Header.Partition, ext, uint64(off), uint64(off)+uint64(n))
-		r.ok(dataproto.Header{Extent: ext, Offset: off, Arg: uint64(off) + uint64(n), Size: size, Kind: uint8(extentstore.KindSmall)}, nil)
+		receipt := s.own(r.in.Header.Partition, ext, uint64(off), uint64(off)+uint64(n))
+		r.ok(dataproto.Header{Extent: ext, Offset: off, Arg: uint64(off) + uint64(n), Size: size, Kind: uint8(extentstore.KindSmall)}, receipt)
 	}()
 }

@@ -29,10 +29,13 @@ const (
 	// its tokens again).
 	maxHolders = 4096
 	// ownFor is how long a certificate may append to, read and free what
-	// it wrote itself without a grant: a writer appends to its extent for
-	// as long as the file stays open, and the meta node grants the bytes
-	// once they are in the file.
-	ownFor = 24 * time.Hour
+	// it wrote itself without a grant, and how long its receipt is valid:
+	// a writer appends to its extent for as long as the file stays open,
+	// and the meta node grants the bytes once they are in the file. At
+	// most the time a grant key verifies after it stopped signing
+	// (clustermap.MaxGrantKeys-1 key periods, 12 hours), so that a receipt
+	// never outlives its key.
+	ownFor = 12 * time.Hour
 )
 
 // grantStore is the ranges each client certificate may use on this node,
@@ -146,13 +149,30 @@ func (s *session) granted(h *dataproto.Header) (dataproto.Code, string, bool) {
 }
 
 // own records that the connection's certificate wrote [lo, hi) of extent
-// ext of partition pid itself. Called before the write is acknowledged,
-// so that the client's next request finds it.
-func (s *session) own(pid, ext, lo, hi uint64) {
-	if s.spans != nil {
-		s.spans.Own(pid, ext, lo, hi, time.Now().Add(ownFor).Unix())
+// ext of partition pid itself, and returns its receipt: a token of the
+// range for writing, signed like a meta node's grant, which the client
+// keeps (nil when none is needed or no key is known yet). The client
+// presents it to other replicas of the extent, and to the meta node with
+// the extent keys it records (TxnRequest.receipts), which takes no key of
+// a range its writer cannot show a token for. Called before the write is
+// acknowledged, so that the client's next request finds the range.
+func (s *session) own(pid, ext, lo, hi uint64) []byte {
+	if s.spans == nil {
+		return nil
 	}
+	now := time.Now()
+	s.spans.Own(pid, ext, lo, hi, now.Add(ownFor).Unix())
+	p := s.h.partition(pid)
+	if p == nil || s.h.env.Grants == nil {
+		return nil
+	}
+	toks, err := s.h.env.Grants.Sign(grant.Grant{Holder: s.serial, Volume: p.volume, Mode: grant.Write,
+		Ranges: []grant.Range{{Partition: pid, Extent: ext, Lo: lo, Hi: hi}}}, ownFor, now)
+	if err != nil || len(toks) == 0 {
+		return nil
+	}
+	return toks[0]
 }
 
 // ownWhole is own for a new large extent: all of it.
-func (s *session) ownWhole(pid, ext uint64) { s.own(pid, ext, 0, math.MaxInt64) }
+func (s *session) ownWhole(pid, ext uint64) []byte { return s.own(pid, ext, 0, math.MaxInt64) }

@@ -418,10 +418,11 @@ func (s *session) create(in *dataproto.Inbound) {
 			}
 			return
 		}
+		var receipt []byte
 		if pos == 0 {
-			s.ownWhole(h.Partition, id)
+			receipt = s.ownWhole(h.Partition, id)
 		}
-		r.ok(dataproto.Header{Extent: id, Kind: uint8(extentstore.KindLarge)}, nil)
+		r.ok(dataproto.Header{Extent: id, Kind: uint8(extentstore.KindLarge)}, receipt)
 	}()
 }
 
@@ -541,8 +542,8 @@ func (s *session) writeSmall(in *dataproto.Inbound) {
 			return
 		}
 		lease.Release()
-		s.own(h.Partition, ext, uint64(off), uint64(off)+uint64(h.Length))
-		r.ok(dataproto.Header{Extent: ext, Offset: off, Arg: uint64(off) + uint64(h.Length), Size: size, Kind: uint8(extentstore.KindSmall)}, nil)
+		receipt := s.own(h.Partition, ext, uint64(off), uint64(off)+uint64(h.Length))
+		r.ok(dataproto.Header{Extent: ext, Offset: off, Arg: uint64(off) + uint64(h.Length), Size: size, Kind: uint8(extentstore.KindSmall)}, receipt)
 	}()
 }
 

@@ -12,7 +12,8 @@ import (
 type Book struct {
 	mu    sync.Mutex
 	ext   map[ExtentID][]entry // sorted by lo; among equal lo, newest last
-	count int
+	order []*Token             // tokens in the order added, oldest first
+	count int                  // entries in ext
 	limit int
 }
 
@@ -32,7 +33,7 @@ type Token struct {
 const margin = 30 * time.Second
 
 // NewBook returns an empty book of at most limit ranges: beyond it, it
-// drops expired tokens, then all (a token dropped is fetched again, with
+// drops the tokens added first (a grant dropped is fetched again, with
 // the inode, when a data node asks for it).
 func NewBook(limit int) *Book {
 	return &Book{ext: map[ExtentID][]entry{}, limit: max(limit, 1)}
@@ -48,9 +49,7 @@ func (b *Book) Add(tok []byte) {
 	t := &Token{Bytes: tok, Grant: g}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.count+len(g.Ranges) > b.limit {
-		b.pruneLocked(time.Now())
-	}
+	b.order = append(b.order, t)
 	for _, r := range g.Ranges {
 		id := ExtentID{r.Partition, r.Extent}
 		es := b.ext[id]
@@ -69,26 +68,43 @@ func (b *Book) Add(tok []byte) {
 		b.ext[id] = slices.Insert(es, i, entry{lo: r.Lo, hi: r.Hi, tok: t})
 		b.count++
 	}
+	for b.count > b.limit && len(b.order) > 1 {
+		b.dropLocked(b.order[0])
+		b.order[0] = nil
+		b.order = b.order[1:]
+	}
+	if len(b.order) > 2*b.limit {
+		// Replaced tokens linger in the queue; compact it now and then.
+		b.order = slices.DeleteFunc(b.order, func(t *Token) bool { return !b.holdsLocked(t) })
+	}
 }
 
-func (b *Book) pruneLocked(now time.Time) {
-	cut := now.Add(margin).Unix()
-	for id, es := range b.ext {
-		es = slices.DeleteFunc(es, func(e entry) bool { return e.tok.Grant.Expires <= cut })
+// dropLocked removes t's ranges (those a newer token has not replaced).
+func (b *Book) dropLocked(t *Token) {
+	for _, r := range t.Grant.Ranges {
+		id := ExtentID{r.Partition, r.Extent}
+		es := b.ext[id]
+		n := len(es)
+		es = slices.DeleteFunc(es, func(e entry) bool { return e.tok == t })
+		b.count -= n - len(es)
 		if len(es) == 0 {
 			delete(b.ext, id)
 		} else {
 			b.ext[id] = es
 		}
 	}
-	b.count = 0
-	for _, es := range b.ext {
-		b.count += len(es)
+}
+
+// holdsLocked reports whether one of t's ranges still refers to t.
+func (b *Book) holdsLocked(t *Token) bool {
+	for _, r := range t.Grant.Ranges {
+		for _, e := range b.ext[ExtentID{r.Partition, r.Extent}] {
+			if e.tok == t {
+				return true
+			}
+		}
 	}
-	if b.count > b.limit/2 {
-		clear(b.ext)
-		b.count = 0
-	}
+	return false
 }
 
 // findScan bounds how many ranges starting before an offset Find looks at:
@@ -116,6 +132,19 @@ func (b *Book) Find(p, e, lo, n uint64, m Mode, now time.Time) *Token {
 		}
 	}
 	return nil
+}
+
+// Forget drops the tokens that grant exactly [lo, hi) of extent (p, e) and
+// nothing else: a small file's receipt once its key is recorded.
+func (b *Book) Forget(p, e, lo, hi uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, x := range b.ext[ExtentID{p, e}] {
+		if x.lo == lo && x.hi == hi && len(x.tok.Grant.Ranges) == 1 {
+			b.dropLocked(x.tok)
+			return
+		}
+	}
 }
 
 // Len is the number of ranges held.

@@ -258,8 +258,10 @@ func TestBookLimit(t *testing.T) {
 			t.Fatalf("book holds %d ranges, limit 10", b.Len())
 		}
 	}
-	if b.Find(1, 24, 0, 10, Read, time.Now()) == nil {
-		t.Fatal("the newest token is not in the book")
+	for i, want := range map[uint64]bool{0: false, 14: false, 15: true, 24: true} {
+		if got := b.Find(1, i, 0, 10, Read, time.Now()) != nil; got != want {
+			t.Errorf("token %d in the book: %v, want %v (the oldest go first)", i, got, want)
+		}
 	}
 }
 
@@ -296,5 +298,32 @@ func BenchmarkVerify(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestBookForget(t *testing.T) {
+	kr := ring(key(1, t0))
+	sign := func(rs ...Range) []byte {
+		toks, _ := kr.Sign(Grant{Holder: "h", Mode: Write, Ranges: rs}, time.Hour, time.Now())
+		return toks[0]
+	}
+	b := NewBook(100)
+	b.Add(sign(Range{1, 2, 0, 1 << 40}))                     // a new extent's receipt
+	b.Add(sign(Range{1, 3, 4096, 8192}))                     // a small file's
+	b.Add(sign(Range{1, 3, 8192, 9000}, Range{1, 4, 0, 10})) // a grant of two ranges
+	b.Forget(1, 3, 4096, 8192)
+	b.Forget(1, 2, 0, 4096)    // a key inside the extent: the receipt stays
+	b.Forget(1, 3, 8192, 9000) // a range of a token with more: stays
+	now := time.Now()
+	for _, tc := range []struct {
+		p, e, lo, n uint64
+		want        bool
+	}{{1, 2, 0, 4096, true}, {1, 3, 4096, 10, false}, {1, 3, 8192, 10, true}, {1, 4, 0, 10, true}} {
+		if got := b.Find(tc.p, tc.e, tc.lo, tc.n, Write, now) != nil; got != tc.want {
+			t.Errorf("after Forget, %d/%d at %d held: %v, want %v", tc.p, tc.e, tc.lo, got, tc.want)
+		}
+	}
+	if b.Len() != 3 {
+		t.Errorf("%d ranges held, want 3", b.Len())
 	}
 }

@@ -32,8 +32,10 @@ type Client struct {
 	origin uint64
 
 	// grants, if set, receives the extent grants of every answer
-	// (SetGrants).
-	grants func(token []byte)
+	// (SetGrants); receipts, if set, proves the data references of a
+	// client's Txn (SetReceipts).
+	grants   func(token []byte)
+	receipts func(txn *metapb.Txn) [][]byte
 
 	mu      sync.Mutex
 	leaders map[uint64]string // partition -> address of its last known leader
@@ -43,6 +45,19 @@ type Client struct {
 // meta node's responses, pkg/grant) go to add. Call it before the client
 // is used.
 func (c *Client) SetGrants(add func(token []byte)) { c.grants = add }
+
+// SetReceipts makes every Txn this client sends (follow-ups aside) carry
+// the tokens receipts returns for it (TxnRequest.receipts): the proof that
+// the client wrote, or may write, the ranges its extent keys and chunks
+// name. Call it before the client is used.
+func (c *Client) SetReceipts(receipts func(txn *metapb.Txn) [][]byte) { c.receipts = receipts }
+
+func (c *Client) receiptsFor(txn *metapb.Txn) [][]byte {
+	if c.receipts == nil {
+		return nil
+	}
+	return c.receipts(txn)
+}
 
 // granted is what answers with extent grants have in common.
 type granted interface{ GetGrants() [][]byte }
@@ -127,9 +142,9 @@ func (c *Client) Leader(id uint64) string {
 func (c *Client) Txn(ctx context.Context, p *pb.Partition, txn *metapb.Txn) (*metapb.TxnResult, error) {
 	var resp *metapb.TxnResponse
 	c.stamp(txn)
-	cred := CredOf(ctx)
+	cred, receipts := CredOf(ctx), c.receiptsFor(txn)
 	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
-		resp, err = m.Txn(ctx, &metapb.TxnRequest{PartitionId: p.Id, Txn: txn, Cred: cred}, o...)
+		resp, err = m.Txn(ctx, &metapb.TxnRequest{PartitionId: p.Id, Txn: txn, Cred: cred, Receipts: receipts}, o...)
 		return err
 	})
 	if err != nil {
@@ -145,9 +160,9 @@ func (c *Client) Txn(ctx context.Context, p *pb.Partition, txn *metapb.Txn) (*me
 func (c *Client) TxnThen(ctx context.Context, p *pb.Partition, txn *metapb.Txn, then []*metapb.HomedOp) (*metapb.TxnResult, []*metapb.ThenGroup, error) {
 	var resp *metapb.TxnResponse
 	c.stamp(txn)
-	cred := CredOf(ctx)
+	cred, receipts := CredOf(ctx), c.receiptsFor(txn)
 	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
-		resp, err = m.Txn(ctx, &metapb.TxnRequest{PartitionId: p.Id, Txn: txn, Cred: cred, Then: then}, o...)
+		resp, err = m.Txn(ctx, &metapb.TxnRequest{PartitionId: p.Id, Txn: txn, Cred: cred, Then: then, Receipts: receipts}, o...)
 		return err
 	})
 	if err != nil {

@@ -2,7 +2,11 @@ package metanode
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/daemon"
@@ -55,12 +59,11 @@ func (g granting) grants(ctx context.Context, pid uint64, mayWrite bool, inodes 
 	holder := pki.Serial(cert)
 	now := time.Now()
 	var out [][]byte
-	for _, in := range inodes {
-		rs := ranges(in)
+	sign := func(ino uint64, m grant.Mode, rs []grant.Range) {
 		if len(rs) == 0 {
-			continue
+			return
 		}
-		toks, err := g.h.env.Grants.Sign(grant.Grant{Holder: holder, Volume: p.volume, Ino: in.Ino, Mode: mode, Ranges: rs}, GrantTTL, now)
+		toks, err := g.h.env.Grants.Sign(grant.Grant{Holder: holder, Volume: p.volume, Ino: ino, Mode: m, Ranges: rs}, GrantTTL, now)
 		if err != nil {
 			// No key yet (a restart, before the first heartbeat): ask
 			// the masters now rather than at the next interval.
@@ -68,29 +71,38 @@ func (g granting) grants(ctx context.Context, pid uint64, mayWrite bool, inodes 
 			if g.h.env.Refresh != nil {
 				g.h.env.Refresh()
 			}
-			continue
+			return
 		}
 		g.h.metrics.grants.Add(float64(len(toks)))
 		out = append(out, toks...)
 	}
+	for _, in := range inodes {
+		sign(in.GetIno(), mode, extentRanges(in))
+		// Chunks are shared by every file whose content has them and
+		// never change in place: read only, whatever the file's mode.
+		sign(in.GetIno(), grant.Read, chunkRanges(in.GetChunks()))
+	}
 	return out
 }
 
-// ranges are the extent ranges of a file's bytes: its extent keys, or the
-// chunks of a content-defined file.
-func ranges(in *metapb.Inode) []grant.Range {
-	if in == nil || (len(in.Extents) == 0 && len(in.Chunks) == 0) {
-		return nil
-	}
-	rs := make([]grant.Range, 0, len(in.Extents)+len(in.Chunks))
-	for _, k := range in.Extents {
+// extentRanges are the extent ranges of a file's bytes: its extent keys.
+func extentRanges(in *metapb.Inode) []grant.Range {
+	rs := make([]grant.Range, 0, len(in.GetExtents()))
+	for _, k := range in.GetExtents() {
 		if k.Size == 0 || k.ExtentOffset+k.Size < k.ExtentOffset {
 			continue
 		}
 		rs = append(rs, grant.Range{Partition: k.PartitionId, Extent: k.ExtentId, Lo: k.ExtentOffset, Hi: k.ExtentOffset + k.Size})
 	}
-	for _, c := range in.Chunks {
-		if c.Size == 0 || c.ExtentOffset+uint64(c.Size) < c.ExtentOffset {
+	return rs
+}
+
+// chunkRanges are the extent ranges of chunks: a content-defined file's,
+// or a chunk index answer's.
+func chunkRanges(cs []*metapb.Chunk) []grant.Range {
+	rs := make([]grant.Range, 0, len(cs))
+	for _, c := range cs {
+		if c.GetSize() == 0 || c.GetPartitionId() == 0 || c.ExtentOffset+uint64(c.Size) < c.ExtentOffset {
 			continue
 		}
 		rs = append(rs, grant.Range{Partition: c.PartitionId, Extent: c.ExtentId, Lo: c.ExtentOffset, Hi: c.ExtentOffset + uint64(c.Size)})
@@ -143,13 +155,102 @@ func (g granting) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnR
 		return resp, err
 	}
 	var inodes []*metapb.Inode
+	var chunks []*metapb.Chunk
 	for _, r := range resp.Result.Results {
 		if r.Inode != nil {
 			inodes = append(inodes, r.Inode)
+		}
+		for _, c := range r.Chunks {
+			if c.GetChunk().GetPartitionId() != 0 && !c.GetDead() {
+				chunks = append(chunks, c.Chunk)
+			}
 		}
 	}
 	if len(inodes) > 0 {
 		resp.Grants = g.grants(ctx, req.PartitionId, false, inodes...)
 	}
+	if len(chunks) > 0 {
+		// A chunk index answer: the client may read, and splice into its
+		// layouts, the chunks whose fingerprints it knew.
+		resp.Grants = append(resp.Grants, g.grants(ctx, req.PartitionId, false, &metapb.Inode{Chunks: chunks})...)
+	}
 	return resp, err
 }
+
+// checkWritten refuses a client's Txn whose data references are not its
+// own to store: every extent key of AppendExtents and every chunk location
+// it registers (ChunkRefs) must lie in a range one of its write tokens in
+// req.receipts names (a data node's receipt for what it wrote, or a write
+// grant of a file whose keys it had), every chunk it splices into a
+// layout in a range any of its tokens names (a chunk index answer's grant
+// of a stored chunk). Without it a client confined to a subtree could
+// record another file's extent in a file of its own and be granted that
+// extent, within its volume, where checkDataRefs cannot tell whose an
+// extent is. EACCES names the first reference without a token. A node
+// that has no grant key yet answers UNAVAILABLE (the client retries).
+// Callers other than client certificates pass.
+func (s *service) checkWritten(ctx context.Context, p *partition, req *metapb.TxnRequest) (*refusal, error) {
+	cert := daemon.PeerCert(ctx)
+	if cert == nil || pki.KindOf(cert) != pki.KindClient {
+		return nil, nil
+	}
+	type ref struct {
+		r     grant.Range
+		mode  grant.Mode
+		where string
+	}
+	var refs []ref
+	for i, op := range req.GetTxn().GetOps() {
+		switch o := op.GetOp().(type) {
+		case *metapb.Op_AppendExtents:
+			for j, k := range o.AppendExtents.GetExtents() {
+				refs = append(refs, ref{grant.Range{Partition: k.PartitionId, Extent: k.ExtentId, Lo: k.ExtentOffset, Hi: k.ExtentOffset + k.Size},
+					grant.Write, fmt.Sprintf("op %d extent key %d", i, j)})
+			}
+		case *metapb.Op_SpliceChunks:
+			for j, c := range o.SpliceChunks.GetChunks() {
+				refs = append(refs, ref{grant.Range{Partition: c.PartitionId, Extent: c.ExtentId, Lo: c.ExtentOffset, Hi: c.ExtentOffset + uint64(c.Size)},
+					grant.Read, fmt.Sprintf("op %d chunk %d", i, j)})
+			}
+		case *metapb.Op_ChunkRefs:
+			for j, it := range o.ChunkRefs.GetItems() {
+				if c := it.GetChunk(); it.GetDelta() > 0 && c.GetPartitionId() != 0 {
+					refs = append(refs, ref{grant.Range{Partition: c.PartitionId, Extent: c.ExtentId, Lo: c.ExtentOffset, Hi: c.ExtentOffset + uint64(c.Size)},
+						grant.Write, fmt.Sprintf("op %d chunk ref %d", i, j)})
+				}
+			}
+		}
+	}
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	kr := s.h.env.Grants
+	if kr == nil || kr.Len() == 0 {
+		if s.h.env.Refresh != nil {
+			s.h.env.Refresh()
+		}
+		return nil, status.Errorf(codes.Unavailable, "meta partition %d: no grant key yet to check the Txn's data references; retry", p.id)
+	}
+	if len(req.Receipts) > maxReceipts {
+		return refuse(metapb.EINVAL, "%d receipts, at most %d", len(req.Receipts), maxReceipts), nil
+	}
+	holder, now := pki.Serial(cert), time.Now()
+	held := grant.NewSpans(maxReceipts * grant.MaxRanges)
+	for _, tok := range req.Receipts {
+		if g, err := kr.Verify(tok, holder, now); err == nil && g.Volume == p.volume {
+			held.Add(g)
+		}
+	}
+	for _, r := range refs {
+		if !held.Allows(r.r.Partition, r.r.Extent, r.r.Lo, r.r.Hi-r.r.Lo, r.mode, now.Unix()) {
+			return refuse(metapb.EACCES, "%s names bytes %d..%d of extent %d of data partition %d, which no token of this client grants for %v",
+				r.where, r.r.Lo, r.r.Hi, r.r.Extent, r.r.Partition, r.mode), nil
+		}
+	}
+	return nil, nil
+}
+
+// maxReceipts bounds the tokens of one Txn request: a Txn has at most
+// maxOpsPerTxn ops, whose keys rarely come from more than a few hundred
+// writes.
+const maxReceipts = 4096

@@ -135,6 +135,14 @@ func (s *service) Txn(ctx context.Context, req *metapb.TxnRequest) (*metapb.TxnR
 		s.h.metrics.dataRefsRefused.Inc()
 		return &metapb.TxnResponse{Result: &metapb.TxnResult{Errno: int32(r.errno), Message: r.msg}}, nil
 	}
+	// And only what the client wrote, or may write, itself (grants.go).
+	if r, err := s.checkWritten(ctx, p, req); r != nil || err != nil {
+		if r == nil {
+			return nil, err
+		}
+		s.h.metrics.dataRefsRefused.Inc()
+		return &metapb.TxnResponse{Result: &metapb.TxnResult{Errno: int32(r.errno), Message: r.msg}}, nil
+	}
 	res, err := p.merger.submit(ctx, req.Txn)
 	if err != nil {
 		if errors.Is(err, multiraft.ErrNotLeader) {

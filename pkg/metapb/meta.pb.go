@@ -3468,7 +3468,15 @@ type TxnRequest struct {
 	// first step; the groups go side by side. Only TouchDir, Link, Evict and
 	// a Setattr of the parent pointer alone; for a client whose capabilities
 	// restrict it the partition runs none (every group comes back undone).
-	Then          []*HomedOp `protobuf:"bytes,5,rep,name=then,proto3" json:"then,omitempty"`
+	Then []*HomedOp `protobuf:"bytes,5,rep,name=then,proto3" json:"then,omitempty"`
+	// receipts prove, for a client certificate, that it may store the data
+	// references of the Txn (pkg/grant tokens): the extent keys of
+	// AppendExtents and the locations of chunk registrations must lie in
+	// ranges a write token of its own names (a data node's receipt for what
+	// it wrote, or a meta node's write grant of a file), the chunks of
+	// SpliceChunks in ranges any of its tokens names. Kept out of the Raft
+	// log.
+	Receipts      [][]byte `protobuf:"bytes,6,rep,name=receipts,proto3" json:"receipts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3534,6 +3542,13 @@ func (x *TxnRequest) GetCred() *Cred {
 func (x *TxnRequest) GetThen() []*HomedOp {
 	if x != nil {
 		return x.Then
+	}
+	return nil
+}
+
+func (x *TxnRequest) GetReceipts() [][]byte {
+	if x != nil {
+		return x.Receipts
 	}
 	return nil
 }
@@ -5613,14 +5628,15 @@ const file_meta_proto_rawDesc = "" +
 	"\aresults\x18\x04 \x03(\v2\x14.cairn.meta.OpResultR\aresults\"C\n" +
 	"\x05Batch\x12\x15\n" +
 	"\x06now_ns\x18\x01 \x01(\x03R\x05nowNs\x12#\n" +
-	"\x04txns\x18\x02 \x03(\v2\x0f.cairn.meta.TxnR\x04txns\"\xbe\x01\n" +
+	"\x04txns\x18\x02 \x03(\v2\x0f.cairn.meta.TxnR\x04txns\"\xda\x01\n" +
 	"\n" +
 	"TxnRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12!\n" +
 	"\x03txn\x18\x02 \x01(\v2\x0f.cairn.meta.TxnR\x03txn\x12\x1b\n" +
 	"\tfollow_up\x18\x03 \x01(\bR\bfollowUp\x12$\n" +
 	"\x04cred\x18\x04 \x01(\v2\x10.cairn.meta.CredR\x04cred\x12'\n" +
-	"\x04then\x18\x05 \x03(\v2\x13.cairn.meta.HomedOpR\x04then\";\n" +
+	"\x04then\x18\x05 \x03(\v2\x13.cairn.meta.HomedOpR\x04then\x12\x1a\n" +
+	"\breceipts\x18\x06 \x03(\fR\breceipts\";\n" +
 	"\aHomedOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x1e\n" +
 	"\x02op\x18\x02 \x01(\v2\x0e.cairn.meta.OpR\x02op\"\x7f\n" +

@@ -196,6 +196,39 @@ func TestExtentGrants(t *testing.T) {
 		}
 	}
 
+	// Nor record one of /b's extent keys in a file of its own, to be
+	// granted it: the meta nodes take only keys of bytes it wrote.
+	must(t, writePath(ctx, rwv, "/evil", []byte("x")))
+	evil, err := rwv.StatPath(ctx, "/evil", client.Cred{})
+	must(t, err)
+	refused := 0
+	for _, n := range st.Nodes {
+		if n.Role != "meta" {
+			continue
+		}
+		lc := lightrpc.Dial(n.Address, lightrpc.ClientOptions{TLS: rw, DialTimeout: 3 * time.Second})
+		for _, id := range vol.Volume.MetaPartitions {
+			k := bKeys[len(bKeys)-1]
+			resp, err := metapb.NewMetaNodeClient(lc).Txn(ctx, &metapb.TxnRequest{PartitionId: id, Txn: &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_AppendExtents{
+				AppendExtents: &metapb.AppendExtents{Ino: evil.Ino, Size: k.Size, Extents: []*metapb.ExtentKey{{PartitionId: k.PartitionId, ExtentId: k.ExtentId, ExtentOffset: k.ExtentOffset, Size: k.Size}}},
+			}}}}})
+			switch {
+			case err != nil:
+			case metapb.Errno(resp.GetResult().GetErrno()) == metapb.EACCES:
+				refused++
+			default:
+				t.Errorf("meta partition %d at %s took /b's extent key into the confined client's file: errno %d %q", id, n.Address, resp.GetResult().GetErrno(), resp.GetResult().GetMessage())
+			}
+		}
+		lc.Close()
+	}
+	if refused == 0 {
+		t.Error("no meta partition refused the foreign extent key with EACCES")
+	}
+	if b, err := readPath(ctx, rwv, "/evil"); err != nil || string(b) != "x" {
+		t.Errorf("/evil after the attempt: %d bytes (a marker of /b: %v), %v", len(b), bytes.Contains(b, []byte("SECRET")), err)
+	}
+
 	// /b's files are whole, read by an admin client that never read them
 	// before (nothing cached).
 	if b, err := readPath(ctx, av, "/b/small"); err != nil || !bytes.Equal(b, small) {
