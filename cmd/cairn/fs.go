@@ -45,23 +45,48 @@ func newFSCmd() *cobra.Command {
 		Short: "Work with a volume's files without mounting it",
 		Long: `Scripting access to a volume through the Cairn SDK, without FUSE. Paths are
 absolute within the volume ("/" is its root; a relative path starts there too).
-Symbolic links are followed in the middle of a path, not at its end.`,
+Symbolic links are followed in the middle of a path, not at its end.
+
+With a client identity confined to a directory ('cairn client create --path
+/sub'), "/" is that directory, as the identity's mount shows it, and ".." of
+it is itself; an identity bound to one volume works in that volume unless
+--volume says otherwise.`,
 		Args: noArgs,
 	}
 	cmd.AddCommand(newFSLsCmd(), newFSStatCmd(), newFSMkdirCmd(), newFSPutCmd(), newFSGetCmd(), newFSRmCmd(), newFSMvCmd())
 	return cmd
 }
 
+// fsVolume is a volume as the fs commands walk it: from root, the volume's
+// root directory or, for an identity confined to a directory
+// (capability.Caps.Subtree), that directory.
+type fsVolume struct {
+	*client.Volume
+	root uint64
+}
+
 // fsRun opens the volume, runs fn and maps errno errors to one plain line.
-func fsRun(cmd *cobra.Command, f *fsFlags, fn func(ctx context.Context, v *client.Volume) error) error {
+// The volume is --volume, or the one the identity is bound to.
+func fsRun(cmd *cobra.Command, f *fsFlags, fn func(ctx context.Context, v *fsVolume) error) error {
+	caps, err := f.caps(cmd)
+	if err != nil {
+		return err
+	}
+	if caps.Volume != "" && !cmd.Flags().Changed("volume") {
+		f.volume = caps.Volume
+	}
 	v, err := f.open(cmd)
 	if err != nil {
 		return plainError(err)
 	}
 	defer v.Close()
+	fv := &fsVolume{Volume: v, root: client.RootIno}
+	if caps.Subtree() {
+		fv.root = caps.RootIno
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
-	return fn(ctx, v)
+	return fn(ctx, fv)
 }
 
 // maxSymlinks bounds symbolic links followed while resolving one path, as
@@ -77,10 +102,12 @@ func splitPath(p string) []string {
 	return strings.Split(p[1:], "/")
 }
 
-// resolve walks p from the root and returns the attributes of its last
-// component (not followed if it is a symbolic link).
-func resolve(ctx context.Context, v *client.Volume, p string) (*client.Attr, error) {
-	attr, err := v.GetAttr(ctx, client.RootIno)
+// resolve walks p from v's root and returns the attributes of its last
+// component (not followed if it is a symbolic link). ".." of the root is
+// the root, and an absolute symbolic link starts there again, so that a
+// walk never leaves the tree the identity may reach.
+func resolve(ctx context.Context, v *fsVolume, p string) (*client.Attr, error) {
+	attr, err := v.GetAttr(ctx, v.root)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +141,7 @@ func resolve(ctx context.Context, v *client.Volume, p string) (*client.Attr, err
 				return nil, err
 			}
 			if strings.HasPrefix(target, "/") {
-				if attr, err = v.GetAttr(ctx, client.RootIno); err != nil {
+				if attr, err = v.GetAttr(ctx, v.root); err != nil {
 					return nil, err
 				}
 				dirs = nil
@@ -138,7 +165,7 @@ func resolve(ctx context.Context, v *client.Volume, p string) (*client.Attr, err
 }
 
 // parentOf resolves the directory holding p and returns it with p's last name.
-func parentOf(ctx context.Context, v *client.Volume, p string) (*client.Attr, string, error) {
+func parentOf(ctx context.Context, v *fsVolume, p string) (*client.Attr, string, error) {
 	parts := splitPath(p)
 	if len(parts) == 0 {
 		return nil, "", fmt.Errorf("/: %w", syscall.EEXIST)
@@ -199,7 +226,7 @@ func newFSLsCmd() *cobra.Command {
 			if len(args) == 1 {
 				p = args[0]
 			}
-			return fsRun(cmd, &f, func(ctx context.Context, v *client.Volume) error {
+			return fsRun(cmd, &f, func(ctx context.Context, v *fsVolume) error {
 				a, err := resolve(ctx, v, p)
 				if err != nil {
 					return err
@@ -244,7 +271,7 @@ func newFSStatCmd() *cobra.Command {
 		Short: "Show a file's attributes",
 		Args:  exactArgs(1, "a path"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fsRun(cmd, &f, func(ctx context.Context, v *client.Volume) error {
+			return fsRun(cmd, &f, func(ctx context.Context, v *fsVolume) error {
 				a, err := resolve(ctx, v, args[0])
 				if err != nil {
 					return err
@@ -270,7 +297,7 @@ func newFSMkdirCmd() *cobra.Command {
 		Short: "Create a directory",
 		Args:  exactArgs(1, "a path"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fsRun(cmd, &f, func(ctx context.Context, v *client.Volume) error {
+			return fsRun(cmd, &f, func(ctx context.Context, v *fsVolume) error {
 				if !parents {
 					dir, name, err := parentOf(ctx, v, args[0])
 					if err != nil {
@@ -326,7 +353,7 @@ func newFSPutCmd() *cobra.Command {
 				defer in.Close()
 				src = in
 			}
-			return fsRun(cmd, &f, func(ctx context.Context, v *client.Volume) error {
+			return fsRun(cmd, &f, func(ctx context.Context, v *fsVolume) error {
 				dir, name, err := parentOf(ctx, v, args[1])
 				if err != nil {
 					return err
@@ -380,7 +407,7 @@ func newFSGetCmd() *cobra.Command {
 		Short: "Copy a file out of the volume (- for standard output)",
 		Args:  exactArgs(2, "a volume path and a local file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fsRun(cmd, &f, func(ctx context.Context, v *client.Volume) error {
+			return fsRun(cmd, &f, func(ctx context.Context, v *fsVolume) error {
 				a, err := resolve(ctx, v, args[0])
 				if err != nil {
 					return err
@@ -421,7 +448,7 @@ func newFSRmCmd() *cobra.Command {
 		Short: "Remove a file, or a directory tree with -r",
 		Args:  exactArgs(1, "a path"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fsRun(cmd, &f, func(ctx context.Context, v *client.Volume) error {
+			return fsRun(cmd, &f, func(ctx context.Context, v *fsVolume) error {
 				dir, name, err := parentOf(ctx, v, args[0])
 				if err != nil {
 					return err
@@ -452,7 +479,7 @@ func newFSMvCmd() *cobra.Command {
 		Short: "Rename a file or directory (replacing DST if allowed)",
 		Args:  exactArgs(2, "a source and a destination path"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fsRun(cmd, &f, func(ctx context.Context, v *client.Volume) error {
+			return fsRun(cmd, &f, func(ctx context.Context, v *fsVolume) error {
 				sdir, sname, err := parentOf(ctx, v, args[0])
 				if err != nil {
 					return err
