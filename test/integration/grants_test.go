@@ -237,6 +237,34 @@ func TestExtentGrants(t *testing.T) {
 	if b, err := readPath(ctx, av, "/b/big"); err != nil || !bytes.Equal(b, big) {
 		t.Errorf("/b/big after the attempts: %d bytes, equal %v, %v", len(b), bytes.Equal(b, big), err)
 	}
+	// A content-defined volume: a client identity writes a file, a second
+	// with the same bytes (its chunks are found in the chunk index and
+	// spliced in: granted read only), overwrites a piece of the second and
+	// reads both back from a fresh client.
+	mustCairn(t, "volume", "create", "cdc", "--layout", "cdc", "--data-dir", dir)
+	cdcDir := filepath.Join(t.TempDir(), "cdc-client")
+	mustCairn(t, "client", "create", "cdc-app", "--data-dir", dir, "--volume", "cdc", "--out", cdcDir)
+	cv, err := client.Open(ctx, []string{master}, "cdc", &client.Options{TLS: loadTLS(t, cdcDir)})
+	must(t, err)
+	content := make([]byte, 3<<20)
+	for i := range content {
+		content[i] = byte(i * 7 / 5)
+	}
+	must(t, writePath(ctx, cv, "/one", content))
+	must(t, writePath(ctx, cv, "/two", content))
+	must(t, overwritePath(ctx, cv, "/two", 1<<20, []byte("CHANGED")))
+	changed := bytes.Clone(content)
+	copy(changed[1<<20:], "CHANGED")
+	cv.Close()
+	cv, err = client.Open(ctx, []string{master}, "cdc", &client.Options{TLS: loadTLS(t, cdcDir)})
+	must(t, err)
+	defer cv.Close()
+	for path, want := range map[string][]byte{"/one": content, "/two": changed} {
+		if b, err := readPath(ctx, cv, path); err != nil || !bytes.Equal(b, want) {
+			t.Errorf("%s of the content-defined volume through a client identity: %d bytes, equal %v, %v", path, len(b), bytes.Equal(b, want), err)
+		}
+	}
+
 	// And the read-only client still cannot reach /b through the SDK.
 	if _, err := readPath(ctx, rov, "/../b/small"); !errors.Is(err, syscall.EACCES) {
 		t.Errorf("read /../b/small as the read-only confined client: %v, want EACCES", err)
