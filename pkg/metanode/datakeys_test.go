@@ -24,6 +24,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/chunker"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/grant"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/pki"
@@ -195,6 +196,10 @@ func TestDataRefsRefused(t *testing.T) {
 	leader := c.leader(t)
 	svc := &service{h: leader}
 	cctx := clientCtx(ctx)
+	// The client's receipts for what it wrote (checkWritten): extent 1 of
+	// partitions 10, 11 and 12, whole.
+	receipts := giveGrantKey(t, leader, grant.Write, grant.Range{Partition: 10, Extent: 1, Hi: 1 << 40},
+		grant.Range{Partition: 11, Extent: 1, Hi: 1 << 40}, grant.Range{Partition: 12, Extent: 1, Hi: 1 << 40})
 	for {
 		r, err := svc.GetInode(ctx, &metapb.GetInodeRequest{PartitionId: 1, Ino: RootIno})
 		if err == nil && r.Errno == 0 {
@@ -204,7 +209,7 @@ func TestDataRefsRefused(t *testing.T) {
 	}
 	txn := func(ctx context.Context, ops ...*metapb.Op) *metapb.TxnResult {
 		t.Helper()
-		resp, err := svc.Txn(ctx, &metapb.TxnRequest{PartitionId: 1, Txn: &metapb.Txn{Ops: ops}})
+		resp, err := svc.Txn(ctx, &metapb.TxnRequest{PartitionId: 1, Txn: &metapb.Txn{Ops: ops}, Receipts: receipts})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +294,7 @@ func TestDataRefsRefused(t *testing.T) {
 	// Without a readable map an unknown partition is UNAVAILABLE, which
 	// the client retries; a known one needs no read.
 	dm.fail.Store(true)
-	if _, err := svc.Txn(cctx, &metapb.TxnRequest{PartitionId: 1, Txn: &metapb.Txn{Ops: []*metapb.Op{appendKey(77)}}}); status.Code(err) != codes.Unavailable {
+	if _, err := svc.Txn(cctx, &metapb.TxnRequest{PartitionId: 1, Txn: &metapb.Txn{Ops: []*metapb.Op{appendKey(77)}}, Receipts: receipts}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("append on partition 77 without a map: %v, want UNAVAILABLE", err)
 	}
 	if res := txn(cctx, appendKey(11)); res.Errno != 0 {
