@@ -47,10 +47,12 @@ var (
 		pb.Master_RemoveQuota_FullMethodName:      admins,
 		"/cairn.cluster.Master/":                  anyone,
 		// Meta nodes: the file system's requests come from clients and, as
-		// follow-ups, from other meta nodes; whole-partition scans and
-		// statistics serve fsck, gc and the master.
+		// follow-ups, from other meta nodes; whole-partition scans serve
+		// fsck, gc and the master. Statistics serve them too, and a
+		// client's statfs (df): the meta node answers a client counts of
+		// its own volume only, never names.
 		metapb.MetaNode_Scan_FullMethodName:           internal,
-		metapb.MetaNode_PartitionStats_FullMethodName: internal,
+		metapb.MetaNode_PartitionStats_FullMethodName: anyone,
 		"/cairn.meta.MetaNode/":                       anyone,
 		// Raft between cluster processes.
 		"/cairn.multiraft.Transport/": nodes,

@@ -9,11 +9,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/chunker"
+	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/pki"
 	"github.com/cairnfs/cairn/pkg/redirect"
 )
 
@@ -268,6 +271,14 @@ func (s *service) PartitionStats(ctx context.Context, req *metapb.PartitionStats
 		return nil, err
 	}
 	k := min(int(req.TopNames), maxStatsNames)
+	if daemon.PeerKind(ctx) == pki.KindClient {
+		// A client's statfs: counts of its own volume, and no names (the
+		// most frequent names of a partition are other tenants' too).
+		if !capability.FromContext(ctx).AllowsVolume(p.volume) {
+			return nil, status.Errorf(codes.PermissionDenied, "meta partition %d is not in this client's volume", req.PartitionId)
+		}
+		k, names = 0, nil
+	}
 	resp := &metapb.PartitionStatsResponse{}
 	p.sm.read(func(mp *metapartition.Partition) {
 		st := mp.Stats(k, names...)

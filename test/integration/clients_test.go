@@ -71,6 +71,11 @@ func TestClientCapabilities(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(roMnt, "data", "f")); err != nil || string(b) != "hello" {
 		t.Fatalf("read through the read-only mount: %q, %v", b, err)
 	}
+	// df works on a client identity's mount (counts of its own volume).
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(roMnt, &sfs); err != nil || sfs.Blocks == 0 || sfs.Files == 0 {
+		t.Errorf("statfs of the read-only client's mount: %v, %d blocks, %d files", err, sfs.Blocks, sfs.Files)
+	}
 	f := filepath.Join(roMnt, "data", "f")
 	for _, c := range []struct {
 		what string
