@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/handshake"
 )
 
 type metrics struct {
@@ -94,12 +95,34 @@ func newMetrics(reg prometheus.Registerer, h *Host) (*metrics, error) {
 			Name: "cairn_data_connections", Help: "Open data-path connections.",
 		}, func() float64 { return float64(h.srv.Stats().Conns) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cairn_data_handshakes_pending", Help: "Data-path connections in their TLS handshake now (pkg/handshake bounds them).",
+		}, func() float64 { return float64(h.srv.Stats().Handshakes.Pending) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cairn_data_partitions", Help: "Data partitions open on this node.",
 		}, func() float64 {
 			h.mu.RLock()
 			defer h.mu.RUnlock()
 			return float64(len(h.parts))
 		}),
+	}
+	// The handshakes' outcomes, one series each: a flood of connections
+	// that never authenticate shows as refused_source, evicted and
+	// timed_out.
+	for _, o := range []struct {
+		name string
+		get  func(handshake.Stats) uint64
+	}{
+		{"admitted", func(s handshake.Stats) uint64 { return s.Admitted }},
+		{"refused_source", func(s handshake.Stats) uint64 { return s.RefusedSource }},
+		{"evicted", func(s handshake.Stats) uint64 { return s.Evicted }},
+		{"completed", func(s handshake.Stats) uint64 { return s.Completed }},
+		{"failed", func(s handshake.Stats) uint64 { return s.Failed }},
+		{"timed_out", func(s handshake.Stats) uint64 { return s.TimedOut }},
+	} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cairn_data_handshakes_total", Help: "Data-path connections by how their TLS handshake went.",
+			ConstLabels: prometheus.Labels{"outcome": o.name},
+		}, func() float64 { return float64(o.get(h.srv.Stats().Handshakes)) }))
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
