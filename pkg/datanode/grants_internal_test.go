@@ -2,7 +2,6 @@ package datanode
 
 import (
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,17 +15,7 @@ import (
 // no grant, with a grant, and with what it wrote itself; nodes and admins
 // need none.
 func TestGrantedRequests(t *testing.T) {
-	ca := filepath.Join(t.TempDir(), "ca")
-	if err := pki.CreateCA(ca, "test"); err != nil {
-		t.Fatal(err)
-	}
-	sign := func(name string, kind pki.Kind) *pki.Issued {
-		is, err := pki.Sign(ca, pki.Request{Name: name, Kind: kind})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return is
-	}
+	sign := testSigner(t)
 	full := map[uint64]bool{}
 	h := &Host{clientConns: map[string]int{}, log: slog.Default(),
 		parts: map[uint64]*partition{1: {id: 1, volume: 7}, 2: {id: 2, volume: 8}},

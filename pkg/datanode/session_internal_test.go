@@ -8,22 +8,28 @@ import (
 	"github.com/cairnfs/cairn/pkg/pki"
 )
 
-// TestClientConnectionBound: one client identity keeps at most
-// MaxClientConns data-path sessions; past it the connection gets none
-// (the server closes it), and a closed session makes room. Nodes are not
-// counted.
-func TestClientConnectionBound(t *testing.T) {
+// testSigner returns a function that signs certificates with a new CA.
+func testSigner(t *testing.T) func(name string, kind pki.Kind) *pki.Issued {
+	t.Helper()
 	ca := filepath.Join(t.TempDir(), "ca")
 	if err := pki.CreateCA(ca, "test"); err != nil {
 		t.Fatal(err)
 	}
-	sign := func(name string, kind pki.Kind) *pki.Issued {
+	return func(name string, kind pki.Kind) *pki.Issued {
 		is, err := pki.Sign(ca, pki.Request{Name: name, Kind: kind})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return is
 	}
+}
+
+// TestClientConnectionBound: one client identity keeps at most
+// MaxClientConns data-path sessions; past it the connection gets none
+// (the server closes it), and a closed session makes room. Nodes are not
+// counted.
+func TestClientConnectionBound(t *testing.T) {
+	sign := testSigner(t)
 	app, node := sign("app", pki.KindClient).Cert, sign("node", pki.KindNode).Cert
 	h := &Host{clientConns: map[string]int{}, log: slog.Default()}
 	var open []*session
