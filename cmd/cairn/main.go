@@ -87,7 +87,7 @@ wins over the environment, which wins over the file.`,
 	}
 	root.PersistentFlags().StringVar(&configPath, "config", "", "YAML config file whose keys are flag names")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err, c} })
-	root.AddCommand(newMasterCmd(), newNodeCmd("meta"), newNodeCmd("data"), newUpCmd(), newStatusCmd(), newVolumeCmd(), newBenchCmd(), newMountCmd(), newFSCmd(), newFsckCmd(), newGCCmd(), newNodeAdminCmd(), newCertCmd(), newClientCmd(), newQuotaCmd(), newCSICmd(), newS3Cmd())
+	root.AddCommand(newMasterCmd(), newNodeCmd("meta"), newNodeCmd("data"), newUpCmd(), newStatusCmd(), newVolumeCmd(), newBenchCmd(), newMountCmd(), newFSCmd(), newFsckCmd(), newGCCmd(), newNodeAdminCmd(), newCertCmd(), newClientCmd(), newQuotaCmd(), newCSICmd(), newS3Cmd(), newLabCmd())
 	return root
 }
 
