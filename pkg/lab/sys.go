@@ -28,11 +28,13 @@ const commandTimeout = 30 * time.Second
 // startIn starts cmd inside the network namespace named netns ("" for
 // the caller's own). Only the network namespace changes: the child keeps
 // the caller's mounts, so a FUSE mount it makes is visible to everyone
-// (ip netns exec would give it a mount namespace of its own). The
-// namespace is entered by a thread locked to a goroutine that then ends
-// without unlocking, so Go discards the thread and no other goroutine
-// ever runs in the namespace; the child inherits it from the forking
-// thread.
+// (ip netns exec would give it a mount namespace of its own). A thread
+// locked to a goroutine enters the namespace, forks the child (which
+// inherits it) and returns to its own namespace before it is unlocked;
+// if it cannot return, it stays locked and Go discards it with the
+// goroutine, so no other goroutine ever runs in the lab's namespace. The
+// caller's own process (its main thread, which /proc/PID/ns/net shows)
+// is in the namespace at most while the child is forked.
 func startIn(netns string, cmd *exec.Cmd) error {
 	if netns == "" {
 		return cmd.Start()
@@ -40,6 +42,12 @@ func startIn(netns string, cmd *exec.Cmd) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			errc <- fmt.Errorf("this thread's network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
 		f, err := os.Open(netnsPath(netns))
 		if err != nil {
 			errc <- fmt.Errorf("network namespace %s: %w", netns, err)
@@ -50,7 +58,11 @@ func startIn(netns string, cmd *exec.Cmd) error {
 			errc <- fmt.Errorf("enter network namespace %s: %w", netns, err)
 			return
 		}
-		errc <- cmd.Start()
+		err = cmd.Start()
+		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	return <-errc
 }
@@ -177,7 +189,8 @@ func waitGone(procs []Proc, d time.Duration) bool {
 
 // netnsPids lists the processes inside the namespace named netns (none
 // when it does not exist), as ip netns pids does: every /proc/PID whose
-// network namespace is the same inode.
+// network namespace is the same inode. The caller is never listed: its
+// main thread is in a lab namespace while it forks a child there.
 func netnsPids(netns string) []int {
 	var want syscall.Stat_t
 	if err := syscall.Stat(netnsPath(netns), &want); err != nil {
@@ -190,7 +203,7 @@ func netnsPids(netns string) []int {
 	var out []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if err != nil || pid == os.Getpid() {
 			continue
 		}
 		var st syscall.Stat_t
