@@ -17,7 +17,9 @@ import (
 // so it costs no round trip of its own). When a node answers CodeNoGrant
 // (it restarted and forgot the token, or the token expired, or none was
 // ever held), the client presents it again, then fetches the file's inode
-// again (Options.Regrant) for a fresh one, and retries.
+// again (Options.Regrant) for a fresh one, and retries. A read carries the
+// token in its own frame (dataproto.FlagGrant), which saves a frame and an
+// answer per file on the hot path of small-file reads.
 
 // keepReceipt puts a data node's receipt for what this client just wrote
 // (the answer of a creation, a small write, a chunk write) in the book:
@@ -105,24 +107,30 @@ const grantRetries = 6
 
 // withGrant runs do, a request for mode on [off, off+n) of extent ext of
 // partition pid on conn, after presenting the token that grants it, and
-// handles a refusal for want of a grant as the package comment says.
-func (c *Client) withGrant(ctx context.Context, conn *dataproto.Conn, pid, ext uint64, off int64, n int, mode grant.Mode, do func() error) error {
+// handles a refusal for want of a grant as the package comment says. A
+// read (inline) carries the token itself: do gets it, to send as the
+// read's payload with dataproto.FlagGrant, and nil when the node has it.
+// Other requests are preceded by an OpGrant and do gets nil.
+func (c *Client) withGrant(ctx context.Context, conn *dataproto.Conn, pid, ext uint64, off int64, n int, mode grant.Mode, inline bool, do func(tok []byte) error) error {
 	if c.opts.Grants == nil {
-		return do()
+		return do(nil)
 	}
 	for attempt := 0; ; attempt++ {
 		tok := c.find(pid, ext, off, n, mode)
+		var carry []byte
 		if tok != nil && c.presented.mark(conn.Addr(), tok) {
-			// Not waited for: the node handles it before the request
-			// behind it, and the request's own answer says whether it
-			// took.
-			if _, err := conn.Start(ctx, &dataproto.Request{Header: dataproto.Header{Op: dataproto.OpGrant}, Payload: tok.Bytes}); err != nil {
+			c.grantsPresented.Add(1)
+			if inline {
+				carry = tok.Bytes
+			} else if _, err := conn.Start(ctx, &dataproto.Request{Header: dataproto.Header{Op: dataproto.OpGrant}, Payload: tok.Bytes}); err != nil {
+				// Not waited for: the node handles it before the
+				// request behind it, and the request's own answer says
+				// whether it took.
 				c.presented.forget(conn.Addr(), tok)
 				return err
 			}
-			c.grantsPresented.Add(1)
 		}
-		err := do()
+		err := do(carry)
 		if dataproto.CodeOf(err) != dataproto.CodeNoGrant || attempt+1 >= grantRetries || ctx.Err() != nil {
 			return err
 		}

@@ -63,7 +63,7 @@ func (c *Client) overwritePiece(ctx context.Context, pid uint64, replicas []uint
 		} else {
 			var conn *dataproto.Conn
 			if conn, err = c.pool.get(ctx, addr); err == nil {
-				err = c.withGrant(ctx, conn, pid, ext, off, len(data), grant.Write, func() error {
+				err = c.withGrant(ctx, conn, pid, ext, off, len(data), grant.Write, false, func([]byte) error {
 					_, _, err := conn.Do(ctx, &dataproto.Request{
 						Header:  dataproto.Header{Op: dataproto.OpOverwrite, Partition: pid, Extent: ext, Offset: off, Epoch: c.epoch()},
 						Payload: data,
@@ -139,7 +139,7 @@ func (c *Client) free(ctx context.Context, pid, ext, off, n uint64, flags datapr
 		}
 		conn, err := c.primaryConn(ctx, p)
 		if err == nil {
-			err = c.withGrant(ctx, conn, pid, ext, int64(off), int(max(n, 1)), grant.Write, func() error {
+			err = c.withGrant(ctx, conn, pid, ext, int64(off), int(max(n, 1)), grant.Write, false, func([]byte) error {
 				_, _, err := conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{
 					Op: dataproto.OpFree, Flags: flags, Partition: pid, Extent: ext, Offset: int64(off), Arg: n, Epoch: c.epoch(),
 				}})

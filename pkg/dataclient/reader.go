@@ -135,10 +135,15 @@ func (c *Client) readFrom(ctx context.Context, conn *dataproto.Conn, pid, ext ui
 		flags = dataproto.FlagVerify
 	}
 	var got []byte
-	err := c.withGrant(ctx, conn, pid, ext, off, len(dst), grant.Read, func() (err error) {
+	err := c.withGrant(ctx, conn, pid, ext, off, len(dst), grant.Read, true, func(tok []byte) (err error) {
+		f := flags
+		if tok != nil {
+			f |= dataproto.FlagGrant
+		}
 		_, got, err = conn.Do(ctx, &dataproto.Request{
-			Header: dataproto.Header{Op: dataproto.OpRead, Flags: flags, Partition: pid, Extent: ext, Offset: off, Arg: uint64(len(dst)), Size: committed, Epoch: c.epoch()},
-			Dst:    dst,
+			Header:  dataproto.Header{Op: dataproto.OpRead, Flags: f, Partition: pid, Extent: ext, Offset: off, Arg: uint64(len(dst)), Size: committed, Epoch: c.epoch()},
+			Payload: tok,
+			Dst:     dst,
 		})
 		return err
 	})

@@ -2,6 +2,7 @@ package datanode
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -73,34 +74,52 @@ func (g *grantStore) spans(serial string) *grant.Spans {
 func (s *session) presentGrant(in *dataproto.Inbound) {
 	r := s.begin(in)
 	defer in.Release()
-	if s.spans == nil {
-		r.ok(dataproto.Header{}, nil) // no grant needed on this connection
+	if code, msg := s.addGrant(in.Payload); code != dataproto.CodeOK {
+		r.fail(code, "%s", msg)
 		return
+	}
+	r.ok(dataproto.Header{}, nil)
+}
+
+// takeGrant takes the grant a read carries (FlagGrant) before the read is
+// checked. On refusal it answers the read and returns false.
+func (s *session) takeGrant(in *dataproto.Inbound) bool {
+	code, msg := s.addGrant(in.Payload)
+	in.Release()
+	if code != dataproto.CodeOK {
+		s.begin(in).fail(code, "%s", msg)
+		return false
+	}
+	return true
+}
+
+// addGrant verifies tok for the connection's certificate and records its
+// ranges; it returns the code and reason of a refusal (CodeNoGrant for one
+// that may pass later: expired, or a key this node has not heard of yet).
+func (s *session) addGrant(tok []byte) (dataproto.Code, string) {
+	if s.spans == nil {
+		return dataproto.CodeOK, "" // no grant needed on this connection
 	}
 	if s.h.env.Grants == nil {
-		r.fail(dataproto.CodeNoGrant, "this data node has no grant keys")
-		return
+		return dataproto.CodeNoGrant, "this data node has no grant keys"
 	}
-	g, err := s.h.env.Grants.Verify(in.Payload, s.serial, time.Now())
+	g, err := s.h.env.Grants.Verify(tok, s.serial, time.Now())
 	switch {
 	case err == nil:
 	case isRetryableGrantErr(err):
 		s.h.m.grantsRefused.Inc()
-		r.fail(dataproto.CodeNoGrant, "%v", err)
-		return
+		return dataproto.CodeNoGrant, err.Error()
 	default:
 		s.h.m.grantsRefused.Inc()
-		r.fail(dataproto.CodePermissionDenied, "%v", err)
-		return
+		return dataproto.CodePermissionDenied, err.Error()
 	}
 	if !s.caps.AllowsVolume(g.Volume) {
 		s.h.m.grantsRefused.Inc()
-		r.fail(dataproto.CodePermissionDenied, "the grant is for volume %d, not this client's", g.Volume)
-		return
+		return dataproto.CodePermissionDenied, fmt.Sprintf("the grant is for volume %d, not this client's", g.Volume)
 	}
 	s.spans.Add(g)
 	s.h.m.grantsAccepted.Inc()
-	r.ok(dataproto.Header{}, nil)
+	return dataproto.CodeOK, ""
 }
 
 // isRetryableGrantErr reports whether a token refused with err may pass

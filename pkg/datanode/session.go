@@ -83,6 +83,9 @@ func (s *session) Handle(in *dataproto.Inbound) {
 		s.begin(in).fail(dataproto.CodePermissionDenied, "%v with FlagForwarded: only cluster nodes send those", in.Header.Op)
 		return
 	}
+	if in.Header.Op == dataproto.OpRead && in.Header.Flags&dataproto.FlagGrant != 0 && !s.takeGrant(in) {
+		return
+	}
 	if !s.permit(in) {
 		return
 	}

@@ -52,7 +52,9 @@ const (
 	OpPing Op = 1
 	// OpCreateExtent creates an empty large extent on the partition's
 	// primary, which picks its id, and along the chain. Request: Partition
-	// (and Extent, Kind when forwarded). Response: Extent.
+	// (and Extent, Kind when forwarded, with the client certificate's
+	// serial as payload). Response: Extent; for a client certificate, the
+	// payload is its receipt for the extent (pkg/grant).
 	OpCreateExtent Op = 2
 	// OpAppend appends the payload at Offset, which must be the extent's
 	// size on every replica. Sent by a client to the primary, which forwards
@@ -63,12 +65,14 @@ const (
 	OpAppend Op = 3
 	// OpWriteSmall stores the payload, a whole small file, in a shared small
 	// extent on every replica. Request: Partition. Response: Extent and
-	// Offset where the file is.
+	// Offset where the file is; for a client certificate, the payload is
+	// its receipt for the file's range (pkg/grant).
 	OpWriteSmall Op = 4
 	// OpRead reads Arg bytes at Offset. Size is the extent's committed size
 	// the reader knows (from the metadata); the server refuses a range past
-	// it (CodeOutOfRange) and a range it does not hold (CodeNotHeld).
-	// Response: the bytes.
+	// it (CodeOutOfRange) and a range it does not hold (CodeNotHeld). With
+	// FlagGrant the payload is an extent grant, taken first. Response: the
+	// bytes.
 	OpRead Op = 5
 	// OpOverwrite replaces existing bytes at Offset with the payload,
 	// through the partition's Raft group. Sent to any replica; a follower
@@ -98,7 +102,8 @@ const (
 	// stored). Request: Partition; forwarded down the chain with Extent,
 	// Offset, Kind and FlagCreate as an append. Response: Extent and Offset
 	// where the chunk is, Arg = Offset + chunk size, Size = the extent's
-	// size on the primary.
+	// size on the primary; for a client certificate, the payload is its
+	// receipt for the chunk's range (pkg/grant).
 	OpWriteChunk Op = 10
 	// OpGrant presents an extent grant (pkg/grant): the payload is the
 	// token. The data node verifies it and from then on serves the ranges
@@ -155,6 +160,11 @@ const (
 	// their own reads from a peer (alignment, repair), so that a source
 	// with a bad block says so and repairs it.
 	FlagVerify Flags = 1 << 6
+	// FlagGrant, on a read, says its payload is an extent grant to take
+	// before the read (as OpGrant would, without a frame and an answer of
+	// its own): a client presents a token with the first read that needs
+	// it on a node.
+	FlagGrant Flags = 1 << 7
 )
 
 // Code is a response's result.

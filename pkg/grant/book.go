@@ -32,6 +32,10 @@ type Token struct {
 // data node's clock may run ahead of the client's.
 const margin = 30 * time.Second
 
+// keepOlder is how much longer a new token of a range must live than the
+// one held for it to replace it (Add).
+const keepOlder = 5 * time.Minute
+
 // NewBook returns an empty book of at most limit ranges: beyond it, it
 // drops the tokens added first (a grant dropped is fetched again, with
 // the inode, when a data node asks for it).
@@ -60,9 +64,13 @@ func (b *Book) Add(tok []byte) {
 			return 1
 		})
 		// A newer token of the same inode for the same range replaces the
-		// older one.
+		// older one, unless the older grants as much and expires less than
+		// keepOlder before: data nodes have the older one already, and a
+		// file opened again and again is not presented again each time.
 		if i > 0 && es[i-1].lo == r.Lo && es[i-1].hi == r.Hi && es[i-1].tok.Grant.Ino == g.Ino {
-			es[i-1].tok = t
+			if old := es[i-1].tok.Grant; old.Mode < g.Mode || old.Expires+int64(keepOlder/time.Second) < g.Expires {
+				es[i-1].tok = t
+			}
 			continue
 		}
 		b.ext[id] = slices.Insert(es, i, entry{lo: r.Lo, hi: r.Hi, tok: t})

@@ -327,3 +327,26 @@ func TestBookForget(t *testing.T) {
 		t.Errorf("%d ranges held, want 3", b.Len())
 	}
 }
+
+func TestBookKeepsRecentToken(t *testing.T) {
+	kr := ring(key(1, t0))
+	sign := func(m Mode, ttl time.Duration) []byte {
+		toks, _ := kr.Sign(Grant{Holder: "h", Ino: 7, Mode: m, Ranges: []Range{{1, 2, 0, 100}}}, ttl, t0)
+		return toks[0]
+	}
+	b := NewBook(100)
+	first := sign(Read, time.Hour)
+	b.Add(first)
+	b.Add(sign(Read, time.Hour+time.Minute)) // a file opened again a minute later
+	if got := b.Find(1, 2, 0, 10, Read, t0); got == nil || !bytes.Equal(got.Bytes, first) {
+		t.Fatal("a token barely newer replaced the one data nodes have")
+	}
+	write := sign(Write, time.Hour)
+	b.Add(write) // more rights: replaces
+	if got := b.Find(1, 2, 0, 10, Write, t0); got == nil || !bytes.Equal(got.Bytes, write) {
+		t.Fatal("a write token did not replace a read one")
+	}
+	if b.Len() != 1 {
+		t.Fatalf("%d ranges, want 1", b.Len())
+	}
+}
