@@ -19,7 +19,9 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 # prometheus brings promtool, which checks deploy/monitoring's rules and
 # dashboard; chromium loads the master's web console in TestConsole;
 # python3-boto3 checks the S3 gateway as a user's script would (TestS3Gateway).
-APT_PACKAGES  := strace fuse3 fio prometheus chromium python3-boto3
+# iproute2 (ip, tc) and nftables (nft) make `cairn lab`'s hosts and faults
+# (TestLabIsolate, make lab).
+APT_PACKAGES  := strace fuse3 fio prometheus chromium python3-boto3 iproute2 nftables
 # The POSIX suite run by `make posix` and TestMountPjdfstest (Rust, crates.io).
 PJDFSTEST_VERSION := 0.2.2
 SUDO          := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
@@ -29,7 +31,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 24m
 
-.PHONY: build up test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean
+.PHONY: build up lab lab-down test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -37,6 +39,24 @@ build:
 ## up: build and run a whole local cluster in the foreground (Ctrl-C stops it).
 up: build
 	./$(BIN) up
+
+## lab: a lab of LAB_HOSTS server hosts (default 6) in LAB_ZONES zones (3) and
+## LAB_CLIENTS client hosts (2), each a network namespace on a bridge, with the
+## cluster running and the volume mounted on every client host, in LAB_DIR
+## (./cairn-lab); prints how to use it. Needs root. See docs/lab.md.
+LAB_DIR     ?= ./cairn-lab
+LAB_HOSTS   ?= 6
+LAB_ZONES   ?= 3
+LAB_CLIENTS ?= 2
+lab: build
+	@dpkg -s iproute2 nftables >/dev/null 2>&1 || { echo "installing iproute2 nftables"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq iproute2 nftables >/dev/null; }
+	$(SUDO) ./$(BIN) lab up --dir $(LAB_DIR) --hosts $(LAB_HOSTS) --zones $(LAB_ZONES) --clients $(LAB_CLIENTS)
+	@echo "(make lab-down does that too)"
+
+## lab-down: take the lab of make lab down (also after a crash).
+lab-down:
+	$(SUDO) ./$(BIN) lab down --dir $(LAB_DIR)
 
 ## deps: what the tests need beyond Go itself.
 deps: apt-deps cargo-deps $(STATICCHECK) $(HELM)

@@ -89,19 +89,22 @@ keep running after it returns; 'cairn lab down' stops them.`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "\nThe lab is up after %.1fs.\n\n", time.Since(start).Seconds())
 			printLabHosts(cmd, st)
-			d := st.Dir
+			d, prog := st.Dir, os.Args[0]
 			fmt.Fprintf(out, `
-Use it:
-  ls %[2]s                                  # a client's mount
-  cairn lab exec --dir %[1]s c1 -- cairn status           # any command inside a host
-  cairn lab fault --dir %[1]s isolate s1                  # inject a fault (kill, pause, host-down,
-                                                         # zone-down, isolate, split, oneway,
-                                                         # bridge-split, slow, disk-full)
-  cairn lab status --dir %[1]s                            # hosts, processes, faults in force
-  cairn lab heal --dir %[1]s --all                        # heal every fault
+Use it (docs/lab.md):
+  # %[3]s is c1's mount of volume %[4]s
+  ls %[3]s
+  # run a command inside a host, here the cluster's status as c1 sees it
+  %[2]s lab exec --dir %[1]s c1 -- %[2]s status
+  # inject a fault (kill, pause, host-down, zone-down, isolate, split,
+  # oneway, bridge-split, slow, disk-full), then heal it
+  %[2]s lab fault --dir %[1]s isolate s1
+  %[2]s lab heal --dir %[1]s --all
+  # hosts, processes, mounts and faults in force
+  %[2]s lab status --dir %[1]s
 Take it down (also after a crash; logs stay in %[1]s/hosts):
-  cairn lab down --dir %[1]s
-`, d, firstMount(st))
+  %[2]s lab down --dir %[1]s
+`, d, prog, firstMount(st), st.Volume)
 			return nil
 		},
 	}
@@ -213,9 +216,9 @@ whether they run, mount points) and the faults in force with their ids.
 			}
 			fmt.Fprintln(out)
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "FAULT\tKIND\tTARGET\tSINCE")
+			fmt.Fprintln(tw, "FAULT\tKIND\tSINCE\tWHAT")
 			for _, f := range st.Faults {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s ago\n", f.ID, f.Kind, strings.Join(f.Args, " "), time.Since(f.Since).Round(time.Second))
+				fmt.Fprintf(tw, "%d\t%s\t%s ago\t%s\n", f.ID, f.Kind, time.Since(f.Since).Round(time.Second), f.Detail)
 			}
 			return tw.Flush()
 		},
@@ -323,7 +326,7 @@ be done and how it would be healed. See docs/lab.md.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "fault %d: %s (heal with: cairn lab heal --dir %s %d)\n", f.ID, spec, dir, f.ID)
+			fmt.Fprintf(out, "fault %d: %s: %s (heal with: %s lab heal --dir %s %d)\n", f.ID, spec, f.Detail, os.Args[0], dir, f.ID)
 			return nil
 		},
 	}

@@ -132,6 +132,8 @@ type Fault struct {
 	Rate string `json:"rate,omitempty"`
 	// Disk is the host whose small disk is filled.
 	Disk string `json:"disk,omitempty"`
+	// Detail says in words what the fault does, for people.
+	Detail string `json:"detail"`
 }
 
 // Spec is what was asked for.
@@ -194,12 +196,14 @@ func planFault(s *State, spec Spec, id int, now time.Time) (Fault, error) {
 			return Fault{}, fmt.Errorf("lab fault %s: no process %q (want HOST/ROLE, one of %s)", spec.Kind, spec.Args[0], strings.Join(procKeys(s), ", "))
 		}
 		f.Procs = []string{spec.Args[0]}
+		f.Detail = map[FaultKind]string{KindKill: "SIGKILL to ", KindPause: "SIGSTOP to "}[spec.Kind] + spec.Args[0]
 	case KindHostDown:
 		h, err := host(spec.Args[0])
 		if err != nil {
 			return Fault{}, err
 		}
 		f.Procs, f.Links = procsOf(s, h.Name), []string{h.Name}
+		f.Detail = "SIGKILL to " + strings.Join(f.Procs, " ") + "; link of " + h.Name + " down"
 	case KindZoneDown:
 		for _, h := range s.Hosts {
 			if !h.Client && h.Zone == spec.Args[0] {
@@ -209,12 +213,15 @@ func planFault(s *State, spec Spec, id int, now time.Time) (Fault, error) {
 		if len(f.Links) == 0 {
 			return Fault{}, fmt.Errorf("lab fault zone-down: no server host in zone %q (zones z1..z%d)", spec.Args[0], s.Zones)
 		}
+		f.Detail = "SIGKILL to every process of " + strings.Join(f.Links, " ") + "; their links down"
 	case KindIsolate:
 		h, err := host(spec.Args[0])
 		if err != nil {
 			return Fault{}, err
 		}
-		f.Cuts = cutBetween([]string{h.Name}, hostNames(s.Hosts, func(o Host) bool { return o.Name != h.Name }))
+		others := hostNames(s.Hosts, func(o Host) bool { return o.Name != h.Name })
+		f.Cuts = cutBetween([]string{h.Name}, others)
+		f.Detail = h.Name + " | " + strings.Join(others, " ")
 	case KindSplit:
 		var side []string
 		for _, name := range strings.Split(spec.Args[0], ",") {
@@ -230,6 +237,7 @@ func planFault(s *State, spec Spec, id int, now time.Time) (Fault, error) {
 			return Fault{}, fmt.Errorf("lab fault split: %s names every host; name one side of the split", spec.Args[0])
 		}
 		f.Cuts = cutBetween(side, rest)
+		f.Detail = strings.Join(side, " ") + " | " + strings.Join(rest, " ")
 	case KindOneway:
 		if _, err := host(spec.Args[0]); err != nil {
 			return Fault{}, err
@@ -241,8 +249,9 @@ func planFault(s *State, spec Spec, id int, now time.Time) (Fault, error) {
 			return Fault{}, fmt.Errorf("lab fault oneway: FROM and TO are both %s", spec.Args[0])
 		}
 		f.Cuts = []Cut{{From: spec.Args[0], To: spec.Args[1]}}
+		f.Detail = spec.Args[0] + " -> " + spec.Args[1] + " dropped, " + spec.Args[1] + " -> " + spec.Args[0] + " passes"
 	case KindBridgeSplit:
-		if f.Cuts, err = bridgeCuts(s, spec.Args); err != nil {
+		if f.Cuts, f.Detail, err = bridgeCuts(s, spec.Args); err != nil {
 			return Fault{}, err
 		}
 	case KindSlow:
@@ -254,6 +263,7 @@ func planFault(s *State, spec Spec, id int, now time.Time) (Fault, error) {
 			return Fault{}, fmt.Errorf("lab fault slow: %w", err)
 		}
 		f.Slow, f.Rate = h.Name, strings.ToLower(spec.Args[1])
+		f.Detail = "link of " + h.Name + " at " + f.Rate + " each way"
 	case KindDiskFull:
 		h, err := host(spec.Args[0])
 		if err != nil {
@@ -263,6 +273,7 @@ func planFault(s *State, spec Spec, id int, now time.Time) (Fault, error) {
 			return Fault{}, fmt.Errorf("lab fault disk-full: host %s has no small disk; start the lab with --small-disk %s", h.Name, h.Name)
 		}
 		f.Disk = h.Name
+		f.Detail = "small disk of " + h.Name + " filled"
 	default:
 		return Fault{}, fmt.Errorf("lab fault: unknown kind %q", spec.Kind)
 	}
@@ -279,21 +290,22 @@ func planFault(s *State, spec Spec, id int, now time.Time) (Fault, error) {
 // bridgeCuts splits the server hosts but the bridge (args[0], or the
 // middle one) into a first and a second half in their order and cuts the
 // halves apart; the bridge reaches both. Client hosts are in neither half
-// and reach everyone.
-func bridgeCuts(s *State, args []string) ([]Cut, error) {
+// and reach everyone. It also returns the split in words.
+func bridgeCuts(s *State, args []string) ([]Cut, string, error) {
 	servers := hostNames(s.Hosts, func(h Host) bool { return !h.Client })
 	if len(servers) < 3 {
-		return nil, fmt.Errorf("lab fault bridge-split: needs 3 server hosts, the lab has %d", len(servers))
+		return nil, "", fmt.Errorf("lab fault bridge-split: needs 3 server hosts, the lab has %d", len(servers))
 	}
 	bridge := servers[len(servers)/2]
 	if len(args) == 1 {
 		bridge = args[0]
 		if !slices.Contains(servers, bridge) {
-			return nil, fmt.Errorf("lab fault bridge-split: %q is not a server host (%s)", bridge, strings.Join(servers, ", "))
+			return nil, "", fmt.Errorf("lab fault bridge-split: %q is not a server host (%s)", bridge, strings.Join(servers, ", "))
 		}
 	}
 	rest := slices.DeleteFunc(slices.Clone(servers), func(n string) bool { return n == bridge })
-	return cutBetween(rest[:len(rest)/2], rest[len(rest)/2:]), nil
+	a, b := rest[:len(rest)/2], rest[len(rest)/2:]
+	return cutBetween(a, b), strings.Join(a, " ") + " | " + strings.Join(b, " ") + ", both reach " + bridge, nil
 }
 
 // cutBetween cuts a from b both ways.
@@ -347,10 +359,13 @@ type action struct {
 	Fill    string // ballast path to fill its file system with
 	Empty   string // ballast path to remove
 	Missing bool
+	Note    string // what a command does, for people
 }
 
 func (a action) String() string {
 	switch {
+	case a.Cmd != nil && a.Note != "":
+		return a.Cmd.String() + "  # " + a.Note
 	case a.Cmd != nil:
 		return a.Cmd.String()
 	case a.Restart:
@@ -378,7 +393,8 @@ func injectActions(s *State, f Fault) []action {
 		out = append(out, action{Cmd: &command{Netns: netnsOf(s, h), Argv: []string{"ip", "link", "set", innerLink, "down"}}})
 	}
 	for _, to := range receivers(f.Cuts) {
-		out = append(out, action{Cmd: &command{Netns: netnsOf(s, to), Argv: []string{"nft", "-f", "-"}, Stdin: nftScript(s, f, to)}})
+		out = append(out, action{Cmd: &command{Netns: netnsOf(s, to), Argv: []string{"nft", "-f", "-"}, Stdin: nftScript(s, f, to)},
+			Note: "table " + faultTable(s.ID, f.ID) + ": " + to + " drops packets from " + strings.Join(senders(f.Cuts, to), " ")})
 	}
 	if f.Slow != "" {
 		h, _ := s.Host(f.Slow)
@@ -429,6 +445,17 @@ func netnsOf(s *State, host string) string {
 	return h.Netns
 }
 
+// senders are the hosts whose packets to are dropped.
+func senders(cuts []Cut, to string) []string {
+	var out []string
+	for _, c := range cuts {
+		if c.To == to && !slices.Contains(out, c.From) {
+			out = append(out, c.From)
+		}
+	}
+	return out
+}
+
 // receivers are the hosts that drop packets for cuts, in order of first
 // appearance.
 func receivers(cuts []Cut) []string {
@@ -450,13 +477,9 @@ func receivers(cuts []Cut) []string {
 // partition does to both ends: packets vanish and senders time out.
 func nftScript(s *State, f Fault, to string) string {
 	var from []string
-	for _, c := range f.Cuts {
-		if c.To == to {
-			h, _ := s.Host(c.From)
-			if !slices.Contains(from, h.Addr) {
-				from = append(from, h.Addr)
-			}
-		}
+	for _, name := range senders(f.Cuts, to) {
+		h, _ := s.Host(name)
+		from = append(from, h.Addr)
 	}
 	return fmt.Sprintf("table inet %s {\n\tchain input {\n\t\ttype filter hook input priority filter - 10; policy accept;\n\t\tip saddr { %s } drop\n\t}\n}\n",
 		faultTable(s.ID, f.ID), strings.Join(from, ", "))

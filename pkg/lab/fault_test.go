@@ -28,11 +28,16 @@ func TestPlanFault(t *testing.T) {
 			[]string{"[cairnlab-ID-s1] ip link set eth0 up", "[cairnlab-ID-s3] ip link set eth0 up",
 				"start s1/master", "start s1/meta", "start s1/data", "start s3/master", "start s3/meta", "start s3/data"}},
 		{"isolate s2",
-			[]string{"[cairnlab-ID-s1] nft -f -", "[cairnlab-ID-s2] nft -f -", "[cairnlab-ID-s3] nft -f -", "[cairnlab-ID-s4] nft -f -", "[cairnlab-ID-c1] nft -f -"},
+			[]string{"[cairnlab-ID-s1] nft -f -  # table cairnlab_ID_f1: s1 drops packets from s2",
+				"[cairnlab-ID-s2] nft -f -  # table cairnlab_ID_f1: s2 drops packets from s1 s3 s4 c1",
+				"[cairnlab-ID-s3] nft -f -  # table cairnlab_ID_f1: s3 drops packets from s2",
+				"[cairnlab-ID-s4] nft -f -  # table cairnlab_ID_f1: s4 drops packets from s2",
+				"[cairnlab-ID-c1] nft -f -  # table cairnlab_ID_f1: c1 drops packets from s2"},
 			[]string{"[cairnlab-ID-s1] nft delete table inet cairnlab_ID_f1", "[cairnlab-ID-s2] nft delete table inet cairnlab_ID_f1",
 				"[cairnlab-ID-s3] nft delete table inet cairnlab_ID_f1", "[cairnlab-ID-s4] nft delete table inet cairnlab_ID_f1",
 				"[cairnlab-ID-c1] nft delete table inet cairnlab_ID_f1"}},
-		{"oneway s1 s3", []string{"[cairnlab-ID-s3] nft -f -"}, []string{"[cairnlab-ID-s3] nft delete table inet cairnlab_ID_f1"}},
+		{"oneway s1 s3", []string{"[cairnlab-ID-s3] nft -f -  # table cairnlab_ID_f1: s3 drops packets from s1"},
+			[]string{"[cairnlab-ID-s3] nft delete table inet cairnlab_ID_f1"}},
 		{"slow c1 10mbit",
 			[]string{"[cairnlab-ID-c1] tc qdisc replace dev eth0 root tbf rate 10mbit burst 25000 latency 100ms",
 				"tc qdisc replace dev clID-c1 root tbf rate 10mbit burst 25000 latency 100ms"},
@@ -271,6 +276,27 @@ func TestHealUndoesInject(t *testing.T) {
 		hp, hl := touched(healActions(s, f))
 		if !slices.Equal(ip, hp) || !slices.Equal(il, hl) {
 			t.Errorf("%s: inject touches %v %v, heal %v %v", words, ip, il, hp, hl)
+		}
+	}
+}
+
+func TestFaultDetail(t *testing.T) {
+	for words, want := range map[string]string{
+		"bridge-split":  "s1 | s2 s4, both reach s3",
+		"split s4,c1":   "s4 c1 | s1 s2 s3",
+		"isolate s1":    "s1 | s2 s3 s4 c1",
+		"oneway c1 s2":  "c1 -> s2 dropped, s2 -> c1 passes",
+		"host-down s4":  "SIGKILL to s4/meta s4/data; link of s4 down",
+		"zone-down z2":  "SIGKILL to every process of s2 s4; their links down",
+		"pause s1/meta": "SIGSTOP to s1/meta",
+		"slow s2 1MBPS": "link of s2 at 1mbps each way",
+		"disk-full s4":  "small disk of s4 filled",
+		"kill c1/mount": "SIGKILL to c1/mount",
+	} {
+		spec, _ := ParseSpec(strings.Fields(words))
+		f, err := planFault(testState(t), spec, 1, time.Unix(0, 0))
+		if err != nil || f.Detail != want {
+			t.Errorf("%s: %q, %v; want %q", words, f.Detail, err, want)
 		}
 	}
 }
