@@ -254,8 +254,11 @@ other admin commands reach the lab's cluster as that host does.`,
 				return err
 			}
 			// The command gets the terminal's signals itself; the lab
-			// waits for it to end.
-			signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
+			// waits for it to end. Caught, not ignored: an ignored signal
+			// would stay ignored in the command.
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGQUIT)
+			defer signal.Stop(sigs)
 			code, err := l.Exec(context.Background(), args[0], args[1:], os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if err != nil {
 				return err

@@ -91,6 +91,15 @@ func (cfg *Config) defaults() error {
 		}
 		cfg.Binary = self
 	}
+	// The state file keeps an absolute path, good from any dir.
+	bin, err := exec.LookPath(cfg.Binary)
+	if err == nil {
+		bin, err = filepath.Abs(bin)
+	}
+	if err != nil {
+		return fmt.Errorf("lab: the cairn binary %s: %w", cfg.Binary, err)
+	}
+	cfg.Binary = bin
 	return nil
 }
 
