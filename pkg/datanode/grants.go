@@ -151,6 +151,9 @@ func (s *session) granted(h *dataproto.Header) (dataproto.Code, string, bool) {
 		if !allows(uint64(h.Offset), uint64(h.Length), grant.Write) {
 			return dataproto.CodeNoGrant, h.Op.String() + ": no grant of this client names the range for writing", false
 		}
+		if h.Op == dataproto.OpAppend && s.volumeFull(h.Partition) {
+			return dataproto.CodeVolumeFull, "the volume's data reached its capacity", false
+		}
 	case dataproto.OpFree:
 		n := h.Arg
 		if h.Flags&dataproto.FlagWhole != 0 || n == 0 {
@@ -160,11 +163,19 @@ func (s *session) granted(h *dataproto.Header) (dataproto.Code, string, bool) {
 			return dataproto.CodeNoGrant, "free: no grant of this client names the range for writing", false
 		}
 	case dataproto.OpCreateExtent, dataproto.OpWriteSmall, dataproto.OpWriteChunk:
-		if p := s.h.partition(h.Partition); p != nil && s.h.env.VolumeFull != nil && s.h.env.VolumeFull(p.volume) {
+		if s.volumeFull(h.Partition) {
 			return dataproto.CodeVolumeFull, "the volume's data reached its capacity", false
 		}
 	}
 	return 0, "", true
+}
+
+// volumeFull reports whether the volume of partition pid reached its
+// capacity, as of this node's last heartbeat: new data of clients (new
+// extents, small files, chunks, appends) is refused then.
+func (s *session) volumeFull(pid uint64) bool {
+	p := s.h.partition(pid)
+	return p != nil && s.h.env.VolumeFull != nil && s.h.env.VolumeFull(p.volume)
 }
 
 // own records that the connection's certificate wrote [lo, hi) of extent

@@ -71,8 +71,9 @@ func TestGrantedRequests(t *testing.T) {
 		}
 	}
 	full[7] = true
-	for _, op := range []dataproto.Op{dataproto.OpCreateExtent, dataproto.OpWriteSmall, dataproto.OpWriteChunk} {
-		h := hd(op, 0, 0, 10)
+	app.ownWhole(2, 12)
+	for _, op := range []dataproto.Op{dataproto.OpCreateExtent, dataproto.OpWriteSmall, dataproto.OpWriteChunk, dataproto.OpAppend} {
+		h := hd(op, 12, 0, 10) // extent 12 is its own: an append needs no grant
 		if code, _, ok := app.granted(&h); ok || code != dataproto.CodeVolumeFull {
 			t.Errorf("%v in a full volume: %v %v, want volume full", op, ok, code)
 		}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,11 +10,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/localcluster"
 )
 
 // TestMountCapacity mounts a volume created with a 64 MiB capacity: statfs
 // shows the capacity and the space left, writing past the capacity fails
-// with ENOSPC (within the documented slack of a soft limit), what was
+// with ENOSPC (within the documented slack of a soft limit), and so does a
+// new extent a client identity asks a data node for directly, what was
 // written before stays intact, and removing files makes room again.
 func TestMountCapacity(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cap")
@@ -68,6 +73,57 @@ func TestMountCapacity(t *testing.T) {
 		if !bytes.Equal(got, chunk) {
 			t.Fatalf("%s changed after ENOSPC", name)
 		}
+	}
+
+	// A client that skips Cairn's library is held to the capacity by the
+	// data nodes themselves: a new extent of the full volume is refused.
+	clientDir := filepath.Join(t.TempDir(), "client")
+	mustCairn(t, "client", "create", "raw", "--data-dir", dir, "--volume", "small", "--out", clientDir)
+	st2 := waitLeaders(t, dir)
+	vol := volumeInfo(t, masterAddr(st2), adminTLS(t, dir), "small")
+	l, err := localcluster.LoadLayout(dir)
+	must(t, err)
+	var primary string
+	for _, p := range vol.Partitions {
+		if p.Id == vol.Volume.DataPartitions[0] {
+			for _, pr := range l.Procs {
+				if pr.Role == "data" && pr.ID == p.Replicas[0] {
+					primary = pr.DataAddr
+				}
+			}
+		}
+	}
+	if primary == "" {
+		t.Fatalf("no data address for the primary of partition %d", vol.Volume.DataPartitions[0])
+	}
+	raw := loadTLS(t, clientDir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := dataproto.Dial(ctx, primary, dataproto.ConnOptions{TLS: raw, ReadTimeout: 10 * time.Second})
+	must(t, err)
+	defer conn.Close()
+	pid := vol.Volume.DataPartitions[0]
+	h, _, err := conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{Op: dataproto.OpCreateExtent, Partition: pid, Epoch: vol.Epoch}})
+	rawWritten := 0
+	if err == nil {
+		// Appends to its own extent, paced as above, until the data node
+		// refuses; the SDK's own check left some room.
+		packet := bytes.Repeat([]byte{'r'}, 1<<20)
+		for rawWritten < 64<<20 && err == nil {
+			_, _, err = conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{Op: dataproto.OpAppend, Partition: pid, Extent: h.Extent,
+				Offset: int64(rawWritten), Epoch: vol.Epoch}, Payload: packet})
+			if err == nil {
+				rawWritten += len(packet)
+			}
+			time.Sleep(75 * time.Millisecond)
+		}
+	}
+	if dataproto.CodeOf(err) != dataproto.CodeVolumeFull {
+		t.Fatalf("a client writing to the full volume directly: %v after %d MiB, want volume full", err, rawWritten>>20)
+	}
+	t.Logf("the data node refused the client after %d MiB of its own: %v", rawWritten>>20, err)
+	if written+rawWritten > capacity+16<<20 {
+		t.Errorf("%d MiB through the mount and %d MiB directly in a %d MiB volume: past the capacity and its slack", written>>20, rawWritten>>20, capacity>>20)
 	}
 
 	// Removing files gives the space back (the deletion collector frees the
