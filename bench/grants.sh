@@ -13,18 +13,23 @@
 #   random-read  4 KiB reads at random offsets of a 64 MiB file per thread, SDK;
 #   seq-read     2 files of 64 MiB, drop_cache, mounts.
 #
-#   bench/grants.sh [--out DIR] [--repetitions N]
+#   bench/grants.sh [--out DIR] [--repetitions N] [--only NAME,...]
+#
+# --only runs the named runs alone (metadata, small-files-mount,
+# small-files-sdk, random-read-sdk, seq-read).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 CAIRN=${CAIRN_BIN:-$REPO/bin/cairn}
 out=$REPO/bench-reports/grants-$(date -u +%Y%m%dT%H%M%SZ)
 reps=3
+only=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out) out=$2; shift 2 ;;
     --repetitions) reps=$2; shift 2 ;;
-    *) echo "usage: bench/grants.sh [--out DIR] [--repetitions N]" >&2; exit 2 ;;
+    --only) only=,$2,; shift 2 ;;
+    *) echo "usage: bench/grants.sh [--out DIR] [--repetitions N] [--only NAME,...]" >&2; exit 2 ;;
   esac
 done
 PEER=/bin/false
@@ -68,6 +73,7 @@ sdks=(--target "cairn:$master/default?tls=$admin_tls" --target "cairn:$master/de
 mkdir -p "$out"
 run() {
   local name=$1; shift
+  [[ -z $only || $only == *",$name,"* ]] || return 0
   echo "== $name"
   "$CAIRN" bench run --repetitions "$reps" --progress lines --progress-interval 60s --out "$out/$name" "$@" |
     tee "$out/$name.txt"
