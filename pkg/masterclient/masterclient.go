@@ -26,6 +26,12 @@ type Client struct {
 	mu     sync.Mutex
 	addrs  []string
 	leader string
+	// suspect is the master that last let a call run out of time without
+	// an answer: it is tried last until it answers again. Without this a
+	// leader cut off from everyone (a network partition, a paused process)
+	// stays first, and a caller whose deadline is one try long (a node's
+	// heartbeat) would spend every call on it and never reach the new one.
+	suspect string
 }
 
 // New returns a client for the masters at addrs (host:port), over TLS with
@@ -58,31 +64,49 @@ func (c *Client) Addrs() []string {
 	return slices.Clone(c.addrs)
 }
 
-// order lists the addresses to try: the last known leader first.
+// order lists the addresses to try: the last known leader first, the
+// suspect last.
 func (c *Client) order() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]string, 0, len(c.addrs)+1)
-	if c.leader != "" {
+	if c.leader != "" && c.leader != c.suspect {
 		out = append(out, c.leader)
 	}
 	for _, a := range c.addrs {
-		if a != c.leader {
+		if a != c.leader && a != c.suspect {
 			out = append(out, a)
 		}
 	}
+	if c.suspect != "" {
+		out = append(out, c.suspect)
+	}
 	return out
+}
+
+// noAnswer records that a call that began with first ran out of time
+// without any answer: first becomes the suspect and is no longer the
+// leader the next call starts with.
+func (c *Client) noAnswer(first string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.suspect = first
+	if c.leader == first {
+		c.leader = ""
+	}
 }
 
 // Do runs call against the leader. Errors that mean "ask someone else" (not
 // leader, unreachable, no leader yet) are retried until ctx ends; any other error
 // is returned at once, as the server said it.
 func (c *Client) Do(ctx context.Context, call func(ctx context.Context, m pb.MasterClient, opts ...grpc.CallOption) error) error {
-	leader, err := redirect.Call(ctx, c.pool, c.order(), func(ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+	order := c.order()
+	leader, err := redirect.Call(ctx, c.pool, order, func(ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) error {
 		return call(ctx, pb.NewMasterClient(cc), opts...)
 	})
 	var nl *redirect.NoLeaderError
 	if errors.As(err, &nl) {
+		c.noAnswer(order[0])
 		return fmt.Errorf("no master leader reachable at %s (%v); is the cluster running?", strings.Join(c.Addrs(), ","), nl.Last)
 	}
 	if err != nil {
@@ -90,6 +114,9 @@ func (c *Client) Do(ctx context.Context, call func(ctx context.Context, m pb.Mas
 	}
 	c.mu.Lock()
 	c.leader = leader
+	if leader == c.suspect {
+		c.suspect = ""
+	}
 	c.mu.Unlock()
 	return nil
 }
