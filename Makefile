@@ -189,7 +189,7 @@ FUZZ_FOR ?= 10m
 FUZZ_SHORT ?= 2000x
 FUZZ_KEEP ?= 1
 FUZZ_TARGETS = \
-	pkg/dataproto:FuzzReadFrame pkg/dataproto:FuzzDecodeListings pkg/lightrpc:FuzzDecode \
+	pkg/dataproto:FuzzReadFrame pkg/dataproto:FuzzDecodeListings pkg/lightrpc:FuzzDecode pkg/grant:FuzzDecode \
 	pkg/datanode:FuzzRequest pkg/metanode:FuzzService pkg/metanode:FuzzRestricted \
 	pkg/master:FuzzMaster pkg/clustermap:FuzzApply \
 	pkg/metapartition:FuzzApply pkg/metapartition:FuzzRestore \
