@@ -324,7 +324,12 @@ func (v *Volume) receiptsFor(txn *metapb.Txn) [][]byte {
 	now := time.Now()
 	var out [][]byte
 	seen := map[*grant.Token]bool{}
-	need := func(pid, ext, off, n uint64, m grant.Mode) {
+	for ref := range metapb.DataRefs(txn) {
+		m := grant.Read
+		if ref.Kind.Own() {
+			m = grant.Write
+		}
+		pid, ext, off, n := ref.Range()
 		t := v.receipts.Find(pid, ext, off, n, m, now)
 		if t == nil {
 			t = v.grants.Find(pid, ext, off, n, m, now)
@@ -332,24 +337,6 @@ func (v *Volume) receiptsFor(txn *metapb.Txn) [][]byte {
 		if t != nil && !seen[t] {
 			seen[t] = true
 			out = append(out, t.Bytes)
-		}
-	}
-	for _, op := range txn.GetOps() {
-		switch o := op.GetOp().(type) {
-		case *metapb.Op_AppendExtents:
-			for _, k := range o.AppendExtents.GetExtents() {
-				need(k.GetPartitionId(), k.GetExtentId(), k.GetExtentOffset(), k.GetSize(), grant.Write)
-			}
-		case *metapb.Op_SpliceChunks:
-			for _, c := range o.SpliceChunks.GetChunks() {
-				need(c.GetPartitionId(), c.GetExtentId(), c.GetExtentOffset(), uint64(c.GetSize()), grant.Read)
-			}
-		case *metapb.Op_ChunkRefs:
-			for _, it := range o.ChunkRefs.GetItems() {
-				if c := it.GetChunk(); it.GetDelta() > 0 && c.GetPartitionId() != 0 {
-					need(c.GetPartitionId(), c.GetExtentId(), c.GetExtentOffset(), uint64(c.GetSize()), grant.Write)
-				}
-			}
 		}
 	}
 	return out

@@ -95,42 +95,19 @@ type dataRef struct {
 func txnDataRefs(txn *metapb.Txn) ([]dataRef, *refusal) {
 	var refs []dataRef
 	seen := map[uint64]bool{}
-	add := func(pid uint64, where string) {
-		if !seen[pid] {
-			seen[pid] = true
-			refs = append(refs, dataRef{pid: pid, where: where})
+	for ref := range metapb.DataRefs(txn) {
+		why := ""
+		if ref.Key != nil {
+			why = extentKeyProblem(ref.Key)
+		} else {
+			why = chunkProblem(ref.Chunk)
 		}
-	}
-	for i, op := range txn.GetOps() {
-		switch o := op.GetOp().(type) {
-		case *metapb.Op_AppendExtents:
-			for j, k := range o.AppendExtents.GetExtents() {
-				where := fmt.Sprintf("op %d extent key %d", i, j)
-				if why := extentKeyProblem(k); why != "" {
-					return nil, refuse(metapb.EINVAL, "%s %s", where, why)
-				}
-				add(k.GetPartitionId(), where)
-			}
-		case *metapb.Op_SpliceChunks:
-			for j, c := range o.SpliceChunks.GetChunks() {
-				where := fmt.Sprintf("op %d chunk %d", i, j)
-				if why := chunkProblem(c); why != "" {
-					return nil, refuse(metapb.EINVAL, "%s %s", where, why)
-				}
-				add(c.GetPartitionId(), where)
-			}
-		case *metapb.Op_ChunkRefs:
-			for j, it := range o.ChunkRefs.GetItems() {
-				c := it.GetChunk()
-				if it.GetDelta() <= 0 || c.GetPartitionId() == 0 {
-					continue
-				}
-				where := fmt.Sprintf("op %d chunk ref %d", i, j)
-				if why := chunkProblem(c); why != "" {
-					return nil, refuse(metapb.EINVAL, "%s %s", where, why)
-				}
-				add(c.GetPartitionId(), where)
-			}
+		if why != "" {
+			return nil, refuse(metapb.EINVAL, "%s %s", ref.Where(), why)
+		}
+		if pid, _, _, _ := ref.Range(); !seen[pid] {
+			seen[pid] = true
+			refs = append(refs, dataRef{pid: pid, where: ref.Where()})
 		}
 	}
 	return refs, nil

@@ -2,7 +2,7 @@ package metanode
 
 import (
 	"context"
-	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -194,33 +194,7 @@ func (s *service) checkWritten(ctx context.Context, p *partition, req *metapb.Tx
 	if cert == nil || pki.KindOf(cert) != pki.KindClient {
 		return nil, nil
 	}
-	type ref struct {
-		r     grant.Range
-		mode  grant.Mode
-		where string
-	}
-	var refs []ref
-	for i, op := range req.GetTxn().GetOps() {
-		switch o := op.GetOp().(type) {
-		case *metapb.Op_AppendExtents:
-			for j, k := range o.AppendExtents.GetExtents() {
-				refs = append(refs, ref{grant.Range{Partition: k.PartitionId, Extent: k.ExtentId, Lo: k.ExtentOffset, Hi: k.ExtentOffset + k.Size},
-					grant.Write, fmt.Sprintf("op %d extent key %d", i, j)})
-			}
-		case *metapb.Op_SpliceChunks:
-			for j, c := range o.SpliceChunks.GetChunks() {
-				refs = append(refs, ref{grant.Range{Partition: c.PartitionId, Extent: c.ExtentId, Lo: c.ExtentOffset, Hi: c.ExtentOffset + uint64(c.Size)},
-					grant.Read, fmt.Sprintf("op %d chunk %d", i, j)})
-			}
-		case *metapb.Op_ChunkRefs:
-			for j, it := range o.ChunkRefs.GetItems() {
-				if c := it.GetChunk(); it.GetDelta() > 0 && c.GetPartitionId() != 0 {
-					refs = append(refs, ref{grant.Range{Partition: c.PartitionId, Extent: c.ExtentId, Lo: c.ExtentOffset, Hi: c.ExtentOffset + uint64(c.Size)},
-						grant.Write, fmt.Sprintf("op %d chunk ref %d", i, j)})
-				}
-			}
-		}
-	}
+	refs := slices.Collect(metapb.DataRefs(req.GetTxn()))
 	if len(refs) == 0 {
 		return nil, nil
 	}
@@ -242,12 +216,22 @@ func (s *service) checkWritten(ctx context.Context, p *partition, req *metapb.Tx
 		}
 	}
 	for _, r := range refs {
-		if !held.Allows(r.r.Partition, r.r.Extent, r.r.Lo, r.r.Hi-r.r.Lo, r.mode, now.Unix()) {
+		pid, ext, off, size := r.Range()
+		if m := refMode(r.Kind); !held.Allows(pid, ext, off, size, m, now.Unix()) {
 			return refuse(metapb.EACCES, "%s names bytes %d..%d of extent %d of data partition %d, which no token of this client grants for %v",
-				r.where, r.r.Lo, r.r.Hi, r.r.Extent, r.r.Partition, r.mode), nil
+				r.Where(), off, off+size, ext, pid, m), nil
 		}
 	}
 	return nil, nil
+}
+
+// refMode is the token mode that lets a client store a reference of kind
+// k (metapb.DataRefKind.Own).
+func refMode(k metapb.DataRefKind) grant.Mode {
+	if k.Own() {
+		return grant.Write
+	}
+	return grant.Read
 }
 
 // maxReceipts bounds the tokens of one Txn request: a Txn has at most
