@@ -121,6 +121,7 @@ Take it down (also after a crash; logs stay in %[1]s/hosts):
 	f.StringSliceVar(&masterFlags, "master-flag", nil, "more flags for the masters, e.g. --master-flag=--out-after=1m")
 	f.StringSliceVar(&mountO, "mount-option", nil, "-o options of the mounts, e.g. op_timeout=10")
 	f.StringVar(&cfg.LogLevel, "log-level", "info", "log level of the lab's processes")
+	f.BoolVar(&cfg.Pprof, "pprof", false, "every process serves Go's profiles at /debug/pprof/ on its metrics port (reachable inside the lab only)")
 	f.DurationVar(&ready, "ready-timeout", 2*time.Minute, "how long to wait for the cluster and the mounts")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -364,7 +365,8 @@ file system (docs/bench.md, "Traces").`,
 				}
 				defer rec.Close() // a no-op after closeTrace
 			}
-			v, err := openVolume(cmd, masters, volume, wait, &client.Options{OpTimeout: mo.opTimeout, FileCacheBytes: mo.fileCacheBytes, TLS: conf})
+			v, err := openVolume(cmd, masters, volume, wait, &client.Options{OpTimeout: mo.opTimeout, FileCacheBytes: mo.fileCacheBytes, TLS: conf,
+				Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 			if err != nil {
 				return err
 			}

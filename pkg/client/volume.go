@@ -19,6 +19,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"sync"
@@ -74,6 +75,11 @@ type Options struct {
 	// (up to 1 MiB each, read through read-only handles; filecache.go).
 	// 0 means 32 MiB; negative caches nothing.
 	FileCacheBytes int64
+	// Logger receives a warning for every failed attempt of a metadata
+	// step that is retried and every data write moved off a partition
+	// (Data.Logger, if unset), and the step that then fails for want of
+	// an answer; default: discarded.
+	Logger *slog.Logger
 	// TLS is the client configuration of the connections to the masters,
 	// meta nodes and data nodes (pkg/pki: this client's certificate and the
 	// cluster's CA; Data.Conn.TLS, if set, wins for data nodes); nil
@@ -94,6 +100,12 @@ func (o *Options) withDefaults() Options {
 	}
 	if out.RefreshInterval == 0 {
 		out.RefreshInterval = 30 * time.Second
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.Data.Logger == nil {
+		out.Data.Logger = out.Logger
 	}
 	return out
 }
@@ -668,8 +680,10 @@ func (v *Volume) do(ctx context.Context, op string, pick picker, call func(ctx c
 			if ctx.Err() != nil {
 				err = fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err)
 			}
+			v.opts.Logger.Warn("metadata step failed", "op", op, "partition", p.GetId(), "err", err)
 			return transportErr(op, err)
 		}
+		v.opts.Logger.Warn("metadata attempt failed; retrying", "op", op, "partition", p.GetId(), "err", err)
 		v.refresh(ctx)
 		select {
 		case <-ctx.Done():

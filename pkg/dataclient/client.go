@@ -253,6 +253,7 @@ type Client struct {
 	excluded map[uint64]time.Time      // partition -> avoided until
 	lastFail map[uint64]dataproto.Code // partition -> code of its last write failure
 	leaders  map[uint64]uint64         // partition -> Raft leader last seen (overwrites)
+	silent   silence                   // data nodes that did not answer (silence.go)
 	// small is the partition small files go to until smallUntil
 	// (WriteSmall): writers of one client then share its group commits.
 	small      uint64
@@ -406,7 +407,10 @@ func (c *Client) pickPrefer(ctx context.Context, prefer uint64) (*pb.Partition, 
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
-		stale := time.Since(c.topoAt) > c.opts.RefreshEvery
+		// While a node is silent, the master may mark it down any moment
+		// (it was told): read the map again every second meanwhile.
+		age := time.Since(c.topoAt)
+		stale := age > c.opts.RefreshEvery || age > time.Second && c.silent.any(time.Now())
 		c.mu.Unlock()
 		if stale {
 			_ = c.Refresh(ctx) // keep the old view if the master is away
@@ -427,11 +431,13 @@ func (c *Client) pickPrefer(ctx context.Context, prefer uint64) (*pb.Partition, 
 }
 
 // choose returns a random writable partition, or how long to wait for one.
+// Partitions with a silent node in their chain are taken only when there
+// is no other, and never one headed by a silent node (silence.go).
 func (c *Client) choose() (*pb.Partition, time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
-	var ok []*pb.Partition
+	var clear, followerSilent []*pb.Partition
 	wait := 500 * time.Millisecond
 	for _, p := range c.topo.Partitions {
 		if until, ex := c.excluded[p.Id]; ex {
@@ -444,12 +450,39 @@ func (c *Client) choose() (*pb.Partition, time.Duration) {
 		if len(p.Replicas) == 0 || !c.healthyLocked(p) {
 			continue
 		}
-		ok = append(ok, p)
+		switch c.silentInLocked(p, now) {
+		case 0:
+			clear = append(clear, p)
+		case replicaset.Head(p):
+			if until := c.silent[replicaset.Head(p)]; until.Sub(now) < wait {
+				wait = until.Sub(now)
+			}
+		default:
+			followerSilent = append(followerSilent, p)
+		}
 	}
-	if len(ok) == 0 {
-		return nil, max(wait, 10*time.Millisecond)
+	switch {
+	case len(clear) > 0:
+		return clear[rand.N(len(clear))], 0
+	case len(followerSilent) > 0:
+		return followerSilent[rand.N(len(followerSilent))], 0
 	}
-	return ok[rand.N(len(ok))], 0
+	return nil, max(wait, 10*time.Millisecond)
+}
+
+// silentInLocked returns the head of p's write chain if it is silent, else
+// another silent member of the chain, else 0.
+func (c *Client) silentInLocked(p *pb.Partition, now time.Time) uint64 {
+	chain := replicaset.Chain(p)
+	if len(chain) > 0 && c.silent.is(chain[0], now) {
+		return chain[0]
+	}
+	for _, r := range chain[min(1, len(chain)):] {
+		if c.silent.is(r, now) {
+			return r
+		}
+	}
+	return 0
 }
 
 // noneWritable explains why no partition takes writes: ErrNoSpace when
@@ -481,11 +514,12 @@ func (c *Client) noneWritable() error {
 func (c *Client) preferred(id uint64) *pb.Partition {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if until, ex := c.excluded[id]; ex && time.Now().Before(until) {
+	now := time.Now()
+	if until, ex := c.excluded[id]; ex && now.Before(until) {
 		return nil
 	}
 	for _, p := range c.topo.Partitions {
-		if p.Id == id && len(p.Replicas) > 0 && c.healthyLocked(p) {
+		if p.Id == id && len(p.Replicas) > 0 && c.healthyLocked(p) && c.silentInLocked(p, now) == 0 {
 			return p
 		}
 	}
@@ -529,20 +563,14 @@ func (c *Client) failed(ctx context.Context, p *pb.Partition, err error) {
 		// A node that has not heard of its assignment yet, or a busy one:
 		// soon better.
 		c.exclude(p.Id, min(c.opts.ExcludeFor, time.Second))
+	case dataproto.CodeReplicaFailed:
+		// A replica down the chain did not answer the primary, which
+		// told the master: the map may leave it out already.
+		c.exclude(p.Id, c.opts.ExcludeFor)
+		_ = c.Refresh(ctx)
 	default:
 		c.exclude(p.Id, c.opts.ExcludeFor)
 	}
-}
-
-// unreachable reports node to Options.ReportFailure when err says it did
-// not answer at all; an answer with an error code shows it alive.
-func (c *Client) unreachable(node uint64, err error) {
-	var pe *dataproto.Error
-	if c.opts.ReportFailure == nil || node == 0 || errors.As(err, &pe) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) {
-		return
-	}
-	c.opts.ReportFailure(node, err)
 }
 
 // primaryConn returns a connection to the head of p's write chain.

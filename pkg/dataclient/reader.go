@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataproto"
@@ -39,19 +40,20 @@ func (c *Client) ReadExtent(ctx context.Context, pid, ext uint64, extOff, commit
 
 // readOrder lists p's replicas: the Raft leader this client last
 // overwrote through first (it has applied every overwrite it acknowledged),
-// then alive ones, then stale ones (catching up), then the rest, each group
-// in replica order.
+// then alive ones, then stale ones (catching up), then the rest (down, or
+// silent to this client: silence.go), each group in replica order.
 func (c *Client) readOrder(p *pb.Partition) []uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := slices.Clone(p.Replicas)
 	leader := c.leaders[p.Id]
+	now := time.Now()
 	rank := func(id uint64) int {
 		switch {
+		case c.silent.is(id, now) || !c.topo.Nodes[id].Alive:
+			return 3
 		case id == leader:
 			return 0
-		case !c.topo.Nodes[id].Alive:
-			return 3
 		case slices.Contains(p.Stale, id):
 			return 2 // may not hold the range yet
 		}

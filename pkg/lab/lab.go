@@ -58,6 +58,9 @@ type Config struct {
 	MasterFlags, MetaFlags, DataFlags, MountOptions []string
 	// LogLevel of the processes ("": info).
 	LogLevel string
+	// Pprof makes every process serve Go's profiles on its metrics
+	// endpoint (--pprof), inside the lab's network only.
+	Pprof bool
 	// Ready bounds how long Up waits for the cluster and the mounts (0: 2
 	// minutes).
 	Ready time.Duration

@@ -242,6 +242,11 @@ func (p *plan) args(cfg Config, i int, role string) []string {
 	dir := hostDir(p.Dir, h.Name)
 	tls := []string{"--tls-dir", tlsDir(p.Dir, certName(h.Name, role))}
 	common := append([]string{"--log-level", cfg.LogLevel}, tls...)
+	var pprof []string
+	if cfg.Pprof {
+		pprof = []string{"--pprof"}
+		common = append(common, pprof...)
+	}
 	switch role {
 	case RoleMaster:
 		var peers []string
@@ -270,7 +275,7 @@ func (p *plan) args(cfg Config, i int, role string) []string {
 		return append(append(args, common...), cfg.DataFlags...)
 	default: // RoleMount
 		args := []string{"mount", "--master", p.masterAddrs(), "--metrics", hostPort(h.Addr, PortMountMetrics)}
-		args = append(args, tls...)
+		args = append(append(args, tls...), pprof...)
 		for _, o := range append([]string{"allow_other"}, cfg.MountOptions...) {
 			args = append(args, "-o", o)
 		}

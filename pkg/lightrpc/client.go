@@ -230,7 +230,7 @@ var errNotLightRPC = errors.New("server does not speak the protocol")
 func (c *Conn) connect(ctx context.Context) (*session, error) {
 	dctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
 	defer cancel()
-	var d net.Dialer
+	d := net.Dialer{Control: dialControl}
 	nc, err := d.DialContext(dctx, "tcp", c.addr)
 	if err != nil {
 		return nil, err
@@ -281,6 +281,8 @@ type session struct {
 	maxFrame int
 
 	dead atomic.Bool // set once err is
+	// heard is when the last frame arrived (unix nanoseconds).
+	heard atomic.Int64
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -342,6 +344,7 @@ func (s *session) invoke(ctx context.Context, method string, in, out proto.Messa
 		return status.Errorf(codes.Unavailable, "connection error: %v", err)
 	}
 
+	sent := time.Now()
 	var r response
 	select {
 	case r = <-ch:
@@ -351,6 +354,7 @@ func (s *session) invoke(ctx context.Context, method string, in, out proto.Messa
 			*cb = appendCancel(*cb, id)
 			_ = s.w.send(*cb) // best effort: the server's deadline ends it too
 			putBuffer(cb)
+			s.checkSilence(sent, ctx.Err())
 			return status.FromContextError(ctx.Err()).Err()
 		}
 		r = <-ch // answered meanwhile
@@ -418,6 +422,7 @@ func (s *session) read() {
 		}
 		var resp response
 		if err == nil {
+			s.heard.Store(time.Now().UnixNano())
 			resp, err = decodeResponse(f.body)
 		}
 		if err != nil {
@@ -432,6 +437,33 @@ func (s *session) read() {
 			ch <- resp
 		}
 	}
+}
+
+// Silence: a call must have waited silentFor, and then nothing at all be
+// heard on its connection for silenceGrace more, for the connection to be
+// given up. The grace lets a live server's own answer at the deadline it
+// was given (it ends the call then) arrive, so that a slow server keeps its
+// connection.
+const (
+	silentFor    = 2 * time.Second
+	silenceGrace = time.Second
+)
+
+// checkSilence ends the session when a call that ran out of time (end)
+// after waiting at least silentFor since sent hears nothing at all on the
+// connection for silenceGrace more: the peer is cut off, paused or gone
+// without a reset. TCP would keep such a connection and, once the path is
+// back, resend only at its next retransmission, which backs off to
+// minutes; a new connection works at once.
+func (s *session) checkSilence(sent time.Time, end error) {
+	if !errors.Is(end, context.DeadlineExceeded) || time.Since(sent) < silentFor {
+		return
+	}
+	time.AfterFunc(silenceGrace, func() {
+		if s.heard.Load() < sent.UnixNano() {
+			s.fail(fmt.Errorf("no answer from the server for %v", time.Since(sent).Round(time.Millisecond)))
+		}
+	})
 }
 
 // fail ends the session: every call in flight fails with UNAVAILABLE and

@@ -606,3 +606,100 @@ func TestWriterTimeout(t *testing.T) {
 		t.Fatal("a writer that failed took more")
 	}
 }
+
+// blackhole forwards TCP connections to addr until cut, after which it
+// keeps every connection open and drops what either side sends: a host cut
+// off by a firewall, or a paused process.
+type blackhole struct {
+	addr string
+	cut  atomic.Bool
+}
+
+func startBlackhole(t *testing.T, to string) *blackhole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	b := &blackhole{addr: ln.Addr().String()}
+	pipe := func(dst, src net.Conn) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if err != nil {
+				dst.Close()
+				return
+			}
+			if !b.cut.Load() {
+				if _, err := dst.Write(buf[:n]); err != nil {
+					src.Close()
+					return
+				}
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", to)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			t.Cleanup(func() { c.Close(); s.Close() })
+			go pipe(s, c)
+			go pipe(c, s)
+		}
+	}()
+	return b
+}
+
+// TestSilentConnectionGivenUp: a call that hears nothing at all from its
+// server ends the connection, so that once the path is back the next call
+// connects again rather than waiting on a connection whose bytes were
+// lost; a server that answers late keeps its connection.
+func TestSilentConnectionGivenUp(t *testing.T) {
+	ts := startServer(t, "127.0.0.1:0")
+	bh := startBlackhole(t, ts.addr)
+	c := dial(t, bh.addr)
+	if _, err := check(context.Background(), c, "echo"); err != nil {
+		t.Fatal(err)
+	}
+	first := c.live.Load()
+
+	// Late but alive: the server ends the call at its deadline and says so.
+	ctx, cancel := context.WithTimeout(context.Background(), silentFor+200*time.Millisecond)
+	_, err := check(ctx, c, "block")
+	cancel()
+	<-ts.checker.started
+	<-ts.checker.canceled
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("block: %v, want DeadlineExceeded", err)
+	}
+	time.Sleep(silenceGrace + 500*time.Millisecond)
+	if c.live.Load() != first || first.dead.Load() {
+		t.Fatal("a server that answered at its deadline lost its connection")
+	}
+
+	bh.cut.Store(true)
+	ctx, cancel = context.WithTimeout(context.Background(), silentFor+200*time.Millisecond)
+	_, err = check(ctx, c, "echo")
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("cut off: %v, want DeadlineExceeded", err)
+	}
+	bh.cut.Store(false)
+	time.Sleep(silenceGrace + 500*time.Millisecond)
+	if !first.dead.Load() {
+		t.Fatal("the connection that heard nothing is still in use")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := check(ctx, c, "echo"); err != nil {
+		t.Fatalf("after the path is back: %v", err)
+	}
+}

@@ -25,13 +25,12 @@ type Client struct {
 	pool   *redirect.Pool
 	mu     sync.Mutex
 	addrs  []string
+	// leader is tried first, unless it let a call run out of time: the
+	// pool then tries it last until it answers (redirect.Pool.Silent), so
+	// that a leader cut off from everyone (a network partition, a paused
+	// process) does not take every call of a caller whose deadline is one
+	// try long (a node's heartbeat).
 	leader string
-	// suspect is the master that last let a call run out of time without
-	// an answer: it is tried last until it answers again. Without this a
-	// leader cut off from everyone (a network partition, a paused process)
-	// stays first, and a caller whose deadline is one try long (a node's
-	// heartbeat) would spend every call on it and never reach the new one.
-	suspect string
 }
 
 // New returns a client for the masters at addrs (host:port), over TLS with
@@ -64,36 +63,20 @@ func (c *Client) Addrs() []string {
 	return slices.Clone(c.addrs)
 }
 
-// order lists the addresses to try: the last known leader first, the
-// suspect last.
+// order lists the addresses to try: the last known leader first.
 func (c *Client) order() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]string, 0, len(c.addrs)+1)
-	if c.leader != "" && c.leader != c.suspect {
+	if c.leader != "" {
 		out = append(out, c.leader)
 	}
 	for _, a := range c.addrs {
-		if a != c.leader && a != c.suspect {
+		if a != c.leader {
 			out = append(out, a)
 		}
 	}
-	if c.suspect != "" {
-		out = append(out, c.suspect)
-	}
 	return out
-}
-
-// noAnswer records that a call that began with first ran out of time
-// without any answer: first becomes the suspect and is no longer the
-// leader the next call starts with.
-func (c *Client) noAnswer(first string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.suspect = first
-	if c.leader == first {
-		c.leader = ""
-	}
 }
 
 // Do runs call against the leader. Errors that mean "ask someone else" (not
@@ -106,7 +89,6 @@ func (c *Client) Do(ctx context.Context, call func(ctx context.Context, m pb.Mas
 	})
 	var nl *redirect.NoLeaderError
 	if errors.As(err, &nl) {
-		c.noAnswer(order[0])
 		return fmt.Errorf("no master leader reachable at %s (%v); is the cluster running?", strings.Join(c.Addrs(), ","), nl.Last)
 	}
 	if err != nil {
@@ -114,9 +96,6 @@ func (c *Client) Do(ctx context.Context, call func(ctx context.Context, m pb.Mas
 	}
 	c.mu.Lock()
 	c.leader = leader
-	if leader == c.suspect {
-		c.suspect = ""
-	}
 	c.mu.Unlock()
 	return nil
 }

@@ -67,6 +67,58 @@ type Pool struct {
 	tls   *tls.Config
 	mu    sync.Mutex // serializes creation; lookups read conns without it
 	conns sync.Map   // address -> *lightrpc.Conn
+
+	// silent holds the addresses whose last call ran out of time without
+	// an answer (a host cut off, a paused process): Call tries them last
+	// until they answer again. Without this every caller whose view names
+	// such an address first (the last known leader of each partition, a
+	// server's own follow-ups) would spend a whole try on it, and a caller
+	// whose deadline is about one try long (a heartbeat, a request a
+	// server forwards on its client's deadline) would never reach the
+	// live replicas at all.
+	silentMu sync.Mutex
+	silent   map[string]bool
+}
+
+// Silent reports whether addr's last call ran out of time unanswered and
+// nothing has been heard from it since.
+func (p *Pool) Silent(addr string) bool {
+	p.silentMu.Lock()
+	defer p.silentMu.Unlock()
+	return p.silent[addr]
+}
+
+// heard records whether addr answered (true) or let a call run out of time.
+func (p *Pool) heard(addr string, answered bool) {
+	p.silentMu.Lock()
+	defer p.silentMu.Unlock()
+	if answered {
+		delete(p.silent, addr)
+		return
+	}
+	if p.silent == nil {
+		p.silent = map[string]bool{}
+	}
+	p.silent[addr] = true
+}
+
+// order returns candidates with the silent addresses moved to the end,
+// the order otherwise kept.
+func (p *Pool) order(candidates []string) []string {
+	p.silentMu.Lock()
+	defer p.silentMu.Unlock()
+	out := make([]string, 0, len(candidates))
+	for _, a := range candidates {
+		if !p.silent[a] {
+			out = append(out, a)
+		}
+	}
+	for _, a := range candidates {
+		if p.silent[a] {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // NewPool returns an empty pool; connections are made lazily, over TLS
@@ -121,7 +173,8 @@ const (
 )
 
 // Call runs call against the leader among candidates (tried in order, so put
-// the last known leader first) and returns the address that answered. A
+// the last known leader first, but silent ones last: Pool.Silent) and
+// returns the address that answered. A
 // redirect is followed at once; an unreachable candidate, "no leader yet" or a
 // per-try timeout moves on to the next, with bounded backoff between rounds,
 // until ctx ends. Any other error is the server's answer and is returned as is.
@@ -143,7 +196,7 @@ func callLeader(ctx context.Context, pool *Pool, candidates []string, notFoundMo
 	backoff := backoffMin
 	var lastErr error
 	for {
-		queue := append([]string(nil), candidates...)
+		queue := pool.order(candidates)
 		for hops := 0; len(queue) > 0 && hops < 2*len(candidates)+4; hops++ {
 			addr := queue[0]
 			queue = queue[1:]
@@ -154,19 +207,33 @@ func callLeader(ctx context.Context, pool *Pool, candidates []string, notFoundMo
 			var trailer metadata.MD
 			tctx, cancel := context.WithTimeout(ctx, perTryTimeout)
 			err = call(tctx, cc, grpc.Trailer(&trailer))
+			unanswered := errors.Is(tctx.Err(), context.DeadlineExceeded) || dialTimedOut(err)
 			cancel()
 			if err == nil {
+				pool.heard(addr, true)
 				return addr, nil
 			}
 			if refused(err) {
 				return "", &RefusedError{Addr: addr, Err: err}
 			}
 			lastErr = fmt.Errorf("%s: %s", addr, Describe(err))
+			code := status.Code(err)
+			if unanswered {
+				pool.heard(addr, false)
+			} else if code != codes.Unavailable && code != codes.Canceled {
+				pool.heard(addr, true)
+			}
 			if leader, ok := Leader(err, trailer); ok {
-				queue = append([]string{leader}, queue...)
+				if pool.Silent(leader) {
+					// Named by a replica that may not have noticed yet
+					// that it is gone: the others first.
+					queue = append(queue, leader)
+				} else {
+					queue = append([]string{leader}, queue...)
+				}
 				continue
 			}
-			if code := status.Code(err); code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.NotFound && notFoundMoves {
+			if code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.NotFound && notFoundMoves {
 				if ctx.Err() != nil {
 					return "", &NoLeaderError{Candidates: candidates, Last: lastErr}
 				}
@@ -181,6 +248,12 @@ func callLeader(ctx context.Context, pool *Pool, candidates []string, notFoundMo
 		}
 		backoff = min(2*backoff, backoffMax)
 	}
+}
+
+// dialTimedOut reports whether err is a connection attempt that got no
+// answer (as opposed to one refused at once).
+func dialTimedOut(err error) bool {
+	return status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), "i/o timeout")
 }
 
 // Describe shortens a gRPC error to what a user can act on.

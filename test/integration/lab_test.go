@@ -28,9 +28,8 @@ const labFailoverMax = 60 * time.Second
 // reach that host), that heal removes every rule and the file is intact,
 // and that down leaves no namespace, link, mount or process behind.
 //
-// The host of the master leader is not chosen: a node whose master leader
-// is cut off keeps heartbeating to it and is marked down by the new
-// leader until the cut heals (docs/lab.md, "What the lab found").
+// The host that hurts most is cut: the master leader's, then the one
+// leading the most meta partitions, then data partitions.
 func TestLabIsolate(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the lab needs root (network namespaces, a bridge, nftables)")
@@ -81,6 +80,7 @@ func TestLabIsolate(t *testing.T) {
 			break
 		}
 		if time.Since(cut) > labFailoverMax {
+			labDiagnose(ctx, t, l, dir)
 			t.Fatalf("%s cut off: no write and read through the mount within %s (attempt %d: write %v, read %v)", target, labFailoverMax, attempt, werr, rerr)
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -121,8 +121,8 @@ func TestLabIsolate(t *testing.T) {
 	}
 }
 
-// labTarget is the server host that leads the most meta partitions (then
-// data partitions), leaving out the master leader's host.
+// labTarget is the server host whose loss hurts most: the master leader's
+// counts most, then each meta partition it leads, then each data one.
 func labTarget(ctx context.Context, t *testing.T, l *lab.Lab) string {
 	t.Helper()
 	cs, err := l.Cluster(ctx)
@@ -131,10 +131,10 @@ func labTarget(ctx context.Context, t *testing.T, l *lab.Lab) string {
 	}
 	s, _ := l.State()
 	masterHost, _ := s.HostOf(cs.Leader)
-	score := map[string]int{}
+	score := map[string]int{masterHost: 10000}
 	for _, p := range cs.Partitions {
 		h, ok := s.HostOf(cs.NodeAddr(p.Leader))
-		if !ok || h == masterHost {
+		if !ok {
 			continue
 		}
 		score[h]++
@@ -144,12 +144,31 @@ func labTarget(ctx context.Context, t *testing.T, l *lab.Lab) string {
 	}
 	best := ""
 	for _, h := range s.Hosts {
-		if !h.Client && h.Name != masterHost && (best == "" || score[h.Name] > score[best]) {
+		if !h.Client && (best == "" || score[h.Name] > score[best]) {
 			best = h.Name
 		}
 	}
-	t.Logf("master leader on %s; partition leaders (meta x100 + data) %v; isolating %s", masterHost, score, best)
+	t.Logf("master leader on %s; score (master 10000, meta partition leaders x100, data partition leaders) %v; isolating %s", masterHost, score, best)
 	return best
+}
+
+// labDiagnose logs what explains a failed check: the partitions and their
+// leaders as the masters see them, and the end of every process's log.
+func labDiagnose(ctx context.Context, t *testing.T, l *lab.Lab, dir string) {
+	t.Helper()
+	if cs, err := l.Cluster(ctx); err != nil {
+		t.Logf("cluster: %v", err)
+	} else {
+		for _, p := range cs.Partitions {
+			t.Logf("partition %d (%s): replicas %v, leader %d", p.ID, p.Kind, p.Replicas, p.Leader)
+		}
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "hosts", "*", "*.log"))
+	for _, name := range logs {
+		b, _ := os.ReadFile(name)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		t.Logf("--- %s (last %d of %d lines)\n%s", name, min(30, len(lines)), len(lines), strings.Join(lines[max(0, len(lines)-30):], "\n"))
+	}
 }
 
 // reach reports whether host opens a TCP connection to addr within 2 s.
