@@ -22,9 +22,9 @@ import (
 
 // Client is safe for concurrent use.
 type Client struct {
-	pool   *redirect.Pool
-	mu     sync.Mutex
-	addrs  []string
+	pool  *redirect.Pool
+	mu    sync.Mutex
+	addrs []string
 	// leader is tried first, unless it let a call run out of time: the
 	// pool then tries it last until it answers (redirect.Pool.Silent), so
 	// that a leader cut off from everyone (a network partition, a paused
