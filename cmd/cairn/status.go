@@ -29,6 +29,10 @@ type statusReport struct {
 	Partitions []statusPartition `json:"partitions"`
 	// Recovery is nil when no data replica is catching up.
 	Recovery *statusRecovery `json:"recovery,omitempty"`
+	// Zones are the failure domains of the meta and data nodes; ZoneRule
+	// says what happens while some are down ("" when none is).
+	Zones    []statusZone `json:"zones,omitempty"`
+	ZoneRule string       `json:"zone_rule,omitempty"`
 }
 
 type statusNode struct {
@@ -216,6 +220,8 @@ func buildReport(st *pb.StatusResponse, now time.Time) statusReport {
 		alive[nd.Id] = nd.State == pb.NodeState_NODE_STATE_ALIVE
 		r.Nodes = append(r.Nodes, n)
 	}
+	r.Zones = zonesOf(r.Nodes)
+	r.ZoneRule = zoneRule(r.Zones, time.Duration(st.OutAfterSeconds)*time.Second)
 	left := map[uint64]uint64{} // partition -> bytes its catching-up replicas lack
 	if len(st.Recovering) > 0 {
 		rec := &statusRecovery{BytesPerSecond: st.RecoveryBytesPerSecond}
@@ -324,6 +330,16 @@ func printReport(cmd *cobra.Command, r statusReport, partitions bool) {
 	}
 	fmt.Fprintf(out, "\npartitions: %d healthy, %d recovering, %d degraded, %d read-only, %d unavailable\n",
 		counts["healthy"], counts["recovering"], counts["degraded"], counts["read-only"], counts["unavailable"])
+	if len(r.Zones) > 0 {
+		var zs []string
+		for _, z := range r.Zones {
+			zs = append(zs, fmt.Sprintf("%s %d/%d alive", z.Name, z.Alive, z.Nodes))
+		}
+		fmt.Fprintf(out, "zones: %s\n", strings.Join(zs, ", "))
+	}
+	if r.ZoneRule != "" {
+		fmt.Fprintf(out, "%s\n", r.ZoneRule)
+	}
 	if rec := r.Recovery; rec != nil {
 		fmt.Fprintf(out, "recovery: %d data replicas catching up, %s left", rec.Replicas, humanBytes(rec.BytesLeft))
 		if rec.BytesPerSecond > 0 {

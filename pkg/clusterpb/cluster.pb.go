@@ -4310,8 +4310,12 @@ type StatusResponse struct {
 	// lack, with the rate the leader has seen them copy at.
 	Recovering             []*ReplicaRecovery `protobuf:"bytes,5,rep,name=recovering,proto3" json:"recovering,omitempty"`
 	RecoveryBytesPerSecond float64            `protobuf:"fixed64,6,opt,name=recovery_bytes_per_second,json=recoveryBytesPerSecond,proto3" json:"recovery_bytes_per_second,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// How long a node may be down before it is marked out and its replicas
+	// are rebuilt elsewhere (the master's --out-after): what happens to the
+	// partitions of a zone that is down (cairn status shows the rule).
+	OutAfterSeconds int64 `protobuf:"varint,7,opt,name=out_after_seconds,json=outAfterSeconds,proto3" json:"out_after_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -4382,6 +4386,13 @@ func (x *StatusResponse) GetRecovering() []*ReplicaRecovery {
 func (x *StatusResponse) GetRecoveryBytesPerSecond() float64 {
 	if x != nil {
 		return x.RecoveryBytesPerSecond
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetOutAfterSeconds() int64 {
+	if x != nil {
+		return x.OutAfterSeconds
 	}
 	return 0
 }
@@ -5452,7 +5463,7 @@ const file_cluster_proto_rawDesc = "" +
 	"partitions\x18\a \x03(\v2\x1e.cairn.cluster.PartitionReportR\n" +
 	"partitions\x12\x12\n" +
 	"\x04full\x18\b \x01(\bR\x04full\"\x0f\n" +
-	"\rStatusRequest\"\xbd\x02\n" +
+	"\rStatusRequest\"\xe9\x02\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x03map\x18\x01 \x01(\v2\x19.cairn.cluster.ClusterMapR\x03map\x12/\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x19.cairn.cluster.NodeStatusR\x05nodes\x125\n" +
@@ -5461,7 +5472,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"recovering\x18\x05 \x03(\v2\x1e.cairn.cluster.ReplicaRecoveryR\n" +
 	"recovering\x129\n" +
-	"\x19recovery_bytes_per_second\x18\x06 \x01(\x01R\x16recoveryBytesPerSecond\"l\n" +
+	"\x19recovery_bytes_per_second\x18\x06 \x01(\x01R\x16recoveryBytesPerSecond\x12*\n" +
+	"\x11out_after_seconds\x18\a \x01(\x03R\x0foutAfterSeconds\"l\n" +
 	"\x0fReplicaRecovery\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1d\n" +

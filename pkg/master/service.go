@@ -448,6 +448,7 @@ func (v *service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRe
 	scopeMap(ctx, resp.Map)
 	resp.LeaderId = v.s.cfg.ID
 	resp.Recovering, resp.RecoveryBytesPerSecond = v.s.rate.latest()
+	resp.OutAfterSeconds = int64(v.s.cfg.OutAfter / time.Second)
 	resp.Masters = v.s.pingMasters(ctx)
 	return resp, nil
 }
