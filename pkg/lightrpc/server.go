@@ -86,10 +86,22 @@ func (s *Server) RegisterService(sd *grpc.ServiceDesc, impl any) {
 	}
 }
 
+// closeAll closes every connection ln accepts: no other server.
+func closeAll(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		c.Close()
+	}
+}
+
 // Serve accepts connections on ln until ln fails or the server stops. A
 // connection that opens with Preface is served here; any other is passed,
 // with the bytes read so far, to other (the gRPC server's Serve, called
-// once with a listener of those connections). Serve owns ln and closes it.
+// once with a listener of those connections; nil closes them). Serve owns
+// ln and closes it.
 func (s *Server) Serve(ln net.Listener, other func(net.Listener) error) error {
 	s.mu.Lock()
 	if s.stopping {
@@ -102,6 +114,9 @@ func (s *Server) Serve(ln net.Listener, other func(net.Listener) error) error {
 	s.mu.Unlock()
 	defer s.serving.Done()
 
+	if other == nil {
+		other = closeAll
+	}
 	passed := newChanListener(ln.Addr())
 	otherDone := make(chan struct{})
 	go func() {

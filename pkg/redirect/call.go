@@ -170,6 +170,9 @@ const (
 	perTryTimeout = 3 * time.Second
 	backoffMin    = 20 * time.Millisecond
 	backoffMax    = time.Second
+	// minJudged is the least time a try must have had for an address
+	// that did not answer in it to count as silent.
+	minJudged = 100 * time.Millisecond
 )
 
 // Call runs call against the leader among candidates (tried in order, so put
@@ -205,9 +208,15 @@ func callLeader(ctx context.Context, pool *Pool, candidates []string, notFoundMo
 				return "", err
 			}
 			var trailer metadata.MD
+			budget := perTryTimeout
+			if d, ok := ctx.Deadline(); ok {
+				budget = min(budget, time.Until(d))
+			}
 			tctx, cancel := context.WithTimeout(ctx, perTryTimeout)
 			err = call(tctx, cc, grpc.Trailer(&trailer))
-			unanswered := errors.Is(tctx.Err(), context.DeadlineExceeded) || dialTimedOut(err)
+			// Silent only if it had time to answer: not a try begun as
+			// the caller's deadline ran out.
+			unanswered := budget >= minJudged && (errors.Is(tctx.Err(), context.DeadlineExceeded) || dialTimedOut(err))
 			cancel()
 			if err == nil {
 				pool.heard(addr, true)

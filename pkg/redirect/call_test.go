@@ -8,10 +8,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/emptypb"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/cairnfs/cairn/pkg/lightrpc"
 )
 
 func TestOrderPutsSilentLast(t *testing.T) {
@@ -66,35 +65,47 @@ func mute(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// answering serves every method with answer.
-func answering(t *testing.T, answer func(stream grpc.ServerStream) error) string {
+// health answers Check with check.
+type health struct {
+	healthpb.UnimplementedHealthServer
+	check func(ctx context.Context) error
+}
+
+func (h health) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if err := h.check(ctx); err != nil {
+		return nil, err
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// answering serves the health service with check, as Cairn's servers
+// serve theirs (lightrpc).
+func answering(t *testing.T, check func(ctx context.Context) error) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
-		if err := stream.RecvMsg(&emptypb.Empty{}); err != nil {
-			return err
-		}
-		return answer(stream)
-	}))
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
+	srv := lightrpc.NewServer(lightrpc.ServerOptions{})
+	healthpb.RegisterHealthServer(srv, health{check: check})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln, nil)
+	}()
+	t.Cleanup(func() { srv.Stop(); <-done })
 	return ln.Addr().String()
 }
 
 func invoke(ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.CallOption) error {
-	return cc.Invoke(ctx, "/cairn.test.Any/Call", &emptypb.Empty{}, &emptypb.Empty{}, opts...)
+	_, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}, opts...)
+	return err
 }
 
 func TestSilentLeaderTriedLast(t *testing.T) {
 	silent := mute(t)
-	leader := answering(t, func(s grpc.ServerStream) error { return s.SendMsg(&emptypb.Empty{}) })
+	leader := answering(t, func(context.Context) error { return nil })
 	// A follower that still names the silent address as its leader.
-	follower := answering(t, func(s grpc.ServerStream) error {
-		s.SetTrailer(metadata.Pairs(Trailer, silent))
-		return status.Error(codes.FailedPrecondition, "not the leader")
-	})
+	follower := answering(t, func(ctx context.Context) error { return NotLeader(ctx, "the test", silent) })
 	pool := NewPool(nil)
 	defer pool.Close()
 
