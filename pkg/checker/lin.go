@@ -1,0 +1,112 @@
+package checker
+
+import (
+	"math"
+	"sort"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/cairnfs/cairn/pkg/history"
+)
+
+// never is the return time of an Unknown operation. Such an operation may
+// have taken effect at any point after it started, or not at all; ending it
+// after everything else lets porcupine place it anywhere from its start on,
+// including after every other operation, where taking effect is the same
+// as never taking effect, since nothing observes it there.
+const never = math.MaxInt64
+
+// linearize checks ops (one key's) against model, where input(i) is the
+// porcupine input of ops[i] (outputs are folded into inputs: the models
+// need both in one place). It returns porcupine's verdict and, when the
+// history is Illegal, the index of the operation that no linearization
+// could place (-1 if the search did not tell) and a few operations around
+// it: it, the operations for which related returns 2 (at most 5), then the
+// most recent ones for which it returns 1.
+func linearize(model porcupine.Model, ops []history.Op, input func(i int) any, timeout time.Duration,
+	related func(stuck, other history.Op) int) (res porcupine.CheckResult, stuck int, shown []history.Op) {
+	pops := make([]porcupine.Operation, len(ops))
+	for i, op := range ops {
+		ret := op.End
+		if op.Outcome == history.Unknown {
+			ret = never
+		}
+		pops[i] = porcupine.Operation{ClientId: op.Process, Input: input(i), Call: op.Start, Return: ret}
+	}
+	res = porcupine.CheckOperationsTimeout(model, pops, timeout)
+	if res != porcupine.Illegal {
+		return res, -1, nil
+	}
+	// Illegal is rare: only then pay for the partial linearizations that
+	// locate the failure.
+	vres, info := porcupine.CheckOperationsVerbose(model, pops, timeout)
+	var longest []int
+	if vres == porcupine.Illegal {
+		for _, part := range info.PartialLinearizations() {
+			for _, seq := range part {
+				if len(seq) > len(longest) {
+					longest = seq
+				}
+			}
+		}
+	}
+	placed := make([]bool, len(ops))
+	for _, id := range longest {
+		if id >= 0 && id < len(ops) {
+			placed[id] = true
+		}
+	}
+	stuck = -1
+	for i := range pops {
+		if placed[i] {
+			continue
+		}
+		if stuck < 0 || pops[i].Return < pops[stuck].Return ||
+			pops[i].Return == pops[stuck].Return && pops[i].Call < pops[stuck].Call {
+			stuck = i
+		}
+	}
+	if stuck < 0 { // the search did not locate it: show the key's first operations
+		return res, -1, ops[:min(len(ops), MaxAnomalyOps)]
+	}
+	return res, stuck, witness(ops, stuck, related)
+}
+
+// witness picks the operations that show why ops[stuck] cannot be placed:
+// it, the must-see ones (related 2), then the latest related ones that
+// began before it ended, in start order.
+func witness(ops []history.Op, stuck int, related func(stuck, other history.Op) int) []history.Op {
+	s := ops[stuck]
+	var must, near []int
+	for i, op := range ops {
+		if i == stuck || op.Start > s.End {
+			continue
+		}
+		switch related(s, op) {
+		case 2:
+			must = append(must, i)
+		case 1:
+			near = append(near, i)
+		}
+	}
+	must = must[:min(len(must), 5)]
+	sort.SliceStable(near, func(a, b int) bool { return ops[near[a]].End > ops[near[b]].End })
+	picked := map[int]bool{stuck: true}
+	for _, i := range must {
+		picked[i] = true
+	}
+	for _, i := range near {
+		if len(picked) >= MaxAnomalyOps {
+			break
+		}
+		picked[i] = true
+	}
+	var out []history.Op
+	for i, op := range ops {
+		if picked[i] {
+			out = append(out, op)
+		}
+	}
+	return out
+}

@@ -1,0 +1,163 @@
+package checker
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/cairnfs/cairn/pkg/history"
+)
+
+// regInput is a register operation as the model sees it: a write of v, or
+// a read that returned v.
+type regInput struct {
+	write bool
+	v     uint64
+}
+
+// registerModel is a register holding a uint64, 0 before any write: a
+// write always succeeds and sets it, a read must return it.
+var registerModel = porcupine.Model{
+	Init: func() any { return uint64(0) },
+	Step: func(state, input, _ any) (bool, any) {
+		s, in := state.(uint64), input.(regInput)
+		if in.write {
+			return true, in.v
+		}
+		return in.v == s, s
+	},
+	Equal: func(a, b any) bool { return a.(uint64) == b.(uint64) },
+	Hash:  func(s any) uint64 { return s.(uint64) },
+	DescribeOperation: func(input, _ any) string {
+		in := input.(regInput)
+		if in.write {
+			return fmt.Sprintf("write %d", in.v)
+		}
+		return fmt.Sprintf("read = %d", in.v)
+	},
+}
+
+// checkRegister checks the writes and reads of one register file, ops in
+// start order. Writes are told apart by their values, which the workload
+// keeps unique per key; that is what lets a read name the write it saw.
+func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResult {
+	c := newCollector()
+	written := map[uint64][]history.Op{} // value -> writes that may have written it (ok or unknown)
+	failed := map[uint64]history.Op{}    // value -> a failed write of it
+	seen := map[uint64]history.Op{}      // value -> first write of it, any outcome
+	dup := false
+	var lin []history.Op // what porcupine checks: ok and unknown writes, ok readable reads
+	var final *history.Op
+	for _, op := range ops {
+		if op.Kind == history.Write {
+			if op.Value == 0 {
+				c.add(BadHistory, key, "a write of value 0, which stands for \"never written\": its reads cannot be told from an empty file's", op)
+				continue
+			}
+			if first, ok := seen[op.Value]; ok {
+				dup = true
+				c.add(BadHistory, key, fmt.Sprintf("value %d written twice: reads of it cannot name their write", op.Value), first, op)
+			} else {
+				seen[op.Value] = op
+			}
+			if op.Outcome == history.Fail {
+				failed[op.Value] = op
+				continue
+			}
+			written[op.Value] = append(written[op.Value], op)
+			lin = append(lin, op)
+			continue
+		}
+		if op.Corrupt {
+			c.add(Corrupt, key, fmt.Sprintf("a read at %d returned bytes that decode as no value (torn, zeroed or foreign)", op.Start), op)
+			continue
+		}
+		if op.Outcome != history.OK {
+			continue // a read that returned nothing shows nothing
+		}
+		lin = append(lin, op)
+		if op.Final && (final == nil || op.Start >= final.Start) {
+			o := op
+			final = &o
+		}
+	}
+	for _, r := range lin {
+		if r.Kind != history.Read || r.Value == 0 || len(written[r.Value]) > 0 {
+			continue
+		}
+		if w, ok := failed[r.Value]; ok {
+			c.add(PhantomRead, key, fmt.Sprintf("a read at %d returned %d, written only by a write that failed (%s)", r.Start, r.Value, w.Errno), r, w)
+		} else {
+			c.add(PhantomRead, key, fmt.Sprintf("a read at %d returned %d, which no write to %s wrote", r.Start, r.Value, key), r)
+		}
+	}
+	if final != nil && !dup {
+		lostWrite(c, key, *final, written, lin)
+	}
+	res := keyResult{}
+	if !c.has(PhantomRead, key) && !c.has(LostWrite, key) {
+		// Writes of 0 are left out above: the model's 0 is the file
+		// never written, which no write can bring back.
+		verdict, stuck, shown := linearize(registerModel, lin, func(i int) any {
+			return regInput{write: lin[i].Kind == history.Write, v: lin[i].Value}
+		}, timeout, func(s, o history.Op) int {
+			if o.Kind == history.Write && o.Value == s.Value {
+				return 2 // the write of the value the stuck read returned
+			}
+			return 1
+		})
+		switch verdict {
+		case porcupine.Illegal:
+			what := "no order of its writes and reads explains them"
+			if stuck >= 0 {
+				what = fmt.Sprintf("no order of its writes and reads explains %s (a value already overwritten, not yet written, or reads going backwards)", lin[stuck])
+			}
+			c.add(StaleRead, key, what, shown...)
+		case porcupine.Unknown:
+			res.undecided = true
+		}
+	}
+	res.anomalies = c.anomalies()
+	return res
+}
+
+// lostWrite reports a LostWrite if the last final read f returned a value
+// (or 0) whose write, acknowledged, ended before some other acknowledged
+// write began, which itself ended before f began: the later write must
+// come between, so f cannot return the older value; it is gone. A value
+// from an Unknown write proves nothing: it may have landed any time after
+// it started, after the later write too.
+func lostWrite(c *collector, key string, f history.Op, written map[uint64][]history.Op, lin []history.Op) {
+	var w1 *history.Op
+	if f.Value != 0 {
+		ws := written[f.Value]
+		if len(ws) != 1 || ws[0].Outcome != history.OK {
+			return // phantom (reported), or an unknown write
+		}
+		w1 = &ws[0]
+	}
+	var w2 *history.Op
+	for i := range lin {
+		w := &lin[i]
+		if w.Kind != history.Write || w.Outcome != history.OK || w.End >= f.Start {
+			continue
+		}
+		if w1 != nil && w.Start <= w1.End {
+			continue
+		}
+		if w2 == nil || w.End > w2.End {
+			w2 = w
+		}
+	}
+	if w2 == nil {
+		return
+	}
+	if w1 == nil {
+		c.add(LostWrite, key, fmt.Sprintf("the final read at %d found the file empty, but the write of %d was acknowledged at %d, before it began",
+			f.Start, w2.Value, w2.End), *w2, f)
+		return
+	}
+	c.add(LostWrite, key, fmt.Sprintf("the final read at %d returned %d, but the write of %d, begun at %d after that one was acknowledged, was acknowledged at %d, before the final read began",
+		f.Start, f.Value, w2.Value, w2.Start, w2.End), *w1, *w2, f)
+}
