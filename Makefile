@@ -31,7 +31,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 24m
 
-.PHONY: build up lab lab-down test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean
+.PHONY: build up lab lab-down jepsen test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -48,6 +48,8 @@ LAB_DIR     ?= ./cairn-lab
 LAB_HOSTS   ?= 6
 LAB_ZONES   ?= 3
 LAB_CLIENTS ?= 2
+JEPSEN_DIR      ?= ./cairn-jepsen
+JEPSEN_DURATION ?= 10m
 lab: build
 	@dpkg -s iproute2 nftables >/dev/null 2>&1 || { echo "installing iproute2 nftables"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq iproute2 nftables >/dev/null; }
@@ -57,6 +59,18 @@ lab: build
 ## lab-down: take the lab of make lab down (also after a crash).
 lab-down:
 	$(SUDO) ./$(BIN) lab down --dir $(LAB_DIR)
+
+## jepsen: a nemesis run of JEPSEN_DURATION (10m) on a fresh lab of 6 server
+## hosts in 3 zones and 3 client hosts: random faults of every kind while the
+## clients work, then the checker (root; not in CI). Report and history in
+## $(JEPSEN_DIR)/jepsen/; JEPSEN_FLAGS=--seed N replays a run. See docs/lab.md.
+jepsen: build
+	@dpkg -s iproute2 nftables >/dev/null 2>&1 || { echo "installing iproute2 nftables"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq iproute2 nftables >/dev/null; }
+	-@$(SUDO) ./$(BIN) lab down --dir $(JEPSEN_DIR) >/dev/null 2>&1
+	$(SUDO) ./$(BIN) lab up --dir $(JEPSEN_DIR) --hosts 6 --zones 3 --clients 3 --small-disk s6 --mount-option op_timeout=10
+	$(SUDO) ./$(BIN) lab jepsen --dir $(JEPSEN_DIR) --duration $(JEPSEN_DURATION) $(JEPSEN_FLAGS); rc=$$?; \
+		$(SUDO) ./$(BIN) lab down --dir $(JEPSEN_DIR) >/dev/null; exit $$rc
 
 ## deps: what the tests need beyond Go itself.
 deps: apt-deps cargo-deps $(STATICCHECK) $(HELM)

@@ -3,6 +3,7 @@ package checker
 import (
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"slices"
 	"time"
 
@@ -17,11 +18,9 @@ import (
 type nameInput struct {
 	kind    history.Kind
 	outcome history.Outcome
-	a, b    int    // Name, and To for a rename
-	strict  bool   // a Fail whose errno says the precondition did not hold
-	exists  bool   // a stat's answer
-	list    string // a list's answer, as a state
-	listed  []string
+	a, b    int  // Name, and To for a rename
+	strict  bool // a Fail whose errno says the precondition did not hold
+	exists  bool // a stat's answer (a listing is one stat per name)
 	display string
 }
 
@@ -73,10 +72,8 @@ var nameModel = porcupine.Model{
 				return true, s
 			}
 			return true, renamed(s, in.a, in.b)
-		case history.Stat:
-			return hasName(s, in.a) == in.exists, s
 		}
-		return s == in.list, s // List
+		return hasName(s, in.a) == in.exists, s // Stat
 	},
 	Equal: func(a, b any) bool { return a.(string) == b.(string) },
 	Hash:  func(s any) uint64 { return maphash.String(nameSeed, s.(string)) },
@@ -120,6 +117,14 @@ func checkNames(key string, ops []history.Op, timeout time.Duration) keyResult {
 		}
 		return i
 	}
+	// Every name first, so that a listing can speak of each.
+	for _, op := range ops {
+		for _, n := range append([]string{op.Name, op.To}, op.Names...) {
+			if n != "" {
+				intern(n)
+			}
+		}
+	}
 	var lin []history.Op
 	var inputs []nameInput
 	for _, op := range ops {
@@ -157,30 +162,33 @@ func checkNames(key string, ops []history.Op, timeout time.Duration) keyResult {
 				c.add(NamesNotLinearizable, key, fmt.Sprintf("a listing at %d names %q twice", op.Start, sorted[i]), op)
 				continue
 			}
-			for _, n := range sorted {
-				intern(n)
+			// A listing is not a snapshot: readdir(3) may or may not
+			// show an entry added or removed while it runs (POSIX), and
+			// a directory's entries are spread over partitions read one
+			// after another. So each name's presence in it is one
+			// observation, at its own moment within the listing.
+			for _, n := range slices.Sorted(maps.Keys(index)) {
+				i := index[n]
+				st := op
+				st.Kind, st.Name, st.Names, st.Value = history.Stat, n, nil, 0
+				if slices.Contains(sorted, n) {
+					st.Value = 1
+				}
+				lin = append(lin, st)
+				inputs = append(inputs, nameInput{kind: history.Stat, outcome: history.OK, a: i, exists: st.Value == 1,
+					display: fmt.Sprintf("%s (%q in it: %v)", op, n, st.Value == 1)})
 			}
-			in.listed = sorted
+			continue
 		}
 		lin = append(lin, op)
 		inputs = append(inputs, in)
 	}
-	// Every name is numbered now, so every state has the same length.
 	empty := string(make([]byte, (len(index)+7)/8))
-	for i := range inputs {
-		if inputs[i].kind == history.List {
-			s := empty
-			for _, n := range inputs[i].listed {
-				s = withName(s, index[n], true)
-			}
-			inputs[i].list = s
-		}
-	}
 	model := nameModel
 	model.Init = func() any { return empty }
 	res := keyResult{}
 	verdict, stuck, shown := linearize(model, lin, func(i int) any { return inputs[i] }, timeout, func(s, o history.Op) int {
-		if s.Kind == history.List || o.Kind == history.List || touches(o, s.Name) || touches(o, s.To) {
+		if touches(o, s.Name) || touches(o, s.To) {
 			return 1
 		}
 		return 0

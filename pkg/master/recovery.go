@@ -83,28 +83,16 @@ func (s *Server) recoverReplicas(ctx context.Context) {
 	inFlight := 0
 	for _, m := range moving {
 		p := m.p
-		phase := pb.MovePhase_MOVE_PHASE_UNSPECIFIED
-		switch {
-		case states[p.Joining] != pb.NodeState_NODE_STATE_ALIVE && (m.leader == nil || !slices.Contains(m.leader.Voters, p.Joining)):
-			// The new node died before it voted: start over elsewhere (the
-			// next move removes the learner it left). Once it votes, the
-			// move goes on: removing the old replica needs no new node.
-			phase = pb.MovePhase_MOVE_PHASE_ABORT
-		case m.full:
-			// The new replica cannot hold the data. Removing it from the
-			// Raft group is safe even once it votes: the group had a
-			// quorum without it, and pkg/membership removes strays first.
-			phase = pb.MovePhase_MOVE_PHASE_ABORT
-			s.refuse(p.Joining)
-			s.log.Warn("replica move abandoned: the new replica's disk filled up", "partition", p.Id, "node", p.Joining)
-		case m.leader != nil && membership.Done(p.Replicas, p.Joining, p.Leaving, m.leader.Voters, m.leader.Learners) &&
-			(p.Kind != pb.PartitionKind_PARTITION_KIND_DATA || m.synced):
-			// A data partition's old replica goes only once the new one
-			// holds the extents too (a full alignment pass at this epoch).
-			phase = pb.MovePhase_MOVE_PHASE_DONE
-		default:
+		phase := moveDecision(p, states[p.Joining] == pb.NodeState_NODE_STATE_ALIVE, m.leader, m.synced, m.full)
+		switch phase {
+		case pb.MovePhase_MOVE_PHASE_UNSPECIFIED:
 			inFlight++
 			continue
+		case pb.MovePhase_MOVE_PHASE_ABORT:
+			if m.full {
+				s.refuse(p.Joining)
+				s.log.Warn("replica move abandoned: the new replica's disk filled up", "partition", p.Id, "node", p.Joining)
+			}
 		}
 		cmd := &pb.MoveReplica{PartitionId: p.Id, From: p.Leaving, To: p.Joining, Phase: phase}
 		if _, err := s.propose(ctx, &pb.Command{Op: &pb.Command_MoveReplica{MoveReplica: cmd}}); err != nil {
@@ -169,6 +157,38 @@ func (s *Server) freshReports() map[[2]uint64]*pb.PartitionReport {
 		}
 	}
 	return out
+}
+
+// moveDecision is what the leader does with p's move in flight, given
+// whether the joining node is alive, the freshest report of p's Raft
+// leader (nil: none is fresh), whether the joining replica aligned at p's
+// epoch (synced) and whether its disk refuses new data (full): abort, done,
+// or wait (MOVE_PHASE_UNSPECIFIED). Pure.
+func moveDecision(p *pb.Partition, joiningAlive bool, leader *pb.PartitionReport, synced, full bool) pb.MovePhase {
+	switch {
+	case !joiningAlive && leader != nil && !slices.Contains(leader.Voters, p.Joining):
+		// The new node died before it voted: start over elsewhere (the
+		// next move removes the learner it left). Once it votes, the
+		// move goes on: removing the old replica needs no new node.
+		// Without a fresh report of the group's leader nothing says it
+		// did not vote: the new replica may lead the group already, and
+		// have removed the old one from it (a partition that cut the
+		// master off from it right then), so the move waits. Aborting
+		// then left the map naming the removed replica as the primary,
+		// which had none of the overwrites the group went on to commit.
+		return pb.MovePhase_MOVE_PHASE_ABORT
+	case full:
+		// The new replica cannot hold the data. Removing it from the
+		// Raft group is safe even once it votes: the group had a
+		// quorum without it, and pkg/membership removes strays first.
+		return pb.MovePhase_MOVE_PHASE_ABORT
+	case leader != nil && membership.Done(p.Replicas, p.Joining, p.Leaving, leader.Voters, leader.Learners) &&
+		(p.Kind != pb.PartitionKind_PARTITION_KIND_DATA || synced):
+		// A data partition's old replica goes only once the new one
+		// holds the extents too (a full alignment pass at this epoch).
+		return pb.MovePhase_MOVE_PHASE_DONE
+	}
+	return pb.MovePhase_MOVE_PHASE_UNSPECIFIED
 }
 
 // moveTarget chooses the node that receives p's replica on from: an alive

@@ -1,0 +1,294 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/checker"
+	"github.com/cairnfs/cairn/pkg/history"
+)
+
+// JepsenConfig is a nemesis run (Lab.Jepsen): a random schedule of faults
+// while the clients' workload runs, then a heal, a settle and the final
+// reads, and the checker's verdict.
+type JepsenConfig struct {
+	// Duration of the faults and the workload.
+	Duration time.Duration
+	// Seed picks the schedule and the operations.
+	Seed uint64
+	// Nemesis and Workload shape the two sides; their Duration, Seed,
+	// Root and Mounts are filled in.
+	Nemesis  NemesisConfig
+	Workload WorkloadConfig
+	// Settle bounds the wait, after the heal, for every node alive and
+	// every partition fully replicated; default 3 min.
+	Settle time.Duration
+	// Out is the directory of the run's files: history.jsonl,
+	// nemesis.jsonl, report.md, timeline.svg.
+	Out string
+	// Progress receives a line every 10 s and at each fault; nil: none.
+	Progress io.Writer
+}
+
+// JepsenResult is what a run found.
+type JepsenResult struct {
+	Seed     uint64
+	Duration time.Duration
+	Report   checker.Report
+	Events   []NemesisEvent
+	Stalls   []Stall
+	// Recovered: every node alive and every partition healthy within
+	// Settle after the heal, after RecoveredIn; else Unrecovered says what
+	// was not.
+	Recovered   bool
+	RecoveredIn time.Duration
+	Unrecovered string
+	// Fsck is the volume check's output; FsckClean its verdict.
+	Fsck      string
+	FsckClean bool
+	Out       string
+}
+
+// Failed reports whether the run found anything wrong.
+func (r *JepsenResult) Failed() bool {
+	return len(r.Report.Anomalies) > 0 || !r.Recovered || !r.FsckClean
+}
+
+// Jepsen runs a nemesis run on the lab, which must be up with at least one
+// client host, and writes its files to cfg.Out.
+func (l *Lab) Jepsen(ctx context.Context, cfg JepsenConfig) (*JepsenResult, error) {
+	if cfg.Duration <= 0 {
+		return nil, errors.New("jepsen: a duration is needed")
+	}
+	if cfg.Settle <= 0 {
+		cfg.Settle = 3 * time.Minute
+	}
+	progress := cfg.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	st, err := l.Status()
+	if err != nil {
+		return nil, err
+	}
+	s, err := l.State()
+	if err != nil {
+		return nil, err
+	}
+	if len(s.Faults) > 0 {
+		return nil, fmt.Errorf("jepsen: %d faults in force; heal them first (cairn lab heal --all)", len(s.Faults))
+	}
+	mounts := map[string]string{}
+	for _, h := range st.Hosts {
+		if h.Mount != "" {
+			mounts[h.Name] = h.Mount
+		}
+	}
+	if len(mounts) == 0 {
+		return nil, errors.New("jepsen: the lab has no client host with a mount (cairn lab up --clients N)")
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("jepsen: %w", err)
+	}
+	hf, err := os.Create(filepath.Join(cfg.Out, "history.jsonl"))
+	if err != nil {
+		return nil, fmt.Errorf("jepsen: %w", err)
+	}
+	defer hf.Close()
+	nf, err := os.Create(filepath.Join(cfg.Out, "nemesis.jsonl"))
+	if err != nil {
+		return nil, fmt.Errorf("jepsen: %w", err)
+	}
+	defer nf.Close()
+
+	nc := cfg.Nemesis
+	nc.Duration, nc.Seed = cfg.Duration, cfg.Seed
+	plan, err := PlanNemesis(s, nc)
+	if err != nil {
+		return nil, err
+	}
+	rec := history.NewRecorder(hf)
+	wc := cfg.Workload
+	wc.Root = fmt.Sprintf("jepsen/%s-seed%d", time.Now().UTC().Format("20060102T150405"), cfg.Seed)
+	wc.Mounts, wc.Seed = mounts, cfg.Seed
+	start := time.Now()
+	w, err := NewWorkload(wc, rec, start)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Setup(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "jepsen: seed %d, %v of faults (%d planned) on %d server hosts, %d client hosts; files in %s\n",
+		cfg.Seed, cfg.Duration, len(plan), len(servers(s)), len(mounts), cfg.Out)
+
+	res := &JepsenResult{Seed: cfg.Seed, Duration: cfg.Duration, Out: cfg.Out}
+	var (
+		mu      sync.Mutex
+		inForce = map[int]string{}
+	)
+	record := func(e NemesisEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		res.Events = append(res.Events, e)
+		b, _ := json.Marshal(e)
+		_, _ = nf.Write(append(b, '\n'))
+		verb := "inject"
+		if e.Heal {
+			verb = "heal"
+			delete(inForce, e.Fault)
+		} else if e.Err == "" {
+			inForce[e.Fault] = e.Spec
+		}
+		if e.Err != "" {
+			fmt.Fprintf(progress, "  %6.1fs %s %s: %s\n", e.At.Seconds(), verb, e.Spec, e.Err)
+		} else {
+			fmt.Fprintf(progress, "  %6.1fs %s %s (fault %d)\n", e.At.Seconds(), verb, e.Spec, e.Fault)
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var nemErr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		nemErr = l.RunNemesis(runCtx, plan, start, record)
+	}()
+	go func() {
+		defer wg.Done()
+		w.Run(runCtx, start.Add(cfg.Duration))
+	}()
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				c := countOutcomes(rec.Ops())
+				mu.Lock()
+				faults := slices.Sorted(mapValues(inForce))
+				mu.Unlock()
+				fmt.Fprintf(progress, "  %6.1fs %d operations (%d ok, %d failed, %d unknown); faults in force: %s\n",
+					time.Since(start).Seconds(), c.total, c.ok, c.fail, c.unknown, orNone(faults))
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	if nemErr != nil {
+		return nil, nemErr
+	}
+	if _, err := l.HealAll(context.WithoutCancel(ctx)); err != nil {
+		return nil, fmt.Errorf("jepsen: heal: %w", err)
+	}
+	healed := time.Now()
+	fmt.Fprintf(progress, "jepsen: healed; waiting up to %v for every node alive and every partition healthy\n", cfg.Settle)
+	res.Unrecovered = l.settle(ctx, cfg.Settle)
+	res.Recovered, res.RecoveredIn = res.Unrecovered == "", time.Since(healed)
+	fmt.Fprintf(progress, "jepsen: final reads through %d mounts\n", len(mounts))
+	w.Final()
+	if err := rec.Flush(); err != nil {
+		return nil, fmt.Errorf("jepsen: history: %w", err)
+	}
+	res.Fsck, res.FsckClean = l.fsck(ctx, s, w.hosts[0])
+	ops := rec.Ops()
+	res.Report = checker.Check(ops, checker.Options{})
+	res.Stalls = Stalls(ops, res.Events)
+	if err := writeReport(res, ops); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+type outcomeCount struct{ total, ok, fail, unknown int }
+
+func countOutcomes(ops []history.Op) outcomeCount {
+	var c outcomeCount
+	for _, op := range ops {
+		c.total++
+		switch op.Outcome {
+		case history.OK:
+			c.ok++
+		case history.Fail:
+			c.fail++
+		default:
+			c.unknown++
+		}
+	}
+	return c
+}
+
+func mapValues(m map[int]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for _, v := range m {
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, "; ")
+}
+
+// settle waits up to d for every node alive and every partition healthy;
+// "" when they are, else what is not.
+func (l *Lab) settle(ctx context.Context, d time.Duration) string {
+	deadline := time.Now().Add(d)
+	last := "no answer from the masters"
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cs, err := l.Cluster(cctx)
+		cancel()
+		if err != nil {
+			last = err.Error()
+		} else {
+			var bad []string
+			for _, n := range cs.Nodes {
+				if n.Role != RoleMaster && n.State != "alive" {
+					bad = append(bad, fmt.Sprintf("%s node %s %s", n.Role, n.Address, n.State))
+				}
+			}
+			for _, p := range cs.Partitions {
+				if p.Health != "healthy" {
+					bad = append(bad, fmt.Sprintf("%s partition %d %s", p.Kind, p.ID, p.Health))
+				}
+			}
+			if len(bad) == 0 {
+				return ""
+			}
+			last = strings.Join(bad, ", ")
+		}
+		time.Sleep(time.Second)
+	}
+	return last
+}
+
+// fsck checks the volume from host; it returns the output and whether the
+// volume is clean.
+func (l *Lab) fsck(ctx context.Context, s *State, host string) (string, bool) {
+	var out bytes.Buffer
+	code, err := l.Exec(ctx, host, []string{s.Binary, "fsck", s.Volume, "--timeout", "1m"}, nil, &out, &out)
+	if err != nil {
+		return err.Error(), false
+	}
+	return strings.TrimSpace(out.String()), code == 0
+}

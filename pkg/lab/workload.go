@@ -1,0 +1,397 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cairnfs/cairn/pkg/history"
+)
+
+// WorkloadConfig shapes the clients' operations during a nemesis run: every
+// client host's mount gets WorkersPerHost workers, which for the whole run
+// overwrite and read shared register files, append to files of their own,
+// and create, rename, unlink, stat and list names in shared directories.
+type WorkloadConfig struct {
+	// Root is the run's directory, relative to the volume's root.
+	Root string
+	// Mounts maps client host to its mount point.
+	Mounts map[string]string
+	// WorkersPerHost defaults to 3.
+	WorkersPerHost int
+	// Registers (shared files overwritten in place) default to 6; Dirs
+	// (shared directories) to 2 with Names (entry names) 5 each.
+	Registers, Dirs, Names int
+	// GiveUp is how long a worker waits for one operation before it
+	// records it as unknown and goes on as a new process; default 60 s.
+	// A mount answers within its op_timeout unless its process is
+	// stopped.
+	GiveUp time.Duration
+	// Pause between a worker's operations; default 20 ms.
+	Pause time.Duration
+	// Seed picks every operation.
+	Seed uint64
+}
+
+func (c *WorkloadConfig) defaults() {
+	if c.WorkersPerHost <= 0 {
+		c.WorkersPerHost = 3
+	}
+	if c.Registers <= 0 {
+		c.Registers = 6
+	}
+	if c.Dirs <= 0 {
+		c.Dirs = 2
+	}
+	if c.Names <= 0 {
+		c.Names = 5
+	}
+	if c.GiveUp <= 0 {
+		c.GiveUp = time.Minute
+	}
+	if c.Pause <= 0 {
+		c.Pause = 20 * time.Millisecond
+	}
+}
+
+// blockSize is a register's size: one page, so that a write is one FUSE
+// request and a read sees one write or another, never a mix.
+const blockSize = 4096
+
+// Workload runs the clients' side of a nemesis run and records every
+// operation in a history.
+type Workload struct {
+	cfg   WorkloadConfig
+	rec   *history.Recorder
+	start time.Time
+	hosts []string // client hosts, sorted
+
+	mu       sync.Mutex
+	nextProc int
+	appended map[int]string // process -> its append file (relative key)
+}
+
+// NewWorkload prepares a workload whose times count from start.
+func NewWorkload(cfg WorkloadConfig, rec *history.Recorder, start time.Time) (*Workload, error) {
+	cfg.defaults()
+	if len(cfg.Mounts) == 0 {
+		return nil, errors.New("workload: no client mount")
+	}
+	w := &Workload{cfg: cfg, rec: rec, start: start, appended: map[int]string{}}
+	for h := range cfg.Mounts {
+		w.hosts = append(w.hosts, h)
+	}
+	sort.Strings(w.hosts)
+	return w, nil
+}
+
+func (w *Workload) register(i int) string { return path.Join(w.cfg.Root, "reg", fmt.Sprintf("r%d", i)) }
+func (w *Workload) dir(i int) string      { return path.Join(w.cfg.Root, "names", fmt.Sprintf("d%d", i)) }
+func (w *Workload) appendFile(proc int) string {
+	return path.Join(w.cfg.Root, "app", fmt.Sprintf("p%d", proc))
+}
+
+// local is key's path through host's mount.
+func (w *Workload) local(host, key string) string {
+	return filepath.Join(w.cfg.Mounts[host], filepath.FromSlash(key))
+}
+
+// Setup makes the run's directories and empty register files through the
+// first client's mount, before any fault.
+func (w *Workload) Setup() error {
+	h := w.hosts[0]
+	for _, d := range []string{"reg", "app", "names"} {
+		if err := os.MkdirAll(w.local(h, path.Join(w.cfg.Root, d)), 0o755); err != nil {
+			return fmt.Errorf("workload setup: %w", err)
+		}
+	}
+	for i := range w.cfg.Dirs {
+		if err := os.Mkdir(w.local(h, w.dir(i)), 0o755); err != nil {
+			return fmt.Errorf("workload setup: %w", err)
+		}
+	}
+	for i := range w.cfg.Registers {
+		f, err := os.OpenFile(w.local(h, w.register(i)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err == nil {
+			err = f.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("workload setup: %w", err)
+		}
+	}
+	return nil
+}
+
+func (w *Workload) newProc() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.nextProc++
+	return w.nextProc
+}
+
+// Run runs every worker until ctx ends or until.
+func (w *Workload) Run(ctx context.Context, until time.Time) {
+	var wg sync.WaitGroup
+	for hi, h := range w.hosts {
+		for k := range w.cfg.WorkersPerHost {
+			rng := rand.New(rand.NewPCG(w.cfg.Seed, uint64(hi*1000+k)))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.worker(ctx, h, rng, until)
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+func (w *Workload) worker(ctx context.Context, host string, rng *rand.Rand, until time.Time) {
+	proc := w.newProc()
+	var seq uint64
+	for ctx.Err() == nil && time.Now().Before(until) {
+		seq++
+		op := w.draw(rng, proc, seq)
+		op.Host = host
+		done := w.perform(host, &op)
+		if !done {
+			// Still running inside the mount: it may yet take effect.
+			// A new process goes on, as after any unknown outcome.
+			op.Outcome, op.Errno = history.Unknown, "gave up"
+		}
+		_ = w.rec.Record(op)
+		if op.Outcome == history.Unknown {
+			proc, seq = w.newProc(), 0
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(w.cfg.Pause):
+		}
+	}
+}
+
+// draw picks the next operation of process proc.
+func (w *Workload) draw(rng *rand.Rand, proc int, seq uint64) history.Op {
+	op := history.Op{Process: proc}
+	r := rng.IntN(100)
+	switch {
+	case r < 20:
+		op.Kind, op.Key = history.Write, w.register(rng.IntN(w.cfg.Registers))
+		op.Value = uint64(proc)<<32 | seq
+	case r < 42:
+		op.Kind, op.Key = history.Read, w.register(rng.IntN(w.cfg.Registers))
+	case r < 55:
+		op.Kind, op.Key = history.Append, w.appendFile(proc)
+		op.Value = uint64(proc)<<32 | seq
+	default:
+		op.Key = w.dir(rng.IntN(w.cfg.Dirs))
+		name := func() string { return fmt.Sprintf("n%d", rng.IntN(w.cfg.Names)) }
+		op.Name = name()
+		switch rng.IntN(5) {
+		case 0:
+			op.Kind = history.Create
+		case 1:
+			op.Kind = history.Unlink
+		case 2:
+			op.Kind, op.To = history.Rename, name()
+			if op.To == op.Name {
+				op.Kind = history.Stat
+				op.To = ""
+			}
+		case 3:
+			op.Kind = history.Stat
+		default:
+			op.Kind, op.Name = history.List, ""
+		}
+	}
+	return op
+}
+
+// perform runs op through host's mount and fills in its result; false when
+// it gave up waiting (Config.GiveUp).
+func (w *Workload) perform(host string, op *history.Op) bool {
+	op.Start = time.Since(w.start).Nanoseconds()
+	done := make(chan struct{})
+	var res history.Op
+	go func() {
+		defer close(done)
+		res = *op
+		w.do(host, &res)
+	}()
+	select {
+	case <-done:
+		*op = res
+		op.End = time.Since(w.start).Nanoseconds()
+		return true
+	case <-time.After(w.cfg.GiveUp):
+		op.End = time.Since(w.start).Nanoseconds()
+		return false
+	}
+}
+
+// do performs op and sets its outcome and result (not its times).
+func (w *Workload) do(host string, op *history.Op) {
+	p := w.local(host, op.Key)
+	var err error
+	switch op.Kind {
+	case history.Write:
+		err = writeAt0(p, history.EncodeBlock(op.Value, blockSize))
+	case history.Read:
+		var b []byte
+		if b, err = os.ReadFile(p); err == nil {
+			op.Value, op.Corrupt = decodeRegister(b)
+		}
+	case history.Append:
+		w.mu.Lock()
+		w.appended[op.Process] = op.Key
+		w.mu.Unlock()
+		err = appendSynced(p, history.EncodeRecord(op.Value))
+	case history.ReadAppends:
+		var b []byte
+		if b, err = os.ReadFile(p); errors.Is(err, os.ErrNotExist) {
+			err = nil // never appended to, or the creation was lost
+		} else if err == nil {
+			var ok bool
+			op.Values, ok = history.DecodeRecords(b)
+			op.Corrupt = !ok
+		}
+	case history.Create:
+		var f *os.File
+		if f, err = os.OpenFile(filepath.Join(p, op.Name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
+			err = f.Close()
+		}
+	case history.Unlink:
+		err = os.Remove(filepath.Join(p, op.Name))
+	case history.Rename:
+		err = os.Rename(filepath.Join(p, op.Name), filepath.Join(p, op.To))
+	case history.Stat:
+		if _, err = os.Lstat(filepath.Join(p, op.Name)); err == nil {
+			op.Value = 1
+		} else if errors.Is(err, os.ErrNotExist) {
+			op.Value, err = 0, nil
+		}
+	case history.List:
+		var ents []os.DirEntry
+		if ents, err = os.ReadDir(p); err == nil {
+			op.Names = []string{}
+			for _, e := range ents {
+				op.Names = append(op.Names, e.Name())
+			}
+			slices.Sort(op.Names)
+		}
+	}
+	op.Outcome, op.Errno = outcomeOf(op.Kind, err)
+}
+
+// outcomeOf classifies an operation's error: an errno that says the
+// operation did not happen (EEXIST for an exclusive create, ENOENT for a
+// name that was not there) is a failure; any other error leaves it
+// unknown, as it may have happened before the error.
+func outcomeOf(kind history.Kind, err error) (history.Outcome, string) {
+	if err == nil {
+		return history.OK, ""
+	}
+	var errno syscall.Errno
+	name := err.Error()
+	if errors.As(err, &errno) {
+		name = errnoName(errno)
+	}
+	switch {
+	case kind == history.Create && errors.Is(err, syscall.EEXIST),
+		(kind == history.Unlink || kind == history.Rename) && errors.Is(err, syscall.ENOENT):
+		return history.Fail, name
+	}
+	return history.Unknown, name
+}
+
+func errnoName(e syscall.Errno) string {
+	if n := unix.ErrnoName(e); n != "" {
+		return n
+	}
+	return fmt.Sprintf("errno %d (%v)", int(e), e)
+}
+
+// decodeRegister reads a register file's bytes: empty is 0.
+func decodeRegister(b []byte) (v uint64, corrupt bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	v, ok := history.DecodeBlock(b)
+	return v, !ok
+}
+
+// writeAt0 overwrites the start of the file at p with b, fsyncs and closes.
+func writeAt0(p string, b []byte) error {
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// appendSynced appends b to the file at p (creating it), fsyncs and closes.
+func appendSynced(p string, b []byte) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// Final reads, after the faults healed, every register and append file
+// and lists every directory through every client's mount, each as an
+// operation of a process of its own (Final set).
+func (w *Workload) Final() {
+	w.mu.Lock()
+	files := make([]string, 0, len(w.appended))
+	for _, k := range w.appended {
+		files = append(files, k)
+	}
+	w.mu.Unlock()
+	slices.Sort(files)
+	for _, h := range w.hosts {
+		var ops []history.Op
+		for i := range w.cfg.Registers {
+			ops = append(ops, history.Op{Kind: history.Read, Key: w.register(i)})
+		}
+		for _, k := range files {
+			ops = append(ops, history.Op{Kind: history.ReadAppends, Key: k})
+		}
+		for i := range w.cfg.Dirs {
+			ops = append(ops, history.Op{Kind: history.List, Key: w.dir(i)})
+		}
+		for _, op := range ops {
+			op.Process, op.Host, op.Final = w.newProc(), h, true
+			if !w.perform(h, &op) {
+				op.Outcome, op.Errno = history.Unknown, "gave up"
+			}
+			_ = w.rec.Record(op)
+		}
+	}
+}
