@@ -35,6 +35,14 @@ type Options struct {
 	// whose check times out is reported in Report.Undecided, not as an
 	// anomaly.
 	Timeout time.Duration
+	// NameStaleness is how old a client's view of a directory's names
+	// may be (its kernel's cached entries, kept coherent across clients
+	// within a bound): a stat, a listing, and a create, unlink or rename
+	// that failed for the name's presence or absence may reflect the
+	// directory up to this long before they began. Changes themselves
+	// (a create, unlink or rename that succeeded) are decided by the
+	// servers and get no slack. 0: none, every view is current.
+	NameStaleness time.Duration
 }
 
 // DefaultTimeout is the search bound per key when Options.Timeout is zero.
@@ -216,7 +224,7 @@ func Check(ops []history.Op, opts Options) Report {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				results[i] = checkGroup(list[i], timeout)
+				results[i] = checkGroup(list[i], timeout, opts.NameStaleness)
 			}
 		}()
 	}
@@ -272,14 +280,14 @@ type keyResult struct {
 	undecided bool
 }
 
-func checkGroup(g *group, timeout time.Duration) keyResult {
+func checkGroup(g *group, timeout, staleness time.Duration) keyResult {
 	switch g.family {
 	case register:
 		return checkRegister(g.key, g.ops, timeout)
 	case appendFile:
 		return keyResult{anomalies: checkAppends(g.key, g.ops)}
 	}
-	return checkNames(g.key, g.ops, timeout)
+	return checkNames(g.key, g.ops, timeout, staleness)
 }
 
 // opLess orders operations by start, then end, then process: the order in

@@ -307,3 +307,33 @@ func TestBadHistoryMerged(t *testing.T) {
 		t.Errorf("detail %q lacks one of the two", d)
 	}
 }
+
+// TestNameStaleness: a view of a directory may lag its changes by
+// Options.NameStaleness, no more, and changes themselves get no slack.
+func TestNameStaleness(t *testing.T) {
+	cr, ul := history.Create, history.Unlink
+	for _, tc := range []struct {
+		name      string
+		ops       []history.Op
+		staleness time.Duration
+		want      []string
+	}{
+		{"stat within the staleness", []history.Op{nameOp(1, cr, "d", "a", 0, 10), nameOp(1, ul, "d", "a", 20, 30),
+			st(2, "d", "a", true, 35, 40)}, 10, nil},
+		{"stat past the staleness", []history.Op{nameOp(1, cr, "d", "a", 0, 10), nameOp(1, ul, "d", "a", 20, 30),
+			st(2, "d", "a", true, 45, 50)}, 10, []string{"names-not-linearizable d"}},
+		{"no staleness", []history.Op{nameOp(1, cr, "d", "a", 0, 10), nameOp(1, ul, "d", "a", 20, 30),
+			st(2, "d", "a", true, 35, 40)}, 0, []string{"names-not-linearizable d"}},
+		{"a listing within it", []history.Op{nameOp(1, cr, "d", "a", 0, 10), nameOp(1, ul, "d", "a", 20, 30),
+			ls(2, "d", []string{"a"}, 35, 40)}, 10, nil},
+		{"a failed create within it", []history.Op{nameOp(1, cr, "d", "a", 0, 10), nameOp(1, ul, "d", "a", 20, 30),
+			fail(nameOp(2, cr, "d", "a", 35, 40), "EEXIST")}, 10, nil},
+		{"a change gets no slack", []history.Op{nameOp(1, cr, "d", "a", 0, 10), nameOp(1, ul, "d", "a", 20, 30),
+			nameOp(2, ul, "d", "a", 35, 40)}, 10, []string{"names-not-linearizable d"}},
+	} {
+		rep := Check(tc.ops, Options{Timeout: 10 * time.Second, NameStaleness: tc.staleness})
+		if got := found(rep); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: found %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -106,7 +106,12 @@ func renamed(s string, a, b int) string {
 // order, for linearizability against nameModel. A stat or list that did not
 // return an answer shows nothing and is left out, but a stat that failed
 // with ENOENT is taken as the answer "absent".
-func checkNames(key string, ops []history.Op, timeout time.Duration) keyResult {
+//
+// An observation (a stat, each name of a listing, a failure that says a
+// name was or was not there) may see the directory as it was up to
+// staleness before it began: it is checked as if it began that much
+// earlier.
+func checkNames(key string, ops []history.Op, timeout, staleness time.Duration) keyResult {
 	c := newCollector()
 	index := map[string]int{}
 	intern := func(n string) int {
@@ -170,6 +175,7 @@ func checkNames(key string, ops []history.Op, timeout time.Duration) keyResult {
 			for _, n := range slices.Sorted(maps.Keys(index)) {
 				i := index[n]
 				st := op
+				st.Start = max(0, st.Start-int64(staleness))
 				st.Kind, st.Name, st.Names, st.Value = history.Stat, n, nil, 0
 				if slices.Contains(sorted, n) {
 					st.Value = 1
@@ -179,6 +185,9 @@ func checkNames(key string, ops []history.Op, timeout time.Duration) keyResult {
 					display: fmt.Sprintf("%s (%q in it: %v)", op, n, st.Value == 1)})
 			}
 			continue
+		}
+		if op.Kind == history.Stat || in.strict {
+			op.Start = max(0, op.Start-int64(staleness))
 		}
 		lin = append(lin, op)
 		inputs = append(inputs, in)

@@ -415,6 +415,47 @@ func TestOverwriteThroughRaft(t *testing.T) {
 	}
 }
 
+// A read that any replica serves right after an overwrite was
+// acknowledged sees it: a follower confirms it applied everything
+// committed first (a read barrier), as it may learn of the commit only
+// with the leader's next message.
+func TestFollowerReadSeesAcknowledgedOverwrite(t *testing.T) {
+	c := three(t)
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	cl.appendAll(ext, make([]byte, 4096), 4096)
+	var leader uint64
+	overwrite := func(v byte) error {
+		patch := bytes.Repeat([]byte{v}, 4096)
+		for _, id := range []uint64{leader, 1, 2, 3} {
+			if id == 0 {
+				continue
+			}
+			_, _, err := cl.do(id, dataproto.Header{Op: dataproto.OpOverwrite, Partition: 1, Extent: ext}, patch)
+			if err == nil {
+				leader = id
+				return nil
+			}
+		}
+		return errors.New("no replica took the overwrite")
+	}
+	eventually(t, 10*time.Second, func() error { return overwrite(1) })
+	for v := byte(2); v < 40; v++ {
+		if err := overwrite(v); err != nil {
+			t.Fatal(err)
+		}
+		for id := uint64(1); id <= 3; id++ {
+			got, err := cl.read(id, ext, 0, 4096, 4096)
+			if err != nil {
+				t.Fatalf("read from node %d after overwrite %d: %v", id, v, err)
+			}
+			if got[0] != v || got[4095] != v {
+				t.Fatalf("node %d (leader %d) served %d after overwrite %d was acknowledged", id, leader, got[0], v)
+			}
+		}
+	}
+}
+
 // A follower that was away catches up on return: the extents freed while
 // it was away are deleted, the bytes appended without it are copied from
 // the primary, and a follower whose store was lost entirely is refilled.

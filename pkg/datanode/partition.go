@@ -42,6 +42,11 @@ type partition struct {
 	// durableSeq >= n.
 	appendSeq, durableSeq atomic.Uint64
 
+	// leading is whether this replica leads the partition's Raft group, as
+	// last noted: a replica that does not confirms its reads with a read
+	// barrier (session.read).
+	leading atomic.Bool
+
 	// Reads wait until Raft has re-applied the overwrites committed before
 	// the partition was opened (they may be newer than the bytes on disk).
 	replayTo uint64
@@ -110,7 +115,8 @@ func openPartition(h *Host, p *pb.Partition) (*partition, error) {
 			peers = append(peers, multiraft.NodeID(r))
 		}
 	}
-	if err := h.env.Raft.AddGroup(multiraft.GroupID(p.Id), peers, part.sm, multiraft.GroupOptions{}); err != nil {
+	opts := multiraft.GroupOptions{OnLeaderChange: func(li multiraft.LeaderInfo) { part.leading.Store(li.IsLeader) }}
+	if err := h.env.Raft.AddGroup(multiraft.GroupID(p.Id), peers, part.sm, opts); err != nil {
 		cancel()
 		st.Close()
 		return nil, fmt.Errorf("raft group: %w", err)

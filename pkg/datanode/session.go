@@ -595,6 +595,31 @@ func (s *session) free(in *dataproto.Inbound) {
 	}()
 }
 
+// followerReadWait bounds a follower's read barrier, an election included;
+// past it the reader goes to another replica.
+const followerReadWait = 2 * time.Second
+
+// readBarrier returns once p's replica here has applied every entry its
+// Raft group committed before the call (multiraft.ReadIndex), waiting out
+// an election, for at most followerReadWait.
+func (s *session) readBarrier(ctx context.Context, p *partition) error {
+	ctx, cancel := context.WithTimeout(ctx, followerReadWait)
+	defer cancel()
+	for {
+		err := s.h.env.Raft.ReadIndex(ctx, multiraft.GroupID(p.id))
+		var nl *multiraft.NotLeaderError
+		if err == nil || !errors.As(err, &nl) || nl.Leader != 0 {
+			return err
+		}
+		// No leader known yet: one is being elected.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no leader elected within %v: %w", followerReadWait, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func (s *session) read(in *dataproto.Inbound) {
 	r := s.begin(in)
 	p, _, _, ok := s.target(r, false)
@@ -613,6 +638,18 @@ func (s *session) read(in *dataproto.Inbound) {
 	case !p.serving(h.Extent):
 		r.fail(dataproto.CodeNotHeld, "extent %d awaits repair or replay on node %d", h.Extent, s.h.env.NodeID)
 		return
+	case !p.leading.Load():
+		// A follower may not have applied an overwrite the leader has
+		// acknowledged: it serves the read once a read barrier shows it
+		// applied everything committed before the read arrived (one round
+		// trip to the leader), else sends the reader on. Without this a
+		// reader that went to a follower (the primary down, a chain or a
+		// leadership that just moved) could read bytes another client had
+		// overwritten and closed before it opened the file.
+		if err := s.readBarrier(in.Context(), p); err != nil {
+			r.fail(dataproto.CodeNotHeld, "node %d follows partition %d and could not confirm it applied every acknowledged overwrite: %v", s.h.env.NodeID, p.id, err)
+			return
+		}
 	}
 	st := p.st()
 	info, err := st.Stat(h.Extent)

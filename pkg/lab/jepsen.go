@@ -38,7 +38,18 @@ type JepsenConfig struct {
 	Out string
 	// Progress receives a line every 10 s and at each fault; nil: none.
 	Progress io.Writer
+	// NameStaleness is how far behind another mount's changes a mount's
+	// view of names may be (checker.Options); default MountNameBound.
+	NameStaleness time.Duration
 }
+
+// MountNameBound is how long a mount may show a name or attributes
+// another mount changed: its kernel's short entry and attribute timeouts
+// (1 s; the change feed keeps long-cached ones within 0.5 s), plus one
+// request's time (docs/design.md, "Kernel caches kept coherent by a
+// change feed"). File contents get no such slack: an open after another
+// mount's close reads what it wrote.
+const MountNameBound = 1100 * time.Millisecond
 
 // JepsenResult is what a run found.
 type JepsenResult struct {
@@ -72,6 +83,9 @@ func (l *Lab) Jepsen(ctx context.Context, cfg JepsenConfig) (*JepsenResult, erro
 	}
 	if cfg.Settle <= 0 {
 		cfg.Settle = 3 * time.Minute
+	}
+	if cfg.NameStaleness <= 0 {
+		cfg.NameStaleness = MountNameBound
 	}
 	progress := cfg.Progress
 	if progress == nil {
@@ -206,7 +220,7 @@ func (l *Lab) Jepsen(ctx context.Context, cfg JepsenConfig) (*JepsenResult, erro
 	}
 	res.Fsck, res.FsckClean = l.fsck(ctx, s, w.hosts[0])
 	ops := rec.Ops()
-	res.Report = checker.Check(ops, checker.Options{})
+	res.Report = checker.Check(ops, checker.Options{NameStaleness: cfg.NameStaleness})
 	res.Stalls = Stalls(ops, res.Events)
 	if err := writeReport(res, ops); err != nil {
 		return nil, err
