@@ -13,17 +13,15 @@ import (
 	"github.com/cairnfs/cairn/pkg/history"
 )
 
-// Stall is how one fault of a run hurt the clients: after its injection,
-// how long until the first write (and read) begun after it succeeded, and
-// the longest time without any successful write (read) while it was in
-// force. An operation that succeeds at once shows 0.
+// Stall is how one fault of a run hurt the clients: the longest time,
+// while it was in force, in which no write (no read) of any client
+// succeeded. With every worker waiting on the fault's victim, it is the
+// time the cluster took to route around it.
 type Stall struct {
 	Fault       int           `json:"fault"`
 	Spec        string        `json:"spec"`
 	Kind        FaultKind     `json:"kind"`
 	Lasted      time.Duration `json:"lasted"`
-	FirstWrite  time.Duration `json:"first_write"` // -1: none before the heal
-	FirstRead   time.Duration `json:"first_read"`
 	LongestGapW time.Duration `json:"longest_write_gap"`
 	LongestGapR time.Duration `json:"longest_read_gap"`
 }
@@ -63,31 +61,16 @@ func Stalls(ops []history.Op, events []NemesisEvent) []Stall {
 		}
 		kind, _, _ := strings.Cut(sp.spec, " ")
 		st := Stall{Fault: id, Spec: sp.spec, Kind: FaultKind(kind), Lasted: sp.heal - sp.at}
-		st.FirstWrite, st.LongestGapW = stallOf(ops, sp.at, sp.heal, true)
-		st.FirstRead, st.LongestGapR = stallOf(ops, sp.at, sp.heal, false)
+		st.LongestGapW = stallOf(ops, sp.at, sp.heal, true)
+		st.LongestGapR = stallOf(ops, sp.at, sp.heal, false)
 		out = append(out, st)
 	}
 	return out
 }
 
-// stallOf measures, for writes or reads, the time from at until the first
-// success of an operation begun after at (-1: none before heal), and the
-// longest time in [at, heal] between successive successes.
-func stallOf(ops []history.Op, at, heal time.Duration, writes bool) (first, gap time.Duration) {
-	first = -1
-	last := at
-	for _, op := range ops { // sorted by start
-		if op.Final || op.Outcome != history.OK || isWrite(op.Kind) != writes {
-			continue
-		}
-		end := time.Duration(op.End)
-		if end < at || end > heal {
-			continue
-		}
-		if time.Duration(op.Start) >= at && (first < 0 || end-at < first) {
-			first = end - at
-		}
-	}
+// stallOf is the longest time in [at, heal] between successes of writes
+// (or reads), counting from at and to heal.
+func stallOf(ops []history.Op, at, heal time.Duration, writes bool) (gap time.Duration) {
 	var ends []time.Duration
 	for _, op := range ops {
 		if !op.Final && op.Outcome == history.OK && isWrite(op.Kind) == writes {
@@ -97,12 +80,12 @@ func stallOf(ops []history.Op, at, heal time.Duration, writes bool) (first, gap 
 		}
 	}
 	slices.Sort(ends)
+	last := at
 	for _, e := range ends {
 		gap = max(gap, e-last)
 		last = e
 	}
-	gap = max(gap, heal-last)
-	return first, gap
+	return max(gap, heal-last)
 }
 
 // writeReport writes report.md and timeline.svg into the run's directory.
@@ -127,11 +110,10 @@ func writeReport(r *JepsenResult, ops []history.Op) error {
 		fsck = "**not clean**"
 	}
 	fmt.Fprintf(&b, "`cairn fsck`: %s\n\n```\n%s\n```\n\n", fsck, r.Fsck)
-	b.WriteString("## Faults\n\nTimes in seconds. First: from the injection to the first success of an operation begun after it; gap: the longest time without a success while it was in force.\n\n")
-	b.WriteString("| fault | lasted | first write | first read | write gap | read gap |\n|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("## Faults\n\nSeconds; a gap is the longest time while the fault was in force in which no write (no read) of any client succeeded.\n\n")
+	b.WriteString("| fault | lasted | write gap | read gap |\n|---|---:|---:|---:|\n")
 	for _, s := range r.Stalls {
-		fmt.Fprintf(&b, "| %d `%s` | %.1f | %s | %s | %.1f | %.1f |\n", s.Fault, s.Spec, s.Lasted.Seconds(),
-			secs(s.FirstWrite), secs(s.FirstRead), s.LongestGapW.Seconds(), s.LongestGapR.Seconds())
+		fmt.Fprintf(&b, "| %d `%s` | %.1f | %.1f | %.1f |\n", s.Fault, s.Spec, s.Lasted.Seconds(), s.LongestGapW.Seconds(), s.LongestGapR.Seconds())
 	}
 	for _, e := range r.Events {
 		if e.Err != "" {
@@ -145,13 +127,6 @@ func writeReport(r *JepsenResult, ops []history.Op) error {
 		return fmt.Errorf("jepsen report: %w", err)
 	}
 	return nil
-}
-
-func secs(d time.Duration) string {
-	if d < 0 {
-		return "none"
-	}
-	return fmt.Sprintf("%.1f", d.Seconds())
 }
 
 // timelineSVG draws, per second, the operations that completed (ok,
