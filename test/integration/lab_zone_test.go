@@ -1,0 +1,160 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/lab"
+)
+
+// TestLabZoneDown takes down the whole zone of the master leader (every
+// process killed, every link down) on a lab of 6 server hosts in 3 zones,
+// and checks what docs/design.md ("Partitions and zones") promises: no
+// byte written before is lost, writes and reads through a mount on a
+// client host resume (the time is logged), cairn status shows the zone
+// down and the rule, and after the heal every node is alive again, every
+// partition healthy, and every file intact.
+func TestLabZoneDown(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the lab needs root (network namespaces, a bridge, nftables)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		if err := lab.Down(context.Background(), dir, nil); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	l, err := lab.Up(ctx, lab.Config{Dir: dir, Hosts: 6, Zones: 3, Clients: 1, Binary: cairnBin, Out: testLog{t},
+		MountOptions: []string{"op_timeout=10"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := st.Hosts[len(st.Hosts)-1].Mount
+	files := map[string][]byte{}
+	for i := range 20 {
+		b := make([]byte, 1<<20+i*4099)
+		_, _ = rand.Read(b)
+		name := fmt.Sprintf("before-%d", i)
+		writeSynced(t, filepath.Join(mnt, name), b)
+		files[name] = b
+	}
+	cs, err := l.Cluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := l.State()
+	masterHost, _ := s.HostOf(cs.Leader)
+	h, _ := s.Host(masterHost)
+	t.Logf("master leader on %s: taking zone %s down", masterHost, h.Zone)
+	f, err := l.Fault(ctx, lab.Spec{Kind: lab.KindZoneDown, Args: []string{h.Zone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	during := make([]byte, 256<<10)
+	_, _ = rand.Read(during)
+	for attempt := 1; ; attempt++ {
+		werr := os.WriteFile(filepath.Join(mnt, "during"), during, 0o644)
+		got, rerr := os.ReadFile(filepath.Join(mnt, "before-0"))
+		if werr == nil && rerr == nil && bytes.Equal(got, files["before-0"]) {
+			break
+		}
+		if time.Since(cut) > labFailoverMax {
+			labDiagnose(ctx, t, l, dir)
+			t.Fatalf("zone %s down: no write and read through the mount within %s (attempt %d: write %v, read %v)", h.Zone, labFailoverMax, attempt, werr, rerr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("zone %s down: the first write and read through the mount succeeded after %.1fs", h.Zone, time.Since(cut).Seconds())
+	files["during"] = during
+
+	// cairn status shows the zone down and what happens next.
+	var rule string
+	eventually(t, 60*time.Second, func() error {
+		var out bytes.Buffer
+		code, err := l.Exec(ctx, "c1", []string{cairnBin, "status", "--json"}, nil, &out, &out)
+		if err != nil || code != 0 {
+			return fmt.Errorf("status: %d %v %s", code, err, out.String())
+		}
+		var rep struct {
+			Zones []struct {
+				Name string `json:"name"`
+				Down bool   `json:"down"`
+			} `json:"zones"`
+			ZoneRule string `json:"zone_rule"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			return err
+		}
+		for _, z := range rep.Zones {
+			if z.Name == h.Zone && z.Down && strings.Contains(rep.ZoneRule, "zone "+h.Zone+" down") {
+				rule = rep.ZoneRule
+				return nil
+			}
+		}
+		return fmt.Errorf("zones %+v, rule %q", rep.Zones, rep.ZoneRule)
+	})
+	t.Logf("cairn status: %s", rule)
+	for name, want := range files {
+		if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s with zone %s down: %v, %d bytes, equal %v", name, h.Zone, err, len(got), bytes.Equal(got, want))
+		}
+	}
+
+	if err := l.Heal(ctx, f.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, func() error {
+		cs, err := l.Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range cs.Nodes {
+			if n.Role != lab.RoleMaster && n.State != "alive" {
+				return fmt.Errorf("%s node %s %s", n.Role, n.Address, n.State)
+			}
+		}
+		for _, p := range cs.Partitions {
+			if p.Health != "healthy" {
+				return fmt.Errorf("%s partition %d %s", p.Kind, p.ID, p.Health)
+			}
+		}
+		return nil
+	})
+	for name, want := range files {
+		if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s after the heal: %v, %d bytes, equal %v", name, err, len(got), bytes.Equal(got, want))
+		}
+	}
+}
+
+// eventually retries check every half second until it returns nil, and
+// fails the test with its last error after d.
+func eventually(t *testing.T, d time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %v", d, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
