@@ -215,6 +215,9 @@ func (l *Lab) Jepsen(ctx context.Context, cfg JepsenConfig) (*JepsenResult, erro
 	res.Recovered, res.RecoveredIn = res.Unrecovered == "", time.Since(healed)
 	fmt.Fprintf(progress, "jepsen: final reads through %d mounts\n", len(mounts))
 	w.Final()
+	if err := w.Err(); err != nil {
+		return nil, err
+	}
 	if err := rec.Flush(); err != nil {
 		return nil, fmt.Errorf("jepsen: history: %w", err)
 	}

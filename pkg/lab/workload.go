@@ -80,6 +80,27 @@ type Workload struct {
 	mu       sync.Mutex
 	nextProc int
 	appended map[int]string // process -> its append file (relative key)
+	recErr   error          // the first operation the recorder refused
+}
+
+// record adds op to the history, keeping the first refusal (Err): an
+// operation missing from the history would make the checker's verdict
+// worthless.
+func (w *Workload) record(op history.Op) {
+	if err := w.rec.Record(op); err != nil {
+		w.mu.Lock()
+		if w.recErr == nil {
+			w.recErr = fmt.Errorf("workload: recording %s: %w", op, err)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// Err is the first operation the history refused, if any.
+func (w *Workload) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.recErr
 }
 
 // NewWorkload prepares a workload whose times count from start.
@@ -169,7 +190,7 @@ func (w *Workload) worker(ctx context.Context, host string, rng *rand.Rand, unti
 			// A new process goes on, as after any unknown outcome.
 			op.Outcome, op.Errno = history.Unknown, "gave up"
 		}
-		_ = w.rec.Record(op)
+		w.record(op)
 		if op.Outcome == history.Unknown {
 			proc, seq = w.newProc(), 0
 		}
@@ -391,7 +412,7 @@ func (w *Workload) Final() {
 			if !w.perform(h, &op) {
 				op.Outcome, op.Errno = history.Unknown, "gave up"
 			}
-			_ = w.rec.Record(op)
+			w.record(op)
 		}
 	}
 }

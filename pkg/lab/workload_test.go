@@ -1,0 +1,58 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/checker"
+	"github.com/cairnfs/cairn/pkg/history"
+)
+
+// TestWorkloadOnLocalFS runs the nemesis workload for two "hosts" on one
+// local directory, a file system whose every operation is linearizable:
+// its history must check clean with no slack, and the history file must
+// read back as recorded.
+func TestWorkloadOnLocalFS(t *testing.T) {
+	dir := t.TempDir()
+	var file bytes.Buffer
+	rec := history.NewRecorder(&file)
+	start := time.Now()
+	w, err := NewWorkload(WorkloadConfig{Root: "run", Mounts: map[string]string{"c1": dir, "c2": dir},
+		WorkersPerHost: 3, Registers: 3, Dirs: 1, Names: 3, Pause: time.Millisecond, Seed: 7}, rec, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	w.Run(context.Background(), time.Now().Add(1500*time.Millisecond))
+	w.Final()
+	if err := w.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ops := rec.Ops()
+	rep := checker.Check(ops, checker.Options{})
+	if len(rep.Anomalies) > 0 || len(rep.Undecided) > 0 {
+		t.Fatalf("a local file system's history: %s", rep)
+	}
+	kinds := map[history.Kind]int{}
+	for _, op := range ops {
+		kinds[op.Kind]++
+	}
+	for _, k := range []history.Kind{history.Write, history.Read, history.Append, history.ReadAppends, history.Create,
+		history.Unlink, history.Rename, history.Stat, history.List} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s operation in %d", k, len(ops))
+		}
+	}
+	back, err := history.ReadOps(&file)
+	if err != nil || len(back) != len(ops) {
+		t.Fatalf("history file: %d ops, %v; recorded %d", len(back), err, len(ops))
+	}
+	t.Logf("%d operations: %s", len(ops), rep)
+}
