@@ -607,15 +607,15 @@ func (s *session) readBarrier(ctx context.Context, p *partition) error {
 	defer cancel()
 	for {
 		err := s.h.env.Raft.ReadIndex(ctx, multiraft.GroupID(p.id))
-		var nl *multiraft.NotLeaderError
-		if err == nil || !errors.As(err, &nl) || nl.Leader != 0 {
+		if err == nil || errors.Is(err, multiraft.ErrGroupNotFound) || errors.Is(err, multiraft.ErrGroupRemoved) {
 			return err
 		}
-		// No leader known yet: one is being elected.
+		// No leader yet, or leadership moved while the barrier waited
+		// (an election, a transfer to the primary): try again.
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no leader elected within %v: %w", followerReadWait, err)
-		case <-time.After(50 * time.Millisecond):
+			return fmt.Errorf("no read barrier within %v: %w", followerReadWait, err)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

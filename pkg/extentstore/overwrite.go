@@ -159,6 +159,7 @@ func (s *Store) overwriteGroup(ops []OverwriteOp, errs []error) {
 			key := blockKey{e, b}
 			keep := touches[key] > 1
 			var data []byte
+			aliased := false // data is p's own bytes: nothing to copy
 			switch prev, ok := blocks[key]; {
 			case ok && first == last:
 				// One block: nothing can fail after the copy below, so the
@@ -172,6 +173,10 @@ func (s *Store) overwriteGroup(ops []OverwriteOp, errs []error) {
 			case start >= off && bend <= end:
 				if data = p[start-off : bend-off]; keep {
 					data = slices.Clone(data)
+				} else {
+					// Copying p onto itself would write to the entry's
+					// bytes, which the Raft transport may be sending.
+					aliased = true
 				}
 			default:
 				if data, err = s.readBlock(e, b, *buf); err != nil {
@@ -182,8 +187,9 @@ func (s *Store) overwriteGroup(ops []OverwriteOp, errs []error) {
 					data = slices.Clone(data)
 				}
 			}
-			s0, e0 := max(start, off), min(bend, end)
-			copy(data[s0-start:e0-start], p[s0-off:e0-off])
+			if s0, e0 := max(start, off), min(bend, end); !aliased {
+				copy(data[s0-start:e0-start], p[s0-off:e0-off])
+			}
 			if keep {
 				changed[key] = data
 			}
