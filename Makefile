@@ -31,7 +31,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 24m
 
-.PHONY: build up lab lab-down jepsen test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean
+.PHONY: build up lab lab-down jepsen jepsen-short test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -71,6 +71,11 @@ jepsen: build
 	$(SUDO) ./$(BIN) lab up --dir $(JEPSEN_DIR) --hosts 6 --zones 3 --clients 3 --small-disk s6 --mount-option op_timeout=10
 	$(SUDO) ./$(BIN) lab jepsen --dir $(JEPSEN_DIR) --duration $(JEPSEN_DURATION) $(JEPSEN_FLAGS); rc=$$?; \
 		$(SUDO) ./$(BIN) lab down --dir $(JEPSEN_DIR) >/dev/null; exit $$rc
+
+## jepsen-short: the 90-second nemesis run TestLabJepsen (root; seed 41,
+## JEPSEN_FLAGS="-lab.seed N" for another).
+jepsen-short: build
+	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/integration -run 'TestLabJepsen$$' -count=1 -v -lab.jepsen $(JEPSEN_FLAGS)
 
 ## deps: what the tests need beyond Go itself.
 deps: apt-deps cargo-deps $(STATICCHECK) $(HELM)

@@ -46,6 +46,9 @@ type partition struct {
 	// last noted: a replica that does not confirms its reads with a read
 	// barrier (session.read).
 	leading atomic.Bool
+	// noBarrierUntil (unix ns): a read barrier failed; until then reads
+	// are served without one (session.read).
+	noBarrierUntil atomic.Int64
 
 	// Reads wait until Raft has re-applied the overwrites committed before
 	// the partition was opened (they may be newer than the bytes on disk).

@@ -595,14 +595,40 @@ func (s *session) free(in *dataproto.Inbound) {
 	}()
 }
 
-// followerReadWait bounds a follower's read barrier, an election included;
-// past it the reader goes to another replica.
-const followerReadWait = 2 * time.Second
+// followerReadWait bounds a follower's read barrier, an election
+// included; barrierSkip is how long a follower that found no leader
+// serves reads without a barrier before it tries again.
+const (
+	followerReadWait = time.Second
+	barrierSkip      = 3 * time.Second
+)
+
+// errNoLeader: the group has no leader to run a read barrier with.
+var errNoLeader = errors.New("the partition's Raft group has no leader")
+
+// barrier runs a follower's read barrier (readBarrier) unless one failed
+// within barrierSkip; a failure starts such a period.
+func (p *partition) barrier(ctx context.Context, s *session) {
+	if time.Now().UnixNano() < p.noBarrierUntil.Load() {
+		return
+	}
+	err := s.readBarrier(ctx, p)
+	if err != nil && !errors.Is(err, errNoLeader) && ctx.Err() == nil {
+		p.noBarrierUntil.Store(time.Now().Add(barrierSkip).UnixNano())
+		p.log.Warn("no read barrier: serving reads from what this replica applied", "err", err, "for", barrierSkip)
+	}
+}
 
 // readBarrier returns once p's replica here has applied every entry its
 // Raft group committed before the call (multiraft.ReadIndex), waiting out
 // an election, for at most followerReadWait.
 func (s *session) readBarrier(ctx context.Context, p *partition) error {
+	if lead, _, err := s.h.env.Raft.Leader(multiraft.GroupID(p.id)); err == nil && lead == 0 {
+		// No leader: none can have acknowledged what this replica lacks
+		// since it last heard one, unless it is being elected right now.
+		// A group that lost its quorum stays so: its reads must not wait.
+		return errNoLeader
+	}
 	ctx, cancel := context.WithTimeout(ctx, followerReadWait)
 	defer cancel()
 	for {
@@ -642,14 +668,15 @@ func (s *session) read(in *dataproto.Inbound) {
 		// A follower may not have applied an overwrite the leader has
 		// acknowledged: it serves the read once a read barrier shows it
 		// applied everything committed before the read arrived (one round
-		// trip to the leader), else sends the reader on. Without this a
-		// reader that went to a follower (the primary down, a chain or a
-		// leadership that just moved) could read bytes another client had
-		// overwritten and closed before it opened the file.
-		if err := s.readBarrier(in.Context(), p); err != nil {
-			r.fail(dataproto.CodeNotHeld, "node %d follows partition %d and could not confirm it applied every acknowledged overwrite: %v", s.h.env.NodeID, p.id, err)
-			return
-		}
+		// trip to the leader). Without this a reader that went to a
+		// follower (the primary down, a chain or a leadership that just
+		// moved) could read bytes another client had overwritten and
+		// closed before it opened the file. A follower that finds no
+		// leader within followerReadWait (the group lost its quorum, or
+		// this replica is cut off from it) serves what it has applied,
+		// for barrierSkip without asking again: reads outlive the loss of
+		// all replicas but one (docs/design.md, "Partitions and zones").
+		p.barrier(in.Context(), s)
 	}
 	st := p.st()
 	info, err := st.Stat(h.Extent)
