@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -194,7 +195,7 @@ func (l *Lab) Jepsen(ctx context.Context, cfg JepsenConfig) (*JepsenResult, erro
 			case <-t.C:
 				c := countOutcomes(rec.Ops())
 				mu.Lock()
-				faults := slices.Sorted(mapValues(inForce))
+				faults := slices.Sorted(maps.Values(inForce))
 				mu.Unlock()
 				fmt.Fprintf(progress, "  %6.1fs %d operations (%d ok, %d failed, %d unknown); faults in force: %s\n",
 					time.Since(start).Seconds(), c.total, c.ok, c.fail, c.unknown, orNone(faults))
@@ -247,16 +248,6 @@ func countOutcomes(ops []history.Op) outcomeCount {
 		}
 	}
 	return c
-}
-
-func mapValues(m map[int]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for _, v := range m {
-			if !yield(v) {
-				return
-			}
-		}
-	}
 }
 
 func orNone(s []string) string {

@@ -353,28 +353,28 @@ func decodeRegister(b []byte) (v uint64, corrupt bool) {
 
 // writeAt0 overwrites the start of the file at p with b, fsyncs and closes.
 func writeAt0(p string, b []byte) error {
-	f, err := os.OpenFile(p, os.O_WRONLY, 0)
-	if err != nil {
+	return writeSynced(p, os.O_WRONLY, func(f *os.File) error {
+		_, err := f.WriteAt(b, 0)
 		return err
-	}
-	if _, err := f.WriteAt(b, 0); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	})
 }
 
 // appendSynced appends b to the file at p (creating it), fsyncs and closes.
 func appendSynced(p string, b []byte) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	return writeSynced(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, func(f *os.File) error {
+		_, err := f.Write(b)
+		return err
+	})
+}
+
+// writeSynced opens p with flag, writes with write, fsyncs and closes; the
+// first error wins.
+func writeSynced(p string, flag int, write func(f *os.File) error) error {
+	f, err := os.OpenFile(p, flag, 0o644)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(b); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return err
 	}
