@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/client"
 	"github.com/cairnfs/cairn/pkg/localcluster"
 	"github.com/cairnfs/cairn/pkg/pki"
@@ -43,6 +44,7 @@ type config struct {
 type session struct {
 	v       *client.Volume
 	cred    client.Cred
+	root    uint64 // a confined identity's subtree directory (0: none)
 	timeout time.Duration
 }
 
@@ -167,7 +169,11 @@ func open(c config) (*session, error) {
 			}
 		}
 	}
-	return &session{v: v, cred: cred, timeout: timeout}, nil
+	s := &session{v: v, cred: cred, timeout: timeout}
+	if caps, err := capability.FromTLS(conf); err == nil && caps.Subtree() {
+		s.root = caps.RootIno
+	}
+	return s, nil
 }
 
 // probe fails fast, with a plain reason, when no master accepts a

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/cairnfs/cairn/pkg/client"
+	"github.com/cairnfs/cairn/pkg/nsreplica"
 )
 
 // The path calls: one SDK path operation each, on a path inside the
@@ -36,6 +37,57 @@ func withSession(h C.int64_t, errOut **C.char, f func(ctx context.Context, s *se
 	})
 }
 
+// A client confined to a subtree names the subtree's directory "/", and
+// the path API resolves the names below it; the directory itself is read
+// through the inode API (by its number, from the identity's capabilities),
+// which the servers check against the same subtree.
+
+// isRoot reports whether p names the volume's (or the subtree's) root:
+// "/", "//", "/.", but not "/..".
+func isRoot(p string) bool {
+	comps, _, e := nsreplica.Split(p)
+	return e == 0 && len(comps) == 0
+}
+
+// stat is StatPath (LstatPath without follow), the subtree's root by
+// number.
+func (s *session) stat(ctx context.Context, p string, follow bool) (*client.Attr, error) {
+	if s.root != 0 && isRoot(p) {
+		return s.v.GetAttr(client.WithCred(ctx, s.cred), s.root)
+	}
+	if follow {
+		return s.v.StatPath(ctx, p, s.cred)
+	}
+	return s.v.LstatPath(ctx, p, s.cred)
+}
+
+// readDir is ReadDirPath, the subtree's root by number.
+func (s *session) readDir(ctx context.Context, p string) ([]client.DirEntry, error) {
+	if s.root == 0 || !isRoot(p) {
+		return s.v.ReadDirPath(ctx, p, s.cred)
+	}
+	ctx = client.WithCred(ctx, s.cred)
+	var out []client.DirEntry
+	for cursor := ""; len(out) < maxListEntries; {
+		page, more, err := s.v.ReadDir(ctx, s.root, cursor, listPage)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if !more || len(page) == 0 {
+			return out, nil
+		}
+		cursor = page[len(page)-1].Name
+	}
+	return nil, errnoErr("readdir", syscall.EFBIG, "%q: more than %d names", p, maxListEntries)
+}
+
+// listPage is the page readDir asks for; maxListEntries bounds a listing.
+const (
+	listPage       = 4096
+	maxListEntries = 1 << 24
+)
+
 func fillAttr(out *C.cairn_attr, a *client.Attr) {
 	if out == nil {
 		return
@@ -55,13 +107,7 @@ func fillAttr(out *C.cairn_attr, a *client.Attr) {
 func cairn_stat(h C.int64_t, path *C.char, follow C.int, out *C.cairn_attr, errOut **C.char) C.int64_t {
 	p := C.GoString(path)
 	return withSession(h, errOut, func(ctx context.Context, s *session) (int64, error) {
-		var a *client.Attr
-		var err error
-		if follow != 0 {
-			a, err = s.v.StatPath(ctx, p, s.cred)
-		} else {
-			a, err = s.v.LstatPath(ctx, p, s.cred)
-		}
+		a, err := s.stat(ctx, p, follow != 0)
 		if err != nil {
 			return 0, err
 		}
@@ -147,7 +193,7 @@ func existsAsDir(ctx context.Context, s *session, p string, existOK bool, err er
 	if !existOK {
 		return err
 	}
-	a, serr := s.v.StatPath(ctx, p, s.cred)
+	a, serr := s.stat(ctx, p, true)
 	if serr != nil {
 		return serr
 	}
@@ -267,7 +313,7 @@ const listFanOut = 16
 func cairn_listdir(h C.int64_t, path *C.char, detail C.int, out **C.char, errOut **C.char) C.int64_t {
 	p := C.GoString(path)
 	return withSession(h, errOut, func(ctx context.Context, s *session) (int64, error) {
-		ents, err := s.v.ReadDirPath(ctx, p, s.cred)
+		ents, err := s.readDir(ctx, p)
 		if err != nil {
 			return 0, err
 		}
@@ -323,7 +369,7 @@ func statAll(ctx context.Context, s *session, dir string, list []entry) {
 func cairn_rmtree(h C.int64_t, path *C.char, errOut **C.char) C.int64_t {
 	p := C.GoString(path)
 	return withSession(h, errOut, func(ctx context.Context, s *session) (int64, error) {
-		a, err := s.v.LstatPath(ctx, p, s.cred)
+		a, err := s.stat(ctx, p, false)
 		if err != nil {
 			return 0, err
 		}
@@ -338,7 +384,7 @@ func rmtree(ctx context.Context, s *session, dir string, depth int) error {
 	if depth > maxDepth {
 		return errnoErr("rmtree", syscall.ELOOP, "%q: deeper than %d", dir, maxDepth)
 	}
-	ents, err := s.v.ReadDirPath(ctx, dir+"/", s.cred)
+	ents, err := s.readDir(ctx, dir+"/")
 	if err != nil {
 		return gone(err)
 	}
