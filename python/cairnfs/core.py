@@ -82,6 +82,8 @@ class CairnFileSystem(AbstractFileSystem):
     - ``uid``, ``gid``, ``groups``: the identity permissions are checked
       for (default: this process's).
     - ``timeout``: seconds one call may take (default 30).
+    - ``auto_mkdir``: writing a file creates its missing parent directories
+      (default True, as object stores behave; False: FileNotFoundError).
     """
 
     protocol = "cairn"
@@ -89,8 +91,9 @@ class CairnFileSystem(AbstractFileSystem):
     sep = "/"
 
     def __init__(self, master=None, tls_dir=None, data_dir=None, insecure=False,
-                 uid=None, gid=None, groups=None, timeout=30.0, **kwargs):
+                 uid=None, gid=None, groups=None, timeout=30.0, auto_mkdir=True, **kwargs):
         super().__init__(**kwargs)
+        self.auto_mkdir = auto_mkdir
         if master is None:
             master = os.environ.get("CAIRN_MASTER") or None
         if isinstance(master, str):
@@ -162,6 +165,18 @@ class CairnFileSystem(AbstractFileSystem):
         """(handle, path bytes, stripped fsspec path) of path."""
         volume, p = self._split(path)
         return self._handle(volume), p, self._strip_protocol(path)
+
+    def _creating(self, path, fn):
+        """fn(), and again after creating path's parent directories when it
+        fails for want of one (with auto_mkdir)."""
+        try:
+            return fn()
+        except FileNotFoundError:
+            parent = self._parent(path)
+            if not self.auto_mkdir or parent == self._strip_protocol(path) or "/" not in parent:
+                raise
+            self.makedirs(parent, exist_ok=True)
+            return fn()
 
     def close(self):
         """Closes every volume this object opened (open files first)."""
@@ -333,7 +348,7 @@ class CairnFileSystem(AbstractFileSystem):
             self.makedirs(path2, exist_ok=True)
             return
         if v1 == v2:
-            _lib.call("cairn_copy", self._handle(v1), p1, p2, path=name1, path2=name2)
+            self._creating(path2, lambda: _lib.call("cairn_copy", self._handle(v1), p1, p2, path=name1, path2=name2))
             return
         with self.open(path1, "rb") as src, self.open(path2, "wb") as dst:
             while True:
@@ -365,7 +380,8 @@ class CairnFileSystem(AbstractFileSystem):
         h, p, name = self._target(path)
         data = bytes(value)
         buf = ctypes.c_char_p(data)
-        _lib.call("cairn_write_file", h, p, ctypes.cast(buf, ctypes.c_void_p), len(data), FILE_MODE, 0, path=name)
+        self._creating(path, lambda: _lib.call("cairn_write_file", h, p, ctypes.cast(buf, ctypes.c_void_p),
+                                               len(data), FILE_MODE, 0, path=name))
 
     def touch(self, path, truncate=True, **kwargs):
         if truncate or not self.exists(path):
@@ -388,7 +404,11 @@ class CairnFileSystem(AbstractFileSystem):
             raise ValueError(f"cairn: open mode {mode!r} is not supported (rb, wb, xb, ab, r+b, w+b)")
         flags, buffered = _MODES[mode]
         h, p, name = self._target(path)
-        raw = CairnFile(self, name, _lib.call("cairn_file_open", h, p, flags, FILE_MODE, path=name), mode)
+        def open_():
+            return _lib.call("cairn_file_open", h, p, flags, FILE_MODE, path=name)
+
+        fh = self._creating(path, open_) if flags & O_CREAT else open_()
+        raw = CairnFile(self, name, fh, mode)
         f = buffered(raw, buffer_size=block_size or DEFAULT_BLOCK_SIZE)
         return f
 
