@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairnfs/cairn/pkg/checker"
+	"github.com/cairnfs/cairn/pkg/history"
 	"github.com/cairnfs/cairn/pkg/lab"
 )
 
@@ -98,5 +100,44 @@ exits 1 when anything was found. See docs/lab.md.`,
 	f.IntVar(&cfg.Workload.WorkersPerHost, "workers", 3, "workers per client host")
 	f.DurationVar(&cfg.Settle, "settle", 3*time.Minute, "how long the cluster may take to recover after the heal")
 	f.StringVar(&out, "out", "", "directory of the run's files (default: <dir>/jepsen/<time>-seed<seed>)")
+	return cmd
+}
+
+func newLabCheckCmd() *cobra.Command {
+	var opts checker.Options
+	cmd := &cobra.Command{
+		Use:   "check RUN-DIR|HISTORY.jsonl",
+		Short: "Check a nemesis run's recorded history again",
+		Long: `Run the checker of cairn lab jepsen again on a recorded history: the
+history.jsonl a run wrote, or its directory. Use it to decide keys a run left
+undecided (give --timeout more time) or to check a history kept from an
+older Cairn. Exits 1 when an anomaly is found. Needs no lab and no root.`,
+		Example: `  cairn lab check ./cairn-lab/jepsen/20261128T152644-seed41 --timeout 5m`,
+		Args:    exactArgs(1, "RUN-DIR|HISTORY.jsonl"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := args[0]
+			if st, err := os.Stat(path); err == nil && st.IsDir() {
+				path = filepath.Join(path, "history.jsonl")
+			}
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			ops, err := history.ReadOps(f)
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			rep := checker.Check(ops, opts)
+			fmt.Fprintln(cmd.OutOrStdout(), rep.String())
+			if len(rep.Anomalies) > 0 {
+				return errAnomalies
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&opts.Timeout, "timeout", checker.DefaultTimeout, "bound of the search per register or directory")
+	f.DurationVar(&opts.NameStaleness, "name-staleness", lab.MountNameBound, "how old a mount's view of another mount's name changes may be")
 	return cmd
 }

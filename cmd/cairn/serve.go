@@ -15,6 +15,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/datanode"
 	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/fsck"
 	"github.com/cairnfs/cairn/pkg/master"
 	"github.com/cairnfs/cairn/pkg/metanode"
 	"github.com/cairnfs/cairn/pkg/node"
@@ -43,19 +44,19 @@ func waitForSignal(fatal <-chan error) error {
 
 func newMasterCmd() *cobra.Command {
 	var (
-		id                     uint64
-		peers                  []string
-		listen, dataDir, mAddr string
-		logLevel               string
-		downAfter, outAfter    time.Duration
-		reportGrace            time.Duration
-		maxMoves               int
-		minWritable            int
-		balanceInterval        time.Duration
-		mpMaxInodes, minDents  uint64
-		sweepInterval          time.Duration
-		profiles               bool
-		tf                     tlsFlags
+		id                        uint64
+		peers                     []string
+		listen, dataDir, mAddr    string
+		logLevel                  string
+		downAfter, outAfter       time.Duration
+		reportGrace               time.Duration
+		maxMoves                  int
+		minWritable               int
+		balanceInterval           time.Duration
+		mpMaxInodes, minDents     uint64
+		sweepInterval, sweepGrace time.Duration
+		profiles                  bool
+		tf                        tlsFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "master",
@@ -91,6 +92,9 @@ gets the same --peers list and its own --id.`,
 			if minDents < 1 {
 				return usagef(cmd, "--balance-min-dentries must be at least 1")
 			}
+			if sweepGrace < 0 {
+				return usagef(cmd, "--sweep-grace must not be negative")
+			}
 			ident, err := tf.identity(cmd, "")
 			if err != nil {
 				return err
@@ -99,7 +103,7 @@ gets the same --peers list and its own --id.`,
 				ID: id, Peers: peerMap, Listen: listen, DataDir: dataDir, MetricsAddr: mAddr, Profiles: profiles,
 				DownAfter: downAfter, OutAfter: outAfter, ReportGrace: reportGrace, MaxMoves: maxMoves, MinWritable: minWritable, Logger: log.With("role", "master"),
 				BalanceInterval: balanceInterval, MPMaxInodes: mpMaxInodes, BalanceMinDentries: minDents,
-				SweepInterval: sweepInterval, TLS: ident,
+				SweepInterval: sweepInterval, SweepGrace: sweepGrace, TLS: ident,
 			})
 			if err != nil {
 				return err
@@ -129,6 +133,8 @@ gets the same --peers list and its own --id.`,
 		"balance a volume's dentries over its meta partitions only when it holds at least this many")
 	f.DurationVar(&sweepInterval, "sweep-interval", master.DefaultSweepInterval,
 		"how often the leader sweeps every volume for orphan inodes left by crashed operations (negative: never)")
+	f.DurationVar(&sweepGrace, "sweep-grace", fsck.DefaultGrace,
+		"reclaim an orphan inode only when it is seen in two sweeps and unchanged for this long")
 	tf.add(cmd)
 	return cmd
 }

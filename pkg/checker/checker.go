@@ -5,7 +5,9 @@
 //
 // A history is judged per key: a register file, an append file, a
 // directory. Register files and directories are checked for
-// linearizability with porcupine; before that, the anomalies that can be
+// linearizability (search.go: a search over the orders the operations
+// allow, as porcupine's, with two reductions that keep histories of many
+// overlapping reads and unknown outcomes decidable); before that, the anomalies that can be
 // named directly (a value never written, an acknowledged write a final
 // read does not see) are looked for, so that a report says what went wrong
 // rather than only that no order exists. Append files are checked
@@ -31,7 +33,7 @@ import (
 
 // Options tunes Check.
 type Options struct {
-	// Timeout bounds porcupine's search per key (default 30s); a key
+	// Timeout bounds the linearizability search per key (default 30s); a key
 	// whose check times out is reported in Report.Undecided, not as an
 	// anomaly.
 	Timeout time.Duration
@@ -153,7 +155,7 @@ type group struct {
 // Check analyses a history and reports every anomaly found. It never
 // panics on its input: a malformed operation is reported as BadHistory and
 // left out of the other checks. Keys are checked concurrently, each with
-// its own porcupine search bounded by opts.Timeout. ops is not modified;
+// its own linearizability search bounded by opts.Timeout. ops is not modified;
 // its order does not matter (examples are picked in order of start time).
 func Check(ops []history.Op, opts Options) Report {
 	timeout := opts.Timeout

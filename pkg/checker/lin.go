@@ -19,12 +19,13 @@ const never = math.MaxInt64
 
 // linearize checks ops (one key's) against model, where input(i) is the
 // porcupine input of ops[i] (outputs are folded into inputs: the models
-// need both in one place). It returns porcupine's verdict and, when the
-// history is Illegal, the index of the operation that no linearization
-// could place (-1 if the search did not tell) and a few operations around
-// it: it, the operations for which related returns 2 (at most 5), then the
-// most recent ones for which it returns 1.
-func linearize(model porcupine.Model, ops []history.Op, input func(i int) any, timeout time.Duration,
+// need both in one place) and readOnly(i) says ops[i] never changes the
+// state (see searchLinearizable). It returns the verdict and, when the
+// history is Illegal, the index of the first operation no order could
+// place and a few operations around it: it, the operations for which
+// related returns 2 (at most 5), then the most recent ones for which it
+// returns 1.
+func linearize(model porcupine.Model, ops []history.Op, input func(i int) any, readOnly func(i int) bool, timeout time.Duration,
 	related func(stuck, other history.Op) int) (res porcupine.CheckResult, stuck int, shown []history.Op) {
 	pops := make([]porcupine.Operation, len(ops))
 	for i, op := range ops {
@@ -34,38 +35,9 @@ func linearize(model porcupine.Model, ops []history.Op, input func(i int) any, t
 		}
 		pops[i] = porcupine.Operation{ClientId: op.Process, Input: input(i), Call: op.Start, Return: ret}
 	}
-	res = porcupine.CheckOperationsTimeout(model, pops, timeout)
+	res, stuck = searchLinearizable(model, pops, readOnly, time.Now().Add(timeout))
 	if res != porcupine.Illegal {
 		return res, -1, nil
-	}
-	// Illegal is rare: only then pay for the partial linearizations that
-	// locate the failure.
-	vres, info := porcupine.CheckOperationsVerbose(model, pops, timeout)
-	var longest []int
-	if vres == porcupine.Illegal {
-		for _, part := range info.PartialLinearizations() {
-			for _, seq := range part {
-				if len(seq) > len(longest) {
-					longest = seq
-				}
-			}
-		}
-	}
-	placed := make([]bool, len(ops))
-	for _, id := range longest {
-		if id >= 0 && id < len(ops) {
-			placed[id] = true
-		}
-	}
-	stuck = -1
-	for i := range pops {
-		if placed[i] {
-			continue
-		}
-		if stuck < 0 || pops[i].Return < pops[stuck].Return ||
-			pops[i].Return == pops[stuck].Return && pops[i].Call < pops[stuck].Call {
-			stuck = i
-		}
 	}
 	if stuck < 0 { // the search did not locate it: show the key's first operations
 		return res, -1, ops[:min(len(ops), MaxAnomalyOps)]

@@ -196,7 +196,11 @@ func checkNames(key string, ops []history.Op, timeout, staleness time.Duration) 
 	model := nameModel
 	model.Init = func() any { return empty }
 	res := keyResult{}
-	verdict, stuck, shown := linearize(model, lin, func(i int) any { return inputs[i] }, timeout, func(s, o history.Op) int {
+	readOnly := func(i int) bool {
+		in := inputs[i]
+		return in.kind == history.Stat || in.outcome == history.Fail
+	}
+	verdict, stuck, shown := linearize(model, lin, func(i int) any { return inputs[i] }, readOnly, timeout, func(s, o history.Op) int {
 		if touches(o, s.Name) || touches(o, s.To) {
 			return 1
 		}

@@ -9,44 +9,44 @@ import (
 	"github.com/cairnfs/cairn/pkg/multiraft"
 )
 
-// followerReadWait bounds a follower's read barrier, an election
-// included; barrierSkip is how long a follower that found no leader
-// serves reads without a barrier before it tries again.
-const (
-	followerReadWait = time.Second
-	barrierSkip      = 3 * time.Second
-)
+// readBarrierWait bounds a read barrier, an election included. A replica
+// that cannot confirm a read in that time refuses it, and the reader asks
+// the next replica.
+const readBarrierWait = time.Second
 
-// errNoLeader: the group has no leader to run a read barrier with.
-var errNoLeader = errors.New("the partition's Raft group has no leader")
-
-// barrier runs a follower's read barrier (readBarrier) unless one failed
-// within barrierSkip; a failure starts such a period.
-func (p *partition) barrier(ctx context.Context, s *session) {
-	if time.Now().UnixNano() < p.noBarrierUntil.Load() {
-		return
-	}
-	err := s.readBarrier(ctx, p)
-	if err != nil && !errors.Is(err, errNoLeader) && ctx.Err() == nil {
-		p.noBarrierUntil.Store(time.Now().Add(barrierSkip).UnixNano())
-		p.log.Warn("no read barrier: serving reads from what this replica applied", "err", err, "for", barrierSkip)
-	}
-}
-
-// readBarrier returns once p's replica here has applied every entry its
-// Raft group committed before the call (multiraft.ReadIndex), waiting out
-// an election, for at most followerReadWait.
+// readBarrier returns once p's replica here has applied every overwrite its
+// Raft group acknowledged before the call, waiting out an election for at
+// most readBarrierWait; else it says why not.
+//
+// A leader confirms with its read lease (multiraft.LeaderReadIndex: no
+// message while a quorum acknowledged a heartbeat within the lease), so a
+// leader deposed by a partition it has not noticed yet does not serve
+// bytes its successor has overwritten. A follower runs Raft's ReadIndex
+// through the leader: its applied state trails the leader's commits by a
+// round, and after a partition heals by much more.
+//
+// There is no fallback. A replica whose group has no leader (a lost
+// quorum) cannot know whether the replicas it cannot reach committed an
+// overwrite without it, so it serves nothing: the nemesis runs found
+// stale and torn reads of acknowledged overwrites when such a replica
+// served what it had applied.
 func (s *session) readBarrier(ctx context.Context, p *partition) error {
-	if lead, _, err := s.h.env.Raft.Leader(multiraft.GroupID(p.id)); err == nil && lead == 0 {
-		// No leader: none can have acknowledged what this replica lacks
-		// since it last heard one, unless it is being elected right now.
-		// A group that lost its quorum stays so: its reads must not wait.
-		return errNoLeader
-	}
-	ctx, cancel := context.WithTimeout(ctx, followerReadWait)
+	group := multiraft.GroupID(p.id)
+	ctx, cancel := context.WithTimeout(ctx, readBarrierWait)
 	defer cancel()
+	if p.leading.Load() {
+		err := s.h.env.Raft.LeaderReadIndex(ctx, group)
+		var nl *multiraft.NotLeaderError
+		if !errors.As(err, &nl) {
+			if err != nil {
+				return fmt.Errorf("leader read index: %w", err)
+			}
+			return nil
+		}
+		// Deposed since the last note: confirm as a follower.
+	}
 	for {
-		err := s.h.env.Raft.ReadIndex(ctx, multiraft.GroupID(p.id))
+		err := s.h.env.Raft.ReadIndex(ctx, group)
 		if err == nil || errors.Is(err, multiraft.ErrGroupNotFound) || errors.Is(err, multiraft.ErrGroupRemoved) {
 			return err
 		}
@@ -54,7 +54,7 @@ func (s *session) readBarrier(ctx context.Context, p *partition) error {
 		// (an election, a transfer to the primary): try again.
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no read barrier within %v: %w", followerReadWait, err)
+			return fmt.Errorf("no read barrier within %v: %w", readBarrierWait, err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -455,6 +455,39 @@ func TestFollowerReadSeesAcknowledgedOverwrite(t *testing.T) {
 	}
 }
 
+// A replica whose group lost its quorum cannot know whether the others
+// committed an overwrite without it: it refuses reads (the reader tries
+// elsewhere) rather than serve what it applied, and serves again once the
+// group has a quorum.
+func TestReplicaWithoutQuorumRefusesReads(t *testing.T) {
+	c := three(t)
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	data := randBytes(8192, 9)
+	cl.appendAll(ext, data, 8192)
+	eventually(t, 10*time.Second, func() error {
+		_, err := cl.read(1, ext, 0, 8192, 8192)
+		return err
+	})
+	c.Stop(2)
+	c.Stop(3)
+	eventually(t, 10*time.Second, func() error {
+		_, err := cl.read(1, ext, 0, 8192, 8192)
+		if dataproto.CodeOf(err) != dataproto.CodeNotHeld {
+			return fmt.Errorf("read without a quorum: %v, want CodeNotHeld", err)
+		}
+		return nil
+	})
+	c.Restart(2)
+	eventually(t, 15*time.Second, func() error {
+		got, err := cl.read(1, ext, 0, 8192, 8192)
+		if err == nil && !bytes.Equal(got, data) {
+			t.Fatal("node 1 served other bytes after the quorum came back")
+		}
+		return err
+	})
+}
+
 // A follower that was away catches up on return: the extents freed while
 // it was away are deleted, the bytes appended without it are copied from
 // the primary, and a follower whose store was lost entirely is refilled.

@@ -43,12 +43,9 @@ type partition struct {
 	appendSeq, durableSeq atomic.Uint64
 
 	// leading is whether this replica leads the partition's Raft group, as
-	// last noted: a replica that does not confirms its reads with a read
-	// barrier (session.read).
+	// last noted: a leader confirms its reads with its read lease, any
+	// other replica with Raft's ReadIndex (readBarrier).
 	leading atomic.Bool
-	// noBarrierUntil (unix ns): a read barrier failed; until then reads
-	// are served without one (session.read).
-	noBarrierUntil atomic.Int64
 
 	// Reads wait until Raft has re-applied the overwrites committed before
 	// the partition was opened (they may be newer than the bytes on disk).

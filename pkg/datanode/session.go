@@ -613,19 +613,13 @@ func (s *session) read(in *dataproto.Inbound) {
 	case !p.serving(h.Extent):
 		r.fail(dataproto.CodeNotHeld, "extent %d awaits repair or replay on node %d", h.Extent, s.h.env.NodeID)
 		return
-	case !p.leading.Load():
-		// A follower may not have applied an overwrite the leader has
-		// acknowledged: it serves the read once a read barrier shows it
-		// applied everything committed before the read arrived (one round
-		// trip to the leader). Without this a reader that went to a
-		// follower (the primary down, a chain or a leadership that just
-		// moved) could read bytes another client had overwritten and
-		// closed before it opened the file. A follower that finds no
-		// leader within followerReadWait (the group lost its quorum, or
-		// this replica is cut off from it) serves what it has applied,
-		// for barrierSkip without asking again: reads outlive the loss of
-		// all replicas but one (docs/design.md, "Partitions and zones").
-		p.barrier(in.Context(), s)
+	}
+	// Confirm the read: without it a replica that is behind (a follower,
+	// one that just rejoined, a deposed leader) could hand out bytes an
+	// overwrite acknowledged before the reader opened the file replaced.
+	if err := s.readBarrier(in.Context(), p); err != nil {
+		r.fail(dataproto.CodeNotHeld, "partition %d on node %d cannot confirm the read: %v", p.id, s.h.env.NodeID, err)
+		return
 	}
 	st := p.st()
 	info, err := st.Stat(h.Extent)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cairnfs/cairn/pkg/checker"
+	"github.com/cairnfs/cairn/pkg/fsck"
 	"github.com/cairnfs/cairn/pkg/history"
 )
 
@@ -65,10 +66,15 @@ type JepsenResult struct {
 	Recovered   bool
 	RecoveredIn time.Duration
 	Unrecovered string
-	// Fsck is the volume check's output; FsckClean its verdict.
-	Fsck      string
-	FsckClean bool
-	Out       string
+	// Fsck is the volume check's summary; FsckClean its verdict.
+	// Reclaimed orphan inodes (left by operations cut short) were found
+	// by the first check and were gone, reclaimed by the masters' sweeper,
+	// ReclaimedIn later.
+	Fsck        string
+	FsckClean   bool
+	Reclaimed   int
+	ReclaimedIn time.Duration
+	Out         string
 }
 
 // Failed reports whether the run found anything wrong.
@@ -222,7 +228,7 @@ func (l *Lab) Jepsen(ctx context.Context, cfg JepsenConfig) (*JepsenResult, erro
 	if err := rec.Flush(); err != nil {
 		return nil, fmt.Errorf("jepsen: history: %w", err)
 	}
-	res.Fsck, res.FsckClean = l.fsck(ctx, s, w.hosts[0])
+	l.checkVolume(ctx, s, w.hosts[0], FsckReclaim, res, progress)
 	ops := rec.Ops()
 	res.Report = checker.Check(ops, checker.Options{NameStaleness: cfg.NameStaleness})
 	res.Stalls = Stalls(ops, res.Events)
@@ -290,13 +296,95 @@ func (l *Lab) settle(ctx context.Context, d time.Duration) string {
 	return last
 }
 
-// fsck checks the volume from host; it returns the output and whether the
-// volume is clean.
-func (l *Lab) fsck(ctx context.Context, s *State, host string) (string, bool) {
-	var out bytes.Buffer
-	code, err := l.Exec(ctx, host, []string{s.Binary, "fsck", s.Volume, "--timeout", "1m"}, nil, &out, &out)
-	if err != nil {
-		return err.Error(), false
+// FsckReclaim bounds the wait, after the final reads, for the masters'
+// sweeper to reclaim the orphan inodes that operations cut short left
+// behind (a create whose name step never ran). Lab masters sweep every
+// LabSweepInterval with LabSweepGrace, so an orphan is gone within about
+// LabSweepGrace + 2 × LabSweepInterval of its last change.
+const FsckReclaim = 2 * time.Minute
+
+// reclaimable are the fsck findings the masters' sweeper repairs by
+// itself; any other finding is a bug.
+var reclaimable = []fsck.Kind{fsck.Orphan, fsck.Unlinked}
+
+// fsckJSON is the part of `cairn fsck --json` the run reads.
+type fsckJSON struct {
+	Inodes   int               `json:"inodes"`
+	Dentries int               `json:"dentries"`
+	Counts   map[fsck.Kind]int `json:"counts"`
+	Findings []fsck.Finding    `json:"findings"`
+	Clean    bool              `json:"clean"`
+}
+
+// checkVolume runs `cairn fsck` from host until the volume is clean. While
+// every finding is an orphan the sweeper reclaims by itself, it looks
+// again every 5 s for up to wait: those must go without anyone's help.
+// Any other finding ends the check at once. It fills res.Fsck,
+// res.FsckClean, res.Reclaimed and res.ReclaimedIn.
+func (l *Lab) checkVolume(ctx context.Context, s *State, host string, wait time.Duration, res *JepsenResult, progress io.Writer) {
+	start := time.Now()
+	first := true
+	for {
+		rep, out, err := l.fsck(ctx, s, host)
+		if err != nil {
+			res.Fsck, res.FsckClean = err.Error()+"\n"+out, false
+			return
+		}
+		res.Fsck = fsckSummary(rep)
+		if rep.Clean {
+			res.FsckClean = true
+			res.ReclaimedIn = time.Since(start)
+			return
+		}
+		pending := 0
+		for _, k := range reclaimable {
+			pending += rep.Counts[k]
+		}
+		if first {
+			res.Reclaimed = pending
+			first = false
+		}
+		if pending < len(rep.Findings) || time.Since(start) >= wait || ctx.Err() != nil {
+			return
+		}
+		fmt.Fprintf(progress, "jepsen: fsck finds %d orphan inodes; waiting for the sweeper (%.0fs of %v)\n",
+			pending, time.Since(start).Seconds(), wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
 	}
-	return strings.TrimSpace(out.String()), code == 0
+}
+
+// fsck runs `cairn fsck --json` on the volume from host.
+func (l *Lab) fsck(ctx context.Context, s *State, host string) (*fsckJSON, string, error) {
+	var out, errOut bytes.Buffer
+	_, err := l.Exec(ctx, host, []string{s.Binary, "fsck", s.Volume, "--json", "--timeout", "1m"}, nil, &out, &errOut)
+	if err != nil {
+		return nil, errOut.String(), err
+	}
+	var rep fsckJSON
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		return nil, errOut.String(), fmt.Errorf("cairn fsck --json: %w", err)
+	}
+	return &rep, errOut.String(), nil
+}
+
+// fsckSummary is a check's result as the report shows it.
+func fsckSummary(rep *fsckJSON) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d inodes, %d names", rep.Inodes, rep.Dentries)
+	for _, k := range fsck.Kinds {
+		if n := rep.Counts[k]; n > 0 {
+			fmt.Fprintf(&b, "; %s: %d", k, n)
+		}
+	}
+	for i, f := range rep.Findings {
+		if i == 20 {
+			fmt.Fprintf(&b, "\n... %d more", len(rep.Findings)-i)
+			break
+		}
+		fmt.Fprintf(&b, "\n%s (partition %d, inode %d): %s", f.Kind, f.Partition, f.Ino, f.Explanation)
+	}
+	return b.String()
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Limits of a lab: the address plan hands out one address per host, and
@@ -24,6 +25,16 @@ const (
 // otherwise. It lives only inside the lab's namespaces, so two labs may
 // share it; Up refuses it when the host routes any part of it.
 const DefaultSubnet = "10.213.0.0/24"
+
+// The masters' orphan sweeper in a lab: a lab exists to watch recovery,
+// so operations cut short by faults are cleaned up within a run, not
+// after the 10-minute default. The grace stays above a mount's 30 s
+// operation timeout, so no operation still between its steps loses its
+// inode.
+const (
+	LabSweepInterval = 10 * time.Second
+	LabSweepGrace    = time.Minute
+)
 
 // Ports every host's processes listen on, at the host's own address.
 const (
@@ -257,7 +268,8 @@ func (p *plan) args(cfg Config, i int, role string) []string {
 		}
 		args := []string{"master", "--id", strconv.Itoa(i + 1), "--peers", strings.Join(peers, ","),
 			"--listen", hostPort(h.Addr, PortMaster), "--metrics-addr", hostPort(h.Addr, PortMasterMetrics),
-			"--data-dir", filepath.Join(dir, RoleMaster)}
+			"--data-dir", filepath.Join(dir, RoleMaster),
+			"--sweep-interval", LabSweepInterval.String(), "--sweep-grace", LabSweepGrace.String()}
 		return append(append(args, common...), cfg.MasterFlags...)
 	case RoleMeta:
 		args := []string{"meta", "--listen", hostPort(h.Addr, PortMeta), "--metrics-addr", hostPort(h.Addr, PortMetaMetrics),

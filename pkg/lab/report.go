@@ -110,6 +110,14 @@ func writeReport(r *JepsenResult, ops []history.Op) error {
 		fsck = "**not clean**"
 	}
 	fmt.Fprintf(&b, "`cairn fsck`: %s\n\n```\n%s\n```\n\n", fsck, r.Fsck)
+	if r.Reclaimed > 0 {
+		fmt.Fprintf(&b, "The first check found %d orphan inodes left by operations cut short; the masters' sweeper reclaimed them", r.Reclaimed)
+		if r.FsckClean {
+			fmt.Fprintf(&b, " within %.0fs.\n\n", r.ReclaimedIn.Seconds())
+		} else {
+			b.WriteString(" not all within the wait.\n\n")
+		}
+	}
 	b.WriteString("## Faults\n\nSeconds; a gap is the longest time while the fault was in force in which no write (no read) of any client succeeded.\n\n")
 	b.WriteString("| fault | lasted | write gap | read gap |\n|---|---:|---:|---:|\n")
 	for _, s := range r.Stalls {

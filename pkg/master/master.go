@@ -93,6 +93,10 @@ type Config struct {
 	// SweepInterval is how often the leader sweeps every volume for orphan
 	// inodes (package fsck); 0 means DefaultSweepInterval, negative never.
 	SweepInterval time.Duration
+	// SweepGrace is how old an orphan's newest record must be before the
+	// sweeper reclaims it (0: fsck.DefaultGrace): an operation may still be
+	// between its steps until then.
+	SweepGrace time.Duration
 	// GrantKeyPeriod is how often the leader adds a key for extent grants;
 	// 0 means DefaultGrantKeyPeriod.
 	GrantKeyPeriod time.Duration

@@ -54,7 +54,7 @@ func (s *Server) sweepLoop(ctx context.Context, interval time.Duration) {
 			}
 			sw := sweepers[name]
 			if sw == nil {
-				sw = &fsck.Sweeper{Logf: func(format string, args ...any) {
+				sw = &fsck.Sweeper{Grace: s.cfg.SweepGrace, Logf: func(format string, args ...any) {
 					s.log.Info(fmt.Sprintf(format, args...), "volume", name)
 				}}
 				sweepers[name] = sw
