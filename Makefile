@@ -31,7 +31,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 24m
 
-.PHONY: build up lab lab-down jepsen jepsen-short test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean
+.PHONY: build up lab lab-down jepsen jepsen-short test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean python python-test bench-python
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -115,6 +115,7 @@ test: deps build vet lint
 	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/integration)
 	@$(MAKE) --no-print-directory fuzz FUZZ_FOR=$(FUZZ_SHORT) FUZZ_KEEP=0
 	CAIRN_BIN=$(CURDIR)/$(BIN) HELM=$(HELM) $(GO) test $(INTEGRATION_FLAGS) ./test/integration/
+	@$(MAKE) --no-print-directory python-test
 
 ## posix: the POSIX suite pjdfstest on a fresh `cairn up` mount (installs it with
 ## cargo when missing); fails below 95% passed. See docs/posix.md.
@@ -236,6 +237,30 @@ proto:
 	cd pkg/clusterpb && PATH=$(TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative cluster.proto
 	cd pkg/metapb && PATH=$(TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative meta.proto
 	PATH=$(TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative pkg/multiraft/transportpb/transport.proto
+
+## python: the Python package cairnfs (python/, an fsspec file system over the
+## SDK; docs/python.md) installed into the venv $(PYVENV), with the packages its
+## tests and benchmark use from PyPI. Its build compiles cmd/libcairn with
+## -buildmode=c-shared into the wheel.
+PYTHON        ?= python3
+PYVENV        := $(CURDIR)/bin/python/venv
+PY_PACKAGES   := fsspec pytest pyarrow pandas
+python:
+	@test -x $(PYVENV)/bin/python || { $(PYTHON) -m venv $(PYVENV) && \
+		$(PYVENV)/bin/pip install -q --upgrade pip setuptools wheel; }
+	$(PYVENV)/bin/pip install -q $(PY_PACKAGES)
+	$(PYVENV)/bin/pip install -q --no-deps --force-reinstall ./python
+
+## python-test: cairnfs's tests (fsspec's abstract suite, every method, errors,
+## identities, pyarrow and pandas) against a `cairn up` cluster they start.
+python-test: build python
+	CAIRN_BIN=$(CURDIR)/$(BIN) $(PYVENV)/bin/pytest -q -p no:cacheprovider python/tests
+
+## bench-python: dl-traversal read from Python with 8 threads, cold, through
+## cairnfs and through the `cairn up` mount (BENCH_PYTHON_FLAGS=--juicefs adds
+## the JuiceFS peer; "--files 500 --top 10" for a quick run). See docs/python.md.
+bench-python: build python
+	CAIRN_BIN=$(CURDIR)/$(BIN) $(PYVENV)/bin/python python/bench/dl_traversal.py $(BENCH_PYTHON_FLAGS)
 
 clean:
 	rm -rf bin
