@@ -3,8 +3,10 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
@@ -59,19 +61,47 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 		// the exact errno.
 	}
 	var err error
-	for range 3 {
+	for attempt, waited := 0, 0; attempt < 3; {
 		// ESTALE: a name changed between lookup and commit; start over.
 		// errReplan: the routing changed before the first dentry step
 		// applied; start over under the new view.
 		err = replanned(ctx, op, func() error {
 			return v.rename(ctx, oldParent, oldName, newParent, newName, flags, renameHints{})
 		})
-		if !isErrno(err, syscall.ESTALE) {
+		switch {
+		case errors.Is(err, errRenameUnderWay) && waited < renameWaits:
+			// Wait for the other rename to finish: then the old name
+			// is gone (ENOENT) or the other rename was taken back.
+			waited++
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s: waiting for another rename of the file: %w", op, ctx.Err())
+			case <-time.After(renameWait):
+			}
+			continue
+		case errors.Is(err, errRenameUnderWay):
+			// Still both: a rename that died between its steps left
+			// them. rename(2) of two names of one inode does nothing.
+			return nil
+		case !isErrno(err, syscall.ESTALE):
 			return err
 		}
+		attempt++
 	}
 	return err
 }
+
+// errRenameUnderWay: both names of a rename name one file that has one
+// link, so another rename of it is between placing its new name and
+// deleting its old one. Answering now would be answering from a state no
+// single rename leaves (both names at once); Rename waits for it, up to
+// renameWaits × renameWait.
+var errRenameUnderWay = errors.New("another rename of the file is under way")
+
+const (
+	renameWait  = 20 * time.Millisecond
+	renameWaits = 100
+)
 
 // NameHint is what a caller learned of a name just before an operation
 // on it, from its own lookup: the inode it names and that inode's type
@@ -234,6 +264,13 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		if h.src != nil || h.dstKnown {
 			// Nothing to send that would check the hints: look.
 			return errnoErr(op, syscall.ESTALE, "hinted names are one inode")
+		}
+		if !srcDir {
+			// Hard links, or one file between the two steps of
+			// another rename: its link count tells them apart.
+			if in, err := v.getInode(ctx, op, src.GetIno()); err == nil && in.GetNlink() == 1 {
+				return errRenameUnderWay
+			}
 		}
 		return nil // two names of one inode: rename(2) does nothing
 	}

@@ -2,7 +2,9 @@ package metanode
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"syscall"
 	"time"
@@ -46,15 +48,21 @@ import (
 // fencing are answered EXDEV, changing nothing, and the client runs its
 // own protocol.
 //
-// A placement whose request is retried: a retry (another attempt, maybe
-// by a later leader) finds the new name already naming the moved inode.
-// With one link that inode has no other name, so the name is the earlier
-// attempt's placement and the retry goes on with it; with more links it
-// may be a hard link, and rename(2) of two names of one inode does
-// nothing; a directory never has two names. A crash after the Txn and
-// before the replaced inode's Link -1 leaves that inode one link too many,
-// without a name (fsck reports it), as a client that dies at that point
-// does.
+// A placement whose request is retried: the placement's own request id
+// comes from the rename's (placementID), so a retry (another attempt, maybe
+// by a later leader) is answered the earlier attempt's result and goes on
+// with it. A new name that already names the moved file under another
+// request's placement is not adopted: with one link that is another rename
+// of the same file between its placement and its Txn (or one that died
+// there), and going on with it would let whichever Txn loses take back
+// the placement the winner's acknowledged rename left as the file's only
+// name (a lab run found exactly that). It is answered EXDEV, and the
+// client's protocol waits for the other rename. With more links it may
+// be a hard link, and rename(2) of two names of one inode does nothing;
+// a directory never has two names, and its renames hold its locks. A
+// crash after the Txn and before the replaced inode's Link -1 leaves that
+// inode one link too many, without a name (fsck reports it), as a client
+// that dies at that point does.
 
 // renamePlace is the step of a rename plan that runs before its Txn when
 // the new name routes to another partition: placing the new name there.
@@ -297,7 +305,10 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 	}
 	create := &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
 		Parent: r.dir.Ino, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType()}}}
-	res, err := s.followUpOn(ctx, "rename_place", r.part, &metapb.Txn{Ops: []*metapb.Op{create}, RequestId: newFenceToken()})
+	// The placement's request id comes from the rename's, so that a retry
+	// of the rename (another attempt, maybe by a later leader) is answered
+	// the earlier attempt's result instead of finding the name taken.
+	res, err := s.followUpOn(ctx, "rename_place", r.part, &metapb.Txn{Ops: []*metapb.Op{create}, RequestId: placementID(req.RequestId)})
 	switch {
 	case err != nil:
 		return exdev("rename: the new name's partition %d did not answer: %v", r.part, err)
@@ -321,10 +332,19 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 	isDir := r.src.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY
 	switch {
 	case dst.GetIno() == r.src.GetIno():
-		if isDir || s.linksOf(ctx, p, r) == 1 {
-			// An earlier attempt's placement: the inode has no other
-			// name (a directory never has two).
+		if isDir {
+			// An earlier attempt's placement: a directory never has two
+			// names, and its renames hold its locks, one at a time.
 			return nil
+		}
+		if s.linksOf(ctx, p, r) == 1 {
+			// Another rename of the same file is between its placement
+			// and its Txn (or died there): not this request's (its own
+			// placement is answered above). Going on with it would make
+			// this rename's undo, or that one's, take away the only
+			// name of a file whose rename was acknowledged. The client's
+			// protocol looks again.
+			return exdev("rename: another rename of inode %d is under way", r.src.GetIno())
 		}
 		return r.same // two names of one inode: nothing to do
 	case dst.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY && isDir:
@@ -348,6 +368,24 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 	}
 	r.dst, r.keep = dst, keptOpen(req, dst.GetIno())
 	return nil
+}
+
+// placementID is the request id of the placement of a rename's new name:
+// fixed by the rename's request id (a fresh one when it has none), never 0
+// and never with the top bit that marks locks.
+func placementID(requestID uint64) uint64 {
+	if requestID == 0 {
+		return newFenceToken()
+	}
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], requestID)
+	h.Write([]byte("rename-place"))
+	h.Write(b[:])
+	if id := h.Sum64() >> 1; id != 0 {
+		return id
+	}
+	return 1
 }
 
 // renameRefused ends a cross-partition rename whose Txn was refused after

@@ -1,7 +1,9 @@
 package metanode
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
@@ -240,16 +242,30 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 	})
 
 	t.Run("an earlier attempt's placement", func(t *testing.T) {
-		// An attempt that placed the new name and died: the inode has one
-		// link, so the name is that attempt's, and the rename goes on.
+		// An attempt of this request that placed the new name and died:
+		// the placement's request id is the rename's own, so the retry
+		// is answered the placement and goes on.
 		from, to := nameIn("pf", 1), nameIn("pt", 0)
 		ino := mk(1, from)
-		place(t, tp, tp.p[0], to, ino)
-		if r := rename(1, renameReq(RootIno, from, to)); r.Errno != 0 {
-			t.Fatalf("rename after a placement: %v", r)
+		req := renameReq(RootIno, from, to)
+		placeAs(t, tp, tp.p[0], to, ino, placementID(req.RequestId))
+		if r := rename(1, req); r.Errno != 0 {
+			t.Fatalf("rename after its own placement: %v", r)
 		}
 		if tp.holds(t, 0, to) != ino || tp.holds(t, 1, from) != 0 {
 			t.Errorf("after the rename: %s holds %d, %s %d", to, tp.holds(t, 0, to), from, tp.holds(t, 1, from))
+		}
+		// Another request's placement (a rename of the same file under
+		// way, or one that died): not adopted, left to the client's
+		// protocol, changing nothing.
+		from, to = nameIn("of", 1), nameIn("ot", 0)
+		ino = mk(1, from)
+		place(t, tp, tp.p[0], to, ino)
+		if r := rename(1, renameReq(RootIno, from, to)); metapb.Errno(r.Errno) != metapb.EXDEV {
+			t.Fatalf("rename after another's placement: %v, want EXDEV", r)
+		}
+		if tp.holds(t, 0, to) != ino || tp.holds(t, 1, from) != ino {
+			t.Errorf("a rename left to the client changed a name")
 		}
 		// Two links: the new name may be a hard link, and rename(2) of
 		// two names of one inode does nothing.
@@ -297,8 +313,17 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 // rename's placement does.
 func place(t *testing.T, tp *twoParts, p *pb.Partition, name string, ino uint64) {
 	t.Helper()
-	tp.txn(t, p, &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
-		Parent: RootIno, Name: []byte(name), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}})
+	placeAs(t, tp, p, name, ino, rand.Uint64()>>1|1)
+}
+
+// placeAs is place with the Txn's request id.
+func placeAs(t *testing.T, tp *twoParts, p *pb.Partition, name string, ino, requestID uint64) {
+	t.Helper()
+	res, err := tp.mc.Txn(tp.ctx, p, &metapb.Txn{RequestId: requestID, Ops: []*metapb.Op{{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
+		Parent: RootIno, Name: []byte(name), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}}}})
+	if err != nil || res.Errno != 0 {
+		t.Fatalf("place %s: %v %v", name, err, res)
+	}
 }
 
 // mkNlink is the root's link count as its directories say it should be:
@@ -318,4 +343,49 @@ func mkNlink(t *testing.T, tp *twoParts) uint32 {
 		}
 	}
 	return n
+}
+
+// TestConcurrentRenamesOfOneFile: two renames of the same file to the same
+// new name on another partition, sent at once, as two clients do. One
+// succeeds; the other must not take back (or adopt) the placement of the
+// one that succeeded: the file keeps its new name, and the old one is gone.
+func TestConcurrentRenamesOfOneFile(t *testing.T) {
+	tp := newTwoParts(t)
+	for round := range 40 {
+		from, to := nameIn(fmt.Sprintf("from-%d", round), 1), nameIn(fmt.Sprintf("to-%d", round), 0)
+		c := tp.name(t, tp.p[1], createReq(RootIno, from, metapb.FileType_FILE_TYPE_REGULAR))
+		if c.Errno != 0 {
+			t.Fatalf("create %s: %v", from, c)
+		}
+		ino := c.Inode.GetIno()
+		var resps [2]*metapb.PathResponse
+		var errs [2]error
+		var wg sync.WaitGroup
+		for i := range resps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resps[i], errs[i] = tp.mc.Path(tp.ctx, tp.p[1], renameReq(RootIno, from, to))
+			}()
+		}
+		wg.Wait()
+		ok := 0
+		for i, r := range resps {
+			if errs[i] != nil {
+				t.Fatalf("round %d: rename %d: %v", round, i, errs[i])
+			}
+			if r.Errno == 0 {
+				ok++
+			}
+		}
+		if ok == 0 {
+			t.Fatalf("round %d: neither rename succeeded: %v, %v", round, resps[0], resps[1])
+		}
+		if got := tp.holds(t, 0, to); got != ino {
+			t.Fatalf("round %d: after %d acknowledged renames (%v, %v), %s holds %d, want %d", round, ok, resps[0], resps[1], to, got, ino)
+		}
+		if got := tp.holds(t, 1, from); got != 0 {
+			t.Fatalf("round %d: %s still holds %d", round, from, got)
+		}
+	}
 }

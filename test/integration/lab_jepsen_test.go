@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -75,6 +76,14 @@ func TestLabJepsen(t *testing.T) {
 	}
 	if res.Failed() {
 		labDiagnose(ctx, t, l, dir)
+		// Keep the run's files (the history above all): the test's
+		// directory goes with it.
+		keep := filepath.Join(os.TempDir(), fmt.Sprintf("cairn-jepsen-seed%d-%s", seed, time.Now().UTC().Format("20060102T150405")))
+		if err := os.CopyFS(keep, os.DirFS(out)); err != nil {
+			t.Logf("keeping the run's files: %v", err)
+		} else {
+			t.Logf("the run's files are kept in %s (cairn lab check %s checks them again)", keep, keep)
+		}
 		t.Fatalf("seed %d: %d anomalies, recovered %v (%s), fsck clean %v; replay with go test ./test/integration -run TestLabJepsen -lab.seed %d",
 			seed, len(res.Report.Anomalies), res.Recovered, res.Unrecovered, res.FsckClean, seed)
 	}
