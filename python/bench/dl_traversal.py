@@ -17,12 +17,15 @@ reader then runs cold, in a fresh process that never read the tree:
             write (posix_fadvise DONTNEED: nothing global is flushed).
 
   python bench/dl_traversal.py [--cairn-bin bin/cairn] [--files 5000]
-      [--top 100] [--leaves 10] [--size 16384] [--threads 8] [--juicefs]
-      [--keep DIR]
+      [--top 100] [--leaves 10] [--size 16384] [--threads 8] [--rounds 3]
+      [--juicefs] [--keep DIR]
 
 It starts its own `cairn up` in a temporary directory (or DIR with --keep)
-and stops it by PID at the end; it prints files/s per reader and the ratios
-cairnfs / mount and cairnfs / juicefs.
+and stops it by PID at the end. Each of --rounds rounds builds a tree of its
+own and reads it with every reader (cairnfs first in odd rounds, the mount
+first in even ones; JuiceFS starts from fresh state every round); it prints
+files/s per reader and round, and the ratios of the medians cairnfs / mount
+and cairnfs / juicefs.
 """
 
 import argparse
@@ -32,6 +35,7 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -159,8 +163,8 @@ def stop_cluster(proc):
 
 
 def juicefs(args, paths):
-    """Builds the tree on the JuiceFS peer and reads it cold; None if the
-    peer does not start."""
+    """Starts the JuiceFS peer from fresh state, builds the tree on it and
+    reads it cold; None if the peer does not start."""
     start = subprocess.run([os.path.join(JUICEFS, "start.sh")], capture_output=True, text=True, timeout=600)
     if start.returncode != 0 or "READY" not in start.stdout + start.stderr:
         print(f"  juicefs  peer did not start, left out:\n{start.stderr[-2000:]}")
@@ -186,6 +190,7 @@ def main():
     ap.add_argument("--leaves", type=int, default=10)
     ap.add_argument("--size", type=int, default=16384)
     ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3, help="trees built and read cold, each by every reader")
     ap.add_argument("--juicefs", action="store_true", help="also read the tree on the JuiceFS peer")
     ap.add_argument("--keep", help="run the cluster in this directory and keep it")
     ap.add_argument("--data-dir", help=argparse.SUPPRESS)
@@ -198,32 +203,42 @@ def main():
     work = args.keep or tempfile.mkdtemp(prefix="cairn-bench-python-")
     data_dir = os.path.join(work, "data")
     print(f"dl-traversal from Python: {args.files} files of {args.size} B in "
-          f"{args.top * (args.leaves + 1)} directories, {args.threads} threads, one cold epoch per reader")
+          f"{args.top * (args.leaves + 1)} directories, {args.threads} threads, {args.rounds} round(s) "
+          "of one cold epoch per reader, each round on a tree of its own")
     proc, mnt = start_cluster(args.cairn_bin, data_dir)
-    results = {}
+    results = {"cairnfs": [], "mount": []}
     try:
-        t0 = time.monotonic()
-        build("cairnfs", "default/dl", paths, args.size, args.threads, data_dir)
-        print(f"  built the tree through cairnfs in {time.monotonic() - t0:.1f} s", flush=True)
-        results["cairnfs"] = fresh_read("cairnfs", "cairnfs", "default/dl", args, data_dir)
-        if mnt:
-            results["mount"] = fresh_read("mount", "posix", os.path.join(mnt, "dl"), args)
-        else:
-            print("  mount    left out: the volume is not mounted (no FUSE here?)")
+        for r in range(args.rounds):
+            root = f"default/dl{r}"
+            t0 = time.monotonic()
+            build("cairnfs", root, paths, args.size, args.threads, data_dir)
+            print(f"round {r + 1}: built the tree through cairnfs in {time.monotonic() - t0:.1f} s", flush=True)
+            readers = [("cairnfs", lambda: fresh_read("cairnfs", "cairnfs", root, args, data_dir))]
+            if mnt:
+                readers.append(("mount", lambda: fresh_read("mount", "posix", os.path.join(mnt, root[8:]), args)))
+            else:
+                print("  mount    left out: the volume is not mounted (no FUSE here?)")
+            if r % 2:
+                readers.reverse()  # neither reader always goes first
+            for name, run in readers:
+                results[name].append(run())
     finally:
         stop_cluster(proc)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     if args.juicefs:
-        r = juicefs(args, paths)
-        if r:
-            results["juicefs"] = r
-    c = results["cairnfs"]["files_per_s"]
+        results["juicefs"] = []
+        for r in range(args.rounds):
+            got = juicefs(args, paths)
+            if not got:
+                break
+            results["juicefs"].append(got)
+    med = {k: statistics.median(x["files_per_s"] for x in v) for k, v in results.items() if v}
+    print("median files/s: " + ", ".join(f"{k} {v:.0f}" for k, v in med.items()))
     for other in ("mount", "juicefs"):
-        if other in results:
-            print(f"  cairnfs / {other}: {c / results[other]['files_per_s']:.2f}x")
-    print(json.dumps({"results": list(results.values())}))
-
+        if other in med and "cairnfs" in med:
+            print(f"  cairnfs / {other}: {med['cairnfs'] / med[other]:.2f}x (median of {len(results[other])})")
+    print(json.dumps({"median_files_per_s": med, "results": results}))
 
 if __name__ == "__main__":
     main()
