@@ -19,13 +19,14 @@ const never = math.MaxInt64
 
 // linearize checks ops (one key's) against model, where input(i) is the
 // porcupine input of ops[i] (outputs are folded into inputs: the models
-// need both in one place) and readOnly(i) says ops[i] never changes the
-// state (see searchLinearizable). It returns the verdict and, when the
+// need both in one place), readOnly(i) says ops[i] never changes the
+// state and class(i) groups operations that do the same thing (see
+// searchLinearizable). It returns the verdict and, when the
 // history is Illegal, the index of the first operation no order could
 // place and a few operations around it: it, the operations for which
 // related returns 2 (at most 5), then the most recent ones for which it
 // returns 1.
-func linearize(model porcupine.Model, ops []history.Op, input func(i int) any, readOnly func(i int) bool, timeout time.Duration,
+func linearize(model porcupine.Model, ops []history.Op, input func(i int) any, readOnly func(i int) bool, class func(i int) any, timeout time.Duration,
 	related func(stuck, other history.Op) int) (res porcupine.CheckResult, stuck int, shown []history.Op) {
 	pops := make([]porcupine.Operation, len(ops))
 	for i, op := range ops {
@@ -35,7 +36,7 @@ func linearize(model porcupine.Model, ops []history.Op, input func(i int) any, r
 		}
 		pops[i] = porcupine.Operation{ClientId: op.Process, Input: input(i), Call: op.Start, Return: ret}
 	}
-	res, stuck = searchLinearizable(model, pops, readOnly, time.Now().Add(timeout))
+	res, stuck = searchLinearizable(model, pops, readOnly, class, time.Now().Add(timeout))
 	if res != porcupine.Illegal {
 		return res, -1, nil
 	}

@@ -200,7 +200,12 @@ func checkNames(key string, ops []history.Op, timeout, staleness time.Duration) 
 		in := inputs[i]
 		return in.kind == history.Stat || in.outcome == history.Fail
 	}
-	verdict, stuck, shown := linearize(model, lin, func(i int) any { return inputs[i] }, readOnly, timeout, func(s, o history.Op) int {
+	class := func(i int) any {
+		in := inputs[i]
+		in.display = ""
+		return in
+	}
+	verdict, stuck, shown := linearize(model, lin, func(i int) any { return inputs[i] }, readOnly, class, timeout, func(s, o history.Op) int {
 		if touches(o, s.Name) || touches(o, s.To) {
 			return 1
 		}

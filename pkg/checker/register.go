@@ -101,7 +101,9 @@ func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResul
 		// never written, which no write can bring back.
 		verdict, stuck, shown := linearize(registerModel, lin, func(i int) any {
 			return regInput{write: lin[i].Kind == history.Write, v: lin[i].Value}
-		}, func(i int) bool { return lin[i].Kind != history.Write }, timeout, func(s, o history.Op) int {
+		}, func(i int) bool { return lin[i].Kind != history.Write }, func(i int) any {
+			return regInput{write: lin[i].Kind == history.Write, v: lin[i].Value}
+		}, timeout, func(s, o history.Op) int {
 			if o.Kind == history.Write && o.Value == s.Value {
 				return 2 // the write of the value the stuck read returned
 			}

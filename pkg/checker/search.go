@@ -133,7 +133,13 @@ func subset(a, b []int32) bool {
 // It returns Ok, Illegal with the index of the operation whose return no
 // configuration survived, or Unknown when the deadline passed or more than
 // MaxConfigurations were needed at once.
-func searchLinearizable(model porcupine.Model, ops []porcupine.Operation, readOnly func(i int) bool, deadline time.Time) (porcupine.CheckResult, int) {
+//
+// class(i), if not nil, is a comparable value equal for operations that
+// do the same thing (the same input and outcome). Of pending operations
+// that never return and are of one class, only the first not yet applied
+// is tried: called and unbounded alike, they are interchangeable, so the
+// configurations count how many of a class took effect, not which.
+func searchLinearizable(model porcupine.Model, ops []porcupine.Operation, readOnly func(i int) bool, class func(i int) any, deadline time.Time) (porcupine.CheckResult, int) {
 	type event struct {
 		at   int64
 		ret  bool
@@ -204,9 +210,17 @@ func searchLinearizable(model porcupine.Model, ops []porcupine.Operation, readOn
 				continue
 			}
 			// Apply one more pending operation, each in turn.
+			var tried []any // classes of never-returning ones tried
 			for _, id := range pending {
 				if containsID(c.lin, id) || containsID(c.unk, id) || readOnly(int(id)) && id != ev.op {
 					continue // read-only ones are applied by settle
+				}
+				if ops[id].Return == never && class != nil {
+					k := class(int(id))
+					if slices.Contains(tried, k) {
+						continue
+					}
+					tried = append(tried, k)
 				}
 				ok, state := model.Step(c.state, ops[id].Input, ops[id].Output)
 				if !ok {

@@ -46,7 +46,17 @@ func TestSearchAgreesWithPorcupine(t *testing.T) {
 			}
 		}
 		want := porcupine.CheckOperations(model, ops)
-		got, stuck := searchLinearizable(model, ops, func(i int) bool { return readOnly[i] }, time.Now().Add(time.Minute))
+		class := func(i int) any {
+			if in, ok := ops[i].Input.(nameInput); ok {
+				in.display = ""
+				return in
+			}
+			return ops[i].Input
+		}
+		if h%3 == 0 {
+			class = nil
+		}
+		got, stuck := searchLinearizable(model, ops, func(i int) bool { return readOnly[i] }, class, time.Now().Add(time.Minute))
 		wantRes := porcupine.Illegal
 		if want {
 			wantRes = porcupine.Ok
