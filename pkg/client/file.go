@@ -198,6 +198,9 @@ func (f *File) withCred(ctx context.Context) context.Context {
 // Ino returns the file's inode number.
 func (f *File) Ino() uint64 { return f.ino }
 
+// Writable reports whether the handle was opened for writing.
+func (f *File) Writable() bool { return f.writable }
+
 // Size returns the file's size as this handle sees it (including writes
 // not yet flushed).
 func (f *File) Size() uint64 {

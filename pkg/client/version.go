@@ -40,3 +40,11 @@ func (f *File) changed(res *metapb.OpResult) {
 		f.ver = versionOf(in)
 	}
 }
+
+// Before reports whether v is an older Version of a file than w: its ctime
+// (then its mtime) is earlier. Every change of content moves the ctime, so
+// of two Versions one client read in turn the later is never Before the
+// earlier, unless the clocks that stamped them disagree.
+func (v Version) Before(w Version) bool {
+	return v.Ctime < w.Ctime || v.Ctime == w.Ctime && v.Mtime < w.Mtime
+}

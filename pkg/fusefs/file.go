@@ -155,7 +155,17 @@ func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Re
 	if f == nil {
 		return nil, fs.observe("read", start, fuse.EBADF)
 	}
-	n, err := f.ReadAt(buf[:min(len(buf), int(in.Size))], int64(in.Offset))
+	read := f.ReadAt
+	if fs.pagesBehind(f) {
+		// The kernel keeps what this returns for every handle: bytes
+		// as new as the pages' record, not this handle's older view
+		// (close-to-open allows a handle to see newer bytes).
+		if cur, err := fs.v.OpenFile(fs.caller(ctxOf(cancel), &in.InHeader), f.Ino(), syscall.O_RDONLY); err == nil {
+			defer func() { _ = cur.Close(context.Background()) }()
+			read = cur.ReadAt
+		}
+	}
+	n, err := read(buf[:min(len(buf), int(in.Size))], int64(in.Offset))
 	if err != nil && err != io.EOF {
 		if fs.tr != nil {
 			fs.tr.io(start, &in.InHeader, optrace.OpRead, in.Fh, in.Offset, in.Size, status(err), 0)

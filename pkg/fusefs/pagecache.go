@@ -31,6 +31,14 @@ const maxPageVersions = 1 << 20
 
 // keepPages reports whether f, just opened, may keep the kernel's cached
 // pages of its file, and records f's Version as theirs from now on.
+//
+// An open that read an older Version than the record (its metadata read
+// came before another client's close that an open of this mount has
+// already seen) keeps the pages and leaves the record: the pages are
+// newer than its view, which close-to-open allows an open that ran
+// concurrently with the write, and dropping them, or recording its
+// Version, would let its reads put older bytes back under the newer
+// Version's record (readPages).
 func (fs *FS) keepPages(f *client.File) bool {
 	v, ok := f.Version()
 	ino := f.Ino()
@@ -40,7 +48,7 @@ func (fs *FS) keepPages(f *client.File) bool {
 		delete(fs.pages, ino)
 		return false
 	}
-	if cur, known := fs.pages[ino]; known && cur == v {
+	if cur, known := fs.pages[ino]; known && (cur == v || v.Before(cur)) {
 		return true
 	}
 	if len(fs.pages) >= maxPageVersions {
@@ -48,6 +56,23 @@ func (fs *FS) keepPages(f *client.File) bool {
 	}
 	fs.pages[ino] = v
 	return false
+}
+
+// pagesBehind reports whether f, a read-only handle, reads a Version
+// other than the one the kernel's pages of its file are recorded at: a
+// later open of this mount saw another client's change. A read through f
+// then fills the kernel's pages (shared by every handle of the file) with
+// bytes of f's Version, which an open after that change must not read;
+// Read reads the current bytes instead (readCurrent).
+func (fs *FS) pagesBehind(f *client.File) bool {
+	if f.Writable() {
+		return false // its own writes pass through the pages
+	}
+	v, ok := f.Version()
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	cur, known := fs.pages[f.Ino()]
+	return ok && known && cur != v
 }
 
 // flushedPages moves the record of ino's pages after a flush of f that

@@ -140,3 +140,57 @@ func TestWriteDropsCapabilities(t *testing.T) {
 		t.Fatalf("after a write the file still has capabilities (%d bytes, %v)", n, err)
 	}
 }
+
+// TestPageCacheOldHandleDoesNotRefill: a handle of mount a opened before
+// mount b's overwrite reads after a later open of mount a saw the
+// overwrite and dropped the kernel's pages. What that read returns fills
+// the kernel's pages, which every handle shares: the later handle must
+// still read what b wrote, not the older bytes the first handle's view
+// (and the mount's file cache of that Version) holds. A nemesis run found
+// this as a stale read on a client host with a slow link.
+func TestPageCacheOldHandleDoesNotRefill(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pco")
+	_, a := startMounted(t, dir)
+	b := startSecondMount(t, dir)
+	old := bytes.Repeat([]byte("old-"), 64<<10/4)
+	fa, fb := filepath.Join(a, "f"), filepath.Join(b, "f")
+	must(t, os.WriteFile(fa, old, 0o644))
+	d, err := os.Open(fa)
+	must(t, err)
+	// The kernel drops the pages the write left, so that the read below
+	// reaches the mount and fills its file cache.
+	must(t, unix.Fadvise(int(d.Fd()), 0, 0, unix.FADV_DONTNEED))
+	must(t, d.Close())
+	got, err := os.ReadFile(fa) // the kernel's pages and the file cache hold old
+	must(t, err)
+	if !bytes.Equal(got, old) {
+		t.Fatal("first read differs")
+	}
+	h1, err := os.Open(fa) // opened at the old Version
+	must(t, err)
+	defer h1.Close()
+
+	fresh := bytes.Repeat([]byte("new-"), len(old)/4)
+	w, err := os.OpenFile(fb, os.O_WRONLY, 0)
+	must(t, err)
+	_, err = w.WriteAt(fresh, 0)
+	must(t, err)
+	must(t, w.Close())
+
+	h2, err := os.Open(fa) // sees the overwrite: the pages go
+	must(t, err)
+	defer h2.Close()
+	buf := make([]byte, len(old))
+	if _, err := h1.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf, old) && !bytes.Equal(buf, fresh) {
+		t.Fatalf("the old handle read neither version: %q...", buf[:16])
+	}
+	if _, err := h2.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf, fresh) {
+		t.Fatalf("an open after the other mount's close reads %q..., want %q...", buf[:16], fresh[:16])
+	}
+}
