@@ -137,6 +137,7 @@ func TestCheck(t *testing.T) {
 		{"phantom read", []history.Op{w(1, "r", 1, 0, 10), r(2, "r", 7, 20, 30)}, []string{"phantom-read r"}},
 		{"phantom read of a failed write", []history.Op{w(1, "r", 1, 0, 10), fail(w(1, "r", 2, 20, 30), "ENOSPC"), r(2, "r", 2, 40, 50)}, []string{"phantom-read r"}},
 		{"corrupt read", []history.Op{w(1, "r", 1, 0, 10), corrupt(r(2, "r", 0, 20, 30))}, []string{"corrupt r"}},
+		{"corrupt read during another host's write", []history.Op{w(1, "r", 1, 0, 10), w(3, "r", 2, 15, 40), corrupt(r(2, "r", 0, 20, 30))}, []string{"corrupt r"}},
 		{"write of 0", []history.Op{w(1, "r", 0, 0, 10), r(2, "r", 0, 20, 30)}, []string{"bad-history r"}},
 		{"value written twice", []history.Op{w(1, "r", 1, 0, 10), w(1, "r", 1, 20, 30), final(r(2, "r", 1, 40, 50))}, []string{"bad-history r"}},
 
@@ -341,3 +342,29 @@ func TestNameStaleness(t *testing.T) {
 		}
 	}
 }
+
+// TestHostTorn: a read torn while a process on its own host overwrote the
+// register is the host's page cache (Report.HostTorn), not an anomaly; the
+// same read with the write on another host, or after the write ended, is.
+func TestHostTorn(t *testing.T) {
+	onHost := func(op history.Op, host string) history.Op { op.Host = host; return op }
+	for _, tc := range []struct {
+		name      string
+		ops       []history.Op
+		torn      int
+		anomalies int
+	}{
+		{"during a write on its host", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 40), "c2"), corrupt(r(2, "r", 0, 20, 30))}, 1, 0},
+		{"during an unknown write on its host", []history.Op{w(1, "r", 1, 0, 10), onHost(unknown(w(3, "r", 2, 15, 16)), "c2"), corrupt(r(2, "r", 0, 20, 30))}, 1, 0},
+		{"after the write on its host ended", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 18), "c2"), corrupt(r(2, "r", 0, 20, 30))}, 0, 1},
+		{"during a write on another host", []history.Op{w(1, "r", 1, 0, 10), w(3, "r", 2, 15, 40), corrupt(r(2, "r", 0, 20, 30))}, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Check(tc.ops, Options{})
+			if rep.HostTorn != tc.torn || len(rep.Anomalies) != tc.anomalies {
+				t.Errorf("%d torn on their host, %d anomalies; want %d, %d: %s", rep.HostTorn, len(rep.Anomalies), tc.torn, tc.anomalies, rep)
+			}
+		})
+	}
+}
+

@@ -47,6 +47,7 @@ func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResul
 	failed := map[uint64]history.Op{}    // value -> a failed write of it
 	seen := map[uint64]history.Op{}      // value -> first write of it, any outcome
 	dup := false
+	hostTorn := 0
 	var lin []history.Op // what porcupine checks: ok and unknown writes, ok readable reads
 	var final *history.Op
 	for _, op := range ops {
@@ -70,7 +71,11 @@ func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResul
 			continue
 		}
 		if op.Corrupt {
-			c.add(Corrupt, key, fmt.Sprintf("a read at %d returned bytes that decode as no value (torn, zeroed or foreign)", op.Start), op)
+			if tornOnHost(ops, op) {
+				hostTorn++
+			} else {
+				c.add(Corrupt, key, fmt.Sprintf("a read at %d returned bytes that decode as no value (torn, zeroed or foreign)", op.Start), op)
+			}
 			continue
 		}
 		if op.Outcome != history.OK {
@@ -95,7 +100,7 @@ func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResul
 	if final != nil && !dup {
 		lostWrite(c, key, *final, written, lin)
 	}
-	res := keyResult{}
+	res := keyResult{hostTorn: hostTorn}
 	if !c.has(PhantomRead, key) && !c.has(LostWrite, key) {
 		// Writes of 0 are left out above: the model's 0 is the file
 		// never written, which no write can bring back.
@@ -162,4 +167,23 @@ func lostWrite(c *collector, key string, f history.Op, written map[uint64][]hist
 	}
 	c.add(LostWrite, key, fmt.Sprintf("the final read at %d returned %d, but the write of %d, begun at %d after that one was acknowledged, was acknowledged at %d, before the final read began",
 		f.Start, f.Value, w2.Value, w2.Start, w2.End), *w1, *w2, f)
+}
+
+// tornOnHost reports whether read r ran while a write of the same register
+// by a process on r's host was running (any outcome; an unknown one may
+// run on after its worker stopped waiting): the host's page cache may
+// have torn it (Report.HostTorn).
+func tornOnHost(ops []history.Op, r history.Op) bool {
+	if r.Host == "" {
+		return false
+	}
+	for _, w := range ops {
+		if w.Kind != history.Write || w.Host != r.Host || w.Start > r.End {
+			continue
+		}
+		if w.Outcome == history.Unknown || w.End >= r.Start {
+			return true
+		}
+	}
+	return false
 }
