@@ -367,4 +367,3 @@ func TestHostTorn(t *testing.T) {
 		})
 	}
 }
-
