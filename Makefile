@@ -29,7 +29,7 @@ SUDO          := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # Integration tests drive real cairn processes (built without the race
 # detector), so racing the test harness itself would only slow them down.
-INTEGRATION_FLAGS ?= -p 1 -timeout 24m
+INTEGRATION_FLAGS ?= -p 1 -timeout 30m
 
 .PHONY: build up lab lab-down jepsen jepsen-short test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean python python-test bench-python
 
