@@ -65,9 +65,14 @@ func (t *table[T]) get(h int64) (T, error) {
 	defer t.mu.RUnlock()
 	v, ok := t.m[h]
 	if !ok {
-		return v, &client.Error{Op: "handle", Errno: syscall.EBADF, Msg: fmt.Sprintf("no open handle %d", h)}
+		return v, noHandle(h)
 	}
 	return v, nil
+}
+
+// noHandle is the error for a handle the table does not hold (EBADF).
+func noHandle(h int64) error {
+	return &client.Error{Op: "handle", Errno: syscall.EBADF, Msg: fmt.Sprintf("no open handle %d", h)}
 }
 
 // remove takes h out of the table and returns what it held.
@@ -76,7 +81,7 @@ func (t *table[T]) remove(h int64) (T, error) {
 	defer t.mu.Unlock()
 	v, ok := t.m[h]
 	if !ok {
-		return v, &client.Error{Op: "handle", Errno: syscall.EBADF, Msg: fmt.Sprintf("no open handle %d", h)}
+		return v, noHandle(h)
 	}
 	delete(t.m, h)
 	return v, nil
