@@ -343,6 +343,34 @@ func TestNameStaleness(t *testing.T) {
 	}
 }
 
+// TestHostEarly: a read that saw a write still running on its own host may
+// have seen the host's page cache; it is checked as of the write's end. The
+// same order with the early read on another host is a stale read, and an
+// early read of a value already overwritten when its write ended is too.
+func TestHostEarly(t *testing.T) {
+	onHost := func(op history.Op, host string) history.Op { op.Host = host; return op }
+	for _, tc := range []struct {
+		name      string
+		ops       []history.Op
+		early     int
+		anomalies int
+	}{
+		// p3 on c2 writes 2 over [15,40]; p4 on c2 reads 2 at [20,22];
+		// p2 on c1 then reads 1 at [25,30], before the write ended.
+		{"read on the writer's host", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 40), "c2"), onHost(r(4, "r", 2, 20, 22), "c2"), onHost(r(2, "r", 1, 25, 30), "c1")}, 1, 0},
+		{"read on another host", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 40), "c2"), onHost(r(4, "r", 2, 20, 22), "c3"), onHost(r(2, "r", 1, 25, 30), "c1")}, 0, 1},
+		{"the value read again after it was overwritten", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 40), "c2"), onHost(r(4, "r", 2, 20, 22), "c2"), onHost(w(5, "r", 3, 41, 45), "c1"), onHost(r(2, "r", 2, 50, 55), "c1")}, 1, 1},
+		{"write ended before the read did", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 21), "c2"), onHost(r(4, "r", 2, 20, 22), "c2"), onHost(r(2, "r", 1, 25, 30), "c1")}, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Check(tc.ops, Options{})
+			if rep.HostEarly != tc.early || len(rep.Anomalies) != tc.anomalies {
+				t.Errorf("%d early on their host, %d anomalies; want %d, %d: %s", rep.HostEarly, len(rep.Anomalies), tc.early, tc.anomalies, rep)
+			}
+		})
+	}
+}
+
 // TestHostTorn: a read torn while a process on its own host overwrote the
 // register is the host's page cache (Report.HostTorn), not an anomaly; the
 // same read with the write on another host, or after the write ended, is.

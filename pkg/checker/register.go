@@ -47,7 +47,7 @@ func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResul
 	failed := map[uint64]history.Op{}    // value -> a failed write of it
 	seen := map[uint64]history.Op{}      // value -> first write of it, any outcome
 	dup := false
-	hostTorn := 0
+	hostTorn, hostEarly := 0, 0
 	var lin []history.Op // what porcupine checks: ok and unknown writes, ok readable reads
 	var final *history.Op
 	for _, op := range ops {
@@ -81,6 +81,10 @@ func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResul
 		if op.Outcome != history.OK {
 			continue // a read that returned nothing shows nothing
 		}
+		if end, ok := earlyOnHost(ops, op); ok {
+			op.End = end
+			hostEarly++
+		}
 		lin = append(lin, op)
 		if op.Final && (final == nil || op.Start >= final.Start) {
 			o := op
@@ -100,7 +104,7 @@ func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResul
 	if final != nil && !dup {
 		lostWrite(c, key, *final, written, lin)
 	}
-	res := keyResult{hostTorn: hostTorn}
+	res := keyResult{hostTorn: hostTorn, hostEarly: hostEarly}
 	if !c.has(PhantomRead, key) && !c.has(LostWrite, key) {
 		// Writes of 0 are left out above: the model's 0 is the file
 		// never written, which no write can bring back.
@@ -167,6 +171,27 @@ func lostWrite(c *collector, key string, f history.Op, written map[uint64][]hist
 	}
 	c.add(LostWrite, key, fmt.Sprintf("the final read at %d returned %d, but the write of %d, begun at %d after that one was acknowledged, was acknowledged at %d, before the final read began",
 		f.Start, f.Value, w2.Value, w2.Start, w2.End), *w1, *w2, f)
+}
+
+// earlyOnHost reports whether read r returned the value of a write by a
+// process on r's host that was still running when r ended, and if so when
+// that write ended. Linux copies a buffered write into the host's page
+// cache before the file system is asked to store it, so a reader on the
+// same host may see it before any other host can (a local ext4 file shows
+// the same). Such a read shows what its host's cache held, not when the
+// write took effect for everyone: the checker lets it take effect as late
+// as its write's end, and still requires that its value was current then.
+func earlyOnHost(ops []history.Op, r history.Op) (int64, bool) {
+	if r.Host == "" || r.Value == 0 {
+		return 0, false
+	}
+	for _, w := range ops {
+		if w.Kind == history.Write && w.Host == r.Host && w.Value == r.Value &&
+			w.Outcome != history.Fail && w.Start <= r.End && w.End > r.End {
+			return w.End, true
+		}
+	}
+	return 0, false
 }
 
 // tornOnHost reports whether read r ran while a write of the same register
