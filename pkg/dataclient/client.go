@@ -128,6 +128,11 @@ type Options struct {
 	// RefreshEvery is how old the topology may get before a write
 	// refreshes it; default 10s.
 	RefreshEvery time.Duration
+	// RefreshTimeout bounds one Refresh: the map is a hint a reader or
+	// writer asks for after a failure, and a master leader it cannot reach
+	// must cost it this long, not the whole call (a writer's context
+	// outlives its syscalls); default 5s.
+	RefreshTimeout time.Duration
 	// ReadChunkBytes is the unit of sequential reads and read-ahead;
 	// default 1 MiB (the protocol's largest payload).
 	ReadChunkBytes int
@@ -191,6 +196,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RefreshEvery <= 0 {
 		o.RefreshEvery = 10 * time.Second
+	}
+	if o.RefreshTimeout <= 0 {
+		o.RefreshTimeout = 5 * time.Second
 	}
 	if o.ReadChunkBytes <= 0 {
 		o.ReadChunkBytes = 1 << 20
@@ -305,7 +313,7 @@ func New(ctx context.Context, src Source, opts Options) (*Client, error) {
 		src: src, opts: opts, pool: newConnPool(opts.Conn, opts.ConnsPerNode),
 		excluded: map[uint64]time.Time{}, lastFail: map[uint64]dataproto.Code{}, leaders: map[uint64]uint64{},
 	}
-	if err := c.Refresh(ctx); err != nil {
+	if err := c.refresh(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -320,8 +328,17 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Refresh fetches the topology again.
+// Refresh fetches the topology again, waiting at most
+// Options.RefreshTimeout; on an error the client keeps its view.
 func (c *Client) Refresh(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RefreshTimeout)
+	defer cancel()
+	return c.refresh(ctx)
+}
+
+// refresh is Refresh bounded by ctx alone (New waits as long as its
+// caller lets it for the first view).
+func (c *Client) refresh(ctx context.Context) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
 	c.refreshes.Add(1)
