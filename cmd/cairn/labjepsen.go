@@ -103,6 +103,20 @@ exits 1 when anything was found. See docs/lab.md.`,
 	return cmd
 }
 
+// newLabLauncherCmd is the process a nemesis run forks through
+// (lab.ServeLauncher); not for people.
+func newLabLauncherCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "launcher",
+		Short:  "Start commands for a nemesis run (internal)",
+		Hidden: true,
+		Args:   noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return lab.ServeLauncher(os.Stdin, os.Stdout)
+		},
+	}
+}
+
 func newLabCheckCmd() *cobra.Command {
 	var opts checker.Options
 	cmd := &cobra.Command{

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -138,6 +137,19 @@ func (l *Lab) Jepsen(ctx context.Context, cfg JepsenConfig) (*JepsenResult, erro
 	if err != nil {
 		return nil, err
 	}
+	// Forks from here on go through a launcher, started while this
+	// process holds no file of a mount (launcher.go).
+	ln, err := startLauncher(s.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("jepsen: %w", err)
+	}
+	l.launch = ln
+	defer func() {
+		l.launch = nil
+		if err := ln.close(); err != nil {
+			fmt.Fprintf(progress, "jepsen: %v\n", err)
+		}
+	}()
 	rec := history.NewRecorder(hf)
 	wc := cfg.Workload
 	wc.Root = fmt.Sprintf("jepsen/%s-seed%d", time.Now().UTC().Format("20060102T150405"), cfg.Seed)
@@ -325,9 +337,9 @@ func (l *Lab) checkVolume(ctx context.Context, s *State, host string, wait time.
 	start := time.Now()
 	first := true
 	for {
-		rep, out, err := l.fsck(ctx, s, host)
+		rep, err := l.fsck(ctx, s, host)
 		if err != nil {
-			res.Fsck, res.FsckClean = err.Error()+"\n"+out, false
+			res.Fsck, res.FsckClean = err.Error(), false
 			return
 		}
 		res.Fsck = fsckSummary(rep)
@@ -357,17 +369,23 @@ func (l *Lab) checkVolume(ctx context.Context, s *State, host string, wait time.
 }
 
 // fsck runs `cairn fsck --json` on the volume from host.
-func (l *Lab) fsck(ctx context.Context, s *State, host string) (*fsckJSON, string, error) {
-	var out, errOut bytes.Buffer
-	_, err := l.Exec(ctx, host, []string{s.Binary, "fsck", s.Volume, "--json", "--timeout", "1m"}, nil, &out, &errOut)
-	if err != nil {
-		return nil, errOut.String(), err
+func (l *Lab) fsck(ctx context.Context, s *State, host string) (*fsckJSON, error) {
+	h, ok := s.Host(host)
+	if !ok {
+		return nil, fmt.Errorf("fsck: no host %s", host)
 	}
+	argv := []string{s.Binary, "fsck", s.Volume, "--json", "--timeout", "1m",
+		"--master", masterAddrsOf(s), "--tls-dir", tlsDir(s.Dir, adminIdentity)}
+	// fsck exits non-zero when it finds something; its answer is the JSON.
+	out, err := l.run(ctx, command{Netns: h.Netns, Argv: argv, Timeout: 90 * time.Second, StdoutOnly: true})
 	var rep fsckJSON
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		return nil, errOut.String(), fmt.Errorf("cairn fsck --json: %w", err)
+	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil {
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("cairn fsck --json: %w", jerr)
 	}
-	return &rep, errOut.String(), nil
+	return &rep, nil
 }
 
 // fsckSummary is a check's result as the report shows it.

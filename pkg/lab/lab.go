@@ -116,6 +116,17 @@ type Lab struct {
 	// waiters so that a killed one does not linger as a zombie; Down
 	// waits for them.
 	children sync.WaitGroup
+	// launch, while set (a nemesis run), does this Lab's forking: see
+	// launcher.go for why.
+	launch *launcher
+}
+
+// run runs c as run does, through the launcher while there is one.
+func (l *Lab) run(ctx context.Context, c command) (string, error) {
+	if l.launch != nil {
+		return l.launch.run(ctx, c)
+	}
+	return run(ctx, c)
 }
 
 // Open finds the lab in dir; ErrNoLab if it holds none.
@@ -175,6 +186,13 @@ func (l *Lab) spawn(s *State, p *Proc) error {
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "=== %s cairn lab: starting %s in %s: cairn %s\n", time.Now().UTC().Format(time.RFC3339), p.Key(), h.Netns, strings.Join(p.Args, " "))
+	if l.launch != nil {
+		pid, err := l.launch.spawn(context.Background(), h.Netns, append([]string{s.Binary}, p.Args...), cleanEnv(), p.Log)
+		if err != nil {
+			return fmt.Errorf("start %s: %w", p.Key(), err)
+		}
+		return l.started(p, pid, nil)
+	}
 	cmd := exec.Command(s.Binary, p.Args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = cleanEnv()
@@ -184,13 +202,21 @@ func (l *Lab) spawn(s *State, p *Proc) error {
 	if err := startIn(h.Netns, cmd); err != nil {
 		return fmt.Errorf("start %s: %w", p.Key(), err)
 	}
-	_, start, err := procStat(cmd.Process.Pid)
-	p.Pid, p.Start = cmd.Process.Pid, start
-	l.children.Add(1)
-	go func() {
-		defer l.children.Done()
-		_ = cmd.Wait()
-	}()
+	return l.started(p, cmd.Process.Pid, cmd)
+}
+
+// started records pid as p's and, if this process is its parent (cmd),
+// reaps it when it ends.
+func (l *Lab) started(p *Proc, pid int, cmd *exec.Cmd) error {
+	_, start, err := procStat(pid)
+	p.Pid, p.Start = pid, start
+	if cmd != nil {
+		l.children.Add(1)
+		go func() {
+			defer l.children.Done()
+			_ = cmd.Wait()
+		}()
+	}
 	if err != nil {
 		return fmt.Errorf("start %s: pid %d gone at once: %w (log %s)", p.Key(), p.Pid, err, p.Log)
 	}
@@ -377,7 +403,7 @@ func (l *Lab) Cluster(ctx context.Context) (*ClusterStatus, error) {
 	}
 	var errs []error
 	for _, h := range hostsByReach(s) {
-		cs, err := clusterFrom(ctx, s, h)
+		cs, err := l.clusterFrom(ctx, s, h)
 		if err == nil {
 			return cs, nil
 		}
@@ -418,8 +444,8 @@ func hostsByReach(s *State) []Host {
 	return hosts
 }
 
-func clusterFrom(ctx context.Context, s *State, h Host) (*ClusterStatus, error) {
-	out, err := run(ctx, command{Netns: h.Netns, Argv: []string{s.Binary, "status", "--json", "--timeout", "5s",
+func (l *Lab) clusterFrom(ctx context.Context, s *State, h Host) (*ClusterStatus, error) {
+	out, err := l.run(ctx, command{Netns: h.Netns, Argv: []string{s.Binary, "status", "--json", "--timeout", "5s",
 		"--master", masterAddrsOf(s), "--tls-dir", tlsDir(s.Dir, adminIdentity)}})
 	if err != nil {
 		return nil, fmt.Errorf("from %s: %w", h.Name, err)

@@ -89,7 +89,7 @@ func (l *Lab) heal(ctx context.Context, s *State, i int) error {
 func (l *Lab) do(ctx context.Context, s *State, a action) error {
 	switch {
 	case a.Cmd != nil:
-		if _, err := run(ctx, *a.Cmd); err != nil && !(a.Missing && missing(err)) {
+		if _, err := l.run(ctx, *a.Cmd); err != nil && !(a.Missing && missing(err)) {
 			return err
 		}
 	case a.Restart:

@@ -309,6 +309,11 @@ type command struct {
 	Netns string
 	Argv  []string
 	Stdin string
+	// Timeout bounds the command; 0: commandTimeout.
+	Timeout time.Duration `json:",omitempty"`
+	// StdoutOnly: what the command printed to stderr goes only into the
+	// error, not into the output returned (a JSON answer on stdout).
+	StdoutOnly bool `json:",omitempty"`
 }
 
 func (c command) String() string {

@@ -67,14 +67,22 @@ func startIn(netns string, cmd *exec.Cmd) error {
 	return <-errc
 }
 
-// run runs c to completion (at most commandTimeout) and returns its
-// output; the error names the command and carries its output.
+// run runs c to completion (at most c.Timeout, commandTimeout by default)
+// and returns its output; the error names the command and carries its
+// output.
 func run(ctx context.Context, c command) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = commandTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
-	var out bytes.Buffer
+	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	if c.StdoutOnly {
+		cmd.Stderr = &errOut
+	}
 	if c.Stdin != "" {
 		cmd.Stdin = strings.NewReader(c.Stdin)
 	}
@@ -82,7 +90,11 @@ func run(ctx context.Context, c command) (string, error) {
 		return "", fmt.Errorf("%s: %w", c, err)
 	}
 	if err := cmd.Wait(); err != nil {
-		return out.String(), fmt.Errorf("%s: %w: %s", c, err, strings.TrimSpace(out.String()))
+		said := out.String()
+		if c.StdoutOnly {
+			said = errOut.String()
+		}
+		return out.String(), fmt.Errorf("%s: %w: %s", c, err, strings.TrimSpace(said))
 	}
 	return out.String(), nil
 }

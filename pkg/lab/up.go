@@ -285,7 +285,7 @@ func (l *Lab) waitCluster(ctx context.Context, s *State) error {
 		}
 	}
 	return l.poll(ctx, s, "cluster", func() (string, bool, error) {
-		cs, err := clusterFrom(ctx, s, s.Hosts[0])
+		cs, err := l.clusterFrom(ctx, s, s.Hosts[0])
 		if err != nil {
 			return "waiting for a master leader", false, nil
 		}
@@ -309,7 +309,7 @@ func (l *Lab) createVolume(ctx context.Context, s *State, replicas int) error {
 // waitLeaders waits until every partition of the volume has a leader.
 func (l *Lab) waitLeaders(ctx context.Context, s *State) error {
 	return l.poll(ctx, s, "partition leaders", func() (string, bool, error) {
-		cs, err := clusterFrom(ctx, s, s.Hosts[0])
+		cs, err := l.clusterFrom(ctx, s, s.Hosts[0])
 		if err != nil {
 			return "waiting for the master", false, nil
 		}
