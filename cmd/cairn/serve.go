@@ -147,7 +147,7 @@ func newNodeCmd(role string) *cobra.Command {
 		nodeID, capacity                                  uint64
 		heartbeat, chunkGrace                             time.Duration
 		merge                                             bool
-		recoveryMBps                                      float64
+		recoveryMBps, reserveMiB                          float64
 		tf                                                tlsFlags
 		encrypt, profiles                                 bool
 	)
@@ -179,6 +179,12 @@ node comes back as the same node), sends a heartbeat with its utilization every
 			if recoveryMBps < 0 {
 				return usagef(cmd, "--recovery-mbps must not be negative")
 			}
+			reserve := int64(reserveMiB * (1 << 20))
+			if reserveMiB < 0 {
+				reserve = -1 // none
+			} else if reserveMiB > 0 && reserve == 0 {
+				return usagef(cmd, "--reserve-mb %v is less than a byte", reserveMiB)
+			}
 			id, err := tf.identity(cmd, "")
 			if err != nil {
 				return err
@@ -190,7 +196,7 @@ node comes back as the same node), sends a heartbeat with its utilization every
 				DataListen: dataListen, DataAdvertise: dataAdvertise,
 				Masters: masters, MetricsAddr: mAddr, Profiles: profiles, NodeID: nodeID, HeartbeatInterval: heartbeat,
 				CapacityBytes: capacity, Logger: log.With("role", role), NewPartitions: partitionsOf(role, metanode.Options{DisableMerging: !merge, ChunkGrace: chunkGrace},
-					datanode.Options{RecoveryBytesPerSecond: int64(recoveryMBps * (1 << 20)), Server: dataproto.ServerOptions{Encrypt: encrypt}}),
+					datanode.Options{RecoveryBytesPerSecond: int64(recoveryMBps * (1 << 20)), ReserveBytes: reserve, Server: dataproto.ServerOptions{Encrypt: encrypt}}),
 				TLS: id,
 			})
 			stop()
@@ -215,6 +221,8 @@ node comes back as the same node), sends a heartbeat with its utilization every
 		f.StringVar(&dataAdvertise, "data-advertise", "", "data-path address to give the master (default: the --data-listen address)")
 		f.Float64Var(&recoveryMBps, "recovery-mbps", float64(datanode.DefaultRecoveryBytesPerSecond>>20),
 			"MiB/s this node copies from peers to catch up or to fill a moved replica, so that client I/O keeps most of the disk")
+		f.Float64Var(&reserveMiB, "reserve-mb", 0,
+			"MiB of the disk kept in <data-dir>/reserve and given to the node's logs when the disk fills, after which it takes no new data until 10% is free (0: 2% of the disk, 16 MiB to 1 GiB; negative: none)")
 		f.BoolVar(&encrypt, "data-encryption", false,
 			"keep data-path frames inside TLS after the handshake (AES-GCM; about halves 3-replica write throughput on 2 cores); without it the handshake authenticates every connection and frames carry CRC32C only, as Ceph's crc mode")
 	}

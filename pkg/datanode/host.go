@@ -64,6 +64,10 @@ type Options struct {
 	// dir; default statfs(2). A partition whose store turned read-only on
 	// ENOSPC resumes once ResumeFreeRatio of it is free again.
 	FreeSpace func(dir string) (free, total uint64, err error)
+	// ReserveBytes is the reserve file the node frees for its logs when
+	// its disk fills (reserve.go); 0: 2% of the disk, between 16 MiB and
+	// 1 GiB; negative: none.
+	ReserveBytes int64
 }
 
 // ResumeFreeRatio is the share of its file system that must be free again
@@ -175,6 +179,9 @@ type Host struct {
 	clientConns map[string]int
 	// grants: what each client certificate may use here (grants.go).
 	grants grantStore
+	// space is the disk's reserve; while it is given up, new data is
+	// refused (reserve.go).
+	space *reserve
 }
 
 // MaxClientConns bounds the data-path connections one client identity
@@ -222,6 +229,10 @@ func New(env node.Env, opts Options) (*Host, error) {
 	h.recovery = &pacer{rate: float64(opts.RecoveryBytesPerSecond)}
 	if env.Masters != nil {
 		h.reporter = env.Masters.NewFailureReporter(fmt.Sprintf("node %d", env.NodeID))
+	}
+	if env.DataDir != "" {
+		h.space = newReserve(env.DataDir, opts.ReserveBytes, opts.FreeSpace, log)
+		go h.space.run()
 	}
 	h.srv = dataproto.NewServer(h.newSession, opts.Server)
 	m, err := newMetrics(env.Registry, h)
@@ -347,6 +358,9 @@ func (h *Host) Close() error {
 	h.mu.Unlock()
 	h.srv.Close()
 	<-h.serveDone
+	if h.space != nil {
+		h.space.close()
+	}
 	h.mu.Lock()
 	parts := h.parts
 	h.parts = map[uint64]*partition{}

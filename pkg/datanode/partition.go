@@ -415,7 +415,7 @@ func (p *partition) report() *pb.PartitionReport {
 			p.usage, p.usageAt = u, time.Now()
 		}
 	}
-	r.ReadOnly = p.st().Err() != nil
+	r.ReadOnly = p.st().Err() != nil || p.h.space.Full()
 	r.LogicalBytes = uint64(max(p.st().LogicalBytes(), 0))
 	r.UsedBytes = uint64(p.usage.PhysicalBytes)
 	r.Items = uint64(p.usage.Extents)

@@ -89,6 +89,11 @@ func (s *session) Handle(in *dataproto.Inbound) {
 	if !s.permit(in) {
 		return
 	}
+	if s.h.space.Full() && addsData(in.Header.Op) {
+		in.Release()
+		s.begin(in).fail(dataproto.CodeReadOnly, "%v: this data node's disk is nearly full; it takes no new data until it has room", in.Header.Op)
+		return
+	}
 	switch in.Header.Op {
 	case dataproto.OpGrant:
 		s.presentGrant(in)
