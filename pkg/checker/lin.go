@@ -25,16 +25,21 @@ const never = math.MaxInt64
 // history is Illegal, the index of the first operation no order could
 // place and a few operations around it: it, the operations for which
 // related returns 2 (at most 5), then the most recent ones for which it
-// returns 1.
-func linearize(model porcupine.Model, ops []history.Op, input func(i int) any, readOnly func(i int) bool, class func(i int) any, timeout time.Duration,
+// returns 1. span, if not nil, gives the interval in which ops[i] may take
+// effect when it is not [Start, End] (a relaxation the caller explains);
+// what is shown keeps the operations as recorded.
+func linearize(model porcupine.Model, ops []history.Op, span func(i int) (call, ret int64), input func(i int) any, readOnly func(i int) bool, class func(i int) any, timeout time.Duration,
 	related func(stuck, other history.Op) int) (res porcupine.CheckResult, stuck int, shown []history.Op) {
 	pops := make([]porcupine.Operation, len(ops))
 	for i, op := range ops {
-		ret := op.End
+		call, ret := op.Start, op.End
+		if span != nil {
+			call, ret = span(i)
+		}
 		if op.Outcome == history.Unknown {
 			ret = never
 		}
-		pops[i] = porcupine.Operation{ClientId: op.Process, Input: input(i), Call: op.Start, Return: ret}
+		pops[i] = porcupine.Operation{ClientId: op.Process, Input: input(i), Call: call, Return: ret}
 	}
 	res, stuck = searchLinearizable(model, pops, readOnly, class, time.Now().Add(timeout))
 	if res != porcupine.Illegal {

@@ -205,7 +205,7 @@ func checkNames(key string, ops []history.Op, timeout, staleness time.Duration) 
 		in.display = ""
 		return in
 	}
-	verdict, stuck, shown := linearize(model, lin, func(i int) any { return inputs[i] }, readOnly, class, timeout, func(s, o history.Op) int {
+	verdict, stuck, shown := linearize(model, lin, nil, func(i int) any { return inputs[i] }, readOnly, class, timeout, func(s, o history.Op) int {
 		if touches(o, s.Name) || touches(o, s.To) {
 			return 1
 		}

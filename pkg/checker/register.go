@@ -49,6 +49,7 @@ func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResul
 	dup := false
 	hostTorn, hostEarly := 0, 0
 	var lin []history.Op // what porcupine checks: ok and unknown writes, ok readable reads
+	var spans [][2]int64 // when each of lin may take effect
 	var final *history.Op
 	for _, op := range ops {
 		if op.Kind == history.Write {
@@ -68,6 +69,7 @@ func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResul
 			}
 			written[op.Value] = append(written[op.Value], op)
 			lin = append(lin, op)
+			spans = append(spans, [2]int64{op.Start, op.End})
 			continue
 		}
 		if op.Corrupt {
@@ -81,11 +83,13 @@ func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResul
 		if op.Outcome != history.OK {
 			continue // a read that returned nothing shows nothing
 		}
+		sp := [2]int64{openedAfter(ops, op), op.End}
 		if end, ok := earlyOnHost(ops, op); ok {
-			op.End = end
+			sp[1] = end
 			hostEarly++
 		}
 		lin = append(lin, op)
+		spans = append(spans, sp)
 		if op.Final && (final == nil || op.Start >= final.Start) {
 			o := op
 			final = &o
@@ -108,7 +112,7 @@ func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResul
 	if !c.has(PhantomRead, key) && !c.has(LostWrite, key) {
 		// Writes of 0 are left out above: the model's 0 is the file
 		// never written, which no write can bring back.
-		verdict, stuck, shown := linearize(registerModel, lin, func(i int) any {
+		verdict, stuck, shown := linearize(registerModel, lin, func(i int) (int64, int64) { return spans[i][0], spans[i][1] }, func(i int) any {
 			return regInput{write: lin[i].Kind == history.Write, v: lin[i].Value}
 		}, func(i int) bool { return lin[i].Kind != history.Write }, func(i int) any {
 			return regInput{write: lin[i].Kind == history.Write, v: lin[i].Value}
@@ -171,6 +175,32 @@ func lostWrite(c *collector, key string, f history.Op, written map[uint64][]hist
 	}
 	c.add(LostWrite, key, fmt.Sprintf("the final read at %d returned %d, but the write of %d, begun at %d after that one was acknowledged, was acknowledged at %d, before the final read began",
 		f.Start, f.Value, w2.Value, w2.Start, w2.End), *w1, *w2, f)
+}
+
+// openedAfter is the earliest time read r may take effect: just after the
+// last acknowledged write of its register that ended before r began. The
+// workload's read is an open, a read and a close, and Cairn promises
+// close-to-open: an open sees every change closed before it, and a change
+// still being written (one whose close had not returned) may show or not.
+// So r must follow every write that ended before it began, but not a read
+// that did: another host may have read a write still in progress (its
+// bytes reach the data nodes before its close records the new Version),
+// while r, opened before that close, keeps its host's cached pages of the
+// Version before. The writes stay in one order that every read agrees
+// with, so two reads that began after both of two writes ended must not
+// disagree on which came last; and a process's reads do not go backwards
+// (r follows the process's own earlier operations).
+func openedAfter(ops []history.Op, r history.Op) int64 {
+	var after int64
+	for _, o := range ops {
+		if o.End >= r.Start || o.End+1 <= after {
+			continue
+		}
+		if o.Process == r.Process || o.Kind == history.Write && o.Outcome == history.OK {
+			after = o.End + 1
+		}
+	}
+	return after
 }
 
 // earlyOnHost reports whether read r returned the value of a write by a
