@@ -6,7 +6,6 @@ import (
 	"io"
 	"sort"
 	"syscall"
-	"time"
 
 	"github.com/cairnfs/cairn/pkg/chunker"
 	"github.com/cairnfs/cairn/pkg/clustermap"
@@ -501,7 +500,7 @@ func (c *chunkLayout) commitLayout(ctx context.Context, op string, ps []piece, t
 	if i == len(ps)-j && n-j == i && wrote {
 		// The writes changed no chunk (the same bytes again); the mtime
 		// still moves, as for any write.
-		res, err := f.v.setattr(ctx, f.ino, SetattrIn{Valid: SetMtimeNow | SetCtime, Ctime: time.Now()})
+		res, err := f.v.setattr(ctx, f.ino, SetattrIn{Valid: SetMtimeNow})
 		if err != nil {
 			return err
 		}

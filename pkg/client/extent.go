@@ -6,7 +6,6 @@ import (
 	"sort"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/cairnfs/cairn/pkg/dataclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
@@ -442,7 +441,7 @@ func (l *extentLayout) flush(ctx context.Context, op string) error {
 	l.recorded = f.size
 	if l.touched {
 		// Overwrites in place change no key; the mtime still moves.
-		res, err := f.v.setattr(ctx, f.ino, SetattrIn{Valid: SetMtimeNow | SetCtime, Ctime: time.Now()})
+		res, err := f.v.setattr(ctx, f.ino, SetattrIn{Valid: SetMtimeNow})
 		if err != nil {
 			return err
 		}

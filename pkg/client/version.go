@@ -42,9 +42,9 @@ func (f *File) changed(res *metapb.OpResult) {
 }
 
 // Before reports whether v is an older Version of a file than w: its ctime
-// (then its mtime) is earlier. Every change of content moves the ctime, so
-// of two Versions one client read in turn the later is never Before the
-// earlier, unless the clocks that stamped them disagree.
+// (then its mtime) is earlier. The file's meta partition stamps the ctime
+// of every change, past the one before it (never a client's clock), so of
+// two Versions of one file the later is never Before the earlier.
 func (v Version) Before(w Version) bool {
 	return v.Ctime < w.Ctime || v.Ctime == w.Ctime && v.Mtime < w.Mtime
 }

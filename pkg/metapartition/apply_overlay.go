@@ -74,6 +74,12 @@ type fenceChange struct {
 	token  uint64 // 0: unfenced
 }
 
+// ctimeOf is the ctime of a change to in: the Txn's time, but always past
+// in's own, so that a file's ctime grows with every change even when a
+// new leader's clock is behind the old one's. Clients order the Versions
+// of a file by it (client.Version.Before).
+func (t *txn) ctimeOf(in *inode) int64 { return max(t.now, in.ctime+1) }
+
 func (t *txn) reset(p *Partition, now int64) {
 	clear(t.inodes)
 	clear(t.dentries)

@@ -882,3 +882,40 @@ func TestLinkEvictAtZero(t *testing.T) {
 		t.Errorf("free list %+v, want %+v", got, want)
 	}
 }
+
+// TestCtimeGrows: every change of an inode moves its ctime past the one
+// before, also when the Txn's time is behind it (a new leader whose clock
+// is behind the old one's, or a ctime a client set): clients order a
+// file's Versions by it.
+func TestCtimeGrows(t *testing.T) {
+	p := newRoot(t)
+	ino := mustRun(t, p, 100, createInode(metapb.FileType_FILE_TYPE_REGULAR, 0o644)).Results[0].GetInode().GetIno()
+	ctime := func() int64 {
+		in, e := p.GetInode(ino)
+		if e != metapb.OK {
+			t.Fatalf("get inode %d: %v", ino, e)
+		}
+		return in.GetCtimeNs()
+	}
+	steps := []struct {
+		name string
+		now  int64
+		op   *metapb.Op
+	}{
+		{"mtime now, clock ahead", 200, setattr(&metapb.Setattr{Ino: ino, Valid: uint32(metapb.SetattrValid_SETATTR_MTIME_NOW)})},
+		{"mtime now, clock behind", 150, setattr(&metapb.Setattr{Ino: ino, Valid: uint32(metapb.SetattrValid_SETATTR_MTIME_NOW)})},
+		{"explicit older ctime", 300, setattr(&metapb.Setattr{Ino: ino, Valid: uint32(metapb.SetattrValid_SETATTR_CTIME), CtimeNs: 10})},
+		{"link, clock behind", 50, link(ino, 1)},
+		{"xattr, clock behind", 60, setXattr(ino, "user.a", "b", 0)},
+		{"truncate, clock behind", 70, truncate(ino, 10)},
+	}
+	last := ctime()
+	for _, s := range steps {
+		mustRun(t, p, s.now, s.op)
+		if c := ctime(); c <= last {
+			t.Fatalf("%s: ctime %d after %d", s.name, c, last)
+		} else {
+			last = c
+		}
+	}
+}
