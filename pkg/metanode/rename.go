@@ -182,6 +182,14 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 	case dst == nil:
 		ops = append(ops, &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
 			Parent: dir.Ino, Name: req.NewName, Ino: src.GetIno(), Type: src.GetType()}}})
+	case dst.GetIno() == src.GetIno() && !isDir && (in == nil || in.GetNlink() == 1):
+		// One file with one link under both names: another rename of it
+		// (run by a client's protocol, a step at a time) is between
+		// placing the new name and deleting the old. Answering "nothing
+		// to do" would answer from a state no rename leaves, and two
+		// renames of one name would both succeed; the client's protocol
+		// waits for the other one (a lab run found both succeeding).
+		return exdev("rename: another rename of inode %d is under way", src.GetIno())
 	case dst.GetIno() == src.GetIno():
 		base.Dentry, base.ParentTouched = moved, true
 		return pathPlan{resp: base} // two names of one inode: nothing to do

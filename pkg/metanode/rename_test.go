@@ -389,3 +389,37 @@ func TestConcurrentRenamesOfOneFile(t *testing.T) {
 		}
 	}
 }
+
+// TestRenameSeesAnotherUnderWay: a rename whose old and new names, on one
+// partition, both name one file with one link finds another rename of it
+// between its two steps (a client's protocol places the new name, then
+// deletes the old): EXDEV, so that the client waits for it, not "nothing
+// to do", which let two renames of one name both succeed. Two names of a
+// file with two links are hard links: nothing to do.
+func TestRenameSeesAnotherUnderWay(t *testing.T) {
+	tp := newTwoParts(t)
+	for _, links := range []int32{0, 1} {
+		from, to := nameIn(fmt.Sprintf("from-%d", links), 1), nameIn(fmt.Sprintf("to-%d", links), 1)
+		c := tp.name(t, tp.p[1], createReq(RootIno, from, metapb.FileType_FILE_TYPE_REGULAR))
+		if c.Errno != 0 {
+			t.Fatalf("create %s: %v", from, c)
+		}
+		ino := c.Inode.GetIno()
+		if links > 0 {
+			tp.txn(t, tp.home(ino), &metapb.Op{Op: &metapb.Op_Link{Link: &metapb.Link{Ino: ino, Delta: links}}})
+		}
+		tp.txn(t, tp.p[1], &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
+			Parent: RootIno, Name: []byte(to), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}})
+		r := tp.name(t, tp.p[1], renameReq(RootIno, from, to))
+		want := metapb.EXDEV
+		if links > 0 {
+			want = metapb.OK
+		}
+		if metapb.Errno(r.Errno) != want {
+			t.Errorf("%d extra links: rename %s -> %s = %v, want %v", links, from, to, r, want)
+		}
+		if tp.holds(t, 1, from) != ino || tp.holds(t, 1, to) != ino {
+			t.Errorf("%d extra links: the rename changed the names", links)
+		}
+	}
+}
