@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/client"
 	"github.com/cairnfs/cairn/pkg/localcluster"
 	"github.com/cairnfs/cairn/pkg/pki"
@@ -44,7 +43,6 @@ type config struct {
 type session struct {
 	v       *client.Volume
 	cred    client.Cred
-	root    uint64 // a confined identity's subtree directory (0: none)
 	timeout time.Duration
 }
 
@@ -170,9 +168,6 @@ func open(c config) (*session, error) {
 		}
 	}
 	s := &session{v: v, cred: cred, timeout: timeout}
-	if caps, err := capability.FromTLS(conf); err == nil && caps.Subtree() {
-		s.root = caps.RootIno
-	}
 	return s, nil
 }
 

@@ -15,7 +15,6 @@ import (
 	"syscall"
 
 	"github.com/cairnfs/cairn/pkg/client"
-	"github.com/cairnfs/cairn/pkg/nsreplica"
 )
 
 // The path calls: one SDK path operation each, on a path inside the
@@ -38,55 +37,21 @@ func withSession(h C.int64_t, errOut **C.char, f func(ctx context.Context, s *se
 }
 
 // A client confined to a subtree names the subtree's directory "/", and
-// the path API resolves the names below it; the directory itself is read
-// through the inode API (by its number, from the identity's capabilities),
-// which the servers check against the same subtree.
+// the path API resolves its paths below that directory, the directory
+// itself included (the servers let it look its own root up, not change it).
 
-// isRoot reports whether p names the volume's (or the subtree's) root:
-// "/", "//", "/.", but not "/..".
-func isRoot(p string) bool {
-	comps, _, e := nsreplica.Split(p)
-	return e == 0 && len(comps) == 0
-}
-
-// stat is StatPath (LstatPath without follow), the subtree's root by
-// number.
+// stat is StatPath, or LstatPath without follow.
 func (s *session) stat(ctx context.Context, p string, follow bool) (*client.Attr, error) {
-	if s.root != 0 && isRoot(p) {
-		return s.v.GetAttr(client.WithCred(ctx, s.cred), s.root)
-	}
 	if follow {
 		return s.v.StatPath(ctx, p, s.cred)
 	}
 	return s.v.LstatPath(ctx, p, s.cred)
 }
 
-// readDir is ReadDirPath, the subtree's root by number.
+// readDir is ReadDirPath.
 func (s *session) readDir(ctx context.Context, p string) ([]client.DirEntry, error) {
-	if s.root == 0 || !isRoot(p) {
-		return s.v.ReadDirPath(ctx, p, s.cred)
-	}
-	ctx = client.WithCred(ctx, s.cred)
-	var out []client.DirEntry
-	for cursor := ""; len(out) < maxListEntries; {
-		page, more, err := s.v.ReadDir(ctx, s.root, cursor, listPage)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page...)
-		if !more || len(page) == 0 {
-			return out, nil
-		}
-		cursor = page[len(page)-1].Name
-	}
-	return nil, errnoErr("readdir", syscall.EFBIG, "%q: more than %d names", p, maxListEntries)
+	return s.v.ReadDirPath(ctx, p, s.cred)
 }
-
-// listPage is the page readDir asks for; maxListEntries bounds a listing.
-const (
-	listPage       = 4096
-	maxListEntries = 1 << 24
-)
 
 func fillAttr(out *C.cairn_attr, a *client.Attr) {
 	if out == nil {

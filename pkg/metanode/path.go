@@ -382,6 +382,18 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	return nil, nil, status.Errorf(codes.Unavailable, "path %q: still changing after %d resolutions", req.Path, maxPathRounds)
 }
 
+// namesConfine reports whether req is a lookup of the subtree's directory
+// itself (the last name of the path resolved in stack): the client's own
+// root, which it may stat and list, though not change (a confined client
+// cannot move, remove or replace its subtree's directory).
+func namesConfine(p *partition, req *metapb.PathRequest, stack []nsreplica.Entry, name string, confine uint64) bool {
+	if req.Op != metapb.PathOp_PATH_OP_LOOKUP || name == "" || len(stack) == 0 {
+		return false
+	}
+	e, ok := p.ns.Get(stack[len(stack)-1].Ino, name)
+	return ok && e.Ino == confine
+}
+
 // planPath resolves the path's directories in the replica and plans the
 // operation on the last component. It runs under the partition's read
 // lock, so the resolution and a read answer see one state. With confine,
@@ -419,7 +431,7 @@ func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metap
 	if next < len(dirs) {
 		return pathPlan{miss: &nsMiss{parent: stack[len(stack)-1].Ino, name: dirs[next], at: next, gen: gen}}
 	}
-	if confine != 0 && !slices.ContainsFunc(stack, func(e nsreplica.Entry) bool { return e.Ino == confine }) {
+	if confine != 0 && !slices.ContainsFunc(stack, func(e nsreplica.Entry) bool { return e.Ino == confine }) && !namesConfine(p, req, stack, name, confine) {
 		return pathPlan{resp: pathErr(metapb.EACCES, req.Path, "outside the only subtree this client may use")}
 	}
 	dir := stack[len(stack)-1]
