@@ -254,8 +254,10 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 		return nil, pathErr(r.errno, req.Path, "%s", r.msg), nil
 	}
 	var confine uint64 // a path-restricted client's resolution must pass through it
+	var subtree []string
 	if c := capability.FromContext(ctx); c.Subtree() && req.ParentIno == 0 {
 		confine = c.RootIno
+		subtree, _, _ = nsreplica.Split(c.Path)
 	}
 	cred := credOf(req.Cred)
 	if (req.Op == metapb.PathOp_PATH_OP_RMDIR || req.Op == metapb.PathOp_PATH_OP_RENAME) && req.RequestId != 0 {
@@ -285,7 +287,7 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	for round := 0; round < maxPathRounds; round++ {
 		var plan pathPlan
 		p.sm.read(func(mp *metapartition.Partition) {
-			plan = s.planPath(p, mp, req, comps, trailing, cred, confine, parent)
+			plan = s.planPath(p, mp, req, comps, trailing, cred, confine, subtree, parent)
 		})
 		switch {
 		case plan.miss != nil:
@@ -382,18 +384,6 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	return nil, nil, status.Errorf(codes.Unavailable, "path %q: still changing after %d resolutions", req.Path, maxPathRounds)
 }
 
-// namesConfine reports whether req is a lookup of the subtree's directory
-// itself (the last name of the path resolved in stack): the client's own
-// root, which it may stat and list, though not change (a confined client
-// cannot move, remove or replace its subtree's directory).
-func namesConfine(p *partition, req *metapb.PathRequest, stack []nsreplica.Entry, name string, confine uint64) bool {
-	if req.Op != metapb.PathOp_PATH_OP_LOOKUP || name == "" || len(stack) == 0 {
-		return false
-	}
-	e, ok := p.ns.Get(stack[len(stack)-1].Ino, name)
-	return ok && e.Ino == confine
-}
-
 // planPath resolves the path's directories in the replica and plans the
 // operation on the last component. It runs under the partition's read
 // lock, so the resolution and a read answer see one state. With confine,
@@ -401,7 +391,7 @@ func namesConfine(p *partition, req *metapb.PathRequest, stack []nsreplica.Entry
 // path-restricted client's subtree: EACCES otherwise). parent, if known,
 // is a by-inode request's directory (mapPath checked it), whose mode an
 // unlink's sticky check needs.
-func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, comps []string, trailing bool, cred perm.Cred, confine uint64, parent *dirInfo) pathPlan {
+func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, comps []string, trailing bool, cred perm.Cred, confine uint64, subtree []string, parent *dirInfo) pathPlan {
 	if req.ParentIno != 0 {
 		// By inode: the caller names the directory; nothing to resolve
 		// or check (the kernel checked the permissions, or mapPath did).
@@ -431,8 +421,22 @@ func (s *service) planPath(p *partition, mp *metapartition.Partition, req *metap
 	if next < len(dirs) {
 		return pathPlan{miss: &nsMiss{parent: stack[len(stack)-1].Ino, name: dirs[next], at: next, gen: gen}}
 	}
-	if confine != 0 && !slices.ContainsFunc(stack, func(e nsreplica.Entry) bool { return e.Ino == confine }) && !namesConfine(p, req, stack, name, confine) {
-		return pathPlan{resp: pathErr(metapb.EACCES, req.Path, "outside the only subtree this client may use")}
+	if confine != 0 && !slices.ContainsFunc(stack, func(e nsreplica.Entry) bool { return e.Ino == confine }) {
+		// Only a lookup of the subtree's directory itself, the client's
+		// "/" (which it may stat and list, not change), gets further.
+		outside := pathPlan{resp: pathErr(metapb.EACCES, req.Path, "outside the only subtree this client may use")}
+		if req.Op != metapb.PathOp_PATH_OP_LOOKUP || name == "" || !slices.Equal(comps, subtree) {
+			return outside
+		}
+		in := stack[len(stack)-1].Ino
+		e, ok := p.ns.Get(in, name)
+		switch {
+		case !ok:
+			return pathPlan{miss: &nsMiss{parent: in, name: name, at: len(dirs), gen: gen}}
+		case e.Ino != confine:
+			return outside // the subtree's path names another directory now
+		}
+		stack, name = append(stack, e), "" // answered as "/" is
 	}
 	dir := stack[len(stack)-1]
 	base := &metapb.PathResponse{Parent: dir.Ino, ParentInode: &metapb.Inode{Ino: dir.Ino, Type: metapb.FileType_FILE_TYPE_DIRECTORY, Mode: dir.Mode & 0o7777, Uid: dir.Uid, Gid: dir.Gid}}

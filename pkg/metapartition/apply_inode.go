@@ -161,9 +161,9 @@ func (t *txn) setattr(m *metapb.Setattr) (*metapb.OpResult, *opError) {
 	} else if has(valid, metapb.SetattrValid_SETATTR_MTIME) {
 		n.mtime = m.GetMtimeNs()
 	}
-	n.ctime = t.ctimeOf(in) // every attribute change is a status change
+	n.ctime = t.ctimeOf(ino) // every attribute change is a status change
 	if has(valid, metapb.SetattrValid_SETATTR_CTIME) {
-		n.ctime = max(m.GetCtimeNs(), in.ctime+1)
+		n.ctime = t.ctimeAtLeast(ino, m.GetCtimeNs())
 	}
 	t.putInode(ino, n)
 	return &metapb.OpResult{Inode: n.toProto(false), Pre: in.stamp()}, nil
@@ -199,7 +199,7 @@ func (t *txn) link(m *metapb.Link) (*metapb.OpResult, *opError) {
 	}
 	n := in.clone()
 	n.nlink = nl
-	n.ctime = t.ctimeOf(in)
+	n.ctime = t.ctimeOf(ino)
 	if nl == 0 && m.GetEvictAtZero() {
 		t.evictInode(ino, n)
 		return &metapb.OpResult{Inode: n.toProto(false), Evicted: true}, nil
@@ -226,7 +226,7 @@ func (t *txn) touchDir(m *metapb.TouchDir) (*metapb.OpResult, *opError) {
 	}
 	n := in.clone()
 	n.nlink = nl
-	n.mtime, n.ctime = t.now, t.ctimeOf(in)
+	n.mtime, n.ctime = t.now, t.ctimeOf(ino)
 	t.putInode(ino, n)
 	if k.op != 0 {
 		t.touched = append(t.touched, k)
@@ -297,7 +297,7 @@ func (t *txn) setXattr(m *metapb.SetXattr) (*metapb.OpResult, *opError) {
 	x := n.extra()
 	x.xattrs = nx
 	n.setExtra(x)
-	n.ctime = t.ctimeOf(in)
+	n.ctime = t.ctimeOf(ino)
 	t.putInode(ino, n)
 	return &metapb.OpResult{Inode: n.toProto(false)}, nil
 }
@@ -326,7 +326,7 @@ func (t *txn) removeXattr(m *metapb.RemoveXattr) (*metapb.OpResult, *opError) {
 	x := n.extra()
 	x.xattrs = nx
 	n.setExtra(x)
-	n.ctime = t.ctimeOf(in)
+	n.ctime = t.ctimeOf(ino)
 	t.putInode(ino, n)
 	return &metapb.OpResult{Inode: n.toProto(false)}, nil
 }
@@ -389,7 +389,7 @@ func (t *txn) appendExtents(m *metapb.AppendExtents) (*metapb.OpResult, *opError
 	n := in.clone()
 	n.setExtents(list)
 	n.size = max(in.size, size)
-	n.mtime, n.ctime = t.now, t.ctimeOf(in)
+	n.mtime, n.ctime = t.now, t.ctimeOf(ino)
 	t.putInode(ino, n)
 	return &metapb.OpResult{Inode: n.toProto(false), Pre: in.stamp()}, nil
 }

@@ -74,11 +74,21 @@ type fenceChange struct {
 	token  uint64 // 0: unfenced
 }
 
-// ctimeOf is the ctime of a change to in: the Txn's time, but always past
-// in's own, so that a file's ctime grows with every change even when a
-// new leader's clock is behind the old one's. Clients order the Versions
-// of a file by it (client.Version.Before).
-func (t *txn) ctimeOf(in *inode) int64 { return max(t.now, in.ctime+1) }
+// ctimeOf is the ctime of a change to inode ino: the Txn's time, but
+// always past the ctime the inode had before this Txn, so that a file's
+// ctime grows with every Txn that changes it even when a new leader's
+// clock is behind the old one's (all of one Txn's changes share one).
+// Clients order the Versions of a file by it (client.Version.Before).
+func (t *txn) ctimeOf(ino uint64) int64 { return t.ctimeAtLeast(ino, t.now) }
+
+// ctimeAtLeast is c, or just past the ctime inode ino had before this Txn
+// if that is later.
+func (t *txn) ctimeAtLeast(ino uint64, c int64) int64 {
+	if before := t.p.getInode(ino); before != nil {
+		return max(c, before.ctime+1)
+	}
+	return c
+}
 
 func (t *txn) reset(p *Partition, now int64) {
 	clear(t.inodes)

@@ -346,7 +346,7 @@ func (t *txn) spliceChunks(m *metapb.SpliceChunks) (*metapb.OpResult, *opError) 
 	n := in.clone()
 	n.setCDC(&cdcLayout{gen: l.gen + 1, chunks: chunks})
 	n.size = size
-	n.mtime, n.ctime = t.now, t.ctimeOf(in)
+	n.mtime, n.ctime = t.now, t.ctimeOf(ino)
 	if mt := m.GetMtimeNs(); mt != 0 {
 		n.mtime = mt
 	}

@@ -162,17 +162,25 @@ func (m *model) apply(now int64, ops []*metapb.Op) (metapb.Errno, int) {
 		}
 		return created, metapb.OK
 	}
+	// floor is, per inode this Txn changes, the least ctime it may give
+	// it: just past the ctime before the Txn (now for one it created).
+	floor := map[*mInode]int64{}
+	ct := func(in *mInode) int64 { return max(now, floor[in]) }
 	// local resolves an inode field and finds the inode: ENOENT if absent.
 	local := func(raw uint64) (uint64, *mInode, metapb.Errno) {
 		ino, e := ref(raw)
 		if e != metapb.OK {
 			return 0, nil, e
 		}
-		if c.inodes[ino] == nil {
+		in := c.inodes[ino]
+		if in == nil {
 			return 0, nil, metapb.ENOENT
 		}
 		saveIno(ino)
-		return ino, c.inodes[ino], metapb.OK
+		if _, ok := floor[in]; !ok {
+			floor[in] = in.ctime + 1
+		}
+		return ino, in, metapb.OK
 	}
 	target := func(ino uint64, typ metapb.FileType) metapb.Errno {
 		in := c.inodes[ino]
@@ -196,6 +204,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (metapb.Errno, int) {
 				}
 				c.maxIno++
 				in := &mInode{typ: x.Type, perm: x.Mode & 0o7777, uid: x.Uid, gid: x.Gid, nlink: 1, atime: now, mtime: now, ctime: now}
+				floor[in] = now
 				if x.Type == dir {
 					in.nlink = 2
 				}
@@ -329,7 +338,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (metapb.Errno, int) {
 					in.mtime = x.MtimeNs
 				}
 				if x.Valid != 0 {
-					in.ctime = now
+					in.ctime = ct(in)
 				}
 			case *metapb.Op_Link:
 				x := o.Link
@@ -341,7 +350,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (metapb.Errno, int) {
 				if n < 0 {
 					return metapb.EINVAL
 				}
-				in.nlink, in.ctime = uint32(n), now
+				in.nlink, in.ctime = uint32(n), ct(in)
 			case *metapb.Op_TouchDir:
 				x := o.TouchDir
 				ino, in, e := local(x.Ino)
@@ -359,7 +368,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (metapb.Errno, int) {
 				if n < 0 {
 					return metapb.EINVAL
 				}
-				in.nlink, in.mtime, in.ctime = uint32(n), now, now
+				in.nlink, in.mtime, in.ctime = uint32(n), now, ct(in)
 				if x.OpId != 0 {
 					c.touched = append(slices.Clip(c.touched), k) // never write a shared array
 					if len(c.touched) > TouchHistory {
@@ -391,7 +400,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (metapb.Errno, int) {
 				if in.xattrs == nil {
 					in.xattrs = map[string]string{}
 				}
-				in.xattrs[x.Name], in.ctime = string(x.Value), now
+				in.xattrs[x.Name], in.ctime = string(x.Value), ct(in)
 			case *metapb.Op_RemoveXattr:
 				x := o.RemoveXattr
 				_, in, e := local(x.Ino)
@@ -402,7 +411,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (metapb.Errno, int) {
 					return metapb.ENODATA
 				}
 				delete(in.xattrs, x.Name)
-				in.ctime = now
+				in.ctime = ct(in)
 			case *metapb.Op_AppendExtents:
 				x := o.AppendExtents
 				_, in, e := local(x.Ino)
@@ -419,7 +428,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (metapb.Errno, int) {
 				for _, k := range x.Extents {
 					in.size = max(in.size, k.FileOffset+k.Size)
 				}
-				in.mtime, in.ctime = now, now
+				in.mtime, in.ctime = now, ct(in)
 			case *metapb.Op_Fence:
 				x := o.Fence
 				parent, e := ref(x.Parent)
@@ -478,7 +487,7 @@ func (m *model) apply(now int64, ops []*metapb.Op) (metapb.Errno, int) {
 				for _, r := range layout {
 					in.size += uint64(r.size)
 				}
-				in.layout, in.gen, in.mtime, in.ctime = layout, in.gen+1, now, now
+				in.layout, in.gen, in.mtime, in.ctime = layout, in.gen+1, now, ct(in)
 				if x.MtimeNs != 0 {
 					in.mtime = x.MtimeNs
 				}
