@@ -193,13 +193,8 @@ func (l *Lab) spawn(s *State, p *Proc) error {
 		}
 		return l.started(p, pid, nil)
 	}
-	cmd := exec.Command(s.Binary, p.Args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = cleanEnv()
-	// A session of its own: it outlives `cairn lab up` and no terminal's
-	// Ctrl-C reaches it; the lab stops it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := startIn(h.Netns, cmd); err != nil {
+	cmd, err := startDetached(launchRequest{Cmd: command{Netns: h.Netns, Argv: append([]string{s.Binary}, p.Args...)}, Env: cleanEnv(), Log: p.Log})
+	if err != nil {
 		return fmt.Errorf("start %s: %w", p.Key(), err)
 	}
 	return l.started(p, cmd.Process.Pid, cmd)

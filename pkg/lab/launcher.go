@@ -78,7 +78,9 @@ func ServeLauncher(r io.Reader, w io.Writer) error {
 }
 
 // startDetached starts req's command in its namespace, in a session of its
-// own, stdin /dev/null, output appended to req.Log.
+// own (it outlives the process that started it and no terminal's Ctrl-C
+// reaches it; the lab stops it), stdin /dev/null, output appended to
+// req.Log.
 func startDetached(req launchRequest) (*exec.Cmd, error) {
 	logf, err := os.OpenFile(req.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
@@ -171,11 +173,7 @@ func (l *launcher) call(ctx context.Context, req launchRequest) (launchReply, er
 
 // run runs c through the launcher, as run does.
 func (l *launcher) run(ctx context.Context, c command) (string, error) {
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = commandTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout()+5*time.Second)
 	defer cancel()
 	rep, err := l.call(ctx, launchRequest{Cmd: c})
 	if err != nil {

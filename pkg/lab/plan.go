@@ -316,6 +316,14 @@ type command struct {
 	StdoutOnly bool `json:",omitempty"`
 }
 
+// timeout is c.Timeout, commandTimeout if unset.
+func (c command) timeout() time.Duration {
+	if c.Timeout > 0 {
+		return c.Timeout
+	}
+	return commandTimeout
+}
+
 func (c command) String() string {
 	s := strings.Join(c.Argv, " ")
 	if c.Netns != "" {

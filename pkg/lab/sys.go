@@ -71,11 +71,7 @@ func startIn(netns string, cmd *exec.Cmd) error {
 // and returns its output; the error names the command and carries its
 // output.
 func run(ctx context.Context, c command) (string, error) {
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = commandTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
 	var out, errOut bytes.Buffer
