@@ -155,6 +155,8 @@ func opName(op *metapb.Op) string {
 		return "chunk_forget"
 	case *metapb.Op_ChunkFix:
 		return "chunk_fix"
+	case *metapb.Op_SettleDentry:
+		return "settle_dentry"
 	}
 	return "empty"
 }
@@ -210,6 +212,8 @@ func (t *txn) apply(op *metapb.Op) (*metapb.OpResult, *opError) {
 		return t.chunkForget(o.ChunkForget)
 	case *metapb.Op_ChunkFix:
 		return t.chunkFix(o.ChunkFix)
+	case *metapb.Op_SettleDentry:
+		return t.settleDentry(o.SettleDentry)
 	}
 	// An unset oneof, or an op added to the proto after this code.
 	return nil, fail(metapb.EINVAL, "op has no known operation set")

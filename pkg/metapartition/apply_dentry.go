@@ -85,14 +85,75 @@ func (t *txn) createDentry(m *metapb.CreateDentry) (*metapb.OpResult, *opError) 
 	if err := t.checkParent(parent); err != nil {
 		return nil, err
 	}
-	if _, ok := t.dentry(parent, name); ok {
+	if cur, ok := t.dentry(parent, name); ok {
+		if err := pendingFor(cur, 0); err != nil {
+			return nil, err
+		}
 		return nil, fail(metapb.EEXIST, "%d/%s exists", parent, quote(name))
 	}
 	if err := t.checkTarget(ino, typ); err != nil {
 		return nil, err
 	}
-	d := dentry{parent: parent, name: name, ino: ino, typ: typ}
+	pend, err := t.pendingOf(m.GetPending())
+	if err != nil {
+		return nil, err
+	}
+	d := dentry{parent: parent, name: name, ino: ino, typ: typ, pend: pend}
 	t.putDentry(d, true)
+	return &metapb.OpResult{Dentry: d.toProto()}, nil
+}
+
+// pendingFor checks that an op of rename undo (0: of no rename) may change
+// or take name d: EMOVING while d is another rename's pending new name (the
+// caller waits for it to settle or be taken back), ESTALE when an undo
+// finds d not pending under its rename (settled since, or not its own).
+func pendingFor(d dentry, undo uint64) *opError {
+	switch {
+	case undo != 0 && (d.pend == nil || d.pend.GetId() != undo):
+		return fail(metapb.ESTALE, "%d/%s is not pending under rename %d", d.parent, quote(d.name), undo)
+	case undo == 0 && d.pend != nil:
+		return fail(metapb.EMOVING, "%d/%s is the new name of rename %d, not settled yet", d.parent, quote(d.name), d.pend.GetId())
+	}
+	return nil
+}
+
+// pendingOf returns the pending record a rename's placement stores, stamped
+// with the Txn's time, or nil for an op that places no pending name.
+func (t *txn) pendingOf(m *metapb.PendingRename) (*metapb.PendingRename, *opError) {
+	if m == nil {
+		return nil, nil
+	}
+	if m.GetId() == 0 || m.GetFromParent() == 0 {
+		return nil, fail(metapb.EINVAL, "pending rename without id or old name")
+	}
+	if e, msg := checkName(string(m.GetFromName())); e != metapb.OK {
+		return nil, fail(e, "pending rename's old name: %s", msg)
+	}
+	return &metapb.PendingRename{Id: m.GetId(), FromParent: m.GetFromParent(), FromName: []byte(string(m.GetFromName())), Since: t.now}, nil
+}
+
+// settleDentry ends rename m.id's pending state of (parent, name) -> ino;
+// anything else there is left as it is (a retry, or a rename taken back).
+func (t *txn) settleDentry(m *metapb.SettleDentry) (*metapb.OpResult, *opError) {
+	parent, err := t.ref("parent", m.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	name := string(m.GetName())
+	if e, msg := checkName(name); e != metapb.OK {
+		return nil, fail(e, "%s", msg)
+	}
+	if err := t.checkRoute(parent, name); err != nil {
+		return nil, err
+	}
+	d, ok := t.dentry(parent, name)
+	if !ok {
+		return &metapb.OpResult{}, nil
+	}
+	if d.pend != nil && d.pend.GetId() == m.GetId() && d.ino == m.GetIno() {
+		d.pend = nil
+		t.putDentry(d, true)
+	}
 	return &metapb.OpResult{Dentry: d.toProto()}, nil
 }
 
@@ -111,6 +172,9 @@ func (t *txn) deleteDentry(m *metapb.DeleteDentry) (*metapb.OpResult, *opError) 
 	d, ok := t.dentry(parent, name)
 	if !ok {
 		return nil, fail(metapb.ENOENT, "%d/%s does not exist", parent, quote(name))
+	}
+	if err := pendingFor(d, m.GetUndo()); err != nil {
+		return nil, err
 	}
 	if exp := m.GetExpectIno(); exp != 0 && d.ino != exp {
 		return nil, fail(metapb.ESTALE, "%d/%s is inode %d, not %d", parent, quote(name), d.ino, exp)
@@ -156,6 +220,9 @@ func (t *txn) replaceDentry(m *metapb.ReplaceDentry) (*metapb.OpResult, *opError
 	if !ok {
 		return nil, fail(metapb.ENOENT, "%d/%s does not exist", parent, quote(name))
 	}
+	if err := pendingFor(old, m.GetUndo()); err != nil {
+		return nil, err
+	}
 	if exp := m.GetExpectIno(); exp != 0 && old.ino != exp {
 		return nil, fail(metapb.ESTALE, "%d/%s is inode %d, not %d", parent, quote(name), old.ino, exp)
 	}
@@ -171,7 +238,11 @@ func (t *txn) replaceDentry(m *metapb.ReplaceDentry) (*metapb.OpResult, *opError
 	if err := t.checkTarget(ino, typ); err != nil {
 		return nil, err
 	}
-	t.putDentry(dentry{parent: parent, name: name, ino: ino, typ: typ}, true)
+	pend, err := t.pendingOf(m.GetPending())
+	if err != nil {
+		return nil, err
+	}
+	t.putDentry(dentry{parent: parent, name: name, ino: ino, typ: typ, pend: pend}, true)
 	return &metapb.OpResult{Dentry: old.toProto()}, nil
 }
 

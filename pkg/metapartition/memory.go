@@ -24,7 +24,10 @@ const (
 	xattrBytesBase = 40
 	// dentryRecordBytes: the dentry struct stored in the tree, plus its
 	// name's bytes and a 16-byte name-count slot.
-	dentryRecordBytes = 40 + 16
+	dentryRecordBytes = 48 + 16
+	// pendingRecordBytes: a pending rename's record (metapb.PendingRename
+	// and its protobuf bookkeeping), plus its old name's bytes.
+	pendingRecordBytes = 96
 	fenceBytes        = 16
 	freedBytes        = 88      // FreedExtent with the chunk drop's fingerprint
 	touchedBytes      = 16 + 24 // ring slot and set entry
@@ -54,7 +57,13 @@ func inodeBytes(in *inode) int64 {
 	return n
 }
 
-func dentryBytes(d dentry) int64 { return dentryRecordBytes + int64(len(d.name)) }
+func dentryBytes(d dentry) int64 {
+	n := dentryRecordBytes + int64(len(d.name))
+	if d.pend != nil {
+		n += pendingRecordBytes + int64(len(d.pend.GetFromName()))
+	}
+	return n
+}
 
 func (rt *routeTable) bytes() int64 {
 	if rt == nil {

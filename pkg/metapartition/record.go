@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/cairnfs/cairn/pkg/metapb"
 )
 
@@ -335,12 +337,16 @@ func (in *inode) toProto(full bool) *metapb.Inode {
 }
 
 // dentry is the compact form of metapb.Dentry, stored by value in the dentry
-// tree (40 bytes plus the name's bytes).
+// tree (48 bytes plus the name's bytes).
 type dentry struct {
 	parent uint64
 	name   string
 	ino    uint64
 	typ    metapb.FileType
+	// pend is set while the name is a rename's new name placed ahead of
+	// its commit (metapb.PendingRename); immutable once stored, nil for
+	// almost every name.
+	pend *metapb.PendingRename
 }
 
 func dentryLess(a, b dentry) bool {
@@ -351,7 +357,11 @@ func dentryLess(a, b dentry) bool {
 }
 
 func (d dentry) toProto() *metapb.Dentry {
-	return &metapb.Dentry{Parent: d.parent, Name: []byte(d.name), Ino: d.ino, Type: d.typ}
+	pd := &metapb.Dentry{Parent: d.parent, Name: []byte(d.name), Ino: d.ino, Type: d.typ}
+	if d.pend != nil {
+		pd.Pending = proto.Clone(d.pend).(*metapb.PendingRename)
+	}
+	return pd
 }
 
 // checkName validates a dentry name the way Linux path lookup does:

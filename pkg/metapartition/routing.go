@@ -276,6 +276,15 @@ func (t *txn) importDentries(m *metapb.ImportDentries) (*metapb.OpResult, *opErr
 		if e, msg := checkName(d.name); e != metapb.OK {
 			return nil, fail(e, "dentry %d: %s", i, msg)
 		}
+		if p := pd.GetPending(); p != nil {
+			// A pending name moves pending, as of when it was placed.
+			pend, err := t.pendingOf(p)
+			if err != nil {
+				return nil, fail(err.errno, "dentry %d: %s", i, err.msg)
+			}
+			pend.Since = p.GetSince()
+			d.pend = pend
+		}
 		if d.parent == 0 || d.ino == 0 || d.ino == d.parent || !validType(d.typ) {
 			return nil, fail(metapb.EINVAL, "dentry %d: %d/%s -> %d (%v) is invalid", i, d.parent, quote(d.name), d.ino, d.typ)
 		}

@@ -13,9 +13,10 @@ import (
 // Restore. Encoding is in snapshot_write.go, decoding in snapshot_read.go
 // and snapshot_reader.go.
 
-// Snapshot format, version 5 (version 1, without parent pointers, request
-// ids and routing, version 2, without routing, and version 3, without
-// chunks, and version 4, without the namespace epoch, are still read). All integers are unsigned varints except times
+// Snapshot format, version 7. Earlier versions are still read: 1 without
+// parent pointers, request ids and routing, 2 without routing, 3 without
+// chunks, 4 without the namespace epoch, 5 without quotas, 6 without
+// pending renames. All integers are unsigned varints except times
 // (zigzag varints), fingerprints (chunker.FingerprintSize raw bytes) and the
 // trailer; records are in key order, so equal states encode to equal bytes.
 //
@@ -40,10 +41,13 @@ import (
 //	#watermarks, mark*   source seq, by source (v4)
 //	nsEpoch              fences applied so far (v5)
 //	#quotas, quota*      id bytes(varint) inodes(varint), by id (v6)
+//	#pending, pend*      parent len(name) name id fromParent len(fromName)
+//	                     fromName since(zigzag): the pending renames' marks
+//	                     on their dentries, in dentry order (v7)
 //	crc32c of everything above, 4 bytes little-endian
 const (
 	snapMagic   = "CAIRNMP\n"
-	snapVersion = 6
+	snapVersion = 7
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

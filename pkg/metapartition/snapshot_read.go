@@ -184,6 +184,9 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 	if r.version >= 6 {
 		r.quotaUse(p)
 	}
+	if r.version >= 7 {
+		r.pending(p)
+	}
 	if r.err == nil && r.off != len(r.b) {
 		r.failf("%d bytes after the last record", len(r.b)-r.off)
 	}
@@ -253,6 +256,35 @@ func (r *snapReader) quotaUse(p *Partition) {
 		}
 		prev = id
 		p.quota.Set(id, u)
+	}
+}
+
+// pending reads the pending renames' records and attaches each to its
+// dentry, which must exist.
+func (r *snapReader) pending(p *Partition) {
+	n := r.count("pending names", 6)
+	for i := 0; i < n && r.err == nil; i++ {
+		parent := r.u()
+		name := string(r.raw("name", MaxNameLen))
+		pend := &metapb.PendingRename{Id: r.u(), FromParent: r.u()}
+		pend.FromName = r.raw("old name", MaxNameLen)
+		pend.Since = r.i()
+		if r.err != nil {
+			break
+		}
+		d, ok := p.dentries.Get(dentry{parent: parent, name: name})
+		if !ok || d.pend != nil || pend.Id == 0 || pend.FromParent == 0 {
+			r.failf("pending name %d/%s invalid, repeated or without its dentry", parent, quote(name))
+			break
+		}
+		if e, msg := checkName(string(pend.FromName)); e != metapb.OK {
+			r.failf("pending name %d/%s: old name: %s", parent, quote(name), msg)
+			break
+		}
+		p.mem -= dentryBytes(d)
+		d.pend = pend
+		p.dentries.Set(d)
+		p.mem += dentryBytes(d)
 	}
 }
 

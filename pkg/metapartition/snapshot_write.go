@@ -193,6 +193,26 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 		s.i(u.Inodes)
 		return s.record()
 	})
+	pending := 0
+	f.dentries.Scan(func(d dentry) bool {
+		if d.pend != nil {
+			pending++
+		}
+		return true
+	})
+	s.u(uint64(pending))
+	f.dentries.Scan(func(d dentry) bool {
+		if d.pend == nil {
+			return true
+		}
+		s.u(d.parent)
+		s.bytes(d.name)
+		s.u(d.pend.GetId())
+		s.u(d.pend.GetFromParent())
+		s.bytes(string(d.pend.GetFromName()))
+		s.i(d.pend.GetSince())
+		return s.record()
+	})
 	s.flush()
 	if s.err != nil {
 		return s.n, fmt.Errorf("metapartition: write snapshot: %w", s.err)

@@ -787,11 +787,15 @@ func (x *Inode) GetLayoutGen() uint64 {
 // Dentry is a name in a directory; it lives on the meta partition the volume's
 // hybrid index routes (parent, name) to.
 type Dentry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Ino           uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
-	Type          FileType               `protobuf:"varint,4,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name   []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Ino    uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	Type   FileType               `protobuf:"varint,4,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
+	// pending is set while the name is the new name of a rename that placed
+	// it before deleting the old name on another partition, until the rename
+	// settles it (SettleDentry) or takes it back (undo).
+	Pending       *PendingRename `protobuf:"bytes,5,opt,name=pending,proto3" json:"pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -854,6 +858,86 @@ func (x *Dentry) GetType() FileType {
 	return FileType_FILE_TYPE_UNKNOWN
 }
 
+func (x *Dentry) GetPending() *PendingRename {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
+// PendingRename marks a name a rename placed ahead of its commit. Until it
+// is settled, every other op that would change or take the name waits
+// (EMOVING), so that nothing acts on a name whose rename may still be taken
+// back. A partition's resolver settles a pending name older than a bound
+// whose rename died (docs/design.md, "Renames across partitions").
+type PendingRename struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`                                   // the rename's; its undo and settle name it
+	FromParent    uint64                 `protobuf:"varint,2,opt,name=from_parent,json=fromParent,proto3" json:"from_parent,omitempty"` // the old name, which the rename's commit deletes
+	FromName      []byte                 `protobuf:"bytes,3,opt,name=from_name,json=fromName,proto3" json:"from_name,omitempty"`
+	Since         int64                  `protobuf:"varint,4,opt,name=since,proto3" json:"since,omitempty"` // set at apply (the batch's time, Unix ns)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingRename) Reset() {
+	*x = PendingRename{}
+	mi := &file_meta_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingRename) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingRename) ProtoMessage() {}
+
+func (x *PendingRename) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingRename.ProtoReflect.Descriptor instead.
+func (*PendingRename) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PendingRename) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PendingRename) GetFromParent() uint64 {
+	if x != nil {
+		return x.FromParent
+	}
+	return 0
+}
+
+func (x *PendingRename) GetFromName() []byte {
+	if x != nil {
+		return x.FromName
+	}
+	return nil
+}
+
+func (x *PendingRename) GetSince() int64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
 // CreateInode allocates an inode number from the partition's range. Later ops of
 // the same Txn that carry ino 0 refer to it.
 type CreateInode struct {
@@ -879,7 +963,7 @@ type CreateInode struct {
 
 func (x *CreateInode) Reset() {
 	*x = CreateInode{}
-	mi := &file_meta_proto_msgTypes[5]
+	mi := &file_meta_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +975,7 @@ func (x *CreateInode) String() string {
 func (*CreateInode) ProtoMessage() {}
 
 func (x *CreateInode) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[5]
+	mi := &file_meta_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +988,7 @@ func (x *CreateInode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateInode.ProtoReflect.Descriptor instead.
 func (*CreateInode) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{5}
+	return file_meta_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateInode) GetType() FileType {
@@ -973,18 +1057,20 @@ func (x *CreateInode) GetLayout() FileLayout {
 // CreateDentry adds (parent, name) -> ino; EEXIST if the name exists, ENOENT if
 // the parent is fenced (being removed).
 type CreateDentry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Ino           uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
-	Type          FileType               `protobuf:"varint,4,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name   []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Ino    uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	Type   FileType               `protobuf:"varint,4,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
+	// pending, if set, places the name as a rename's new name, pending.
+	Pending       *PendingRename `protobuf:"bytes,5,opt,name=pending,proto3" json:"pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateDentry) Reset() {
 	*x = CreateDentry{}
-	mi := &file_meta_proto_msgTypes[6]
+	mi := &file_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1082,7 @@ func (x *CreateDentry) String() string {
 func (*CreateDentry) ProtoMessage() {}
 
 func (x *CreateDentry) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[6]
+	mi := &file_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1095,7 @@ func (x *CreateDentry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDentry.ProtoReflect.Descriptor instead.
 func (*CreateDentry) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{6}
+	return file_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateDentry) GetParent() uint64 {
@@ -1040,21 +1126,32 @@ func (x *CreateDentry) GetType() FileType {
 	return FileType_FILE_TYPE_UNKNOWN
 }
 
+func (x *CreateDentry) GetPending() *PendingRename {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
 // DeleteDentry removes (parent, name); ENOENT if missing; ESTALE if expect_ino is
 // set and differs. expect_type, if set, must match (ENOTDIR / EISDIR otherwise).
 type DeleteDentry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	ExpectIno     uint64                 `protobuf:"varint,3,opt,name=expect_ino,json=expectIno,proto3" json:"expect_ino,omitempty"`
-	ExpectType    FileType               `protobuf:"varint,4,opt,name=expect_type,json=expectType,proto3,enum=cairn.meta.FileType" json:"expect_type,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Parent     uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name       []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	ExpectIno  uint64                 `protobuf:"varint,3,opt,name=expect_ino,json=expectIno,proto3" json:"expect_ino,omitempty"`
+	ExpectType FileType               `protobuf:"varint,4,opt,name=expect_type,json=expectType,proto3,enum=cairn.meta.FileType" json:"expect_type,omitempty"`
+	// undo, if set, takes back the pending name rename undo placed: ESTALE
+	// unless the name is still pending under that rename. Without it, a
+	// pending name is refused with EMOVING.
+	Undo          uint64 `protobuf:"varint,5,opt,name=undo,proto3" json:"undo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteDentry) Reset() {
 	*x = DeleteDentry{}
-	mi := &file_meta_proto_msgTypes[7]
+	mi := &file_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1163,7 @@ func (x *DeleteDentry) String() string {
 func (*DeleteDentry) ProtoMessage() {}
 
 func (x *DeleteDentry) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[7]
+	mi := &file_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1176,7 @@ func (x *DeleteDentry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDentry.ProtoReflect.Descriptor instead.
 func (*DeleteDentry) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{7}
+	return file_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteDentry) GetParent() uint64 {
@@ -1110,22 +1207,34 @@ func (x *DeleteDentry) GetExpectType() FileType {
 	return FileType_FILE_TYPE_UNKNOWN
 }
 
+func (x *DeleteDentry) GetUndo() uint64 {
+	if x != nil {
+		return x.Undo
+	}
+	return 0
+}
+
 // ReplaceDentry points an existing (parent, name) at another inode (rename over
 // an existing target); the result carries the replaced dentry.
 type ReplaceDentry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Ino           uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
-	Type          FileType               `protobuf:"varint,4,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
-	ExpectIno     uint64                 `protobuf:"varint,5,opt,name=expect_ino,json=expectIno,proto3" json:"expect_ino,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Parent    uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name      []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Ino       uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	Type      FileType               `protobuf:"varint,4,opt,name=type,proto3,enum=cairn.meta.FileType" json:"type,omitempty"`
+	ExpectIno uint64                 `protobuf:"varint,5,opt,name=expect_ino,json=expectIno,proto3" json:"expect_ino,omitempty"`
+	// pending, if set, places the new entry as a rename's new name, pending.
+	Pending *PendingRename `protobuf:"bytes,6,opt,name=pending,proto3" json:"pending,omitempty"`
+	// undo, if set, puts back what rename undo replaced: ESTALE unless the
+	// name is still pending under that rename; the entry put back is settled.
+	Undo          uint64 `protobuf:"varint,7,opt,name=undo,proto3" json:"undo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplaceDentry) Reset() {
 	*x = ReplaceDentry{}
-	mi := &file_meta_proto_msgTypes[8]
+	mi := &file_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1246,7 @@ func (x *ReplaceDentry) String() string {
 func (*ReplaceDentry) ProtoMessage() {}
 
 func (x *ReplaceDentry) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[8]
+	mi := &file_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1259,7 @@ func (x *ReplaceDentry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceDentry.ProtoReflect.Descriptor instead.
 func (*ReplaceDentry) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{8}
+	return file_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReplaceDentry) GetParent() uint64 {
@@ -1188,6 +1297,92 @@ func (x *ReplaceDentry) GetExpectIno() uint64 {
 	return 0
 }
 
+func (x *ReplaceDentry) GetPending() *PendingRename {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
+func (x *ReplaceDentry) GetUndo() uint64 {
+	if x != nil {
+		return x.Undo
+	}
+	return 0
+}
+
+// SettleDentry ends the pending state of (parent, name) -> ino placed by
+// rename id, once its commit applied. It changes nothing when the name is
+// not pending under id (settled already, or taken back): retries are
+// harmless.
+type SettleDentry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Ino           uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	Id            uint64                 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleDentry) Reset() {
+	*x = SettleDentry{}
+	mi := &file_meta_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleDentry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleDentry) ProtoMessage() {}
+
+func (x *SettleDentry) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleDentry.ProtoReflect.Descriptor instead.
+func (*SettleDentry) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SettleDentry) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *SettleDentry) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *SettleDentry) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *SettleDentry) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 type Setattr struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Ino     uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
@@ -1210,7 +1405,7 @@ type Setattr struct {
 
 func (x *Setattr) Reset() {
 	*x = Setattr{}
-	mi := &file_meta_proto_msgTypes[9]
+	mi := &file_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1417,7 @@ func (x *Setattr) String() string {
 func (*Setattr) ProtoMessage() {}
 
 func (x *Setattr) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[9]
+	mi := &file_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1430,7 @@ func (x *Setattr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Setattr.ProtoReflect.Descriptor instead.
 func (*Setattr) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{9}
+	return file_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Setattr) GetIno() uint64 {
@@ -1331,7 +1526,7 @@ type Link struct {
 
 func (x *Link) Reset() {
 	*x = Link{}
-	mi := &file_meta_proto_msgTypes[10]
+	mi := &file_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1538,7 @@ func (x *Link) String() string {
 func (*Link) ProtoMessage() {}
 
 func (x *Link) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[10]
+	mi := &file_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1551,7 @@ func (x *Link) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Link.ProtoReflect.Descriptor instead.
 func (*Link) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{10}
+	return file_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Link) GetIno() uint64 {
@@ -1393,7 +1588,7 @@ type TouchDir struct {
 
 func (x *TouchDir) Reset() {
 	*x = TouchDir{}
-	mi := &file_meta_proto_msgTypes[11]
+	mi := &file_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1600,7 @@ func (x *TouchDir) String() string {
 func (*TouchDir) ProtoMessage() {}
 
 func (x *TouchDir) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[11]
+	mi := &file_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1613,7 @@ func (x *TouchDir) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchDir.ProtoReflect.Descriptor instead.
 func (*TouchDir) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{11}
+	return file_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TouchDir) GetIno() uint64 {
@@ -1453,7 +1648,7 @@ type Evict struct {
 
 func (x *Evict) Reset() {
 	*x = Evict{}
-	mi := &file_meta_proto_msgTypes[12]
+	mi := &file_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1660,7 @@ func (x *Evict) String() string {
 func (*Evict) ProtoMessage() {}
 
 func (x *Evict) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[12]
+	mi := &file_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1673,7 @@ func (x *Evict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evict.ProtoReflect.Descriptor instead.
 func (*Evict) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{12}
+	return file_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Evict) GetIno() uint64 {
@@ -1500,7 +1695,7 @@ type SetXattr struct {
 
 func (x *SetXattr) Reset() {
 	*x = SetXattr{}
-	mi := &file_meta_proto_msgTypes[13]
+	mi := &file_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1707,7 @@ func (x *SetXattr) String() string {
 func (*SetXattr) ProtoMessage() {}
 
 func (x *SetXattr) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[13]
+	mi := &file_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1720,7 @@ func (x *SetXattr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetXattr.ProtoReflect.Descriptor instead.
 func (*SetXattr) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{13}
+	return file_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetXattr) GetIno() uint64 {
@@ -1566,7 +1761,7 @@ type RemoveXattr struct {
 
 func (x *RemoveXattr) Reset() {
 	*x = RemoveXattr{}
-	mi := &file_meta_proto_msgTypes[14]
+	mi := &file_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1773,7 @@ func (x *RemoveXattr) String() string {
 func (*RemoveXattr) ProtoMessage() {}
 
 func (x *RemoveXattr) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[14]
+	mi := &file_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1786,7 @@ func (x *RemoveXattr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveXattr.ProtoReflect.Descriptor instead.
 func (*RemoveXattr) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{14}
+	return file_meta_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RemoveXattr) GetIno() uint64 {
@@ -1621,7 +1816,7 @@ type AppendExtents struct {
 
 func (x *AppendExtents) Reset() {
 	*x = AppendExtents{}
-	mi := &file_meta_proto_msgTypes[15]
+	mi := &file_meta_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1828,7 @@ func (x *AppendExtents) String() string {
 func (*AppendExtents) ProtoMessage() {}
 
 func (x *AppendExtents) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[15]
+	mi := &file_meta_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1841,7 @@ func (x *AppendExtents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendExtents.ProtoReflect.Descriptor instead.
 func (*AppendExtents) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{15}
+	return file_meta_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AppendExtents) GetIno() uint64 {
@@ -1703,7 +1898,7 @@ type Fence struct {
 
 func (x *Fence) Reset() {
 	*x = Fence{}
-	mi := &file_meta_proto_msgTypes[16]
+	mi := &file_meta_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1910,7 @@ func (x *Fence) String() string {
 func (*Fence) ProtoMessage() {}
 
 func (x *Fence) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[16]
+	mi := &file_meta_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1923,7 @@ func (x *Fence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fence.ProtoReflect.Descriptor instead.
 func (*Fence) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{16}
+	return file_meta_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Fence) GetParent() uint64 {
@@ -1776,7 +1971,7 @@ type Unfence struct {
 
 func (x *Unfence) Reset() {
 	*x = Unfence{}
-	mi := &file_meta_proto_msgTypes[17]
+	mi := &file_meta_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +1983,7 @@ func (x *Unfence) String() string {
 func (*Unfence) ProtoMessage() {}
 
 func (x *Unfence) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[17]
+	mi := &file_meta_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +1996,7 @@ func (x *Unfence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unfence.ProtoReflect.Descriptor instead.
 func (*Unfence) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{17}
+	return file_meta_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Unfence) GetParent() uint64 {
@@ -1828,7 +2023,7 @@ type SetRange struct {
 
 func (x *SetRange) Reset() {
 	*x = SetRange{}
-	mi := &file_meta_proto_msgTypes[18]
+	mi := &file_meta_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +2035,7 @@ func (x *SetRange) String() string {
 func (*SetRange) ProtoMessage() {}
 
 func (x *SetRange) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[18]
+	mi := &file_meta_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +2048,7 @@ func (x *SetRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRange.ProtoReflect.Descriptor instead.
 func (*SetRange) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{18}
+	return file_meta_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetRange) GetEnd() uint64 {
@@ -1875,7 +2070,7 @@ type AckFreed struct {
 
 func (x *AckFreed) Reset() {
 	*x = AckFreed{}
-	mi := &file_meta_proto_msgTypes[19]
+	mi := &file_meta_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2082,7 @@ func (x *AckFreed) String() string {
 func (*AckFreed) ProtoMessage() {}
 
 func (x *AckFreed) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[19]
+	mi := &file_meta_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2095,7 @@ func (x *AckFreed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckFreed.ProtoReflect.Descriptor instead.
 func (*AckFreed) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{19}
+	return file_meta_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AckFreed) GetUptoSeq() uint64 {
@@ -1931,7 +2126,7 @@ type SpliceChunks struct {
 
 func (x *SpliceChunks) Reset() {
 	*x = SpliceChunks{}
-	mi := &file_meta_proto_msgTypes[20]
+	mi := &file_meta_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1943,7 +2138,7 @@ func (x *SpliceChunks) String() string {
 func (*SpliceChunks) ProtoMessage() {}
 
 func (x *SpliceChunks) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[20]
+	mi := &file_meta_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1956,7 +2151,7 @@ func (x *SpliceChunks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpliceChunks.ProtoReflect.Descriptor instead.
 func (*SpliceChunks) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{20}
+	return file_meta_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SpliceChunks) GetIno() uint64 {
@@ -2025,7 +2220,7 @@ type ChunkRef struct {
 
 func (x *ChunkRef) Reset() {
 	*x = ChunkRef{}
-	mi := &file_meta_proto_msgTypes[21]
+	mi := &file_meta_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2232,7 @@ func (x *ChunkRef) String() string {
 func (*ChunkRef) ProtoMessage() {}
 
 func (x *ChunkRef) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[21]
+	mi := &file_meta_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2245,7 @@ func (x *ChunkRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkRef.ProtoReflect.Descriptor instead.
 func (*ChunkRef) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{21}
+	return file_meta_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ChunkRef) GetChunk() *Chunk {
@@ -2087,7 +2282,7 @@ type ChunkRefs struct {
 
 func (x *ChunkRefs) Reset() {
 	*x = ChunkRefs{}
-	mi := &file_meta_proto_msgTypes[22]
+	mi := &file_meta_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2294,7 @@ func (x *ChunkRefs) String() string {
 func (*ChunkRefs) ProtoMessage() {}
 
 func (x *ChunkRefs) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[22]
+	mi := &file_meta_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2307,7 @@ func (x *ChunkRefs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkRefs.ProtoReflect.Descriptor instead.
 func (*ChunkRefs) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{22}
+	return file_meta_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ChunkRefs) GetItems() []*ChunkRef {
@@ -2142,7 +2337,7 @@ type ChunkCollect struct {
 
 func (x *ChunkCollect) Reset() {
 	*x = ChunkCollect{}
-	mi := &file_meta_proto_msgTypes[23]
+	mi := &file_meta_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2349,7 @@ func (x *ChunkCollect) String() string {
 func (*ChunkCollect) ProtoMessage() {}
 
 func (x *ChunkCollect) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[23]
+	mi := &file_meta_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2362,7 @@ func (x *ChunkCollect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkCollect.ProtoReflect.Descriptor instead.
 func (*ChunkCollect) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{23}
+	return file_meta_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ChunkCollect) GetFingerprints() [][]byte {
@@ -2195,7 +2390,7 @@ type ChunkForget struct {
 
 func (x *ChunkForget) Reset() {
 	*x = ChunkForget{}
-	mi := &file_meta_proto_msgTypes[24]
+	mi := &file_meta_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2402,7 @@ func (x *ChunkForget) String() string {
 func (*ChunkForget) ProtoMessage() {}
 
 func (x *ChunkForget) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[24]
+	mi := &file_meta_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2415,7 @@ func (x *ChunkForget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkForget.ProtoReflect.Descriptor instead.
 func (*ChunkForget) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{24}
+	return file_meta_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ChunkForget) GetChunks() []*Chunk {
@@ -2243,7 +2438,7 @@ type ChunkFix struct {
 
 func (x *ChunkFix) Reset() {
 	*x = ChunkFix{}
-	mi := &file_meta_proto_msgTypes[25]
+	mi := &file_meta_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2450,7 @@ func (x *ChunkFix) String() string {
 func (*ChunkFix) ProtoMessage() {}
 
 func (x *ChunkFix) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[25]
+	mi := &file_meta_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2463,7 @@ func (x *ChunkFix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkFix.ProtoReflect.Descriptor instead.
 func (*ChunkFix) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{25}
+	return file_meta_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ChunkFix) GetEntries() []*ChunkRecord {
@@ -2305,6 +2500,7 @@ type Op struct {
 	//	*Op_ChunkCollect
 	//	*Op_ChunkForget
 	//	*Op_ChunkFix
+	//	*Op_SettleDentry
 	Op isOp_Op `protobuf_oneof:"op"`
 	// Quota charges (meta node leaders set them; a client's are replaced).
 	// The op's change of its inode's footprint (1 inode, plus its size for
@@ -2322,7 +2518,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_meta_proto_msgTypes[26]
+	mi := &file_meta_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2530,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[26]
+	mi := &file_meta_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2543,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{26}
+	return file_meta_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -2564,6 +2760,15 @@ func (x *Op) GetChunkFix() *ChunkFix {
 	return nil
 }
 
+func (x *Op) GetSettleDentry() *SettleDentry {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SettleDentry); ok {
+			return x.SettleDentry
+		}
+	}
+	return nil
+}
+
 func (x *Op) GetQuotas() []uint64 {
 	if x != nil {
 		return x.Quotas
@@ -2681,6 +2886,10 @@ type Op_ChunkFix struct {
 	ChunkFix *ChunkFix `protobuf:"bytes,23,opt,name=chunk_fix,json=chunkFix,proto3,oneof"`
 }
 
+type Op_SettleDentry struct {
+	SettleDentry *SettleDentry `protobuf:"bytes,24,opt,name=settle_dentry,json=settleDentry,proto3,oneof"`
+}
+
 func (*Op_CreateInode) isOp_Op() {}
 
 func (*Op_CreateDentry) isOp_Op() {}
@@ -2727,6 +2936,8 @@ func (*Op_ChunkForget) isOp_Op() {}
 
 func (*Op_ChunkFix) isOp_Op() {}
 
+func (*Op_SettleDentry) isOp_Op() {}
+
 // RouteException is one exception-table entry (clusterpb.ExceptionEntry).
 type RouteException struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2739,7 +2950,7 @@ type RouteException struct {
 
 func (x *RouteException) Reset() {
 	*x = RouteException{}
-	mi := &file_meta_proto_msgTypes[27]
+	mi := &file_meta_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +2962,7 @@ func (x *RouteException) String() string {
 func (*RouteException) ProtoMessage() {}
 
 func (x *RouteException) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[27]
+	mi := &file_meta_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +2975,7 @@ func (x *RouteException) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteException.ProtoReflect.Descriptor instead.
 func (*RouteException) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{27}
+	return file_meta_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RouteException) GetName() []byte {
@@ -2800,7 +3011,7 @@ type Routing struct {
 
 func (x *Routing) Reset() {
 	*x = Routing{}
-	mi := &file_meta_proto_msgTypes[28]
+	mi := &file_meta_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +3023,7 @@ func (x *Routing) String() string {
 func (*Routing) ProtoMessage() {}
 
 func (x *Routing) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[28]
+	mi := &file_meta_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +3036,7 @@ func (x *Routing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Routing.ProtoReflect.Descriptor instead.
 func (*Routing) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{28}
+	return file_meta_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Routing) GetVersion() uint64 {
@@ -2872,7 +3083,7 @@ type SetRouting struct {
 
 func (x *SetRouting) Reset() {
 	*x = SetRouting{}
-	mi := &file_meta_proto_msgTypes[29]
+	mi := &file_meta_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2884,7 +3095,7 @@ func (x *SetRouting) String() string {
 func (*SetRouting) ProtoMessage() {}
 
 func (x *SetRouting) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[29]
+	mi := &file_meta_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2897,7 +3108,7 @@ func (x *SetRouting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouting.ProtoReflect.Descriptor instead.
 func (*SetRouting) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{29}
+	return file_meta_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetRouting) GetSelf() uint64 {
@@ -2943,7 +3154,7 @@ type ImportDentries struct {
 
 func (x *ImportDentries) Reset() {
 	*x = ImportDentries{}
-	mi := &file_meta_proto_msgTypes[30]
+	mi := &file_meta_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3166,7 @@ func (x *ImportDentries) String() string {
 func (*ImportDentries) ProtoMessage() {}
 
 func (x *ImportDentries) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[30]
+	mi := &file_meta_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3179,7 @@ func (x *ImportDentries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportDentries.ProtoReflect.Descriptor instead.
 func (*ImportDentries) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{30}
+	return file_meta_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ImportDentries) GetDentries() []*Dentry {
@@ -2989,7 +3200,7 @@ type DentryKey struct {
 
 func (x *DentryKey) Reset() {
 	*x = DentryKey{}
-	mi := &file_meta_proto_msgTypes[31]
+	mi := &file_meta_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3212,7 @@ func (x *DentryKey) String() string {
 func (*DentryKey) ProtoMessage() {}
 
 func (x *DentryKey) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[31]
+	mi := &file_meta_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3225,7 @@ func (x *DentryKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DentryKey.ProtoReflect.Descriptor instead.
 func (*DentryKey) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{31}
+	return file_meta_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DentryKey) GetParent() uint64 {
@@ -3043,7 +3254,7 @@ type PurgeDentries struct {
 
 func (x *PurgeDentries) Reset() {
 	*x = PurgeDentries{}
-	mi := &file_meta_proto_msgTypes[32]
+	mi := &file_meta_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3266,7 @@ func (x *PurgeDentries) String() string {
 func (*PurgeDentries) ProtoMessage() {}
 
 func (x *PurgeDentries) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[32]
+	mi := &file_meta_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3279,7 @@ func (x *PurgeDentries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDentries.ProtoReflect.Descriptor instead.
 func (*PurgeDentries) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{32}
+	return file_meta_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PurgeDentries) GetKeys() []*DentryKey {
@@ -3103,7 +3314,7 @@ type Txn struct {
 
 func (x *Txn) Reset() {
 	*x = Txn{}
-	mi := &file_meta_proto_msgTypes[33]
+	mi := &file_meta_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3326,7 @@ func (x *Txn) String() string {
 func (*Txn) ProtoMessage() {}
 
 func (x *Txn) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[33]
+	mi := &file_meta_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3339,7 @@ func (x *Txn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Txn.ProtoReflect.Descriptor instead.
 func (*Txn) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{33}
+	return file_meta_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Txn) GetOps() []*Op {
@@ -3190,7 +3401,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_meta_proto_msgTypes[34]
+	mi := &file_meta_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3413,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[34]
+	mi := &file_meta_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3426,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{34}
+	return file_meta_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *OpResult) GetInode() *Inode {
@@ -3274,7 +3485,7 @@ type InodeStamp struct {
 
 func (x *InodeStamp) Reset() {
 	*x = InodeStamp{}
-	mi := &file_meta_proto_msgTypes[35]
+	mi := &file_meta_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3286,7 +3497,7 @@ func (x *InodeStamp) String() string {
 func (*InodeStamp) ProtoMessage() {}
 
 func (x *InodeStamp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[35]
+	mi := &file_meta_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3299,7 +3510,7 @@ func (x *InodeStamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InodeStamp.ProtoReflect.Descriptor instead.
 func (*InodeStamp) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{35}
+	return file_meta_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *InodeStamp) GetSize() uint64 {
@@ -3335,7 +3546,7 @@ type TxnResult struct {
 
 func (x *TxnResult) Reset() {
 	*x = TxnResult{}
-	mi := &file_meta_proto_msgTypes[36]
+	mi := &file_meta_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3347,7 +3558,7 @@ func (x *TxnResult) String() string {
 func (*TxnResult) ProtoMessage() {}
 
 func (x *TxnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[36]
+	mi := &file_meta_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3360,7 +3571,7 @@ func (x *TxnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResult.ProtoReflect.Descriptor instead.
 func (*TxnResult) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{36}
+	return file_meta_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TxnResult) GetErrno() int32 {
@@ -3403,7 +3614,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_meta_proto_msgTypes[37]
+	mi := &file_meta_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3415,7 +3626,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[37]
+	mi := &file_meta_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3428,7 +3639,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{37}
+	return file_meta_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Batch) GetNowNs() int64 {
@@ -3483,7 +3694,7 @@ type TxnRequest struct {
 
 func (x *TxnRequest) Reset() {
 	*x = TxnRequest{}
-	mi := &file_meta_proto_msgTypes[38]
+	mi := &file_meta_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3495,7 +3706,7 @@ func (x *TxnRequest) String() string {
 func (*TxnRequest) ProtoMessage() {}
 
 func (x *TxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[38]
+	mi := &file_meta_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3508,7 +3719,7 @@ func (x *TxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
 func (*TxnRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{38}
+	return file_meta_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TxnRequest) GetPartitionId() uint64 {
@@ -3564,7 +3775,7 @@ type HomedOp struct {
 
 func (x *HomedOp) Reset() {
 	*x = HomedOp{}
-	mi := &file_meta_proto_msgTypes[39]
+	mi := &file_meta_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3576,7 +3787,7 @@ func (x *HomedOp) String() string {
 func (*HomedOp) ProtoMessage() {}
 
 func (x *HomedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[39]
+	mi := &file_meta_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3589,7 +3800,7 @@ func (x *HomedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HomedOp.ProtoReflect.Descriptor instead.
 func (*HomedOp) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{39}
+	return file_meta_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HomedOp) GetIno() uint64 {
@@ -3623,7 +3834,7 @@ type TxnResponse struct {
 
 func (x *TxnResponse) Reset() {
 	*x = TxnResponse{}
-	mi := &file_meta_proto_msgTypes[40]
+	mi := &file_meta_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3846,7 @@ func (x *TxnResponse) String() string {
 func (*TxnResponse) ProtoMessage() {}
 
 func (x *TxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[40]
+	mi := &file_meta_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +3859,7 @@ func (x *TxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
 func (*TxnResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{40}
+	return file_meta_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TxnResponse) GetResult() *TxnResult {
@@ -3688,7 +3899,7 @@ type ThenGroup struct {
 
 func (x *ThenGroup) Reset() {
 	*x = ThenGroup{}
-	mi := &file_meta_proto_msgTypes[41]
+	mi := &file_meta_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3700,7 +3911,7 @@ func (x *ThenGroup) String() string {
 func (*ThenGroup) ProtoMessage() {}
 
 func (x *ThenGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[41]
+	mi := &file_meta_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3713,7 +3924,7 @@ func (x *ThenGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThenGroup.ProtoReflect.Descriptor instead.
 func (*ThenGroup) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{41}
+	return file_meta_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ThenGroup) GetSteps() []uint32 {
@@ -3759,7 +3970,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_meta_proto_msgTypes[42]
+	mi := &file_meta_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3771,7 +3982,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[42]
+	mi := &file_meta_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3784,7 +3995,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{42}
+	return file_meta_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *LookupRequest) GetPartitionId() uint64 {
@@ -3830,7 +4041,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_meta_proto_msgTypes[43]
+	mi := &file_meta_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3842,7 +4053,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[43]
+	mi := &file_meta_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3855,7 +4066,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{43}
+	return file_meta_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *LookupResponse) GetErrno() int32 {
@@ -3910,7 +4121,7 @@ type GetInodeRequest struct {
 
 func (x *GetInodeRequest) Reset() {
 	*x = GetInodeRequest{}
-	mi := &file_meta_proto_msgTypes[44]
+	mi := &file_meta_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3922,7 +4133,7 @@ func (x *GetInodeRequest) String() string {
 func (*GetInodeRequest) ProtoMessage() {}
 
 func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[44]
+	mi := &file_meta_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3935,7 +4146,7 @@ func (x *GetInodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInodeRequest.ProtoReflect.Descriptor instead.
 func (*GetInodeRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{44}
+	return file_meta_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetInodeRequest) GetPartitionId() uint64 {
@@ -3986,7 +4197,7 @@ type GetInodeResponse struct {
 
 func (x *GetInodeResponse) Reset() {
 	*x = GetInodeResponse{}
-	mi := &file_meta_proto_msgTypes[45]
+	mi := &file_meta_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3998,7 +4209,7 @@ func (x *GetInodeResponse) String() string {
 func (*GetInodeResponse) ProtoMessage() {}
 
 func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[45]
+	mi := &file_meta_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +4222,7 @@ func (x *GetInodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInodeResponse.ProtoReflect.Descriptor instead.
 func (*GetInodeResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{45}
+	return file_meta_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetInodeResponse) GetErrno() int32 {
@@ -4048,7 +4259,7 @@ type ReadDirRequest struct {
 
 func (x *ReadDirRequest) Reset() {
 	*x = ReadDirRequest{}
-	mi := &file_meta_proto_msgTypes[46]
+	mi := &file_meta_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4060,7 +4271,7 @@ func (x *ReadDirRequest) String() string {
 func (*ReadDirRequest) ProtoMessage() {}
 
 func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[46]
+	mi := &file_meta_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4073,7 +4284,7 @@ func (x *ReadDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirRequest.ProtoReflect.Descriptor instead.
 func (*ReadDirRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{46}
+	return file_meta_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReadDirRequest) GetPartitionId() uint64 {
@@ -4131,7 +4342,7 @@ type ReadDirResponse struct {
 
 func (x *ReadDirResponse) Reset() {
 	*x = ReadDirResponse{}
-	mi := &file_meta_proto_msgTypes[47]
+	mi := &file_meta_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4143,7 +4354,7 @@ func (x *ReadDirResponse) String() string {
 func (*ReadDirResponse) ProtoMessage() {}
 
 func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[47]
+	mi := &file_meta_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4156,7 +4367,7 @@ func (x *ReadDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadDirResponse.ProtoReflect.Descriptor instead.
 func (*ReadDirResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{47}
+	return file_meta_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReadDirResponse) GetDentries() []*Dentry {
@@ -4229,7 +4440,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_meta_proto_msgTypes[48]
+	mi := &file_meta_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4241,7 +4452,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[48]
+	mi := &file_meta_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4254,7 +4465,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{48}
+	return file_meta_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ScanRequest) GetPartitionId() uint64 {
@@ -4335,7 +4546,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_meta_proto_msgTypes[49]
+	mi := &file_meta_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4347,7 +4558,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[49]
+	mi := &file_meta_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4360,7 +4571,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{49}
+	return file_meta_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ScanResponse) GetErrno() int32 {
@@ -4425,7 +4636,7 @@ type PartitionStatsRequest struct {
 
 func (x *PartitionStatsRequest) Reset() {
 	*x = PartitionStatsRequest{}
-	mi := &file_meta_proto_msgTypes[50]
+	mi := &file_meta_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4437,7 +4648,7 @@ func (x *PartitionStatsRequest) String() string {
 func (*PartitionStatsRequest) ProtoMessage() {}
 
 func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[50]
+	mi := &file_meta_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4450,7 +4661,7 @@ func (x *PartitionStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatsRequest.ProtoReflect.Descriptor instead.
 func (*PartitionStatsRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{50}
+	return file_meta_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PartitionStatsRequest) GetPartitionId() uint64 {
@@ -4484,7 +4695,7 @@ type NameCount struct {
 
 func (x *NameCount) Reset() {
 	*x = NameCount{}
-	mi := &file_meta_proto_msgTypes[51]
+	mi := &file_meta_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4496,7 +4707,7 @@ func (x *NameCount) String() string {
 func (*NameCount) ProtoMessage() {}
 
 func (x *NameCount) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[51]
+	mi := &file_meta_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4509,7 +4720,7 @@ func (x *NameCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NameCount.ProtoReflect.Descriptor instead.
 func (*NameCount) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{51}
+	return file_meta_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *NameCount) GetName() []byte {
@@ -4556,7 +4767,7 @@ type PartitionStatsResponse struct {
 
 func (x *PartitionStatsResponse) Reset() {
 	*x = PartitionStatsResponse{}
-	mi := &file_meta_proto_msgTypes[52]
+	mi := &file_meta_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4568,7 +4779,7 @@ func (x *PartitionStatsResponse) String() string {
 func (*PartitionStatsResponse) ProtoMessage() {}
 
 func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[52]
+	mi := &file_meta_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4581,7 +4792,7 @@ func (x *PartitionStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatsResponse.ProtoReflect.Descriptor instead.
 func (*PartitionStatsResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{52}
+	return file_meta_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PartitionStatsResponse) GetInodes() uint64 {
@@ -4721,7 +4932,7 @@ type Cred struct {
 
 func (x *Cred) Reset() {
 	*x = Cred{}
-	mi := &file_meta_proto_msgTypes[53]
+	mi := &file_meta_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4733,7 +4944,7 @@ func (x *Cred) String() string {
 func (*Cred) ProtoMessage() {}
 
 func (x *Cred) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[53]
+	mi := &file_meta_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4746,7 +4957,7 @@ func (x *Cred) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cred.ProtoReflect.Descriptor instead.
 func (*Cred) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{53}
+	return file_meta_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Cred) GetUid() uint32 {
@@ -4817,7 +5028,7 @@ type PathRequest struct {
 
 func (x *PathRequest) Reset() {
 	*x = PathRequest{}
-	mi := &file_meta_proto_msgTypes[54]
+	mi := &file_meta_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4829,7 +5040,7 @@ func (x *PathRequest) String() string {
 func (*PathRequest) ProtoMessage() {}
 
 func (x *PathRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[54]
+	mi := &file_meta_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4842,7 +5053,7 @@ func (x *PathRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathRequest.ProtoReflect.Descriptor instead.
 func (*PathRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{54}
+	return file_meta_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PathRequest) GetPartitionId() uint64 {
@@ -5007,7 +5218,7 @@ type PathResponse struct {
 
 func (x *PathResponse) Reset() {
 	*x = PathResponse{}
-	mi := &file_meta_proto_msgTypes[55]
+	mi := &file_meta_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5019,7 +5230,7 @@ func (x *PathResponse) String() string {
 func (*PathResponse) ProtoMessage() {}
 
 func (x *PathResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[55]
+	mi := &file_meta_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5032,7 +5243,7 @@ func (x *PathResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathResponse.ProtoReflect.Descriptor instead.
 func (*PathResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{55}
+	return file_meta_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PathResponse) GetErrno() int32 {
@@ -5190,7 +5401,7 @@ type ChangesRequest struct {
 
 func (x *ChangesRequest) Reset() {
 	*x = ChangesRequest{}
-	mi := &file_meta_proto_msgTypes[56]
+	mi := &file_meta_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5202,7 +5413,7 @@ func (x *ChangesRequest) String() string {
 func (*ChangesRequest) ProtoMessage() {}
 
 func (x *ChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[56]
+	mi := &file_meta_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5215,7 +5426,7 @@ func (x *ChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangesRequest.ProtoReflect.Descriptor instead.
 func (*ChangesRequest) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{56}
+	return file_meta_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ChangesRequest) GetPartitionId() uint64 {
@@ -5256,7 +5467,7 @@ type ChangedName struct {
 
 func (x *ChangedName) Reset() {
 	*x = ChangedName{}
-	mi := &file_meta_proto_msgTypes[57]
+	mi := &file_meta_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5268,7 +5479,7 @@ func (x *ChangedName) String() string {
 func (*ChangedName) ProtoMessage() {}
 
 func (x *ChangedName) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[57]
+	mi := &file_meta_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5281,7 +5492,7 @@ func (x *ChangedName) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangedName.ProtoReflect.Descriptor instead.
 func (*ChangedName) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{57}
+	return file_meta_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ChangedName) GetParent() uint64 {
@@ -5324,7 +5535,7 @@ type ChangesResponse struct {
 
 func (x *ChangesResponse) Reset() {
 	*x = ChangesResponse{}
-	mi := &file_meta_proto_msgTypes[58]
+	mi := &file_meta_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5336,7 +5547,7 @@ func (x *ChangesResponse) String() string {
 func (*ChangesResponse) ProtoMessage() {}
 
 func (x *ChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[58]
+	mi := &file_meta_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5349,7 +5560,7 @@ func (x *ChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangesResponse.ProtoReflect.Descriptor instead.
 func (*ChangesResponse) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{58}
+	return file_meta_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ChangesResponse) GetCursor() uint64 {
@@ -5439,12 +5650,19 @@ const file_meta_proto_rawDesc = "" +
 	"layout_gen\x18\x14 \x01(\x04R\tlayoutGen\x1a9\n" +
 	"\vXattrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"p\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xa5\x01\n" +
 	"\x06Dentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12(\n" +
-	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\"\xfe\x01\n" +
+	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x123\n" +
+	"\apending\x18\x05 \x01(\v2\x19.cairn.meta.PendingRenameR\apending\"s\n" +
+	"\rPendingRename\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1f\n" +
+	"\vfrom_parent\x18\x02 \x01(\x04R\n" +
+	"fromParent\x12\x1b\n" +
+	"\tfrom_name\x18\x03 \x01(\fR\bfromName\x12\x14\n" +
+	"\x05since\x18\x04 \x01(\x03R\x05since\"\xfe\x01\n" +
 	"\vCreateInode\x12(\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
@@ -5454,26 +5672,35 @@ const file_meta_proto_rawDesc = "" +
 	"\x06target\x18\x06 \x01(\fR\x06target\x12\x19\n" +
 	"\bwant_ino\x18\a \x01(\x04R\awantIno\x12\x16\n" +
 	"\x06parent\x18\b \x01(\x04R\x06parent\x12.\n" +
-	"\x06layout\x18\t \x01(\x0e2\x16.cairn.meta.FileLayoutR\x06layout\"v\n" +
+	"\x06layout\x18\t \x01(\x0e2\x16.cairn.meta.FileLayoutR\x06layout\"\xab\x01\n" +
 	"\fCreateDentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12(\n" +
-	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\"\x90\x01\n" +
+	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x123\n" +
+	"\apending\x18\x05 \x01(\v2\x19.cairn.meta.PendingRenameR\apending\"\xa4\x01\n" +
 	"\fDeleteDentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x1d\n" +
 	"\n" +
 	"expect_ino\x18\x03 \x01(\x04R\texpectIno\x125\n" +
 	"\vexpect_type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\n" +
-	"expectType\"\x96\x01\n" +
+	"expectType\x12\x12\n" +
+	"\x04undo\x18\x05 \x01(\x04R\x04undo\"\xdf\x01\n" +
 	"\rReplaceDentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x12\x1d\n" +
 	"\n" +
-	"expect_ino\x18\x05 \x01(\x04R\texpectIno\"\x85\x02\n" +
+	"expect_ino\x18\x05 \x01(\x04R\texpectIno\x123\n" +
+	"\apending\x18\x06 \x01(\v2\x19.cairn.meta.PendingRenameR\apending\x12\x12\n" +
+	"\x04undo\x18\a \x01(\x04R\x04undo\"\\\n" +
+	"\fSettleDentry\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
+	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\x04R\x02id\"\x85\x02\n" +
 	"\aSetattr\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
 	"\x05valid\x18\x02 \x01(\rR\x05valid\x12\x12\n" +
@@ -5544,7 +5771,7 @@ const file_meta_proto_rawDesc = "" +
 	"\vChunkForget\x12)\n" +
 	"\x06chunks\x18\x01 \x03(\v2\x11.cairn.meta.ChunkR\x06chunks\"=\n" +
 	"\bChunkFix\x121\n" +
-	"\aentries\x18\x01 \x03(\v2\x17.cairn.meta.ChunkRecordR\aentries\"\x8d\v\n" +
+	"\aentries\x18\x01 \x03(\v2\x17.cairn.meta.ChunkRecordR\aentries\"\xce\v\n" +
 	"\x02Op\x12<\n" +
 	"\fcreate_inode\x18\x01 \x01(\v2\x17.cairn.meta.CreateInodeH\x00R\vcreateInode\x12?\n" +
 	"\rcreate_dentry\x18\x02 \x01(\v2\x18.cairn.meta.CreateDentryH\x00R\fcreateDentry\x12?\n" +
@@ -5571,7 +5798,8 @@ const file_meta_proto_rawDesc = "" +
 	"chunk_refs\x18\x14 \x01(\v2\x15.cairn.meta.ChunkRefsH\x00R\tchunkRefs\x12?\n" +
 	"\rchunk_collect\x18\x15 \x01(\v2\x18.cairn.meta.ChunkCollectH\x00R\fchunkCollect\x12<\n" +
 	"\fchunk_forget\x18\x16 \x01(\v2\x17.cairn.meta.ChunkForgetH\x00R\vchunkForget\x123\n" +
-	"\tchunk_fix\x18\x17 \x01(\v2\x14.cairn.meta.ChunkFixH\x00R\bchunkFix\x12\x16\n" +
+	"\tchunk_fix\x18\x17 \x01(\v2\x14.cairn.meta.ChunkFixH\x00R\bchunkFix\x12?\n" +
+	"\rsettle_dentry\x18\x18 \x01(\v2\x18.cairn.meta.SettleDentryH\x00R\fsettleDentry\x12\x16\n" +
 	"\x06quotas\x18\x1e \x03(\x04R\x06quotas\x12\x1b\n" +
 	"\tquotas_to\x18\x1f \x03(\x04R\bquotasTo\x12\x1f\n" +
 	"\vquotas_move\x18  \x01(\bR\n" +
@@ -5856,7 +6084,7 @@ func file_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_meta_proto_goTypes = []any{
 	(FileType)(0),                  // 0: cairn.meta.FileType
 	(FileLayout)(0),                // 1: cairn.meta.FileLayout
@@ -5868,164 +6096,170 @@ var file_meta_proto_goTypes = []any{
 	(*ExtentKey)(nil),              // 7: cairn.meta.ExtentKey
 	(*Inode)(nil),                  // 8: cairn.meta.Inode
 	(*Dentry)(nil),                 // 9: cairn.meta.Dentry
-	(*CreateInode)(nil),            // 10: cairn.meta.CreateInode
-	(*CreateDentry)(nil),           // 11: cairn.meta.CreateDentry
-	(*DeleteDentry)(nil),           // 12: cairn.meta.DeleteDentry
-	(*ReplaceDentry)(nil),          // 13: cairn.meta.ReplaceDentry
-	(*Setattr)(nil),                // 14: cairn.meta.Setattr
-	(*Link)(nil),                   // 15: cairn.meta.Link
-	(*TouchDir)(nil),               // 16: cairn.meta.TouchDir
-	(*Evict)(nil),                  // 17: cairn.meta.Evict
-	(*SetXattr)(nil),               // 18: cairn.meta.SetXattr
-	(*RemoveXattr)(nil),            // 19: cairn.meta.RemoveXattr
-	(*AppendExtents)(nil),          // 20: cairn.meta.AppendExtents
-	(*Fence)(nil),                  // 21: cairn.meta.Fence
-	(*Unfence)(nil),                // 22: cairn.meta.Unfence
-	(*SetRange)(nil),               // 23: cairn.meta.SetRange
-	(*AckFreed)(nil),               // 24: cairn.meta.AckFreed
-	(*SpliceChunks)(nil),           // 25: cairn.meta.SpliceChunks
-	(*ChunkRef)(nil),               // 26: cairn.meta.ChunkRef
-	(*ChunkRefs)(nil),              // 27: cairn.meta.ChunkRefs
-	(*ChunkCollect)(nil),           // 28: cairn.meta.ChunkCollect
-	(*ChunkForget)(nil),            // 29: cairn.meta.ChunkForget
-	(*ChunkFix)(nil),               // 30: cairn.meta.ChunkFix
-	(*Op)(nil),                     // 31: cairn.meta.Op
-	(*RouteException)(nil),         // 32: cairn.meta.RouteException
-	(*Routing)(nil),                // 33: cairn.meta.Routing
-	(*SetRouting)(nil),             // 34: cairn.meta.SetRouting
-	(*ImportDentries)(nil),         // 35: cairn.meta.ImportDentries
-	(*DentryKey)(nil),              // 36: cairn.meta.DentryKey
-	(*PurgeDentries)(nil),          // 37: cairn.meta.PurgeDentries
-	(*Txn)(nil),                    // 38: cairn.meta.Txn
-	(*OpResult)(nil),               // 39: cairn.meta.OpResult
-	(*InodeStamp)(nil),             // 40: cairn.meta.InodeStamp
-	(*TxnResult)(nil),              // 41: cairn.meta.TxnResult
-	(*Batch)(nil),                  // 42: cairn.meta.Batch
-	(*TxnRequest)(nil),             // 43: cairn.meta.TxnRequest
-	(*HomedOp)(nil),                // 44: cairn.meta.HomedOp
-	(*TxnResponse)(nil),            // 45: cairn.meta.TxnResponse
-	(*ThenGroup)(nil),              // 46: cairn.meta.ThenGroup
-	(*LookupRequest)(nil),          // 47: cairn.meta.LookupRequest
-	(*LookupResponse)(nil),         // 48: cairn.meta.LookupResponse
-	(*GetInodeRequest)(nil),        // 49: cairn.meta.GetInodeRequest
-	(*GetInodeResponse)(nil),       // 50: cairn.meta.GetInodeResponse
-	(*ReadDirRequest)(nil),         // 51: cairn.meta.ReadDirRequest
-	(*ReadDirResponse)(nil),        // 52: cairn.meta.ReadDirResponse
-	(*ScanRequest)(nil),            // 53: cairn.meta.ScanRequest
-	(*ScanResponse)(nil),           // 54: cairn.meta.ScanResponse
-	(*PartitionStatsRequest)(nil),  // 55: cairn.meta.PartitionStatsRequest
-	(*NameCount)(nil),              // 56: cairn.meta.NameCount
-	(*PartitionStatsResponse)(nil), // 57: cairn.meta.PartitionStatsResponse
-	(*Cred)(nil),                   // 58: cairn.meta.Cred
-	(*PathRequest)(nil),            // 59: cairn.meta.PathRequest
-	(*PathResponse)(nil),           // 60: cairn.meta.PathResponse
-	(*ChangesRequest)(nil),         // 61: cairn.meta.ChangesRequest
-	(*ChangedName)(nil),            // 62: cairn.meta.ChangedName
-	(*ChangesResponse)(nil),        // 63: cairn.meta.ChangesResponse
-	nil,                            // 64: cairn.meta.Inode.XattrsEntry
+	(*PendingRename)(nil),          // 10: cairn.meta.PendingRename
+	(*CreateInode)(nil),            // 11: cairn.meta.CreateInode
+	(*CreateDentry)(nil),           // 12: cairn.meta.CreateDentry
+	(*DeleteDentry)(nil),           // 13: cairn.meta.DeleteDentry
+	(*ReplaceDentry)(nil),          // 14: cairn.meta.ReplaceDentry
+	(*SettleDentry)(nil),           // 15: cairn.meta.SettleDentry
+	(*Setattr)(nil),                // 16: cairn.meta.Setattr
+	(*Link)(nil),                   // 17: cairn.meta.Link
+	(*TouchDir)(nil),               // 18: cairn.meta.TouchDir
+	(*Evict)(nil),                  // 19: cairn.meta.Evict
+	(*SetXattr)(nil),               // 20: cairn.meta.SetXattr
+	(*RemoveXattr)(nil),            // 21: cairn.meta.RemoveXattr
+	(*AppendExtents)(nil),          // 22: cairn.meta.AppendExtents
+	(*Fence)(nil),                  // 23: cairn.meta.Fence
+	(*Unfence)(nil),                // 24: cairn.meta.Unfence
+	(*SetRange)(nil),               // 25: cairn.meta.SetRange
+	(*AckFreed)(nil),               // 26: cairn.meta.AckFreed
+	(*SpliceChunks)(nil),           // 27: cairn.meta.SpliceChunks
+	(*ChunkRef)(nil),               // 28: cairn.meta.ChunkRef
+	(*ChunkRefs)(nil),              // 29: cairn.meta.ChunkRefs
+	(*ChunkCollect)(nil),           // 30: cairn.meta.ChunkCollect
+	(*ChunkForget)(nil),            // 31: cairn.meta.ChunkForget
+	(*ChunkFix)(nil),               // 32: cairn.meta.ChunkFix
+	(*Op)(nil),                     // 33: cairn.meta.Op
+	(*RouteException)(nil),         // 34: cairn.meta.RouteException
+	(*Routing)(nil),                // 35: cairn.meta.Routing
+	(*SetRouting)(nil),             // 36: cairn.meta.SetRouting
+	(*ImportDentries)(nil),         // 37: cairn.meta.ImportDentries
+	(*DentryKey)(nil),              // 38: cairn.meta.DentryKey
+	(*PurgeDentries)(nil),          // 39: cairn.meta.PurgeDentries
+	(*Txn)(nil),                    // 40: cairn.meta.Txn
+	(*OpResult)(nil),               // 41: cairn.meta.OpResult
+	(*InodeStamp)(nil),             // 42: cairn.meta.InodeStamp
+	(*TxnResult)(nil),              // 43: cairn.meta.TxnResult
+	(*Batch)(nil),                  // 44: cairn.meta.Batch
+	(*TxnRequest)(nil),             // 45: cairn.meta.TxnRequest
+	(*HomedOp)(nil),                // 46: cairn.meta.HomedOp
+	(*TxnResponse)(nil),            // 47: cairn.meta.TxnResponse
+	(*ThenGroup)(nil),              // 48: cairn.meta.ThenGroup
+	(*LookupRequest)(nil),          // 49: cairn.meta.LookupRequest
+	(*LookupResponse)(nil),         // 50: cairn.meta.LookupResponse
+	(*GetInodeRequest)(nil),        // 51: cairn.meta.GetInodeRequest
+	(*GetInodeResponse)(nil),       // 52: cairn.meta.GetInodeResponse
+	(*ReadDirRequest)(nil),         // 53: cairn.meta.ReadDirRequest
+	(*ReadDirResponse)(nil),        // 54: cairn.meta.ReadDirResponse
+	(*ScanRequest)(nil),            // 55: cairn.meta.ScanRequest
+	(*ScanResponse)(nil),           // 56: cairn.meta.ScanResponse
+	(*PartitionStatsRequest)(nil),  // 57: cairn.meta.PartitionStatsRequest
+	(*NameCount)(nil),              // 58: cairn.meta.NameCount
+	(*PartitionStatsResponse)(nil), // 59: cairn.meta.PartitionStatsResponse
+	(*Cred)(nil),                   // 60: cairn.meta.Cred
+	(*PathRequest)(nil),            // 61: cairn.meta.PathRequest
+	(*PathResponse)(nil),           // 62: cairn.meta.PathResponse
+	(*ChangesRequest)(nil),         // 63: cairn.meta.ChangesRequest
+	(*ChangedName)(nil),            // 64: cairn.meta.ChangedName
+	(*ChangesResponse)(nil),        // 65: cairn.meta.ChangesResponse
+	nil,                            // 66: cairn.meta.Inode.XattrsEntry
 }
 var file_meta_proto_depIdxs = []int32{
 	5,  // 0: cairn.meta.ChunkRecord.chunk:type_name -> cairn.meta.Chunk
 	0,  // 1: cairn.meta.Inode.type:type_name -> cairn.meta.FileType
-	64, // 2: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
+	66, // 2: cairn.meta.Inode.xattrs:type_name -> cairn.meta.Inode.XattrsEntry
 	7,  // 3: cairn.meta.Inode.extents:type_name -> cairn.meta.ExtentKey
 	1,  // 4: cairn.meta.Inode.layout:type_name -> cairn.meta.FileLayout
 	5,  // 5: cairn.meta.Inode.chunks:type_name -> cairn.meta.Chunk
 	0,  // 6: cairn.meta.Dentry.type:type_name -> cairn.meta.FileType
-	0,  // 7: cairn.meta.CreateInode.type:type_name -> cairn.meta.FileType
-	1,  // 8: cairn.meta.CreateInode.layout:type_name -> cairn.meta.FileLayout
-	0,  // 9: cairn.meta.CreateDentry.type:type_name -> cairn.meta.FileType
-	0,  // 10: cairn.meta.DeleteDentry.expect_type:type_name -> cairn.meta.FileType
-	0,  // 11: cairn.meta.ReplaceDentry.type:type_name -> cairn.meta.FileType
-	7,  // 12: cairn.meta.AppendExtents.extents:type_name -> cairn.meta.ExtentKey
-	5,  // 13: cairn.meta.SpliceChunks.chunks:type_name -> cairn.meta.Chunk
-	5,  // 14: cairn.meta.ChunkRef.chunk:type_name -> cairn.meta.Chunk
-	26, // 15: cairn.meta.ChunkRefs.items:type_name -> cairn.meta.ChunkRef
-	5,  // 16: cairn.meta.ChunkForget.chunks:type_name -> cairn.meta.Chunk
-	6,  // 17: cairn.meta.ChunkFix.entries:type_name -> cairn.meta.ChunkRecord
-	10, // 18: cairn.meta.Op.create_inode:type_name -> cairn.meta.CreateInode
-	11, // 19: cairn.meta.Op.create_dentry:type_name -> cairn.meta.CreateDentry
-	12, // 20: cairn.meta.Op.delete_dentry:type_name -> cairn.meta.DeleteDentry
-	13, // 21: cairn.meta.Op.replace_dentry:type_name -> cairn.meta.ReplaceDentry
-	14, // 22: cairn.meta.Op.setattr:type_name -> cairn.meta.Setattr
-	15, // 23: cairn.meta.Op.link:type_name -> cairn.meta.Link
-	16, // 24: cairn.meta.Op.touch_dir:type_name -> cairn.meta.TouchDir
-	17, // 25: cairn.meta.Op.evict:type_name -> cairn.meta.Evict
-	18, // 26: cairn.meta.Op.set_xattr:type_name -> cairn.meta.SetXattr
-	19, // 27: cairn.meta.Op.remove_xattr:type_name -> cairn.meta.RemoveXattr
-	20, // 28: cairn.meta.Op.append_extents:type_name -> cairn.meta.AppendExtents
-	21, // 29: cairn.meta.Op.fence:type_name -> cairn.meta.Fence
-	22, // 30: cairn.meta.Op.unfence:type_name -> cairn.meta.Unfence
-	23, // 31: cairn.meta.Op.set_range:type_name -> cairn.meta.SetRange
-	24, // 32: cairn.meta.Op.ack_freed:type_name -> cairn.meta.AckFreed
-	34, // 33: cairn.meta.Op.set_routing:type_name -> cairn.meta.SetRouting
-	35, // 34: cairn.meta.Op.import_dentries:type_name -> cairn.meta.ImportDentries
-	37, // 35: cairn.meta.Op.purge_dentries:type_name -> cairn.meta.PurgeDentries
-	25, // 36: cairn.meta.Op.splice_chunks:type_name -> cairn.meta.SpliceChunks
-	27, // 37: cairn.meta.Op.chunk_refs:type_name -> cairn.meta.ChunkRefs
-	28, // 38: cairn.meta.Op.chunk_collect:type_name -> cairn.meta.ChunkCollect
-	29, // 39: cairn.meta.Op.chunk_forget:type_name -> cairn.meta.ChunkForget
-	30, // 40: cairn.meta.Op.chunk_fix:type_name -> cairn.meta.ChunkFix
-	32, // 41: cairn.meta.Routing.exceptions:type_name -> cairn.meta.RouteException
-	33, // 42: cairn.meta.SetRouting.current:type_name -> cairn.meta.Routing
-	33, // 43: cairn.meta.SetRouting.previous:type_name -> cairn.meta.Routing
-	9,  // 44: cairn.meta.ImportDentries.dentries:type_name -> cairn.meta.Dentry
-	36, // 45: cairn.meta.PurgeDentries.keys:type_name -> cairn.meta.DentryKey
-	31, // 46: cairn.meta.Txn.ops:type_name -> cairn.meta.Op
-	8,  // 47: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
-	9,  // 48: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
-	6,  // 49: cairn.meta.OpResult.chunks:type_name -> cairn.meta.ChunkRecord
-	40, // 50: cairn.meta.OpResult.pre:type_name -> cairn.meta.InodeStamp
-	39, // 51: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
-	38, // 52: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
-	38, // 53: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
-	58, // 54: cairn.meta.TxnRequest.cred:type_name -> cairn.meta.Cred
-	44, // 55: cairn.meta.TxnRequest.then:type_name -> cairn.meta.HomedOp
-	31, // 56: cairn.meta.HomedOp.op:type_name -> cairn.meta.Op
-	41, // 57: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
-	46, // 58: cairn.meta.TxnResponse.then:type_name -> cairn.meta.ThenGroup
-	41, // 59: cairn.meta.ThenGroup.result:type_name -> cairn.meta.TxnResult
-	9,  // 60: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
-	8,  // 61: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
-	58, // 62: cairn.meta.GetInodeRequest.cred:type_name -> cairn.meta.Cred
-	8,  // 63: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
-	9,  // 64: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
-	8,  // 65: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
-	3,  // 66: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
-	8,  // 67: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
-	9,  // 68: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
-	6,  // 69: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
-	56, // 70: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
-	56, // 71: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
-	4,  // 72: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
-	58, // 73: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
-	8,  // 74: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
-	8,  // 75: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
-	9,  // 76: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
-	8,  // 77: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
-	8,  // 78: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
-	62, // 79: cairn.meta.ChangesResponse.names:type_name -> cairn.meta.ChangedName
-	59, // 80: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
-	43, // 81: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	47, // 82: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	49, // 83: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	51, // 84: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	55, // 85: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	53, // 86: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
-	61, // 87: cairn.meta.MetaNode.Changes:input_type -> cairn.meta.ChangesRequest
-	60, // 88: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
-	45, // 89: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	48, // 90: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	50, // 91: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	52, // 92: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	57, // 93: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	54, // 94: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
-	63, // 95: cairn.meta.MetaNode.Changes:output_type -> cairn.meta.ChangesResponse
-	88, // [88:96] is the sub-list for method output_type
-	80, // [80:88] is the sub-list for method input_type
-	80, // [80:80] is the sub-list for extension type_name
-	80, // [80:80] is the sub-list for extension extendee
-	0,  // [0:80] is the sub-list for field type_name
+	10, // 7: cairn.meta.Dentry.pending:type_name -> cairn.meta.PendingRename
+	0,  // 8: cairn.meta.CreateInode.type:type_name -> cairn.meta.FileType
+	1,  // 9: cairn.meta.CreateInode.layout:type_name -> cairn.meta.FileLayout
+	0,  // 10: cairn.meta.CreateDentry.type:type_name -> cairn.meta.FileType
+	10, // 11: cairn.meta.CreateDentry.pending:type_name -> cairn.meta.PendingRename
+	0,  // 12: cairn.meta.DeleteDentry.expect_type:type_name -> cairn.meta.FileType
+	0,  // 13: cairn.meta.ReplaceDentry.type:type_name -> cairn.meta.FileType
+	10, // 14: cairn.meta.ReplaceDentry.pending:type_name -> cairn.meta.PendingRename
+	7,  // 15: cairn.meta.AppendExtents.extents:type_name -> cairn.meta.ExtentKey
+	5,  // 16: cairn.meta.SpliceChunks.chunks:type_name -> cairn.meta.Chunk
+	5,  // 17: cairn.meta.ChunkRef.chunk:type_name -> cairn.meta.Chunk
+	28, // 18: cairn.meta.ChunkRefs.items:type_name -> cairn.meta.ChunkRef
+	5,  // 19: cairn.meta.ChunkForget.chunks:type_name -> cairn.meta.Chunk
+	6,  // 20: cairn.meta.ChunkFix.entries:type_name -> cairn.meta.ChunkRecord
+	11, // 21: cairn.meta.Op.create_inode:type_name -> cairn.meta.CreateInode
+	12, // 22: cairn.meta.Op.create_dentry:type_name -> cairn.meta.CreateDentry
+	13, // 23: cairn.meta.Op.delete_dentry:type_name -> cairn.meta.DeleteDentry
+	14, // 24: cairn.meta.Op.replace_dentry:type_name -> cairn.meta.ReplaceDentry
+	16, // 25: cairn.meta.Op.setattr:type_name -> cairn.meta.Setattr
+	17, // 26: cairn.meta.Op.link:type_name -> cairn.meta.Link
+	18, // 27: cairn.meta.Op.touch_dir:type_name -> cairn.meta.TouchDir
+	19, // 28: cairn.meta.Op.evict:type_name -> cairn.meta.Evict
+	20, // 29: cairn.meta.Op.set_xattr:type_name -> cairn.meta.SetXattr
+	21, // 30: cairn.meta.Op.remove_xattr:type_name -> cairn.meta.RemoveXattr
+	22, // 31: cairn.meta.Op.append_extents:type_name -> cairn.meta.AppendExtents
+	23, // 32: cairn.meta.Op.fence:type_name -> cairn.meta.Fence
+	24, // 33: cairn.meta.Op.unfence:type_name -> cairn.meta.Unfence
+	25, // 34: cairn.meta.Op.set_range:type_name -> cairn.meta.SetRange
+	26, // 35: cairn.meta.Op.ack_freed:type_name -> cairn.meta.AckFreed
+	36, // 36: cairn.meta.Op.set_routing:type_name -> cairn.meta.SetRouting
+	37, // 37: cairn.meta.Op.import_dentries:type_name -> cairn.meta.ImportDentries
+	39, // 38: cairn.meta.Op.purge_dentries:type_name -> cairn.meta.PurgeDentries
+	27, // 39: cairn.meta.Op.splice_chunks:type_name -> cairn.meta.SpliceChunks
+	29, // 40: cairn.meta.Op.chunk_refs:type_name -> cairn.meta.ChunkRefs
+	30, // 41: cairn.meta.Op.chunk_collect:type_name -> cairn.meta.ChunkCollect
+	31, // 42: cairn.meta.Op.chunk_forget:type_name -> cairn.meta.ChunkForget
+	32, // 43: cairn.meta.Op.chunk_fix:type_name -> cairn.meta.ChunkFix
+	15, // 44: cairn.meta.Op.settle_dentry:type_name -> cairn.meta.SettleDentry
+	34, // 45: cairn.meta.Routing.exceptions:type_name -> cairn.meta.RouteException
+	35, // 46: cairn.meta.SetRouting.current:type_name -> cairn.meta.Routing
+	35, // 47: cairn.meta.SetRouting.previous:type_name -> cairn.meta.Routing
+	9,  // 48: cairn.meta.ImportDentries.dentries:type_name -> cairn.meta.Dentry
+	38, // 49: cairn.meta.PurgeDentries.keys:type_name -> cairn.meta.DentryKey
+	33, // 50: cairn.meta.Txn.ops:type_name -> cairn.meta.Op
+	8,  // 51: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
+	9,  // 52: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
+	6,  // 53: cairn.meta.OpResult.chunks:type_name -> cairn.meta.ChunkRecord
+	42, // 54: cairn.meta.OpResult.pre:type_name -> cairn.meta.InodeStamp
+	41, // 55: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
+	40, // 56: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
+	40, // 57: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
+	60, // 58: cairn.meta.TxnRequest.cred:type_name -> cairn.meta.Cred
+	46, // 59: cairn.meta.TxnRequest.then:type_name -> cairn.meta.HomedOp
+	33, // 60: cairn.meta.HomedOp.op:type_name -> cairn.meta.Op
+	43, // 61: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
+	48, // 62: cairn.meta.TxnResponse.then:type_name -> cairn.meta.ThenGroup
+	43, // 63: cairn.meta.ThenGroup.result:type_name -> cairn.meta.TxnResult
+	9,  // 64: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 65: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
+	60, // 66: cairn.meta.GetInodeRequest.cred:type_name -> cairn.meta.Cred
+	8,  // 67: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
+	9,  // 68: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
+	8,  // 69: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
+	3,  // 70: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
+	8,  // 71: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
+	9,  // 72: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
+	6,  // 73: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
+	58, // 74: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
+	58, // 75: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
+	4,  // 76: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
+	60, // 77: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
+	8,  // 78: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
+	8,  // 79: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
+	9,  // 80: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 81: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
+	8,  // 82: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
+	64, // 83: cairn.meta.ChangesResponse.names:type_name -> cairn.meta.ChangedName
+	61, // 84: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
+	45, // 85: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	49, // 86: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	51, // 87: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	53, // 88: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	57, // 89: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	55, // 90: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
+	63, // 91: cairn.meta.MetaNode.Changes:input_type -> cairn.meta.ChangesRequest
+	62, // 92: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
+	47, // 93: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	50, // 94: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	52, // 95: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	54, // 96: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	59, // 97: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	56, // 98: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
+	65, // 99: cairn.meta.MetaNode.Changes:output_type -> cairn.meta.ChangesResponse
+	92, // [92:100] is the sub-list for method output_type
+	84, // [84:92] is the sub-list for method input_type
+	84, // [84:84] is the sub-list for extension type_name
+	84, // [84:84] is the sub-list for extension extendee
+	0,  // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -6033,7 +6267,7 @@ func file_meta_proto_init() {
 	if File_meta_proto != nil {
 		return
 	}
-	file_meta_proto_msgTypes[26].OneofWrappers = []any{
+	file_meta_proto_msgTypes[28].OneofWrappers = []any{
 		(*Op_CreateInode)(nil),
 		(*Op_CreateDentry)(nil),
 		(*Op_DeleteDentry)(nil),
@@ -6057,15 +6291,16 @@ func file_meta_proto_init() {
 		(*Op_ChunkCollect)(nil),
 		(*Op_ChunkForget)(nil),
 		(*Op_ChunkFix)(nil),
+		(*Op_SettleDentry)(nil),
 	}
-	file_meta_proto_msgTypes[34].OneofWrappers = []any{}
+	file_meta_proto_msgTypes[36].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   60,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,89 @@
+package metapartition
+
+import (
+	"testing"
+
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
+
+func pendingCreate(parent uint64, name string, ino uint64, id uint64) *metapb.Op {
+	return &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{Parent: parent, Name: []byte(name), Ino: ino, Type: reg,
+		Pending: &metapb.PendingRename{Id: id, FromParent: parent, FromName: []byte("old")}}}}
+}
+
+func undoDelete(parent uint64, name string, ino, id uint64) *metapb.Op {
+	return &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{Parent: parent, Name: []byte(name), ExpectIno: ino, Undo: id}}}
+}
+
+func settle(parent uint64, name string, ino, id uint64) *metapb.Op {
+	return &metapb.Op{Op: &metapb.Op_SettleDentry{SettleDentry: &metapb.SettleDentry{Parent: parent, Name: []byte(name), Ino: ino, Id: id}}}
+}
+
+// TestPendingName: a rename's new name placed pending refuses every other
+// change (EMOVING: wait) until its rename settles it or takes it back; an
+// undo or a settle names its rename, and a settle that finds nothing of its
+// rename changes nothing. The mark survives a snapshot.
+func TestPendingName(t *testing.T) {
+	const remote = 1 << 40 // an inode homed elsewhere
+	cases := []struct {
+		name  string
+		op    *metapb.Op
+		errno metapb.Errno
+	}{
+		{"unlink waits", deleteDentry(1, "new", 0, 0), metapb.EMOVING},
+		{"create over it waits", createDentry(1, "new", remote+1, reg), metapb.EMOVING},
+		{"replace waits", replaceDentry(1, "new", remote+1, reg, 0), metapb.EMOVING},
+		{"another rename's placement waits", pendingCreate(1, "new", remote+1, 8), metapb.EMOVING},
+		{"another rename's undo is refused", undoDelete(1, "new", remote, 8), metapb.ESTALE},
+		{"another rename's settle changes nothing", settle(1, "new", remote, 8), metapb.OK},
+		{"a settle of another inode changes nothing", settle(1, "new", remote+1, 7), metapb.OK},
+	}
+	bounded := func() *Partition {
+		p, err := New(1, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustRun(t, p, 1, createInode(dir, 0o755))
+		return p
+	}
+	p := bounded()
+	mustRun(t, p, 2, pendingCreate(1, "new", remote, 7))
+	d, _, e := p.Lookup(1, "new")
+	if e != metapb.OK || d.GetPending().GetId() != 7 || d.GetPending().GetSince() != 2 || string(d.GetPending().GetFromName()) != "old" {
+		t.Fatalf("placed pending: %v %v", d, e)
+	}
+	for _, c := range cases {
+		if r := run(t, p, 3, c.op); metapb.Errno(r.Errno) != c.errno {
+			t.Errorf("%s: %v (%s), want %v", c.name, metapb.Errno(r.Errno), r.Message, c.errno)
+		}
+	}
+	if d, _, _ := p.Lookup(1, "new"); d.GetPending().GetId() != 7 || d.GetIno() != remote {
+		t.Fatalf("after the refused ops: %v", d)
+	}
+
+	// The mark survives a snapshot.
+	q := bounded()
+	if err := q.Restore(snap(t, p)); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if d, _, _ := q.Lookup(1, "new"); d.GetPending().GetId() != 7 || d.GetPending().GetSince() != 2 {
+		t.Fatalf("restored: %v", d)
+	}
+
+	// Taken back by its own rename.
+	mustRun(t, q, 4, undoDelete(1, "new", remote, 7))
+	if _, _, e := q.Lookup(1, "new"); e != metapb.ENOENT {
+		t.Errorf("after the undo: %v", e)
+	}
+
+	// Settled by its own rename: an ordinary name again.
+	mustRun(t, p, 4, settle(1, "new", remote, 7))
+	if d, _, _ := p.Lookup(1, "new"); d.GetPending() != nil {
+		t.Fatalf("settled: %v", d)
+	}
+	mustRun(t, p, 5, settle(1, "new", remote, 7)) // a retry
+	if r := run(t, p, 6, undoDelete(1, "new", remote, 7)); metapb.Errno(r.Errno) != metapb.ESTALE {
+		t.Errorf("undo after the settle: %v", metapb.Errno(r.Errno))
+	}
+	mustRun(t, p, 7, deleteDentry(1, "new", remote, 0))
+}
