@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"syscall"
 	"time"
@@ -61,8 +62,10 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 		// the exact errno.
 	}
 	var err error
-	for attempt, waited := 0, 0; attempt < 3; {
-		// ESTALE: a name changed between lookup and commit; start over.
+	for attempt, waited := 0, 0; attempt < renameAttempts; {
+		// ESTALE: a name changed between lookup and commit; start over
+		// (at once the first times, then after a pause, since names that
+		// keep changing are contended: rename(2) has no ESTALE to give).
 		// errReplan: the routing changed before the first dentry step
 		// applied; start over under the new view.
 		err = replanned(ctx, op, func() error {
@@ -75,7 +78,7 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 			waited++
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("%s: waiting for another rename of the file: %w", op, ctx.Err())
+				return transportErr(op, fmt.Errorf("waiting for another rename of the file: %w", ctx.Err()))
 			case <-time.After(renameWait):
 			}
 			continue
@@ -86,7 +89,15 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 		case !isErrno(err, syscall.ESTALE):
 			return err
 		}
-		attempt++
+		if attempt++; attempt >= 3 {
+			// Jittered, so that two renames that keep undoing each other
+			// fall out of step.
+			select {
+			case <-ctx.Done():
+				return transportErr(op, fmt.Errorf("names kept changing: %w (last attempt: %v)", ctx.Err(), err))
+			case <-time.After(renameWait/2 + rand.N(renameWait)):
+			}
+		}
 	}
 	return err
 }
@@ -99,8 +110,9 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 var errRenameUnderWay = errors.New("another rename of the file is under way")
 
 const (
-	renameWait  = 20 * time.Millisecond
-	renameWaits = 100
+	renameWait     = 20 * time.Millisecond
+	renameWaits    = 100
+	renameAttempts = 20
 )
 
 // NameHint is what a caller learned of a name just before an operation
@@ -354,6 +366,16 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		}
 		newOps = nil
 	}
+	var pend *metapb.PendingRename
+	if len(newOps) > 0 {
+		// Placed ahead of the commit: pending until settled, so that no
+		// other operation acts on a name this rename may still take back.
+		pend = &metapb.PendingRename{Id: newID(), FromParent: oldParent, FromName: []byte(oldName)}
+		markPending(newOps, undoNew, pend)
+		// The commit holds the pending name: it must not wait for another
+		// rename's on its old name (EBUSY: take ours back, start over).
+		oldOps[0].GetDeleteDentry().Held = true
+	}
 
 	// Follow-ups on inode homes, folded into the commit Txn (the old name's
 	// partition) when homed there.
@@ -401,17 +423,43 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		// starts the rename over (errReplan).
 		ops, rest := fold(w, ps.GetId(), oldOps, homed)
 		if res, then, err = v.txnThen(ctx, op, pinned(ps.GetId(), nameKey{oldParent, oldName}, nameKey{newParent, newName}), ops, rest); err != nil {
-			return err
+			return newNameChanged(op, ops, res, err, newParent, newName)
 		}
 	} else {
-		if _, err := v.txn(ctx, op, pinned(pd.GetId(), nameKey{newParent, newName}), newOps...); err != nil {
-			return err
+		if res, err := v.txn(ctx, op, pinned(pd.GetId(), nameKey{newParent, newName}), newOps...); err != nil {
+			return newNameChanged(op, newOps, res, err, newParent, newName)
 		}
 		// The new name exists: from here on each step follows the routing
 		// by itself instead of starting over.
 		if res, then, err = v.nameStepThen(ctx, op, oldParent, oldName, oldOps, homed); err != nil {
-			_, _, _ = v.nameStep(ctx, op, newParent, newName, undoNew, nil)
+			var e *Error
+			if errors.As(err, &e) && e.Err == nil {
+				// Refused: the new name is taken back. Not when the
+				// outcome is unknown (the commit may have applied): the
+				// new name stays pending for its partition's resolver.
+				_, _, uerr := v.nameStep(ctx, op, newParent, newName, undoNew, nil)
+				if isErrno(uerr, syscall.ESTALE) {
+					// Not pending under this rename any more: after a
+					// stall, the partition's resolver rolled the rename
+					// forward (the old name is gone because of it).
+					if d, _, lerr := v.lookupDentry(ctx, op, newParent, newName); lerr == nil && d.GetIno() == srcIno && d.GetPending() == nil {
+						return nil
+					}
+				}
+				if isErrno(err, syscall.EBUSY) {
+					// The old name is another rename's pending new name:
+					// ours is taken back; start over once that one is
+					// settled (the lookups wait for it).
+					return &Error{Op: op, Errno: syscall.ESTALE, Msg: fmt.Sprintf("%d/%q is another rename's, not settled yet", oldParent, oldName), Err: err}
+				}
+			}
 			return err
+		}
+		settle := &metapb.Op{Op: &metapb.Op_SettleDentry{SettleDentry: &metapb.SettleDentry{
+			Parent: newParent, Name: []byte(newName), Ino: srcIno, Id: pend.GetId()}}}
+		if _, _, err := v.nameStep(ctx, op, newParent, newName, []*metapb.Op{settle}, nil); err != nil {
+			// Renamed all the same: the partition's resolver settles it.
+			v.opts.Logger.Warn("renamed name not settled", "parent", newParent, "name", newName, "err", err)
 		}
 	}
 	// Evict a replaced inode that lost its last name, and pass on the
@@ -428,6 +476,56 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		}
 	}
 	return nil
+}
+
+// markPending places the new-name ops of a rename (its create or replace of
+// the new name) as pend's pending name, and makes the ops of undo that take
+// that name back name pend.
+func markPending(ops, undo []*metapb.Op, pend *metapb.PendingRename) {
+	for _, o := range ops {
+		switch o := o.GetOp().(type) {
+		case *metapb.Op_CreateDentry:
+			o.CreateDentry.Pending = pend
+		case *metapb.Op_ReplaceDentry:
+			o.ReplaceDentry.Pending = pend
+		}
+	}
+	for _, o := range undo {
+		switch o := o.GetOp().(type) {
+		case *metapb.Op_DeleteDentry:
+			o.DeleteDentry.Undo = pend.GetId()
+		case *metapb.Op_ReplaceDentry:
+			o.ReplaceDentry.Undo = pend.GetId()
+		}
+	}
+}
+
+// newNameChanged returns err, the failure of a rename's Txn of ops, as
+// ESTALE when the op that failed is the new name's and says the name is not
+// what the lookups found: taken since (a create's EEXIST), or another inode
+// or gone (a replace's or delete's ESTALE or ENOENT). rename(2) has no such
+// answer (without RENAME_NOREPLACE it replaces a name that exists), so the
+// rename starts over with lookups, as for an old name that changed.
+func newNameChanged(op string, ops []*metapb.Op, res *metapb.TxnResult, err error, parent uint64, name string) error {
+	i := int(res.GetFailedOp())
+	if res == nil || i < 0 || i >= len(ops) {
+		return err
+	}
+	var changed bool
+	switch o := ops[i].GetOp().(type) {
+	case *metapb.Op_CreateDentry:
+		changed = o.CreateDentry.GetParent() == parent && string(o.CreateDentry.GetName()) == name && isErrno(err, syscall.EEXIST)
+	case *metapb.Op_ReplaceDentry:
+		changed = o.ReplaceDentry.GetParent() == parent && string(o.ReplaceDentry.GetName()) == name &&
+			(isErrno(err, syscall.ESTALE) || isErrno(err, syscall.ENOENT))
+	case *metapb.Op_DeleteDentry:
+		changed = o.DeleteDentry.GetParent() == parent && string(o.DeleteDentry.GetName()) == name &&
+			(isErrno(err, syscall.ESTALE) || isErrno(err, syscall.ENOENT))
+	}
+	if !changed {
+		return err
+	}
+	return &Error{Op: op, Errno: syscall.ESTALE, Msg: fmt.Sprintf("%d/%q changed since it was looked up", parent, name), Err: err}
 }
 
 // renameOnServer asks the partition of the old name to run a rename within

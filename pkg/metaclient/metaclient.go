@@ -242,6 +242,17 @@ func (c *Client) FetchDentry(ctx context.Context, p *pb.Partition, parent uint64
 	return resp, err
 }
 
+// FetchPending is FetchDentry that answers a rename's pending new name as
+// it is, with its mark, instead of EMOVING (LookupRequest.pending).
+func (c *Client) FetchPending(ctx context.Context, p *pb.Partition, parent uint64, name string) (*metapb.LookupResponse, error) {
+	var resp *metapb.LookupResponse
+	err := c.Call(ctx, p, func(ctx context.Context, m metapb.MetaNodeClient, o ...grpc.CallOption) (err error) {
+		resp, err = m.Lookup(ctx, &metapb.LookupRequest{PartitionId: p.Id, Parent: parent, Name: []byte(name), NsFetch: true, Pending: true}, o...)
+		return err
+	})
+	return resp, err
+}
+
 // FetchInode is GetInode as a namespace replica's fetch: EBUSY while ino
 // is fenced on p.
 func (c *Client) FetchInode(ctx context.Context, p *pb.Partition, ino uint64) (*metapb.GetInodeResponse, error) {

@@ -182,6 +182,8 @@ func New(env node.Env, opts Options) (*Host, error) {
 	go h.runRanges()
 	h.wg.Add(1)
 	go h.runMoves()
+	h.wg.Add(1)
+	go h.runResolver()
 	return h, nil
 }
 

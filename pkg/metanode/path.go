@@ -94,6 +94,9 @@ type pathPlan struct {
 	// dirLock is a directory rename's namespace locks, taken before the
 	// rename's steps (rename.go).
 	dirLock *renameLock
+	// settle is a retried rename's new name on another partition, to be
+	// settled once the Txn answers (renameAnswered).
+	settle *settleStep
 }
 
 // Path serves the path operations; see metapb.PathRequest. Besides
@@ -348,6 +351,12 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 			resp, again, err := s.runPlan(ctx, p, req, &plan)
 			if r := plan.rename; r != nil && err == nil && !again && resp.GetErrno() != 0 {
 				resp, again = s.renameRefused(ctx, p, req, r, resp)
+			}
+			if r := plan.rename; r != nil && err == nil && !again && resp.GetErrno() == 0 {
+				s.settle(ctx, r.part, r.dir.Ino, r.name, r.src.GetIno(), req)
+			}
+			if st := plan.settle; st != nil && err == nil && !again && resp.GetErrno() == 0 {
+				s.settle(ctx, st.part, st.parent, st.name, st.ino, req)
 			}
 			if l := locked; l != nil && err == nil && !again && resp.GetErrno() == 0 {
 				// Renamed: the locks only keep replicas from a directory's

@@ -71,6 +71,7 @@ type renamePlace struct {
 	dir   nsreplica.Entry // the directory of both names
 	cred  perm.Cred       // the caller, for a replaced name's sticky check
 	name  string          // the new name
+	from  string          // the old name
 	src   *metapb.Dentry  // what the old name holds
 	nlink uint32          // src's links; 0: not known here (homed elsewhere)
 	// dst is what the new name held before (nil: nothing), known once
@@ -103,7 +104,7 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 		return pathPlan{resp: pathErr(e, req.NewName, "rename: not a valid new name")}
 	}
 	if res, ok := mp.Answered(req.RequestId); ok {
-		return s.renameAnswered(mp, req, base, dir, newName, res)
+		return s.renameAnswered(p, mp, req, base, dir, newName, res)
 	}
 	exdev := func(format string, args ...any) pathPlan {
 		r := pathErr(metapb.EXDEV, req.Path, format, args...)
@@ -156,6 +157,10 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 		// push) accepts every name, so its own check proves nothing: the
 		// cluster map's routing, the clients', says where the name goes
 		// (owner 0: placeNew reads it).
+		// The Txn holds the pending new name: it must not wait for
+		// another rename's on the old name (EBUSY ends the rename here;
+		// the client's protocol starts over).
+		del.GetDeleteDentry().Held = true
 		ops := append([]*metapb.Op{del}, ctime...)
 		if touch != nil {
 			ops = append(ops, touch)
@@ -165,7 +170,7 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 		if !routed {
 			owner = 0
 		}
-		place := &renamePlace{part: owner, dir: dir, cred: cred, name: newName, src: src, nlink: in.GetNlink(), same: same}
+		place := &renamePlace{part: owner, dir: dir, cred: cred, name: newName, from: name, src: src, nlink: in.GetNlink(), same: same}
 		plan := txnPlan(req, "rename", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
 			return renameAnswer(base, dir.Ino, moved, place.dst.GetIno(), res)
 		})
@@ -242,7 +247,7 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 // client runs its own protocol). The inode a cross-partition rename
 // replaced is not known any more: its link is taken only by the attempt
 // that placed the new name.
-func (s *service) renameAnswered(mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, newName string, res *metapb.TxnResult) pathPlan {
+func (s *service) renameAnswered(p *partition, mp *metapartition.Partition, req *metapb.PathRequest, base *metapb.PathResponse, dir nsreplica.Entry, newName string, res *metapb.TxnResult) pathPlan {
 	if len(res.GetResults()) == 0 {
 		r := pathErr(metapb.EXDEV, req.Path, "rename: an earlier attempt was refused")
 		r.Parent = dir.Ino
@@ -261,12 +266,24 @@ func (s *service) renameAnswered(mp *metapartition.Partition, req *metapb.PathRe
 		return renameAnswer(base, dir.Ino, moved, 0, res)
 	})
 	plan.follow = follow
+	if owner, routed := mp.Route(dir.Ino, newName); routed && owner != p.id {
+		// The attempt that renamed it may have died before settling the
+		// new name.
+		plan.settle = &settleStep{part: owner, parent: dir.Ino, name: newName, ino: src.GetIno()}
+	}
 	if src.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY {
 		// The attempt that renamed it may have died holding its locks:
 		// take them over, so that they are lifted now.
 		plan.dirLock = &renameLock{dir: src.GetIno()}
 	}
 	return plan
+}
+
+// settleStep is a new name to settle after a rename's Txn answered.
+type settleStep struct {
+	part, parent uint64
+	name         string
+	ino          uint64
 }
 
 // renameAnswer reads a rename Txn's result (a fresh or a remembered one):
@@ -311,8 +328,9 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 		}
 		r.part = part
 	}
+	pend := r.pending(req)
 	create := &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
-		Parent: r.dir.Ino, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType()}}}
+		Parent: r.dir.Ino, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType(), Pending: pend}}}
 	// The placement's request id comes from the rename's, so that a retry
 	// of the rename (another attempt, maybe by a later leader) is answered
 	// the earlier attempt's result instead of finding the name taken.
@@ -332,13 +350,20 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 	if err != nil {
 		return exdev("rename: %v", err)
 	}
-	look, err := s.h.peers.meta.FetchDentry(ctx, part, r.dir.Ino, r.name)
+	look, err := s.h.peers.meta.FetchPending(ctx, part, r.dir.Ino, r.name)
 	if err != nil || look.GetErrno() != 0 {
 		return exdev("rename: the new name changed while it was placed")
 	}
 	dst := look.GetDentry()
 	isDir := r.src.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY
 	switch {
+	case dst.GetPending().GetId() == pend.GetId() && dst.GetIno() == r.src.GetIno():
+		// An earlier attempt's placement whose answer was forgotten.
+		return nil
+	case dst.GetPending() != nil:
+		// Another rename's new name, not settled: the client's protocol
+		// waits for it.
+		return exdev("rename: the new name is another rename's, not settled yet")
 	case dst.GetIno() == r.src.GetIno():
 		if isDir {
 			// An earlier attempt's placement: a directory never has two
@@ -369,13 +394,32 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 		return pathErr(metapb.EPERM, []byte(r.name), "sticky directory")
 	}
 	replace := &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{
-		Parent: r.dir.Ino, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType(), ExpectIno: dst.GetIno()}}}
+		Parent: r.dir.Ino, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType(), ExpectIno: dst.GetIno(), Pending: pend}}}
 	res, err = s.followUpOn(ctx, "rename_place", r.part, &metapb.Txn{Ops: []*metapb.Op{replace}, RequestId: newFenceToken()})
 	if err != nil || res.GetErrno() != 0 {
 		return exdev("rename: the new name changed while it was replaced")
 	}
 	r.dst, r.keep = dst, keptOpen(req, dst.GetIno())
 	return nil
+}
+
+// pending is the mark r's placement puts on the new name: pending under
+// an id fixed by the request's (as the placement's request id is), so that
+// every attempt of the request settles or takes back the same mark.
+func (r *renamePlace) pending(req *metapb.PathRequest) *metapb.PendingRename {
+	return &metapb.PendingRename{Id: placementID(req.RequestId), FromParent: r.dir.Ino, FromName: []byte(r.from)}
+}
+
+// settle ends the pending state of a committed rename's new name on
+// partition part. Best effort: the rename stands either way, and a name
+// left pending is settled by its partition's resolver (resolve.go).
+func (s *service) settle(ctx context.Context, part uint64, parent uint64, name string, ino uint64, req *metapb.PathRequest) {
+	op := &metapb.Op{Op: &metapb.Op_SettleDentry{SettleDentry: &metapb.SettleDentry{
+		Parent: parent, Name: []byte(name), Ino: ino, Id: placementID(req.RequestId)}}}
+	res, err := s.followUpOn(ctx, "rename_settle", part, &metapb.Txn{Ops: []*metapb.Op{op}})
+	if err != nil || res.GetErrno() != 0 {
+		s.h.log.Warn("renamed name not settled", "partition", part, "parent", parent, "name", name, "err", err, "errno", res.GetErrno())
+	}
 }
 
 // placementID is the request id of the placement of a rename's new name:
@@ -413,11 +457,12 @@ func (s *service) renameRefused(ctx context.Context, p *partition, req *metapb.P
 	case len(res.GetResults()) > 0:
 		return nil, true
 	}
+	id := r.pending(req).GetId()
 	undo := &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{
-		Parent: r.dir.Ino, Name: []byte(r.name), ExpectIno: r.src.GetIno()}}}
+		Parent: r.dir.Ino, Name: []byte(r.name), ExpectIno: r.src.GetIno(), Undo: id}}}
 	if d := r.dst; d != nil {
 		undo = &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{
-			Parent: r.dir.Ino, Name: []byte(r.name), Ino: d.GetIno(), Type: d.GetType(), ExpectIno: r.src.GetIno()}}}
+			Parent: r.dir.Ino, Name: []byte(r.name), Ino: d.GetIno(), Type: d.GetType(), ExpectIno: r.src.GetIno(), Undo: id}}}
 	}
 	ures, err := s.followUpOn(ctx, "rename_undo", r.part, &metapb.Txn{Ops: []*metapb.Op{undo}, RequestId: newFenceToken()})
 	if err != nil || ures.GetErrno() != 0 {

@@ -184,7 +184,11 @@ func (s *service) Lookup(ctx context.Context, req *metapb.LookupRequest) (*metap
 		return resp, nil
 	}
 	p.sm.read(func(mp *metapartition.Partition) {
-		d, ino, e := mp.Lookup(req.Parent, string(req.Name))
+		lookup := mp.Lookup
+		if req.Pending {
+			lookup = mp.LookupPending
+		}
+		d, ino, e := lookup(req.Parent, string(req.Name))
 		if e == metapb.OK && req.NsFetch && mp.Fenced(d.GetIno(), time.Now().UnixNano()) {
 			// A coordinator holds the directory: the replica must not
 			// learn it until the change is done (FalconFS §4.3).

@@ -174,6 +174,9 @@ func (t *txn) deleteDentry(m *metapb.DeleteDentry) (*metapb.OpResult, *opError) 
 		return nil, fail(metapb.ENOENT, "%d/%s does not exist", parent, quote(name))
 	}
 	if err := pendingFor(d, m.GetUndo()); err != nil {
+		if m.GetHeld() && err.errno == metapb.EMOVING {
+			err.errno = metapb.EBUSY
+		}
 		return nil, err
 	}
 	if exp := m.GetExpectIno(); exp != 0 && d.ino != exp {

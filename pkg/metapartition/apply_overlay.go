@@ -290,14 +290,23 @@ func (t *txn) commit() {
 		}
 	}
 	for _, c := range t.dentries {
+		key := dentryKey{c.d.parent, c.d.name}
 		if c.present {
-			if _, replaced := p.dentries.Set(c.d); !replaced {
+			if old, replaced := p.dentries.Set(c.d); !replaced {
 				p.nameInc(c.d.name)
 				p.mem += dentryBytes(c.d)
+			} else {
+				p.mem += dentryBytes(c.d) - dentryBytes(old)
 			}
-		} else if _, deleted := p.dentries.Delete(c.d); deleted {
+			if c.d.pend != nil {
+				p.pending[key] = struct{}{}
+			} else {
+				delete(p.pending, key)
+			}
+		} else if old, deleted := p.dentries.Delete(c.d); deleted {
 			p.nameDec(c.d.name)
-			p.mem -= dentryBytes(c.d)
+			p.mem -= dentryBytes(old)
+			delete(p.pending, key)
 		}
 	}
 	if t.routingSet {

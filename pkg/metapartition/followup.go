@@ -1,6 +1,12 @@
 package metapartition
 
-import "github.com/cairnfs/cairn/pkg/metapb"
+import (
+	"bytes"
+	"cmp"
+	"slices"
+
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
 
 // Support for the follow-ups a meta node runs on other partitions to finish
 // a client's request (docs/design.md "Client metadata": the parent's
@@ -26,4 +32,28 @@ func (p *Partition) Answered(id uint64) (*metapb.TxnResult, bool) {
 func (p *Partition) RefusesNames(parent uint64, now int64) bool {
 	f, ok := p.fences.Get(parent)
 	return ok && !f.expired(now) && f.token&lockBit == 0
+}
+
+// PendingNames returns up to limit names (sorted) that a rename placed
+// pending (metapb.Dentry.pending) before time before (Unix ns, the
+// partition's apply clock): the names whose rename should have settled or
+// taken them back by then.
+func (p *Partition) PendingNames(before int64, limit int) []*metapb.Dentry {
+	var out []*metapb.Dentry
+	for k := range p.pending {
+		d, ok := p.dentries.Get(dentry{parent: k.parent, name: k.name})
+		if ok && d.pend != nil && d.pend.GetSince() < before {
+			out = append(out, d.toProto())
+		}
+	}
+	slices.SortFunc(out, func(a, b *metapb.Dentry) int {
+		if c := cmp.Compare(a.GetParent(), b.GetParent()); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.GetName(), b.GetName())
+	})
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
 }

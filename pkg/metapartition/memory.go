@@ -28,12 +28,12 @@ const (
 	// pendingRecordBytes: a pending rename's record (metapb.PendingRename
 	// and its protobuf bookkeeping), plus its old name's bytes.
 	pendingRecordBytes = 96
-	fenceBytes        = 16
-	freedBytes        = 88      // FreedExtent with the chunk drop's fingerprint
-	touchedBytes      = 16 + 24 // ring slot and set entry
-	requestBytesBase  = 40      // ring slot and set entry, plus the result's bytes
-	slotBytes         = 8
-	exceptionBytes    = 48 // entry in the table and in the canonical list, plus the name
+	fenceBytes         = 16
+	freedBytes         = 88      // FreedExtent with the chunk drop's fingerprint
+	touchedBytes       = 16 + 24 // ring slot and set entry
+	requestBytesBase   = 40      // ring slot and set entry, plus the result's bytes
+	slotBytes          = 8
+	exceptionBytes     = 48 // entry in the table and in the canonical list, plus the name
 	// chunkEntryBytes: a chunk index record stored by value in its tree;
 	// chunkZeroBytes and chunkDeadBytes: its slot in the candidate or dead
 	// index; watermarkBytes: one source's drop watermark.

@@ -45,11 +45,12 @@ type Partition struct {
 	quota    *btree.Map[uint64, QuotaUse] // quota id -> what this partition's inodes add (quota.go)
 
 	// Derived from the above, rebuilt by Restore, never serialized.
-	orphans *btree.Set[uint64]   // inodes with nlink 0
-	names   map[uint64]uint32    // nameHash(name) -> number of dentries with that name
-	hot     *btree.BTreeG[nameN] // names with count >= 2, most frequent first
-	mem     int64                // estimated bytes of inodes and dentries (see memory.go)
-	cidx    chunkDerived         // collection candidates, dead entries, byte sums (chunks.go)
+	orphans *btree.Set[uint64]     // inodes with nlink 0
+	names   map[uint64]uint32      // nameHash(name) -> number of dentries with that name
+	hot     *btree.BTreeG[nameN]   // names with count >= 2, most frequent first
+	mem     int64                  // estimated bytes of inodes and dentries (see memory.go)
+	pending map[dentryKey]struct{} // dentries with a pending rename's mark
+	cidx    chunkDerived           // collection candidates, dead entries, byte sums (chunks.go)
 
 	// onFence is told every directory a new fence or lock covers, at
 	// apply, so a namespace replica kept beside the partition forgets it.
@@ -301,6 +302,7 @@ func newEmpty() *Partition {
 		marks:    new(btree.Map[uint64, uint64]),
 		quota:    new(btree.Map[uint64, QuotaUse]),
 		cidx:     newChunkDerived(),
+		pending:  make(map[dentryKey]struct{}),
 	}
 }
 
@@ -372,9 +374,22 @@ func (p *Partition) MaxIno() uint64 { return p.maxIno }
 // home is another partition (the service fetches it there). It fails with
 // ENAMETOOLONG or EINVAL for a name no dentry can have, EWRONGMP or EMOVING
 // when the routing does not let this partition answer for the name (see
-// docs/routing.md), and ENOENT when the name does not exist. Fences do not
-// affect lookups.
+// docs/routing.md) or while the name is a rename's pending new name, and
+// ENOENT when the name does not exist. Fences do not affect lookups.
 func (p *Partition) Lookup(parent uint64, name string) (*metapb.Dentry, *metapb.Inode, metapb.Errno) {
+	d, in, e := p.LookupPending(parent, name)
+	if d.GetPending() != nil {
+		// A rename's new name, placed ahead of its commit: whether it
+		// is there yet is its rename's to say. Asked again once settled
+		// or taken back.
+		return nil, nil, metapb.EMOVING
+	}
+	return d, in, e
+}
+
+// LookupPending is Lookup that answers a rename's pending new name as it is,
+// with its mark (metapb.Dentry.pending), instead of EMOVING.
+func (p *Partition) LookupPending(parent uint64, name string) (*metapb.Dentry, *metapb.Inode, metapb.Errno) {
 	if e, _ := checkName(name); e != metapb.OK {
 		return nil, nil, e
 	}

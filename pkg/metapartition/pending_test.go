@@ -52,6 +52,12 @@ func TestPendingName(t *testing.T) {
 	if e != metapb.OK || d.GetPending().GetId() != 7 || d.GetPending().GetSince() != 2 || string(d.GetPending().GetFromName()) != "old" {
 		t.Fatalf("placed pending: %v %v", d, e)
 	}
+	if got := p.PendingNames(3, 10); len(got) != 1 || string(got[0].GetName()) != "new" {
+		t.Errorf("pending names placed before 3: %v", got)
+	}
+	if got := p.PendingNames(2, 10); len(got) != 0 {
+		t.Errorf("pending names placed before 2: %v", got)
+	}
 	for _, c := range cases {
 		if r := run(t, p, 3, c.op); metapb.Errno(r.Errno) != c.errno {
 			t.Errorf("%s: %v (%s), want %v", c.name, metapb.Errno(r.Errno), r.Message, c.errno)
@@ -70,6 +76,9 @@ func TestPendingName(t *testing.T) {
 		t.Fatalf("restored: %v", d)
 	}
 
+	if got := q.PendingNames(3, 10); len(got) != 1 {
+		t.Errorf("restored pending names: %v", got)
+	}
 	// Taken back by its own rename.
 	mustRun(t, q, 4, undoDelete(1, "new", remote, 7))
 	if _, _, e := q.Lookup(1, "new"); e != metapb.ENOENT {
@@ -82,6 +91,9 @@ func TestPendingName(t *testing.T) {
 		t.Fatalf("settled: %v", d)
 	}
 	mustRun(t, p, 5, settle(1, "new", remote, 7)) // a retry
+	if got := p.PendingNames(10, 10); len(got) != 0 {
+		t.Errorf("pending names after the settle: %v", got)
+	}
 	if r := run(t, p, 6, undoDelete(1, "new", remote, 7)); metapb.Errno(r.Errno) != metapb.ESTALE {
 		t.Errorf("undo after the settle: %v", metapb.Errno(r.Errno))
 	}

@@ -285,6 +285,7 @@ func (r *snapReader) pending(p *Partition) {
 		d.pend = pend
 		p.dentries.Set(d)
 		p.mem += dentryBytes(d)
+		p.pending[dentryKey{parent, name}] = struct{}{}
 	}
 }
 

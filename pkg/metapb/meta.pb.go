@@ -1143,8 +1143,12 @@ type DeleteDentry struct {
 	ExpectType FileType               `protobuf:"varint,4,opt,name=expect_type,json=expectType,proto3,enum=cairn.meta.FileType" json:"expect_type,omitempty"`
 	// undo, if set, takes back the pending name rename undo placed: ESTALE
 	// unless the name is still pending under that rename. Without it, a
-	// pending name is refused with EMOVING.
-	Undo          uint64 `protobuf:"varint,5,opt,name=undo,proto3" json:"undo,omitempty"`
+	// pending name is refused with EMOVING (wait and retry).
+	Undo uint64 `protobuf:"varint,5,opt,name=undo,proto3" json:"undo,omitempty"`
+	// held refuses a pending name with EBUSY instead of EMOVING: a rename's
+	// commit holds a pending name of its own, and two renames that each wait
+	// for the other's would wait for ever; it takes its name back instead.
+	Held          bool `protobuf:"varint,6,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1212,6 +1216,13 @@ func (x *DeleteDentry) GetUndo() uint64 {
 		return x.Undo
 	}
 	return 0
+}
+
+func (x *DeleteDentry) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
 }
 
 // ReplaceDentry points an existing (parent, name) at another inode (rename over
@@ -3963,7 +3974,11 @@ type LookupRequest struct {
 	// ns_fetch marks a namespace replica's fetch by another meta node: it
 	// answers EBUSY while the named inode is fenced here, and is not counted
 	// as a client request.
-	NsFetch       bool `protobuf:"varint,4,opt,name=ns_fetch,json=nsFetch,proto3" json:"ns_fetch,omitempty"`
+	NsFetch bool `protobuf:"varint,4,opt,name=ns_fetch,json=nsFetch,proto3" json:"ns_fetch,omitempty"`
+	// pending answers a name a rename placed pending (Dentry.pending) as it
+	// is, with its mark, instead of EMOVING: for a rename's placement that
+	// finds its new name taken.
+	Pending       bool `protobuf:"varint,5,opt,name=pending,proto3" json:"pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4022,6 +4037,13 @@ func (x *LookupRequest) GetName() []byte {
 func (x *LookupRequest) GetNsFetch() bool {
 	if x != nil {
 		return x.NsFetch
+	}
+	return false
+}
+
+func (x *LookupRequest) GetPending() bool {
+	if x != nil {
+		return x.Pending
 	}
 	return false
 }
@@ -5678,7 +5700,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x123\n" +
-	"\apending\x18\x05 \x01(\v2\x19.cairn.meta.PendingRenameR\apending\"\xa4\x01\n" +
+	"\apending\x18\x05 \x01(\v2\x19.cairn.meta.PendingRenameR\apending\"\xb8\x01\n" +
 	"\fDeleteDentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x1d\n" +
@@ -5686,7 +5708,8 @@ const file_meta_proto_rawDesc = "" +
 	"expect_ino\x18\x03 \x01(\x04R\texpectIno\x125\n" +
 	"\vexpect_type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\n" +
 	"expectType\x12\x12\n" +
-	"\x04undo\x18\x05 \x01(\x04R\x04undo\"\xdf\x01\n" +
+	"\x04undo\x18\x05 \x01(\x04R\x04undo\x12\x12\n" +
+	"\x04held\x18\x06 \x01(\bR\x04held\"\xdf\x01\n" +
 	"\rReplaceDentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
@@ -5877,12 +5900,13 @@ const file_meta_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x12\n" +
 	"\x04done\x18\x03 \x01(\bR\x04done\x12-\n" +
-	"\x06result\x18\x04 \x01(\v2\x15.cairn.meta.TxnResultR\x06result\"y\n" +
+	"\x06result\x18\x04 \x01(\v2\x15.cairn.meta.TxnResultR\x06result\"\x93\x01\n" +
 	"\rLookupRequest\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x16\n" +
 	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\fR\x04name\x12\x19\n" +
-	"\bns_fetch\x18\x04 \x01(\bR\ansFetch\"\xbc\x01\n" +
+	"\bns_fetch\x18\x04 \x01(\bR\ansFetch\x12\x18\n" +
+	"\apending\x18\x05 \x01(\bR\apending\"\xbc\x01\n" +
 	"\x0eLookupResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12*\n" +
 	"\x06dentry\x18\x02 \x01(\v2\x12.cairn.meta.DentryR\x06dentry\x12'\n" +

@@ -792,8 +792,8 @@ func TestClientRandomVsLocal(t *testing.T) {
 // ---- Linearizability. ----
 
 type nameOp struct {
-	kind string // create, unlink, lookup
-	name int
+	kind     string // create, unlink, lookup, rename
+	name, to int    // indexes of names; name/4 is the directory
 }
 
 type nameRes struct {
@@ -801,23 +801,35 @@ type nameRes struct {
 	unknown bool // the call failed without an errno: it may or may not have happened
 }
 
-// TestClientLinearizable runs create/unlink/lookup from several clients on
-// four names in one directory and checks the history with porcupine against
-// a set-of-names model.
+// linNames is the number of names TestClientLinearizable uses, linDirs
+// directories of linNames/linDirs names each.
+const linNames, linDirs = 8, 2
+
+// TestClientLinearizable runs creates, unlinks, lookups and renames (within
+// a directory and between two) from several SDK clients on eight names in
+// two directories, and checks the history with porcupine against a
+// set-of-names model. SDK clients cache no names, so every operation must
+// take effect at one instant between its call and its return: two renames
+// of one name can never both succeed.
 func TestClientLinearizable(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "lin")
 	up := startUp(t, dir)
-	const clients, names = 5, 4
+	const clients = 5
 	vols := make([]*client.Volume, clients)
 	for i := range vols {
 		vols[i] = openClient(t, dir)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	d, err := vols[0].Mkdir(ctx, client.RootIno, "lin", 0o755, 0, 0)
-	if err != nil {
-		t.Fatal(err)
+	var dirs [linDirs]uint64
+	for i := range dirs {
+		d, err := vols[0].Mkdir(ctx, client.RootIno, fmt.Sprintf("lin%d", i), 0o755, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs[i] = d.Ino
 	}
+	at := func(i int) (uint64, string) { return dirs[i/(linNames/linDirs)], fmt.Sprintf("n%d", i) }
 	start := time.Now()
 	var (
 		mu      sync.Mutex
@@ -832,17 +844,23 @@ func TestClientLinearizable(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(c), 7))
 			v := vols[c]
 			for i := 0; i < 300 && time.Now().Before(stopAt); i++ {
-				in := nameOp{kind: []string{"create", "unlink", "lookup"}[rng.IntN(3)], name: rng.IntN(names)}
-				n := fmt.Sprintf("n%d", in.name)
+				in := nameOp{kind: []string{"create", "unlink", "lookup", "rename", "rename"}[rng.IntN(5)], name: rng.IntN(linNames), to: rng.IntN(linNames)}
+				if in.kind == "rename" && rng.IntN(2) == 0 {
+					in.to = in.name ^ 1 // the same directory, another name
+				}
+				p, n := at(in.name)
 				call := time.Since(start).Nanoseconds()
 				var err error
 				switch in.kind {
 				case "create":
-					_, err = v.Create(ctx, d.Ino, n, 0o644, 0, 0)
+					_, err = v.Create(ctx, p, n, 0o644, 0, 0)
 				case "unlink":
-					err = v.Unlink(ctx, d.Ino, n)
+					err = v.Unlink(ctx, p, n)
+				case "rename":
+					tp, tn := at(in.to)
+					err = v.Rename(ctx, p, n, tp, tn, 0)
 				default:
-					_, err = v.Lookup(ctx, d.Ino, n)
+					_, err = v.Lookup(ctx, p, n)
 				}
 				ret := time.Since(start).Nanoseconds()
 				out := nameRes{errno: client.ErrnoOf(err)}
@@ -882,6 +900,18 @@ func TestClientLinearizable(t *testing.T) {
 					return out.errno == 0, s &^ bit
 				}
 				return out.errno == syscall.ENOENT, s
+			case "rename":
+				moved := s
+				if present && in.to != in.name {
+					moved = s&^bit | uint32(1)<<in.to
+				}
+				if out.unknown {
+					return true, moved
+				}
+				if present {
+					return out.errno == 0, moved
+				}
+				return out.errno == syscall.ENOENT, s
 			}
 			if out.unknown {
 				return true, s
@@ -891,12 +921,24 @@ func TestClientLinearizable(t *testing.T) {
 		Equal: func(a, b interface{}) bool { return a.(uint32) == b.(uint32) },
 		DescribeOperation: func(input, output interface{}) string {
 			in, out := input.(nameOp), output.(nameRes)
+			if in.kind == "rename" {
+				return fmt.Sprintf("rename(n%d, n%d) -> %s", in.name, in.to, errnoName(out.errno))
+			}
 			return fmt.Sprintf("%s(n%d) -> %s", in.kind, in.name, errnoName(out.errno))
 		},
 	}
-	res := porcupine.CheckOperationsTimeout(model, history, 20*time.Second)
-	t.Logf("%d operations from %d clients, check: %v", len(history), clients, res)
+	res, info := porcupine.CheckOperationsVerbose(model, history, 20*time.Second)
+	counts := map[string]int{}
+	for _, o := range history {
+		counts[o.Input.(nameOp).kind+" "+errnoName(o.Output.(nameRes).errno)]++
+	}
+	t.Logf("%d operations from %d clients, check: %v; outcomes %v", len(history), clients, res, counts)
 	if res == porcupine.Illegal {
+		if f, err := os.CreateTemp("", "cairn-linearizable-*.html"); err == nil {
+			_ = porcupine.Visualize(model, info, f)
+			f.Close()
+			t.Logf("the history, drawn: %s", f.Name())
+		}
 		t.Fatalf("history is not linearizable")
 	}
 	up.stop()
