@@ -31,6 +31,8 @@ func TestPendingName(t *testing.T) {
 		errno metapb.Errno
 	}{
 		{"unlink waits", deleteDentry(1, "new", 0, 0), metapb.EMOVING},
+		{"a commit holding its own does not wait", &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{
+			Parent: 1, Name: []byte("new"), Held: true}}}, metapb.EBUSY},
 		{"create over it waits", createDentry(1, "new", remote+1, reg), metapb.EMOVING},
 		{"replace waits", replaceDentry(1, "new", remote+1, reg, 0), metapb.EMOVING},
 		{"another rename's placement waits", pendingCreate(1, "new", remote+1, 8), metapb.EMOVING},
@@ -48,7 +50,7 @@ func TestPendingName(t *testing.T) {
 	}
 	p := bounded()
 	mustRun(t, p, 2, pendingCreate(1, "new", remote, 7))
-	d, _, e := p.Lookup(1, "new")
+	d, _, e := p.LookupPending(1, "new")
 	if e != metapb.OK || d.GetPending().GetId() != 7 || d.GetPending().GetSince() != 2 || string(d.GetPending().GetFromName()) != "old" {
 		t.Fatalf("placed pending: %v %v", d, e)
 	}
@@ -58,12 +60,15 @@ func TestPendingName(t *testing.T) {
 	if got := p.PendingNames(2, 10); len(got) != 0 {
 		t.Errorf("pending names placed before 2: %v", got)
 	}
+	if _, _, e := p.Lookup(1, "new"); e != metapb.EMOVING {
+		t.Errorf("lookup of a pending name: %v, want EMOVING", e)
+	}
 	for _, c := range cases {
 		if r := run(t, p, 3, c.op); metapb.Errno(r.Errno) != c.errno {
 			t.Errorf("%s: %v (%s), want %v", c.name, metapb.Errno(r.Errno), r.Message, c.errno)
 		}
 	}
-	if d, _, _ := p.Lookup(1, "new"); d.GetPending().GetId() != 7 || d.GetIno() != remote {
+	if d, _, _ := p.LookupPending(1, "new"); d.GetPending().GetId() != 7 || d.GetIno() != remote {
 		t.Fatalf("after the refused ops: %v", d)
 	}
 
@@ -72,7 +77,7 @@ func TestPendingName(t *testing.T) {
 	if err := q.Restore(snap(t, p)); err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
-	if d, _, _ := q.Lookup(1, "new"); d.GetPending().GetId() != 7 || d.GetPending().GetSince() != 2 {
+	if d, _, _ := q.LookupPending(1, "new"); d.GetPending().GetId() != 7 || d.GetPending().GetSince() != 2 {
 		t.Fatalf("restored: %v", d)
 	}
 
@@ -81,13 +86,13 @@ func TestPendingName(t *testing.T) {
 	}
 	// Taken back by its own rename.
 	mustRun(t, q, 4, undoDelete(1, "new", remote, 7))
-	if _, _, e := q.Lookup(1, "new"); e != metapb.ENOENT {
+	if _, _, e := q.LookupPending(1, "new"); e != metapb.ENOENT {
 		t.Errorf("after the undo: %v", e)
 	}
 
 	// Settled by its own rename: an ordinary name again.
 	mustRun(t, p, 4, settle(1, "new", remote, 7))
-	if d, _, _ := p.Lookup(1, "new"); d.GetPending() != nil {
+	if d, _, _ := p.LookupPending(1, "new"); d.GetPending() != nil {
 		t.Fatalf("settled: %v", d)
 	}
 	mustRun(t, p, 5, settle(1, "new", remote, 7)) // a retry
