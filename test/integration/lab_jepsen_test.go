@@ -15,7 +15,6 @@ import (
 var (
 	jepsenSeed     = flag.Uint64("lab.seed", 41, "seed of TestLabJepsen's faults and operations (0: from the clock)")
 	jepsenDuration = flag.Duration("lab.duration", 90*time.Second, "how long TestLabJepsen injects faults")
-	jepsenRun      = flag.Bool("lab.jepsen", false, "run TestLabJepsen (make jepsen-short sets it)")
 )
 
 // TestLabJepsen is the short nemesis run (make jepsen-short): a lab of 5 server
@@ -29,14 +28,7 @@ var (
 // Seed 41 draws isolate, kill, pause, slow, host-down and zone-down faults;
 // the other kinds (one-way and bridge cuts, splits, a full disk) come with
 // other seeds (-lab.seed) and in make jepsen.
-//
-// It is not part of make test while a known race stays open: two renames
-// of one name to one new name on two hosts sometimes both succeed (one in
-// two or three runs of seed 41; docs/lab.md). Run it with -lab.jepsen.
 func TestLabJepsen(t *testing.T) {
-	if !*jepsenRun {
-		t.Skip("the nemesis run is make jepsen-short (-lab.jepsen) while two concurrent renames of one name can both succeed (docs/lab.md)")
-	}
 	if os.Geteuid() != 0 {
 		t.Skip("the lab needs root (network namespaces, a bridge, nftables)")
 	}
