@@ -43,10 +43,7 @@ type Options struct {
 	// that failed for the name's presence or absence may reflect the
 	// directory up to this long before they began. Changes themselves
 	// (a create, unlink or rename that succeeded) are decided by the
-	// servers and get no slack, except that a rename that succeeded may
-	// have changed nothing where its new name already held the file and
-	// its old one was gone (Linux's own answer over a cached old name;
-	// see checkNames). 0: none, every view is current.
+	// servers and get no slack. 0: none, every view is current.
 	NameStaleness time.Duration
 }
 

@@ -314,8 +314,7 @@ func TestBadHistoryMerged(t *testing.T) {
 }
 
 // TestNameStaleness: a view of a directory may lag its changes by
-// Options.NameStaleness, no more, and changes themselves get no slack,
-// but for a rename the kernel answered itself.
+// Options.NameStaleness, no more, and changes themselves get no slack.
 func TestNameStaleness(t *testing.T) {
 	cr, ul := history.Create, history.Unlink
 	for _, tc := range []struct {
@@ -336,14 +335,6 @@ func TestNameStaleness(t *testing.T) {
 			fail(nameOp(2, cr, "d", "a", 35, 40), "EEXIST")}, 10, nil},
 		{"a change gets no slack", []history.Op{nameOp(1, cr, "d", "a", 0, 10), nameOp(1, ul, "d", "a", 20, 30),
 			nameOp(2, ul, "d", "a", 35, 40)}, 10, []string{"names-not-linearizable d"}},
-		// Two renames of a to b both acknowledged: the second may be the
-		// kernel's own answer over its cached a, with staleness only.
-		{"the kernel's no-op rename", []history.Op{nameOp(1, cr, "d", "a", 0, 10), rn(1, "d", "a", "b", 20, 30),
-			rn(2, "d", "a", "b", 25, 40)}, 10, nil},
-		{"two renames without staleness", []history.Op{nameOp(1, cr, "d", "a", 0, 10), rn(1, "d", "a", "b", 20, 30),
-			rn(2, "d", "a", "b", 25, 40)}, 0, []string{"names-not-linearizable d"}},
-		{"a no-op rename needs the new name there", []history.Op{nameOp(1, cr, "d", "a", 0, 10), rn(1, "d", "a", "b", 20, 30),
-			nameOp(1, ul, "d", "b", 31, 35), rn(2, "d", "a", "b", 36, 40)}, 10, []string{"names-not-linearizable d"}},
 	} {
 		rep := Check(tc.ops, Options{Timeout: 10 * time.Second, NameStaleness: tc.staleness})
 		if got := found(rep); !slices.Equal(got, tc.want) {

@@ -21,10 +21,7 @@ type nameInput struct {
 	a, b    int  // Name, and To for a rename
 	strict  bool // a Fail whose errno says the precondition did not hold
 	exists  bool // a stat's answer (a listing is one stat per name)
-	// kernelNoop: a rename that succeeded may have been answered by the
-	// client's kernel without a change (see checkNames).
-	kernelNoop bool
-	display    string
+	display string
 }
 
 // nameSeed hashes states; any seed will do, equal states hash equally.
@@ -67,9 +64,6 @@ var nameModel = porcupine.Model{
 		case history.Rename:
 			switch in.outcome {
 			case history.OK:
-				if in.kernelNoop && !hasName(s, in.a) && hasName(s, in.b) {
-					return true, s
-				}
 				return hasName(s, in.a), renamed(s, in.a, in.b)
 			case history.Fail:
 				return !in.strict || !hasName(s, in.a), s
@@ -117,14 +111,6 @@ func renamed(s string, a, b int) string {
 // name was or was not there) may see the directory as it was up to
 // staleness before it began: it is checked as if it began that much
 // earlier.
-//
-// With staleness, a rename that succeeded may also have changed nothing,
-// where the old name was gone and the new one there: Linux answers
-// rename(2) itself, with success, when the old name's entry in its cache
-// and the new name's (always looked up afresh for a rename) hold one
-// inode, as after another host renamed the file the same way and before
-// this host's cached entry of the old name caught up. The file system
-// never sees that rename.
 func checkNames(key string, ops []history.Op, timeout, staleness time.Duration) keyResult {
 	c := newCollector()
 	index := map[string]int{}
@@ -153,7 +139,6 @@ func checkNames(key string, ops []history.Op, timeout, staleness time.Duration) 
 			in.a = intern(op.Name)
 			if op.Kind == history.Rename {
 				in.b = intern(op.To)
-				in.kernelNoop = staleness > 0 && op.Outcome == history.OK && in.a != in.b
 			}
 			if op.Outcome == history.Fail {
 				want := "ENOENT"
