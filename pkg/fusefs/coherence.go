@@ -206,6 +206,15 @@ func (c *coherence) tell(names []changefeed.Name, inodes []uint64, againN []chan
 	}()
 }
 
+// dropEntry tells the kernel to drop the entry of k, a name it holds
+// that is stale. It waits for the directory's lock, which a rename that
+// looked the name up holds until it is answered: it runs apart.
+func (fs *FS) dropEntry(k nameKey) {
+	if s := fs.server.Load(); s != nil {
+		s.EntryNotify(k.parent, k.name)
+	}
+}
+
 // invalidate tells the kernel to drop names and the attributes of
 // inodes, and drops what this mount keeps of them.
 func (fs *FS) invalidate(names []changefeed.Name, inodes []uint64) {

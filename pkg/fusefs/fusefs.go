@@ -115,10 +115,11 @@ type FS struct {
 	dirs   map[uint64]*dirHandle              // fh -> open directory
 	pages  map[uint64]client.Version          // ino -> Version of the kernel's cached pages (pagecache.go)
 
-	hints  *attrHints // attributes learnt by this mount's operations (attrhints.go)
-	names  *nameHints // what names held when this mount last answered for them (namehints.go)
-	noCaps *noCaps    // files without capabilities (xattrcache.go)
-	coh    *coherence // nil without a change feed (Options.CacheTimeout)
+	hints  *attrHints  // attributes learnt by this mount's operations (attrhints.go)
+	names  *nameHints  // what names held when this mount last answered for them (namehints.go)
+	stale  *staleNames // names the kernel holds that another client renamed (stalenames.go)
+	noCaps *noCaps     // files without capabilities (xattrcache.go)
+	coh    *coherence  // nil without a change feed (Options.CacheTimeout)
 }
 
 // New returns the adapter of v. v must serve this adapter alone: the
@@ -142,9 +143,12 @@ func New(v *client.Volume, opts Options) *FS {
 	if opts.Trace != nil {
 		fs.tr = newTracer(opts.Trace)
 	}
+	kept := fs.opts.EntryTimeout // how long the kernel may keep an entry
 	if o := fs.opts; o.CacheTimeout > 0 && o.EntryTimeout > 0 && o.AttrTimeout > 0 {
 		fs.coh = newCoherence(fs, o.CacheTimeout, min(o.EntryTimeout, o.AttrTimeout))
+		kept = max(kept, o.CacheTimeout)
 	}
+	fs.stale = newStaleNames(kept)
 	return fs
 }
 
@@ -362,7 +366,7 @@ func (fs *FS) fillAttr(a *client.Attr, out *fuse.Attr) {
 func (fs *FS) fillEntry(a *client.Attr, out *fuse.EntryOut) {
 	fs.longCache().referenced(a.Ino)
 	out.NodeId = fs.node(a.Ino)
-	out.Generation = a.Generation
+	out.Generation = a.Generation + fs.stale.generation(a.Ino)
 	out.SetEntryTimeout(fs.opts.EntryTimeout)
 	out.SetAttrTimeout(fs.opts.AttrTimeout)
 	fs.fillAttr(a, &out.Attr)
@@ -415,6 +419,7 @@ func (fs *FS) fillEntryFor(tok grantToken, parent uint64, name string, a *client
 	var ino uint64
 	if a != nil {
 		fs.fillEntry(a, out)
+		fs.stale.gave(parent, name, a)
 		ino = a.Ino
 	} else {
 		out.NodeId = 0

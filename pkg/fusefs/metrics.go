@@ -25,6 +25,7 @@ type Metrics struct {
 	// Lookups of names missing from a directory whose every name the
 	// mount knows (listings.go), answered without a request.
 	localLookups prometheus.Counter
+	staleNames   prometheus.Counter
 }
 
 // NewMetrics registers a mount's metrics of v on reg.
@@ -42,6 +43,9 @@ func NewMetrics(reg prometheus.Registerer, v *client.Volume) (*Metrics, error) {
 		localLookups: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_fuse_local_negative_lookups_total", Help: "Lookups of names missing from a directory this mount made and knows every name of, answered without a request.",
 		}),
+		staleNames: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_fuse_stale_names_total", Help: "Lookups that found a file under a new name while the kernel held an old one another client had renamed: the file got a new generation (stalenames.go).",
+		}),
 		feedNotices: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_fuse_feed_invalidations_total", Help: "Names and inodes the kernel was told to drop because another client changed them (change feed).",
 		}, []string{"kind"}),
@@ -50,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer, v *client.Volume) (*Metrics, error) {
 		}, []string{"why"}),
 	}
 	cs := []prometheus.Collector{
-		m.ops, m.latency, m.readBytes, m.writeBytes, m.feedNotices, m.feedLosses, m.localLookups,
+		m.ops, m.latency, m.readBytes, m.writeBytes, m.feedNotices, m.feedLosses, m.localLookups, m.staleNames,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_sent_bytes_total", Help: "File bytes written to data nodes."},
 			func() float64 { return float64(v.Stats().BytesToData) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_received_bytes_total", Help: "File bytes read from data nodes."},
@@ -100,6 +104,12 @@ func (m *Metrics) invalidated(names, inodes int) {
 func (m *Metrics) feedLost(why string) {
 	if m != nil {
 		m.feedLosses.WithLabelValues(why).Inc()
+	}
+}
+
+func (m *Metrics) staleName() {
+	if m != nil {
+		m.staleNames.Inc()
 	}
 }
 

@@ -67,6 +67,13 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 		return fs.observe("lookup", start, status(err))
 	}
 	if name != "." && name != ".." {
+		if old, bumped := fs.stale.found(header.NodeId, name, a, len(fs.openFiles(a.Ino)) > 0); bumped {
+			// The kernel's entry of old is stale: it is dropped
+			// once the kernel lets go of the directory (a rename
+			// that asked holds it now).
+			fs.opts.Metrics.staleName()
+			go fs.dropEntry(old)
+		}
 		fs.fillEntryFor(tok, header.NodeId, name, a, out)
 		fs.names.found(header.NodeId, name, a)
 	} else {
@@ -273,6 +280,7 @@ func (fs *FS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string)
 	edit.done(st == fuse.OK)
 	done()
 	fs.names.forget(header.NodeId, name)
+	fs.stale.forget(header.NodeId, name)
 	if fs.tr != nil {
 		fs.tr.record(start, header, optrace.Event{Op: optrace.OpUnlink, Path: fs.tr.child(header.NodeId, name)}, st, 0)
 		if st == fuse.OK {
@@ -320,6 +328,9 @@ func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName string, 
 	done(st == fuse.OK)
 	fs.names.forget(in.NodeId, oldName)
 	fs.names.forget(in.Newdir, newName)
+	if st == fuse.OK && in.Flags == 0 {
+		fs.stale.moved(in.NodeId, oldName, in.Newdir, newName)
+	}
 	if st == fuse.OK && src != nil && in.Flags == 0 {
 		fs.names.put(in.Newdir, newName, *src)
 	}

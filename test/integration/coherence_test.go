@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -417,4 +418,80 @@ func TestListedDirectories(t *testing.T) {
 	}
 	t.Logf("%d changes by mount A and %d by mount B, each seen by the other mount within %s; %v lookups answered by mount A",
 		byA, 200-byA, worst.Round(time.Microsecond), local())
+}
+
+// TestRenameRaceTwoMounts: two hosts rename one file to one new name at the
+// same moment, each through its own mount, after both looked both names up
+// (so both kernels hold the old name): exactly one rename succeeds and the
+// other fails with ENOENT, round after round, as on one host. Linux answers
+// a rename itself when its cached old name and a fresh lookup of the new
+// one hold one inode; the mount gives a file found under a new name while
+// the kernel holds another a new generation (stalenames.go), so that the
+// kernel asks. In every fifth round mount B has the file open: its handle
+// must keep working wherever A moved the file (the kernel may then answer
+// the rename itself, which the test allows in those rounds only).
+func TestRenameRaceTwoMounts(t *testing.T) {
+	_, a, b := twoMounts(t)
+	must(t, os.Mkdir(filepath.Join(a, "race"), 0o755))
+	const rounds = 150
+	var doubles, openDoubles int
+	for i := range rounds {
+		src, dst := fmt.Sprintf("s%d", i), fmt.Sprintf("t%d", i)
+		must(t, os.WriteFile(filepath.Join(a, "race", src), []byte(src), 0o644))
+		withOpen := i%5 == 0
+		var held *os.File
+		for _, m := range []string{a, b} {
+			seenWithin(t, "the new file on "+m, time.Now(), exists(filepath.Join(m, "race", src)))
+			_, _ = os.Lstat(filepath.Join(m, "race", dst))
+		}
+		if withOpen {
+			f, err := os.Open(filepath.Join(b, "race", src))
+			must(t, err)
+			held = f
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		for j, m := range []string{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				errs[j] = os.Rename(filepath.Join(m, "race", src), filepath.Join(m, "race", dst))
+			}()
+		}
+		close(start)
+		wg.Wait()
+		ok := 0
+		for j, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case !errors.Is(err, syscall.ENOENT):
+				t.Fatalf("round %d: rename on mount %d: %v, want success or ENOENT", i, j, err)
+			}
+		}
+		switch {
+		case ok == 0:
+			t.Fatalf("round %d: neither rename succeeded: %v", i, errs)
+		case ok == 2 && withOpen:
+			openDoubles++
+		case ok == 2:
+			doubles++
+			t.Errorf("round %d: both renames of %s to %s succeeded", i, src, dst)
+		}
+		if held != nil {
+			buf := make([]byte, 16)
+			n, err := held.ReadAt(buf, 0)
+			if (err != nil && !errors.Is(err, io.EOF)) || string(buf[:n]) != src {
+				t.Errorf("round %d: the handle B held: %q, %v", i, buf[:n], err)
+			}
+			held.Close()
+		}
+		for _, m := range []string{a, b} {
+			seenWithin(t, "the renamed file on "+m, time.Now(), exists(filepath.Join(m, "race", dst)))
+			seenWithin(t, "the old name gone on "+m, time.Now(), gone(filepath.Join(m, "race", src)))
+		}
+	}
+	t.Logf("%d rounds: %d with both renames acknowledged, %d of them while B had the file open", rounds, doubles+openDoubles, openDoubles)
 }
