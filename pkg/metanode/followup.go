@@ -163,6 +163,16 @@ func (s *service) runPlan(ctx context.Context, p *partition, req *metapb.PathReq
 		return nil, true, nil
 	}
 	resp = plan.build(res)
+	if st := plan.settle; st != nil && res.Errno == 0 {
+		// The rename committed: its pending new name is settled beside
+		// the other follow-ups, before the answer.
+		settled := make(chan struct{})
+		go func() {
+			defer close(settled)
+			s.settle(ctx, st.part, st.parent, st.name, st.ino, req)
+		}()
+		defer func() { <-settled }()
+	}
 	if res.Errno != 0 || f == nil {
 		return resp, false, nil
 	}

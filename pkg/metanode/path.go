@@ -94,8 +94,8 @@ type pathPlan struct {
 	// dirLock is a directory rename's namespace locks, taken before the
 	// rename's steps (rename.go).
 	dirLock *renameLock
-	// settle is a retried rename's new name on another partition, to be
-	// settled once the Txn answers (renameAnswered).
+	// settle is a rename's new name on another partition, placed pending:
+	// settled once the Txn applied, beside its other follow-ups.
 	settle *settleStep
 }
 
@@ -347,16 +347,11 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 				if d := r.dst; d != nil {
 					plan.follow.unlinkIno, plan.follow.keep, plan.follow.remoteLink = d.GetIno(), r.keep, true
 				}
+				plan.settle = &settleStep{part: r.part, parent: r.dir.Ino, name: r.name, ino: r.src.GetIno()}
 			}
 			resp, again, err := s.runPlan(ctx, p, req, &plan)
 			if r := plan.rename; r != nil && err == nil && !again && resp.GetErrno() != 0 {
 				resp, again = s.renameRefused(ctx, p, req, r, resp)
-			}
-			if r := plan.rename; r != nil && err == nil && !again && resp.GetErrno() == 0 {
-				s.settle(ctx, r.part, r.dir.Ino, r.name, r.src.GetIno(), req)
-			}
-			if st := plan.settle; st != nil && err == nil && !again && resp.GetErrno() == 0 {
-				s.settle(ctx, st.part, st.parent, st.name, st.ino, req)
 			}
 			if l := locked; l != nil && err == nil && !again && resp.GetErrno() == 0 {
 				// Renamed: the locks only keep replicas from a directory's

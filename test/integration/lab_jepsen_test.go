@@ -73,10 +73,22 @@ func TestLabJepsen(t *testing.T) {
 	}
 	if res.Failed() {
 		labDiagnose(ctx, t, l, dir)
-		// Keep the run's files (the history above all): the test's
-		// directory goes with it.
+		// Keep the run's files (the history above all) and the logs:
+		// the test's directory goes with it.
 		keep := filepath.Join(os.TempDir(), fmt.Sprintf("cairn-jepsen-seed%d-%s", seed, time.Now().UTC().Format("20060102T150405")))
-		if err := os.CopyFS(keep, os.DirFS(out)); err != nil {
+		err := os.CopyFS(keep, os.DirFS(out))
+		if err == nil {
+			// And every process's log (hosts/<host>/<role>.log).
+			logs, _ := filepath.Glob(filepath.Join(dir, "hosts", "*", "*.log"))
+			for _, f := range logs {
+				host := filepath.Base(filepath.Dir(f))
+				if b, rerr := os.ReadFile(f); rerr == nil {
+					_ = os.MkdirAll(filepath.Join(keep, "logs", host), 0o755)
+					_ = os.WriteFile(filepath.Join(keep, "logs", host, filepath.Base(f)), b, 0o644)
+				}
+			}
+		}
+		if err != nil {
 			t.Logf("keeping the run's files: %v", err)
 		} else {
 			t.Logf("the run's files are kept in %s (cairn lab check %s checks them again)", keep, keep)
