@@ -169,7 +169,7 @@ func (s *service) runPlan(ctx context.Context, p *partition, req *metapb.PathReq
 		settled := make(chan struct{})
 		go func() {
 			defer close(settled)
-			s.settle(ctx, st.part, st.parent, st.name, st.ino, req)
+			s.settle(ctx, st)
 		}()
 		defer func() { <-settled }()
 	}

@@ -347,7 +347,7 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 				if d := r.dst; d != nil {
 					plan.follow.unlinkIno, plan.follow.keep, plan.follow.remoteLink = d.GetIno(), r.keep, true
 				}
-				plan.settle = &settleStep{part: r.part, parent: r.dir.Ino, name: r.name, ino: r.src.GetIno()}
+				plan.settle = &settleStep{part: r.part, parent: r.dir.Ino, name: r.name, ino: r.src.GetIno(), id: r.pend.GetId()}
 			}
 			resp, again, err := s.runPlan(ctx, p, req, &plan)
 			if r := plan.rename; r != nil && err == nil && !again && resp.GetErrno() != 0 {

@@ -79,6 +79,8 @@ type renamePlace struct {
 	dst *metapb.Dentry
 	// keep: the client has dst open, so it is not evicted here.
 	keep bool
+	// pend is the mark of the placement, once placed (pending).
+	pend *metapb.PendingRename
 	same *metapb.PathResponse // the answer when both names hold one inode
 }
 
@@ -269,7 +271,7 @@ func (s *service) renameAnswered(p *partition, mp *metapartition.Partition, req 
 	if owner, routed := mp.Route(dir.Ino, newName); routed && owner != p.id {
 		// The attempt that renamed it may have died before settling the
 		// new name.
-		plan.settle = &settleStep{part: owner, parent: dir.Ino, name: newName, ino: src.GetIno()}
+		plan.settle = &settleStep{part: owner, parent: dir.Ino, name: newName, ino: src.GetIno(), id: placementID(req.RequestId)}
 	}
 	if src.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY {
 		// The attempt that renamed it may have died holding its locks:
@@ -283,7 +285,7 @@ func (s *service) renameAnswered(p *partition, mp *metapartition.Partition, req 
 type settleStep struct {
 	part, parent uint64
 	name         string
-	ino          uint64
+	ino, id      uint64 // the renamed inode; the mark's rename id
 }
 
 // renameAnswer reads a rename Txn's result (a fresh or a remembered one):
@@ -329,6 +331,7 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 		r.part = part
 	}
 	pend := r.pending(req)
+	r.pend = pend
 	create := &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
 		Parent: r.dir.Ino, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType(), Pending: pend}}}
 	// The placement's request id comes from the rename's, so that a retry
@@ -405,7 +408,9 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 
 // pending is the mark r's placement puts on the new name: pending under
 // an id fixed by the request's (as the placement's request id is), so that
-// every attempt of the request settles or takes back the same mark.
+// every attempt of the request settles or takes back the same mark. The
+// placement keeps it (r.pend): a request without an id gets a fresh one
+// per call.
 func (r *renamePlace) pending(req *metapb.PathRequest) *metapb.PendingRename {
 	return &metapb.PendingRename{Id: placementID(req.RequestId), FromParent: r.dir.Ino, FromName: []byte(r.from)}
 }
@@ -413,12 +418,12 @@ func (r *renamePlace) pending(req *metapb.PathRequest) *metapb.PendingRename {
 // settle ends the pending state of a committed rename's new name on
 // partition part. Best effort: the rename stands either way, and a name
 // left pending is settled by its partition's resolver (resolve.go).
-func (s *service) settle(ctx context.Context, part uint64, parent uint64, name string, ino uint64, req *metapb.PathRequest) {
+func (s *service) settle(ctx context.Context, st *settleStep) {
 	op := &metapb.Op{Op: &metapb.Op_SettleDentry{SettleDentry: &metapb.SettleDentry{
-		Parent: parent, Name: []byte(name), Ino: ino, Id: placementID(req.RequestId)}}}
-	res, err := s.followUpOn(ctx, "rename_settle", part, &metapb.Txn{Ops: []*metapb.Op{op}})
+		Parent: st.parent, Name: []byte(st.name), Ino: st.ino, Id: st.id}}}
+	res, err := s.followUpOn(ctx, "rename_settle", st.part, &metapb.Txn{Ops: []*metapb.Op{op}})
 	if err != nil || res.GetErrno() != 0 {
-		s.h.log.Warn("renamed name not settled", "partition", part, "parent", parent, "name", name, "err", err, "errno", res.GetErrno())
+		s.h.log.Warn("renamed name not settled", "partition", st.part, "parent", st.parent, "name", st.name, "err", err, "errno", res.GetErrno())
 	}
 }
 
@@ -457,7 +462,7 @@ func (s *service) renameRefused(ctx context.Context, p *partition, req *metapb.P
 	case len(res.GetResults()) > 0:
 		return nil, true
 	}
-	id := r.pending(req).GetId()
+	id := r.pend.GetId()
 	undo := &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{
 		Parent: r.dir.Ino, Name: []byte(r.name), ExpectIno: r.src.GetIno(), Undo: id}}}
 	if d := r.dst; d != nil {

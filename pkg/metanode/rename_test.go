@@ -289,8 +289,9 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		ino := mk(1, from)
 		req := renameReq(RootIno, from, to)
 		r := &renamePlace{part: 1, dir: nsreplica.Entry{Ino: RootIno}, name: to, from: from, src: &metapb.Dentry{Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}
+		r.pend = r.pending(req)
 		res, err := tp.mc.Txn(tp.ctx, tp.p[0], &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
-			Parent: RootIno, Name: []byte(to), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR, Pending: r.pending(req)}}}}})
+			Parent: RootIno, Name: []byte(to), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR, Pending: r.pend}}}}})
 		if err != nil || res.Errno != 0 {
 			t.Fatalf("place %s pending: %v %v", to, err, res)
 		}
