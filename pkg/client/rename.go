@@ -370,7 +370,7 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 	if len(newOps) > 0 {
 		// Placed ahead of the commit: pending until settled, so that no
 		// other operation acts on a name this rename may still take back.
-		pend = &metapb.PendingRename{Id: newID(), FromParent: oldParent, FromName: []byte(oldName)}
+		pend = &metapb.PendingRename{Id: newID()>>1 | 1, FromParent: oldParent, FromName: []byte(oldName)}
 		markPending(newOps, undoNew, pend)
 		// The commit holds the pending name: it must not wait for another
 		// rename's on its old name (EBUSY: take ours back, start over).

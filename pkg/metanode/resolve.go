@@ -18,12 +18,15 @@ import (
 // leader of the partition holding it resolves names pending longer than
 // pendingStale:
 //
+//   - First the resolver takes the mark over (under an id of its own), so
+//     that the rename, if it is only slow, can no longer take the name
+//     back: its undo is refused from then on, and it waits for the name
+//     and answers success once the name is settled naming its file.
 //   - The old name still names the file: the rename has not committed.
 //     The resolver commits it (deletes the old name, expecting the file)
 //     and settles the new name: rolled forward, the file keeps one name,
 //     and a late commit of the rename itself finds the old name gone and
-//     is refused (its undo then finds the name settled, and it answers
-//     success: the rename happened).
+//     is refused.
 //   - The old name is gone or names another file: the commit applied, or
 //     another operation took the old name first and the rename was about
 //     to take the new one back. The resolver settles the name: right in
@@ -86,9 +89,19 @@ func (s *service) resolvePending(ctx context.Context, lp ledPartition) {
 }
 
 // resolveName rolls d's rename forward or settles d (see the top of the
-// file). An error leaves d pending, for the next round.
+// file). It takes the mark over first (under resolverID), so that the
+// rename that placed d, if it wakes up, can no longer take d back: it
+// finds its old name gone or its commit done, its undo refused, and d
+// settled. An error leaves d pending (under the resolver's id), for the
+// next round.
 func (s *service) resolveName(ctx context.Context, lp ledPartition, d *metapb.Dentry) error {
 	pend := d.GetPending()
+	rid := resolverID(pend.GetId())
+	if pend.GetId() != rid { // not taken over by an earlier round yet
+		if err := s.settleHere(ctx, lp, d, pend.GetId(), rid); err != nil {
+			return fmt.Errorf("taking the name over: %w", err)
+		}
+	}
 	from := string(pend.GetFromName())
 	owner, err := s.routeByMap(ctx, lp.volume, pend.GetFromParent(), from)
 	if err != nil {
@@ -110,17 +123,28 @@ func (s *service) resolveName(ctx context.Context, lp ledPartition, d *metapb.De
 		if err != nil {
 			return err
 		}
-		if res.GetErrno() != 0 {
+		switch metapb.Errno(res.GetErrno()) {
+		case metapb.OK:
+			s.h.log.Info("stale rename rolled forward", "partition", lp.part.id, "parent", d.GetParent(), "name", string(d.GetName()), "from", from)
+		case metapb.ENOENT, metapb.ESTALE:
+			// The rename's own commit came first, or the old name
+			// changed since the look: settled as below.
+		default:
 			return errnoError("rolling the rename forward", res)
 		}
-		s.h.log.Info("stale rename rolled forward", "partition", lp.part.id, "parent", d.GetParent(), "name", string(d.GetName()), "from", from)
 	case e == metapb.OK, e == metapb.ENOENT:
 	default:
 		return errnoError("looking up the old name", &metapb.TxnResult{Errno: look.GetErrno()})
 	}
-	settle := &metapb.Op{Op: &metapb.Op_SettleDentry{SettleDentry: &metapb.SettleDentry{
-		Parent: d.GetParent(), Name: d.GetName(), Ino: d.GetIno(), Id: pend.GetId()}}}
-	res, err := lp.part.merger.submit(ctx, &metapb.Txn{Ops: []*metapb.Op{settle}})
+	return s.settleHere(ctx, lp, d, rid, 0)
+}
+
+// settleHere settles d, pending under rename id, on its own partition, or
+// hands its mark to rename to.
+func (s *service) settleHere(ctx context.Context, lp ledPartition, d *metapb.Dentry, id, to uint64) error {
+	op := &metapb.Op{Op: &metapb.Op_SettleDentry{SettleDentry: &metapb.SettleDentry{
+		Parent: d.GetParent(), Name: d.GetName(), Ino: d.GetIno(), Id: id, TakeOver: to}}}
+	res, err := lp.part.merger.submit(ctx, &metapb.Txn{Ops: []*metapb.Op{op}})
 	if err != nil {
 		return err
 	}
@@ -129,6 +153,12 @@ func (s *service) resolveName(ctx context.Context, lp ledPartition, d *metapb.De
 	}
 	return nil
 }
+
+// resolverID is the id a resolver takes a pending name over under: the
+// rename's with the top bit set, which no rename's id has
+// (metapb.PendingRename), so that the resolvers of later rounds and
+// leaders see the name taken over and go on with it.
+func resolverID(id uint64) uint64 { return id | 1<<63 }
 
 // errnoError is a refusal by a partition, for the resolver's log.
 func errnoError(what string, res *metapb.TxnResult) error {

@@ -1,6 +1,10 @@
 package metapartition
 
-import "github.com/cairnfs/cairn/pkg/metapb"
+import (
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnfs/cairn/pkg/metapb"
+)
 
 // Dentry ops: CreateDentry, DeleteDentry and ReplaceDentry with the checks
 // they share on the parent and the target inode, and the Fence and Unfence
@@ -132,8 +136,9 @@ func (t *txn) pendingOf(m *metapb.PendingRename) (*metapb.PendingRename, *opErro
 	return &metapb.PendingRename{Id: m.GetId(), FromParent: m.GetFromParent(), FromName: []byte(string(m.GetFromName())), Since: t.now}, nil
 }
 
-// settleDentry ends rename m.id's pending state of (parent, name) -> ino;
-// anything else there is left as it is (a retry, or a rename taken back).
+// settleDentry ends rename m.id's pending state of (parent, name) -> ino,
+// or hands it to rename m.take_over; anything else there is left as it is
+// (a retry, or a rename taken back).
 func (t *txn) settleDentry(m *metapb.SettleDentry) (*metapb.OpResult, *opError) {
 	parent, err := t.ref("parent", m.GetParent())
 	if err != nil {
@@ -151,7 +156,13 @@ func (t *txn) settleDentry(m *metapb.SettleDentry) (*metapb.OpResult, *opError) 
 		return &metapb.OpResult{}, nil
 	}
 	if d.pend != nil && d.pend.GetId() == m.GetId() && d.ino == m.GetIno() {
-		d.pend = nil
+		if to := m.GetTakeOver(); to != 0 {
+			pend := proto.Clone(d.pend).(*metapb.PendingRename)
+			pend.Id = to
+			d.pend = pend
+		} else {
+			d.pend = nil
+		}
 		t.putDentry(d, true)
 	}
 	return &metapb.OpResult{Dentry: d.toProto()}, nil

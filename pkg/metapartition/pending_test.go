@@ -84,6 +84,25 @@ func TestPendingName(t *testing.T) {
 	if got := q.PendingNames(3, 10); len(got) != 1 {
 		t.Errorf("restored pending names: %v", got)
 	}
+	// Taken over (a resolver): the rename's undo is refused, the new
+	// owner settles it.
+	r := bounded()
+	if err := r.Restore(snap(t, q)); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, r, 4, &metapb.Op{Op: &metapb.Op_SettleDentry{SettleDentry: &metapb.SettleDentry{
+		Parent: 1, Name: []byte("new"), Ino: remote, Id: 7, TakeOver: 9}}})
+	if d, _, _ := r.LookupPending(1, "new"); d.GetPending().GetId() != 9 || d.GetPending().GetSince() != 2 {
+		t.Fatalf("taken over: %v", d)
+	}
+	if res := run(t, r, 5, undoDelete(1, "new", remote, 7)); metapb.Errno(res.Errno) != metapb.ESTALE {
+		t.Errorf("the rename's undo after a take-over: %v", metapb.Errno(res.Errno))
+	}
+	mustRun(t, r, 6, settle(1, "new", remote, 9))
+	if d, _, e := r.Lookup(1, "new"); e != metapb.OK || d.GetIno() != remote {
+		t.Errorf("settled by its new owner: %v %v", d, e)
+	}
+
 	// Taken back by its own rename.
 	mustRun(t, q, 4, undoDelete(1, "new", remote, 7))
 	if _, _, e := q.LookupPending(1, "new"); e != metapb.ENOENT {

@@ -871,11 +871,13 @@ func (x *Dentry) GetPending() *PendingRename {
 // back. A partition's resolver settles a pending name older than a bound
 // whose rename died (docs/design.md, "Renames across partitions").
 type PendingRename struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`                                   // the rename's; its undo and settle name it
-	FromParent    uint64                 `protobuf:"varint,2,opt,name=from_parent,json=fromParent,proto3" json:"from_parent,omitempty"` // the old name, which the rename's commit deletes
-	FromName      []byte                 `protobuf:"bytes,3,opt,name=from_name,json=fromName,proto3" json:"from_name,omitempty"`
-	Since         int64                  `protobuf:"varint,4,opt,name=since,proto3" json:"since,omitempty"` // set at apply (the batch's time, Unix ns)
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the rename's (its undo and settle name it), below 2^63; a
+	// partition's resolver that takes the name over sets the top bit.
+	Id            uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	FromParent    uint64 `protobuf:"varint,2,opt,name=from_parent,json=fromParent,proto3" json:"from_parent,omitempty"` // the old name, which the rename's commit deletes
+	FromName      []byte `protobuf:"bytes,3,opt,name=from_name,json=fromName,proto3" json:"from_name,omitempty"`
+	Since         int64  `protobuf:"varint,4,opt,name=since,proto3" json:"since,omitempty"` // set at apply (the batch's time, Unix ns)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1327,11 +1329,16 @@ func (x *ReplaceDentry) GetUndo() uint64 {
 // not pending under id (settled already, or taken back): retries are
 // harmless.
 type SettleDentry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Ino           uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
-	Id            uint64                 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name   []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Ino    uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	Id     uint64                 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"`
+	// take_over, if set, moves the mark to rename take_over instead of
+	// ending it: a partition's resolver takes a stale name over first, so
+	// that the rename that placed it can no longer take it back while the
+	// resolver finishes it.
+	TakeOver      uint64 `protobuf:"varint,5,opt,name=take_over,json=takeOver,proto3" json:"take_over,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1390,6 +1397,13 @@ func (x *SettleDentry) GetIno() uint64 {
 func (x *SettleDentry) GetId() uint64 {
 	if x != nil {
 		return x.Id
+	}
+	return 0
+}
+
+func (x *SettleDentry) GetTakeOver() uint64 {
+	if x != nil {
+		return x.TakeOver
 	}
 	return 0
 }
@@ -5718,12 +5732,13 @@ const file_meta_proto_rawDesc = "" +
 	"\n" +
 	"expect_ino\x18\x05 \x01(\x04R\texpectIno\x123\n" +
 	"\apending\x18\x06 \x01(\v2\x19.cairn.meta.PendingRenameR\apending\x12\x12\n" +
-	"\x04undo\x18\a \x01(\x04R\x04undo\"\\\n" +
+	"\x04undo\x18\a \x01(\x04R\x04undo\"y\n" +
 	"\fSettleDentry\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x0e\n" +
-	"\x02id\x18\x04 \x01(\x04R\x02id\"\x85\x02\n" +
+	"\x02id\x18\x04 \x01(\x04R\x02id\x12\x1b\n" +
+	"\ttake_over\x18\x05 \x01(\x04R\btakeOver\"\x85\x02\n" +
 	"\aSetattr\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
 	"\x05valid\x18\x02 \x01(\rR\x05valid\x12\x12\n" +
