@@ -43,6 +43,10 @@ func Of(txn *metapb.Txn) (names []Name, inodes []uint64, reset bool) {
 			names = append(names, Name{o.DeleteDentry.GetParent(), string(o.DeleteDentry.GetName())})
 		case *metapb.Op_ReplaceDentry:
 			names = append(names, Name{o.ReplaceDentry.GetParent(), string(o.ReplaceDentry.GetName())})
+		case *metapb.Op_SettleDentry:
+			// A rename's new name, settled: kernels held it only through
+			// a listing, if at all (lookups of a pending name wait).
+			names = append(names, Name{o.SettleDentry.GetParent(), string(o.SettleDentry.GetName())})
 		case *metapb.Op_Setattr:
 			inodes = append(inodes, o.Setattr.GetIno())
 		case *metapb.Op_Link:

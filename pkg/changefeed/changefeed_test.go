@@ -16,6 +16,8 @@ func TestOf(t *testing.T) {
 			return &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: o}}
 		case *metapb.ReplaceDentry:
 			return &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: o}}
+		case *metapb.SettleDentry:
+			return &metapb.Op{Op: &metapb.Op_SettleDentry{SettleDentry: o}}
 		case *metapb.TouchDir:
 			return &metapb.Op{Op: &metapb.Op_TouchDir{TouchDir: o}}
 		case *metapb.Link:
@@ -45,6 +47,7 @@ func TestOf(t *testing.T) {
 			[]Name{{1, "a"}}, []uint64{1}, false},
 		{"rename over", []*metapb.Op{op(&metapb.DeleteDentry{Parent: 1, Name: []byte("a")}), op(&metapb.ReplaceDentry{Parent: 2, Name: []byte("b"), Ino: 9}), op(&metapb.Link{Ino: 7, Delta: -1})},
 			[]Name{{1, "a"}, {2, "b"}}, []uint64{7}, false},
+		{"settle", []*metapb.Op{op(&metapb.SettleDentry{Parent: 2, Name: []byte("b"), Ino: 9, Id: 5})}, []Name{{2, "b"}}, nil, false},
 		{"close", []*metapb.Op{op(&metapb.AppendExtents{Ino: 9, Size: 4096})}, nil, []uint64{9}, false},
 		{"fence", []*metapb.Op{op(&metapb.Fence{Parent: 3})}, nil, nil, false},
 		{"migration", []*metapb.Op{op(&metapb.PurgeDentries{})}, nil, nil, true},

@@ -89,6 +89,13 @@ func accessTxn(ctx context.Context, p *partition, txn *metapb.Txn) *refusal {
 		case *metapb.Op_SetRouting, *metapb.Op_ImportDentries, *metapb.Op_PurgeDentries, *metapb.Op_SetRange,
 			*metapb.Op_AckFreed, *metapb.Op_ChunkCollect, *metapb.Op_ChunkForget, *metapb.Op_ChunkFix:
 			return refuse(metapb.EPERM, "%T is sent by cluster nodes and admin tools only", op.GetOp())
+		case *metapb.Op_SettleDentry:
+			// Taking a pending name over is a partition resolver's
+			// (resolve.go): from a client it would disarm another
+			// rename's undo.
+			if o.SettleDentry.GetTakeOver() != 0 {
+				return refuse(metapb.EPERM, "taking a pending name over is the partitions' resolvers' only")
+			}
 		case *metapb.Op_ChunkRefs:
 			// Drops are the collector's: a client's drop_seq would move
 			// the watermark of the partition it names as the source, and

@@ -199,6 +199,8 @@ func txnInodes(txn *metapb.Txn) []uint64 {
 			out = append(out, o.DeleteDentry.GetParent())
 		case *metapb.Op_ReplaceDentry:
 			out = append(out, o.ReplaceDentry.GetParent(), o.ReplaceDentry.GetIno())
+		case *metapb.Op_SettleDentry:
+			out = append(out, o.SettleDentry.GetParent())
 		case *metapb.Op_Setattr:
 			out = append(out, o.Setattr.GetIno())
 			if o.Setattr.GetValid()&uint32(metapb.SetattrValid_SETATTR_PARENT) != 0 {
