@@ -28,6 +28,13 @@ func (fs *FS) openFiles(ino uint64) []*client.File {
 	return out
 }
 
+// hasOpen reports whether this mount has a handle of ino open.
+func (fs *FS) hasOpen(ino uint64) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return len(fs.byIno[ino]) > 0
+}
+
 // flushOpen flushes every handle this mount has open on ino, so that what
 // comes next (an open, a truncate, a new mtime) follows their writes, and
 // returns them. A handle released meanwhile is skipped: the kernel sends

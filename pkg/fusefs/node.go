@@ -67,7 +67,7 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 		return fs.observe("lookup", start, status(err))
 	}
 	if name != "." && name != ".." {
-		if old, bumped := fs.stale.found(header.NodeId, name, a, len(fs.openFiles(a.Ino)) > 0); bumped {
+		if old, bumped := fs.stale.found(header.NodeId, name, a, func() bool { return fs.hasOpen(a.Ino) }); bumped {
 			// The kernel's entry of old is stale: it is dropped
 			// once the kernel lets go of the directory (a rename
 			// that asked holds it now).

@@ -94,19 +94,25 @@ func (s *staleNames) gave(parent uint64, name string, a *client.Attr) {
 // found is told that a LOOKUP found a under name in parent, before the
 // answer goes out. It reports whether another name this mount gave the
 // kernel for a is stale, in which case a's generation was bumped (unless
-// open says a handle of the file is open here), and returns that name.
-func (s *staleNames) found(parent uint64, name string, a *client.Attr, open bool) (stale nameKey, bumped bool) {
+// open, asked only then, says a handle of the file is open here), and
+// returns that name.
+func (s *staleNames) found(parent uint64, name string, a *client.Attr, open func() bool) (stale nameKey, bumped bool) {
 	if !oneName(a) {
 		return nameKey{}, false
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	g, ok := s.byIno[a.Ino]
+	s.mu.Unlock()
 	if !ok || g.key == (nameKey{parent, name}) || time.Since(g.at) >= s.ttl {
 		return nameKey{}, false
 	}
-	if open || (len(s.gens) >= maxGens && s.gens[a.Ino] == 0) {
+	if open() {
 		return g.key, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.byIno[a.Ino]; !ok || cur != g || (len(s.gens) >= maxGens && s.gens[a.Ino] == 0) {
+		return g.key, false // changed meanwhile, or no room
 	}
 	s.gens[a.Ino]++
 	delete(s.byName, g.key)

@@ -35,7 +35,7 @@ func TestStaleNames(t *testing.T) {
 	for _, c := range cases {
 		s := newStaleNames(time.Minute)
 		c.setup(s)
-		old, bumped := s.found(1, "b", c.found, c.open)
+		old, bumped := s.found(1, "b", c.found, func() bool { return c.open })
 		if bumped != c.bumped {
 			t.Errorf("%s: bumped %v, want %v", c.name, bumped, c.bumped)
 		}
@@ -51,7 +51,7 @@ func TestStaleNames(t *testing.T) {
 		}
 		// Once bumped, the old name is forgotten: a second lookup under
 		// the new name changes nothing.
-		if _, again := s.found(1, "b", c.found, c.open); again {
+		if _, again := s.found(1, "b", c.found, func() bool { return c.open }); again {
 			t.Errorf("%s: bumped twice", c.name)
 		}
 	}
@@ -60,7 +60,7 @@ func TestStaleNames(t *testing.T) {
 	s := newStaleNames(0)
 	s.gave(1, "a", file)
 	time.Sleep(nameHintSlack + 10*time.Millisecond)
-	if _, bumped := s.found(1, "b", file, false); bumped {
+	if _, bumped := s.found(1, "b", file, func() bool { return false }); bumped {
 		t.Error("an expired name counted as held")
 	}
 }

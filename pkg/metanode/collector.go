@@ -84,6 +84,20 @@ func (h *Host) runCollector() {
 	if interval <= 0 {
 		interval = defaultCollectInterval
 	}
+	h.everyLedRound(interval, collectRound, func(ctx context.Context, p ledPartition) {
+		if err := c.collect(ctx, p); err != nil {
+			h.log.Warn("deletion collector", "partition", p.part.id, "volume", p.volume, "err", err)
+		}
+		if err := c.reclaim(ctx, p); err != nil {
+			h.log.Warn("chunk reclaim", "partition", p.part.id, "volume", p.volume, "err", err)
+		}
+	})
+}
+
+// everyLedRound runs do, every interval until the host stops, on each
+// partition this replica leads, under one context per round that ends
+// after round or when the host stops.
+func (h *Host) everyLedRound(interval, round time.Duration, do func(ctx context.Context, lp ledPartition)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -92,7 +106,7 @@ func (h *Host) runCollector() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), collectRound)
+		ctx, cancel := context.WithTimeout(context.Background(), round)
 		go func() {
 			select {
 			case <-h.stop:
@@ -100,13 +114,8 @@ func (h *Host) runCollector() {
 			case <-ctx.Done():
 			}
 		}()
-		for _, p := range h.ledPartitions() {
-			if err := c.collect(ctx, p); err != nil {
-				h.log.Warn("deletion collector", "partition", p.part.id, "volume", p.volume, "err", err)
-			}
-			if err := c.reclaim(ctx, p); err != nil {
-				h.log.Warn("chunk reclaim", "partition", p.part.id, "volume", p.volume, "err", err)
-			}
+		for _, lp := range h.ledPartitions() {
+			do(ctx, lp)
 		}
 		cancel()
 	}

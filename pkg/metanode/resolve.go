@@ -49,27 +49,7 @@ const (
 func (h *Host) runResolver() {
 	defer h.wg.Done()
 	s := &service{h: h}
-	t := time.NewTicker(resolveInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), resolveRound)
-		go func() {
-			select {
-			case <-h.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		for _, lp := range h.ledPartitions() {
-			s.resolvePending(ctx, lp)
-		}
-		cancel()
-	}
+	h.everyLedRound(resolveInterval, resolveRound, s.resolvePending)
 }
 
 // resolvePending resolves lp's names pending longer than pendingStale.

@@ -140,18 +140,10 @@ func (t *txn) pendingOf(m *metapb.PendingRename) (*metapb.PendingRename, *opErro
 // or hands it to rename m.take_over; anything else there is left as it is
 // (a retry, or a rename taken back).
 func (t *txn) settleDentry(m *metapb.SettleDentry) (*metapb.OpResult, *opError) {
-	parent, err := t.ref("parent", m.GetParent())
+	d, ok, err := t.named(m.GetParent(), m.GetName())
 	if err != nil {
 		return nil, err
 	}
-	name := string(m.GetName())
-	if e, msg := checkName(name); e != metapb.OK {
-		return nil, fail(e, "%s", msg)
-	}
-	if err := t.checkRoute(parent, name); err != nil {
-		return nil, err
-	}
-	d, ok := t.dentry(parent, name)
 	if !ok {
 		return &metapb.OpResult{}, nil
 	}
@@ -168,19 +160,33 @@ func (t *txn) settleDentry(m *metapb.SettleDentry) (*metapb.OpResult, *opError) 
 	return &metapb.OpResult{Dentry: d.toProto()}, nil
 }
 
+// named checks an op's reference to an existing name (the parent, the
+// name, the routing) and returns its dentry, ok false when it is missing.
+func (t *txn) named(rawParent uint64, rawName []byte) (dentry, bool, *opError) {
+	parent, err := t.ref("parent", rawParent)
+	if err != nil {
+		return dentry{}, false, err
+	}
+	name := string(rawName)
+	if e, msg := checkName(name); e != metapb.OK {
+		return dentry{}, false, fail(e, "%s", msg)
+	}
+	if err := t.checkRoute(parent, name); err != nil {
+		return dentry{}, false, err
+	}
+	d, ok := t.dentry(parent, name)
+	if !ok {
+		d = dentry{parent: parent, name: name}
+	}
+	return d, ok, nil
+}
+
 func (t *txn) deleteDentry(m *metapb.DeleteDentry) (*metapb.OpResult, *opError) {
-	parent, err := t.ref("parent", m.GetParent())
+	d, ok, err := t.named(m.GetParent(), m.GetName())
 	if err != nil {
 		return nil, err
 	}
-	name := string(m.GetName())
-	if e, msg := checkName(name); e != metapb.OK {
-		return nil, fail(e, "%s", msg)
-	}
-	if err := t.checkRoute(parent, name); err != nil {
-		return nil, err
-	}
-	d, ok := t.dentry(parent, name)
+	parent, name := d.parent, d.name
 	if !ok {
 		return nil, fail(metapb.ENOENT, "%d/%s does not exist", parent, quote(name))
 	}
