@@ -4,8 +4,11 @@
 // The map says what the replica set must become; the group's leader makes
 // it so one configuration change at a time, with raft's simple protocol:
 //
-//  0. remove members the map does not know (left by an abandoned move),
-//     whether or not a move is in progress;
+//  0. whether or not a move is in progress, bring the configuration back
+//     to the map's replica set: remove members the map does not know (left
+//     by an abandoned move) and add back, as a learner and then a voter,
+//     replicas it has that are not voters (an abandoned move that had
+//     removed its leaving node already);
 //  1. add the joining node as a learner (it receives a snapshot and the log
 //     without counting toward any quorum); but when the leaving node has
 //     not been heard from (it is dead), remove it first, so that one more
@@ -66,14 +69,45 @@ type Group struct {
 }
 
 // Next returns the step that moves g toward replacing leaving with joining
-// (joining 0: no move, only strays to remove). It returns None when the
-// configuration is already the target.
+// (joining 0: no move). It returns None when the configuration is already
+// the target. Before any step of a move, the configuration is brought back
+// to the map's replica set: members the map does not know go, and replicas
+// the map has that are not voters (an abandoned move that had removed its
+// leaving node already) are added back, as learners first. Dead strays go
+// before a replica is added back, live ones after: a group never counts a
+// dead member toward its quorum for longer than it must, and never shrinks
+// below the map's replicas while it can grow back to them.
 func Next(g Group, joining, leaving uint64) Step {
 	if len(g.Replicas) == 0 {
 		return Step{} // no replica set known: nothing to compare with
 	}
-	for _, m := range append(slices.Clone(g.Voters), g.Learners...) {
-		if m != joining && m != g.Self && !slices.Contains(g.Replicas, m) {
+	stray := func(m uint64) bool { return m != joining && m != g.Self && !slices.Contains(g.Replicas, m) }
+	for _, m := range g.Learners {
+		if stray(m) {
+			return Step{Remove, m} // counts toward no quorum: harmless to drop
+		}
+	}
+	for _, m := range g.Voters {
+		if stray(m) && !g.Active[m] {
+			return Step{Remove, m}
+		}
+	}
+	for _, r := range g.Replicas {
+		if r == leaving || r == joining || slices.Contains(g.Voters, r) {
+			continue
+		}
+		// A replica of the map that is no voter: the map routes reads and
+		// writes to it, and its group must count it again.
+		if !slices.Contains(g.Learners, r) {
+			return Step{AddLearner, r}
+		}
+		if g.Match[r] >= g.Commit {
+			return Step{Promote, r}
+		}
+		return Step{} // still catching up
+	}
+	for _, m := range g.Voters {
+		if stray(m) {
 			return Step{Remove, m}
 		}
 	}

@@ -25,6 +25,13 @@ func TestNext(t *testing.T) {
 		{"a stray voter goes with no move in progress", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3, 5}, Active: all}, 0, 0, Step{Remove, 5}},
 		{"a stray learner goes with no move in progress", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3}, Learners: []uint64{4}}, 0, 0, Step{Remove, 4}},
 		{"no replica set known: nothing", Group{Self: 1, Voters: []uint64{1, 2, 3}}, 0, 0, Step{}},
+		{"an abandoned move removed a map replica: added back", Group{Self: 2, Replicas: r123, Voters: []uint64{2, 3}, Active: all}, 0, 0, Step{AddLearner, 1}},
+		{"an added-back replica catching up", Group{Self: 2, Replicas: r123, Voters: []uint64{2, 3}, Learners: []uint64{1}, Match: map[uint64]uint64{1: 3}, Commit: 9}, 0, 0, Step{}},
+		{"an added-back replica caught up", Group{Self: 2, Replicas: r123, Voters: []uint64{2, 3}, Learners: []uint64{1}, Match: map[uint64]uint64{1: 9}, Commit: 9}, 0, 0, Step{Promote, 1}},
+		{"a live stray voter waits for the replica added back", Group{Self: 2, Replicas: r123, Voters: []uint64{2, 3, 4}, Active: all}, 0, 0, Step{AddLearner, 1}},
+		{"a dead stray voter goes before", Group{Self: 2, Replicas: r123, Voters: []uint64{2, 3, 4}, Active: map[uint64]bool{2: true, 3: true}}, 0, 0, Step{Remove, 4}},
+		{"the leaving node removed mid-move is not added back", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 4}}, 4, 3, Step{}},
+		{"a map replica removed mid-move is added back before the move goes on", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 3}, Active: all}, 4, 3, Step{AddLearner, 2}},
 		{"done", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 4}}, 4, 3, Step{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

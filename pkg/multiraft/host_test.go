@@ -488,6 +488,50 @@ func TestConfChangeAddRemove(t *testing.T) {
 	}
 }
 
+// A member removed while its replica stays (a replica move abandoned after
+// it removed its leaving node, which the cluster map still lists) is added
+// back as a learner, catches up with what it missed, is promoted and can
+// lead the group again.
+func TestRemovedMemberAddedBack(t *testing.T) {
+	c := newCluster(t, 3, 11, nil)
+	c.addGroup(1)
+	c.propose(1, "before")
+	lead := c.waitLeader(1)
+	victim := NodeID(1)
+	if victim == lead {
+		victim = 2
+	}
+	remove := &raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: proto.Uint64(uint64(victim))}
+	if err := c.waitErr("remove", c.confChangeAsync(lead, 1, remove)); err != nil {
+		t.Fatal(err)
+	}
+	c.propose(1, "while out")
+	for _, cc := range []*raftpb.ConfChange{
+		{Type: raftpb.ConfChangeAddLearnerNode.Enum(), NodeId: proto.Uint64(uint64(victim))},
+		{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(uint64(victim))},
+	} {
+		lead = c.waitLeader(1)
+		if err := c.waitErr(cc.GetType().String(), c.confChangeAsync(lead, 1, cc)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.propose(1, "back")
+	c.runUntil("the member back in step", 1000, func() bool { return c.converged(1) })
+	if h := c.checkSame(1); !slices.Equal(h, []string{"before", "while out", "back"}) {
+		t.Fatalf("history %v", h)
+	}
+	for _, id := range c.ids {
+		if st, _ := c.hosts[id].Status(1); !slices.Contains(st.Voters, victim) || len(st.Voters) != 3 {
+			t.Fatalf("node %d voters %v", id, st.Voters)
+		}
+	}
+	lead = c.waitLeader(1)
+	if err := c.hosts[lead].TransferLeader(1, victim); err != nil {
+		t.Fatal(err)
+	}
+	c.runUntil("the member back leads", 1000, func() bool { return c.leader(1) == victim })
+}
+
 func (c *cluster) confChangeAsync(id NodeID, g GroupID, cc raftpb.ConfChangeI) <-chan proposalResult {
 	c.t.Helper()
 	ch, _, err := c.hosts[id].proposeConf(g, cc)
