@@ -501,9 +501,10 @@ func markPending(ops, undo []*metapb.Op, pend *metapb.PendingRename) {
 }
 
 // newNameChanged returns err, the failure of a rename's Txn of ops, as
-// ESTALE when the op that failed is the new name's and says the name is not
-// what the lookups found: taken since (a create's EEXIST), or another inode
-// or gone (a replace's or delete's ESTALE or ENOENT). rename(2) has no such
+// ESTALE when the op that failed is the new name's and says the names are
+// not what the lookups found: the new name taken since (a create's EEXIST),
+// or another inode or gone (a replace's or delete's ESTALE or ENOENT), or
+// the moved inode gone (a create's ENOENT). rename(2) has no such
 // answer (without RENAME_NOREPLACE it replaces a name that exists), so the
 // rename starts over with lookups, as for an old name that changed.
 func newNameChanged(op string, ops []*metapb.Op, res *metapb.TxnResult, err error, parent uint64, name string) error {
@@ -514,7 +515,12 @@ func newNameChanged(op string, ops []*metapb.Op, res *metapb.TxnResult, err erro
 	var changed bool
 	switch o := ops[i].GetOp().(type) {
 	case *metapb.Op_CreateDentry:
-		changed = o.CreateDentry.GetParent() == parent && string(o.CreateDentry.GetName()) == name && isErrno(err, syscall.EEXIST)
+		// EEXIST: the name was taken. ENOENT: the moved inode is gone
+		// (the old name was replaced or removed since it was looked up,
+		// and the inode evicted), or the new directory is: the fresh
+		// lookups of the next attempt give the errno that holds.
+		changed = o.CreateDentry.GetParent() == parent && string(o.CreateDentry.GetName()) == name &&
+			(isErrno(err, syscall.EEXIST) || isErrno(err, syscall.ENOENT))
 	case *metapb.Op_ReplaceDentry:
 		changed = o.ReplaceDentry.GetParent() == parent && string(o.ReplaceDentry.GetName()) == name &&
 			(isErrno(err, syscall.ESTALE) || isErrno(err, syscall.ENOENT))
