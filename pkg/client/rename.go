@@ -62,7 +62,7 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 		// the exact errno.
 	}
 	var err error
-	for attempt, waited := 0, 0; attempt < renameAttempts; {
+	for attempt := 0; attempt < renameAttempts; {
 		// ESTALE: a name changed between lookup and commit; start over
 		// (at once the first times, then after a pause, since names that
 		// keep changing are contended: rename(2) has no ESTALE to give).
@@ -71,22 +71,7 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 		err = replanned(ctx, op, func() error {
 			return v.rename(ctx, oldParent, oldName, newParent, newName, flags, renameHints{})
 		})
-		switch {
-		case errors.Is(err, errRenameUnderWay) && waited < renameWaits:
-			// Wait for the other rename to finish: then the old name
-			// is gone (ENOENT) or the other rename was taken back.
-			waited++
-			select {
-			case <-ctx.Done():
-				return transportErr(op, fmt.Errorf("waiting for another rename of the file: %w", ctx.Err()))
-			case <-time.After(renameWait):
-			}
-			continue
-		case errors.Is(err, errRenameUnderWay):
-			// Still both: a rename that died between its steps left
-			// them. rename(2) of two names of one inode does nothing.
-			return nil
-		case !isErrno(err, syscall.ESTALE):
+		if !isErrno(err, syscall.ESTALE) {
 			return err
 		}
 		if attempt++; attempt >= 3 {
@@ -102,16 +87,11 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 	return err
 }
 
-// errRenameUnderWay: both names of a rename name one file that has one
-// link, so another rename of it is between placing its new name and
-// deleting its old one. Answering now would be answering from a state no
-// single rename leaves (both names at once); Rename waits for it, up to
-// renameWaits × renameWait.
-var errRenameUnderWay = errors.New("another rename of the file is under way")
-
+// A rename starts over at most renameAttempts times when its names keep
+// changing under it, after the third time with a pause of renameWait on
+// average.
 const (
 	renameWait     = 20 * time.Millisecond
-	renameWaits    = 100
 	renameAttempts = 20
 )
 
@@ -277,14 +257,7 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 			// Nothing to send that would check the hints: look.
 			return errnoErr(op, syscall.ESTALE, "hinted names are one inode")
 		}
-		if !srcDir {
-			// Hard links, or one file between the two steps of
-			// another rename: its link count tells them apart.
-			if in, err := v.getInode(ctx, op, src.GetIno()); err == nil && in.GetNlink() == 1 {
-				return errRenameUnderWay
-			}
-		}
-		return nil // two names of one inode: rename(2) does nothing
+		return v.sameInode(ctx, op, oldParent, oldName, newParent, newName, src, srcDir)
 	}
 	if oldParent != newParent {
 		if err := v.quotaMove(ctx, src, oldParent, newParent); err != nil {
@@ -473,6 +446,48 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 		noteDir(ctx, oldParent, results)
 		if newParent != oldParent {
 			noteDir(ctx, newParent, results)
+		}
+	}
+	return nil
+}
+
+// sameInode answers a rename (without flags or with RENAME_NOREPLACE's
+// check passed) whose lookups found one inode under both names: rename(2)
+// of two names of one inode does nothing. But the two lookups ran apart
+// (at once, on two partitions), so they show one inode under both names
+// also when another rename moved it from the one to the other in between;
+// doing nothing then would answer from a state that never was. The names
+// held it at once only if the inode has two links or more (a file with one
+// link never has two names a lookup can see: a rename's new name is
+// pending until its old name is gone; a directory never has two), and if
+// looking again, the old name and then the new one, still finds it under
+// both. Otherwise the rename starts over (ESTALE) with fresh lookups. A
+// file whose names move away and back between the looks (an ABA through
+// two other renames of hard links) is not told apart.
+func (v *Volume) sameInode(ctx context.Context, op string, oldParent uint64, oldName string, newParent uint64, newName string, src *metapb.Dentry, srcDir bool) error {
+	changed := errnoErr(op, syscall.ESTALE, "%d/%q and %d/%q named inode %d one after the other", oldParent, oldName, newParent, newName, src.GetIno())
+	if srcDir {
+		return changed
+	}
+	in, err := v.getInode(ctx, op, src.GetIno())
+	switch {
+	case isErrno(err, syscall.ENOENT):
+		return changed // evicted since: neither name holds it now
+	case err != nil:
+		return err
+	case in.GetNlink() < 2:
+		return changed
+	}
+	for _, n := range []struct {
+		parent uint64
+		name   string
+	}{{oldParent, oldName}, {newParent, newName}} {
+		d, _, err := v.lookupDentry(ctx, op, n.parent, n.name)
+		if err != nil {
+			return err
+		}
+		if d.GetIno() != src.GetIno() {
+			return changed
 		}
 	}
 	return nil
