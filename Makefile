@@ -31,7 +31,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 30m
 
-.PHONY: build up lab lab-down jepsen jepsen-short test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean python python-test bench-python
+.PHONY: build up lab lab-down bench-lab jepsen jepsen-short test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean python python-test bench-python
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -59,6 +59,13 @@ lab: build
 ## lab-down: take the lab of make lab down (also after a crash).
 lab-down:
 	$(SUDO) ./$(BIN) lab down --dir $(LAB_DIR)
+
+## bench-lab: cairn bench with its workers on the client hosts of the lab
+## of make lab (LAB_DIR), each going through its own host's mount, the
+## master on the first (root; not in CI). LAB_BENCH: cairn bench run's flags.
+LAB_BENCH ?= --workload metadata --set files=1000 --threads 4
+bench-lab: build
+	$(SUDO) ./$(BIN) lab bench --dir $(LAB_DIR) -- $(LAB_BENCH)
 
 ## jepsen: a nemesis run of JEPSEN_DURATION (10m) on a fresh lab of 6 server
 ## hosts in 3 zones and 3 client hosts: random faults of every kind while the

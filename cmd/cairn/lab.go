@@ -39,7 +39,7 @@ and which faults are in force are recorded in <dir>/lab.json, so that
 See docs/lab.md.`,
 		Args: noArgs,
 	}
-	cmd.AddCommand(newLabUpCmd(), newLabDownCmd(), newLabStatusCmd(), newLabExecCmd(), newLabFaultCmd(), newLabHealCmd(), newLabJepsenCmd(), newLabCheckCmd(), newLabLauncherCmd())
+	cmd.AddCommand(newLabUpCmd(), newLabDownCmd(), newLabStatusCmd(), newLabExecCmd(), newLabFaultCmd(), newLabHealCmd(), newLabJepsenCmd(), newLabCheckCmd(), newLabLauncherCmd(), newLabBenchCmd())
 	return cmd
 }
 

@@ -16,7 +16,13 @@ func testConfig() Config {
 // testState is the state Up would record for testConfig in /lab.
 func testState(t *testing.T) *State {
 	t.Helper()
-	p, err := newPlan(testConfig(), "/lab")
+	return stateOf(t, testConfig())
+}
+
+// stateOf is the state Up would record for cfg in /lab.
+func stateOf(t *testing.T, cfg Config) *State {
+	t.Helper()
+	p, err := newPlan(cfg, "/lab")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -284,4 +285,49 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return "  " + strings.Join(lines, "\n  ")
+}
+
+// waitListening waits until process pid (or a child it became) listens on
+// addr (IPv4 ADDR:PORT) in its network namespace, as its /proc/PID/net/tcp
+// shows, or fails when the process ends or wait passes.
+func waitListening(ctx context.Context, pid int, addr string, wait time.Duration) error {
+	want, err := procTCPAddr(addr)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		if listening(pid, want) {
+			return nil
+		}
+		if st, _, err := procStat(pid); err != nil || st == 'Z' || st == 'X' {
+			return errors.New("it exited before it listened")
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not listening on %s after %v", addr, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// listening reports whether /proc/PID/net/tcp has a socket in LISTEN (0A)
+// state at local address want.
+func listening(pid int, want string) bool {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) > 3 && fs[1] == want && fs[3] == "0A" {
+			return true
+		}
+	}
+	return false
 }
