@@ -3,6 +3,7 @@ package master
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -274,7 +275,11 @@ func (s *Server) balanceReplicas(ctx context.Context) {
 			continue
 		}
 		var move *pb.MoveReplica
-		s.fsm.read(func(st *clustermap.State) { move = balanceMove(st.Map(), role, cands) })
+		s.fsm.read(func(st *clustermap.State) {
+			if move = spreadMove(st.Map(), role, cands); move == nil {
+				move = balanceMove(st.Map(), role, cands)
+			}
+		})
 		if move == nil {
 			continue
 		}
@@ -285,6 +290,74 @@ func (s *Server) balanceReplicas(ctx context.Context) {
 		s.log.Info("replica move", "partition", move.PartitionId, "from", move.From, "to", move.To, "phase", "start", "why", "balance")
 		return // one at a time
 	}
+}
+
+// spreadMove picks a move that puts a replica of a partition whose
+// replicas share a zone into a zone the partition does not use, or nil
+// when there is none to make. Recovery from a lost zone places replicas in
+// the zones left, two in one zone if it must (docs/design.md, "Zones");
+// once the zone is back, these moves take each partition back to one
+// replica per zone. Of the replicas sharing a zone, the one on the node
+// with the most replicas moves, to the candidate with the fewest in a zone
+// the partition does not use; only fully healthy partitions move, one at
+// a time. Each move lowers the number of replicas sharing a zone, so it
+// ends.
+func spreadMove(m *pb.ClusterMap, role pb.Role, cands []placement.Candidate) *pb.MoveReplica {
+	kind := pb.PartitionKind_PARTITION_KIND_META
+	if role == pb.Role_ROLE_DATA {
+		kind = pb.PartitionKind_PARTITION_KIND_DATA
+	}
+	zone := func(id uint64) string {
+		if n := m.Nodes[id]; n != nil {
+			return n.Zone
+		}
+		return ""
+	}
+	count := map[uint64]int{}
+	for _, p := range m.Partitions {
+		for _, r := range p.Replicas {
+			count[r]++
+		}
+	}
+	ids := slices.Sorted(maps.Keys(m.Partitions))
+	for _, id := range ids {
+		p := m.Partitions[id]
+		if p.Kind != kind || p.Joining != 0 || len(p.Down) > 0 || len(p.Stale) > 0 {
+			continue
+		}
+		used := map[string]int{}
+		healthy := true
+		for _, r := range p.Replicas {
+			n := m.Nodes[r]
+			healthy = healthy && n != nil && n.State == pb.NodeState_NODE_STATE_ALIVE
+			used[zone(r)]++
+		}
+		if !healthy {
+			continue
+		}
+		var from uint64
+		for _, r := range p.Replicas {
+			if z := zone(r); z != "" && used[z] > 1 && (from == 0 || count[r] > count[from] || count[r] == count[from] && r < from) {
+				from = r
+			}
+		}
+		if from == 0 {
+			continue
+		}
+		var to *placement.Candidate
+		for i, c := range cands {
+			if c.Zone == "" || used[c.Zone] > 0 || slices.Contains(p.Replicas, c.ID) {
+				continue
+			}
+			if to == nil || count[c.ID] < count[to.ID] {
+				to = &cands[i]
+			}
+		}
+		if to != nil {
+			return &pb.MoveReplica{PartitionId: p.Id, From: from, To: to.ID, Phase: pb.MovePhase_MOVE_PHASE_START}
+		}
+	}
+	return nil
 }
 
 // balanceMove picks the balancing move for role over the candidates (alive,

@@ -7,6 +7,51 @@ import (
 	"github.com/cairnfs/cairn/pkg/placement"
 )
 
+// TestSpreadMove: replicas that share a zone (recovery from a lost zone
+// put them there) go back to a zone of their own once one has a node.
+func TestSpreadMove(t *testing.T) {
+	data := pb.PartitionKind_PARTITION_KIND_DATA
+	alive := pb.NodeState_NODE_STATE_ALIVE
+	zones := map[uint64]string{1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}
+	mk := func(present []uint64, parts ...[]uint64) (*pb.ClusterMap, []placement.Candidate) {
+		m := &pb.ClusterMap{Nodes: map[uint64]*pb.Node{}, Partitions: map[uint64]*pb.Partition{}}
+		var cands []placement.Candidate
+		for _, id := range present {
+			m.Nodes[id] = &pb.Node{Id: id, Role: pb.Role_ROLE_DATA, State: alive, Zone: zones[id]}
+			cands = append(cands, placement.Candidate{ID: id, Zone: zones[id]})
+		}
+		for i, r := range parts {
+			m.Partitions[uint64(i+1)] = &pb.Partition{Id: uint64(i + 1), Kind: data, Replicas: r}
+		}
+		return m, cands
+	}
+	all := []uint64{1, 2, 3, 4, 5, 6}
+	for _, tc := range []struct {
+		name    string
+		present []uint64
+		parts   [][]uint64
+		want    *pb.MoveReplica
+	}{
+		{"one replica per zone: nothing", all, [][]uint64{{1, 3, 5}, {2, 4, 6}}, nil},
+		// Node 1 holds more replicas than node 2: its replica moves, to
+		// the emptier node of zone c.
+		{"two in one zone: one moves to the zone back", all, [][]uint64{{1, 2, 3}, {1, 4, 5}}, &pb.MoveReplica{PartitionId: 1, From: 1, To: 6}},
+		{"no node in a zone the partition lacks: nothing", []uint64{1, 2, 3, 4}, [][]uint64{{1, 2, 3}}, nil},
+		{"a partition with a replica down waits", []uint64{1, 2, 3, 5, 6}, [][]uint64{{1, 2, 4}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, cands := mk(tc.present, tc.parts...)
+			got := spreadMove(m, pb.Role_ROLE_DATA, cands)
+			switch {
+			case tc.want == nil && got != nil:
+				t.Fatalf("move %v, want none", got)
+			case tc.want != nil && (got == nil || got.PartitionId != tc.want.PartitionId || got.From != tc.want.From || got.To != tc.want.To):
+				t.Fatalf("move %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestBalanceMove(t *testing.T) {
 	data := pb.PartitionKind_PARTITION_KIND_DATA
 	alive := pb.NodeState_NODE_STATE_ALIVE

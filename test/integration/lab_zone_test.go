@@ -20,8 +20,10 @@ import (
 // and checks what docs/design.md ("Partitions and zones") promises: no
 // byte written before is lost, writes and reads through a mount on a
 // client host resume (the time is logged), cairn status shows the zone
-// down and the rule, and after the heal every node is alive again, every
-// partition healthy, and every file intact.
+// down and the rule, and that the rule holds: once the zone's nodes are
+// out (--out-after, 20 s here) every partition is rebuilt to 3 replicas in
+// the two zones left, and after the heal every node is alive again, every
+// partition healthy with one replica per zone again, and every file intact.
 func TestLabZoneDown(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the lab needs root (network namespaces, a bridge, nftables)")
@@ -34,8 +36,9 @@ func TestLabZoneDown(t *testing.T) {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
+	const outAfter = 20 * time.Second
 	l, err := lab.Up(ctx, lab.Config{Dir: dir, Hosts: 6, Zones: 3, Clients: 1, Binary: cairnBin, Out: testLog{t},
-		MountOptions: []string{"op_timeout=10"}})
+		MountOptions: []string{"op_timeout=10"}, MasterFlags: []string{"--out-after=" + outAfter.String()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,10 +128,23 @@ func TestLabZoneDown(t *testing.T) {
 	}
 	t.Logf("every file read back with zone %s down in %.1fs", h.Zone, time.Since(readStart).Seconds())
 
+	// The rule: the zone's nodes go out and every partition gets its
+	// third replica back in the zones left.
+	eventually(t, 3*time.Minute, func() error {
+		return zoneSpread(ctx, l, func(p string, zones map[string]int, n int) error {
+			if n != 3 || zones[h.Zone] > 0 {
+				return fmt.Errorf("%s: %d replicas alive, zones %v", p, n, zones)
+			}
+			return nil
+		})
+	})
+	t.Logf("zone %s down: every partition back at 3 replicas in the zones left %.1fs after the cut", h.Zone, time.Since(cut).Seconds())
+
 	if err := l.Heal(ctx, f.ID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, func() error {
+	healed := time.Now()
+	eventually(t, 4*time.Minute, func() error {
 		cs, err := l.Cluster(ctx)
 		if err != nil {
 			return err
@@ -143,13 +159,45 @@ func TestLabZoneDown(t *testing.T) {
 				return fmt.Errorf("%s partition %d %s", p.Kind, p.ID, p.Health)
 			}
 		}
-		return nil
+		// The zone is back: one replica per zone again.
+		return zoneSpread(ctx, l, func(p string, zones map[string]int, n int) error {
+			if n != 3 || len(zones) != 3 {
+				return fmt.Errorf("%s: %d replicas alive, zones %v", p, n, zones)
+			}
+			return nil
+		})
 	})
+	t.Logf("zone %s back: every partition healthy with one replica per zone %.1fs after the heal", h.Zone, time.Since(healed).Seconds())
 	for name, want := range files {
 		if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, want) {
 			t.Errorf("%s after the heal: %v, %d bytes, equal %v", name, err, len(got), bytes.Equal(got, want))
 		}
 	}
+}
+
+// zoneSpread calls check for every partition of the lab's cluster with
+// the zones of its replicas on alive nodes (replicas per zone) and how
+// many those are, and returns the first error.
+func zoneSpread(ctx context.Context, l *lab.Lab, check func(p string, zones map[string]int, alive int) error) error {
+	cs, err := l.Cluster(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range cs.Partitions {
+		zones, n := map[string]int{}, 0
+		for _, r := range p.Replicas {
+			for _, nd := range cs.Nodes {
+				if nd.ID == r && nd.Role != lab.RoleMaster && nd.State == "alive" {
+					zones[nd.Zone]++
+					n++
+				}
+			}
+		}
+		if err := check(fmt.Sprintf("%s partition %d", p.Kind, p.ID), zones, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // eventually retries check every half second until it returns nil, and
