@@ -123,3 +123,47 @@ func TestHostsByReach(t *testing.T) {
 		t.Errorf("HostOf: %s %v", h, ok)
 	}
 }
+
+// TestPrepareDir: a lab starts in an empty dir or in one of a lab taken
+// down, whose files go but for its nemesis reports; anything else is
+// refused.
+func TestPrepareDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := prepareDir(dir); err != nil {
+		t.Fatalf("empty dir: %v", err)
+	}
+	s := testState(t)
+	s.Dir, s.Phase = dir, PhaseDown
+	if err := saveState(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"hosts/c1", "tls/ca", "mnt", "jepsen/seed1"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := prepareDir(dir); err != nil {
+		t.Fatalf("a lab taken down: %v", err)
+	}
+	for name, want := range map[string]bool{"hosts": false, "tls": false, "mnt": false, StateFile: false, "jepsen/seed1": true} {
+		if _, err := os.Stat(filepath.Join(dir, name)); (err == nil) != want {
+			t.Errorf("%s there: %v, want %v", name, err == nil, want)
+		}
+	}
+
+	// Files of something else: refused, as is a lab still up.
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, "notes.txt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareDir(other); err == nil {
+		t.Error("a dir of other files accepted")
+	}
+	s.Phase = PhaseUp
+	if err := saveState(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareDir(dir); err == nil || !strings.Contains(err.Error(), "already") {
+		t.Errorf("a lab that is up: %v", err)
+	}
+}

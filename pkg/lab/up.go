@@ -110,7 +110,8 @@ func Up(ctx context.Context, cfg Config) (_ *Lab, err error) {
 }
 
 // prepareDir accepts an empty dir or one of a lab that was taken down
-// (whose files it removes: a lab starts fresh), and refuses anything else.
+// (whose files it removes, but for the reports of its nemesis runs: a lab
+// starts fresh), and refuses anything else.
 func prepareDir(dir string) error {
 	s, err := loadState(dir)
 	if err == nil && s.Phase != PhaseDown {
@@ -126,7 +127,10 @@ func prepareDir(dir string) error {
 	for _, e := range ents {
 		switch name := e.Name(); {
 		case name == lockFile:
-		case s != nil && (name == StateFile || name == "hosts" || name == "tls"):
+		case s != nil && name == "jepsen":
+			// Reports of earlier nemesis runs on this dir: kept, the next
+			// run's beside them.
+		case s != nil && (name == StateFile || name == "hosts" || name == "tls" || name == filepath.Base(BenchMount(dir))):
 			if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 				return fmt.Errorf("remove the old lab's %s: %w", name, err)
 			}
