@@ -101,7 +101,7 @@ func (fs *FS) create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out
 		return fs.observe("create", start, status(err))
 	}
 	out.Fh = fs.addFile(f)
-	fs.keepPages(f)                // a new inode: nothing cached yet
+	fs.recordPages(f)              // a new inode: nothing cached yet
 	fs.noCaps.absent(f.Ino(), gen) // nor any xattr: the first write asks nothing
 	fs.fillEntryFor(tok, in.NodeId, name, a, &out.EntryOut)
 	fs.names.found(in.NodeId, name, a)
@@ -139,15 +139,13 @@ func (fs *FS) open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut, s
 		// round trip. Release still comes, after the close.
 		out.OpenFlags |= fuse.FOPEN_NOFLUSH
 	}
-	if fs.keepPages(f) {
+	if fs.keepPages(f, in.NodeId) {
 		// Unchanged since the kernel cached its pages (pagecache.go).
+		// Otherwise keepPages made the kernel drop them, and the
+		// attributes (the size) it may hold from before another mount's
+		// close, so that fstat and reads see the file as of this open
+		// (close-to-open across mounts).
 		out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
-	} else if s := fs.server.Load(); s != nil {
-		// The kernel may hold attributes (the size) cached from before
-		// another mount's close: drop them so that fstat and reads see the
-		// size as of this open (close-to-open across mounts; the pages go
-		// because the reply does not ask FOPEN_KEEP_CACHE).
-		s.InodeNotify(in.NodeId, -1, 0)
 	}
 	// The GETATTR the kernel sends after the reply is answered from what
 	// the open read (a hint).

@@ -114,6 +114,12 @@ type FS struct {
 	byIno  map[uint64]map[uint64]*client.File // ino -> fh -> open file
 	dirs   map[uint64]*dirHandle              // fh -> open directory
 	pages  map[uint64]client.Version          // ino -> Version of the kernel's cached pages (pagecache.go)
+	// dropping counts the opens of each inode making the kernel drop its
+	// pages right now (pagecache.go).
+	dropping map[uint64]int
+	// dropPagesHook, when set (tests), stands for the kernel notification
+	// that drops a node's pages.
+	dropPagesHook func(node uint64)
 
 	hints  *attrHints  // attributes learnt by this mount's operations (attrhints.go)
 	names  *nameHints  // what names held when this mount last answered for them (namehints.go)
@@ -138,7 +144,8 @@ func New(v *client.Volume, opts Options) *FS {
 		v:             v, opts: opts.withDefaults(), nextFh: 1, hints: newAttrHints(opts.withDefaults().AttrTimeout),
 		noCaps: newNoCaps(opts.withDefaults().AttrTimeout), names: newNameHints(opts.withDefaults().EntryTimeout),
 		files: map[uint64]*client.File{}, byIno: map[uint64]map[uint64]*client.File{}, dirs: map[uint64]*dirHandle{},
-		pages: map[uint64]client.Version{},
+		pages:    map[uint64]client.Version{},
+		dropping: map[uint64]int{},
 	}
 	if opts.Trace != nil {
 		fs.tr = newTracer(opts.Trace)

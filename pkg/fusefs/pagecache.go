@@ -29,8 +29,9 @@ const maxPageVersions = 1 << 20
 // Version the handle started from; otherwise the record goes and the next
 // open drops the pages.
 
-// keepPages reports whether f, just opened, may keep the kernel's cached
-// pages of its file, and records f's Version as theirs from now on.
+// keepPages reports whether f, just opened through kernel node node, may
+// keep the kernel's cached pages of its file, and records f's Version as
+// theirs from now on.
 //
 // An open that read an older Version than the record (its metadata read
 // came before another client's close that an open of this mount has
@@ -39,23 +40,79 @@ const maxPageVersions = 1 << 20
 // concurrently with the write, and dropping them, or recording its
 // Version, would let its reads put older bytes back under the newer
 // Version's record (readPages).
-func (fs *FS) keepPages(f *client.File) bool {
+//
+// An open that does not keep the pages drops them itself, through the
+// kernel's inode notification, before it answers, and until then no
+// other open of the file keeps them. The reply without FOPEN_KEEP_CACHE
+// would drop them too, but only in the opening process, once it runs
+// again: another open whose reply kept the pages (it read the new
+// Version, which this open had already recorded) could read them first,
+// bytes another client had overwritten before it opened (a nemesis run
+// found two reads on one host at once returning the old value and the
+// new).
+func (fs *FS) keepPages(f *client.File, node uint64) bool {
 	v, ok := f.Version()
-	ino := f.Ino()
+	return fs.keepPagesAt(f.Ino(), node, v, ok)
+}
+
+// keepPagesAt is keepPages for inode ino (kernel node node) opened at
+// Version v (ok: known).
+func (fs *FS) keepPagesAt(ino, node uint64, v client.Version, ok bool) bool {
+	fs.mu.Lock()
+	cur, known := fs.pages[ino]
+	switch {
+	case !ok:
+		delete(fs.pages, ino)
+	case known && (cur == v || v.Before(cur)):
+		keep := fs.dropping[ino] == 0
+		fs.mu.Unlock()
+		// While another open drops the pages, this one does not keep
+		// them either (its reply drops them in its process) and leaves
+		// the record.
+		return keep
+	default:
+		if len(fs.pages) >= maxPageVersions {
+			clear(fs.pages)
+		}
+		fs.pages[ino] = v
+	}
+	fs.dropping[ino]++
+	fs.mu.Unlock()
+	fs.dropKernelPages(node)
+	fs.mu.Lock()
+	if fs.dropping[ino]--; fs.dropping[ino] <= 0 {
+		delete(fs.dropping, ino)
+	}
+	fs.mu.Unlock()
+	return false
+}
+
+// recordPages records f's Version for the pages of its file, a new one
+// the kernel has cached nothing of.
+func (fs *FS) recordPages(f *client.File) {
+	v, ok := f.Version()
+	if !ok {
+		return
+	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if !ok {
-		delete(fs.pages, ino)
-		return false
-	}
-	if cur, known := fs.pages[ino]; known && (cur == v || v.Before(cur)) {
-		return true
-	}
 	if len(fs.pages) >= maxPageVersions {
 		clear(fs.pages)
 	}
-	fs.pages[ino] = v
-	return false
+	fs.pages[f.Ino()] = v
+}
+
+// dropKernelPages makes the kernel drop its cached pages and attributes
+// of node and returns once it has (the notification is handled while the
+// mount writes it).
+func (fs *FS) dropKernelPages(node uint64) {
+	if fs.dropPagesHook != nil {
+		fs.dropPagesHook(node)
+		return
+	}
+	if s := fs.server.Load(); s != nil {
+		s.InodeNotify(node, 0, 0)
+	}
 }
 
 // pagesBehind reports whether f, a read-only handle, reads a Version

@@ -402,7 +402,7 @@ func (b *balancer) start(ctx context.Context, v *pb.Volume, slots []uint64, exce
 func (s *Server) placeMetaPartition(ctx context.Context, volume string, index, replicas int) (*pb.NewPartition, error) {
 	cands := s.awaitCandidates(ctx, pb.Role_ROLE_META, replicas)
 	if len(cands) < replicas {
-		return nil, fmt.Errorf("need %d alive meta nodes for %d replicas, have %d", replicas, replicas, len(cands))
+		return nil, errors.New(s.shortage(pb.Role_ROLE_META, "meta", replicas, len(cands)))
 	}
 	ids, err := placement.Choose(placementKey(volume, "meta", index), cands, replicas)
 	if err != nil {

@@ -2,7 +2,7 @@ package master
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"slices"
 	"time"
 
@@ -153,7 +153,7 @@ func (s *Server) growData(ctx context.Context) {
 func (s *Server) placeData(volume string, index, count, replicas int) ([]*pb.NewPartition, error) {
 	cands, _ := s.candidates(pb.Role_ROLE_DATA)
 	if len(cands) < replicas {
-		return nil, fmt.Errorf("need %d data nodes with room for %d replicas, have %d", replicas, replicas, len(cands))
+		return nil, errors.New(s.shortage(pb.Role_ROLE_DATA, "data", replicas, len(cands)))
 	}
 	out := make([]*pb.NewPartition, 0, count)
 	for i := range count {

@@ -348,7 +348,7 @@ func (s *Server) placePartitions(ctx context.Context, volume string, metas, data
 	} {
 		cands := s.awaitCandidates(ctx, kind.role, replicas)
 		if len(cands) < replicas {
-			return nil, status.Errorf(codes.FailedPrecondition, "need %d alive %s nodes for %d replicas, have %d", replicas, kind.name, replicas, len(cands))
+			return nil, status.Errorf(codes.FailedPrecondition, "%s", s.shortage(kind.role, kind.name, replicas, len(cands)))
 		}
 		for i := 0; i < kind.count; i++ {
 			ids, err := placement.Choose(placementKey(volume, kind.name, i), cands, replicas)
@@ -386,6 +386,43 @@ func (s *Server) awaitCandidates(ctx context.Context, role pb.Role, want int) []
 // reported usage and have room for a new replica (not full, not refused
 // after a move filled their disk: capacity.go), and how many alive nodes
 // have not reported yet.
+// shortage says why only have nodes of role (named name) can take one of
+// replicas new replicas: how many are alive, and of those how many have no
+// room (a disk 95% full or a read-only replica), refused a replica lately,
+// or have not reported their usage yet.
+func (s *Server) shortage(role pb.Role, name string, replicas, have int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	alive, full, refused, unheard := 0, 0, 0, 0
+	s.fsm.read(func(st *clustermap.State) {
+		for id, n := range st.Map().Nodes {
+			if n.Role != role || n.State != pb.NodeState_NODE_STATE_ALIVE || n.Draining {
+				continue
+			}
+			alive++
+			switch soft := s.soft[id]; {
+			case soft == nil || soft.usage == nil:
+				unheard++
+			case nodeFull(soft):
+				full++
+			case time.Now().Before(s.refused[id]):
+				refused++
+			}
+		}
+	})
+	msg := fmt.Sprintf("need %d %s nodes with room for %d replicas, have %d: %d alive", replicas, name, replicas, have, alive)
+	if full > 0 {
+		msg += fmt.Sprintf(", %d of them full (disk %.0f%% used or a read-only replica)", full, fullRatio*100)
+	}
+	if refused > 0 {
+		msg += fmt.Sprintf(", %d refused a replica lately", refused)
+	}
+	if unheard > 0 {
+		msg += fmt.Sprintf(", %d not heard from yet", unheard)
+	}
+	return msg
+}
+
 func (s *Server) candidates(role pb.Role) (out []placement.Candidate, unheard int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

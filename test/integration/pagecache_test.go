@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -192,5 +193,58 @@ func TestPageCacheOldHandleDoesNotRefill(t *testing.T) {
 	}
 	if !bytes.Equal(buf, fresh) {
 		t.Fatalf("an open after the other mount's close reads %q..., want %q...", buf[:16], fresh[:16])
+	}
+}
+
+// TestPageCacheConcurrentOpens: after mount b overwrites a file that mount
+// a has cached, several processes' opens at once through a must all read
+// b's bytes. The first open to see the new Version used to record it
+// before the kernel had dropped the pages (the reply without
+// FOPEN_KEEP_CACHE drops them only when the opening process runs again),
+// and a second open whose reply kept the pages could read the old bytes
+// first (a nemesis run: two reads on one host at once, the old value and
+// the new).
+func TestPageCacheConcurrentOpens(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pcc")
+	_, a := startMounted(t, dir)
+	b := startSecondMount(t, dir)
+	const size, readers, rounds = 64 << 10, 6, 150
+	fa, fb := filepath.Join(a, "f"), filepath.Join(b, "f")
+	block := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, size) }
+	must(t, os.WriteFile(fa, block(0), 0o644))
+	stale := 0
+	for i := 1; i <= rounds; i++ {
+		// a caches the current bytes, b overwrites them and closes.
+		if got, err := os.ReadFile(fa); err != nil || len(got) != size {
+			t.Fatalf("round %d: read through a: %v, %d bytes", i, err, len(got))
+		}
+		f, err := os.OpenFile(fb, os.O_WRONLY, 0)
+		must(t, err)
+		_, err = f.WriteAt(block(i), 0)
+		must(t, err)
+		must(t, f.Close())
+		var wg sync.WaitGroup
+		got := make([][]byte, readers)
+		errs := make([]error, readers)
+		for r := range readers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[r], errs[r] = os.ReadFile(fa)
+			}()
+		}
+		wg.Wait()
+		for r := range readers {
+			switch {
+			case errs[r] != nil:
+				t.Fatalf("round %d: reader %d: %v", i, r, errs[r])
+			case !bytes.Equal(got[r], block(i)):
+				stale++
+				t.Errorf("round %d: reader %d opened after b's close and read byte %d, want %d", i, r, got[r][0], byte(i))
+			}
+		}
+		if stale > 5 {
+			t.FailNow()
+		}
 	}
 }
