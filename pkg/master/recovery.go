@@ -292,6 +292,22 @@ func (s *Server) balanceReplicas(ctx context.Context) {
 	}
 }
 
+// kindOf is the kind of partition whose replicas nodes of role hold.
+func kindOf(role pb.Role) pb.PartitionKind {
+	if role == pb.Role_ROLE_DATA {
+		return pb.PartitionKind_PARTITION_KIND_DATA
+	}
+	return pb.PartitionKind_PARTITION_KIND_META
+}
+
+// zoneOf is node id's zone in m ("" for none or an unknown node).
+func zoneOf(m *pb.ClusterMap, id uint64) string {
+	if n := m.Nodes[id]; n != nil {
+		return n.Zone
+	}
+	return ""
+}
+
 // spreadMove picks a move that puts a replica of a partition whose
 // replicas share a zone into a zone the partition does not use, or nil
 // when there is none to make. Recovery from a lost zone places replicas in
@@ -303,16 +319,8 @@ func (s *Server) balanceReplicas(ctx context.Context) {
 // a time. Each move lowers the number of replicas sharing a zone, so it
 // ends.
 func spreadMove(m *pb.ClusterMap, role pb.Role, cands []placement.Candidate) *pb.MoveReplica {
-	kind := pb.PartitionKind_PARTITION_KIND_META
-	if role == pb.Role_ROLE_DATA {
-		kind = pb.PartitionKind_PARTITION_KIND_DATA
-	}
-	zone := func(id uint64) string {
-		if n := m.Nodes[id]; n != nil {
-			return n.Zone
-		}
-		return ""
-	}
+	kind := kindOf(role)
+	zone := func(id uint64) string { return zoneOf(m, id) }
 	count := map[uint64]int{}
 	for _, p := range m.Partitions {
 		for _, r := range p.Replicas {
@@ -364,10 +372,7 @@ func spreadMove(m *pb.ClusterMap, role pb.Role, cands []placement.Candidate) *pb
 // non-draining nodes), or nil when the replica counts differ by at most one
 // or no partition qualifies.
 func balanceMove(m *pb.ClusterMap, role pb.Role, cands []placement.Candidate) *pb.MoveReplica {
-	kind := pb.PartitionKind_PARTITION_KIND_META
-	if role == pb.Role_ROLE_DATA {
-		kind = pb.PartitionKind_PARTITION_KIND_DATA
-	}
+	kind := kindOf(role)
 	count := map[uint64]int{}
 	for _, c := range cands {
 		count[c.ID] = 0
@@ -403,12 +408,7 @@ func balanceMove(m *pb.ClusterMap, role pb.Role, cands []placement.Candidate) *p
 		}
 	}
 	sort.Slice(parts, func(i, j int) bool { return parts[i].Id < parts[j].Id })
-	zone := func(id uint64) string {
-		if n := m.Nodes[id]; n != nil {
-			return n.Zone
-		}
-		return ""
-	}
+	zone := func(id uint64) string { return zoneOf(m, id) }
 	for _, from := range ids {
 		if count[from]-count[least] < 2 {
 			break
