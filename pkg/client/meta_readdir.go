@@ -132,6 +132,11 @@ func (v *Volume) dirPage(ctx context.Context, op string, dir uint64, cursor stri
 			i := slices.Index(parts, p)
 			return v.do(ctx, op, byID(p.GetId()), func(ctx context.Context, p *pb.Partition) (err error) {
 				resps[i], err = v.meta.ReadDir(ctx, p, dir, cursor, uint32(limit), plus)
+				if err == nil {
+					// EMOVING: a rename's new name in the page, not
+					// settled yet; asked again once it is.
+					err = routingCheck(resps[i].GetErrno(), p.GetId(), "")
+				}
 				return err
 			})
 		})

@@ -89,3 +89,42 @@ func TestResolvePending(t *testing.T) {
 		t.Errorf("after a take-over: %s holds %d, %s %d", from3, tp.holds(t, 1, from3), to3, tp.holds(t, 0, to3))
 	}
 }
+
+// TestReadDirWaitsForPendingNames: a listing that meets a rename's new
+// name not settled yet is answered EMOVING (before the rename's commit the
+// name must not show, after it must, and the partition cannot tell which);
+// once settled, the name is listed.
+func TestReadDirWaitsForPendingNames(t *testing.T) {
+	tp := newTwoParts(t)
+	from, to := nameIn("lf", 1), nameIn("lt", 0)
+	c := tp.name(t, tp.p[1], createReq(RootIno, from, metapb.FileType_FILE_TYPE_REGULAR))
+	if c.Errno != 0 {
+		t.Fatalf("create %s: %v", from, c)
+	}
+	ino := c.Inode.GetIno()
+	txn := func(op *metapb.Op) {
+		t.Helper()
+		res, err := tp.mc.Txn(tp.ctx, tp.p[0], &metapb.Txn{Ops: []*metapb.Op{op}})
+		if err != nil || res.Errno != 0 {
+			t.Fatalf("%v: %v %v", op, err, res)
+		}
+	}
+	txn(&metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{Parent: RootIno, Name: []byte(to), Ino: ino,
+		Type: metapb.FileType_FILE_TYPE_REGULAR, Pending: &metapb.PendingRename{Id: 77, FromParent: RootIno, FromName: []byte(from)}}}})
+	r, err := tp.mc.ReadDir(tp.ctx, tp.p[0], RootIno, "", 100, true)
+	if err != nil || metapb.Errno(r.Errno) != metapb.EMOVING || len(r.Dentries) != 0 {
+		t.Fatalf("listing with %s pending: %v, errno %v, %d names; want EMOVING and none", to, err, metapb.Errno(r.GetErrno()), len(r.GetDentries()))
+	}
+	txn(&metapb.Op{Op: &metapb.Op_SettleDentry{SettleDentry: &metapb.SettleDentry{Parent: RootIno, Name: []byte(to), Ino: ino, Id: 77}}})
+	r, err = tp.mc.ReadDir(tp.ctx, tp.p[0], RootIno, "", 100, true)
+	if err != nil || r.Errno != 0 {
+		t.Fatalf("listing once settled: %v %v", err, r)
+	}
+	listed := false
+	for _, d := range r.Dentries {
+		listed = listed || string(d.Name) == to
+	}
+	if !listed {
+		t.Fatalf("%s not listed once settled: %v", to, r.Dentries)
+	}
+}

@@ -249,6 +249,17 @@ func (s *service) ReadDir(ctx context.Context, req *metapb.ReadDirRequest) (*met
 		if len(ds) > limit {
 			ds, resp.More = ds[:limit], true
 		}
+		for _, d := range ds {
+			if d.GetPending() != nil {
+				// A rename's new name, not settled: before the rename's
+				// commit the listing must not show it (the old name is
+				// still there), after it must (the old name is gone), and
+				// this partition cannot tell which. The client waits, as
+				// lookups of the name do (EMOVING).
+				resp.Errno, resp.More = int32(metapb.EMOVING), false
+				return
+			}
+		}
 		resp.Dentries = ds
 		if req.Plus {
 			for _, d := range ds {
