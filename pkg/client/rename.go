@@ -451,20 +451,23 @@ func (v *Volume) rename(ctx context.Context, oldParent uint64, oldName string, n
 	return nil
 }
 
-// sameInode answers a rename (without flags or with RENAME_NOREPLACE's
-// check passed) whose lookups found one inode under both names: rename(2)
-// of two names of one inode does nothing. But the two lookups ran apart
-// (at once, on two partitions), so they show one inode under both names
-// also when another rename moved it from the one to the other in between;
-// doing nothing then would answer from a state that never was. The names
-// held it at once only if the inode has two links or more (a file with one
-// link never has two names a lookup can see: a rename's new name is
-// pending until its old name is gone; a directory never has two), and if
-// looking again, the old name and then the new one, still finds it under
-// both. Otherwise the rename starts over (ESTALE) with fresh lookups. A
-// file whose names move away and back between the looks (an ABA through
-// two other renames of hard links) is not told apart.
+// sameInode answers a rename (without flags or with RENAME_EXCHANGE) whose
+// lookups found one inode under both names: rename(2) of a name onto
+// itself, or of two names of one inode, does nothing. But the lookups of
+// two names ran apart (at once, on two partitions), so they show one inode
+// under both also when another rename moved it from the one to the other
+// in between; doing nothing then would answer from a state that never was.
+// The names held it at once only if the inode has two links or more (a
+// file with one link never has two names a lookup can see: a rename's new
+// name is pending until its old name is gone; a directory never has two),
+// and if looking again, the old name and then the new one, still finds it
+// under both. Otherwise the rename starts over (ESTALE) with fresh
+// lookups. A file whose names move away and back between the looks (an
+// ABA through two other renames of hard links) is not told apart.
 func (v *Volume) sameInode(ctx context.Context, op string, oldParent uint64, oldName string, newParent uint64, newName string, src *metapb.Dentry, srcDir bool) error {
+	if oldParent == newParent && oldName == newName {
+		return nil // one name: one lookup's answer
+	}
 	changed := errnoErr(op, syscall.ESTALE, "%d/%q and %d/%q named inode %d one after the other", oldParent, oldName, newParent, newName, src.GetIno())
 	if srcDir {
 		return changed

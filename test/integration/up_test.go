@@ -60,7 +60,7 @@ func TestUpStatusRestart(t *testing.T) {
 	if r := cairn(t, "volume", "create", "bad/name", "--data-dir", dir); r.code != 2 || !strings.Contains(r.stderr, "volume name") {
 		t.Fatalf("invalid name: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if r := cairn(t, "volume", "create", "huge", "--replicas", "5", "--data-dir", dir); r.code != 1 || !strings.Contains(r.stderr, "need 5 alive") {
+	if r := cairn(t, "volume", "create", "huge", "--replicas", "5", "--data-dir", dir); r.code != 1 || !strings.Contains(r.stderr, "need 5 meta nodes with room for 5 replicas, have 3: 3 alive") {
 		t.Fatalf("too many replicas: exit %d, stderr %q", r.code, r.stderr)
 	}
 	if r := cairn(t, "volume", "info", "nope", "--data-dir", dir); r.code != 1 || !strings.Contains(r.stderr, "does not exist") {
