@@ -254,24 +254,32 @@ other admin commands reach the lab's cluster as that host does.`,
 			if err != nil {
 				return err
 			}
-			// The command gets the terminal's signals itself; the lab
-			// waits for it to end. Caught, not ignored: an ignored signal
-			// would stay ignored in the command.
-			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGQUIT)
-			defer signal.Stop(sigs)
-			code, err := l.Exec(context.Background(), args[0], args[1:], os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			if code != 0 {
-				os.Exit(code)
-			}
-			return nil
+			return passExitCode(func() (int, error) {
+				return l.Exec(context.Background(), args[0], args[1:], os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}, syscall.SIGINT, syscall.SIGQUIT)
 		},
 	}
 	addLabDir(cmd, &dir)
 	return cmd
+}
+
+// passExitCode runs a command inside the lab (run returns its exit code)
+// and exits with that code when it is not 0. The command gets the
+// terminal's signals sigs itself and the lab waits for it to end: they are
+// caught here, not ignored, since an ignored signal would stay ignored in
+// the command.
+func passExitCode(run func() (int, error), sigs ...os.Signal) error {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	defer signal.Stop(ch)
+	code, err := run()
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		os.Exit(code)
+	}
+	return nil
 }
 
 func newLabFaultCmd() *cobra.Command {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -49,19 +48,11 @@ See docs/lab.md and docs/bench.md.`,
 			if err != nil {
 				return err
 			}
-			// The master gets the terminal's signals itself (it writes a
-			// partial report on Ctrl-C); the lab waits for it to end.
-			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			code, err := l.Bench(context.Background(), lab.BenchConfig{Clients: clients, Args: args, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
-			if err != nil {
-				return err
-			}
-			if code != 0 {
-				os.Exit(code)
-			}
-			return nil
+			// The master gets the terminal's signals itself: it writes a
+			// partial report on Ctrl-C.
+			return passExitCode(func() (int, error) {
+				return l.Bench(context.Background(), lab.BenchConfig{Clients: clients, Args: args, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
+			}, syscall.SIGINT, syscall.SIGTERM)
 		},
 	}
 	addLabDir(cmd, &dir)

@@ -26,17 +26,9 @@ import (
 // metrics, read from inside the host); the mount bound for the workers
 // must not show on this machine.
 func TestLabBench(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the lab needs root (network namespaces, a bridge, nftables)")
-	}
+	dir := labDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	t.Cleanup(func() {
-		if err := lab.Down(context.Background(), dir, nil); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
 	l, err := lab.Up(ctx, lab.Config{Dir: dir, Hosts: 3, Zones: 3, Clients: 2, Binary: cairnBin, Out: testLog{t}})
 	if err != nil {
 		t.Fatal(err)

@@ -29,21 +29,13 @@ var (
 // the other kinds (one-way and bridge cuts, splits, a full disk) come with
 // other seeds (-lab.seed) and in make jepsen.
 func TestLabJepsen(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the lab needs root (network namespaces, a bridge, nftables)")
-	}
+	dir := labDir(t)
 	seed := *jepsenSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *jepsenDuration+10*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	t.Cleanup(func() {
-		if err := lab.Down(context.Background(), dir, nil); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
 	l, err := lab.Up(ctx, lab.Config{Dir: dir, Hosts: 5, Zones: 3, Clients: 2, Binary: cairnBin, Out: testLog{t},
 		SmallDisk: []string{"s5"}, MountOptions: []string{"op_timeout=10"}})
 	if err != nil {

@@ -31,17 +31,9 @@ const labFailoverMax = 60 * time.Second
 // The host that hurts most is cut: the master leader's, then the one
 // leading the most meta partitions, then data partitions.
 func TestLabIsolate(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the lab needs root (network namespaces, a bridge, nftables)")
-	}
+	dir := labDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	t.Cleanup(func() {
-		if err := lab.Down(context.Background(), dir, nil); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
 	start := time.Now()
 	l, err := lab.Up(ctx, lab.Config{Dir: dir, Hosts: 4, Zones: 2, Clients: 1, Binary: cairnBin, Out: testLog{t},
 		MountOptions: []string{"op_timeout=10"}})
@@ -119,6 +111,23 @@ func TestLabIsolate(t *testing.T) {
 	if err := lab.Down(ctx, dir, nil); err != nil {
 		t.Errorf("a second down: %v", err)
 	}
+}
+
+// labDir skips the test unless it runs as root (the lab needs network
+// namespaces, a bridge and nftables) and returns a dir for a lab, which is
+// taken down when the test ends.
+func labDir(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the lab needs root (network namespaces, a bridge, nftables)")
+	}
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		if err := lab.Down(context.Background(), dir, nil); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return dir
 }
 
 // labTarget is the server host whose loss hurts most: the master leader's

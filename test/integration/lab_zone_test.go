@@ -25,17 +25,9 @@ import (
 // the two zones left, and after the heal every node is alive again, every
 // partition healthy with one replica per zone again, and every file intact.
 func TestLabZoneDown(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the lab needs root (network namespaces, a bridge, nftables)")
-	}
+	dir := labDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	t.Cleanup(func() {
-		if err := lab.Down(context.Background(), dir, nil); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
 	const outAfter = 20 * time.Second
 	l, err := lab.Up(ctx, lab.Config{Dir: dir, Hosts: 6, Zones: 3, Clients: 1, Binary: cairnBin, Out: testLog{t},
 		MountOptions: []string{"op_timeout=10"}, MasterFlags: []string{"--out-after=" + outAfter.String()}})
