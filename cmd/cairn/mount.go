@@ -415,7 +415,7 @@ file system (docs/bench.md, "Traces").`,
 			fsys := fusefs.New(v, fusefs.Options{EntryTimeout: mo.entryTimeout, AttrTimeout: mo.attrTimeout, CacheTimeout: mo.cacheTimeout, Metrics: m, Trace: rec, Root: root, ShowIDs: showIDs(caps), CallerGroups: caps.MapsIDs()})
 			opts := fusefs.ServerOptions(volume)
 			opts.AllowOther, opts.Options, opts.Debug = mo.allowOther, fuseOpts, mo.debug
-			srv, err := fuse.NewServer(fsys, mp, opts)
+			srv, err := fusefs.NewServer(fsys, mp, opts)
 			if err != nil {
 				return closeTrace(fmt.Errorf("mount %s on %s: %w", volume, mp, err))
 			}

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -111,7 +112,7 @@ func (c *coherence) supervise() {
 		switch {
 		case was && !healthy:
 			c.cache.setHealthy(false)
-			c.tell(c.cache.forgetAll(now))
+			c.forgetAll(now)
 			c.fs.opts.Metrics.feedLost("behind")
 		case !was && healthy:
 			c.cache.setHealthy(true)
@@ -158,7 +159,7 @@ func (c *coherence) watch(id uint64, stop chan struct{}) {
 			if cursor != 0 {
 				c.fs.opts.Metrics.feedLost("reset")
 			}
-			c.tell(c.cache.forgetAll(time.Now()))
+			c.forgetAll(time.Now())
 			// Answered at once: do not ask again in a tight loop.
 			select {
 			case <-ctx.Done():
@@ -188,6 +189,20 @@ func (c *coherence) watch(id uint64, stop chan struct{}) {
 	}
 }
 
+// forgetAll takes back every grant. Where the kernel has a dentry epoch
+// (epoch.go), one bump drops every name at once without waiting for any
+// directory's lock, which a stalled operation of this mount may hold; a
+// name is then told again only if it was granted just before (the
+// kernel may apply that reply after the bump; renotifyAfter). Otherwise
+// each name is told apart.
+func (c *coherence) forgetAll(now time.Time) {
+	names, inodes, againN, againI := c.cache.forgetAll(now)
+	if c.fs.bumpEpoch() {
+		names = nil
+	}
+	c.tell(names, inodes, againN, againI)
+}
+
 // tell invalidates what the kernel holds of names and inodes now, and of
 // againN and againI once more after renotifyAfter.
 func (c *coherence) tell(names []changefeed.Name, inodes []uint64, againN []changefeed.Name, againI []uint64) {
@@ -204,6 +219,22 @@ func (c *coherence) tell(names []changefeed.Name, inodes []uint64, againN []chan
 			c.fs.invalidate(againN, againI)
 		}
 	}()
+}
+
+// bumpEpoch makes the kernel check every name it holds of this mount on
+// its next use, and reports whether it could (epoch.go).
+func (fs *FS) bumpEpoch() bool {
+	e := fs.epoch.Load()
+	if e == nil {
+		return false
+	}
+	if err := e.bump(); err != nil {
+		slog.Warn("kernel names are dropped one by one", "err", err)
+		fs.epoch.CompareAndSwap(e, nil)
+		return false
+	}
+	fs.opts.Metrics.epochBumped()
+	return true
 }
 
 // dropEntry tells the kernel to drop the entry of k, a name it holds

@@ -98,7 +98,7 @@ func ServerOptions(volume string) *fuse.MountOptions {
 	}
 }
 
-// FS serves one volume. Create it with New and pass it to fuse.NewServer.
+// FS serves one volume. Create it with New and pass it to NewServer.
 // It is safe for the concurrent requests of a multi-threaded server.
 type FS struct {
 	fuse.RawFileSystem
@@ -107,6 +107,7 @@ type FS struct {
 	opts   Options
 	tr     *tracer                     // nil unless Options.Trace is set
 	server atomic.Pointer[fuse.Server] // set by Init, for notifications
+	epoch  atomic.Pointer[kernelEpoch] // set by NewServer where the kernel has one (epoch.go)
 
 	mu     sync.Mutex
 	nextFh uint64
@@ -314,6 +315,9 @@ func (fs *FS) Init(s *fuse.Server) {
 func (fs *FS) OnUnmount() {
 	if fs.coh != nil {
 		fs.coh.close()
+	}
+	if e := fs.epoch.Load(); e != nil {
+		e.close()
 	}
 }
 

@@ -22,6 +22,7 @@ type Metrics struct {
 	// times every long grant was taken back.
 	feedNotices *prometheus.CounterVec
 	feedLosses  *prometheus.CounterVec
+	epochs      prometheus.Counter
 	// Lookups of names missing from a directory whose every name the
 	// mount knows (listings.go), answered without a request.
 	localLookups prometheus.Counter
@@ -52,9 +53,12 @@ func NewMetrics(reg prometheus.Registerer, v *client.Volume) (*Metrics, error) {
 		feedLosses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_fuse_feed_losses_total", Help: "Times every long-cached name and attribute was dropped: the change feed fell behind (behind), or a partition could not say what changed (reset).",
 		}, []string{"why"}),
+		epochs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_fuse_name_epochs_total", Help: "Times the kernel was made to check every name it cached (FUSE_NOTIFY_INC_EPOCH) when the mount took back its long grants.",
+		}),
 	}
 	cs := []prometheus.Collector{
-		m.ops, m.latency, m.readBytes, m.writeBytes, m.feedNotices, m.feedLosses, m.localLookups, m.staleNames,
+		m.ops, m.latency, m.readBytes, m.writeBytes, m.feedNotices, m.feedLosses, m.epochs, m.localLookups, m.staleNames,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_sent_bytes_total", Help: "File bytes written to data nodes."},
 			func() float64 { return float64(v.Stats().BytesToData) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_received_bytes_total", Help: "File bytes read from data nodes."},
@@ -104,6 +108,12 @@ func (m *Metrics) invalidated(names, inodes int) {
 func (m *Metrics) feedLost(why string) {
 	if m != nil {
 		m.feedLosses.WithLabelValues(why).Inc()
+	}
+}
+
+func (m *Metrics) epochBumped() {
+	if m != nil {
+		m.epochs.Inc()
 	}
 }
 

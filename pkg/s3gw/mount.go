@@ -14,7 +14,7 @@ import (
 // backend's use only, and returns once the kernel serves it.
 func mount(v *client.Volume, dir string) (*fuse.Server, error) {
 	fsys := fusefs.New(v, fusefs.Options{EntryTimeout: time.Second, AttrTimeout: time.Second})
-	srv, err := fuse.NewServer(fsys, dir, fusefs.ServerOptions(v.Name()))
+	srv, err := fusefs.NewServer(fsys, dir, fusefs.ServerOptions(v.Name()))
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", v.Name(), dir, err)
 	}

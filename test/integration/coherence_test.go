@@ -72,6 +72,98 @@ func twoMounts(t *testing.T) (dir, a, b string) {
 	return dir, a, b
 }
 
+// holdsLong makes the mount whose metrics are at metrics hold path's name
+// and attributes for longer than the short timeouts: stats past them ask
+// nothing. (A routing change of a new volume, early on, takes every grant
+// back once; so up to three tries.)
+func holdsLong(t *testing.T, metrics, path string) {
+	t.Helper()
+	lookups := func() float64 {
+		n := 0.0
+		for _, l := range scrapeLines(t, metrics, "cairn_fuse_requests_total") {
+			if l.labels == `{errno="0",op="lookup"}` || l.labels == `{errno="0",op="getattr"}` {
+				n += l.value
+			}
+		}
+		return n
+	}
+	for range 3 {
+		if _, err := os.Stat(path); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(coherenceBound + coherenceBound/2)
+		before := lookups()
+		for range 50 {
+			if _, err := os.Stat(path); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if lookups() == before {
+			return
+		}
+	}
+	t.Fatalf("the mount asked for %s's name or attributes past the short timeouts: nothing was cached for long", path)
+}
+
+// inodeHome is the meta partition that holds inode ino.
+func inodeHome(t *testing.T, vv *volumeView, ino uint64) *pb.Partition {
+	t.Helper()
+	for _, id := range vv.vol.MetaPartitions {
+		p := vv.m.Partitions[id]
+		if ino >= p.GetInodeStart() && (p.GetInodeEnd() == 0 || ino < p.GetInodeEnd()) {
+			return p
+		}
+	}
+	t.Fatalf("no meta partition holds inode %d", ino)
+	return nil
+}
+
+// routingSettled waits until every meta partition of vv's volume has
+// taken the volume's routing, which the master pushes to a new volume's
+// partitions at its first balance round: the push resets every mount's
+// change feed, taking back what the kernels hold.
+func routingSettled(t *testing.T, vv *volumeView) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, id := range vv.vol.MetaPartitions {
+		for {
+			st, err := vv.meta.Stats(ctx, vv.m.Partitions[id], 0)
+			if err == nil && st.GetRoutingVersion() >= vv.vol.GetRoutingVersion() {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("meta partition %d has not taken routing version %d within a minute (%v, %v)", id, vv.vol.GetRoutingVersion(), st, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// metaLeaderAddr is the address of the meta node leading partition p.
+func metaLeaderAddr(t *testing.T, vv *volumeView, p *pb.Partition) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := vv.meta.Changes(ctx, p, 0, 0); err != nil { // answered by the leader only
+		t.Fatal(err)
+	}
+	return vv.meta.Leader(p.Id)
+}
+
+// metaLeaderPid is the process id of the meta node leading partition p.
+func metaLeaderPid(t *testing.T, dir string, vv *volumeView, p *pb.Partition) int {
+	t.Helper()
+	addr := metaLeaderAddr(t, vv, p)
+	for _, n := range getStatus(t, dir).Nodes {
+		if n.Role == "meta" && n.Address == addr {
+			return n.Pid
+		}
+	}
+	t.Fatalf("no meta node at the leader address %q of partition %d", addr, p.Id)
+	return 0
+}
+
 // TestMountsSeeEachOthersChanges runs two mounts of one volume: mount A
 // (cairn up's) caches names and attributes for long while its change feed
 // covers every partition, and must still see every change mount B makes
@@ -85,40 +177,11 @@ func TestMountsSeeEachOthersChanges(t *testing.T) {
 	aMetrics := mountMetricsAddr(t, a)
 	inA := func(name string) string { return filepath.Join(a, name) }
 	inB := func(name string) string { return filepath.Join(b, name) }
-	lookups := func() float64 {
-		n := 0.0
-		for _, l := range scrapeLines(t, aMetrics, "cairn_fuse_requests_total") {
-			if l.labels == `{errno="0",op="lookup"}` || l.labels == `{errno="0",op="getattr"}` {
-				n += l.value
-			}
-		}
-		return n
-	}
-
 	must(t, os.WriteFile(inA("f"), []byte("one"), 0o644))
 	if _, err := os.Stat(inB("f")); err != nil {
 		t.Fatal(err)
 	}
-	// A holds f for longer than the short timeouts: stats past them ask
-	// nothing. (A routing change of the new volume, early on, takes every
-	// grant back once; so up to three tries.)
-	cached := false
-	for try := 0; try < 3 && !cached; try++ {
-		if _, err := os.Stat(inA("f")); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(coherenceBound + coherenceBound/2)
-		before := lookups()
-		for range 50 {
-			if _, err := os.Stat(inA("f")); err != nil {
-				t.Fatal(err)
-			}
-		}
-		cached = lookups() == before
-	}
-	if !cached {
-		t.Fatal("mount A asked for f's name or attributes past the short timeouts: nothing was cached for long")
-	}
+	holdsLong(t, aMetrics, inA("f"))
 
 	check := func(what string, change func(), cond func() bool) {
 		t.Helper()
@@ -160,30 +223,7 @@ func TestMountsSeeEachOthersChanges(t *testing.T) {
 	must(t, err)
 	ino := st.Sys().(*syscall.Stat_t).Ino
 	vv := openVolume(t, dir, "default")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var home *pb.Partition
-	for _, id := range vv.vol.MetaPartitions {
-		p := vv.m.Partitions[id]
-		if ino >= p.GetInodeStart() && (p.GetInodeEnd() == 0 || ino < p.GetInodeEnd()) {
-			home = p
-		}
-	}
-	if home == nil {
-		t.Fatalf("no meta partition holds inode %d", ino)
-	}
-	if _, err := vv.meta.Changes(ctx, home, 0, 0); err != nil { // answered by the leader only
-		t.Fatal(err)
-	}
-	var victim int
-	for _, n := range getStatus(t, dir).Nodes {
-		if n.Role == "meta" && n.Address == vv.meta.Leader(home.Id) {
-			victim = n.Pid
-		}
-	}
-	if victim == 0 {
-		t.Fatalf("no meta node at the leader address %q of partition %d", vv.meta.Leader(home.Id), home.Id)
-	}
+	victim := metaLeaderPid(t, dir, vv, inodeHome(t, vv, ino))
 	behind := func() float64 {
 		v, _ := scrapeSum(t, aMetrics, `cairn_fuse_feed_losses_total{why="behind"}`, false)
 		return v
@@ -200,6 +240,157 @@ func TestMountsSeeEachOthersChanges(t *testing.T) {
 	// A's feed of that partition fell behind if the election took longer
 	// than half the bound; either way the change was seen in time.
 	t.Logf("mount A's feed fell behind %v time(s) meanwhile", behind()-lost)
+}
+
+// TestNameDroppedUnderStalledCreate: mount A holds a name for long; A's
+// own create in the same directory stalls, so the kernel holds the
+// directory's lock, under which alone it drops one cached name. (The
+// directory is the mount's root, which has no entry of its own whose
+// invalidation would take the names below with it.) Mount B
+// renames the name away meanwhile. Past the bound of B's rename, while
+// A's create still waits, a stat through A must not find the old name:
+// it may wait for the directory, and must then answer ENOENT.
+//
+// The volume keeps one replica, so that pausing (SIGSTOP) the meta node
+// of the new name's partition stalls the create until the node resumes,
+// with no election, while B's rename runs on partitions of other nodes.
+func TestNameDroppedUnderStalledCreate(t *testing.T) {
+	dir := t.TempDir()
+	startMounted(t, dir)
+	mustCairn(t, "volume", "create", "r1", "--replicas", "1", "--data-dir", dir)
+	vv := openVolume(t, dir, "r1")
+	routingSettled(t, vv)
+	mountR1 := func(name string, args ...string) string {
+		mp := filepath.Join(t.TempDir(), name)
+		must(t, os.Mkdir(mp, 0o755))
+		startMount(t, mp, append(append([]string{"--data-dir", dir}, args...), "r1", mp)...)
+		return mp
+	}
+	a := mountR1("a", "--metrics", freeAddr(t))
+	aMetrics := mountMetricsAddr(t, a)
+	b := mountR1("b")
+	inA := func(n string) string { return filepath.Join(a, n) }
+	inB := func(n string) string { return filepath.Join(b, n) }
+	must(t, os.WriteFile(inA("n"), []byte("x"), 0o644))
+	holdsLong(t, aMetrics, inA("n"))
+
+	ino := func(p string) uint64 {
+		st, err := os.Stat(p)
+		must(t, err)
+		return st.Sys().(*syscall.Stat_t).Ino
+	}
+	parent := ino(a)
+	nameNode := func(name string) string {
+		mp, _ := vv.table.Route(parent, name)
+		return metaLeaderAddr(t, vv, vv.m.Partitions[mp])
+	}
+	// B's rename of n to m reaches the partitions of both names, n's
+	// inode and the directory's: none may be on the paused node.
+	busy := map[string]bool{
+		nameNode("n"): true,
+		metaLeaderAddr(t, vv, inodeHome(t, vv, ino(inA("n")))): true,
+		metaLeaderAddr(t, vv, inodeHome(t, vv, parent)):        true,
+	}
+	var x, paused string
+	for i := 0; x == "" && i < 200; i++ {
+		if node := nameNode(fmt.Sprint("x", i)); !busy[node] {
+			x, paused = fmt.Sprint("x", i), node
+		}
+	}
+	var m string
+	for i := 0; m == "" && i < 200; i++ {
+		if nameNode(fmt.Sprint("m", i)) != paused {
+			m = fmt.Sprint("m", i)
+		}
+	}
+	if x == "" || m == "" {
+		t.Fatalf("no names for the test: the partitions of r1 are all on %v", busy)
+	}
+	var pid int
+	for _, n := range getStatus(t, dir).Nodes {
+		if n.Role == "meta" && n.Address == paused {
+			pid = n.Pid
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no meta node at %s", paused)
+	}
+
+	must(t, syscall.Kill(pid, syscall.SIGSTOP))
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			must(t, syscall.Kill(pid, syscall.SIGCONT))
+		}
+	}
+	defer resume()
+	created := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(inA(x), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err == nil {
+			err = f.Close()
+		}
+		created <- err
+	}()
+	stalled := func(what string) {
+		t.Helper()
+		select {
+		case err := <-created:
+			t.Fatalf("%s: A's create of %s returned (%v) while the node of its partition was paused", what, x, err)
+		default:
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the create reaches the mount and holds the directory
+	stalled("before the rename")
+	start := time.Now()
+	must(t, os.Rename(inB("n"), inB(m)))
+	renamed := time.Now()
+	t.Logf("B's rename took %s", renamed.Sub(start).Round(time.Millisecond))
+	time.Sleep(coherenceBound)
+	stalled("past the bound of the rename")
+	statted := make(chan error, 1)
+	go func() {
+		_, err := os.Lstat(inA("n"))
+		statted <- err
+	}()
+	select {
+	case err := <-statted:
+		if err == nil {
+			t.Fatalf("mount A found n %s after mount B renamed it away, while A's create in the directory stalled", time.Since(renamed).Round(time.Millisecond))
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("stat of the renamed name through mount A: %v, want ENOENT", err)
+		}
+		t.Logf("stat through A answered ENOENT %s after the rename, before the resume", time.Since(renamed).Round(time.Millisecond))
+	case <-time.After(2 * time.Second):
+		// Waiting for the directory, which the create holds: the stat
+		// must answer once it is free.
+		resume()
+		select {
+		case err := <-statted:
+			if !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("stat of the renamed name through mount A after the resume: %v, want ENOENT", err)
+			}
+			t.Logf("stat through A waited for the directory and answered ENOENT after the resume")
+		case <-time.After(time.Minute):
+			t.Fatal("stat through mount A did not return within a minute of the resume")
+		}
+	}
+	resume()
+	select {
+	case err := <-created:
+		must(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("A's create did not return within a minute of the resume")
+	}
+	for _, k := range []string{x, m} {
+		if _, err := os.Stat(inA(k)); err != nil {
+			t.Errorf("mount A after the resume: %v", err)
+		}
+	}
+	epochs, _ := scrapeSum(t, aMetrics, "cairn_fuse_name_epochs_total", false)
+	t.Logf("mount A made its kernel check every cached name %v time(s)", epochs)
 }
 
 // TestMountsCoherentUnderChurn: mount B makes 300 random changes to ten

@@ -1,0 +1,40 @@
+package fusefs
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"testing"
+)
+
+// TestKernelEpochMessage: a bump writes one FUSE notification header, 16
+// bytes, whose length is its own, whose code is FUSE_NOTIFY_INC_EPOCH and
+// whose unique is 0 (unsolicited); after close, bumps fail and write
+// nothing.
+func TestKernelEpochMessage(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	e := &kernelEpoch{f: w}
+	if err := e.bump(); err != nil {
+		t.Fatal(err)
+	}
+	var hdr [16]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		t.Fatal(err)
+	}
+	if l, code, unique := binary.NativeEndian.Uint32(hdr[0:]), int32(binary.NativeEndian.Uint32(hdr[4:])), binary.NativeEndian.Uint64(hdr[8:]); l != 16 || code != 8 || unique != 0 {
+		t.Fatalf("header: len %d code %d unique %d, want 16 8 0", l, code, unique)
+	}
+	e.close()
+	if err := e.bump(); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("bump after close: %v, want os.ErrClosed", err)
+	}
+	e.close() // twice is harmless
+	if n, err := r.Read(hdr[:]); err != io.EOF {
+		t.Fatalf("read after close: %d bytes, %v; want EOF", n, err)
+	}
+}
