@@ -15,6 +15,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/daemon"
 	"github.com/cairnfs/cairn/pkg/datanode"
 	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/extentstore"
 	"github.com/cairnfs/cairn/pkg/fsck"
 	"github.com/cairnfs/cairn/pkg/master"
 	"github.com/cairnfs/cairn/pkg/metanode"
@@ -147,7 +148,7 @@ func newNodeCmd(role string) *cobra.Command {
 		nodeID, capacity                                  uint64
 		heartbeat, chunkGrace                             time.Duration
 		merge                                             bool
-		recoveryMBps, reserveMiB                          float64
+		recoveryMBps, reserveMiB, journalMiB              float64
 		tf                                                tlsFlags
 		encrypt, profiles                                 bool
 	)
@@ -179,6 +180,10 @@ node comes back as the same node), sends a heartbeat with its utilization every
 			if recoveryMBps < 0 {
 				return usagef(cmd, "--recovery-mbps must not be negative")
 			}
+			journal := int64(journalMiB * (1 << 20))
+			if role == "data" && journal < 1 {
+				return usagef(cmd, "--journal-mb %v: want a positive size", journalMiB)
+			}
 			reserve := int64(reserveMiB * (1 << 20))
 			if reserveMiB < 0 {
 				reserve = -1 // none
@@ -196,7 +201,8 @@ node comes back as the same node), sends a heartbeat with its utilization every
 				DataListen: dataListen, DataAdvertise: dataAdvertise,
 				Masters: masters, MetricsAddr: mAddr, Profiles: profiles, NodeID: nodeID, HeartbeatInterval: heartbeat,
 				CapacityBytes: capacity, Logger: log.With("role", role), NewPartitions: partitionsOf(role, metanode.Options{DisableMerging: !merge, ChunkGrace: chunkGrace},
-					datanode.Options{RecoveryBytesPerSecond: int64(recoveryMBps * (1 << 20)), ReserveBytes: reserve, Server: dataproto.ServerOptions{Encrypt: encrypt}}),
+					datanode.Options{RecoveryBytesPerSecond: int64(recoveryMBps * (1 << 20)), ReserveBytes: reserve, Server: dataproto.ServerOptions{Encrypt: encrypt},
+						Store: extentstore.Options{CompactBytes: journal}}),
 				TLS: id,
 			})
 			stop()
@@ -223,6 +229,8 @@ node comes back as the same node), sends a heartbeat with its utilization every
 			"MiB/s this node copies from peers to catch up or to fill a moved replica, so that client I/O keeps most of the disk")
 		f.Float64Var(&reserveMiB, "reserve-mb", 0,
 			"MiB of the disk kept in <data-dir>/reserve and given to the node's logs when the disk fills, after which it takes no new data until 10% is free (0: 2% of the disk, 16 MiB to 1 GiB; negative: none)")
+		f.Float64Var(&journalMiB, "journal-mb", float64(extentstore.DefaultCompactBytes>>20),
+			"MiB by which a data partition's metadata log (extent records and the bytes of small appends) may grow before it is rewritten; a log idle for 10 s is rewritten once it has grown by 1 MiB")
 		f.BoolVar(&encrypt, "data-encryption", false,
 			"keep data-path frames inside TLS after the handshake (AES-GCM; about halves 3-replica write throughput on 2 cores); without it the handshake authenticates every connection and frames carry CRC32C only, as Ceph's crc mode")
 	}

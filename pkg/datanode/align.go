@@ -34,6 +34,9 @@ func (p *partition) maintain() {
 	defer scrubT.Stop()
 	moveT := time.NewTicker(moveInterval)
 	defer moveT.Stop()
+	journalT := time.NewTicker(opts.JournalIdleAfter)
+	defer journalT.Stop()
+	var journalSeen int64
 	var last time.Time
 	for {
 		select {
@@ -44,6 +47,9 @@ func (p *partition) maintain() {
 			continue
 		case bb := <-p.repairs:
 			p.repair(bb)
+			continue
+		case <-journalT.C:
+			journalSeen = p.compactIdle(journalSeen)
 			continue
 		case <-scrubT.C:
 			p.scrub()
@@ -76,6 +82,26 @@ func (p *partition) maintain() {
 		}
 		alignT.Reset(next)
 	}
+}
+
+// compactIdle rewrites the store's metadata log if it has grown by
+// Options.JournalIdleBytes since its last rewrite and not since the last
+// look, which saw it at seen bytes; it returns the length to compare with
+// next time.
+func (p *partition) compactIdle(seen int64) int64 {
+	st := p.st()
+	j := st.Journal()
+	if j.Bytes != seen || j.Bytes-j.SnapshotBytes < p.h.opts.JournalIdleBytes || st.Err() != nil {
+		return j.Bytes
+	}
+	if err := st.Compact(); err != nil {
+		p.log.Warn("rewriting the idle metadata log", "err", err)
+		return j.Bytes
+	}
+	after := st.Journal()
+	p.h.m.journalCompactions.Inc()
+	p.h.m.journalReclaimed.Add(float64(max(j.Bytes-after.Bytes, 0)))
+	return after.Bytes
 }
 
 // moveInterval is how often a partition's leader checks for a replica move

@@ -64,6 +64,15 @@ type Options struct {
 	// dir; default statfs(2). A partition whose store turned read-only on
 	// ENOSPC resumes once ResumeFreeRatio of it is free again.
 	FreeSpace func(dir string) (free, total uint64, err error)
+	// JournalIdleBytes and JournalIdleAfter: a partition whose metadata
+	// log has grown by at least JournalIdleBytes since it was last
+	// rewritten, and not at all for JournalIdleAfter, is rewritten
+	// (extentstore.Store.Compact), so that the bytes of deleted small
+	// files, which the log carries until then, come back soon after
+	// writing stops. Busy partitions rewrite theirs every
+	// Store.CompactBytes of growth. Defaults 1 MiB and 10 s.
+	JournalIdleBytes int64
+	JournalIdleAfter time.Duration
 	// ReserveBytes is the reserve file the node frees for its logs when
 	// its disk fills (reserve.go); 0: 2% of the disk, between 16 MiB and
 	// 1 GiB; negative: none.
@@ -121,6 +130,12 @@ func (o Options) withDefaults(log *slog.Logger) Options {
 	}
 	if o.UsageTTL <= 0 {
 		o.UsageTTL = 5 * time.Second
+	}
+	if o.JournalIdleBytes <= 0 {
+		o.JournalIdleBytes = 1 << 20
+	}
+	if o.JournalIdleAfter <= 0 {
+		o.JournalIdleAfter = 10 * time.Second
 	}
 	if o.FreeSpace == nil {
 		o.FreeSpace = statfsFree
@@ -388,3 +403,16 @@ func (h *Host) ServerStats() dataproto.ServerStats { return h.srv.Stats() }
 
 // Addr is the data-path address this host serves.
 func (h *Host) Addr() string { return h.env.DataListener.Addr().String() }
+
+// journal sums the metadata log sizes of the node's partitions.
+func (h *Host) journal() extentstore.JournalStats {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	var sum extentstore.JournalStats
+	for _, p := range h.parts {
+		j := p.st().Journal()
+		sum.Bytes += j.Bytes
+		sum.SnapshotBytes += j.SnapshotBytes
+	}
+	return sum
+}

@@ -29,10 +29,19 @@ type metrics struct {
 	// Extent grants clients presented (OpGrant): accepted, and refused
 	// (a bad signature, another certificate's, expired, an unknown key).
 	grantsAccepted, grantsRefused prometheus.Counter
+	// Metadata logs rewritten because they had been idle, and the bytes
+	// that gave back (compactIdle).
+	journalCompactions, journalReclaimed prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, h *Host) (*metrics, error) {
 	m := &metrics{
+		journalCompactions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_data_journal_idle_compactions_total", Help: "Partition metadata logs rewritten because they had grown and then stayed idle.",
+		}),
+		journalReclaimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_data_journal_reclaimed_bytes_total", Help: "Bytes given back by rewriting idle metadata logs.",
+		}),
 		grantsAccepted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_data_grants_accepted_total", Help: "Extent grants clients presented that this node verified and took.",
 		}),
@@ -85,6 +94,13 @@ func newMetrics(reg prometheus.Registerer, h *Host) (*metrics, error) {
 	}
 	cs := []prometheus.Collector{m.requests, m.latency, m.bytesIn, m.bytesOut, m.chainFailures, m.alignedBytes,
 		m.alignErrors, m.badBlocks, m.repairedBlocks, m.reopens, m.chunkWrites, m.chunkBytes, m.chunkMismatches, m.grantsAccepted, m.grantsRefused,
+		m.journalCompactions, m.journalReclaimed,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cairn_data_journal_bytes", Help: "Bytes of the data partitions' metadata logs (extent records, and the bytes of small appends they journal).",
+		}, func() float64 { return float64(h.journal().Bytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cairn_data_journal_reclaimable_bytes", Help: "Bytes of the data partitions' metadata logs past their snapshots: what rewriting them would give back, less the records of what is still live.",
+		}, func() float64 { j := h.journal(); return float64(j.Bytes - j.SnapshotBytes) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "cairn_data_sendfile_bytes_total", Help: "Read bytes sent with sendfile(2) (zero-copy).",
 		}, func() float64 { return float64(h.srv.Stats().SendfileBytes) }),

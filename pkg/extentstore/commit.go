@@ -157,6 +157,35 @@ func (s *Store) Sync() error {
 	return nil
 }
 
+// Compact commits what is pending, as Sync does, in a round that also
+// rewrites the metadata log as a snapshot: the log then holds no record
+// of deleted extents, of holes already punched, or of journaled bytes,
+// whose files the round fsyncs first. It is a compaction like the one a
+// round makes when the log has grown by Options.CompactBytes, and as safe
+// to interrupt: the old log stays whole until the new one is durable and
+// renamed over it. A failed rewrite keeps the old log and is logged; the
+// error is Sync's.
+func (s *Store) Compact() error {
+	s.compactNext.Store(true)
+	return s.Sync()
+}
+
+// JournalStats are the sizes of a store's metadata log.
+type JournalStats struct {
+	// Bytes is the log's length: its snapshot and the records after it.
+	Bytes int64
+	// SnapshotBytes is the length of the snapshot it starts with. What
+	// follows it (Bytes-SnapshotBytes) is what a compaction gives back,
+	// less the records of what is still live.
+	SnapshotBytes int64
+}
+
+// Journal returns the metadata log's sizes without waiting for a commit
+// round.
+func (s *Store) Journal() JournalStats {
+	return JournalStats{Bytes: s.logBytes.Load(), SnapshotBytes: s.logSnapBytes.Load()}
+}
+
 // round is one group commit. Errors put the store in the failed state,
 // which Sync reports.
 func (s *Store) round() {
@@ -165,7 +194,7 @@ func (s *Store) round() {
 	if s.stateError(stateReadOnly) != nil {
 		return
 	}
-	full := s.metaSize-s.snapBytes > max(s.opt.CompactBytes, s.snapBytes)
+	full := s.compactNext.Swap(false) || s.metaSize-s.snapBytes > max(s.opt.CompactBytes, s.snapBytes)
 	caps, reserved := s.captureAll(full)
 	if err := s.persist(caps); err != nil {
 		return
@@ -301,6 +330,7 @@ func (s *Store) appendMeta(buf []byte) error {
 		return err
 	}
 	s.metaSize += int64(len(buf))
+	s.logBytes.Store(s.metaSize)
 	return nil
 }
 
@@ -436,6 +466,8 @@ func (s *Store) writeSnapshot(records [][]byte, reserved uint64) error {
 	}
 	old := s.meta
 	s.meta, s.metaSize, s.snapBytes = f, off, off
+	s.logBytes.Store(off)
+	s.logSnapBytes.Store(off)
 	if old != nil {
 		old.Close()
 	}

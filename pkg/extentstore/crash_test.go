@@ -259,10 +259,15 @@ func (r *crashRun) step(i int) {
 			t.Fatalf("%s: %v", r.what, err)
 		}
 		delete(r.live, id)
-	default: // sync
+	default: // sync, or a forced compaction (which is a sync too)
 		r.what = fmt.Sprintf("op %d: sync", i)
+		sync := s.Sync
+		if rng.IntN(4) == 0 {
+			r.what = fmt.Sprintf("op %d: compact", i)
+			sync = s.Compact
+		}
 		r.inflight = r.live.clone()
-		if err := s.Sync(); err != nil {
+		if err := sync(); err != nil {
 			t.Fatalf("%s: %v", r.what, err)
 		}
 		r.acked = r.inflight

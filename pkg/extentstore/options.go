@@ -60,7 +60,8 @@ type Options struct {
 	MaxExtents int
 	// CompactBytes: once the metadata log has grown by this much (and by
 	// more than the size of its last snapshot) since it was last
-	// rewritten, the next commit round rewrites it. Default 16 MiB.
+	// rewritten, the next commit round rewrites it. Default
+	// DefaultCompactBytes.
 	CompactBytes int64
 	// JournalAppendBytes: when an extent's appends since the last commit
 	// round are at most this many bytes, and are all the file has not
@@ -120,7 +121,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.MaxExtents = 1 << 20
 	}
 	if o.CompactBytes == 0 {
-		o.CompactBytes = 16 << 20
+		o.CompactBytes = DefaultCompactBytes
 	}
 	if o.SyncParallelism == 0 {
 		o.SyncParallelism = 8
@@ -158,3 +159,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	return o, nil
 }
+
+// DefaultCompactBytes is Options.CompactBytes's default.
+const DefaultCompactBytes = 16 << 20

@@ -59,6 +59,11 @@ type Store struct {
 	meta      diskfs.File
 	metaSize  int64
 	snapBytes int64 // length of the snapshot at the start of META
+	// logBytes and logSnapBytes mirror metaSize and snapBytes for
+	// readers that must not wait for a commit round (Journal).
+	logBytes, logSnapBytes atomic.Int64
+	// compactNext makes the next commit round rewrite the log (Compact).
+	compactNext atomic.Bool
 
 	// Group commit: callers of Sync wait for a round that started after
 	// they called.
