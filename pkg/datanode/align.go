@@ -115,7 +115,7 @@ func (p *partition) driveMove() {
 	v := p.view()
 	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
 	defer cancel()
-	step, err := membership.Drive(ctx, p.h.env.Raft, multiraft.GroupID(p.id), v.node, v.replicas, v.joining, v.leaving)
+	step, err := membership.Drive(ctx, p.h.env.Raft, multiraft.GroupID(p.id), v.node, v.replicas, v.joining, v.leaving, true)
 	if err != nil {
 		p.log.Warn("replica move", "joining", v.joining, "leaving", v.leaving, "step", step.Kind.String(), "err", err)
 	} else if step.Kind != membership.None {

@@ -8,8 +8,9 @@ import (
 
 // TestMoveDecision: a move is aborted only when a fresh report of the
 // group's leader shows the new replica never voted, or its disk is full;
-// done once the group's membership is the new one (and, for data, the new
-// replica aligned); otherwise it waits.
+// a meta partition's is done once the group's membership is the new one, a
+// data partition's once the new replica votes and aligned (the old one
+// leaves the group after the map); otherwise it waits.
 func TestMoveDecision(t *testing.T) {
 	data := &pb.Partition{Id: 4, Kind: pb.PartitionKind_PARTITION_KIND_DATA, Replicas: []uint64{6, 10, 8}, Joining: 9, Leaving: 6}
 	meta := &pb.Partition{Id: 1, Kind: pb.PartitionKind_PARTITION_KIND_META, Replicas: []uint64{1, 2, 3}, Joining: 4, Leaving: 1}
@@ -38,6 +39,9 @@ func TestMoveDecision(t *testing.T) {
 		{"alive, still a learner", data, true, learner, false, false, wait},
 		{"membership new but the data not aligned", data, true, done, false, false, wait},
 		{"membership new and aligned", data, true, done, true, false, fin},
+		{"a voter and aligned, the old replica still a voter: the map goes first", data, true, voter, true, false, fin},
+		{"a learner, aligned: wait until it votes", data, true, learner, true, false, wait},
+		{"meta: a voter, the old replica too", meta, true, &pb.PartitionReport{Leader: true, Voters: []uint64{1, 2, 3, 4}}, true, false, wait},
 		{"meta needs no alignment", meta, true, metaDone, false, false, fin},
 		{"no leader report, alive", data, true, nil, true, false, wait},
 	} {

@@ -183,10 +183,18 @@ func moveDecision(p *pb.Partition, joiningAlive bool, leader *pb.PartitionReport
 		// Raft group is safe even once it votes: the group had a
 		// quorum without it, and pkg/membership removes strays first.
 		return pb.MovePhase_MOVE_PHASE_ABORT
-	case leader != nil && membership.Done(p.Replicas, p.Joining, p.Leaving, leader.Voters, leader.Learners) &&
-		(p.Kind != pb.PartitionKind_PARTITION_KIND_DATA || synced):
-		// A data partition's old replica goes only once the new one
-		// holds the extents too (a full alignment pass at this epoch).
+	case p.Kind == pb.PartitionKind_PARTITION_KIND_DATA:
+		// A data partition's old replica goes only once the new one votes
+		// and holds the extents too (a full alignment pass at this
+		// epoch). Its group keeps the old replica as a voter until then
+		// (membership.Group.KeepLeaving): the new one copies the extents
+		// from the chain's head, which may be the old replica, and only
+		// a voter can confirm its reads. The group's leader removes it
+		// once the map no longer names it.
+		if leader != nil && slices.Contains(leader.Voters, p.Joining) && synced {
+			return pb.MovePhase_MOVE_PHASE_DONE
+		}
+	case leader != nil && membership.Done(p.Replicas, p.Joining, p.Leaving, leader.Voters, leader.Learners):
 		return pb.MovePhase_MOVE_PHASE_DONE
 	}
 	return pb.MovePhase_MOVE_PHASE_UNSPECIFIED

@@ -18,9 +18,16 @@
 //  3. remove the leaving node; a leader that is itself leaving first hands
 //     leadership to another voter.
 //
+// A data partition (Group.KeepLeaving) skips step 3 while the leaving node
+// lives: its new replica must first copy the extents, from the chain's
+// head, which may be the leaving node, and a replica that is no longer a
+// voter cannot confirm a read. The master completes such a move in the map
+// once the new replica votes and has copied them; the leaving node is then
+// a member the map does not know, and step 0 removes it.
+//
 // Next is the pure decision; Drive applies it to a multiraft host. The
-// master completes the move in the map once the leader reports the target
-// configuration (Done).
+// master completes a meta partition's move in the map once the leader
+// reports the target configuration (Done).
 package membership
 
 import (
@@ -66,6 +73,9 @@ type Group struct {
 	Commit uint64
 	// Active: members heard from within the last election timeout.
 	Active map[uint64]bool
+	// KeepLeaving: a live leaving node stays a voter until the map
+	// completes the move (data partitions; see the package comment).
+	KeepLeaving bool
 }
 
 // Next returns the step that moves g toward replacing leaving with joining
@@ -111,6 +121,17 @@ func Next(g Group, joining, leaving uint64) Step {
 			return Step{Remove, m}
 		}
 	}
+	if g.Self != joining && !slices.Contains(g.Replicas, g.Self) {
+		// This leader is a member the map does not know (a data
+		// partition's old replica after the map completed its move):
+		// hand over to a replica the map has, which then removes it.
+		for _, r := range g.Replicas {
+			if slices.Contains(g.Voters, r) && g.Active[r] {
+				return Step{TransferLeader, r}
+			}
+		}
+		return Step{}
+	}
 	if joining == 0 {
 		return Step{}
 	}
@@ -126,6 +147,9 @@ func Next(g Group, joining, leaving uint64) Step {
 		}
 		return Step{} // still catching up
 	case leaving != 0 && slices.Contains(g.Voters, leaving):
+		if g.KeepLeaving && (g.Active[leaving] || leaving == g.Self) {
+			return Step{} // the map removes it, once the new replica holds the data
+		}
 		if leaving == g.Self {
 			return Step{TransferLeader, joining}
 		}
@@ -149,13 +173,13 @@ func Done(replicas []uint64, joining, leaving uint64, voters, learners []uint64)
 
 // Drive makes the next step of the move on host h for group id, if this
 // replica leads it. It returns the step taken (None if there was nothing
-// to do here).
-func Drive(ctx context.Context, h *multiraft.Host, id multiraft.GroupID, self uint64, replicas []uint64, joining, leaving uint64) (Step, error) {
+// to do here). keepLeaving is Group.KeepLeaving.
+func Drive(ctx context.Context, h *multiraft.Host, id multiraft.GroupID, self uint64, replicas []uint64, joining, leaving uint64, keepLeaving bool) (Step, error) {
 	st, err := h.Status(id)
 	if err != nil || !st.IsLeader {
 		return Step{}, err
 	}
-	g := Group{Self: self, Replicas: replicas, Commit: st.Commit, Match: map[uint64]uint64{}, Active: map[uint64]bool{}}
+	g := Group{Self: self, Replicas: replicas, Commit: st.Commit, Match: map[uint64]uint64{}, Active: map[uint64]bool{}, KeepLeaving: keepLeaving}
 	for n, a := range st.Active {
 		g.Active[uint64(n)] = a
 	}

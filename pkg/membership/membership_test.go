@@ -33,6 +33,12 @@ func TestNext(t *testing.T) {
 		{"the leaving node removed mid-move is not added back", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 4}}, 4, 3, Step{}},
 		{"a map replica removed mid-move is added back before the move goes on", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 3}, Active: all}, 4, 3, Step{AddLearner, 2}},
 		{"done", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 4}}, 4, 3, Step{}},
+		{"data: the live leaving voter stays until the map completes the move", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3, 4}, Active: all, KeepLeaving: true}, 4, 3, Step{}},
+		{"data: a leaving leader stays leader", Group{Self: 3, Replicas: r123, Voters: []uint64{1, 2, 3, 4}, Active: all, KeepLeaving: true}, 4, 3, Step{}},
+		{"data: a dead leaving voter still goes", Group{Self: 1, Replicas: r123, Voters: []uint64{1, 2, 3, 4}, Active: map[uint64]bool{1: true, 2: true, 4: true}, KeepLeaving: true}, 4, 3, Step{Remove, 3}},
+		{"data: once the map completed the move, the old replica goes", Group{Self: 1, Replicas: []uint64{1, 2, 4}, Voters: []uint64{1, 2, 3, 4}, Active: all, KeepLeaving: true}, 0, 0, Step{Remove, 3}},
+		{"a leader the map does not know hands over", Group{Self: 3, Replicas: []uint64{1, 2, 4}, Voters: []uint64{1, 2, 3, 4}, Active: map[uint64]bool{2: true, 3: true, 4: true}, KeepLeaving: true}, 0, 0, Step{TransferLeader, 2}},
+		{"a leader the map does not know, no live replica to take over", Group{Self: 3, Replicas: []uint64{1, 2, 4}, Voters: []uint64{1, 2, 3, 4}}, 0, 0, Step{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Next(tc.g, tc.joining, tc.leaving); got != tc.want {

@@ -218,7 +218,7 @@ func (h *Host) runMoves() {
 				continue // the map's view not recorded yet
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			step, err := membership.Drive(ctx, h.env.Raft, multiraft.GroupID(p.id), h.env.NodeID, *replicas, joining, leaving)
+			step, err := membership.Drive(ctx, h.env.Raft, multiraft.GroupID(p.id), h.env.NodeID, *replicas, joining, leaving, false)
 			cancel()
 			if err != nil {
 				h.log.Warn("replica move", "partition", p.id, "joining", joining, "leaving", leaving, "step", step.Kind.String(), "err", err)
