@@ -232,8 +232,15 @@ func (l *Lab) Jepsen(ctx context.Context, cfg JepsenConfig) (*JepsenResult, erro
 	fmt.Fprintf(progress, "jepsen: healed; waiting up to %v for every node alive and every partition healthy\n", cfg.Settle)
 	res.Unrecovered = l.settle(ctx, cfg.Settle)
 	res.Recovered, res.RecoveredIn = res.Unrecovered == "", time.Since(healed)
+	if res.Recovered {
+		fmt.Fprintf(progress, "jepsen: recovered %.1fs after the heal\n", res.RecoveredIn.Seconds())
+	} else {
+		fmt.Fprintf(progress, "jepsen: NOT recovered %.1fs after the heal: %s\n", res.RecoveredIn.Seconds(), res.Unrecovered)
+	}
 	fmt.Fprintf(progress, "jepsen: final reads through %d mounts\n", len(mounts))
-	w.Final()
+	if err := w.Final(ctx); err != nil {
+		return nil, fmt.Errorf("jepsen: %w", err)
+	}
 	if err := w.Err(); err != nil {
 		return nil, err
 	}

@@ -387,8 +387,9 @@ func writeSynced(p string, flag int, write func(f *os.File) error) error {
 
 // Final reads, after the faults healed, every register and append file
 // and lists every directory through every client's mount, each as an
-// operation of a process of its own (Final set).
-func (w *Workload) Final() {
+// operation of a process of its own (Final set). It stops between two
+// operations once ctx is done, and says so.
+func (w *Workload) Final(ctx context.Context) error {
 	w.mu.Lock()
 	files := make([]string, 0, len(w.appended))
 	for _, k := range w.appended {
@@ -408,6 +409,9 @@ func (w *Workload) Final() {
 			ops = append(ops, history.Op{Kind: history.List, Key: w.dir(i)})
 		}
 		for _, op := range ops {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("final reads: %w", err)
+			}
 			op.Process, op.Host, op.Final = w.newProc(), h, true
 			if !w.perform(h, &op) {
 				op.Outcome, op.Errno = history.Unknown, "gave up"
@@ -415,4 +419,5 @@ func (w *Workload) Final() {
 			w.record(op)
 		}
 	}
+	return nil
 }

@@ -28,7 +28,9 @@ func TestWorkloadOnLocalFS(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Run(context.Background(), time.Now().Add(1500*time.Millisecond))
-	w.Final()
+	if err := w.Final(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Err(); err != nil {
 		t.Fatal(err)
 	}
