@@ -111,13 +111,29 @@ func (fs *FS) readDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntr
 		// "." and "..", and entries without attributes (the inode
 		// vanished meanwhile), get no entry: the kernel looks them up.
 		if e.Attr != nil && e.Name != "." && e.Name != ".." {
-			fs.fillEntryFor(d.tok, fs.node(d.ino), e.Name, e.Attr, eo)
-			if fs.tr != nil {
-				fs.tr.learn(d.ino, e.Name, e.Ino)
-			}
+			fs.plusEntry(d.tok, d.ino, e, eo)
 		}
 	}
 	return fuse.OK
+}
+
+// plusEntry fills the entry a READDIRPLUS gives the kernel for e, a name
+// in directory dir, as a LOOKUP's answer would be: with a new generation
+// for a file with one link that this mount gave the kernel under another
+// name lately (stalenames.go). A listing reads its partitions one after
+// the other, so it may show a file renamed meanwhile under both names;
+// the kernel, holding both for one inode, would answer a rename of the
+// one onto the other itself, with success (a nemesis run found it).
+func (fs *FS) plusEntry(tok grantToken, dir uint64, e client.DirEntry, eo *fuse.EntryOut) {
+	parent := fs.node(dir)
+	if old, bumped := fs.stale.found(parent, e.Name, e.Attr, func() bool { return fs.hasOpen(e.Attr.Ino) }); bumped {
+		fs.opts.Metrics.staleName()
+		go fs.dropEntry(old) // once the listing lets go of the directory
+	}
+	fs.fillEntryFor(tok, parent, e.Name, e.Attr, eo)
+	if fs.tr != nil {
+		fs.tr.learn(dir, e.Name, e.Ino)
+	}
 }
 
 // ReadDir lists a directory with "." and "..".

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
+
 	"github.com/cairnfs/cairn/pkg/client"
 )
 
@@ -62,5 +64,32 @@ func TestStaleNames(t *testing.T) {
 	time.Sleep(nameHintSlack + 10*time.Millisecond)
 	if _, bumped := s.found(1, "b", file, func() bool { return false }); bumped {
 		t.Error("an expired name counted as held")
+	}
+}
+
+// TestListingShowsRenamedFileTwice: a listing that read its partitions
+// while another client renamed a file shows the file under both names;
+// the kernel must not get both entries for one inode (it would then answer
+// a rename of the one onto the other itself), so the second entry carries
+// a new generation.
+func TestListingShowsRenamedFileTwice(t *testing.T) {
+	fs := &FS{root: 1, stale: newStaleNames(time.Minute)}
+	file := &client.Attr{Ino: 10, Mode: syscall.S_IFREG | 0o644, Nlink: 1}
+	var n0, n2 fuse.EntryOut
+	fs.plusEntry(grantToken{}, 7, client.DirEntry{Name: "n0", Ino: 10, Type: syscall.S_IFREG, Attr: file}, &n0)
+	fs.plusEntry(grantToken{}, 7, client.DirEntry{Name: "n2", Ino: 10, Type: syscall.S_IFREG, Attr: file}, &n2)
+	if n0.NodeId != n2.NodeId {
+		t.Fatalf("node ids %d and %d, want one inode's", n0.NodeId, n2.NodeId)
+	}
+	if n0.Generation == n2.Generation {
+		t.Fatalf("both entries carry generation %d: the kernel would hold one inode under two names", n0.Generation)
+	}
+	// A hard-linked file keeps its generation under both names.
+	linked := &client.Attr{Ino: 11, Mode: syscall.S_IFREG | 0o644, Nlink: 2}
+	var a, b fuse.EntryOut
+	fs.plusEntry(grantToken{}, 7, client.DirEntry{Name: "a", Ino: 11, Type: syscall.S_IFREG, Attr: linked}, &a)
+	fs.plusEntry(grantToken{}, 7, client.DirEntry{Name: "b", Ino: 11, Type: syscall.S_IFREG, Attr: linked}, &b)
+	if a.Generation != b.Generation {
+		t.Fatalf("a hard link's names carry generations %d and %d", a.Generation, b.Generation)
 	}
 }
