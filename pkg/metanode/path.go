@@ -375,6 +375,12 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 				// commit could remove a directory a name was just made in,
 				// or move one a replica just learnt.
 				fenced, locked = nil, nil
+				if plan.rename != nil || plan.rmdir != nil {
+					// A retry sorts it out (its request id); the line
+					// lets a nemesis run's history be read against it.
+					s.h.log.Warn("name operation's outcome unknown; the client's retry settles it", "op", req.Op.String(), "request", req.RequestId,
+						"partition", p.id, "path", string(req.Path), "err", err)
+				}
 				return nil, nil, err
 			}
 			if again {

@@ -472,6 +472,9 @@ func (s *service) renameRefused(ctx context.Context, p *partition, req *metapb.P
 	ures, err := s.followUpOn(ctx, "rename_undo", r.part, &metapb.Txn{Ops: []*metapb.Op{undo}, RequestId: newFenceToken()})
 	if err != nil || ures.GetErrno() != 0 {
 		s.h.log.Warn("refused rename's new name not taken back", "partition", p.id, "parent", r.dir.Ino, "name", r.name, "err", err, "errno", ures.GetErrno())
+	} else {
+		s.h.log.Info("refused rename's new name taken back", "partition", p.id, "request", req.RequestId, "parent", r.dir.Ino,
+			"name", r.name, "on", r.part, "why", refused.GetMessage())
 	}
 	out := pathErr(metapb.EXDEV, req.Path, "rename: the old name changed: %s", refused.GetMessage())
 	out.Parent = r.dir.Ino
