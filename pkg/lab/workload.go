@@ -292,7 +292,7 @@ func (w *Workload) do(host string, op *history.Op) {
 			err = f.Close()
 		}
 	case history.Unlink:
-		err = os.Remove(filepath.Join(p, op.Name))
+		err = unlink(filepath.Join(p, op.Name))
 	case history.Rename:
 		err = os.Rename(filepath.Join(p, op.Name), filepath.Join(p, op.To))
 	case history.Stat:
@@ -312,6 +312,17 @@ func (w *Workload) do(host string, op *history.Op) {
 		}
 	}
 	op.Outcome, op.Errno = outcomeOf(op.Kind, err)
+}
+
+// unlink is unlink(2) alone. os.Remove tries rmdir(2) when unlink fails
+// and returns rmdir's errno: an unlink that timed out (its outcome
+// unknown) after it had removed the name then read as ENOENT, a definite
+// failure, and the checker found no order for it (a nemesis run).
+func unlink(path string) error {
+	if err := unix.Unlink(path); err != nil {
+		return &os.PathError{Op: "unlink", Path: path, Err: err}
+	}
+	return nil
 }
 
 // outcomeOf classifies an operation's error: an errno that says the

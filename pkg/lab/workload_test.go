@@ -3,6 +3,10 @@ package lab
 import (
 	"bytes"
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,4 +61,29 @@ func TestWorkloadOnLocalFS(t *testing.T) {
 		t.Fatalf("history file: %d ops, %v; recorded %d", len(back), err, len(ops))
 	}
 	t.Logf("%d operations: %s", len(ops), rep)
+}
+
+// TestUnlinkIsUnlinkAlone: the workload's unlink is unlink(2) and nothing
+// else. os.Remove falls back to rmdir(2) and reports its errno, which made
+// an unlink that timed out after removing its name read as ENOENT: here an
+// empty directory, which os.Remove would remove, stays, and the error is
+// unlink's own (EISDIR), which leaves the outcome unknown.
+func TestUnlinkIsUnlinkAlone(t *testing.T) {
+	d := filepath.Join(t.TempDir(), "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := unlink(d)
+	if !errors.Is(err, syscall.EISDIR) {
+		t.Fatalf("unlink of a directory: %v, want EISDIR", err)
+	}
+	if _, serr := os.Stat(d); serr != nil {
+		t.Fatalf("the directory is gone: %v", serr)
+	}
+	if o, _ := outcomeOf(history.Unlink, err); o != history.Unknown {
+		t.Fatalf("outcome of an unlink failing with EISDIR: %v, want unknown", o)
+	}
+	if o, _ := outcomeOf(history.Unlink, unlink(filepath.Join(d, "missing"))); o != history.Fail {
+		t.Fatalf("outcome of an unlink of a missing name: %v, want a failure", o)
+	}
 }
