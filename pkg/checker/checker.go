@@ -68,7 +68,9 @@ type Report struct {
 	// write to its own readers before the file system has stored it, as
 	// a local file system's does. The checker lets each such read take
 	// effect as late as its write's end, so it still checks the value was
-	// current then, but not that other hosts saw it as early.
+	// current then, but not that other hosts saw it as early. One whose
+	// write never said it was stored (timed out) is not checked: it
+	// shows the host's cache alone.
 	HostEarly int
 }
 

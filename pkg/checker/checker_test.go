@@ -360,6 +360,8 @@ func TestHostEarly(t *testing.T) {
 		{"read on the writer's host", append([]history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 40), "c2"), onHost(r(4, "r", 2, 20, 22), "c2")}, tail...), 1, 0},
 		{"read on another host", append([]history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 40), "c2"), onHost(r(4, "r", 2, 20, 22), "c3")}, tail...), 0, 1},
 		{"the value read again after it was overwritten", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 40), "c2"), onHost(r(4, "r", 2, 20, 22), "c2"), onHost(w(5, "r", 3, 41, 45), "c1"), onHost(r(2, "r", 2, 50, 55), "c1")}, 1, 1},
+		{"the write timed out: the host's cache says nothing of other hosts", []history.Op{w(1, "r", 1, 0, 10), onHost(unknown(w(3, "r", 2, 15, 40)), "c2"), onHost(r(4, "r", 2, 20, 22), "c2"), onHost(r(6, "r", 1, 45, 50), "c1")}, 1, 0},
+		{"the same write acknowledged: the old value after it is stale", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 40), "c2"), onHost(r(4, "r", 2, 20, 22), "c2"), onHost(r(6, "r", 1, 45, 50), "c1")}, 1, 1},
 		{"write ended before the read did", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 21), "c2"), onHost(r(4, "r", 2, 20, 22), "c2"), onHost(r(2, "r", 1, 25, 30), "c1")}, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

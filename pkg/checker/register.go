@@ -84,9 +84,15 @@ func checkRegister(key string, ops []history.Op, timeout time.Duration) keyResul
 			continue // a read that returned nothing shows nothing
 		}
 		sp := [2]int64{openedAfter(ops, op), op.End}
-		if end, ok := earlyOnHost(ops, op); ok {
-			sp[1] = end
+		if wr, ok := earlyOnHost(ops, op); ok {
 			hostEarly++
+			if wr.Outcome != history.OK {
+				// The host's cache showed a write that never said it
+				// was stored (it timed out): the read tells nothing of
+				// what other hosts may read.
+				continue
+			}
+			sp[1] = wr.End
 		}
 		lin = append(lin, op)
 		spans = append(spans, sp)
@@ -204,24 +210,26 @@ func openedAfter(ops []history.Op, r history.Op) int64 {
 }
 
 // earlyOnHost reports whether read r returned the value of a write by a
-// process on r's host that was still running when r ended, and if so when
-// that write ended. Linux copies a buffered write into the host's page
+// process on r's host that was still running when r ended, and if so
+// which. Linux copies a buffered write into the host's page
 // cache before the file system is asked to store it, so a reader on the
 // same host may see it before any other host can (a local ext4 file shows
 // the same). Such a read shows what its host's cache held, not when the
 // write took effect for everyone: the checker lets it take effect as late
-// as its write's end, and still requires that its value was current then.
-func earlyOnHost(ops []history.Op, r history.Op) (int64, bool) {
+// as its write's end, and still requires that its value was current then
+// (a write whose outcome is unknown may never have been stored: such a
+// read is not checked).
+func earlyOnHost(ops []history.Op, r history.Op) (history.Op, bool) {
 	if r.Host == "" || r.Value == 0 {
-		return 0, false
+		return history.Op{}, false
 	}
 	for _, w := range ops {
 		if w.Kind == history.Write && w.Host == r.Host && w.Value == r.Value &&
 			w.Outcome != history.Fail && w.Start <= r.End && w.End > r.End {
-			return w.End, true
+			return w, true
 		}
 	}
-	return 0, false
+	return history.Op{}, false
 }
 
 // tornOnHost reports whether read r ran while a write of the same register
