@@ -5,14 +5,12 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
-	"io/fs"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,17 +55,8 @@ func scrapeSum(t *testing.T, addr, name string, labelled bool) (sum float64, n i
 func diskUsage(t *testing.T, dir string) int64 {
 	t.Helper()
 	var n int64
-	roots, _ := filepath.Glob(filepath.Join(dir, "data-*"))
-	for _, root := range roots {
-		_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return nil
-			}
-			if info, err := d.Info(); err == nil {
-				n += info.Sys().(*syscall.Stat_t).Blocks * 512
-			}
-			return nil
-		})
+	for _, u := range nodeUsage(t, dir) {
+		n += u
 	}
 	return n
 }
