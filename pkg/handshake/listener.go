@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -195,7 +196,11 @@ func (l *Listener) handshake(nc net.Conn, t *Ticket) {
 	}
 	if err != nil {
 		l.opts.Logger.Debug(l.opts.Name+": handshake failed", "remote", nc.RemoteAddr(), "err", err)
-		nc.Close()
+		if outcome == Failed {
+			refuse(nc)
+		} else {
+			nc.Close()
+		}
 		return
 	}
 	select {
@@ -206,6 +211,28 @@ func (l *Listener) handshake(nc net.Conn, t *Ticket) {
 	case <-l.done:
 		c.Close()
 	}
+}
+
+// lingerFor bounds how long refuse reads what a refused peer sends.
+const lingerFor = 500 * time.Millisecond
+
+// refuse closes nc, whose handshake failed, so that the peer reads why.
+// The server's side has sent its alert (a refused certificate: revoked,
+// expired, of another CA), but a TLS 1.3 client's side is done before
+// the server has checked its certificate, and it sends its first request
+// at once. Closing a socket with those bytes unread sends a reset, and a
+// reset makes the client's kernel drop the alert unread: the client would
+// see "broken pipe" or "connection reset" instead of the refusal. So refuse
+// shuts down its sending side (the alert, then end of stream), reads and
+// discards what the peer sends for up to lingerFor, and closes.
+func refuse(nc net.Conn) {
+	defer nc.Close()
+	cw, ok := nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(lingerFor))
+	_, _ = io.Copy(io.Discard, nc)
 }
 
 // warn logs msg with the listener's counters, at most once per logEvery;

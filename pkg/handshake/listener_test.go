@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -263,5 +264,38 @@ func TestListenerClose(t *testing.T) {
 	l2.Close()
 	if _, err := l2.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Accept on a closed listener: %v", err)
+	}
+}
+
+// A client whose certificate the server refuses, and which goes on
+// writing after its side of the handshake is done (a TLS 1.3 client's side
+// ends before the server has checked its certificate; gRPC then writes its
+// preface and settings), reads the server's alert rather than failing a
+// write with "broken pipe": the refusal's reason reaches it every time.
+func TestRefusedClientReadsTheAlert(t *testing.T) {
+	srv, cli := mutualTLS(t)
+	srv = srv.Clone()
+	srv.VerifyPeerCertificate = func([][]byte, [][]*x509.Certificate) error {
+		time.Sleep(20 * time.Millisecond) // the first request arrives first
+		return errors.New("revoked")
+	}
+	l := listen(t, TLS(srv), Limits{Timeout: 2 * time.Second})
+	echoServer(t, l)
+	for i := range 5 {
+		c, err := tls.Dial("tcp", l.Addr().String(), cli)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("preface")); err != nil {
+			t.Fatalf("connection %d: first write: %v", i, err)
+		}
+		time.Sleep(100 * time.Millisecond) // the server has refused
+		_, werr := c.Write([]byte("settings"))
+		_, rerr := c.Read(make([]byte, 1))
+		c.Close()
+		if werr != nil || rerr == nil || !strings.Contains(rerr.Error(), "remote error: tls: bad certificate") {
+			t.Fatalf("connection %d: second write %v, read %v; want the write to go through and the server's alert", i, werr, rerr)
+		}
 	}
 }
