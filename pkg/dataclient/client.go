@@ -126,8 +126,14 @@ type Options struct {
 	// default 30s.
 	WaitWritable time.Duration
 	// RefreshEvery is how old the topology may get before a write
-	// refreshes it; default 10s.
+	// refreshes it, or a read starts a refresh beside it; default 10s.
 	RefreshEvery time.Duration
+	// ReadAttemptTimeout bounds a read's wait for one replica while
+	// another is left to try; default 3s. A replica that does not answer
+	// within it is silent (silence.go) and the read moves on: a node cut
+	// off without a word (a zone down, a partition) costs a read this long
+	// once, not the whole operation's time on every read.
+	ReadAttemptTimeout time.Duration
 	// RefreshTimeout bounds one Refresh: the map is a hint a reader or
 	// writer asks for after a failure, and a master leader it cannot reach
 	// must cost it this long, not the whole call (a writer's context
@@ -200,6 +206,9 @@ func (o Options) withDefaults() Options {
 	if o.RefreshTimeout <= 0 {
 		o.RefreshTimeout = 5 * time.Second
 	}
+	if o.ReadAttemptTimeout <= 0 {
+		o.ReadAttemptTimeout = 3 * time.Second
+	}
 	if o.ReadChunkBytes <= 0 {
 		o.ReadChunkBytes = 1 << 20
 	}
@@ -252,7 +261,8 @@ type Client struct {
 	// stream again.
 	packets sync.Pool
 
-	refreshMu sync.Mutex // one refresh at a time
+	refreshMu  sync.Mutex  // one refresh at a time
+	refreshing atomic.Bool // refreshBehind's refresh is running
 
 	mu       sync.Mutex
 	topo     *Topology
@@ -365,6 +375,28 @@ func (c *Client) refresh(ctx context.Context) error {
 	return nil
 }
 
+// staleLocked reports whether the topology should be read again: it is
+// older than Options.RefreshEvery, or older than a second while a node is
+// silent (the master, told of it, may mark it down any moment). c.mu is
+// held.
+func (c *Client) staleLocked(now time.Time) bool {
+	age := now.Sub(c.topoAt)
+	return age > c.opts.RefreshEvery || age > time.Second && c.silent.any(now)
+}
+
+// refreshBehind starts a Refresh in the background unless one it started
+// is still running: a reader's map goes stale too (a node it reads from
+// goes down, a partition moves), but a read must not wait for the master.
+func (c *Client) refreshBehind() {
+	if !c.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer c.refreshing.Store(false)
+		_ = c.Refresh(context.Background())
+	}()
+}
+
 // Topology returns the topology in use.
 func (c *Client) Topology() *Topology {
 	c.mu.Lock()
@@ -424,10 +456,7 @@ func (c *Client) pickPrefer(ctx context.Context, prefer uint64) (*pb.Partition, 
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
-		// While a node is silent, the master may mark it down any moment
-		// (it was told): read the map again every second meanwhile.
-		age := time.Since(c.topoAt)
-		stale := age > c.opts.RefreshEvery || age > time.Second && c.silent.any(time.Now())
+		stale := c.staleLocked(time.Now())
 		c.mu.Unlock()
 		if stale {
 			_ = c.Refresh(ctx) // keep the old view if the master is away

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -121,7 +122,12 @@ func checkKeys(t testing.TB, keys []*metapb.ExtentKey, size uint64) {
 
 func readAll(t testing.TB, cl *dataclient.Client, keys []*metapb.ExtentKey, size int64) []byte {
 	t.Helper()
-	r := cl.NewReader(context.Background(), keys, size)
+	return readAllCtx(context.Background(), t, cl, keys, size)
+}
+
+func readAllCtx(ctx context.Context, t testing.TB, cl *dataclient.Client, keys []*metapb.ExtentKey, size int64) []byte {
+	t.Helper()
+	r := cl.NewReader(ctx, keys, size)
 	defer r.Close()
 	got, err := io.ReadAll(r)
 	if err != nil {
@@ -637,5 +643,69 @@ func TestReaderRecyclesChunks(t *testing.T) {
 	}
 	if n := cl.Stats().ChunkBuffers - before; n > reads/2 {
 		t.Fatalf("%d reads of a 4 KiB file allocated %d chunk buffers: chunks are not recycled", reads, n)
+	}
+}
+
+// A replica that takes the request and never answers (its host cut off
+// without a word: a zone down, a partition) costs a read
+// ReadAttemptTimeout, not the operation's whole time, and the next read
+// goes to another replica first. Before ReadAttemptTimeout, a read under
+// an operation deadline shorter than the connection's read timeout failed
+// every time, and the replica was never found silent.
+func TestReadMovesOnFromSilentReplica(t *testing.T) {
+	c := datanodetest.Start(t, datanodetest.Config{Nodes: 3, Partitions: [][]uint64{{1, 2, 3}}, Options: nodeOptions()})
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hole.Close()
+	go func() {
+		for {
+			conn, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close() // held open, never answered
+		}
+	}()
+	var silent atomic.Bool
+	var reported atomic.Int64
+	src := func(ctx context.Context) (*dataclient.Topology, error) {
+		t, err := source(c)(ctx)
+		if err == nil && silent.Load() {
+			n := t.Nodes[1]
+			n.Addr = hole.Addr().String()
+			t.Nodes[1] = n
+		}
+		return t, err
+	}
+	cl, err := dataclient.New(context.Background(), src, dataclient.Options{ReadAttemptTimeout: 500 * time.Millisecond,
+		ReportFailure: func(uint64, error) { reported.Add(1) }, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	data := randBytes(256<<10, 9)
+	keys := writeFile(t, cl, data, 9)
+	silent.Store(true)
+	if err := cl.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		// An operation's bound, below the connection's 10 s read timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+		start := time.Now()
+		got := readAllCtx(ctx, t, cl, keys, int64(len(data)))
+		cancel()
+		if !bytes.Equal(got, data) {
+			t.Fatalf("read %d differs", i)
+		}
+		t.Logf("read %d with replica 1 silent: %s", i, time.Since(start).Round(time.Millisecond))
+	}
+	if reported.Load() == 0 {
+		t.Fatal("the silent replica was not reported")
+	}
+	if n := cl.Stats().ReadFailovers; n != 1 {
+		t.Fatalf("%d reads failed over; want 1 (the second read knows the replica is silent)", n)
 	}
 }

@@ -41,13 +41,17 @@ func (c *Client) ReadExtent(ctx context.Context, pid, ext uint64, extOff, commit
 // readOrder lists p's replicas: the Raft leader this client last
 // overwrote through first (it has applied every overwrite it acknowledged),
 // then alive ones, then stale ones (catching up), then the rest (down, or
-// silent to this client: silence.go), each group in replica order.
+// silent to this client: silence.go), each group in replica order. A
+// stale topology is read again behind the read.
 func (c *Client) readOrder(p *pb.Partition) []uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := slices.Clone(p.Replicas)
 	leader := c.leaders[p.Id]
 	now := time.Now()
+	if c.staleLocked(now) {
+		c.refreshBehind()
+	}
 	rank := func(id uint64) int {
 		switch {
 		case c.silent.is(id, now) || !c.topo.Nodes[id].Alive:
@@ -74,11 +78,9 @@ func (c *Client) readPiece(ctx context.Context, p *pb.Partition, ext uint64, off
 			errs = append(errs, fmt.Errorf("node %d: no data address", r))
 			continue
 		}
-		conn, err := c.pool.get(ctx, addr)
+		err := c.readAttempt(ctx, addr, p.Id, ext, off, committed, dst, rechecked, i < len(order)-1)
 		if err == nil {
-			if err = c.readFrom(ctx, conn, p.Id, ext, off, committed, dst, rechecked); err == nil {
-				return nil
-			}
+			return nil
 		}
 		if dataproto.CodeOf(err) == dataproto.CodeStaleEpoch && !refreshed {
 			refreshed = true
@@ -107,6 +109,29 @@ func (c *Client) readPiece(ctx context.Context, p *pb.Partition, ext uint64, off
 		c.opts.Logger.Info("data read failed; trying another replica", "partition", p.Id, "node", r, "err", err)
 	}
 	return fmt.Errorf("dataclient: read partition %d extent %d [%d,%d): %w", p.Id, ext, off, off+int64(len(dst)), errors.Join(errs...))
+}
+
+// errNoAnswer is a read attempt that Options.ReadAttemptTimeout ended:
+// the replica is silent, and the read tries the next.
+var errNoAnswer = errors.New("no answer")
+
+// readAttempt reads from the replica at addr; while another is left
+// (more), it waits at most Options.ReadAttemptTimeout for it.
+func (c *Client) readAttempt(ctx context.Context, addr string, pid, ext uint64, off, committed int64, dst []byte, verify, more bool) error {
+	actx := ctx
+	if more {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, c.opts.ReadAttemptTimeout)
+		defer cancel()
+	}
+	conn, err := c.pool.get(actx, addr)
+	if err == nil {
+		err = c.readFrom(actx, conn, pid, ext, off, committed, dst, verify)
+	}
+	if err != nil && ctx.Err() == nil && actx.Err() != nil && noAnswer(err) {
+		return fmt.Errorf("%w within %s: %v", errNoAnswer, c.opts.ReadAttemptTimeout, err)
+	}
+	return err
 }
 
 // recheck is the policy for a read whose bytes do not match the CRC the
