@@ -43,7 +43,11 @@ func (p *partition) maintain() {
 		case <-p.ctx.Done():
 			return
 		case <-moveT.C:
-			p.driveMove()
+			if p.retiring.Load() {
+				p.checkRetired()
+			} else {
+				p.driveMove()
+			}
 			continue
 		case bb := <-p.repairs:
 			p.repair(bb)
@@ -64,6 +68,10 @@ func (p *partition) maintain() {
 				}
 			}
 		case <-alignT.C:
+		}
+		if p.retiring.Load() {
+			alignT.Reset(opts.AlignInterval)
+			continue // no longer a replica: nothing to align
 		}
 		last = time.Now()
 		p.checkStore()

@@ -273,7 +273,8 @@ func NewFactory(opts Options) func(node.Env) (node.PartitionHost, error) {
 // Assign opens the data partitions newly assigned to this node, updates
 // the replica sets of open ones (a changed set takes the current map
 // epoch, so writers with an older view are refused), and closes the ones no
-// longer assigned (their data stays on disk).
+// longer assigned (their data stays on disk), once their Raft group no
+// longer counts this node (retire.go).
 func (h *Host) Assign(assigned []*pb.Partition) error {
 	want := map[uint64]*pb.Partition{}
 	for _, p := range assigned {
@@ -289,6 +290,9 @@ func (h *Host) Assign(assigned []*pb.Partition) error {
 	var errs []error
 	for id, p := range want {
 		if cur, ok := h.parts[id]; ok {
+			if cur.retiring.Swap(false) {
+				cur.log.Info("data partition assigned here again while retiring")
+			}
 			cur.setView(p, h.env.Epoch())
 			continue
 		}
@@ -303,6 +307,10 @@ func (h *Host) Assign(assigned []*pb.Partition) error {
 		if _, ok := want[id]; ok {
 			continue
 		}
+		if p.raftMember() {
+			p.retire()
+			continue
+		}
 		delete(h.parts, id)
 		if err := p.close(); err != nil {
 			errs = append(errs, fmt.Errorf("close data partition %d: %w", id, err))
@@ -313,12 +321,16 @@ func (h *Host) Assign(assigned []*pb.Partition) error {
 
 // Remove deletes the state of partitions the map moved off this node
 // (node.Remover): the Raft group's and the extent store with every byte.
-// They are closed already (Assign runs first); an open one is left alone.
+// They are closed already (Assign runs first), or retiring (retire.go),
+// which the master names once their group's leader no longer counts this
+// node: those are closed first. Any other open one is left alone.
 func (h *Host) Remove(ids []uint64) error {
 	var errs []error
 	for _, id := range ids {
-		if h.partition(id) != nil {
-			continue
+		if p := h.partition(id); p != nil {
+			if !p.retiring.Load() || !h.closeRetiring(p) {
+				continue
+			}
 		}
 		if err := h.env.Raft.DestroyGroup(multiraft.GroupID(id)); err != nil {
 			errs = append(errs, fmt.Errorf("delete data partition %d: %w", id, err))

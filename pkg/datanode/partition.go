@@ -59,6 +59,9 @@ type partition struct {
 	// rebuilding: the store was recreated empty; until a full alignment
 	// from a peer completes this replica is no source for anyone.
 	rebuilding atomic.Bool
+	// retiring: the map no longer has this replica, but its Raft group
+	// still counts it as a member (retire.go).
+	retiring atomic.Bool
 
 	// recent: when a forwarded append last reached each extent (followers
 	// only), so alignment leaves extents being streamed alone.

@@ -213,7 +213,9 @@ func storeCode(err error) dataproto.Code {
 func (s *session) target(r *reply, write bool) (p *partition, chain []uint64, pos int, ok bool) {
 	h := r.in.Header
 	p = s.h.partition(h.Partition)
-	if p == nil {
+	if p == nil || p.retiring.Load() {
+		// A retiring replica (retire.go) votes in its Raft group and
+		// serves no I/O: the map has moved it away.
 		r.fail(dataproto.CodeUnknownPartition, "partition %d is not on node %d", h.Partition, s.h.env.NodeID)
 		return nil, nil, 0, false
 	}

@@ -254,13 +254,41 @@ func (s *Server) noTarget(id uint64) {
 
 // movedAway returns the partitions among reports that the map no longer
 // places on node (neither a replica nor a joining one): a move replaced
-// the node's replica, and the node deletes its copy.
-func movedAway(st *clustermap.State, node uint64, reports []*pb.PartitionReport) []uint64 {
-	var out []uint64
+// the node's replica, and the node deletes its copy. Data partitions come
+// apart (voting): the map completes a data partition's move before its
+// Raft group removes the old replica, which must go on voting until then
+// (the data node's retire.go), so it is deleted only once the group's
+// leader no longer counts it (groupDropped).
+func movedAway(st *clustermap.State, node uint64, reports []*pb.PartitionReport) (removed, voting []uint64) {
 	for _, r := range reports {
 		p := st.Map().Partitions[r.Id]
-		if p != nil && !slices.Contains(p.Replicas, node) && p.Joining != node {
-			out = append(out, r.Id)
+		if p == nil || slices.Contains(p.Replicas, node) || p.Joining == node {
+			continue
+		}
+		if p.Kind == pb.PartitionKind_PARTITION_KIND_DATA {
+			voting = append(voting, r.Id)
+		} else {
+			removed = append(removed, r.Id)
+		}
+	}
+	return removed, voting
+}
+
+// groupDropped reports whether the Raft leader's report of a partition
+// (nil: no fresh one) shows that the group no longer counts node. Without
+// a report it does not: a group without a leader may need the node's vote
+// to elect one. Pure.
+func groupDropped(leader *pb.PartitionReport, node uint64) bool {
+	return leader != nil && !slices.Contains(leader.Voters, node) && !slices.Contains(leader.Learners, node)
+}
+
+// leaderReports returns the fresh reports (freshReports) of partitions'
+// Raft leaders, by partition.
+func (s *Server) leaderReports() map[uint64]*pb.PartitionReport {
+	out := map[uint64]*pb.PartitionReport{}
+	for _, r := range s.freshReports() {
+		if r.Leader {
+			out[r.Id] = r
 		}
 	}
 	return out

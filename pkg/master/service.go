@@ -150,6 +150,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		epoch    uint64
 		inSync   []*pb.MarkInSync
 		removed  []uint64
+		voting   []uint64 // moved away, deleted once the group drops the node
 		revoked  []string
 	)
 	addrs, dataAddrs, certNames := map[uint64]string{}, map[uint64]string{}, map[uint64]string{}
@@ -157,7 +158,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		if n, ok := st.Map().Nodes[req.NodeId]; ok && n.Uuid == req.Uuid {
 			node = proto.Clone(n).(*pb.Node)
 			inSync = caughtUp(st, req.NodeId, req.Partitions)
-			removed = movedAway(st, req.NodeId, req.Partitions)
+			removed, voting = movedAway(st, req.NodeId, req.Partitions)
 			for _, p := range st.PartitionsOf(req.NodeId) {
 				assigned = append(assigned, proto.Clone(p).(*pb.Partition))
 				// A node joining by a move must be reachable by the others
@@ -180,6 +181,14 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 	})
 	if node == nil {
 		return nil, status.Errorf(codes.NotFound, "node %d (%s) is not registered; register again", req.NodeId, req.Uuid)
+	}
+	if len(voting) > 0 {
+		leaders := v.s.leaderReports()
+		for _, id := range voting {
+			if groupDropped(leaders[id], req.NodeId) {
+				removed = append(removed, id)
+			}
+		}
 	}
 	v.s.mu.Lock()
 	v.s.soft[req.NodeId] = &nodeSoft{

@@ -110,13 +110,13 @@ func TestLabZoneDown(t *testing.T) {
 	// file gets a minute.
 	readStart := time.Now()
 	for name, want := range files {
-		eventually(t, time.Minute, func() error {
+		eventuallyOr(t, time.Minute, func() error {
 			got, err := os.ReadFile(filepath.Join(mnt, name))
 			if err != nil || !bytes.Equal(got, want) {
 				return fmt.Errorf("%s with zone %s down: %v, %d bytes, equal %v", name, h.Zone, err, len(got), bytes.Equal(got, want))
 			}
 			return nil
-		})
+		}, func() { labDiagnose(ctx, t, l, dir) })
 	}
 	t.Logf("every file read back with zone %s down in %.1fs", h.Zone, time.Since(readStart).Seconds())
 
@@ -196,6 +196,13 @@ func zoneSpread(ctx context.Context, l *lab.Lab, check func(p string, zones map[
 // fails the test with its last error after d.
 func eventually(t *testing.T, d time.Duration, check func() error) {
 	t.Helper()
+	eventuallyOr(t, d, check, nil)
+}
+
+// eventuallyOr is eventually, calling diagnose (if not nil) before it
+// fails the test.
+func eventuallyOr(t *testing.T, d time.Duration, check func() error, diagnose func()) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
 		err := check()
@@ -203,6 +210,9 @@ func eventually(t *testing.T, d time.Duration, check func() error) {
 			return
 		}
 		if time.Now().After(deadline) {
+			if diagnose != nil {
+				diagnose()
+			}
 			t.Fatalf("not within %v: %v", d, err)
 		}
 		time.Sleep(500 * time.Millisecond)
