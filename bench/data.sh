@@ -31,7 +31,12 @@
 #                       --random-files 2 files of --random-size 64MiB, --random-ops 25000;
 #   random-read-buffered    the same through the page cache (drop_cache after setup);
 #   random-write-direct     4 KiB blocks, O_DIRECT, fsync at the end, same files;
-#   random-write-buffered   the same through the page cache, fsync at the end.
+#   random-write-buffered   the same through the page cache, fsync at the end;
+#   seq-read-large      one file of --large-size 512MiB read once from start to
+#                       end, 1 MiB blocks, drop_cache (a checkpoint, a video);
+#   random-read-shared-direct  4 KiB blocks, O_DIRECT, --random-threads 4 all
+#                       reading ONE shared file of --large-size, --random-ops
+#                       each (a database or a model's weights).
 #
 # Then it prints one compact table: per workload, phase and operation the
 # ops/s and MiB/s of every target (median over the repetitions) and the
@@ -48,12 +53,12 @@
 #   bench/data.sh [--out DIR] [--repetitions N] [--duration D]
 #       [--threads N] [--files N] [--sizes LIST] [--seq-size SIZE] [--seq-files N]
 #       [--random-threads N] [--random-files N] [--random-size SIZE]
-#       [--random-ops N] [--setup-timeout D]
+#       [--random-ops N] [--large-size SIZE] [--setup-timeout D]
 #
 # Defaults as above, --repetitions 3 and the workloads' 60s bound per phase
 # (--duration). The environment can set the same: BENCH_DATA_REPETITIONS,
 # BENCH_DATA_THREADS, BENCH_DATA_FILES, BENCH_DATA_SEQ_SIZE,
-# BENCH_DATA_RANDOM_SIZE, BENCH_DATA_RANDOM_OPS (flags win). `make bench-data`
+# BENCH_DATA_RANDOM_SIZE, BENCH_DATA_RANDOM_OPS, BENCH_DATA_LARGE_SIZE (flags win). `make bench-data`
 # runs it (flags through BENCH_DATA_FLAGS). The report goes to DIR
 # (default bench-reports/data-TIMESTAMP): report.json, report.html, the
 # workload file workloads.yaml, the peak RSS in peak-rss.txt and the table
@@ -81,6 +86,7 @@ random_threads=4
 random_files=2
 random_size=${BENCH_DATA_RANDOM_SIZE:-64MiB}
 random_ops=${BENCH_DATA_RANDOM_OPS:-25000}
+large_size=${BENCH_DATA_LARGE_SIZE:-512MiB}
 duration=""
 setup_timeout=30m
 while [[ $# -gt 0 ]]; do
@@ -97,6 +103,7 @@ while [[ $# -gt 0 ]]; do
     --random-files) random_files=$2; shift 2 ;;
     --random-size) random_size=$2; shift 2 ;;
     --random-ops) random_ops=$2; shift 2 ;;
+    --large-size) large_size=$2; shift 2 ;;
     --setup-timeout) setup_timeout=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;p}' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -107,7 +114,7 @@ for v in reps threads files seq_files random_threads random_files random_ops; do
 done
 # Sizes and the duration go into a YAML file: keep them to plain tokens
 # (`cairn bench run` checks their values and says what is wrong).
-for v in sizes seq_size random_size duration setup_timeout; do
+for v in sizes seq_size random_size large_size duration setup_timeout; do
   [[ ${!v} =~ ^[0-9A-Za-z.,]*$ ]] || { echo "error: --${v//_/-} '${!v}' is not a size, list of sizes or duration" >&2; exit 2; }
 done
 [[ -x $CAIRN ]] || { echo "error: $CAIRN not built (make build)" >&2; exit 2; }
@@ -177,6 +184,8 @@ mkdir -p "$out"
       echo "  - {kind: random-$kind, name: random-$kind-$mode, direct: $d, $extra, files: $random_files, file_size: $random_size, block_size: 4KiB, ops: $random_ops, threads: $random_threads}"
     done
   done
+  echo "  - {kind: seq-read, name: seq-read-large, files: 1, file_size: $large_size, block_size: 1MiB, drop_cache: true, threads: 1}"
+  echo "  - {kind: random-read, name: random-read-shared-direct, shared: true, direct: true, drop_cache: true, files: 1, file_size: $large_size, block_size: 4KiB, ops: $random_ops, threads: $random_threads}"
 } >"$out/workloads.yaml"
 
 targets=(--target "posix:${peer_mnts[0]}" --target "posix:${peer_mnts[1]}" --target "posix:$MNT"

@@ -291,9 +291,11 @@ Options (-o, comma-separated, may repeat):
                     soon as the cluster is back
   read_ahead_kb=N   KiB the kernel reads ahead of a sequential reader (default
                     4096; 0 keeps the kernel's 128; needs root)
-  file_cache_mb=N   MiB of memory for the contents of small files (up to 1 MiB)
-                    read through the mount, kept for when the kernel has
-                    dropped their pages (default 32; 0 turns it off)
+  file_cache_mb=N   MiB of memory for the contents of files read through the
+                    mount, kept for when the kernel has dropped their pages
+                    (or never kept them: O_DIRECT): small files (up to
+                    1 MiB) whole, larger ones that fit in it in 128 KiB
+                    blocks read at random (default 32; 0 turns it off)
   memory_mb=N       soft limit of the mount's memory, which Go's garbage
                     collector works harder to keep to (default 448, plus
                     what file_cache_mb adds beyond 32; at least the file

@@ -119,6 +119,26 @@ func (c *Cache[K]) Delete(key K) {
 	}
 }
 
+// DeleteIf is Delete of every key drop returns true for (kept or being
+// fetched); it looks at every key, so it suits caches of thousands of
+// entries, not millions.
+func (c *Cache[K]) DeleteIf(drop func(K) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, el := range c.entries {
+		if drop(key) {
+			c.lru.Remove(el)
+			delete(c.entries, key)
+			c.bytes -= int64(len(el.Value.(*entry[K]).data))
+		}
+	}
+	for key, cl := range c.loading {
+		if drop(key) {
+			cl.dropped = true
+		}
+	}
+}
+
 func (c *Cache[K]) putLocked(key K, data []byte) {
 	if int64(len(data)) > c.limit {
 		return

@@ -112,3 +112,24 @@ func TestDelete(t *testing.T) {
 		t.Fatalf("after a Delete during the fetch: %q, %v, fetched %v; want a new fetch", b, err, fetched)
 	}
 }
+
+// TestDeleteIf drops exactly the kept entries the predicate names, and
+// counts their bytes out.
+func TestDeleteIf(t *testing.T) {
+	c := New[int](1 << 20)
+	for i := range 10 {
+		c.Put(i, make([]byte, 100))
+	}
+	c.DeleteIf(func(k int) bool { return k%2 == 0 })
+	st := c.Stats()
+	if st.Entries != 5 || st.Bytes != 500 {
+		t.Fatalf("after DeleteIf: %+v, want 5 entries of 500 bytes", st)
+	}
+	for i := range 10 {
+		fetched := false
+		_, _ = c.Get(context.Background(), i, func(context.Context) ([]byte, error) { fetched = true; return []byte{1}, nil })
+		if fetched != (i%2 == 0) {
+			t.Errorf("key %d: fetched %v after DeleteIf of the even keys", i, fetched)
+		}
+	}
+}

@@ -168,9 +168,13 @@ func (l *extentLayout) readAt(op string, p []byte, off uint64) (int, error) {
 	}
 	if l.r == nil {
 		l.r = f.dc.NewReader(f.ctx, l.keys, int64(f.size))
+		if b := l.blocksFor(); b != nil {
+			l.r.SetBlocks(b, readBlockBytes)
+		}
 	}
+	hits := l.r.BlockHitBytes()
 	n, err := l.r.ReadAt(p, int64(off))
-	f.v.bytesRead.Add(int64(n))
+	f.v.bytesRead.Add(int64(n) - (l.r.BlockHitBytes() - hits)) // what came from the data nodes
 	// The handle reads its own overwrites still in the write-back buffer.
 	l.dirty.overlay(p[:n], off)
 	if err != nil && err != io.EOF {

@@ -17,6 +17,12 @@ import (
 // per epoch: the page cache rarely holds a data set from one epoch to the
 // next, and this cache holds the small files that dominate such sets.
 //
+// Larger files that fit in the cache whole are kept in blocks of
+// readBlockBytes, filled by the random reads of read-only handles
+// (blocksFor): four readers of one file share its blocks, and a block read
+// once serves every later read inside it from memory. Sequential reads do
+// not fill the cache (their read-ahead streams past it).
+//
 // An entry is keyed by the inode and the Version (size, mtime, ctime) its
 // handle read at open, and only a handle that opened at that Version uses
 // it. Every change of a file's content moves its ctime, so an open after
@@ -40,10 +46,44 @@ const (
 	fileCacheMaxSize = 1 << 20
 )
 
-// fileKey names one Version of a file's contents.
+// fileKey names one Version of a file's contents: the whole of it (block
+// 0), or block block-1 of readBlockBytes.
 type fileKey struct {
+	ino   uint64
+	ver   Version
+	block int64
+}
+
+// readBlockBytes is the unit of the file cache's blocks: the data nodes'
+// CRC block (extentstore's default block size), so that a miss makes a
+// data node read and check exactly one block, as a read of 4 KiB inside
+// it does anyway.
+const readBlockBytes = 128 << 10
+
+// fileBlocks are the blocks of one Version of a file in the volume's file
+// cache (dataclient.Blocks).
+type fileBlocks struct {
+	c   *chunkcache.Cache[fileKey]
 	ino uint64
 	ver Version
+}
+
+func (b fileBlocks) Get(ctx context.Context, block int64, fetch func(context.Context) ([]byte, error)) ([]byte, error) {
+	return b.c.Get(ctx, fileKey{ino: b.ino, ver: b.ver, block: block + 1}, fetch)
+}
+
+// blocksFor returns the file cache's blocks of the handle's file for its
+// reader's random reads, or nil when the handle may not use the cache (as
+// cachedFile) or the file would not fit in it whole: a miss fetches a
+// whole block for a read of a few KiB, which pays only while blocks stay
+// to be read again. Called with f.mu held.
+func (l *extentLayout) blocksFor() dataclient.Blocks {
+	f := l.f
+	c := f.v.files
+	if c == nil || f.writable || !f.verOK || f.size <= fileCacheMaxSize || f.size != l.recorded || int64(f.size) > c.Stats().Limit {
+		return nil
+	}
+	return fileBlocks{c: c, ino: f.ino, ver: f.ver}
 }
 
 // newFileCache returns the cache Options.FileCacheBytes asks for, or nil.
@@ -99,7 +139,13 @@ func (l *extentLayout) cachedFile() ([]byte, bool, error) {
 // dropCached forgets the cached contents of Version ver of file ino: a
 // handle of this client changed, or is about to change, its bytes.
 func (v *Volume) dropCached(ino uint64, ver Version) {
-	if v.files != nil {
+	switch {
+	case v.files == nil:
+	case ver.Size <= fileCacheMaxSize:
 		v.files.Delete(fileKey{ino: ino, ver: ver})
+	default:
+		// Blocks (blocksFor): DeleteIf looks at every entry, which only
+		// a file larger than fileCacheMaxSize can make worth it.
+		v.files.DeleteIf(func(k fileKey) bool { return k.ino == ino && k.ver == ver })
 	}
 }

@@ -130,3 +130,115 @@ func TestFileCache(t *testing.T) {
 		t.Fatalf("file cache stats %+v", st)
 	}
 }
+
+// TestFileCacheBlocks: random reads of a file larger than the whole-file
+// bound, through read-only handles, fill the file cache in blocks that
+// other handles share; another client's change (a new Version) and this
+// client's flushed write are seen as without the cache; a file larger than
+// the cache is never read in blocks.
+func TestFileCacheBlocks(t *testing.T) {
+	v, _, fake := startWithDataMap(t, Options{FileCacheBytes: 8 << 20}, nil)
+	ctx := context.Background()
+	fake.mu.Lock()
+	addr := fake.m.Nodes[1].Addr
+	fake.mu.Unlock()
+	other := openFakeVolume(t, addr, Options{FileCacheBytes: -1})
+	pattern := func(n int, seed byte) []byte {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = seed + byte(i%251)
+		}
+		return p
+	}
+	create := func(name string, data []byte) uint64 {
+		t.Helper()
+		in, err := v.Create(ctx, RootIno, name, 0o644, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := v.OpenFile(ctx, in.Ino, syscall.O_RDWR)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(data, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return in.Ino
+	}
+	// readAt reads 4 KiB at off through handle f and says how many bytes
+	// came from the data nodes.
+	readAt := func(v *Volume, f *File, off int64) ([]byte, int64) {
+		t.Helper()
+		before := v.Stats().BytesFromData
+		p := make([]byte, 4096)
+		if _, err := f.ReadAt(p, off); err != nil {
+			t.Fatal(err)
+		}
+		return p, v.Stats().BytesFromData - before
+	}
+	open := func(v *Volume, ino uint64, flags int) *File {
+		t.Helper()
+		f, err := v.OpenFile(ctx, ino, flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close(ctx) })
+		return f
+	}
+
+	data := pattern(4<<20, 1)
+	ino := create("mid", data)
+	const off = 1<<20 + 8<<10 // not at 0: a random read
+	a := open(v, ino, syscall.O_RDONLY)
+	if got, fetched := readAt(v, a, off); !bytes.Equal(got, data[off:off+4096]) || fetched == 0 {
+		t.Fatalf("first random read: %d bytes fetched, content ok %v", fetched, bytes.Equal(got, data[off:off+4096]))
+	}
+	b := open(v, ino, syscall.O_RDONLY)
+	if got, fetched := readAt(v, b, off+64<<10); !bytes.Equal(got, data[off+64<<10:off+68<<10]) || fetched != 0 {
+		t.Fatalf("another handle's read in the same block: %d bytes fetched, content ok %v; want it from memory", fetched, bytes.Equal(got, data[off+64<<10:off+68<<10]))
+	}
+
+	// Another client overwrites in place and closes: a new open sees it.
+	patch := pattern(4096, 7)
+	w := open(other, ino, syscall.O_RDWR)
+	if _, err := w.WriteAt(patch, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	copy(data[off:], patch)
+	c := open(v, ino, syscall.O_RDONLY)
+	if got, _ := readAt(v, c, off); !bytes.Equal(got, patch) {
+		t.Fatal("after another client's change and close, a new handle reads the old bytes from the cache")
+	}
+
+	// A writer of this client flushes: a reader of this client opened
+	// before it reads the new bytes, as without the cache.
+	if got, _ := readAt(v, c, off+128<<10); !bytes.Equal(got, data[off+128<<10:off+132<<10]) {
+		t.Fatal("wrong content")
+	}
+	mine := open(v, ino, syscall.O_RDWR)
+	patch2 := pattern(4096, 9)
+	if _, err := mine.WriteAt(patch2, off+128<<10); err != nil {
+		t.Fatal(err)
+	}
+	if err := mine.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readAt(v, c, off+128<<10); !bytes.Equal(got, patch2) {
+		t.Fatal("a reader of this client does not see this client's flushed overwrite")
+	}
+
+	// Larger than the cache: never in blocks.
+	huge := pattern(9<<20, 3)
+	hino := create("huge", huge)
+	h1, h2 := open(v, hino, syscall.O_RDONLY), open(v, hino, syscall.O_RDONLY)
+	readAt(v, h1, 5<<20+4096)
+	if got, fetched := readAt(v, h2, 5<<20+8192); !bytes.Equal(got, huge[5<<20+8192:5<<20+12288]) || fetched != 4096 {
+		t.Fatalf("a file larger than the cache: %d bytes fetched, want exactly the 4096 read", fetched)
+	}
+}

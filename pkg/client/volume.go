@@ -71,9 +71,10 @@ type Options struct {
 	// ChunkCacheBytes bounds the volume's cache of chunk contents, shared
 	// by its chunked Files. 0 means 256 MiB; negative caches nothing.
 	ChunkCacheBytes int64
-	// FileCacheBytes bounds the volume's cache of small files' contents
-	// (up to 1 MiB each, read through read-only handles; filecache.go).
-	// 0 means 32 MiB; negative caches nothing.
+	// FileCacheBytes bounds the volume's cache of files' contents read
+	// through read-only handles (filecache.go): small files (up to 1 MiB)
+	// whole, larger ones that fit in it whole in blocks filled by random
+	// reads. 0 means 32 MiB; negative caches nothing.
 	FileCacheBytes int64
 	// Logger receives a warning for every failed attempt of a metadata
 	// step that is retried and every data write moved off a partition

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strconv"
 	"syscall"
 	"unsafe"
@@ -35,6 +36,10 @@ var randomKeys = []Key{
 	{Name: "direct", Type: tBool, Default: "false", Doc: "open the files for the measured reads or writes with O_DIRECT (past the client's page cache; block_size must be a multiple of 4096; the phase fails if the target refuses O_DIRECT, as tmpfs does; the cairn: and cairn-cached: targets ignore it)"},
 }
 
+var sharedKeys = []Key{
+	{Name: "shared", Type: tBool, Default: "false", Doc: "every thread reads the same files (files of file_size, written once in setup by the run's first thread, in the directory all threads share): many readers of one file, as a database or a model's weights are read"},
+}
+
 // directAlign is what O_DIRECT asks of buffers, offsets and lengths: the
 // logical block size of a 4Kn disk, which 512-byte-sector disks accept too.
 const directAlign = 4096
@@ -51,8 +56,8 @@ func init() {
 		Keys: keys(writeKeys), New: func(s *Spec) (Workload, error) { return newIO(s, "seq-write") }})
 	register(&Kind{Name: "seq-read", Doc: "each thread reads its files (written during setup) sequentially to the end",
 		Keys: keys(readKeys), New: func(s *Spec) (Workload, error) { return newIO(s, "seq-read") }})
-	register(&Kind{Name: "random-read", Doc: "each thread reads block_size at block-aligned random offsets of random files among its own",
-		Keys: keys(readKeys, randomKeys), New: func(s *Spec) (Workload, error) { return newIO(s, "random-read") }})
+	register(&Kind{Name: "random-read", Doc: "each thread reads block_size at block-aligned random offsets of random files among its own (or, with shared, among the files every thread reads)",
+		Keys: keys(readKeys, randomKeys, sharedKeys), New: func(s *Spec) (Workload, error) { return newIO(s, "random-read") }})
 	register(&Kind{Name: "random-write", Doc: "each thread overwrites block_size at block-aligned random offsets of random files among its own",
 		Keys: keys(writeKeys, randomKeys), New: func(s *Spec) (Workload, error) { return newIO(s, "random-write") }})
 	register(&Kind{Name: "skip-read", Doc: "each thread walks through each of its files: skip a random length (skip_size) forward, read block_size, repeat to the end (DFS-Perf's random read)",
@@ -70,6 +75,7 @@ type ioWL struct {
 	ops       int64
 	skip      Dist
 	direct    bool // random-read, random-write: O_DIRECT opens
+	shared    bool // random-read: every thread reads the same files
 }
 
 // ioState is per thread: the size of each of its files and, with direct,
@@ -83,6 +89,9 @@ func newIO(s *Spec, mode string) (Workload, error) {
 	w := &ioWL{mode: mode, files: s.Int("files"), size: s.Dist("file_size"), block: s.Int("block_size"),
 		fsync: s.Bool("fsync"), dropCache: s.Bool("drop_cache"), ops: s.Int("ops"), skip: s.Dist("skip_size"),
 		direct: s.Bool("direct")}
+	if mode == "random-read" {
+		w.shared = s.Bool("shared")
+	}
 	if (mode == "random-read" || mode == "random-write") && w.block > w.size.Lo {
 		return nil, fmt.Errorf("block_size %s is larger than the smallest file (%s)", FormatSize(w.block), FormatSize(w.size.Lo))
 	}
@@ -127,28 +136,50 @@ func (w *ioWL) Expect(int) int64 {
 
 func fileName(t *Thread, i int64) string { return t.Path("f." + strconv.FormatInt(i, 10)) }
 
+// name is file i of thread t: its own, or with shared every thread's.
+func (w *ioWL) name(t *Thread, i int64) string {
+	if w.shared {
+		return t.Shared("io", "f."+strconv.FormatInt(i, 10))
+	}
+	return fileName(t, i)
+}
+
+// sharedSize is the size of shared file i, the same in every thread.
+func (w *ioWL) sharedSize(i int64) int64 {
+	return w.size.Sample(rand.New(rand.NewPCG(uint64(i), 0x5ea5ed)))
+}
+
 func (w *ioWL) Setup(ctx context.Context, t *Thread) error {
 	st := &ioState{sizes: make([]int64, w.files)}
 	t.State = st
 	for i := range st.sizes {
-		st.sizes[i] = w.size.Sample(t.Rand)
+		if w.shared {
+			st.sizes[i] = w.sharedSize(int64(i))
+		} else {
+			st.sizes[i] = w.size.Sample(t.Rand)
+		}
 	}
 	buf := t.Buffer(w.block)
 	if w.direct {
 		st.aligned = alignedCopy(buf)
 	}
-	if w.mode == "seq-write" {
+	if w.mode == "seq-write" || w.shared && t.Global != 0 {
 		return nil
+	}
+	if w.shared {
+		if err := fsys.MkdirAll(t.FS, t.Shared("io"), 0o755); err != nil {
+			return err
+		}
 	}
 	for i := int64(0); i < w.files; i++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := writeSized(t, fileName(t, i), st.sizes[i], t.Buffer(w.block)); err != nil {
+		if err := writeSized(t, w.name(t, i), st.sizes[i], t.Buffer(w.block)); err != nil {
 			return err
 		}
 		if w.dropCache {
-			if err := dropCache(t.FS, fileName(t, i)); err != nil {
+			if err := dropCache(t.FS, w.name(t, i)); err != nil {
 				return err
 			}
 		}
@@ -249,7 +280,7 @@ func (w *ioWL) Run(_ context.Context, t *Thread, _ int) error {
 			}
 		}()
 		for i := range fhs {
-			fh, err := t.FS.OpenFile(fileName(t, int64(i)), flags, 0)
+			fh, err := t.FS.OpenFile(w.name(t, int64(i)), flags, 0)
 			if err != nil {
 				if w.direct && errors.Is(err, syscall.EINVAL) {
 					return fmt.Errorf("direct=true: %s refuses O_DIRECT: %w", t.FS, err)

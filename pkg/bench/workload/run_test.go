@@ -164,6 +164,12 @@ func TestEveryWorkloadTiny(t *testing.T) {
 					t.Errorf("random read count %d bytes %d", o.Count, o.Bytes)
 				}
 			}},
+		{"random-read", map[string]string{"files": "1", "file_size": "64KiB", "block_size": "4KiB", "ops": "50", "shared": "true"},
+			func(t *testing.T, ph map[string]PhaseResult) {
+				if o := op(ph["read"], "read"); o.Count != 50*g || o.Bytes != 50*4096*g {
+					t.Errorf("shared random read count %d bytes %d", o.Count, o.Bytes)
+				}
+			}},
 		{"random-write", map[string]string{"files": "2", "file_size": "64KiB", "block_size": "4KiB", "ops": "50", "fsync": "true"},
 			func(t *testing.T, ph map[string]PhaseResult) {
 				if o := op(ph["write"], "write"); o.Count != 50*g || o.Bytes != 50*4096*g {
