@@ -140,7 +140,7 @@ func (c *Client) ReadChunk(ctx context.Context, loc ChunkLocation, fp chunker.Fi
 	var errs []error
 	bad := 0
 	refreshed, rechecked := false, false
-	order := c.readOrder(p)
+	order := c.readOrder(p, -1)
 	for i := 0; i < len(order); i++ {
 		r := order[i]
 		addr, ok := c.addr(r)
