@@ -239,8 +239,9 @@ func (c *Client) readFrom(ctx context.Context, conn *dataproto.Conn, pid, ext ui
 // sequential reads switches to whole chunks (ReadChunkBytes) fetched ahead
 // (ReadAheadBytes) by the reader's goroutines; random reads fetch exactly
 // what they ask for (or whole blocks, SetBlocks). At most
-// ReadAheadBytes/ReadChunkBytes + chunksBehind + 2 chunks are kept; their buffers go back to the Client for the next chunk once no
-// ReadAt copies from them. ReadAt may be called concurrently; Read and Seek
+// ReadAheadBytes/ReadChunkBytes + chunksBehind + 2 chunks are kept; their
+// buffers go back to the Client for the next chunk once no ReadAt copies
+// from them. ReadAt may be called concurrently; Read and Seek
 // may not. Close stops the read-ahead.
 type Reader struct {
 	c    *Client
