@@ -41,8 +41,9 @@ checker looks for anomalies: lost or phantom writes and appends, stale or
 corrupt reads, name operations that are not linearizable. cairn fsck must
 find the volume clean.
 
-Writes <out>/history.jsonl, nemesis.jsonl, report.md and timeline.svg and
-exits 1 when anything was found. See docs/lab.md.`,
+Writes <out>/history.jsonl, nemesis.jsonl, report.md, timeline.svg and the
+hosts' logs (<out>/logs/HOST/) and exits 1 when anything was found. See
+docs/lab.md.`,
 		Example: `  cairn lab jepsen --duration 10m
   cairn lab jepsen --duration 90s --faults kill,isolate,pause --seed 7`,
 		Args: noArgs,

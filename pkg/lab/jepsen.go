@@ -35,7 +35,8 @@ type JepsenConfig struct {
 	// every partition fully replicated; default 3 min.
 	Settle time.Duration
 	// Out is the directory of the run's files: history.jsonl,
-	// nemesis.jsonl, report.md, timeline.svg.
+	// nemesis.jsonl, report.md, timeline.svg, and the hosts' logs in
+	// logs/HOST/.
 	Out string
 	// Progress receives a line every 10 s and at each fault; nil: none.
 	Progress io.Writer
@@ -254,7 +255,38 @@ func (l *Lab) Jepsen(ctx context.Context, cfg JepsenConfig) (*JepsenResult, erro
 	if err := writeReport(res, ops); err != nil {
 		return nil, err
 	}
+	if err := keepLogs(l.dir, cfg.Out); err != nil {
+		fmt.Fprintf(progress, "jepsen: keeping the hosts' logs: %v\n", err)
+	}
 	return res, nil
+}
+
+// keepLogs copies every host's process logs (hosts/HOST/*.log under the
+// lab's dir) to out/logs/HOST/: a finding is explained from the meta and
+// data nodes' lines around it, and the lab's own copies are overwritten
+// by its next run. They are small (about 1.3 MB for a 10-minute run of 9
+// hosts).
+func keepLogs(labDir, out string) error {
+	logs, err := filepath.Glob(filepath.Join(labDir, "hosts", "*", "*.log"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, src := range logs {
+		host := filepath.Base(filepath.Dir(src))
+		dst := filepath.Join(out, "logs", host, filepath.Base(src))
+		b, err := os.ReadFile(src)
+		if err == nil {
+			err = os.MkdirAll(filepath.Dir(dst), 0o755)
+		}
+		if err == nil {
+			err = os.WriteFile(dst, b, 0o644)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", src, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 type outcomeCount struct{ total, ok, fail, unknown int }

@@ -1,6 +1,9 @@
 package lab
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,5 +50,35 @@ func TestStalls(t *testing.T) {
 	r := &JepsenResult{Duration: 20 * time.Second, Events: events, Stalls: got}
 	if svg := timelineSVG(r, ops); !strings.Contains(svg, "isolate s2") || !strings.HasSuffix(svg, "</svg>\n") {
 		t.Errorf("timeline lacks the fault or is cut: %.200s", svg)
+	}
+}
+
+// TestKeepLogs copies every host's process logs into the run's directory,
+// host by host, and nothing else.
+func TestKeepLogs(t *testing.T) {
+	lab, out := t.TempDir(), t.TempDir()
+	files := map[string]string{"s1/meta.log": "meta of s1", "s1/data.log": "data of s1", "c1/mount.log": "mount of c1"}
+	for name, body := range files {
+		p := filepath.Join(lab, "hosts", name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(lab, "hosts", "s1", "state.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := keepLogs(lab, out); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range files {
+		if b, err := os.ReadFile(filepath.Join(out, "logs", name)); err != nil || string(b) != body {
+			t.Errorf("%s: %q, %v", name, b, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "logs", "s1", "state.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a file that is no log was copied: %v", err)
 	}
 }
