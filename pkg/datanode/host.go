@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -183,8 +185,12 @@ type Host struct {
 
 	serveDone chan struct{}
 
-	mu     sync.RWMutex
-	parts  map[uint64]*partition
+	mu    sync.RWMutex
+	parts map[uint64]*partition
+	// gone holds the partitions closed here whose state is still on disk
+	// (dp-N directories not open): they are reported until the master names
+	// them removed (Remove), since it names only partitions a node reports.
+	gone   map[uint64]bool
 	closed bool
 
 	// clientConns counts the data-path connections of each client
@@ -239,7 +245,7 @@ func New(env node.Env, opts Options) (*Host, error) {
 	if opts.Server.TLS == nil {
 		opts.Server.TLS = env.ServerTLS
 	}
-	h := &Host{env: env, opts: opts, log: log, parts: map[uint64]*partition{}, serveDone: make(chan struct{}), clientConns: map[string]int{}}
+	h := &Host{env: env, opts: opts, log: log, parts: map[uint64]*partition{}, gone: onDisk(env.DataDir), serveDone: make(chan struct{}), clientConns: map[string]int{}}
 	h.peers = newPeerPool(opts.Chain)
 	h.recovery = &pacer{rate: float64(opts.RecoveryBytesPerSecond)}
 	if env.Masters != nil {
@@ -274,7 +280,7 @@ func NewFactory(opts Options) func(node.Env) (node.PartitionHost, error) {
 // the replica sets of open ones (a changed set takes the current map
 // epoch, so writers with an older view are refused), and closes the ones no
 // longer assigned (their data stays on disk), once their Raft group no
-// longer counts this node (retire.go).
+// longer counts this node as a voter (retire.go).
 func (h *Host) Assign(assigned []*pb.Partition) error {
 	want := map[uint64]*pb.Partition{}
 	for _, p := range assigned {
@@ -302,16 +308,18 @@ func (h *Host) Assign(assigned []*pb.Partition) error {
 			continue
 		}
 		h.parts[id] = part
+		delete(h.gone, id)
 	}
 	for id, p := range h.parts {
 		if _, ok := want[id]; ok {
 			continue
 		}
-		if p.raftMember() {
+		if p.raftVoter() {
 			p.retire()
 			continue
 		}
 		delete(h.parts, id)
+		h.gone[id] = true
 		if err := p.close(); err != nil {
 			errs = append(errs, fmt.Errorf("close data partition %d: %w", id, err))
 		}
@@ -341,9 +349,28 @@ func (h *Host) Remove(ids []uint64) error {
 			errs = append(errs, fmt.Errorf("delete data partition %d: %w", id, err))
 			continue
 		}
+		h.mu.Lock()
+		delete(h.gone, id)
+		h.mu.Unlock()
 		h.log.Info("data partition deleted: its replica moved to another node", "partition", id, "dir", dir)
 	}
 	return errors.Join(errs...)
+}
+
+// onDisk returns the data partitions whose state is in dir (dp-N
+// directories), none of them open yet.
+func onDisk(dir string) map[uint64]bool {
+	out := map[uint64]bool{}
+	if dir == "" {
+		return out
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "dp-*"))
+	for _, name := range names {
+		if id, err := strconv.ParseUint(strings.TrimPrefix(filepath.Base(name), "dp-"), 10, 64); err == nil {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // Report tells the master, per hosted partition, whether this replica leads
@@ -355,8 +382,11 @@ func (h *Host) Report() []*pb.PartitionReport {
 	for _, p := range h.parts {
 		parts = append(parts, p)
 	}
+	out := make([]*pb.PartitionReport, 0, len(parts)+len(h.gone))
+	for id := range h.gone {
+		out = append(out, &pb.PartitionReport{Id: id}) // closed, on disk
+	}
 	h.mu.RUnlock()
-	out := make([]*pb.PartitionReport, 0, len(parts))
 	for _, p := range parts {
 		out = append(out, p.report())
 	}

@@ -14,21 +14,19 @@ import (
 // need it: a group of four voters (the three of the map and this one)
 // with this replica gone loses its quorum to one more failure, and then
 // nobody can remove this replica any more. A retiring partition therefore
-// keeps its Raft group running, serving no one, until the group's leader
-// has removed it; only then is it closed and deleted: when its own
+// keeps its Raft group running, serving no one, while it is a voter, until
+// the group's leader has removed it; only then is it closed and deleted: when its own
 // configuration shows the removal, or when the master, from the leader's
 // report, names it removed (a node that was down while the group removed
 // it never hears of its removal).
 
-// raftMember reports whether the partition's Raft group counts this node
-// as a voter or learner in its latest applied configuration.
-func (p *partition) raftMember() bool {
+// raftVoter reports whether the partition's Raft group counts this node
+// as a voter in its latest applied configuration. A learner's vote counts
+// for nothing, so a learner (a move's new replica, abandoned before its
+// promotion) goes at once.
+func (p *partition) raftVoter() bool {
 	gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id))
-	if err != nil {
-		return false
-	}
-	self := multiraft.NodeID(p.h.env.NodeID)
-	return slices.Contains(gs.Voters, self) || slices.Contains(gs.Learners, self)
+	return err == nil && slices.Contains(gs.Voters, multiraft.NodeID(p.h.env.NodeID))
 }
 
 // retire marks the partition retiring (Host.mu is held).
@@ -40,11 +38,12 @@ func (p *partition) retire() {
 
 // checkRetired runs on a retiring partition's maintenance goroutine: it
 // hands Raft leadership to another voter if this replica leads, and once
-// the group no longer counts this node, has the host close the partition.
+// the group no longer counts this node as a voter, has the host close and
+// delete the partition.
 func (p *partition) checkRetired() {
 	gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id))
 	self := multiraft.NodeID(p.h.env.NodeID)
-	if err == nil && (slices.Contains(gs.Voters, self) || slices.Contains(gs.Learners, self)) {
+	if err == nil && slices.Contains(gs.Voters, self) {
 		if gs.IsLeader {
 			for _, v := range gs.Voters {
 				if v != self && gs.Active[v] {

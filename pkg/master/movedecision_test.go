@@ -52,8 +52,8 @@ func TestMoveDecision(t *testing.T) {
 }
 
 // TestGroupDropped: a data partition's replica the map moved away is
-// deleted only once a fresh report of the group's leader leaves it out;
-// without one (no leader) it may be needed to elect one.
+// deleted only once a fresh report of the group's leader leaves it out of
+// the voters; without one (no leader) it may be needed to elect one.
 func TestGroupDropped(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -62,7 +62,7 @@ func TestGroupDropped(t *testing.T) {
 	}{
 		{"no fresh leader report", nil, false},
 		{"still a voter (the map completed the move first)", &pb.PartitionReport{Leader: true, Voters: []uint64{6, 10, 8, 9}}, false},
-		{"a learner", &pb.PartitionReport{Leader: true, Voters: []uint64{10, 8, 9}, Learners: []uint64{6}}, false},
+		{"a learner (its vote counts for nothing)", &pb.PartitionReport{Leader: true, Voters: []uint64{10, 8, 9}, Learners: []uint64{6}}, true},
 		{"removed", &pb.PartitionReport{Leader: true, Voters: []uint64{10, 8, 9}}, true},
 	} {
 		if got := groupDropped(tc.leader, 6); got != tc.want {

@@ -252,17 +252,21 @@ func (s *Server) noTarget(id uint64) {
 	s.log.Warn("partition has a replica on an out node and no other node to move it to; add a node", "partition", id)
 }
 
-// movedAway returns the partitions among reports that the map no longer
-// places on node (neither a replica nor a joining one): a move replaced
-// the node's replica, and the node deletes its copy. Data partitions come
-// apart (voting): the map completes a data partition's move before its
-// Raft group removes the old replica, which must go on voting until then
-// (the data node's retire.go), so it is deleted only once the group's
-// leader no longer counts it (groupDropped).
-func movedAway(st *clustermap.State, node uint64, reports []*pb.PartitionReport) (removed, voting []uint64) {
+// movedAway sorts a node's partition reports: those of partitions the map
+// no longer places on node (neither a replica nor a joining one: a move
+// replaced the node's replica, and the node deletes its copy) come apart
+// from the others (kept). Data partitions among them are named in voting:
+// the map completes a data partition's move before its Raft group removes
+// the old replica, which must go on voting until then (the data node's
+// retire.go), so it is deleted only once the group's leader no longer
+// counts it (groupDropped); the others in removed. A node also reports the
+// partitions it closed and has not deleted yet, so that it learns when it
+// may. Pure.
+func movedAway(st *clustermap.State, node uint64, reports []*pb.PartitionReport) (kept []*pb.PartitionReport, removed, voting []uint64) {
 	for _, r := range reports {
 		p := st.Map().Partitions[r.Id]
 		if p == nil || slices.Contains(p.Replicas, node) || p.Joining == node {
+			kept = append(kept, r)
 			continue
 		}
 		if p.Kind == pb.PartitionKind_PARTITION_KIND_DATA {
@@ -271,15 +275,16 @@ func movedAway(st *clustermap.State, node uint64, reports []*pb.PartitionReport)
 			removed = append(removed, r.Id)
 		}
 	}
-	return removed, voting
+	return kept, removed, voting
 }
 
 // groupDropped reports whether the Raft leader's report of a partition
-// (nil: no fresh one) shows that the group no longer counts node. Without
-// a report it does not: a group without a leader may need the node's vote
-// to elect one. Pure.
+// (nil: no fresh one) shows that the group no longer counts node as a
+// voter (a learner's vote counts for nothing). Without a report it does
+// not: a group without a leader may need the node's vote to elect one.
+// Pure.
 func groupDropped(leader *pb.PartitionReport, node uint64) bool {
-	return leader != nil && !slices.Contains(leader.Voters, node) && !slices.Contains(leader.Learners, node)
+	return leader != nil && !slices.Contains(leader.Voters, node)
 }
 
 // leaderReports returns the fresh reports (freshReports) of partitions'

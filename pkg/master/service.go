@@ -151,6 +151,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		inSync   []*pb.MarkInSync
 		removed  []uint64
 		voting   []uint64 // moved away, deleted once the group drops the node
+		reports  []*pb.PartitionReport // of partitions the map places on the node
 		revoked  []string
 	)
 	addrs, dataAddrs, certNames := map[uint64]string{}, map[uint64]string{}, map[uint64]string{}
@@ -158,7 +159,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		if n, ok := st.Map().Nodes[req.NodeId]; ok && n.Uuid == req.Uuid {
 			node = proto.Clone(n).(*pb.Node)
 			inSync = caughtUp(st, req.NodeId, req.Partitions)
-			removed, voting = movedAway(st, req.NodeId, req.Partitions)
+			reports, removed, voting = movedAway(st, req.NodeId, req.Partitions)
 			for _, p := range st.PartitionsOf(req.NodeId) {
 				assigned = append(assigned, proto.Clone(p).(*pb.Partition))
 				// A node joining by a move must be reachable by the others
@@ -193,7 +194,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 	v.s.mu.Lock()
 	v.s.soft[req.NodeId] = &nodeSoft{
 		last: time.Now(), usage: req.Usage, pid: req.Pid, hostname: req.Hostname,
-		metricsAddr: req.MetricsAddr, partitions: req.Partitions,
+		metricsAddr: req.MetricsAddr, partitions: reports,
 	}
 	v.s.mu.Unlock()
 	if node.State != pb.NodeState_NODE_STATE_ALIVE {
