@@ -150,7 +150,7 @@ func (v *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.
 		epoch    uint64
 		inSync   []*pb.MarkInSync
 		removed  []uint64
-		voting   []uint64 // moved away, deleted once the group drops the node
+		voting   []uint64              // moved away, deleted once the group drops the node
 		reports  []*pb.PartitionReport // of partitions the map places on the node
 		revoked  []string
 	)
