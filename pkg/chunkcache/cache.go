@@ -158,6 +158,9 @@ func (c *Cache[K]) putLocked(key K, data []byte) {
 	}
 }
 
+// Limit returns the most bytes the cache holds (fixed by New).
+func (c *Cache[K]) Limit() int64 { return c.limit }
+
 // Stats are a cache's counters.
 type Stats struct {
 	Bytes, Limit int64

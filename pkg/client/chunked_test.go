@@ -170,23 +170,7 @@ func TestChunkedDedupAndInsert(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
 	data := randBytes(rng, 512<<10)
-	write := func(name string, p []byte) uint64 {
-		a, err := v.Create(ctx, RootIno, name, 0o644, 0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := v.OpenFile(ctx, a.Ino, syscall.O_WRONLY)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteAt(p, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return a.Ino
-	}
+	write := func(name string, p []byte) uint64 { return createFile(t, v, name, p) }
 	before := v.Stats().BytesToData
 	ino := write("a", data)
 	first := v.Stats().BytesToData - before

@@ -80,7 +80,7 @@ func (b fileBlocks) Get(ctx context.Context, block int64, fetch func(context.Con
 func (l *extentLayout) blocksFor() dataclient.Blocks {
 	f := l.f
 	c := f.v.files
-	if c == nil || f.writable || !f.verOK || f.size <= fileCacheMaxSize || f.size != l.recorded || int64(f.size) > c.Stats().Limit {
+	if c == nil || f.writable || !f.verOK || f.size <= fileCacheMaxSize || f.size != l.recorded || int64(f.size) > c.Limit() {
 		return nil
 	}
 	return fileBlocks{c: c, ino: f.ino, ver: f.ver}

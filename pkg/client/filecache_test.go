@@ -45,13 +45,6 @@ func TestFileCache(t *testing.T) {
 		defer f.Close(ctx)
 		return readWhole(t, f, size), v.Stats().BytesFromData - before
 	}
-	pattern := func(n int, seed byte) []byte {
-		p := make([]byte, n)
-		for i := range p {
-			p[i] = seed + byte(i%251)
-		}
-		return p
-	}
 
 	small, err := v.Create(ctx, RootIno, "small", 0o644, 0, 0)
 	if err != nil {
@@ -143,31 +136,6 @@ func TestFileCacheBlocks(t *testing.T) {
 	addr := fake.m.Nodes[1].Addr
 	fake.mu.Unlock()
 	other := openFakeVolume(t, addr, Options{FileCacheBytes: -1})
-	pattern := func(n int, seed byte) []byte {
-		p := make([]byte, n)
-		for i := range p {
-			p[i] = seed + byte(i%251)
-		}
-		return p
-	}
-	create := func(name string, data []byte) uint64 {
-		t.Helper()
-		in, err := v.Create(ctx, RootIno, name, 0o644, 0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := v.OpenFile(ctx, in.Ino, syscall.O_RDWR)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteAt(data, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return in.Ino
-	}
 	// readAt reads 4 KiB at off through handle f and says how many bytes
 	// came from the data nodes.
 	readAt := func(v *Volume, f *File, off int64) ([]byte, int64) {
@@ -190,7 +158,7 @@ func TestFileCacheBlocks(t *testing.T) {
 	}
 
 	data := pattern(4<<20, 1)
-	ino := create("mid", data)
+	ino := createFile(t, v, "mid", data)
 	const off = 1<<20 + 8<<10 // not at 0: a random read
 	a := open(v, ino, syscall.O_RDONLY)
 	if got, fetched := readAt(v, a, off); !bytes.Equal(got, data[off:off+4096]) || fetched == 0 {
@@ -235,7 +203,7 @@ func TestFileCacheBlocks(t *testing.T) {
 
 	// Larger than the cache: never in blocks.
 	huge := pattern(9<<20, 3)
-	hino := create("huge", huge)
+	hino := createFile(t, v, "huge", huge)
 	h1, h2 := open(v, hino, syscall.O_RDONLY), open(v, hino, syscall.O_RDONLY)
 	readAt(v, h1, 5<<20+4096)
 	if got, fetched := readAt(v, h2, 5<<20+8192); !bytes.Equal(got, huge[5<<20+8192:5<<20+12288]) || fetched != 4096 {

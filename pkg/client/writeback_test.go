@@ -64,6 +64,37 @@ func openFakeVolume(t testing.TB, addr string, opts Options) *Volume {
 	return v
 }
 
+// createFile creates name in the root of v holding data and returns its
+// inode.
+func createFile(t *testing.T, v *Volume, name string, data []byte) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	in, err := v.Create(ctx, RootIno, name, 0o644, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := v.OpenFile(ctx, in.Ino, syscall.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return in.Ino
+}
+
+// pattern returns n bytes that differ from those of another seed.
+func pattern(n int, seed byte) []byte {
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = seed + byte(i%251)
+	}
+	return p
+}
+
 func readWhole(t *testing.T, f *File, size int) []byte {
 	t.Helper()
 	buf := make([]byte, size+10)

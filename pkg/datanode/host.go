@@ -335,10 +335,8 @@ func (h *Host) Assign(assigned []*pb.Partition) error {
 func (h *Host) Remove(ids []uint64) error {
 	var errs []error
 	for _, id := range ids {
-		if p := h.partition(id); p != nil {
-			if !p.retiring.Load() || !h.closeRetiring(p) {
-				continue
-			}
+		if p := h.partition(id); p != nil && !h.closeRetiring(p) {
+			continue // open, and not retiring
 		}
 		if err := h.env.Raft.DestroyGroup(multiraft.GroupID(id)); err != nil {
 			errs = append(errs, fmt.Errorf("delete data partition %d: %w", id, err))
