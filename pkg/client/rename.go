@@ -44,11 +44,11 @@ func (v *Volume) Rename(ctx context.Context, oldParent uint64, oldName string, n
 		return err
 	}
 	h := hintsFor(ctx, oldParent, newParent, flags)
-	if oldParent == newParent && flags == 0 {
+	if oldParent == newParent && flags&^RenameNoreplace == 0 {
 		// One request: the old name's partition runs it, unless it
 		// leaves it to the client (a directory over a directory, for
 		// one).
-		if done, err := v.renameOnServer(ctx, op, oldParent, oldName, newName); done {
+		if done, err := v.renameOnServer(ctx, op, oldParent, oldName, newName, flags); done {
 			return err
 		}
 	}
@@ -553,15 +553,19 @@ func newNameChanged(op string, ops []*metapb.Op, res *metapb.TxnResult, err erro
 }
 
 // renameOnServer asks the partition of the old name to run a rename within
-// directory parent (PATH_OP_RENAME): one request, whatever partitions the
-// names route to. done is false when the partition left the rename to the
+// directory parent (PATH_OP_RENAME; PATH_OP_RENAME_NOREPLACE under flag
+// RenameNoreplace): one request, whatever partitions the names route to. done is false when the partition left the rename to the
 // client, having changed nothing: EXDEV (a directory over a directory, a
 // sticky check it cannot make there, a name that changed meanwhile), EBUSY
 // (another operation holds the directory being renamed; the client's
 // protocol waits longer) or EINVAL (a node of an earlier version, which
 // does not know the operation; the names were checked here).
-func (v *Volume) renameOnServer(ctx context.Context, op string, parent uint64, oldName, newName string) (done bool, err error) {
-	req := &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_RENAME, NewName: []byte(newName), RequestId: newID(), OpId: newID()}
+func (v *Volume) renameOnServer(ctx context.Context, op string, parent uint64, oldName, newName string, flags uint32) (done bool, err error) {
+	pop := metapb.PathOp_PATH_OP_RENAME
+	if flags&RenameNoreplace != 0 {
+		pop = metapb.PathOp_PATH_OP_RENAME_NOREPLACE
+	}
+	req := &metapb.PathRequest{Op: pop, NewName: []byte(newName), RequestId: newID(), OpId: newID()}
 	v.keepOpen(req)
 	resp, err := v.nameReq(ctx, op, parent, oldName, req)
 	if err != nil {

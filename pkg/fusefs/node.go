@@ -328,11 +328,12 @@ func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName string, 
 	done(st == fuse.OK)
 	fs.names.forget(in.NodeId, oldName)
 	fs.names.forget(in.Newdir, newName)
-	if st == fuse.OK && in.Flags == 0 {
+	if moved := in.Flags&client.RenameExchange == 0; st == fuse.OK && moved {
+		// RENAME_NOREPLACE moves a name as a plain rename does.
 		fs.stale.moved(in.NodeId, oldName, in.Newdir, newName)
-	}
-	if st == fuse.OK && src != nil && in.Flags == 0 {
-		fs.names.put(in.Newdir, newName, *src)
+		if src != nil {
+			fs.names.put(in.Newdir, newName, *src)
+		}
 	}
 	if fs.tr != nil {
 		fs.tr.record(start, &in.InHeader, optrace.Event{Op: optrace.OpRename, Path: fs.tr.child(in.NodeId, oldName),

@@ -228,14 +228,14 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 	}
 	switch req.Op {
 	case metapb.PathOp_PATH_OP_LOOKUP:
-	case metapb.PathOp_PATH_OP_CREATE, metapb.PathOp_PATH_OP_UNLINK, metapb.PathOp_PATH_OP_RMDIR, metapb.PathOp_PATH_OP_RENAME:
+	case metapb.PathOp_PATH_OP_CREATE, metapb.PathOp_PATH_OP_UNLINK, metapb.PathOp_PATH_OP_RMDIR, metapb.PathOp_PATH_OP_RENAME, metapb.PathOp_PATH_OP_RENAME_NOREPLACE:
 		if req.ParentIno == 0 && (len(comps) == 0 || comps[len(comps)-1] == "..") {
 			return nil, pathErr(metapb.EINVAL, req.Path, "%v needs a name as the last component", req.Op), nil
 		}
 		if req.Op == metapb.PathOp_PATH_OP_CREATE && req.Create == nil {
 			return nil, pathErr(metapb.EINVAL, req.Path, "create without the inode to create"), nil
 		}
-		if req.Op == metapb.PathOp_PATH_OP_RENAME && len(req.NewName) == 0 {
+		if isRename(req.Op) && len(req.NewName) == 0 {
 			return nil, pathErr(metapb.EINVAL, req.Path, "rename without a new name"), nil
 		}
 	default:
@@ -263,7 +263,7 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 		subtree, _, _ = nsreplica.Split(c.Path)
 	}
 	cred := credOf(req.Cred)
-	if (req.Op == metapb.PathOp_PATH_OP_RMDIR || req.Op == metapb.PathOp_PATH_OP_RENAME) && req.RequestId != 0 {
+	if (req.Op == metapb.PathOp_PATH_OP_RMDIR || isRename(req.Op)) && req.RequestId != 0 {
 		// Attempts of one request here run one at a time: they share a
 		// fence token (rmdir.go).
 		done, err := s.h.attempts.begin(ctx, req.RequestId)
@@ -490,7 +490,7 @@ func (s *service) planName(p *partition, mp *metapartition.Partition, req *metap
 		return s.planUnlink(mp, req, base, dir, name, cred)
 	case metapb.PathOp_PATH_OP_RMDIR:
 		return s.planRmdir(mp, req, base, dir, name, cred)
-	case metapb.PathOp_PATH_OP_RENAME:
+	case metapb.PathOp_PATH_OP_RENAME, metapb.PathOp_PATH_OP_RENAME_NOREPLACE:
 		return s.planRename(p, mp, req, base, dir, name, cred)
 	}
 	d, in, le := mp.Lookup(dir.Ino, name)

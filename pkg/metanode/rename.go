@@ -64,16 +64,25 @@ import (
 // inode one link too many, without a name (fsck reports it), as a client
 // that dies at that point does.
 
+// isRename reports whether op is a rename run on the server, with or
+// without RENAME_NOREPLACE.
+func isRename(op metapb.PathOp) bool {
+	return op == metapb.PathOp_PATH_OP_RENAME || op == metapb.PathOp_PATH_OP_RENAME_NOREPLACE
+}
+
 // renamePlace is the step of a rename plan that runs before its Txn when
 // the new name routes to another partition: placing the new name there.
 type renamePlace struct {
-	part  uint64          // the new name's partition
-	dir   nsreplica.Entry // the directory of both names
-	cred  perm.Cred       // the caller, for a replaced name's sticky check
-	name  string          // the new name
-	from  string          // the old name
-	src   *metapb.Dentry  // what the old name holds
-	nlink uint32          // src's links; 0: not known here (homed elsewhere)
+	part uint64          // the new name's partition
+	dir  nsreplica.Entry // the directory of both names
+	cred perm.Cred       // the caller, for a replaced name's sticky check
+	name string          // the new name
+	from string          // the old name
+	// noreplace: a new name that exists ends the rename with EEXIST
+	// (RENAME_NOREPLACE) instead of being replaced.
+	noreplace bool
+	src       *metapb.Dentry // what the old name holds
+	nlink     uint32         // src's links; 0: not known here (homed elsewhere)
 	// dst is what the new name held before (nil: nothing), known once
 	// placed.
 	dst *metapb.Dentry
@@ -132,7 +141,11 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 	if isDir {
 		lock = &renameLock{dir: src.GetIno()}
 	}
-	if newName == name {
+	noreplace := req.Op == metapb.PathOp_PATH_OP_RENAME_NOREPLACE
+	switch {
+	case newName == name && noreplace:
+		return pathPlan{resp: pathErr(metapb.EEXIST, req.NewName, "rename: the new name exists")}
+	case newName == name:
 		base.Dentry, base.ParentTouched = moved, true
 		return pathPlan{resp: base} // rename(2) onto itself does nothing
 	}
@@ -172,7 +185,7 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 		if !routed {
 			owner = 0
 		}
-		place := &renamePlace{part: owner, dir: dir, cred: cred, name: newName, from: name, src: src, nlink: in.GetNlink(), same: same}
+		place := &renamePlace{part: owner, dir: dir, cred: cred, name: newName, from: name, noreplace: noreplace, src: src, nlink: in.GetNlink(), same: same}
 		plan := txnPlan(req, "rename", dir.Ino, ops, func(res *metapb.TxnResult) *metapb.PathResponse {
 			return renameAnswer(base, dir.Ino, moved, place.dst.GetIno(), res)
 		})
@@ -197,6 +210,8 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 		// renames of one name would both succeed; the client's protocol
 		// waits for the other one (a lab run found both succeeding).
 		return exdev("rename: another rename of inode %d is under way", src.GetIno())
+	case noreplace:
+		return pathPlan{resp: pathErr(metapb.EEXIST, req.NewName, "rename: the new name exists")}
 	case dst.GetIno() == src.GetIno():
 		base.Dentry, base.ParentTouched = moved, true
 		return pathPlan{resp: base} // two names of one inode: nothing to do
@@ -382,7 +397,12 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 			// protocol looks again.
 			return exdev("rename: another rename of inode %d is under way", r.src.GetIno())
 		}
+		if r.noreplace {
+			return pathErr(metapb.EEXIST, []byte(r.name), "rename: the new name exists")
+		}
 		return r.same // two names of one inode: nothing to do
+	case r.noreplace:
+		return pathErr(metapb.EEXIST, []byte(r.name), "rename: the new name exists")
 	case dst.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY && isDir:
 		return exdev("rename of a directory over a directory")
 	case dst.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY:

@@ -126,6 +126,40 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		})
 	}
 
+	t.Run("noreplace", func(t *testing.T) {
+		// RENAME_NOREPLACE over a name on the same or the other
+		// partition: EEXIST in one request, both names as they were;
+		// onto a free name it renames as a plain rename does.
+		for _, toSlot := range []int{1, 0} {
+			from, to := nameIn(fmt.Sprintf("nf%d", toSlot), 1), nameIn(fmt.Sprintf("nt%d", toSlot), toSlot)
+			ino, kept := mk(1, from), mk(toSlot, to)
+			req := renameReq(RootIno, from, to)
+			req.Op = metapb.PathOp_PATH_OP_RENAME_NOREPLACE
+			if r := rename(1, req); metapb.Errno(r.Errno) != metapb.EEXIST {
+				t.Fatalf("noreplace over %s (partition slot %d): %v, want EEXIST", to, toSlot, r)
+			}
+			if tp.holds(t, 1, from) != ino || tp.holds(t, toSlot, to) != kept {
+				t.Fatalf("after a refused noreplace: %s holds %d, %s %d; want %d, %d", from, tp.holds(t, 1, from), to, tp.holds(t, toSlot, to), ino, kept)
+			}
+			free := nameIn(fmt.Sprintf("nn%d", toSlot), toSlot)
+			req = renameReq(RootIno, from, free)
+			req.Op = metapb.PathOp_PATH_OP_RENAME_NOREPLACE
+			if r := rename(1, req); r.Errno != 0 || r.Dentry.GetIno() != ino {
+				t.Fatalf("noreplace onto the free name %s: %v", free, r)
+			}
+			if tp.holds(t, toSlot, free) != ino || tp.holds(t, 1, from) != 0 {
+				t.Fatalf("after noreplace onto %s: it holds %d, %s %d", free, tp.holds(t, toSlot, free), from, tp.holds(t, 1, from))
+			}
+		}
+		self := nameIn("nself", 1)
+		mk(1, self)
+		req := renameReq(RootIno, self, self)
+		req.Op = metapb.PathOp_PATH_OP_RENAME_NOREPLACE
+		if r := rename(1, req); metapb.Errno(r.Errno) != metapb.EEXIST {
+			t.Errorf("noreplace onto itself: %v, want EEXIST", r)
+		}
+	})
+
 	t.Run("an inode homed elsewhere", func(t *testing.T) {
 		// A file renamed before keeps its home: the name's partition
 		// runs the rename, the home sets the ctime.

@@ -299,6 +299,12 @@ const (
 	// elsewhere, a name being moved or fenced) and EBUSY (another operation
 	// holds the directory) for the client to run its own.
 	PathOp_PATH_OP_RENAME PathOp = 5
+	// RENAME_NOREPLACE is RENAME with rename(2)'s RENAME_NOREPLACE: EEXIST
+	// when the new name exists, whatever it names, and nothing changed. A
+	// node of an earlier version answers EINVAL (an unknown operation), so
+	// it never replaces a name the caller asked to keep: the client then
+	// runs its own protocol.
+	PathOp_PATH_OP_RENAME_NOREPLACE PathOp = 6
 )
 
 // Enum value maps for PathOp.
@@ -310,14 +316,16 @@ var (
 		3: "PATH_OP_UNLINK",
 		4: "PATH_OP_RMDIR",
 		5: "PATH_OP_RENAME",
+		6: "PATH_OP_RENAME_NOREPLACE",
 	}
 	PathOp_value = map[string]int32{
-		"PATH_OP_UNSPECIFIED": 0,
-		"PATH_OP_LOOKUP":      1,
-		"PATH_OP_CREATE":      2,
-		"PATH_OP_UNLINK":      3,
-		"PATH_OP_RMDIR":       4,
-		"PATH_OP_RENAME":      5,
+		"PATH_OP_UNSPECIFIED":      0,
+		"PATH_OP_LOOKUP":           1,
+		"PATH_OP_CREATE":           2,
+		"PATH_OP_UNLINK":           3,
+		"PATH_OP_RMDIR":            4,
+		"PATH_OP_RENAME":           5,
+		"PATH_OP_RENAME_NOREPLACE": 6,
 	}
 )
 
@@ -6092,14 +6100,15 @@ const file_meta_proto_rawDesc = "" +
 	"\x15SCAN_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SCAN_KIND_INODES\x10\x01\x12\x16\n" +
 	"\x12SCAN_KIND_DENTRIES\x10\x02\x12\x14\n" +
-	"\x10SCAN_KIND_CHUNKS\x10\x03*\x84\x01\n" +
+	"\x10SCAN_KIND_CHUNKS\x10\x03*\xa2\x01\n" +
 	"\x06PathOp\x12\x17\n" +
 	"\x13PATH_OP_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0ePATH_OP_LOOKUP\x10\x01\x12\x12\n" +
 	"\x0ePATH_OP_CREATE\x10\x02\x12\x12\n" +
 	"\x0ePATH_OP_UNLINK\x10\x03\x12\x11\n" +
 	"\rPATH_OP_RMDIR\x10\x04\x12\x12\n" +
-	"\x0ePATH_OP_RENAME\x10\x052\xa1\x04\n" +
+	"\x0ePATH_OP_RENAME\x10\x05\x12\x1c\n" +
+	"\x18PATH_OP_RENAME_NOREPLACE\x10\x062\xa1\x04\n" +
 	"\bMetaNode\x129\n" +
 	"\x04Path\x12\x17.cairn.meta.PathRequest\x1a\x18.cairn.meta.PathResponse\x126\n" +
 	"\x03Txn\x12\x16.cairn.meta.TxnRequest\x1a\x17.cairn.meta.TxnResponse\x12?\n" +

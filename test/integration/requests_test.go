@@ -196,7 +196,15 @@ func TestRequestsPerNameOp(t *testing.T) {
 		must("rename", v.Rename(hctx, d.Ino, name+"-o", d.Ino, name+"-m", 0))
 	})
 	eachAtMost("rename without hints", 1, names, func(i int, name string) {
-		must("rename", v.Rename(ctx, d.Ino, name+"-m", d.Ino, name+"-n", 0))
+		must("rename", v.Rename(ctx, d.Ino, name+"-m", d.Ino, name+"-p", 0))
+	})
+	// RENAME_NOREPLACE (mv's first try) is one request as well, and so is
+	// its EEXIST over a name that exists.
+	eachAtMost("rename, noreplace", 1, names, func(i int, name string) {
+		must("rename", v.Rename(ctx, d.Ino, name+"-p", d.Ino, name+"-n", client.RenameNoreplace))
+	})
+	eachAtMost("rename, noreplace, refused", 1, names, func(i int, name string) {
+		wantErrno(t, "rename, noreplace, over a file", v.Rename(ctx, d.Ino, name+"-n", d.Ino, name, client.RenameNoreplace), syscall.EEXIST)
 	})
 	// Over an existing file: the replaced inode's link is dropped (and it
 	// is evicted) by its home, server to server.
