@@ -131,7 +131,7 @@ R1_PID=""
 started=()     # peers this script started (and stops)
 peer_mnts=()   # every peer mount used
 
-# stop, unmount_left, start_peers, stop_peers, wait_log, start_up
+# stop, unmount_left, start_peers, stop_peers, wait_log, start_up, mount_r1
 . "$HERE/lib.sh"
 cleanup() {
   local rc=$?
@@ -154,14 +154,7 @@ start_peers passthrough juicefs
 start_up "$DATA" "$MNT"
 
 # Volume r1: one replica of every partition, mounted by this script.
-"$CAIRN" volume create r1 --replicas 1 --data-dir "$DATA" >"$WORK/volume-r1.log" 2>&1 ||
-  { echo "error: cairn volume create r1 --replicas 1 failed:" >&2; cat "$WORK/volume-r1.log" >&2; exit 1; }
-mkdir -p "$MNT1"
-"$CAIRN" mount --data-dir "$DATA" r1 "$MNT1" >"$WORK/mount-r1.log" 2>&1 &
-R1_PID=$!
-wait_log "$R1_PID" "$WORK/mount-r1.log" "mounted volume" 30 "cairn mount r1"
-mountpoint -q "$MNT1" || { echo "error: cairn mount r1 says it mounted, but $MNT1 is not a mount point:" >&2; tail -20 "$WORK/mount-r1.log" >&2; exit 1; }
-echo "volume r1 (1 replica) mounted at $MNT1 (cairn mount, pid $R1_PID)"
+mount_r1 "$DATA" "$MNT1"
 
 mkdir -p "$out"
 # The workload file: per-workload keys (threads, direct, names) cannot go

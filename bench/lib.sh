@@ -1,8 +1,9 @@
 # Shared by the side-by-side benchmark scripts (bench/meta.sh,
 # bench/data.sh): stopping processes, starting the peers and a fresh
-# `cairn up`. Source it after setting HERE, CAIRN, PEER and WORK; it uses
-# (and sets) UP_PID, master, started (peers started here, to stop) and
-# peer_mnts (every peer mount used).
+# `cairn up`, mounting a one-replica volume beside it. Source it after
+# setting HERE, CAIRN, PEER and WORK; it uses (and sets) UP_PID, R1_PID,
+# master, started (peers started here, to stop) and peer_mnts (every peer
+# mount used).
 
 # stop PID NAME [SECONDS]: SIGTERM, up to SECONDS (default 60), then SIGKILL.
 stop() {
@@ -84,4 +85,19 @@ print(",".join(p["addr"] for p in procs if p["role"] == "master"))' "$data/clust
   # identity cairn up created.
   export CAIRN_TLS_DIR="$data/tls/admin"
   echo "cluster up, master $master, volume default mounted at $mnt"
+}
+
+# mount_r1 DATA MNT1: creates volume r1 with one replica of every partition
+# (`cairn volume create r1 --replicas 1`) in the cluster of DATA and mounts
+# it on MNT1 with a `cairn mount` (log in WORK/mount-r1.log); sets R1_PID.
+mount_r1() {
+  local data=$1 mnt=$2
+  "$CAIRN" volume create r1 --replicas 1 --data-dir "$data" >"$WORK/volume-r1.log" 2>&1 ||
+    { echo "error: cairn volume create r1 --replicas 1 failed:" >&2; cat "$WORK/volume-r1.log" >&2; exit 1; }
+  mkdir -p "$mnt"
+  "$CAIRN" mount --data-dir "$data" r1 "$mnt" >"$WORK/mount-r1.log" 2>&1 &
+  R1_PID=$!
+  wait_log "$R1_PID" "$WORK/mount-r1.log" "mounted volume" 30 "cairn mount r1"
+  mountpoint -q "$mnt" || { echo "error: cairn mount r1 says it mounted, but $mnt is not a mount point:" >&2; tail -20 "$WORK/mount-r1.log" >&2; exit 1; }
+  echo "volume r1 (1 replica) mounted at $mnt (cairn mount, pid $R1_PID)"
 }

@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # Metadata side by side: Cairn against JuiceFS and the FUSE ceiling. Two
-# `cairn bench run`s on the same four targets, in this order:
+# `cairn bench run`s on the same targets, in this order:
 #
 #   1. posix:/mnt/peers/passthrough  the go-fuse loopback of the local disk
 #                                    (the FUSE ceiling; first target, so the
 #                                    report's own ratios are "÷ passthrough");
-#   2. posix:/mnt/peers/juicefs      JuiceFS on Redis with a local-directory bucket;
-#   3. posix:DIR/mnt                 a fresh `cairn up` cluster's FUSE mount (with
-#                                    the meta nodes' counts, --meta-metrics);
-#   4. cairn:MASTER/default          the same volume through the SDK (stateless).
+#   2. posix:/mnt/peers/juicefs      JuiceFS on Redis as it ships (no fsync: an
+#                                    answered create may be lost in a crash);
+#   3. posix:/mnt/peers/juicefs-fsync  JuiceFS on Redis with appendfsync always:
+#                                    one copy, durable before the answer;
+#   (with --etcd) posix:/mnt/peers/juicefs-etcd  JuiceFS on three etcd members:
+#                                    Raft, the guarantee of three replicas;
+#   4. posix:DIR/mnt                 a fresh `cairn up` cluster's FUSE mount,
+#                                    volume default (three replicas);
+#   5. posix:WORK/mnt-r1             the same cluster's volume r1 with one replica
+#                                    (`cairn volume create r1 --replicas 1`): one
+#                                    durable copy, as Redis with fsync keeps;
+#   6. cairn:MASTER/default          volume default through the SDK (stateless).
+#
+# Both Cairn mounts read the meta nodes' counts (--meta-metrics): requests,
+# Raft proposals and synced log writes per operation, printed per phase.
 #
 # The first run is `metadata` (mdtest-like: DirCreation ... FileRemoval, then
 # TreeCreation and TreeRemoval), the second `dl-traversal` (a tree read in a
@@ -17,14 +28,18 @@
 # are evicted from the page cache after every setup, so that epoch 1 is cold
 # in every repetition, not only the first). Then it
 # prints one compact table: per phase the ops/s of every target (median over
-# the repetitions) and the ratios Cairn mount ÷ JuiceFS, Cairn SDK ÷ JuiceFS and
-# Cairn mount ÷ passthrough, with the geometric mean of the eight metadata
-# phases DirCreation, DirStat, DirRemoval, FileCreation, FileStat, FileRead,
-# Rename and FileRemoval.
+# the repetitions), the ratios Cairn ÷ JuiceFS on fsynced Redis (three
+# replicas and r1), Cairn ÷ JuiceFS on plain Redis, the SDK's, Cairn ÷
+# passthrough (and three replicas ÷ JuiceFS on etcd with --etcd), with the
+# geometric mean of the eight metadata phases DirCreation, DirStat,
+# DirRemoval, FileCreation, FileStat, FileRead, Rename and FileRemoval; then
+# per phase the meta nodes' requests, Raft proposals and synced log writes
+# per operation of both Cairn mounts.
 #
 #   bench/meta.sh [--out DIR] [--files N] [--threads N] [--repetitions N]
 #       [--duration D] [--dl-files N] [--dl-fanout N] [--dl-depth N]
-#       [--dl-file-size SIZE] [--dl-epochs N] [--no-dl] [--setup-timeout D]
+#       [--dl-file-size SIZE] [--dl-epochs N] [--no-dl] [--etcd]
+#       [--setup-timeout D]
 #
 # Defaults: --files 500 (directories and files per thread), --threads 8,
 # --repetitions 3, the workloads' 60s bound per phase (--duration), and a
@@ -58,6 +73,7 @@ dl_epochs=2
 duration=""
 setup_timeout=30m
 dl=1
+etcd=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -71,6 +87,7 @@ while [[ $# -gt 0 ]]; do
     --dl-file-size) dl_size=$2; shift 2 ;;
     --dl-epochs) dl_epochs=$2; shift 2 ;;
     --no-dl) dl=0; shift ;;
+    --etcd) etcd=1; shift ;;
     --setup-timeout) setup_timeout=$2; shift 2 ;;
     -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -92,15 +109,17 @@ per_dir=$(( (dl_files + leaves - 1) / leaves ))
 WORK=$(mktemp -d /var/tmp/cairn-meta.XXXXXX)
 DATA=$WORK/cluster
 MNT=$DATA/mnt
+MNT1=$WORK/mnt-r1   # volume r1 (one replica), mounted by this script
 # A name of this run only: the tree is kept by the bench on every target and
 # removed from the peers by this script (the cluster is thrown away).
 tree=bench-meta-${WORK##*.}-${dl_fanout}x${dl_depth}x${per_dir}-${dl_size}
 UP_PID=""
+R1_PID=""
 started=()     # peers this script started (and stops)
 peer_mnts=()   # every peer mount used (the dl tree is removed from each)
 tree_made=0
 
-# stop, unmount_left, start_peers, stop_peers, start_up
+# stop, unmount_left, start_peers, stop_peers, start_up, mount_r1
 . "$HERE/lib.sh"
 cleanup() {
   local rc=$?
@@ -110,6 +129,9 @@ cleanup() {
       [[ -d $m/$tree ]] && { echo "removing the dl-traversal tree $m/$tree"; rm -rf "${m:?}/$tree"; }
     done
   fi
+  # The r1 mount first: it is a client of the cluster.
+  stop "$R1_PID" "cairn mount r1" 20   # SIGTERM unmounts MNT1
+  unmount_left "$MNT1"
   stop "$UP_PID" "cairn up"   # stops every node and master and unmounts DIR/mnt
   unmount_left "$MNT"
   stop_peers
@@ -119,14 +141,21 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# The peers: passthrough (the ceiling, first target), then JuiceFS.
-start_peers passthrough juicefs
+# The peers: passthrough (the ceiling, first target), then JuiceFS as it
+# ships, on fsynced Redis, and (--etcd) on etcd.
+peers=(passthrough juicefs juicefs-fsync)
+names=(passthrough "JFS redis" "JFS fsync")
+(( etcd )) && { peers+=(juicefs-etcd); names+=("JFS etcd"); }
+start_peers "${peers[@]}"
 
 start_up "$DATA" "$MNT"
+mount_r1 "$DATA" "$MNT1"
 
-targets=(--target "posix:${peer_mnts[0]}" --target "posix:${peer_mnts[1]}"
-  --target "posix:$MNT" --target "cairn:$master/default"
-  --meta-metrics "posix:$MNT=$master/default")
+targets=()
+for m in "${peer_mnts[@]}"; do targets+=(--target "posix:$m"); done
+targets+=(--target "posix:$MNT" --target "posix:$MNT1" --target "cairn:$master/default"
+  --meta-metrics "posix:$MNT=$master/default" --meta-metrics "posix:$MNT1=$master/r1")
+names+=("Cairn" "Cairn r1" "Cairn SDK")
 common=(--threads "$threads" --repetitions "$reps" --progress lines --progress-interval 30s)
 [[ -z $duration ]] || common+=(--set "duration=$duration")
 mkdir -p "$out"
@@ -163,7 +192,8 @@ fi
 echo
 reports=("$out/metadata/report.json")
 (( dl )) && reports+=("$out/dl-traversal/report.json")
-BENCH_DIR="$HERE" PYTHONDONTWRITEBYTECODE=1 python3 - "${reports[@]}" <<'PY' | tee "$out/summary.txt" || rc=1
+TARGET_NAMES=$(IFS=,; echo "${names[*]}") BENCH_DIR="$HERE" PYTHONDONTWRITEBYTECODE=1 \
+  python3 - "${reports[@]}" <<'PY' | tee "$out/summary.txt" || rc=1
 import json, math, os, sys
 
 sys.path.insert(0, os.environ["BENCH_DIR"])
@@ -171,10 +201,26 @@ from figures import fmt, ratio, rfmt
 
 EIGHT = ["DirCreation", "DirStat", "DirRemoval", "FileCreation",
          "FileStat", "FileRead", "Rename", "FileRemoval"]
-NAMES = ["passthrough", "JuiceFS", "Cairn mount", "Cairn SDK"]
-RATIOS = [("mount/JFS", 2, 1), ("SDK/JFS", 3, 1), ("mount/pass", 2, 0)]
+NAMES = os.environ["TARGET_NAMES"].split(",")
+# Ratio columns: (heading, numerator, denominator) by target name; a column
+# whose targets were not run is left out.
+RATIOS = [(h, a, b) for h, a, b in [
+    ("C/JFSfsync", "Cairn", "JFS fsync"), ("r1/JFSfsync", "Cairn r1", "JFS fsync"),
+    ("C/JFSetcd", "Cairn", "JFS etcd"), ("C/JFSredis", "Cairn", "JFS redis"),
+    ("SDK/JFSredis", "Cairn SDK", "JFS redis"), ("C/pass", "Cairn", "passthrough")]
+    if a in NAMES and b in NAMES]
+COUNTS = [("requests", "server_meta_requests_per_op"), ("proposals", "server_raft_proposals_per_op"),
+          ("syncs", "server_raft_syncs_per_op"), ("CPU ms", "host_cpu_ms_per_op")]
 
-geo = {}   # ratio column -> list of ratios over the eight phases
+def phase_figure(t, phase, key):
+    """The median over repetitions of figure key of phase on target t."""
+    for ph in t["phases"]:
+        if ph["phase"] == phase:
+            for f in ph.get("figures") or []:
+                if f["name"] == key:
+                    return f.get("median")
+    return None
+
 for path in sys.argv[1:]:
     if not os.path.exists(path):
         print("no report: %s" % path)
@@ -182,9 +228,10 @@ for path in sys.argv[1:]:
     rep = json.load(open(path))
     for wl in rep["workloads"]:
         tg = wl["targets"]
-        if len(tg) != 4:
-            print("%s: %d targets in the report, 4 expected" % (wl["name"], len(tg)))
+        if len(tg) != len(NAMES):
+            print("%s: %d targets in the report, %d expected" % (wl["name"], len(tg), len(NAMES)))
             continue
+        idx = {n: i for i, n in enumerate(NAMES)}
         vals = wl["spec"]["values"]
         conc = wl.get("concurrency") or {}
         shape = ", ".join("%s=%s" % (k, vals[k]) for k in
@@ -194,9 +241,8 @@ for path in sys.argv[1:]:
               % (wl["name"], shape, conc.get("threads", "?"), rep["config"].get("repetitions", "?")))
         for i, t in enumerate(tg):
             print("  %-12s %s" % (NAMES[i], t["target"]))
-        hdr = "%-13s %-7s" % ("PHASE", "OP") + "".join("%11s " % n for n in NAMES) + \
-              "".join("%11s" % r[0] for r in RATIOS)
-        print(hdr)
+        print("%-13s %-7s" % ("PHASE", "OP") + "".join("%11s " % n for n in NAMES) +
+              "".join("%13s" % r[0] for r in RATIOS))
         # phases and ops in the order of the first target that has them
         order = []
         for t in tg:
@@ -204,6 +250,7 @@ for path in sys.argv[1:]:
                 for op in ph["ops"]:
                     if (ph["phase"], op["op"]) not in order:
                         order.append((ph["phase"], op["op"]))
+        geo = {}   # ratio column -> ratios over the eight phases
         for phase, opname in order:
             rates, cells = [], []
             for t in tg:
@@ -221,22 +268,29 @@ for path in sys.argv[1:]:
                 cells.append(fmt(v) + ("*" if trunc else " "))
             line = "%-13s %-7s" % (phase, opname) + "".join("%12s" % c for c in cells)
             for name, a, b in RATIOS:
-                r = ratio(rates[a], rates[b])
-                line += "%11s" % rfmt(r)
+                r = ratio(rates[idx[a]], rates[idx[b]])
+                line += "%13s" % rfmt(r)
                 if wl["kind"] == "metadata" and phase in EIGHT and r is not None:
                     geo.setdefault(name, []).append(r)
             print(line)
         if wl["kind"] == "metadata":
-            line = "%-21s" % "geomean (8 phases)" + " " * 48
+            line = "%-21s" % "geomean (8 phases)" + " " * (12 * len(NAMES))
             for name, _, _ in RATIOS:
                 rs = geo.get(name, [])
                 g = math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else None
-                line += "%11s" % rfmt(g)
+                line += "%13s" % rfmt(g)
             print(line)
-            rs = geo.get("mount/JFS", [])
-            if rs:
-                g = math.exp(sum(math.log(r) for r in rs) / len(rs))
-                print("Cairn mount / JuiceFS, geometric mean of %d of the 8 metadata phases: %.2fx" % (len(rs), g))
+            print()
+            print("Per operation (medians over repetitions): requests, Raft proposals and synced log writes (every replica's)")
+            print("from the meta nodes' counters; CPU ms: the host's CPU (every process and the kernel):")
+            cairn = [n for n in ("Cairn", "Cairn r1") if n in idx]
+            print("%-13s" % "PHASE" + "".join("%16s" % ("%s %s" % (n.replace("Cairn", "C"), c)) for n in cairn for c, _ in COUNTS))
+            for phase, _ in order:
+                line = "%-13s" % phase
+                for n in cairn:
+                    for _, key in COUNTS:
+                        line += "%16s" % fmt(phase_figure(tg[idx[n]], phase, key))
+                print(line)
         if rep.get("failures"):
             print("failures: %d (see %s)" % (len(rep["failures"]), path))
         print()

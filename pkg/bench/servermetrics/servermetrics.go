@@ -39,10 +39,18 @@ const (
 	// namespace replica.
 	NSEntries = "cairn_meta_ns_replica_entries"
 	NSBytes   = "cairn_meta_ns_replica_bytes"
+	// Proposals counts the Raft proposals the meta partitions' leaders
+	// made (each carries one or more merged Txns).
+	Proposals = "cairn_meta_proposals_total"
+	// Syncs counts the synced log writes of the meta nodes' Raft hosts:
+	// one per round that needed durability, whatever the number of groups
+	// in it, on every replica (a proposal on three replicas is at least
+	// three).
+	Syncs = "cairn_raft_sync_commits_total"
 )
 
 // Names lists the metrics a Scraper keeps.
-var Names = []string{ClientRequests, NSFetches, NSEntries, NSBytes}
+var Names = []string{ClientRequests, NSFetches, NSEntries, NSBytes, Proposals, Syncs}
 
 // Figure names (report extras) derived from two samples.
 const (
@@ -56,6 +64,10 @@ const (
 	FigBytes           = "server_ns_replica_bytes"
 	FigBytesPerEntry   = "server_ns_replica_bytes_per_entry"
 	FigNodes           = "server_meta_nodes"
+	FigProposals       = "server_raft_proposals"
+	FigProposalsPerOp  = "server_raft_proposals_per_op"
+	FigSyncs           = "server_raft_syncs"
+	FigSyncsPerOp      = "server_raft_syncs_per_op"
 )
 
 // maxBody bounds one /metrics answer.
@@ -327,6 +339,7 @@ func Figures(before, after Sample, opens, ops int64) (map[string]float64, []stri
 	}{
 		{counter, ClientRequests, FigRequests}, {counter, NSFetches, FigFetches},
 		{gauge, NSEntries, FigEntries}, {gauge, NSBytes, FigBytes},
+		{counter, Proposals, FigProposals}, {counter, Syncs, FigSyncs},
 	} {
 		if v, ok := m.read(m.metric); ok {
 			figs[m.fig] = v
@@ -337,8 +350,9 @@ func Figures(before, after Sample, opens, ops int64) (map[string]float64, []stri
 }
 
 // Derive (re)computes the relative figures from the raw ones in figs:
-// requests and fetches per open (when opens > 0) and per operation (when
-// ops > 0), and namespace replica bytes per entry (when there are entries).
+// requests and fetches per open (when opens > 0), requests, fetches, Raft
+// proposals and synced log writes per operation (when ops > 0), and
+// namespace replica bytes per entry (when there are entries).
 func Derive(figs map[string]float64, opens, ops int64) {
 	for _, f := range []struct {
 		raw     string
@@ -347,6 +361,7 @@ func Derive(figs map[string]float64, opens, ops int64) {
 	}{
 		{FigRequests, FigRequestsPerOpen, opens}, {FigFetches, FigFetchesPerOpen, opens},
 		{FigRequests, FigRequestsPerOp, ops}, {FigFetches, FigFetchesPerOp, ops},
+		{FigProposals, FigProposalsPerOp, ops}, {FigSyncs, FigSyncsPerOp, ops},
 	} {
 		if v, ok := figs[f.raw]; ok && f.divisor > 0 {
 			figs[f.per] = v / float64(f.divisor)

@@ -128,7 +128,7 @@ func scraperOf(nodes ...*fakeNode) *Scraper {
 }
 
 func full(req, fetch, entries, bytes float64) map[string]float64 {
-	return map[string]float64{ClientRequests: req, NSFetches: fetch, NSEntries: entries, NSBytes: bytes}
+	return map[string]float64{ClientRequests: req, NSFetches: fetch, NSEntries: entries, NSBytes: bytes, Proposals: 0, Syncs: 0}
 }
 
 func TestScrapeAndFigures(t *testing.T) {
@@ -144,12 +144,17 @@ func TestScrapeAndFigures(t *testing.T) {
 	a.set(NSFetches, 5)       // 4 fetches
 	a.set(NSEntries, 20)
 	a.set(NSBytes, 2000) // 2500 B over 25 entries at the end
+	a.set(Proposals, 300)
+	b.set(Proposals, 100) // 400 proposals
+	a.set(Syncs, 600)
+	b.set(Syncs, 600) // 1200 synced writes (three replicas each)
 	figs, notes := Figures(before, s.Sample(ctx), 50, 200)
 	if len(notes) != 0 {
 		t.Errorf("notes %v", notes)
 	}
 	want := map[string]float64{FigRequests: 100, FigRequestsPerOpen: 2, FigFetches: 4, FigFetchesPerOpen: 0.08,
 		FigRequestsPerOp: 0.5, FigFetchesPerOp: 0.02,
+		FigProposals: 400, FigProposalsPerOp: 2, FigSyncs: 1200, FigSyncsPerOp: 6,
 		FigEntries: 25, FigBytes: 2500, FigBytesPerEntry: 100, FigNodes: 2}
 	for k, v := range want {
 		if got, ok := figs[k]; !ok || math.Abs(got-v) > 1e-9 {
@@ -195,7 +200,7 @@ func TestFiguresWithUnreadableNode(t *testing.T) {
 func TestFiguresNotes(t *testing.T) {
 	ctx := context.Background()
 	t.Run("missing metric", func(t *testing.T) {
-		a := newFakeNode(t, map[string]float64{ClientRequests: 1, NSEntries: 1, NSBytes: 1})
+		a := newFakeNode(t, map[string]float64{ClientRequests: 1, NSEntries: 1, NSBytes: 1, Proposals: 1, Syncs: 1})
 		b := newFakeNode(t, full(1, 1, 1, 1))
 		s := scraperOf(a, b)
 		figs, notes := Figures(s.Sample(ctx), s.Sample(ctx), 1, 0)

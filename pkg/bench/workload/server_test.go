@@ -30,6 +30,8 @@ func (f *fakeServers) SampleServers(context.Context) servermetrics.Sample {
 		servermetrics.NSFetches:      float64(10 * f.samples),
 		servermetrics.NSEntries:      50,
 		servermetrics.NSBytes:        5000,
+		servermetrics.Proposals:      float64(300 * f.samples),
+		servermetrics.Syncs:          float64(900 * f.samples),
 	}}
 	if f.fail && f.samples > 1 {
 		n = servermetrics.Node{Addr: "meta-1:9100", Err: os.ErrDeadlineExceeded}
