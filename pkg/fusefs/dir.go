@@ -169,3 +169,36 @@ func (fs *FS) ReleaseDir(in *fuse.ReleaseIn) {
 
 // FsyncDir is a no-op: directory changes are durable when they return.
 func (fs *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status { return fuse.OK }
+
+// listingReadTimeout bounds a listing read (readListing).
+const listingReadTimeout = 10 * time.Second
+
+// readListing runs listing read r of directory dir (listings.go), which
+// the kernel's lookups of missing names there started: it reads dir's
+// names from the meta nodes, and from then on such lookups are answered
+// by this mount. It runs apart from the lookup that started it.
+func (fs *FS) readListing(dir uint64, r *listingRead) {
+	c := fs.longCache()
+	ctx, cancel := context.WithTimeout(context.Background(), listingReadTimeout)
+	defer cancel()
+	page, more, err := fs.v.ReadDir(ctx, dir, "", MaxListingRead)
+	switch {
+	case err != nil:
+		c.listingFailed(dir, r, false)
+		fs.opts.Metrics.listingRead("failed")
+		return
+	case more:
+		c.listingFailed(dir, r, true)
+		fs.opts.Metrics.listingRead("too_large")
+		return
+	}
+	names := make([]string, len(page))
+	for i, e := range page {
+		names[i] = e.Name
+	}
+	if c.listed(dir, r, names) {
+		fs.opts.Metrics.listingRead("kept")
+	} else {
+		fs.opts.Metrics.listingRead("spoiled")
+	}
+}

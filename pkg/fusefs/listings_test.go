@@ -145,3 +145,172 @@ func TestListingsCount(t *testing.T) {
 		t.Fatalf("clear left %d entries", l.count)
 	}
 }
+
+// TestListingReads runs sequences of events around a listing read of
+// directory 10, which this mount did not make, on a healthy cache, and
+// checks whether the read stood and which names are then answered missing
+// without a request.
+func TestListingReads(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const d = 10
+	in := func(n string) nameChange { return nameChange{d, n, true} }
+	out := func(n string) nameChange { return nameChange{d, n, false} }
+	cases := []struct {
+		name string
+		// during runs between the read's start and its return, which
+		// found names; after runs after it.
+		during, after func(c *longCache)
+		names         []string
+		max           int
+		stood         bool
+		absent        []string // answered missing
+		asked         []string // not known: asked of the meta nodes
+	}{
+		{name: "a read becomes the listing", names: []string{"a", "b"}, stood: true,
+			absent: []string{"c"}, asked: []string{"a", "b"}},
+		{name: "an empty directory", stood: true, absent: []string{"a"}},
+		{name: "another client's name in it meanwhile", names: []string{"a"}, during: func(c *longCache) {
+			c.notice(t0, []changefeed.Name{{Parent: d, Name: "x"}}, nil)
+		}, asked: []string{"x", "y"}},
+		{name: "another client's name elsewhere meanwhile", names: []string{"a"}, during: func(c *longCache) {
+			c.notice(t0, []changefeed.Name{{Parent: 11, Name: "x"}}, nil)
+		}, stood: true, absent: []string{"x"}},
+		{name: "this mount's names meanwhile, seen by the read or not", names: []string{"a", "b"}, during: func(c *longCache) {
+			c.leaveDirs(c.enterDirs(d, d), true, in("x"))
+			c.leaveDirs(c.enterDirs(d, d), true, out("b"))
+			c.leaveDirs(c.enterDirs(d, d), true, in("b"))
+			c.leaveDirs(c.enterDirs(d, d), true, out("a"))
+		}, stood: true, absent: []string{"a", "y"}, asked: []string{"x", "b"}},
+		{name: "a rename into it meanwhile", during: func(c *longCache) {
+			c.leaveDirs(c.enterDirs(11, d), true, nameChange{11, "x", false}, in("x"))
+		}, stood: true, absent: []string{"y"}, asked: []string{"x"}},
+		{name: "an operation there under way at the return", during: func(c *longCache) {
+			c.enterDirs(d, d)
+		}, stood: true, asked: []string{"x"}},
+		{name: "an operation there ends after the return", names: []string{"a"}, during: func(c *longCache) {
+			c.enterDirs(d, d)
+		}, after: func(c *longCache) {
+			// The operation that was under way (entered above) ends:
+			// its change applies and the listing answers from then on.
+			c.leaveDirs(dirOp{a: d, b: d}, true, in("x"))
+		}, stood: true, absent: []string{"y"}, asked: []string{"a", "x"}},
+		{name: "this mount's name after the return, before the listing", during: func(c *longCache) {
+			c.enterDirs(d, d)
+		}, after: func(c *longCache) {
+			c.leaveDirs(dirOp{a: d, b: d}, true, out("a"))
+			c.leaveDirs(c.enterDirs(d, d), true, in("z"))
+		}, names: []string{"a"}, stood: true, absent: []string{"a"}, asked: []string{"z"}},
+		{name: "a failed operation meanwhile", names: []string{"a"}, during: func(c *longCache) {
+			c.leaveDirs(c.enterDirs(d, d), false, in("x"))
+		}, asked: []string{"x", "y"}},
+		{name: "after a failed operation, the next read", during: func(c *longCache) {
+			c.leaveDirs(c.enterDirs(d, d), false, in("x"))
+		}, after: func(c *longCache) {
+			var r *listingRead
+			for r == nil {
+				r = c.missed(d)
+			}
+			if !c.listed(d, r, []string{"a"}) {
+				t.Errorf("the next read did not stand")
+			}
+		}, asked: []string{"a"}, absent: []string{"y"}},
+		{name: "the feed lost meanwhile", names: []string{"a"}, during: func(c *longCache) {
+			c.setHealthy(false)
+			c.forgetAll(t0)
+			c.setHealthy(true)
+		}, asked: []string{"x"}},
+		{name: "the feed unhealthy at the return", during: func(c *longCache) { c.setHealthy(false) }, asked: []string{"x"}},
+		{name: "the kernel forgot the directory meanwhile", during: func(c *longCache) { c.kernelForgot(d, 1) }, asked: []string{"x"}},
+		{name: "a read spoiled and a second begun before the first returned", names: []string{"a"}, during: func(c *longCache) {
+			c.notice(t0, []changefeed.Name{{Parent: d, Name: "x"}}, nil)
+			for c.missed(d) == nil {
+			}
+		}, asked: []string{"x", "y"}},
+		{name: "past the bound", names: []string{"a", "b", "c"}, max: 3, stood: true, asked: []string{"x"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newLongCache(0)
+			c.dirs = newListings(tc.max)
+			c.setHealthy(true)
+			for i := 1; i < listAfterMisses; i++ {
+				if c.missed(d) != nil {
+					t.Fatalf("a read started after %d misses, want %d", i, listAfterMisses)
+				}
+			}
+			r := c.missed(d)
+			if r == nil {
+				t.Fatalf("no read after %d misses", listAfterMisses)
+			}
+			if c.missed(d) != nil {
+				t.Fatalf("a second read of the directory while one is under way")
+			}
+			if tc.during != nil {
+				tc.during(c)
+			}
+			if got := c.listed(d, r, tc.names); got != tc.stood {
+				t.Fatalf("listed: %v, want %v", got, tc.stood)
+			}
+			if tc.after != nil {
+				tc.after(c)
+			}
+			for _, n := range tc.absent {
+				if !c.absent(d, n) {
+					t.Errorf("%q: not answered missing", n)
+				}
+			}
+			for _, n := range tc.asked {
+				if c.absent(d, n) {
+					t.Errorf("%q: answered missing, want asked", n)
+				}
+			}
+		})
+	}
+}
+
+// TestListingReadLimits: no read while the feed is unhealthy, at most
+// maxListingReads at once, and a directory too large for one is read again
+// only after listAgainAfter more misses.
+func TestListingReadLimits(t *testing.T) {
+	c := newLongCache(0)
+	c.setHealthy(true)
+	reads := map[uint64]*listingRead{}
+	miss := func(dir uint64, n int) (started int) {
+		for range n {
+			if r := c.missed(dir); r != nil {
+				reads[dir] = r
+				started++
+			}
+		}
+		return started
+	}
+	c.setHealthy(false)
+	if n := miss(2, 10); n != 0 {
+		t.Errorf("%d reads started with the feed unhealthy", n)
+	}
+	c.setHealthy(true)
+	for dir := uint64(10); dir < 10+maxListingReads; dir++ {
+		if n := miss(dir, listAfterMisses); n != 1 {
+			t.Fatalf("directory %d: %d reads started", dir, n)
+		}
+	}
+	if n := miss(20, 3*listAfterMisses); n != 0 {
+		t.Errorf("%d reads started past the bound of %d at once", n, maxListingReads)
+	}
+	c.listingFailed(10, reads[10], true) // too large
+	if n := miss(20, 1); n != 1 {
+		t.Errorf("a read ended, the next directory's miss started %d reads", n)
+	}
+	if n := miss(10, listAgainAfter-1); n != 0 {
+		t.Errorf("a directory too large was read again %d times within %d misses", n, listAgainAfter-1)
+	}
+	if n := miss(10, 1); n != 0 {
+		// Reads are still full (11..13 and 20): the miss is counted, the
+		// read waits for room.
+		t.Errorf("read started past the bound")
+	}
+	c.listingFailed(11, reads[11], false)
+	if n := miss(10, 1); n != 1 {
+		t.Errorf("after %d misses and room, directory 10 started %d reads", listAgainAfter+1, n)
+	}
+}

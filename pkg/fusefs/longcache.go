@@ -252,6 +252,44 @@ func (c *longCache) absent(dir uint64, name string) bool {
 	return c.healthy && c.dirs.absent(dir, name)
 }
 
+// missed counts a missing name of directory dir that the meta nodes
+// answered and returns the listing read of dir this mount should run now
+// (listings.missed; nil: none), only while the feed is healthy. The
+// caller ends it with listed or listingFailed.
+func (c *longCache) missed(dir uint64) *listingRead {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.healthy {
+		return nil
+	}
+	return c.dirs.missed(dir)
+}
+
+// listed hands over what listing read r of dir found, names, and reports
+// whether the read still stands (listings.read): not when another client
+// changed a name there meanwhile, an operation of this mount there failed,
+// or the feed is not healthy (a loss meanwhile spoiled it too).
+func (c *longCache) listed(dir uint64, r *listingRead, names []string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.healthy {
+		c.dirs.readFailed(dir, r, false)
+		return false
+	}
+	return c.dirs.read(dir, r, names)
+}
+
+// listingFailed ends listing read r of dir without a listing (tooLarge:
+// dir held more names than a listing read keeps).
+func (c *longCache) listingFailed(dir uint64, r *listingRead, tooLarge bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dirs.readFailed(dir, r, tooLarge)
+}
+
 // dirOp is an operation of this mount that changes names in directories
 // a and b (the same for all but a rename across two).
 type dirOp struct {
@@ -294,10 +332,10 @@ func (c *longCache) leaveDirs(op dirOp, ok bool, changes ...nameChange) {
 	if !ok {
 		c.dirs.drop(op.a)
 		c.dirs.drop(op.b)
-		return
-	}
-	for _, ch := range changes {
-		c.dirs.set(ch.dir, ch.name, ch.present)
+	} else {
+		for _, ch := range changes {
+			c.dirs.set(ch.dir, ch.name, ch.present)
+		}
 	}
 	c.dirs.leave(op.a, op.la)
 	if op.b != op.a {

@@ -21,6 +21,7 @@ type Metrics struct {
 	// The change feed (coherence.go): notices sent to the kernel, and
 	// times every long grant was taken back.
 	feedNotices *prometheus.CounterVec
+	listReads   *prometheus.CounterVec
 	feedLosses  *prometheus.CounterVec
 	epochs      prometheus.Counter
 	// Lookups of names missing from a directory whose every name the
@@ -50,6 +51,9 @@ func NewMetrics(reg prometheus.Registerer, v *client.Volume) (*Metrics, error) {
 		feedNotices: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_fuse_feed_invalidations_total", Help: "Names and inodes the kernel was told to drop because another client changed them (change feed).",
 		}, []string{"kind"}),
+		listReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_fuse_listing_reads_total", Help: "Directories read to answer lookups of missing names without a request (listings.go), by outcome: kept (the read stood), spoiled (another client changed a name there meanwhile, an operation of this mount there failed, or the feed was lost), too_large, failed.",
+		}, []string{"outcome"}),
 		feedLosses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_fuse_feed_losses_total", Help: "Times every long-cached name and attribute was dropped: the change feed fell behind (behind), or a partition could not say what changed (reset).",
 		}, []string{"why"}),
@@ -58,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer, v *client.Volume) (*Metrics, error) {
 		}),
 	}
 	cs := []prometheus.Collector{
-		m.ops, m.latency, m.readBytes, m.writeBytes, m.feedNotices, m.feedLosses, m.epochs, m.localLookups, m.staleNames,
+		m.ops, m.latency, m.readBytes, m.writeBytes, m.feedNotices, m.listReads, m.feedLosses, m.epochs, m.localLookups, m.staleNames,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_sent_bytes_total", Help: "File bytes written to data nodes."},
 			func() float64 { return float64(v.Stats().BytesToData) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_client_data_received_bytes_total", Help: "File bytes read from data nodes."},
@@ -103,6 +107,12 @@ func (m *Metrics) invalidated(names, inodes int) {
 	}
 	m.feedNotices.WithLabelValues("name").Add(float64(names))
 	m.feedNotices.WithLabelValues("inode").Add(float64(inodes))
+}
+
+func (m *Metrics) listingRead(outcome string) {
+	if m != nil {
+		m.listReads.WithLabelValues(outcome).Inc()
+	}
 }
 
 func (m *Metrics) feedLost(why string) {
