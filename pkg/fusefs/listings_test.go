@@ -99,17 +99,24 @@ func TestListings(t *testing.T) {
 			if tc.run != nil {
 				tc.run(c)
 			}
-			for _, n := range tc.absent {
-				if !c.absent(d, n) {
-					t.Errorf("%q: not answered missing", n)
-				}
-			}
-			for _, n := range tc.asked {
-				if c.absent(d, n) {
-					t.Errorf("%q: answered missing, want asked", n)
-				}
-			}
+			checkAnswers(t, c, d, tc.absent, tc.asked)
 		})
+	}
+}
+
+// checkAnswers checks that c answers the names absent of directory d
+// missing without a request, and asks the meta nodes for the names asked.
+func checkAnswers(t *testing.T, c *longCache, d uint64, absent, asked []string) {
+	t.Helper()
+	for _, n := range absent {
+		if !c.absent(d, n) {
+			t.Errorf("%q: not answered missing", n)
+		}
+	}
+	for _, n := range asked {
+		if c.absent(d, n) {
+			t.Errorf("%q: answered missing, want asked", n)
+		}
 	}
 }
 
@@ -254,16 +261,7 @@ func TestListingReads(t *testing.T) {
 			if tc.after != nil {
 				tc.after(c)
 			}
-			for _, n := range tc.absent {
-				if !c.absent(d, n) {
-					t.Errorf("%q: not answered missing", n)
-				}
-			}
-			for _, n := range tc.asked {
-				if c.absent(d, n) {
-					t.Errorf("%q: answered missing, want asked", n)
-				}
-			}
+			checkAnswers(t, c, d, tc.absent, tc.asked)
 		})
 	}
 }
