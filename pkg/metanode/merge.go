@@ -14,21 +14,14 @@ import (
 )
 
 // Bounds of the merger. The queue bounds memory under overload (callers get
-// RESOURCE_EXHAUSTED instead of waiting forever). While merging, one
-// proposal per partition is in flight and every request that arrives
-// meanwhile joins the next one (group commit): a proposal costs a Raft
-// entry, its encoding, its apply and its answer whatever it carries, and
-// one in flight already fills each Raft round of the partition, so more
-// would only split the same requests into more entries (measured in
-// docs/measurements.md, "One proposal in flight per partition"). Without
-// merging, each Txn is its own proposal and maxInflightUnmerged of them
-// share the host's rounds.
+// RESOURCE_EXHAUSTED instead of waiting forever); the in-flight bound keeps
+// several proposals in the Raft pipeline while later requests accumulate into
+// the next batch.
 const (
-	queueLen            = 4096
-	maxInflight         = 1
-	maxInflightUnmerged = 4
-	proposeTimeout      = 10 * time.Second
-	errQueueFullEntry   = "meta partition %d is overloaded: %d requests queued"
+	queueLen          = 4096
+	maxInflight       = 4
+	proposeTimeout    = 10 * time.Second
+	errQueueFullEntry = "meta partition %d is overloaded: %d requests queued"
 )
 
 // merger turns concurrent Txns of one partition into few Raft proposals.
@@ -59,15 +52,11 @@ type outcome struct {
 var errQueueFull = errors.New("queue full")
 
 func newMerger(h *Host, id uint64) *merger {
-	slots := maxInflight
-	if h.opts.DisableMerging {
-		slots = maxInflightUnmerged
-	}
 	m := &merger{
 		h: h, id: id,
 		reqs:  make(chan *pending, queueLen),
 		stop:  make(chan struct{}),
-		slots: make(chan struct{}, slots),
+		slots: make(chan struct{}, maxInflight),
 	}
 	m.wg.Add(1)
 	go m.run()
