@@ -181,7 +181,7 @@ func (fs *FS) readListing(dir uint64, r *listingRead) {
 	c := fs.longCache()
 	ctx, cancel := context.WithTimeout(context.Background(), listingReadTimeout)
 	defer cancel()
-	page, more, err := fs.v.ReadDir(ctx, dir, "", MaxListingRead)
+	page, more, err := fs.v.ReadDir(ctx, dir, "", maxListingRead)
 	switch {
 	case err != nil:
 		c.listingFailed(dir, r, false)

@@ -66,10 +66,10 @@ const (
 	// listAfterMisses missing names asked of the meta nodes in a directory
 	// without a listing start a listing read of it.
 	listAfterMisses = 2
-	// MaxListingRead is the most names a listing read keeps (one page of
+	// maxListingRead is the most names a listing read keeps (one page of
 	// the SDK's ReadDir); a larger directory is read again only after
 	// listAgainAfter more misses.
-	MaxListingRead = 4096
+	maxListingRead = 4096
 	listAgainAfter = 256
 	// maxListingReads bounds the reads under way, maxMissed the
 	// directories whose misses are counted.
@@ -191,7 +191,7 @@ func (l *listings) install(dir uint64, r *listingRead) {
 }
 
 // readFailed ends dir's listing read without a listing; tooLarge: the
-// directory held more than MaxListingRead names, and is read again only
+// directory held more than maxListingRead names, and is read again only
 // after listAgainAfter more misses.
 func (l *listings) readFailed(dir uint64, r *listingRead, tooLarge bool) {
 	if l.reads[dir] != r {
