@@ -156,10 +156,13 @@ bench-dl: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/dl-traversal.sh $(BENCH_DL_FLAGS)
 
 ## bench-meta: metadata and dl-traversal side by side on the FUSE passthrough
-## peer, the JuiceFS peer, a fresh `cairn up` mount and the Cairn SDK, in one
-## cairn bench run each; prints ops/s per phase, the ratios Cairn / JuiceFS and
-## their geometric mean (not part of CI; flags through BENCH_META_FLAGS, e.g.
-## "--files 100 --repetitions 1 --dl-files 512"). See docs/bench.md.
+## peer, JuiceFS on Redis as shipped and on fsynced Redis (--etcd: on etcd too),
+## a fresh `cairn up` mount (3 replicas), a 1-replica volume's mount and the
+## Cairn SDK, in one cairn bench run each; prints ops/s per phase, the ratios
+## Cairn / JuiceFS and their geometric mean, and the meta nodes' requests, Raft
+## proposals and synced writes per operation (not part of CI; flags through
+## BENCH_META_FLAGS, e.g. "--files 100 --repetitions 1 --dl-files 512"). See
+## docs/bench.md.
 bench-meta: build
 	CAIRN_BIN=$(CURDIR)/$(BIN) bench/meta.sh $(BENCH_META_FLAGS)
 
