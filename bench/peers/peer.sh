@@ -35,7 +35,12 @@ case "$peer" in
       JFS_REDIS_PORT=16380 JFS_METRICS=127.0.0.1:9568 JFS_VOLUME=peerjfsfsync ;;
   juicefs-etcd)
     export JFS_META=etcd JFS_STATE=/var/tmp/peers/juicefs-etcd JFS_MNT=/mnt/peers/juicefs-etcd \
-      JFS_REDIS_PORT=16381 JFS_ETCD_PORT=23890 JFS_METRICS=127.0.0.1:9569 JFS_VOLUME=peerjfsetcd ;;
+      JFS_REDIS_PORT=16381 JFS_ETCD_PORT=23890 JFS_METRICS=127.0.0.1:9569 JFS_VOLUME=peerjfsetcd
+    # The peer's start script waits for its members with etcdctl, which
+    # Debian ships apart from the server.
+    if [[ $action == start ]] && ! command -v etcdctl >/dev/null; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-client >/dev/null
+    fi ;;
 esac
 
 mountpoint_of() {
