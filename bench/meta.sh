@@ -89,7 +89,7 @@ while [[ $# -gt 0 ]]; do
     --no-dl) dl=0; shift ;;
     --etcd) etcd=1; shift ;;
     --setup-timeout) setup_timeout=$2; shift 2 ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;p}' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
