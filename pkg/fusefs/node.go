@@ -59,10 +59,9 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 			} else {
 				fs.fillEntryFor(tok, header.NodeId, name, nil, out)
 				fs.names.absent(header.NodeId, name)
-				if dir := fs.ino(header.NodeId); fs.coh != nil {
-					if r := fs.coh.cache.missed(dir); r != nil {
-						go fs.readListing(dir, r)
-					}
+				dir := fs.ino(header.NodeId)
+				if r := fs.longCache().missed(dir); r != nil {
+					go fs.readListing(dir, r)
 				}
 			}
 		}
