@@ -100,7 +100,7 @@ func (c *clusterFlags) client(cmd *cobra.Command) (*masterclient.Client, error) 
 	if err != nil {
 		return nil, err
 	}
-	return masterclient.New(addrs, conf)
+	return masterclient.New(addrs, conf, nil)
 }
 
 func (c *clusterFlags) context() (context.Context, context.CancelFunc) {

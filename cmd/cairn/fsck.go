@@ -91,7 +91,7 @@ problems remain, 2 on usage errors.`,
 			if err != nil {
 				return err
 			}
-			remote := fsck.NewRemote(m, cf.timeout, conf)
+			remote := fsck.NewRemote(m, cf.timeout, conf, nil)
 			defer remote.Close()
 
 			start := time.Now()

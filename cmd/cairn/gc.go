@@ -69,7 +69,7 @@ With --dry-run nothing is changed. Exits 0 when no serious problem was found,
 			if err != nil {
 				return err
 			}
-			remote := fsck.NewRemote(m, cf.timeout, conf)
+			remote := fsck.NewRemote(m, cf.timeout, conf, nil)
 			defer remote.Close()
 			start := time.Now()
 			last := start

@@ -378,7 +378,7 @@ file system (docs/bench.md, "Traces").`,
 			if metrics != "" {
 				// The servers' endpoint: /metrics, /healthz (the mount is
 				// healthy while it serves) and, with --pprof, the profiles.
-				tm, err := daemon.StartTelemetry(metrics, profiles, func() error { return nil })
+				tm, err := daemon.StartTelemetry(nil, metrics, profiles, func() error { return nil })
 				if err != nil {
 					return err
 				}

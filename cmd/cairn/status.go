@@ -375,7 +375,7 @@ const chunkStatsWait = 3 * time.Second
 func addChunkStats(ctx context.Context, m *pb.ClusterMap, r *statusReport, conf *tls.Config) {
 	ctx, cancel := context.WithTimeout(ctx, chunkStatsWait)
 	defer cancel()
-	remote := fsck.NewRemote(m, 2*time.Second, conf)
+	remote := fsck.NewRemote(m, 2*time.Second, conf, nil)
 	defer remote.Close()
 	byName := map[string]*pb.Volume{}
 	for _, v := range m.GetVolumes() {

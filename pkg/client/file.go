@@ -37,6 +37,9 @@ func (v *Volume) dataClient(ctx context.Context) (*dataclient.Client, error) {
 	if opts.Conn.TLS == nil {
 		opts.Conn.TLS = v.opts.TLS
 	}
+	if opts.Conn.Network == nil {
+		opts.Conn.Network = v.opts.Network
+	}
 	opts.Grants, opts.Receipts, opts.Regrant = v.grants, v.receipts, v.regrant
 	if opts.ReportFailure == nil {
 		opts.ReportFailure = v.mc.NewFailureReporter(reporterName()).Report

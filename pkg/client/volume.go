@@ -42,6 +42,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/network"
 	"github.com/cairnfs/cairn/pkg/perm"
 	"github.com/cairnfs/cairn/pkg/redirect"
 )
@@ -86,6 +87,9 @@ type Options struct {
 	// cluster's CA; Data.Conn.TLS, if set, wins for data nodes); nil
 	// connects in plain text.
 	TLS *tls.Config
+	// Network is where the client connects (nil: the host's TCP stack;
+	// Data.Conn.Network, if set, wins for data nodes).
+	Network network.Network
 }
 
 func (o *Options) withDefaults() Options {
@@ -280,11 +284,11 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 	} else if caps.Volume != "" && caps.Volume != volume {
 		return nil, errnoErr("open", syscall.EACCES, "this client identity may use volume %q only, not %q", caps.Volume, volume)
 	}
-	mc, err := masterclient.New(masters, o.TLS)
+	mc, err := masterclient.New(masters, o.TLS, o.Network)
 	if err != nil {
 		return nil, err
 	}
-	v := &Volume{name: volume, opts: o, mc: mc, pool: redirect.NewPool(o.TLS), stop: make(chan struct{})}
+	v := &Volume{name: volume, opts: o, mc: mc, pool: redirect.NewPool(o.TLS, o.Network), stop: make(chan struct{})}
 	cacheBytes := o.ChunkCacheBytes
 	if cacheBytes == 0 {
 		cacheBytes = defaultChunkCacheBytes

@@ -89,7 +89,7 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Mounter == nil {
 		return nil, errors.New("csi: no mounter")
 	}
-	mc, err := masterclient.New(cfg.Masters, cfg.TLS)
+	mc, err := masterclient.New(cfg.Masters, cfg.TLS, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cairnfs/cairn/pkg/network"
 )
 
 // ErrDirInUse is returned by LockDir when another process holds the lock.
@@ -165,14 +167,15 @@ type Telemetry struct {
 	done     chan struct{}
 }
 
-// StartTelemetry listens on addr (":0" picks a port) and serves until Close.
+// StartTelemetry listens on addr of n (nil: the host's TCP stack; ":0"
+// picks a port) and serves until Close.
 // health is called on every /healthz request; a nil error answers 200.
 // With profiles it also serves Go's profiles of the process
 // (HandleProfiles); without, /debug/pprof/ answers 404. The endpoint has no
 // authentication: profiles (a goroutine dump, the command line, a CPU
 // profile that costs CPU while it runs) are for a trusted network only.
-func StartTelemetry(addr string, profiles bool, health func() error) (*Telemetry, error) {
-	ln, err := net.Listen("tcp", addr)
+func StartTelemetry(n network.Network, addr string, profiles bool, health func() error) (*Telemetry, error) {
+	ln, err := network.Or(n).Listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener on %s: %w", addr, err)
 	}

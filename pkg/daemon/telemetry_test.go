@@ -25,7 +25,7 @@ func get(t *testing.T, url string) int {
 func TestTelemetryProfilesOnlyWhenAsked(t *testing.T) {
 	profiles := []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/symbol", "/debug/pprof/goroutine", "/debug/pprof/heap"}
 	for _, on := range []bool{false, true} {
-		tm, err := StartTelemetry("127.0.0.1:0", on, func() error { return nil })
+		tm, err := StartTelemetry(nil, "127.0.0.1:0", on, func() error { return nil })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,10 +6,12 @@ import (
 	"net"
 
 	"github.com/cairnfs/cairn/pkg/handshake"
+	"github.com/cairnfs/cairn/pkg/network"
 	"github.com/cairnfs/cairn/pkg/pki"
 )
 
-// ListenRPC listens on addr for an RPCServer: over mutual TLS with id
+// ListenRPC listens on addr of n (nil: the host's TCP stack) for an
+// RPCServer: over mutual TLS with id
 // (every connection must present a certificate of the cluster's CA before
 // a byte of either protocol is read), or in plain text when id is nil.
 // With TLS, each connection's handshake runs off the accept loop before
@@ -17,8 +19,8 @@ import (
 // and the default bounds on handshakes per source address and overall
 // (package handshake): connections that never finish theirs cannot take
 // the places, descriptors or goroutines of authenticated ones.
-func ListenRPC(addr string, id *pki.Identity) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
+func ListenRPC(n network.Network, addr string, id *pki.Identity) (net.Listener, error) {
+	ln, err := network.Or(n).Listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}

@@ -38,7 +38,7 @@ func TestListenRPCBoundsHandshakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := ListenRPC("127.0.0.1:0", id)
+	ln, err := ListenRPC(nil, "127.0.0.1:0", id)
 	if err != nil {
 		t.Fatal(err)
 	}

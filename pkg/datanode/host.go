@@ -239,6 +239,9 @@ func New(env node.Env, opts Options) (*Host, error) {
 	if opts.Chain.TLS == nil {
 		opts.Chain.TLS = env.TLS // peers: the chain and alignment
 	}
+	if opts.Chain.Network == nil {
+		opts.Chain.Network = env.Network // peers, as the node dials them
+	}
 	if opts.Chain.TLSFor == nil {
 		opts.Chain.TLSFor = env.PeerTLS // and the node the map names at the address
 	}

@@ -10,6 +10,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/cairnfs/cairn/pkg/network"
 )
 
 // ConnOptions bound a client connection. Zero fields take the defaults.
@@ -37,6 +39,8 @@ type ConnOptions struct {
 	// that also checks that the peer is the node the cluster map puts there
 	// (node.Env.PeerTLS).
 	TLSFor func(addr string) *tls.Config
+	// Network is where Dial connects (nil: the host's TCP stack).
+	Network network.Network
 }
 
 func (o ConnOptions) withDefaults() ConnOptions {
@@ -87,8 +91,9 @@ type Conn struct {
 // Dial connects to addr.
 func Dial(ctx context.Context, addr string, opts ConnOptions) (*Conn, error) {
 	opts = opts.withDefaults()
-	d := net.Dialer{Timeout: opts.DialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	dctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+	nc, err := network.Or(opts.Network).DialContext(dctx, addr)
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("data path: dial %s: %w", addr, err)
 	}

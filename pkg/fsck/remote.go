@@ -10,6 +10,7 @@ import (
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/network"
 	"github.com/cairnfs/cairn/pkg/redirect"
 )
 
@@ -24,9 +25,9 @@ type Remote struct {
 }
 
 // NewRemote returns a Remote for the partitions and nodes of m, connecting
-// over TLS with tlsConf unless it is nil. Each call is bounded by attempt
+// on n (nil: the host's TCP stack), over TLS with tlsConf unless it is nil. Each call is bounded by attempt
 // (0: 10 s) within the caller's context. Close releases its connections.
-func NewRemote(m *pb.ClusterMap, attempt time.Duration, tlsConf *tls.Config) *Remote {
+func NewRemote(m *pb.ClusterMap, attempt time.Duration, tlsConf *tls.Config, n network.Network) *Remote {
 	if attempt <= 0 {
 		attempt = 10 * time.Second
 	}
@@ -34,7 +35,7 @@ func NewRemote(m *pb.ClusterMap, attempt time.Duration, tlsConf *tls.Config) *Re
 	for id, n := range m.GetNodes() {
 		nodes[id] = n.GetAddr()
 	}
-	r := &Remote{pool: redirect.NewPool(tlsConf), parts: m.GetPartitions(), attempt: attempt}
+	r := &Remote{pool: redirect.NewPool(tlsConf, n), parts: m.GetPartitions(), attempt: attempt}
 	r.meta = metaclient.New(r.pool, func(node uint64) (string, bool) {
 		a, ok := nodes[node]
 		return a, ok && a != ""

@@ -18,7 +18,19 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnfs/cairn/pkg/network"
 )
+
+// GRPCDialOptions returns the gRPC dial options that make a gRPC client
+// connection dial on n: none for the host's TCP stack (gRPC's own dialer,
+// proxy settings included), a context dialer for any other network.
+func GRPCDialOptions(n network.Network) []grpc.DialOption {
+	if network.IsOS(n) {
+		return nil
+	}
+	return []grpc.DialOption{grpc.WithContextDialer(network.DialFunc(n))}
+}
 
 // ClientOptions configure a Conn.
 type ClientOptions struct {
@@ -34,6 +46,9 @@ type ClientOptions struct {
 	// TLS, when set, runs the connection over TLS with this configuration
 	// (the handshake within DialTimeout, before the preface).
 	TLS *tls.Config
+	// Network is where the connection is dialed (nil: the host's TCP
+	// stack, with this package's socket options).
+	Network network.Network
 }
 
 // Conn is a client connection to one address. It implements
@@ -230,8 +245,14 @@ var errNotLightRPC = errors.New("server does not speak the protocol")
 func (c *Conn) connect(ctx context.Context) (*session, error) {
 	dctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
 	defer cancel()
-	d := net.Dialer{Control: dialControl}
-	nc, err := d.DialContext(dctx, "tcp", c.addr)
+	var nc net.Conn
+	var err error
+	if network.IsOS(c.opts.Network) {
+		d := net.Dialer{Control: dialControl}
+		nc, err = d.DialContext(dctx, "tcp", c.addr)
+	} else {
+		nc, err = c.opts.Network.DialContext(dctx, c.addr)
+	}
 	if err != nil {
 		return nil, err
 	}

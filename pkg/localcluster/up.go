@@ -153,7 +153,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		conf = admin.ClientConfig()
 		c.adminTLS = conf
 	}
-	if c.client, err = masterclient.New(c.layout.MasterAddrs(), conf); err != nil {
+	if c.client, err = masterclient.New(c.layout.MasterAddrs(), conf, nil); err != nil {
 		return nil, err
 	}
 	for _, p := range c.layout.Procs {

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairnfs/cairn/pkg/clustermap"
@@ -35,6 +36,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/network"
 	"github.com/cairnfs/cairn/pkg/pki"
 	"github.com/cairnfs/cairn/pkg/redirect"
 )
@@ -100,6 +102,11 @@ type Config struct {
 	// GrantKeyPeriod is how often the leader adds a key for extent grants;
 	// 0 means DefaultGrantKeyPeriod.
 	GrantKeyPeriod time.Duration
+	// Network is where the master listens and dials (nil: the host's TCP
+	// stack); FS holds its store under DataDir (nil: the host's file
+	// system). A simulation gives each master its own of both.
+	Network network.Network
+	FS      vfs.FS
 }
 
 // ParsePeers parses "1=host:port,2=host:port".
@@ -232,10 +239,10 @@ func Start(cfg Config) (_ *Server, err error) {
 	for _, a := range cfg.Peers {
 		addrs = append(addrs, a)
 	}
-	if s.peerClient, err = masterclient.New(addrs, daemon.ClientTLS(cfg.TLS)); err != nil {
+	if s.peerClient, err = masterclient.New(addrs, daemon.ClientTLS(cfg.TLS), cfg.Network); err != nil {
 		return nil, err
 	}
-	s.metaPool = redirect.NewPool(daemon.ClientTLS(cfg.TLS))
+	s.metaPool = redirect.NewPool(daemon.ClientTLS(cfg.TLS), cfg.Network)
 	s.meta = metaclient.New(s.metaPool, s.nodeAddr)
 	var ln net.Listener
 	defer func() {
@@ -253,13 +260,13 @@ func Start(cfg Config) (_ *Server, err error) {
 	if err = s.checkIdentity(); err != nil {
 		return nil, err
 	}
-	if ln, err = daemon.ListenRPC(cfg.Listen, cfg.TLS); err != nil {
+	if ln, err = daemon.ListenRPC(cfg.Network, cfg.Listen, cfg.TLS); err != nil {
 		return nil, err
 	}
-	if s.db, err = pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{}); err != nil {
+	if s.db, err = pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{FS: cfg.FS}); err != nil {
 		return nil, fmt.Errorf("open master store: %w", err)
 	}
-	s.transport = multiraft.NewGRPCTransport(multiraft.NodeID(cfg.ID), s.resolve, s.log, multiraft.WithTLS(daemon.ClientTLS(cfg.TLS)))
+	s.transport = multiraft.NewGRPCTransport(multiraft.NodeID(cfg.ID), s.resolve, s.log, multiraft.WithTLS(daemon.ClientTLS(cfg.TLS)), multiraft.WithNetwork(cfg.Network))
 	s.host, err = multiraft.NewHost(multiraft.Config{
 		NodeID:       multiraft.NodeID(cfg.ID),
 		DB:           s.db,
@@ -280,7 +287,7 @@ func Start(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("master raft group: %w", err)
 	}
 
-	if s.telemetry, err = daemon.StartTelemetry(cfg.MetricsAddr, cfg.Profiles, s.health); err != nil {
+	if s.telemetry, err = daemon.StartTelemetry(cfg.Network, cfg.MetricsAddr, cfg.Profiles, s.health); err != nil {
 		return nil, err
 	}
 	s.metrics = newMetrics(s.telemetry.Registry, s)

@@ -66,7 +66,7 @@ func (s *Server) sweepLoop(ctx context.Context, interval time.Duration) {
 
 // sweepVolume runs one round of sw over volume with connections for map m.
 func (s *Server) sweepVolume(ctx context.Context, sw *fsck.Sweeper, m *pb.ClusterMap, volume string) {
-	remote := fsck.NewRemote(m, 10*time.Second, daemon.ClientTLS(s.cfg.TLS))
+	remote := fsck.NewRemote(m, 10*time.Second, daemon.ClientTLS(s.cfg.TLS), s.cfg.Network)
 	defer remote.Close()
 	sw.Scanner, sw.Applier = remote, remote
 	sw.Layout = func(context.Context) (*fsck.Layout, error) { return fsck.LayoutFromMap(m, volume) }

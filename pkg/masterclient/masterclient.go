@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/network"
 	"github.com/cairnfs/cairn/pkg/redirect"
 )
 
@@ -33,9 +34,10 @@ type Client struct {
 	leader string
 }
 
-// New returns a client for the masters at addrs (host:port), over TLS with
-// tlsConf (a client configuration) unless it is nil. It connects lazily.
-func New(addrs []string, tlsConf *tls.Config) (*Client, error) {
+// New returns a client for the masters at addrs (host:port), on n (nil:
+// the host's TCP stack), over TLS with tlsConf (a client configuration)
+// unless it is nil. It connects lazily.
+func New(addrs []string, tlsConf *tls.Config, n network.Network) (*Client, error) {
 	var clean []string
 	for _, a := range addrs {
 		for _, s := range strings.Split(a, ",") {
@@ -47,7 +49,7 @@ func New(addrs []string, tlsConf *tls.Config) (*Client, error) {
 	if len(clean) == 0 {
 		return nil, errors.New("no master address given")
 	}
-	return &Client{addrs: clean, pool: redirect.NewPool(tlsConf)}, nil
+	return &Client{addrs: clean, pool: redirect.NewPool(tlsConf, n)}, nil
 }
 
 // Close closes all connections.

@@ -53,7 +53,7 @@ func TestSilentLeaderSkipped(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()
 
-	c, err := New([]string{silent.Addr().String(), ln.Addr().String()}, nil)
+	c, err := New([]string{silent.Addr().String(), ln.Addr().String()}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // answer at all.
 func TestChangeFeed(t *testing.T) {
 	tp := newTwoParts(t)
-	pool := redirect.NewPool(nil)
+	pool := redirect.NewPool(nil, nil)
 	t.Cleanup(pool.Close)
 	resolve := func(id uint64) (string, bool) { a, ok := tp.c.addrs[id]; return a, ok }
 	mine, other := metaclient.New(pool, resolve), metaclient.New(pool, resolve)

@@ -140,7 +140,7 @@ func createTxn(parent uint64, name string) *metapb.Txn {
 func TestServiceOverGRPC(t *testing.T) {
 	c := newTestCluster(t, Options{})
 	c.leader(t)
-	pool := redirect.NewPool(nil)
+	pool := redirect.NewPool(nil, nil)
 	defer pool.Close()
 	mc := metaclient.New(pool, func(id uint64) (string, bool) { a, ok := c.addrs[id]; return a, ok })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -302,7 +302,7 @@ func waitRoot(t *testing.T, ctx context.Context, mc *metaclient.Client, part *pb
 func TestRoutingOverGRPC(t *testing.T) {
 	c := newTestCluster(t, Options{})
 	c.leader(t)
-	pool := redirect.NewPool(nil)
+	pool := redirect.NewPool(nil, nil)
 	defer pool.Close()
 	mc := metaclient.New(pool, func(id uint64) (string, bool) { a, ok := c.addrs[id]; return a, ok })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -404,7 +404,7 @@ func TestRangeCut(t *testing.T) {
 	}
 	c := newTestCluster(t, Options{})
 	c.leader(t)
-	pool := redirect.NewPool(nil)
+	pool := redirect.NewPool(nil, nil)
 	defer pool.Close()
 	mc := metaclient.New(pool, func(id uint64) (string, bool) { a, ok := c.addrs[id]; return a, ok })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -585,7 +585,7 @@ func (c *collector) dataClient(ctx context.Context, volume uint64) (*dataclient.
 		}
 		return dataclient.FromMap(m, v.Name)
 	}
-	dc, err := dataclient.New(ctx, src, dataclient.Options{Conn: dataproto.ConnOptions{TLS: c.h.env.TLS}})
+	dc, err := dataclient.New(ctx, src, dataclient.Options{Conn: dataproto.ConnOptions{TLS: c.h.env.TLS, Network: c.h.env.Network}})
 	if err != nil {
 		return nil, fmt.Errorf("data client of volume %d: %w", volume, err)
 	}

@@ -70,7 +70,7 @@ func newChunkVolume(t *testing.T, indexParts []uint64, dn *datanodetest.Cluster,
 		},
 	}
 	c := newTestClusterOf(t, opts, src, other)
-	pool := redirect.NewPool(nil)
+	pool := redirect.NewPool(nil, nil)
 	t.Cleanup(pool.Close)
 	mc := metaclient.New(pool, func(id uint64) (string, bool) { a, ok := c.addrs[id]; return a, ok })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

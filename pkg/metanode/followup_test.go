@@ -51,7 +51,7 @@ func newTwoPartsRouted(t *testing.T, routed bool) *twoParts {
 		return m, nil
 	}
 	c = newTestClusterOf(t, Options{ClusterMap: cmap, CollectInterval: -1}, p1, p2)
-	pool := redirect.NewPool(nil)
+	pool := redirect.NewPool(nil, nil)
 	t.Cleanup(pool.Close)
 	tp := &twoParts{
 		c: c, mc: metaclient.New(pool, func(id uint64) (string, bool) { a, ok := c.addrs[id]; return a, ok }),

@@ -38,7 +38,7 @@ func FuzzService(f *testing.F) {
 	fuzzOnce.Do(func() {
 		fuzzC = newTestCluster(f, Options{})
 		leader := fuzzC.leader(f)
-		pool := redirect.NewPool(nil)
+		pool := redirect.NewPool(nil, nil)
 		f.Cleanup(pool.Close)
 		fuzzMC = metaclient.New(pool, func(id uint64) (string, bool) { a, ok := fuzzC.addrs[id]; return a, ok })
 		cc, err := pool.Conn(fuzzC.addrs[leader.env.NodeID])
@@ -142,7 +142,7 @@ func FuzzRestricted(f *testing.F) {
 	c := newTestCluster(f, Options{})
 	leader := c.leader(f)
 	svc := &service{h: leader}
-	pool := redirect.NewPool(nil)
+	pool := redirect.NewPool(nil, nil)
 	f.Cleanup(pool.Close)
 	mc := metaclient.New(pool, func(id uint64) (string, bool) { a, ok := c.addrs[id]; return a, ok })
 	part := c.part.GetId()

@@ -40,7 +40,7 @@ func TestPathOverGRPC(t *testing.T) {
 		return m, nil
 	}
 	c = newTestClusterOf(t, Options{ClusterMap: cmap, CollectInterval: -1}, p1, p2)
-	pool := redirect.NewPool(nil)
+	pool := redirect.NewPool(nil, nil)
 	defer pool.Close()
 	mc := metaclient.New(pool, func(id uint64) (string, bool) { a, ok := c.addrs[id]; return a, ok })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

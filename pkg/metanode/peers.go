@@ -42,7 +42,7 @@ type peers struct {
 }
 
 func newPeers(h *Host) *peers {
-	p := &peers{h: h, pool: redirect.NewPool(h.env.TLS)}
+	p := &peers{h: h, pool: redirect.NewPool(h.env.TLS, h.env.Network)}
 	p.meta = metaclient.New(p.pool, p.resolve)
 	return p
 }

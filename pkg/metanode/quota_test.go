@@ -20,7 +20,7 @@ import (
 func TestQuotaEnforcement(t *testing.T) {
 	c := newTestCluster(t, Options{})
 	c.leader(t)
-	pool := redirect.NewPool(nil)
+	pool := redirect.NewPool(nil, nil)
 	defer pool.Close()
 	mc := metaclient.New(pool, func(id uint64) (string, bool) { a, ok := c.addrs[id]; return a, ok })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/lightrpc"
 	"github.com/cairnfs/cairn/pkg/multiraft/transportpb"
+	"github.com/cairnfs/cairn/pkg/network"
 )
 
 // GRPCTransport is the Transport between hosts over the processes' RPC
@@ -46,6 +47,7 @@ type GRPCTransport struct {
 	resolve    func(NodeID) (string, bool)
 	log        *slog.Logger
 	dialOpts   []grpc.DialOption
+	net        network.Network
 	tls        *tls.Config
 	peerTLS    func(NodeID) *tls.Config
 	queueLen   int
@@ -81,6 +83,11 @@ type TransportOption func(*GRPCTransport)
 // Without it the transport dials without TLS.
 func WithDialOptions(opts ...grpc.DialOption) TransportOption {
 	return func(t *GRPCTransport) { t.dialOpts = append([]grpc.DialOption(nil), opts...) }
+}
+
+// WithNetwork dials peers on n (default: the host's TCP stack).
+func WithNetwork(n network.Network) TransportOption {
+	return func(t *GRPCTransport) { t.net = n }
 }
 
 // WithQueueBatches bounds the batches queued per peer (default 256); Send
@@ -261,8 +268,8 @@ func (t *GRPCTransport) runPeer(p *grpcPeer) {
 			}
 			addr = a
 			tlsConf, dialOpts := t.tlsFor(p.id)
-			conn = lightrpc.Dial(a, lightrpc.ClientOptions{TLS: tlsConf, GRPC: func() (*grpc.ClientConn, error) {
-				return grpc.NewClient(a, dialOpts...)
+			conn = lightrpc.Dial(a, lightrpc.ClientOptions{TLS: tlsConf, Network: t.net, GRPC: func() (*grpc.ClientConn, error) {
+				return grpc.NewClient(a, append(lightrpc.GRPCDialOptions(t.net), dialOpts...)...)
 			}})
 		}
 		if err == nil {

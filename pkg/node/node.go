@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -41,6 +42,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/grant"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/network"
 	"github.com/cairnfs/cairn/pkg/pki"
 )
 
@@ -82,6 +84,11 @@ type Config struct {
 	// connections from the cluster's CA, and it connects to masters and
 	// peers with it. Nil serves and connects in plain text.
 	TLS *pki.Identity
+	// Network is where the node listens and dials (nil: the host's TCP
+	// stack); StoreFS holds its store under DataDir (nil: the host's file
+	// system). A simulation gives each node its own of both.
+	Network network.Network
+	StoreFS vfs.FS
 }
 
 // Env is what a role's partition host gets from the node.
@@ -99,6 +106,9 @@ type Env struct {
 	// DataListener is the listener of Config.DataListen (nil without one); the
 	// role serves it and closes it in Close.
 	DataListener net.Listener
+	// Network is where the role dials peers, masters and clients' servers
+	// (nil: the host's TCP stack).
+	Network network.Network
 	// Masters reaches the master leader (for the map of other volumes'
 	// partitions, e.g. the data nodes a meta partition's deleted files live on).
 	Masters *masterclient.Client
@@ -241,7 +251,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			n.closeAll()
 		}
 	}()
-	if n.masters, err = masterclient.New(cfg.Masters, daemon.ClientTLS(cfg.TLS)); err != nil {
+	if n.masters, err = masterclient.New(cfg.Masters, daemon.ClientTLS(cfg.TLS), cfg.Network); err != nil {
 		return nil, err
 	}
 	if n.lock, err = daemon.LockDir(cfg.DataDir); err != nil {
@@ -253,7 +263,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err = n.loadAssignment(); err != nil {
 		return nil, err
 	}
-	if ln, err = daemon.ListenRPC(cfg.Listen, cfg.TLS); err != nil {
+	if ln, err = daemon.ListenRPC(cfg.Network, cfg.Listen, cfg.TLS); err != nil {
 		return nil, err
 	}
 	n.addr = cfg.Advertise
@@ -261,7 +271,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.addr = ln.Addr().String()
 	}
 	if cfg.DataListen != "" {
-		if n.dataLn, err = net.Listen("tcp", cfg.DataListen); err != nil {
+		if n.dataLn, err = network.Or(cfg.Network).Listen(cfg.DataListen); err != nil {
 			return nil, fmt.Errorf("listen on %s (data path): %w", cfg.DataListen, err)
 		}
 
@@ -270,7 +280,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			n.dataAddr = n.dataLn.Addr().String()
 		}
 	}
-	if n.telemetry, err = daemon.StartTelemetry(cfg.MetricsAddr, cfg.Profiles, n.health); err != nil {
+	if n.telemetry, err = daemon.StartTelemetry(cfg.Network, cfg.MetricsAddr, cfg.Profiles, n.health); err != nil {
 		return nil, err
 	}
 	n.registerMetrics()
@@ -331,7 +341,7 @@ func (n *Node) openPartitions() (err error) {
 	// stored in the same DB.
 	cache := pebble.NewCache(storeCacheBytes)
 	defer cache.Unref()
-	if n.db, err = pebble.Open(filepath.Join(n.cfg.DataDir, "db"), &pebble.Options{Cache: cache}); err != nil {
+	if n.db, err = pebble.Open(filepath.Join(n.cfg.DataDir, "db"), &pebble.Options{Cache: cache, FS: n.cfg.StoreFS}); err != nil {
 		return fmt.Errorf("open node store: %w", err)
 	}
 	resolve := func(id uint64) (string, bool) {
@@ -357,7 +367,7 @@ func (n *Node) openPartitions() (err error) {
 		return n.applied
 	}
 	n.transport = multiraft.NewGRPCTransport(multiraft.NodeID(n.id.NodeID), func(id multiraft.NodeID) (string, bool) { return resolve(uint64(id)) }, n.log,
-		multiraft.WithTLS(daemon.ClientTLS(n.cfg.TLS)), multiraft.WithPeerTLS(n.peerTLSByID()))
+		multiraft.WithTLS(daemon.ClientTLS(n.cfg.TLS)), multiraft.WithPeerTLS(n.peerTLSByID()), multiraft.WithNetwork(n.cfg.Network))
 	n.raft, err = multiraft.NewHost(multiraft.Config{
 		NodeID: multiraft.NodeID(n.id.NodeID), DB: n.db, Transport: n.transport,
 		TickInterval: n.cfg.TickInterval, Logger: n.log,
@@ -377,7 +387,7 @@ func (n *Node) openPartitions() (err error) {
 	if n.cfg.NewPartitions != nil {
 		n.parts, err = n.cfg.NewPartitions(Env{
 			NodeID: n.id.NodeID, DataDir: n.cfg.DataDir, DB: n.db, Raft: n.raft, RPC: n.rpc,
-			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData,
+			Registry: n.telemetry.Registry, Logger: n.log, Resolve: resolve, ResolveData: resolveData, Network: n.cfg.Network,
 			DataListener: n.dataLn, Masters: n.masters, Epoch: epoch, AppliedEpoch: applied, Refresh: n.refresh, Revoked: n.isRevoked,
 			Grants: &n.grants, VolumeFull: n.volumeFull,
 			TLS: daemon.ClientTLS(n.cfg.TLS), ServerTLS: daemon.ServerTLS(n.cfg.TLS), PeerTLS: n.peerTLSByAddr(),

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cairnfs/cairn/pkg/lightrpc"
+	"github.com/cairnfs/cairn/pkg/network"
 )
 
 // ErrNoLeader is matched (errors.Is) by Call's error when ctx ended before any
@@ -65,6 +66,7 @@ func refused(err error) bool {
 // concurrent use.
 type Pool struct {
 	tls   *tls.Config
+	net   network.Network
 	mu    sync.Mutex // serializes creation; lookups read conns without it
 	conns sync.Map   // address -> *lightrpc.Conn
 
@@ -121,9 +123,10 @@ func (p *Pool) order(candidates []string) []string {
 	return out
 }
 
-// NewPool returns an empty pool; connections are made lazily, over TLS
-// with tlsConf (a client configuration) when it is not nil.
-func NewPool(tlsConf *tls.Config) *Pool { return &Pool{tls: tlsConf} }
+// NewPool returns an empty pool; connections are made lazily on n (nil:
+// the host's TCP stack), over TLS with tlsConf (a client configuration)
+// when it is not nil.
+func NewPool(tlsConf *tls.Config, n network.Network) *Pool { return &Pool{tls: tlsConf, net: n} }
 
 // Conn returns the connection to addr, creating it on first use; it
 // connects at its first call.
@@ -143,8 +146,8 @@ func (p *Pool) Conn(addr string) (grpc.ClientConnInterface, error) {
 	if p.tls != nil {
 		creds = credentials.NewTLS(p.tls)
 	}
-	cc := lightrpc.Dial(addr, lightrpc.ClientOptions{TLS: p.tls, GRPC: func() (*grpc.ClientConn, error) {
-		gc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	cc := lightrpc.Dial(addr, lightrpc.ClientOptions{TLS: p.tls, Network: p.net, GRPC: func() (*grpc.ClientConn, error) {
+		gc, err := grpc.NewClient(addr, append(lightrpc.GRPCDialOptions(p.net), grpc.WithTransportCredentials(creds))...)
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "connect %s: %v", addr, err)
 		}

@@ -106,7 +106,7 @@ func TestSilentLeaderTriedLast(t *testing.T) {
 	leader := answering(t, func(context.Context) error { return nil })
 	// A follower that still names the silent address as its leader.
 	follower := answering(t, func(ctx context.Context) error { return NotLeader(ctx, "the test", silent) })
-	pool := NewPool(nil)
+	pool := NewPool(nil, nil)
 	defer pool.Close()
 
 	// The last known leader first, with a deadline shorter than one try:

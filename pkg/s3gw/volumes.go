@@ -58,7 +58,7 @@ type VolumeBuckets struct {
 func (vb *VolumeBuckets) String() string { return "volumes" }
 
 func (vb *VolumeBuckets) open(_ context.Context, root string, log *slog.Logger) (func(backend.Backend) backend.Backend, func(), error) {
-	mc, err := masterclient.New(vb.Masters, vb.TLS)
+	mc, err := masterclient.New(vb.Masters, vb.TLS, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -244,7 +244,7 @@ func TestClientCapabilities(t *testing.T) {
 // volumeInfo is the master's answer about a volume.
 func volumeInfo(t *testing.T, master string, conf *tls.Config, name string) *pb.VolumeResponse {
 	t.Helper()
-	mc, err := masterclient.New([]string{master}, conf)
+	mc, err := masterclient.New([]string{master}, conf, nil)
 	must(t, err)
 	defer mc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -55,7 +55,7 @@ func TestDataWriteSurvivesFollowerKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := adminTLS(t, dir)
-	mc, err := masterclient.New(l.MasterAddrs(), conf)
+	mc, err := masterclient.New(l.MasterAddrs(), conf, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

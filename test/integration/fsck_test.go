@@ -101,7 +101,7 @@ func TestFsck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc, err := masterclient.New(l.MasterAddrs(), adminTLS(t, dir))
+	mc, err := masterclient.New(l.MasterAddrs(), adminTLS(t, dir), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestFsck(t *testing.T) {
 		t.Fatal(err)
 	}
 	cm := resp.GetMap()
-	pool := redirect.NewPool(adminTLS(t, dir))
+	pool := redirect.NewPool(adminTLS(t, dir), nil)
 	defer pool.Close()
 	meta := metaclient.New(pool, func(node uint64) (string, bool) {
 		n, ok := cm.GetNodes()[node]

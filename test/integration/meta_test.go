@@ -35,7 +35,7 @@ func openVolume(t *testing.T, dir, name string) *volumeView {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc, err := masterclient.New(l.MasterAddrs(), adminTLS(t, dir))
+	mc, err := masterclient.New(l.MasterAddrs(), adminTLS(t, dir), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func openVolume(t *testing.T, dir, name string) *volumeView {
 		t.Fatalf("no volume %q", name)
 	}
 	v.table = &hybridindex.Table{Slots: v.vol.SlotOwners}
-	pool := redirect.NewPool(adminTLS(t, dir))
+	pool := redirect.NewPool(adminTLS(t, dir), nil)
 	t.Cleanup(pool.Close)
 	v.meta = metaclient.New(pool, func(id uint64) (string, bool) {
 		n, ok := v.m.Nodes[id]

@@ -251,7 +251,7 @@ func TestServerMustBeNode(t *testing.T) {
 	fake := startFake(t, "", handSigned(t, ca, "tenant", pki.KindClient))
 
 	// The SDK: the master client, and a volume opened as an application does.
-	mc, err := masterclient.New([]string{fake.addr}, admin.ClientConfig())
+	mc, err := masterclient.New([]string{fake.addr}, admin.ClientConfig(), nil)
 	must(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	_, err = mc.Status(ctx)
@@ -317,7 +317,7 @@ func TestServerMustBeNode(t *testing.T) {
 	// Control: the same clients do talk to a server with a node
 	// certificate (the fake answers nothing, but gets their bytes).
 	node := startFake(t, "", handSigned(t, ca, "meta-9", pki.KindNode))
-	mc, err = masterclient.New([]string{node.addr}, admin.ClientConfig())
+	mc, err = masterclient.New([]string{node.addr}, admin.ClientConfig(), nil)
 	must(t, err)
 	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
 	_, _ = mc.Status(ctx)
@@ -340,7 +340,7 @@ func TestNodeNameChecked(t *testing.T) {
 	st := waitLeaders(t, dir)
 
 	admin := adminTLS(t, dir)
-	mc, err := masterclient.New([]string{masterAddr(st)}, admin)
+	mc, err := masterclient.New([]string{masterAddr(st)}, admin, nil)
 	must(t, err)
 	defer mc.Close()
 	var m *pb.ClusterMap

@@ -25,7 +25,7 @@ func volumeInMap(t *testing.T, dir string) *pb.Volume {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc, err := masterclient.New(l.MasterAddrs(), adminTLS(t, dir))
+	mc, err := masterclient.New(l.MasterAddrs(), adminTLS(t, dir), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
