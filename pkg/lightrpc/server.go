@@ -42,7 +42,8 @@ type Server struct {
 	opts    ServerOptions
 	methods map[string]method // by full name, "/pkg.Service/Method"
 
-	work     chan func() // hands a call to an idle worker
+	work     chan func()   // hands a call to an idle worker
+	done     chan struct{} // closed when the server stops: idle workers exit
 	mu       sync.Mutex
 	lis      map[net.Listener]struct{}
 	conns    map[*serverConn]struct{}
@@ -71,6 +72,7 @@ func NewServer(opts ServerOptions) *Server {
 		opts:    opts,
 		methods: map[string]method{},
 		work:    make(chan func()),
+		done:    make(chan struct{}),
 		lis:     map[net.Listener]struct{}{},
 		conns:   map[*serverConn]struct{}{},
 	}
@@ -435,6 +437,8 @@ func (s *Server) worker(task func()) {
 		case task = <-s.work:
 		case <-t.C:
 			return
+		case <-s.done:
+			return
 		}
 	}
 }
@@ -458,6 +462,9 @@ func (s *Server) Stop() {
 
 func (s *Server) stop() {
 	s.mu.Lock()
+	if !s.stopping {
+		close(s.done)
+	}
 	s.stopping = true
 	for ln := range s.lis {
 		ln.Close()

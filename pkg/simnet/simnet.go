@@ -32,6 +32,7 @@ package simnet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -58,6 +59,7 @@ type Net struct {
 	cut       map[link]bool
 	delay     map[link]time.Duration
 	streams   map[*stream]struct{} // open streams, for Kill and heals
+	down      map[netip.Addr]bool  // hosts whose process is dead (Crash)
 	nextPort  map[netip.Addr]uint16
 	changed   *sync.Cond // broadcast when links heal (dials across a cut wait on it)
 }
@@ -72,6 +74,7 @@ func New() *Net {
 		delay:     map[link]time.Duration{},
 		streams:   map[*stream]struct{}{},
 		nextPort:  map[netip.Addr]uint16{},
+		down:      map[netip.Addr]bool{},
 	}
 	n.changed = sync.NewCond(&n.mu)
 	return n
@@ -191,6 +194,23 @@ func (n *Net) Kill(ip string) {
 	}
 }
 
+// Crash is Kill, and keeps the host dead until Restart: what is left of
+// the dead process (goroutines a test stops after the fact) can neither
+// listen nor dial, and dials to it are refused.
+func (n *Net) Crash(ip string) {
+	n.mu.Lock()
+	n.down[netip.MustParseAddr(ip)] = true
+	n.mu.Unlock()
+	n.Kill(ip)
+}
+
+// Restart lets a crashed host listen and dial again.
+func (n *Net) Restart(ip string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.down, netip.MustParseAddr(ip))
+}
+
 // wakeAll wakes every waiter, after a heal. Callers hold n.mu.
 func (n *Net) wakeAll() {
 	n.changed.Broadcast()
@@ -217,6 +237,9 @@ func (h *host) Listen(addr string) (net.Listener, error) {
 	n := h.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.down[h.addr] {
+		return nil, &net.OpError{Op: "listen", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ap), Err: errCrashed}
+	}
 	if ap.Port() == 0 {
 		p := n.nextPort[ap.Addr()]
 		if p < 40000 {
@@ -262,7 +285,7 @@ func (h *host) parse(op, addr string) (netip.AddrPort, error) {
 		}
 	}
 	if op == "listen" && a != h.addr {
-		return netip.AddrPort{}, &net.OpError{Op: op, Net: "tcp", Addr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(a, port)), Err: syscall.EADDRNOTAVAIL}
+		return netip.AddrPort{}, &net.OpError{Op: op, Net: "tcp", Source: net.TCPAddrFromAddrPort(netip.AddrPortFrom(h.addr, 0)), Addr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(a, port)), Err: syscall.EADDRNOTAVAIL}
 	}
 	return netip.AddrPortFrom(a, port), nil
 }
@@ -305,6 +328,9 @@ func (h *host) DialContext(ctx context.Context, addr string) (net.Conn, error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.down[h.addr] {
+		return nil, opErr(errCrashed)
+	}
 	l := n.listeners[to]
 	if l == nil || l.closed {
 		return nil, opErr(syscall.ECONNREFUSED)
@@ -323,6 +349,10 @@ func (h *host) DialContext(ctx context.Context, addr string) (net.Conn, error) {
 	l.cond.Broadcast()
 	return client, nil
 }
+
+// errCrashed is what a crashed host's leftovers get when they try the
+// network.
+var errCrashed = errors.New("simulated host crashed")
 
 // ErrClosed is returned by operations on a closed connection or listener.
 var ErrClosed = net.ErrClosed

@@ -254,3 +254,26 @@ func TestGRPC(t *testing.T) {
 		}
 	})
 }
+
+func TestCrashedHostStaysDead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := New()
+		c, _ := pair(t, n)
+		n.Crash(b)
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("read from a crashed peer: %v", err)
+		}
+		if _, err := n.MustHost(b).Listen(":7001"); err == nil {
+			t.Fatal("a crashed host listened")
+		}
+		if _, err := n.MustHost(b).DialContext(context.Background(), a+":1"); err == nil || errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("a crashed host dialed: %v", err)
+		}
+		n.Restart(b)
+		ln, err := n.MustHost(b).Listen(":7000")
+		if err != nil {
+			t.Fatalf("listen after restart: %v", err)
+		}
+		ln.Close()
+	})
+}

@@ -1,0 +1,50 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/client"
+)
+
+func TestClusterServesAFile(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		start := time.Now()
+		c, err := New(ctx, DefaultTopology, Options{Dir: dir, Log: os.Stderr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Stop()
+		t.Logf("cluster up after %v of simulated time", time.Since(start))
+		if err := c.CreateVolume(ctx, "v", 0); err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.Open(ctx, "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v.Close()
+		want := bytes.Repeat([]byte("cairn "), 1000)
+		cred := client.Cred{}
+		f, err := v.OpenPath(ctx, "/a", os.O_CREATE|os.O_WRONLY, 0o644, cred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(want, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_ = syscall.ENOENT
+		t.Logf("file written after %v of simulated time", time.Since(start))
+	})
+}
