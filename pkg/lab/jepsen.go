@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/checker"
 	"github.com/cairnfs/cairn/pkg/fsck"
+	"github.com/cairnfs/cairn/pkg/fsworkload"
 	"github.com/cairnfs/cairn/pkg/history"
 )
 
@@ -28,9 +29,9 @@ type JepsenConfig struct {
 	// Seed picks the schedule and the operations.
 	Seed uint64
 	// Nemesis and Workload shape the two sides; their Duration, Seed,
-	// Root and Mounts are filled in.
+	// Root and Hosts are filled in.
 	Nemesis  NemesisConfig
-	Workload WorkloadConfig
+	Workload fsworkload.Config
 	// Settle bounds the wait, after the heal, for every node alive and
 	// every partition fully replicated; default 3 min.
 	Settle time.Duration
@@ -154,9 +155,12 @@ func (l *Lab) Jepsen(ctx context.Context, cfg JepsenConfig) (*JepsenResult, erro
 	rec := history.NewRecorder(hf)
 	wc := cfg.Workload
 	wc.Root = fmt.Sprintf("jepsen/%s-seed%d", time.Now().UTC().Format("20060102T150405"), cfg.Seed)
-	wc.Mounts, wc.Seed = mounts, cfg.Seed
+	wc.Hosts, wc.Seed = map[string]fsworkload.Files{}, cfg.Seed
+	for h, m := range mounts {
+		wc.Hosts[h] = fsworkload.Dir(m)
+	}
 	start := time.Now()
-	w, err := NewWorkload(wc, rec, start)
+	w, err := fsworkload.New(wc, rec, start)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +252,7 @@ func (l *Lab) Jepsen(ctx context.Context, cfg JepsenConfig) (*JepsenResult, erro
 	if err := rec.Flush(); err != nil {
 		return nil, fmt.Errorf("jepsen: history: %w", err)
 	}
-	l.checkVolume(ctx, s, w.hosts[0], FsckReclaim, res, progress)
+	l.checkVolume(ctx, s, w.Hosts()[0], FsckReclaim, res, progress)
 	ops := rec.Ops()
 	res.Report = checker.Check(ops, checker.Options{NameStaleness: cfg.NameStaleness})
 	res.Stalls = Stalls(ops, res.Events)

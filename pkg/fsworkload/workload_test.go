@@ -1,11 +1,10 @@
-package lab
+package fsworkload
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -23,7 +22,7 @@ func TestWorkloadOnLocalFS(t *testing.T) {
 	var file bytes.Buffer
 	rec := history.NewRecorder(&file)
 	start := time.Now()
-	w, err := NewWorkload(WorkloadConfig{Root: "run", Mounts: map[string]string{"c1": dir, "c2": dir},
+	w, err := New(Config{Root: "run", Hosts: map[string]Files{"c1": Dir(dir), "c2": Dir(dir)},
 		WorkersPerHost: 3, Registers: 3, Dirs: 1, Names: 3, Pause: time.Millisecond, Seed: 7}, rec, start)
 	if err != nil {
 		t.Fatal(err)
@@ -69,11 +68,12 @@ func TestWorkloadOnLocalFS(t *testing.T) {
 // empty directory, which os.Remove would remove, stays, and the error is
 // unlink's own (EISDIR), which leaves the outcome unknown.
 func TestUnlinkIsUnlinkAlone(t *testing.T) {
-	d := filepath.Join(t.TempDir(), "d")
+	root := Dir(t.TempDir())
+	d := root.path("d")
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	err := unlink(d)
+	err := root.Unlink("d")
 	if !errors.Is(err, syscall.EISDIR) {
 		t.Fatalf("unlink of a directory: %v, want EISDIR", err)
 	}
@@ -83,7 +83,7 @@ func TestUnlinkIsUnlinkAlone(t *testing.T) {
 	if o, _ := outcomeOf(history.Unlink, err); o != history.Unknown {
 		t.Fatalf("outcome of an unlink failing with EISDIR: %v, want unknown", o)
 	}
-	if o, _ := outcomeOf(history.Unlink, unlink(filepath.Join(d, "missing"))); o != history.Fail {
+	if o, _ := outcomeOf(history.Unlink, root.Unlink("d/missing")); o != history.Fail {
 		t.Fatalf("outcome of an unlink of a missing name: %v, want a failure", o)
 	}
 }

@@ -1,13 +1,18 @@
-package lab
+// Package fsworkload is the clients' side of a fault run: workers on
+// several client hosts overwrite and read shared register files, append to
+// files of their own, and create, rename, unlink, stat and list names in
+// shared directories, and every operation goes into a history (package
+// history) for the checker (package checker). A host's operations go
+// through its Files: a FUSE mount in the lab (package lab), the SDK in the
+// simulation (test/sim).
+package fsworkload
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -19,15 +24,46 @@ import (
 	"github.com/cairnfs/cairn/pkg/history"
 )
 
-// WorkloadConfig shapes the clients' operations during a nemesis run: every
-// client host's mount gets WorkersPerHost workers, which for the whole run
-// overwrite and read shared register files, append to files of their own,
-// and create, rename, unlink, stat and list names in shared directories.
-type WorkloadConfig struct {
+// Files is one client host's way to the volume. Paths are slash-separated
+// and relative to the volume's root. Errors carry the errno a POSIX
+// caller would see (errors.As to syscall.Errno): the outcome of an
+// operation is read from it.
+type Files interface {
+	// MkdirAll makes a directory and its missing parents.
+	MkdirAll(p string) error
+	// Mkdir makes one directory.
+	Mkdir(p string) error
+	// CreateExcl creates an empty file that must not exist (O_EXCL) and
+	// closes it.
+	CreateExcl(p string) error
+	// OverwriteSynced writes b at offset 0 of the existing file p, syncs
+	// (fsync) and closes it.
+	OverwriteSynced(p string, b []byte) error
+	// AppendSynced appends b to p (creating it), syncs and closes it.
+	AppendSynced(p string, b []byte) error
+	// ReadFile reads the whole file.
+	ReadFile(p string) ([]byte, error)
+	// Unlink removes a name that is not a directory: unlink(2) alone, never
+	// rmdir(2) after it, whose errno would say the wrong thing about an
+	// unlink that timed out after removing its name.
+	Unlink(p string) error
+	// Rename renames from to to, replacing to.
+	Rename(from, to string) error
+	// Exists reports whether the name is there (lstat).
+	Exists(p string) (bool, error)
+	// List returns the names in a directory.
+	List(dir string) ([]string, error)
+}
+
+// Config shapes the clients' operations during a fault run: every client
+// host gets WorkersPerHost workers, which for the whole run overwrite and
+// read shared register files, append to files of their own, and create,
+// rename, unlink, stat and list names in shared directories.
+type Config struct {
 	// Root is the run's directory, relative to the volume's root.
 	Root string
-	// Mounts maps client host to its mount point.
-	Mounts map[string]string
+	// Hosts maps a client host's name to its way to the volume.
+	Hosts map[string]Files
 	// WorkersPerHost defaults to 3.
 	WorkersPerHost int
 	// Registers (shared files overwritten in place) default to 6; Dirs
@@ -44,7 +80,7 @@ type WorkloadConfig struct {
 	Seed uint64
 }
 
-func (c *WorkloadConfig) defaults() {
+func (c *Config) defaults() {
 	if c.WorkersPerHost <= 0 {
 		c.WorkersPerHost = 3
 	}
@@ -69,10 +105,10 @@ func (c *WorkloadConfig) defaults() {
 // request and a read sees one write or another, never a mix.
 const blockSize = 4096
 
-// Workload runs the clients' side of a nemesis run and records every
+// Workload runs the clients' side of a fault run and records every
 // operation in a history.
 type Workload struct {
-	cfg   WorkloadConfig
+	cfg   Config
 	rec   *history.Recorder
 	start time.Time
 	hosts []string // client hosts, sorted
@@ -96,6 +132,9 @@ func (w *Workload) record(op history.Op) {
 	}
 }
 
+// Hosts lists the client hosts, sorted; the first is the one Setup used.
+func (w *Workload) Hosts() []string { return slices.Clone(w.hosts) }
+
 // Err is the first operation the history refused, if any.
 func (w *Workload) Err() error {
 	w.mu.Lock()
@@ -103,14 +142,14 @@ func (w *Workload) Err() error {
 	return w.recErr
 }
 
-// NewWorkload prepares a workload whose times count from start.
-func NewWorkload(cfg WorkloadConfig, rec *history.Recorder, start time.Time) (*Workload, error) {
+// New prepares a workload whose times count from start.
+func New(cfg Config, rec *history.Recorder, start time.Time) (*Workload, error) {
 	cfg.defaults()
-	if len(cfg.Mounts) == 0 {
-		return nil, errors.New("workload: no client mount")
+	if len(cfg.Hosts) == 0 {
+		return nil, errors.New("workload: no client host")
 	}
 	w := &Workload{cfg: cfg, rec: rec, start: start, appended: map[int]string{}}
-	for h := range cfg.Mounts {
+	for h := range cfg.Hosts {
 		w.hosts = append(w.hosts, h)
 	}
 	sort.Strings(w.hosts)
@@ -123,31 +162,22 @@ func (w *Workload) appendFile(proc int) string {
 	return path.Join(w.cfg.Root, "app", fmt.Sprintf("p%d", proc))
 }
 
-// local is key's path through host's mount.
-func (w *Workload) local(host, key string) string {
-	return filepath.Join(w.cfg.Mounts[host], filepath.FromSlash(key))
-}
-
 // Setup makes the run's directories and empty register files through the
-// first client's mount, before any fault.
+// first client host, before any fault.
 func (w *Workload) Setup() error {
-	h := w.hosts[0]
+	fs := w.cfg.Hosts[w.hosts[0]]
 	for _, d := range []string{"reg", "app", "names"} {
-		if err := os.MkdirAll(w.local(h, path.Join(w.cfg.Root, d)), 0o755); err != nil {
+		if err := fs.MkdirAll(path.Join(w.cfg.Root, d)); err != nil {
 			return fmt.Errorf("workload setup: %w", err)
 		}
 	}
 	for i := range w.cfg.Dirs {
-		if err := os.Mkdir(w.local(h, w.dir(i)), 0o755); err != nil {
+		if err := fs.Mkdir(w.dir(i)); err != nil {
 			return fmt.Errorf("workload setup: %w", err)
 		}
 	}
 	for i := range w.cfg.Registers {
-		f, err := os.OpenFile(w.local(h, w.register(i)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-		if err == nil {
-			err = f.Close()
-		}
-		if err != nil {
+		if err := fs.CreateExcl(w.register(i)); err != nil {
 			return fmt.Errorf("workload setup: %w", err)
 		}
 	}
@@ -262,24 +292,25 @@ func (w *Workload) perform(host string, op *history.Op) bool {
 
 // do performs op and sets its outcome and result (not its times).
 func (w *Workload) do(host string, op *history.Op) {
-	p := w.local(host, op.Key)
+	fs := w.cfg.Hosts[host]
+	p := op.Key
 	var err error
 	switch op.Kind {
 	case history.Write:
-		err = writeAt0(p, history.EncodeBlock(op.Value, blockSize))
+		err = fs.OverwriteSynced(p, history.EncodeBlock(op.Value, blockSize))
 	case history.Read:
 		var b []byte
-		if b, err = os.ReadFile(p); err == nil {
+		if b, err = fs.ReadFile(p); err == nil {
 			op.Value, op.Corrupt = decodeRegister(b)
 		}
 	case history.Append:
 		w.mu.Lock()
 		w.appended[op.Process] = op.Key
 		w.mu.Unlock()
-		err = appendSynced(p, history.EncodeRecord(op.Value))
+		err = fs.AppendSynced(p, history.EncodeRecord(op.Value))
 	case history.ReadAppends:
 		var b []byte
-		if b, err = os.ReadFile(p); errors.Is(err, os.ErrNotExist) {
+		if b, err = fs.ReadFile(p); errors.Is(err, syscall.ENOENT) {
 			err = nil // never appended to, or the creation was lost
 		} else if err == nil {
 			var ok bool
@@ -287,42 +318,24 @@ func (w *Workload) do(host string, op *history.Op) {
 			op.Corrupt = !ok
 		}
 	case history.Create:
-		var f *os.File
-		if f, err = os.OpenFile(filepath.Join(p, op.Name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
-			err = f.Close()
-		}
+		err = fs.CreateExcl(path.Join(p, op.Name))
 	case history.Unlink:
-		err = unlink(filepath.Join(p, op.Name))
+		err = fs.Unlink(path.Join(p, op.Name))
 	case history.Rename:
-		err = os.Rename(filepath.Join(p, op.Name), filepath.Join(p, op.To))
+		err = fs.Rename(path.Join(p, op.Name), path.Join(p, op.To))
 	case history.Stat:
-		if _, err = os.Lstat(filepath.Join(p, op.Name)); err == nil {
+		var ok bool
+		if ok, err = fs.Exists(path.Join(p, op.Name)); err == nil && ok {
 			op.Value = 1
-		} else if errors.Is(err, os.ErrNotExist) {
-			op.Value, err = 0, nil
 		}
 	case history.List:
-		var ents []os.DirEntry
-		if ents, err = os.ReadDir(p); err == nil {
-			op.Names = []string{}
-			for _, e := range ents {
-				op.Names = append(op.Names, e.Name())
-			}
+		var names []string
+		if names, err = fs.List(p); err == nil {
+			op.Names = append([]string{}, names...)
 			slices.Sort(op.Names)
 		}
 	}
 	op.Outcome, op.Errno = outcomeOf(op.Kind, err)
-}
-
-// unlink is unlink(2) alone. os.Remove tries rmdir(2) when unlink fails
-// and returns rmdir's errno: an unlink that timed out (its outcome
-// unknown) after it had removed the name then read as ENOENT, a definite
-// failure, and the checker found no order for it (a nemesis run).
-func unlink(path string) error {
-	if err := unix.Unlink(path); err != nil {
-		return &os.PathError{Op: "unlink", Path: path, Err: err}
-	}
-	return nil
 }
 
 // outcomeOf classifies an operation's error: an errno that says the
@@ -360,40 +373,6 @@ func decodeRegister(b []byte) (v uint64, corrupt bool) {
 	}
 	v, ok := history.DecodeBlock(b)
 	return v, !ok
-}
-
-// writeAt0 overwrites the start of the file at p with b, fsyncs and closes.
-func writeAt0(p string, b []byte) error {
-	return writeSynced(p, os.O_WRONLY, func(f *os.File) error {
-		_, err := f.WriteAt(b, 0)
-		return err
-	})
-}
-
-// appendSynced appends b to the file at p (creating it), fsyncs and closes.
-func appendSynced(p string, b []byte) error {
-	return writeSynced(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, func(f *os.File) error {
-		_, err := f.Write(b)
-		return err
-	})
-}
-
-// writeSynced opens p with flag, writes with write, fsyncs and closes; the
-// first error wins.
-func writeSynced(p string, flag int, write func(f *os.File) error) error {
-	f, err := os.OpenFile(p, flag, 0o644)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // Final reads, after the faults healed, every register and append file
