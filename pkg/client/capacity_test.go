@@ -82,10 +82,7 @@ func TestReserveAndStatFS(t *testing.T) {
 	}
 	f.m.Epoch++
 	f.mu.Unlock()
-	v.refreshMu.Lock()
-	v.lastRefresh = time.Time{}
-	v.refreshMu.Unlock()
-	v.refresh(ctx)
+	v.readMap(ctx, true)
 	if c := v.current().vol.GetCapacityBytes(); c != 2<<30 {
 		t.Fatalf("the view did not pick up the capacity: %d", c)
 	}

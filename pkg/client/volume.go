@@ -142,7 +142,11 @@ type Volume struct {
 	mu   sync.RWMutex
 	view *view
 
-	refreshMu   sync.Mutex
+	// refreshGate lets one refresh read the map at a time; lastRefresh is
+	// its. A channel rather than a mutex: a caller waits for another's
+	// refresh (a call to the masters) only as long as its own context
+	// allows.
+	refreshGate chan struct{}
 	lastRefresh time.Time
 
 	dataMu sync.Mutex
@@ -288,7 +292,7 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 	if err != nil {
 		return nil, err
 	}
-	v := &Volume{name: volume, opts: o, mc: mc, pool: redirect.NewPool(o.TLS, o.Network), stop: make(chan struct{})}
+	v := &Volume{name: volume, opts: o, mc: mc, pool: redirect.NewPool(o.TLS, o.Network), stop: make(chan struct{}), refreshGate: make(chan struct{}, 1)}
 	cacheBytes := o.ChunkCacheBytes
 	if cacheBytes == 0 {
 		cacheBytes = defaultChunkCacheBytes
@@ -455,10 +459,18 @@ func (v *Volume) getMap(ctx context.Context) (*pb.ClusterMap, error) {
 
 // refresh re-reads the map, at most once per refreshMinGap, and installs it
 // if its epoch is not older than the current view's.
-func (v *Volume) refresh(ctx context.Context) {
-	v.refreshMu.Lock()
-	defer v.refreshMu.Unlock()
-	if time.Since(v.lastRefresh) < refreshMinGap {
+func (v *Volume) refresh(ctx context.Context) { v.readMap(ctx, false) }
+
+// readMap is refresh, and reads the map however recent the last read was
+// when force is set.
+func (v *Volume) readMap(ctx context.Context, force bool) {
+	select {
+	case v.refreshGate <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-v.refreshGate }()
+	if !force && time.Since(v.lastRefresh) < refreshMinGap {
 		return
 	}
 	v.lastRefresh = time.Now()
@@ -487,10 +499,7 @@ func (v *Volume) refreshLoop() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), v.opts.AttemptTimeout)
-			v.refreshMu.Lock()
-			v.lastRefresh = time.Time{} // a periodic refresh always reads
-			v.refreshMu.Unlock()
-			v.refresh(ctx)
+			v.readMap(ctx, true) // a periodic refresh always reads
 			cancel()
 		}
 	}

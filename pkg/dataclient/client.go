@@ -261,8 +261,11 @@ type Client struct {
 	// stream again.
 	packets sync.Pool
 
-	refreshMu  sync.Mutex  // one refresh at a time
-	refreshing atomic.Bool // refreshBehind's refresh is running
+	// refreshGate lets one refresh run at a time. A channel rather than a
+	// mutex: a caller waits for another's refresh (a call to the masters)
+	// only as long as its own context allows.
+	refreshGate chan struct{}
+	refreshing  atomic.Bool // refreshBehind's refresh is running
 
 	mu       sync.Mutex
 	topo     *Topology
@@ -322,6 +325,7 @@ func New(ctx context.Context, src Source, opts Options) (*Client, error) {
 	c := &Client{
 		src: src, opts: opts, pool: newConnPool(opts.Conn, opts.ConnsPerNode),
 		excluded: map[uint64]time.Time{}, lastFail: map[uint64]dataproto.Code{}, leaders: map[uint64]uint64{},
+		refreshGate: make(chan struct{}, 1),
 	}
 	if err := c.refresh(ctx); err != nil {
 		return nil, err
@@ -349,8 +353,12 @@ func (c *Client) Refresh(ctx context.Context) error {
 // refresh is Refresh bounded by ctx alone (New waits as long as its
 // caller lets it for the first view).
 func (c *Client) refresh(ctx context.Context) error {
-	c.refreshMu.Lock()
-	defer c.refreshMu.Unlock()
+	select {
+	case c.refreshGate <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.refreshGate }()
 	c.refreshes.Add(1)
 	t, err := c.src(ctx)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 // which lives as long as its file is open), and the client keeps its view.
 func TestRefreshBounded(t *testing.T) {
 	view := &Topology{Epoch: 7, Nodes: map[uint64]Node{}}
-	c := &Client{opts: Options{RefreshTimeout: 50 * time.Millisecond}.withDefaults(), topo: view,
+	c := &Client{opts: Options{RefreshTimeout: 50 * time.Millisecond}.withDefaults(), topo: view, refreshGate: make(chan struct{}, 1),
 		src: func(ctx context.Context) (*Topology, error) {
 			<-ctx.Done() // a master leader nobody can reach
 			return nil, ctx.Err()

@@ -295,17 +295,18 @@ func (c *Cluster) Stop() {
 
 // Admin returns a client of the master group, on a host of its own.
 func (c *Cluster) Admin() (*masterclient.Client, error) {
-	return masterclient.New(c.MasterAddrs(), nil, c.ClientHost())
+	h, _ := c.clientHost()
+	return masterclient.New(c.MasterAddrs(), nil, h)
 }
 
-// ClientHost returns the network as a new client host sees it: each call
-// is another host (10.0.9.1, 10.0.9.2, ...).
-func (c *Cluster) ClientHost() network.Network {
+// clientHost returns the network as a new client host sees it, and the
+// host's address: each call is another host (10.0.9.1, 10.0.9.2, ...).
+func (c *Cluster) clientHost() (network.Network, string) {
 	c.mu.Lock()
 	c.next++
 	ip := fmt.Sprintf("10.0.9.%d", c.next)
 	c.mu.Unlock()
-	return c.Net.MustHost(ip)
+	return c.Net.MustHost(ip), ip
 }
 
 // CreateVolume creates a volume of the given replicas (0: the default)
@@ -328,5 +329,6 @@ func (c *Cluster) CreateVolume(ctx context.Context, name string, replicas int32)
 
 // Open opens volume name as an SDK client on a host of its own.
 func (c *Cluster) Open(ctx context.Context, name string) (*client.Volume, error) {
-	return client.Open(ctx, c.MasterAddrs(), name, &client.Options{Network: c.ClientHost()})
+	h, _ := c.clientHost()
+	return client.Open(ctx, c.MasterAddrs(), name, &client.Options{Network: h})
 }
