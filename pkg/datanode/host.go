@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
+	"github.com/cairnfs/cairn/pkg/diskfs"
 	"github.com/cairnfs/cairn/pkg/dataproto"
 	"github.com/cairnfs/cairn/pkg/extentstore"
 	"github.com/cairnfs/cairn/pkg/masterclient"
@@ -274,6 +274,14 @@ func New(env node.Env, opts Options) (*Host, error) {
 	return h, nil
 }
 
+// storeFS is the file system the partitions' stores live on.
+func (h *Host) storeFS() diskfs.FS {
+	if h.opts.Store.FS != nil {
+		return h.opts.Store.FS
+	}
+	return diskfs.OS
+}
+
 // NewFactory adapts New to node.Config.NewPartitions.
 func NewFactory(opts Options) func(node.Env) (node.PartitionHost, error) {
 	return func(env node.Env) (node.PartitionHost, error) { return New(env, opts) }
@@ -346,7 +354,7 @@ func (h *Host) Remove(ids []uint64) error {
 			continue
 		}
 		dir := filepath.Join(h.env.DataDir, fmt.Sprintf("dp-%d", id))
-		if err := os.RemoveAll(dir); err != nil {
+		if err := diskfs.RemoveAll(h.storeFS(), dir); err != nil {
 			errs = append(errs, fmt.Errorf("delete data partition %d: %w", id, err))
 			continue
 		}

@@ -317,3 +317,28 @@ func TestInject(t *testing.T) {
 		t.Fatalf("OpKind.String: %q %q", OpWrite.String(), (OpWrite | OpSync).String())
 	}
 }
+
+func TestRemoveAll(t *testing.T) {
+	m := NewMem()
+	for _, d := range []string{"/a/b/c", "/a/d"} {
+		if err := m.MkdirAll(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"/a/f", "/a/b/g", "/a/b/c/h"} {
+		f, err := m.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if err := RemoveAll(m, "/a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Stat("/a"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stat of a removed tree: %v", err)
+	}
+	if err := RemoveAll(m, "/a"); err != nil {
+		t.Fatalf("removing a missing tree: %v", err)
+	}
+}

@@ -100,3 +100,31 @@ func OSFile(f File) (file *os.File, ok bool) {
 
 // ErrLocked is returned by Lock when another holder has the lock.
 var ErrLocked = errors.New("diskfs: lock held by another process")
+
+// RemoveAll removes dir and everything under it; a missing dir is no
+// error. Like Remove, the removals are durable only after SyncDir of the
+// directory that held dir.
+func RemoveAll(fs FS, dir string) error {
+	if fs == OS {
+		return os.RemoveAll(dir)
+	}
+	fi, err := fs.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.IsDir {
+		names, err := fs.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if err := RemoveAll(fs, dir+"/"+n); err != nil {
+				return err
+			}
+		}
+	}
+	return fs.Remove(dir)
+}

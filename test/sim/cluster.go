@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -26,6 +27,8 @@ import (
 	"github.com/cairnfs/cairn/pkg/client"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/datanode"
+	"github.com/cairnfs/cairn/pkg/diskfs"
+	"github.com/cairnfs/cairn/pkg/extentstore"
 	"github.com/cairnfs/cairn/pkg/master"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/metanode"
@@ -71,8 +74,9 @@ type Server struct {
 
 	c   *Cluster
 	id  uint64 // master Raft id; 0 for nodes
-	dir string // a real directory: the data dir's small files and the extents
-	fs  *vfs.MemFS
+	dir  string        // a real directory: the data dir's small files
+	fs   *vfs.MemFS    // the store (Raft logs, state machines)
+	disk *diskfs.MemFS // a data node's extents
 
 	mu      sync.Mutex
 	running interface{ Stop() }
@@ -135,7 +139,8 @@ func New(ctx context.Context, t Topology, o Options) (*Cluster, error) {
 	}
 	add := func(r Role, n, subnet int) {
 		for i := range n {
-			s := &Server{Role: r, Name: fmt.Sprintf("%s-%d", r, i+1), IP: fmt.Sprintf("10.0.%d.%d", subnet, i+1), c: c, fs: vfs.NewCrashableMem()}
+			s := &Server{Role: r, Name: fmt.Sprintf("%s-%d", r, i+1), IP: fmt.Sprintf("10.0.%d.%d", subnet, i+1), c: c,
+				fs: vfs.NewCrashableMem(), disk: diskfs.NewMem()}
 			if r == Master {
 				s.id = uint64(i + 1)
 			} else {
@@ -245,7 +250,7 @@ func (s *Server) start(ctx context.Context) error {
 	if s.Role == Data {
 		cfg.Role = pb.Role_ROLE_DATA
 		cfg.DataListen = fmt.Sprintf("%s:%d", s.IP, dataPort)
-		cfg.NewPartitions = datanode.NewFactory(datanode.Options{ReserveBytes: -1})
+		cfg.NewPartitions = datanode.NewFactory(datanode.Options{ReserveBytes: -1, Store: extentstore.Options{FS: s.disk}})
 	}
 	n, err := node.Start(ctx, cfg)
 	if err != nil {
@@ -255,21 +260,24 @@ func (s *Server) start(ctx context.Context) error {
 	return nil
 }
 
-// Crash kills the server's process as kill -9 does: its connections end
-// at once, and its store keeps only what it had synced.
-func (s *Server) Crash() {
+// Crash kills the server's process and the power of its host at once:
+// its connections end, and its store and extents keep what they had
+// synced and, chosen by rng, some of what they had not (torn, and for
+// the extents out of order too).
+func (s *Server) Crash(rng *rand.Rand) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.running == nil {
 		return
 	}
 	s.c.Net.Crash(s.IP)
-	// The store as the crash leaves it: what was synced. What the dead
-	// process's leftovers write while they stop goes to the old copy.
-	after := s.fs.CrashClone(vfs.CrashCloneCfg{})
+	// The disks as the crash leaves them. What the dead process's
+	// leftovers write while they stop goes to the old copies.
+	fs := s.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
+	disk := s.disk.Crash(diskfs.CrashMode(rng.IntN(3)), rng)
 	s.running.Stop()
 	s.running = nil
-	s.fs = after
+	s.fs, s.disk = fs, disk
 }
 
 // Restart starts a crashed or stopped server again on what its store kept.

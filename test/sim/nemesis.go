@@ -66,14 +66,15 @@ type nemesis struct {
 	c       *Cluster
 	clients []string // client host addresses
 	rng     *rand.Rand
+	seed    uint64
 
 	mu      sync.Mutex
 	cuts    map[[2]string]int // directed link -> faults cutting it
 	crashed map[*Server]int   // server -> crash faults in force
 }
 
-func newNemesis(c *Cluster, clients []string, rng *rand.Rand) *nemesis {
-	return &nemesis{c: c, clients: clients, rng: rng, cuts: map[[2]string]int{}, crashed: map[*Server]int{}}
+func newNemesis(c *Cluster, clients []string, seed uint64) *nemesis {
+	return &nemesis{c: c, clients: clients, rng: rand.New(rand.NewPCG(seed, 0x5eed)), seed: seed, cuts: map[[2]string]int{}, crashed: map[*Server]int{}}
 }
 
 func (n *nemesis) serverIPs() []string {
@@ -186,7 +187,7 @@ func (n *nemesis) inject(f Fault) (heal func(context.Context)) {
 		n.mu.Lock()
 		n.crashed[s]++
 		n.mu.Unlock()
-		s.Crash()
+		s.Crash(n.crashRNG(f))
 		return func(ctx context.Context) {
 			n.mu.Lock()
 			n.crashed[s]--
@@ -252,6 +253,13 @@ func (n *nemesis) heal(links [][2]string) {
 			n.c.Net.Heal(l[0], l[1])
 		}
 	}
+}
+
+// crashRNG is the randomness of one crash's lost and torn writes, a
+// function of the seed and the fault alone (not of when the goroutines
+// ran).
+func (n *nemesis) crashRNG(f Fault) *rand.Rand {
+	return rand.New(rand.NewPCG(n.seed, uint64(f.At)))
 }
 
 func (n *nemesis) server(ip string) *Server {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"time"
 
 	"github.com/cairnfs/cairn/pkg/client"
@@ -65,7 +64,6 @@ type Result struct {
 // simulated minutes are real ones.
 func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	cfg.defaults()
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	began := time.Now()
 	c, err := New(ctx, DefaultTopology, Options{Dir: cfg.Dir, Log: cfg.Log})
 	if err != nil {
@@ -98,7 +96,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Seed: cfg.Seed}
-	n := newNemesis(c, clientIPs, rng)
+	n := newNemesis(c, clientIPs, cfg.Seed)
 	if cfg.MaxFaults > 0 {
 		res.Faults = n.plan(cfg.Duration, cfg.MaxFaults)
 	}
