@@ -21,10 +21,17 @@ import (
 // from the same cluster map the metadata half routes by (the volume's data
 // partitions and the data nodes' data-path addresses).
 func (v *Volume) dataClient(ctx context.Context) (*dataclient.Client, error) {
-	v.dataMu.Lock()
-	defer v.dataMu.Unlock()
-	if v.data != nil {
-		return v.data, nil
+	if dc := v.data.Load(); dc != nil {
+		return dc, nil
+	}
+	// One caller creates it (which reads the map from the masters); the
+	// others wait for it as long as their contexts allow.
+	if err := v.dataGate.Lock(ctx); err != nil {
+		return nil, &Error{Op: "open", Errno: ErrnoOf(err), Msg: "data client of volume " + v.name, Err: err}
+	}
+	defer v.dataGate.Unlock()
+	if dc := v.data.Load(); dc != nil {
+		return dc, nil
 	}
 	src := func(ctx context.Context) (*dataclient.Topology, error) {
 		m, err := v.getMap(ctx)
@@ -48,7 +55,7 @@ func (v *Volume) dataClient(ctx context.Context) (*dataclient.Client, error) {
 	if err != nil {
 		return nil, &Error{Op: "open", Errno: ErrnoOf(err), Msg: "data client of volume " + v.name, Err: err}
 	}
-	v.data = dc
+	v.data.Store(dc)
 	return dc, nil
 }
 
@@ -79,9 +86,7 @@ type Stats struct {
 
 // Stats returns the volume's counters.
 func (v *Volume) Stats() Stats {
-	v.dataMu.Lock()
-	dc := v.data
-	v.dataMu.Unlock()
+	dc := v.data.Load()
 	st := Stats{
 		MetaRequests: v.metaRequests.Load(), BytesToData: v.bytesWritten.Load(), BytesFromData: v.bytesRead.Load(),
 		DedupBytes: v.dedupBytes.Load(), ChunkCache: v.chunks.Stats(),

@@ -37,6 +37,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/chunker"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataclient"
+	"github.com/cairnfs/cairn/pkg/gate"
 	"github.com/cairnfs/cairn/pkg/grant"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
 	"github.com/cairnfs/cairn/pkg/masterclient"
@@ -143,14 +144,13 @@ type Volume struct {
 	view *view
 
 	// refreshGate lets one refresh read the map at a time; lastRefresh is
-	// its. A channel rather than a mutex: a caller waits for another's
-	// refresh (a call to the masters) only as long as its own context
-	// allows.
-	refreshGate chan struct{}
+	// its. A caller waits for another's refresh (a call to the masters)
+	// only as long as its own context allows.
+	refreshGate gate.Gate
 	lastRefresh time.Time
 
-	dataMu sync.Mutex
-	data   *dataclient.Client // created by the first OpenFile
+	dataGate gate.Gate                         // held while the data client is created
+	data     atomic.Pointer[dataclient.Client] // created by the first OpenFile
 
 	space usage // capacity accounting (capacity.go)
 
@@ -292,7 +292,7 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 	if err != nil {
 		return nil, err
 	}
-	v := &Volume{name: volume, opts: o, mc: mc, pool: redirect.NewPool(o.TLS, o.Network), stop: make(chan struct{}), refreshGate: make(chan struct{}, 1)}
+	v := &Volume{name: volume, opts: o, mc: mc, pool: redirect.NewPool(o.TLS, o.Network), stop: make(chan struct{}), refreshGate: gate.New(), dataGate: gate.New()}
 	cacheBytes := o.ChunkCacheBytes
 	if cacheBytes == 0 {
 		cacheBytes = defaultChunkCacheBytes
@@ -396,11 +396,9 @@ func (v *Volume) background(fn func()) {
 func (v *Volume) Close() error {
 	v.once.Do(func() { close(v.stop) })
 	v.wg.Wait()
-	v.dataMu.Lock()
-	if v.data != nil {
-		v.data.Close()
+	if dc := v.data.Load(); dc != nil {
+		dc.Close()
 	}
-	v.dataMu.Unlock()
 	v.pool.Close()
 	return v.mc.Close()
 }
@@ -464,12 +462,10 @@ func (v *Volume) refresh(ctx context.Context) { v.readMap(ctx, false) }
 // readMap is refresh, and reads the map however recent the last read was
 // when force is set.
 func (v *Volume) readMap(ctx context.Context, force bool) {
-	select {
-	case v.refreshGate <- struct{}{}:
-	case <-ctx.Done():
+	if v.refreshGate.Lock(ctx) != nil {
 		return
 	}
-	defer func() { <-v.refreshGate }()
+	defer v.refreshGate.Unlock()
 	if !force && time.Since(v.lastRefresh) < refreshMinGap {
 		return
 	}

@@ -37,6 +37,7 @@ import (
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/gate"
 	"github.com/cairnfs/cairn/pkg/grant"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/replicaset"
@@ -261,10 +262,10 @@ type Client struct {
 	// stream again.
 	packets sync.Pool
 
-	// refreshGate lets one refresh run at a time. A channel rather than a
-	// mutex: a caller waits for another's refresh (a call to the masters)
-	// only as long as its own context allows.
-	refreshGate chan struct{}
+	// refreshGate lets one refresh run at a time: a caller waits for
+	// another's refresh (a call to the masters) only as long as its own
+	// context allows.
+	refreshGate gate.Gate
 	refreshing  atomic.Bool // refreshBehind's refresh is running
 
 	mu       sync.Mutex
@@ -325,7 +326,7 @@ func New(ctx context.Context, src Source, opts Options) (*Client, error) {
 	c := &Client{
 		src: src, opts: opts, pool: newConnPool(opts.Conn, opts.ConnsPerNode),
 		excluded: map[uint64]time.Time{}, lastFail: map[uint64]dataproto.Code{}, leaders: map[uint64]uint64{},
-		refreshGate: make(chan struct{}, 1),
+		refreshGate: gate.New(),
 	}
 	if err := c.refresh(ctx); err != nil {
 		return nil, err
@@ -353,12 +354,10 @@ func (c *Client) Refresh(ctx context.Context) error {
 // refresh is Refresh bounded by ctx alone (New waits as long as its
 // caller lets it for the first view).
 func (c *Client) refresh(ctx context.Context) error {
-	select {
-	case c.refreshGate <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := c.refreshGate.Lock(ctx); err != nil {
+		return err
 	}
-	defer func() { <-c.refreshGate }()
+	defer c.refreshGate.Unlock()
 	c.refreshes.Add(1)
 	t, err := c.src(ctx)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/cairnfs/cairn/pkg/gate"
 )
 
 // TestRefreshBounded: a master that never answers costs a refresh
@@ -12,7 +14,7 @@ import (
 // which lives as long as its file is open), and the client keeps its view.
 func TestRefreshBounded(t *testing.T) {
 	view := &Topology{Epoch: 7, Nodes: map[uint64]Node{}}
-	c := &Client{opts: Options{RefreshTimeout: 50 * time.Millisecond}.withDefaults(), topo: view, refreshGate: make(chan struct{}, 1),
+	c := &Client{opts: Options{RefreshTimeout: 50 * time.Millisecond}.withDefaults(), topo: view, refreshGate: gate.New(),
 		src: func(ctx context.Context) (*Topology, error) {
 			<-ctx.Done() // a master leader nobody can reach
 			return nil, ctx.Err()

@@ -29,6 +29,9 @@ type RunConfig struct {
 	// MaxFaults bounds the faults in force at once (default 2; negative:
 	// no faults).
 	MaxFaults int
+	// Pause is each worker's pause between two operations (default
+	// 20 ms): longer pauses make a run cheaper, with as many faults.
+	Pause time.Duration
 	// Dir holds the servers' real directories.
 	Dir string
 	// Log receives the servers' logs (nil: discarded).
@@ -88,7 +91,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	}
 	rec := history.NewRecorder(io.Discard) // the run keeps its operations in memory (Ops)
 	start := time.Now()
-	w, err := fsworkload.New(fsworkload.Config{Root: "run", Hosts: hosts, WorkersPerHost: 2, Registers: 4, Dirs: 2, Names: 4, Seed: cfg.Seed}, rec, start)
+	w, err := fsworkload.New(fsworkload.Config{Root: "run", Hosts: hosts, WorkersPerHost: 2, Registers: 4, Dirs: 2, Names: 4, Pause: cfg.Pause, Seed: cfg.Seed}, rec, start)
 	if err != nil {
 		return nil, err
 	}
