@@ -31,7 +31,7 @@ TEST_FLAGS    ?= -race -p 1 -timeout 15m
 # detector), so racing the test harness itself would only slow them down.
 INTEGRATION_FLAGS ?= -p 1 -timeout 30m
 
-.PHONY: build up lab lab-down bench-lab jepsen jepsen-short test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean python python-test bench-python
+.PHONY: build up lab lab-down bench-lab jepsen jepsen-short test deps apt-deps cargo-deps vet lint bench bench-mount bench-merging bench-cdc bench-dl bench-meta bench-data bench-recovery posix thrash fuzz bench-tls bench-grants proto clean python python-test bench-python sim
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
@@ -119,10 +119,23 @@ lint: deps
 ## test: everything CI runs: formatting, vet, staticcheck, unit and integration
 ## tests with the race detector.
 test: deps build vet lint
-	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/integration)
+	CAIRN_BIN=$(CURDIR)/$(BIN) $(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/integration -e /test/sim)
+	$(GO) test -timeout 15m ./test/sim -seeds $(SIM_CI_SEEDS)
 	@$(MAKE) --no-print-directory fuzz FUZZ_FOR=$(FUZZ_SHORT) FUZZ_KEEP=0
 	CAIRN_BIN=$(CURDIR)/$(BIN) HELM=$(HELM) $(GO) test $(INTEGRATION_FLAGS) ./test/integration/
 	@$(MAKE) --no-print-directory python-test
+
+## sim: SEEDS seeded runs of the whole cluster in one process (test/sim:
+## simulated network, disks and clock), two at a time, from seed SEED; prints
+## every seed's line and the summary: seeds run, simulated time, faults
+## injected by kind, seeds with anomalies (each with the command that
+## replays it). make test runs SIM_CI_SEEDS of them (without the race
+## detector, which makes a run about ten times slower). See docs/sim.md.
+SEEDS ?= 1000
+SEED ?= 1
+SIM_CI_SEEDS ?= 200
+sim:
+	$(GO) test -timeout 0 ./test/sim -run 'TestSeeds$$' -seeds $(SEEDS) -seed $(SEED) -v
 
 ## posix: the POSIX suite pjdfstest on a fresh `cairn up` mount (installs it with
 ## cargo when missing); fails below 95% passed. See docs/posix.md.

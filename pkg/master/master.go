@@ -263,7 +263,7 @@ func Start(cfg Config) (_ *Server, err error) {
 	if ln, err = daemon.ListenRPC(cfg.Network, cfg.Listen, cfg.TLS); err != nil {
 		return nil, err
 	}
-	if s.db, err = pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{FS: cfg.FS}); err != nil {
+	if s.db, err = pebble.Open(filepath.Join(cfg.DataDir, "db"), &pebble.Options{FS: cfg.FS, Logger: daemon.PebbleLogger(s.log)}); err != nil {
 		return nil, fmt.Errorf("open master store: %w", err)
 	}
 	s.transport = multiraft.NewGRPCTransport(multiraft.NodeID(cfg.ID), s.resolve, s.log, multiraft.WithTLS(daemon.ClientTLS(cfg.TLS)), multiraft.WithNetwork(cfg.Network))

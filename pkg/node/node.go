@@ -341,7 +341,7 @@ func (n *Node) openPartitions() (err error) {
 	// stored in the same DB.
 	cache := pebble.NewCache(storeCacheBytes)
 	defer cache.Unref()
-	if n.db, err = pebble.Open(filepath.Join(n.cfg.DataDir, "db"), &pebble.Options{Cache: cache, FS: n.cfg.StoreFS}); err != nil {
+	if n.db, err = pebble.Open(filepath.Join(n.cfg.DataDir, "db"), &pebble.Options{Cache: cache, FS: n.cfg.StoreFS, Logger: daemon.PebbleLogger(n.log)}); err != nil {
 		return fmt.Errorf("open node store: %w", err)
 	}
 	resolve := func(id uint64) (string, bool) {

@@ -66,42 +66,62 @@ func (s *summary) String() string {
 
 // TestSeeds runs -seeds seeded runs from -seed, two at a time: a cluster of
 // the default layout, three client hosts running the fault run's workload
-// for -simtime of simulated time under the seed's faults, a simulated
-// settling time, final reads, and the checker over the history. A failing
-// seed is run once more, to say whether it replays.
+// for -simtime of simulated time under the seed's faults, as long to
+// settle, final reads, and the checker over the history. A failing seed is
+// run once more, to say whether it replays, and the test goes on with the
+// other seeds. With -v every seed prints a line as it ends.
 func TestSeeds(t *testing.T) {
 	sum := &summary{faults: map[FaultKind]int{}}
-	t.Cleanup(func() { t.Logf("summary: %s", sum) })
-	for seed := *seedFrom; seed < *seedFrom+uint64(*seeds); seed++ {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			t.Parallel()
-			res, rep, err := runSeed(t, seed)
-			if res != nil {
-				sum.add(res)
+	next := make(chan uint64)
+	go func() {
+		defer close(next)
+		for seed := *seedFrom; seed < *seedFrom+uint64(*seeds); seed++ {
+			next <- seed
+		}
+	}()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seed := range next {
+				checkSeed(t, seed, sum)
 			}
-			if err == nil && rep.Valid() {
-				return
-			}
-			sum.mu.Lock()
-			sum.failed = append(sum.failed, seed)
-			sum.mu.Unlock()
-			replay := fmt.Sprintf("go test ./test/sim -run 'TestSeeds/seed%d$' -seed %d -seeds 1 -simtime %v -pause %v -simlog -v", seed, seed, *simTime, *pause)
-			if res != nil {
-				for _, f := range res.Faults {
-					t.Logf("fault: %s", f)
-				}
-			}
-			_, again, err2 := runSeed(t, seed)
-			replays := "it failed again when run a second time"
-			if err2 == nil && again.Valid() {
-				replays = "it passed when run a second time: the goroutines ran in another order"
-			}
-			if err != nil {
-				t.Fatalf("seed %d: %v (%s)\nreplay: %s", seed, err, replays, replay)
-			}
-			t.Fatalf("seed %d: %s (%s)\nreplay: %s", seed, rep, replays, replay)
-		})
+		}()
 	}
+	wg.Wait()
+	t.Logf("summary: %s", sum)
+}
+
+// checkSeed runs one seed, and once more if it fails, and reports it.
+func checkSeed(t *testing.T, seed uint64, sum *summary) {
+	res, rep, err := runSeed(t, seed)
+	if res != nil {
+		sum.add(res)
+	}
+	if err == nil && rep.Valid() {
+		return
+	}
+	sum.mu.Lock()
+	sum.failed = append(sum.failed, seed)
+	sum.mu.Unlock()
+	replay := fmt.Sprintf("go test ./test/sim -run 'TestSeeds$' -seed %d -seeds 1 -simtime %v -pause %v -simlog -v", seed, *simTime, *pause)
+	var faults strings.Builder
+	if res != nil {
+		for _, f := range res.Faults {
+			fmt.Fprintf(&faults, "\n  fault: %s", f)
+		}
+	}
+	_, again, err2 := runSeed(t, seed)
+	replays := "it failed again when run a second time"
+	if err2 == nil && again.Valid() {
+		replays = "it passed when run a second time: the goroutines ran in another order"
+	}
+	if err != nil {
+		t.Errorf("seed %d: %v (%s)%s\nreplay: %s", seed, err, replays, faults.String(), replay)
+		return
+	}
+	t.Errorf("seed %d: %s (%s)%s\nreplay: %s", seed, rep, replays, faults.String(), replay)
 }
 
 // runSeed runs one seed in a bubble of its own and checks its history.
