@@ -12,7 +12,9 @@ import (
 // (WAL recovery, "Found N WALs") at debug level, its errors at error
 // level. Fatalf logs and exits, as Pebble's own logger does: Pebble calls
 // it only when its invariants no longer hold.
-func PebbleLogger(log *slog.Logger) pebble.Logger { return pebbleLogger{log.With("component", "store")} }
+func PebbleLogger(log *slog.Logger) pebble.Logger {
+	return pebbleLogger{log.With("component", "store")}
+}
 
 type pebbleLogger struct{ log *slog.Logger }
 

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
-	"github.com/cairnfs/cairn/pkg/diskfs"
 	"github.com/cairnfs/cairn/pkg/dataproto"
+	"github.com/cairnfs/cairn/pkg/diskfs"
 	"github.com/cairnfs/cairn/pkg/extentstore"
 	"github.com/cairnfs/cairn/pkg/masterclient"
 	"github.com/cairnfs/cairn/pkg/multiraft"

@@ -72,8 +72,8 @@ type Server struct {
 	IP   string
 	Zone string
 
-	c   *Cluster
-	id  uint64 // master Raft id; 0 for nodes
+	c    *Cluster
+	id   uint64        // master Raft id; 0 for nodes
 	dir  string        // a real directory: the data dir's small files
 	fs   *vfs.MemFS    // the store (Raft logs, state machines)
 	disk *diskfs.MemFS // a data node's extents

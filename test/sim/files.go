@@ -97,7 +97,9 @@ func (f sdkFiles) ReadFile(p string) ([]byte, error) {
 	}
 }
 
-func (f sdkFiles) Unlink(p string) error { return f.v.UnlinkPath(context.Background(), f.abs(p), f.cred) }
+func (f sdkFiles) Unlink(p string) error {
+	return f.v.UnlinkPath(context.Background(), f.abs(p), f.cred)
+}
 
 func (f sdkFiles) Rename(from, to string) error {
 	return f.v.RenamePath(context.Background(), f.abs(from), f.abs(to), f.cred)

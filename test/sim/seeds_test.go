@@ -147,4 +147,3 @@ func runSeed(t *testing.T, seed uint64) (*Result, checker.Report, error) {
 	t.Logf("seed %d: %d faults, %v simulated in %v: %s", seed, len(res.Faults), res.Simulated.Round(time.Second), time.Since(real).Round(time.Millisecond), rep)
 	return res, rep, nil
 }
-
