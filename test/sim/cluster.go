@@ -18,6 +18,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/grpc"
@@ -77,6 +79,9 @@ type Server struct {
 	dir  string        // a real directory: the data dir's small files
 	fs   *vfs.MemFS    // the store (Raft logs, state machines)
 	disk *diskfs.MemFS // a data node's extents
+	// full makes the extents' disk refuse to grow (ENOSPC), as a full
+	// disk does.
+	full atomic.Bool
 
 	mu      sync.Mutex
 	running interface{ Stop() }
@@ -250,13 +255,24 @@ func (s *Server) start(ctx context.Context) error {
 	if s.Role == Data {
 		cfg.Role = pb.Role_ROLE_DATA
 		cfg.DataListen = fmt.Sprintf("%s:%d", s.IP, dataPort)
-		cfg.NewPartitions = datanode.NewFactory(datanode.Options{ReserveBytes: -1, Store: extentstore.Options{FS: s.disk}})
+		disk := diskfs.Inject(s.disk, diskfs.InjectorFunc(s.refuseWhenFull))
+		cfg.NewPartitions = datanode.NewFactory(datanode.Options{ReserveBytes: -1, Store: extentstore.Options{FS: disk}})
 	}
 	n, err := node.Start(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", s.Name, err)
 	}
 	s.running = n
+	return nil
+}
+
+// refuseWhenFull fails what would take more of a full disk: writes,
+// creations and new directories (a full ext4 or xfs refuses these; an
+// overwrite in place may pass there, not here).
+func (s *Server) refuseWhenFull(op diskfs.Op) error {
+	if s.full.Load() && op.Kind&(diskfs.OpWrite|diskfs.OpCreate|diskfs.OpMkdirAll|diskfs.OpTruncate) != 0 {
+		return syscall.ENOSPC
+	}
 	return nil
 }
 

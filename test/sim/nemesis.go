@@ -30,9 +30,12 @@ const (
 	Bridge FaultKind = "bridge"
 	// Slow delays every byte to and from one server host.
 	Slow FaultKind = "slow"
+	// DiskFull fills one data node's disk: what would take more space
+	// fails with ENOSPC.
+	DiskFull FaultKind = "disk-full"
 )
 
-var faultKinds = []FaultKind{Crash, Isolate, OneWay, Split, Bridge, Slow}
+var faultKinds = []FaultKind{Crash, Isolate, OneWay, Split, Bridge, Slow, DiskFull}
 
 // Fault is one planned fault: what, on which hosts, from when and for how
 // long (times from the workload's start).
@@ -122,6 +125,9 @@ func (n *nemesis) draw() Fault {
 	switch f.Kind {
 	case Crash, Isolate:
 		f.Hosts = []string{pick().IP}
+	case DiskFull:
+		datas := n.c.ServersOf(Data)
+		f.Hosts = []string{datas[n.rng.IntN(len(datas))].IP}
 	case OneWay:
 		a := pick()
 		b := pick()
@@ -197,6 +203,10 @@ func (n *nemesis) inject(f Fault) (heal func(context.Context)) {
 				n.restart(ctx, s)
 			}
 		}
+	case DiskFull:
+		s := n.server(f.Hosts[0])
+		s.full.Store(true)
+		return func(context.Context) { s.full.Store(false) }
 	case Slow:
 		ip := f.Hosts[0]
 		for _, o := range n.allIPs() {
@@ -288,6 +298,9 @@ func (n *nemesis) restart(ctx context.Context, s *Server) {
 // healAll ends every fault: links heal, delays go, crashed servers start.
 func (n *nemesis) healAll(ctx context.Context) error {
 	n.c.Net.HealAll()
+	for _, s := range n.c.ServersOf(Data) {
+		s.full.Store(false)
+	}
 	n.mu.Lock()
 	clear(n.cuts)
 	var down []*Server

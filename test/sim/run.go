@@ -34,8 +34,9 @@ type RunConfig struct {
 	Pause time.Duration
 	// Dir holds the servers' real directories.
 	Dir string
-	// Log receives the servers' logs (nil: discarded).
-	Log io.Writer
+	// Log receives the servers' logs (nil: discarded); History the
+	// history as JSON lines (package history; nil: kept in Result only).
+	Log, History io.Writer
 }
 
 func (c *RunConfig) defaults() {
@@ -89,7 +90,11 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 		hosts[ip] = sdkFiles{v: v}
 		clientIPs = append(clientIPs, ip)
 	}
-	rec := history.NewRecorder(io.Discard) // the run keeps its operations in memory (Ops)
+	hw := cfg.History
+	if hw == nil {
+		hw = io.Discard // the run keeps its operations in memory too (Ops)
+	}
+	rec := history.NewRecorder(hw)
 	start := time.Now()
 	w, err := fsworkload.New(fsworkload.Config{Root: "run", Hosts: hosts, WorkersPerHost: 2, Registers: 4, Dirs: 2, Names: 4, Pause: cfg.Pause, Seed: cfg.Seed}, rec, start)
 	if err != nil {

@@ -1,12 +1,16 @@
 package sim
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,55 +26,112 @@ var (
 	seedFrom = flag.Uint64("seed", 1, "first seed of TestSeeds")
 	simTime  = flag.Duration("simtime", 30*time.Second, "simulated time of each run's workload and faults")
 	pause    = flag.Duration("pause", 100*time.Millisecond, "each worker's pause between two operations, in simulated time")
-	simLog   = flag.Bool("simlog", false, "print the servers' logs of every run")
+	simLog   = flag.Bool("simlog", false, "print the servers' logs of the run (TestSeed)")
+	one      = flag.Uint64("one", 0, "the seed TestSeed runs (0: TestSeed is skipped)")
 )
 
-// summary adds up the runs of TestSeeds.
-type summary struct {
-	mu        sync.Mutex
-	runs      int
-	simulated time.Duration
-	ops       int
-	faults    map[FaultKind]int
-	failed    []uint64
+// resultMarker starts the line on which TestSeed reports to TestSeeds.
+const resultMarker = "cairn-sim-result "
+
+// seedResult is what one seed's process reports.
+type seedResult struct {
+	Seed      uint64
+	Simulated time.Duration
+	Real      time.Duration
+	Ops       int
+	Faults    []Fault
+	Anomalies []string // the checker's findings; empty when valid
+	Err       string   // the run could not finish
+	Kept      string   // where the history and logs of a failed run are
 }
 
-func (s *summary) add(res *Result) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.runs++
-	s.simulated += res.Simulated
-	s.ops += len(res.Ops)
-	for _, f := range res.Faults {
-		s.faults[f.Kind]++
+func (r seedResult) failed() bool { return r.Err != "" || len(r.Anomalies) > 0 }
+
+// TestSeed runs the one seed -one names, in this process (a bubble's
+// channels must not meet another bubble's through the store's pools, so
+// every seed gets a process of its own), checks its history, and reports
+// on a line TestSeeds reads. This is the command a failing seed prints to
+// replay it, with -simlog for the servers' logs.
+func TestSeed(t *testing.T) {
+	if *one == 0 {
+		t.Skip("runs only the seed -one names (TestSeeds runs it)")
+	}
+	r := runSeed(t, *one)
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("%s%s\n", resultMarker, b)
+	if r.Err != "" {
+		t.Fatalf("seed %d: %s", r.Seed, r.Err)
+	}
+	if len(r.Anomalies) > 0 {
+		t.Fatalf("seed %d: %s\n%s", r.Seed, strings.Join(r.Anomalies, "\n"), r.Kept)
 	}
 }
 
-func (s *summary) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var kinds []string
-	total := 0
-	for _, k := range faultKinds {
-		kinds = append(kinds, fmt.Sprintf("%s %d", k, s.faults[k]))
-		total += s.faults[k]
+// runSeed runs one seed in a bubble and checks its history.
+func runSeed(t *testing.T, seed uint64) seedResult {
+	dir := t.TempDir()
+	var logs, hist bytes.Buffer
+	var res *Result
+	var runErr error
+	real := time.Now()
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		cfg := RunConfig{Seed: seed, Dir: dir, Log: io.Writer(&logs), History: &hist, Duration: *simTime, Settle: *simTime, Pause: *pause}
+		if *simLog {
+			cfg.Log = os.Stderr
+		}
+		res, runErr = Run(ctx, cfg)
+	})
+	r := seedResult{Seed: seed, Real: time.Since(real)}
+	if runErr != nil {
+		r.Err = runErr.Error()
+		r.Kept = keep(seed, hist.Bytes(), logs.Bytes())
+		return r
 	}
-	failed := "none"
-	if len(s.failed) > 0 {
-		slices.Sort(s.failed)
-		failed = fmt.Sprint(s.failed)
+	r.Simulated, r.Ops, r.Faults = res.Simulated, len(res.Ops), res.Faults
+	rep := checker.Check(res.Ops, checker.Options{Timeout: time.Minute})
+	t.Logf("seed %d: %d faults, %v simulated in %v: %s", seed, len(res.Faults), res.Simulated.Round(time.Second), time.Since(real).Round(time.Millisecond), rep)
+	for _, a := range rep.Anomalies {
+		r.Anomalies = append(r.Anomalies, fmt.Sprintf("%s %s: %s", a.Class, a.Key, a.Detail))
 	}
-	return fmt.Sprintf("%d seeds, %v simulated, %d operations, %d faults (%s); seeds with anomalies or errors: %s",
-		s.runs, s.simulated.Round(time.Second), s.ops, total, strings.Join(kinds, ", "), failed)
+	if r.failed() {
+		r.Kept = keep(seed, hist.Bytes(), logs.Bytes())
+	}
+	return r
 }
 
-// TestSeeds runs -seeds seeded runs from -seed, two at a time: a cluster of
-// the default layout, three client hosts running the fault run's workload
-// for -simtime of simulated time under the seed's faults, as long to
-// settle, final reads, and the checker over the history. A failing seed is
-// run once more, to say whether it replays, and the test goes on with the
-// other seeds. With -v every seed prints a line as it ends.
+// keep writes a failed run's history and servers' logs where they outlive
+// the test, and says where.
+func keep(seed uint64, history, logs []byte) string {
+	dir := filepath.Join(os.TempDir(), "cairn-sim", fmt.Sprintf("seed-%d", seed))
+	err := os.MkdirAll(dir, 0o755)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "history.jsonl"), history, 0o644)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "servers.log"), logs, 0o644)
+	}
+	if err != nil {
+		return fmt.Sprintf("history and logs not kept: %v", err)
+	}
+	return "history and servers' logs: " + dir
+}
+
+// TestSeeds runs -seeds seeds from -seed, each in a process of its own
+// (TestSeed), two at a time: a cluster of the default layout, three client
+// hosts running the fault run's workload for -simtime of simulated time
+// under the seed's faults, as long to settle, final reads, and the checker
+// over the history. A failing seed is run once more, to say whether it
+// replays, and the test goes on with the other seeds. With -v every seed
+// prints a line as it ends, and the test a summary.
 func TestSeeds(t *testing.T) {
+	if *one != 0 {
+		t.Skip("-one runs TestSeed alone")
+	}
 	sum := &summary{faults: map[FaultKind]int{}}
 	next := make(chan uint64)
 	go func() {
@@ -93,57 +154,99 @@ func TestSeeds(t *testing.T) {
 	t.Logf("summary: %s", sum)
 }
 
-// checkSeed runs one seed, and once more if it fails, and reports it.
+// checkSeed runs one seed's process, and once more if it fails, and
+// reports it.
 func checkSeed(t *testing.T, seed uint64, sum *summary) {
-	res, rep, err := runSeed(t, seed)
-	if res != nil {
-		sum.add(res)
-	}
-	if err == nil && rep.Valid() {
+	r := runSeedProcess(seed)
+	sum.add(r)
+	line := fmt.Sprintf("seed %d: %d faults, %v simulated in %v, %d operations", seed, len(r.Faults), r.Simulated.Round(time.Second), r.Real.Round(time.Millisecond), r.Ops)
+	if !r.failed() {
+		t.Log(line + ": no anomaly")
 		return
 	}
-	sum.mu.Lock()
-	sum.failed = append(sum.failed, seed)
-	sum.mu.Unlock()
-	replay := fmt.Sprintf("go test ./test/sim -run 'TestSeeds$' -seed %d -seeds 1 -simtime %v -pause %v -simlog -v", seed, *simTime, *pause)
-	var faults strings.Builder
-	if res != nil {
-		for _, f := range res.Faults {
-			fmt.Fprintf(&faults, "\n  fault: %s", f)
-		}
+	replay := fmt.Sprintf("go test ./test/sim -run 'TestSeed$' -one %d -simtime %v -pause %v -simlog -v", seed, *simTime, *pause)
+	var b strings.Builder
+	for _, f := range r.Faults {
+		fmt.Fprintf(&b, "\n  fault: %s", f)
 	}
-	_, again, err2 := runSeed(t, seed)
+	again := runSeedProcess(seed)
 	replays := "it failed again when run a second time"
-	if err2 == nil && again.Valid() {
+	if !again.failed() {
 		replays = "it passed when run a second time: the goroutines ran in another order"
 	}
-	if err != nil {
-		t.Errorf("seed %d: %v (%s)%s\nreplay: %s", seed, err, replays, faults.String(), replay)
-		return
+	what := r.Err
+	if what == "" {
+		what = strings.Join(r.Anomalies, "\n  ")
 	}
-	t.Errorf("seed %d: %s (%s)%s\nreplay: %s", seed, rep, replays, faults.String(), replay)
+	t.Errorf("%s: %s\n(%s)%s\n%s\nreplay: %s", line, what, replays, b.String(), r.Kept, replay)
 }
 
-// runSeed runs one seed in a bubble of its own and checks its history.
-func runSeed(t *testing.T, seed uint64) (*Result, checker.Report, error) {
-	dir := t.TempDir()
-	var logs bytes.Buffer
-	var res *Result
-	var runErr error
-	real := time.Now()
-	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-		defer cancel()
-		cfg := RunConfig{Seed: seed, Dir: dir, Log: io.Writer(&logs), Duration: *simTime, Settle: *simTime, Pause: *pause}
-		if *simLog {
-			cfg.Log = os.Stderr
+// runSeedProcess runs TestSeed for seed in a child process and reads its
+// report.
+func runSeedProcess(seed uint64) seedResult {
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestSeed$", "-test.v", "-test.timeout", "30m",
+		"-one", fmt.Sprint(seed), "-simtime", simTime.String(), "-pause", pause.String())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), resultMarker); ok {
+			var r seedResult
+			if jerr := json.Unmarshal([]byte(rest), &r); jerr == nil {
+				return r
+			}
 		}
-		res, runErr = Run(ctx, cfg)
-	})
-	if runErr != nil {
-		return nil, checker.Report{}, runErr
 	}
-	rep := checker.Check(res.Ops, checker.Options{Timeout: time.Minute})
-	t.Logf("seed %d: %d faults, %v simulated in %v: %s", seed, len(res.Faults), res.Simulated.Round(time.Second), time.Since(real).Round(time.Millisecond), rep)
-	return res, rep, nil
+	// No report: the process died (a panic in a server, a deadlock in the
+	// bubble). Keep its output.
+	tail := out.Bytes()
+	if len(tail) > 4000 {
+		tail = tail[len(tail)-4000:]
+	}
+	return seedResult{Seed: seed, Err: fmt.Sprintf("the seed's process ended without a report (%v); the end of its output:\n%s", err, tail),
+		Kept: keep(seed, nil, out.Bytes())}
+}
+
+// summary adds up the runs of TestSeeds.
+type summary struct {
+	mu        sync.Mutex
+	runs      int
+	simulated time.Duration
+	ops       int
+	faults    map[FaultKind]int
+	failed    []uint64
+}
+
+func (s *summary) add(r seedResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runs++
+	s.simulated += r.Simulated
+	s.ops += r.Ops
+	for _, f := range r.Faults {
+		s.faults[f.Kind]++
+	}
+	if r.failed() {
+		s.failed = append(s.failed, r.Seed)
+	}
+}
+
+func (s *summary) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var kinds []string
+	total := 0
+	for _, k := range faultKinds {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, s.faults[k]))
+		total += s.faults[k]
+	}
+	failed := "none"
+	if len(s.failed) > 0 {
+		slices.Sort(s.failed)
+		failed = fmt.Sprint(s.failed)
+	}
+	return fmt.Sprintf("%d seeds, %v simulated, %d operations, %d faults (%s); seeds with anomalies or errors: %s",
+		s.runs, s.simulated.Round(time.Second), s.ops, total, strings.Join(kinds, ", "), failed)
 }
