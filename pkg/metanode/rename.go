@@ -117,6 +117,14 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 	if res, ok := mp.Answered(req.RequestId); ok {
 		return s.renameAnswered(p, mp, req, base, dir, newName, res)
 	}
+	if req.RequestId != 0 {
+		// A resolver may have committed this rename while its attempts
+		// were cut off (resolve.go): the commit is its answer, or the
+		// retry would find its old name gone and answer ENOENT.
+		if res, ok := mp.Answered(rolledForwardID(placementID(req.RequestId))); ok && res.GetErrno() == 0 {
+			return s.renameAnswered(p, mp, req, base, dir, newName, res)
+		}
+	}
 	exdev := func(format string, args ...any) pathPlan {
 		r := pathErr(metapb.EXDEV, req.Path, format, args...)
 		r.Parent = dir.Ino
@@ -451,13 +459,28 @@ func (s *service) settle(ctx context.Context, st *settleStep) {
 // fixed by the rename's request id (a fresh one when it has none), never 0
 // and never with the top bit that marks locks.
 func placementID(requestID uint64) uint64 {
+	return idFor("rename-place", requestID)
+}
+
+// rolledForwardID is the request id under which a resolver commits the
+// stale rename whose new name was placed under placement id placed (the
+// mark's id, taken over or not): a retry of that rename finds the commit
+// under it as its answer (planRename).
+func rolledForwardID(placed uint64) uint64 {
+	return idFor("rename-rolled-forward", placed&^(1<<63))
+}
+
+// idFor derives a request id from another, for a step of its operation:
+// fixed by the step and the id (a fresh one when the id is 0), never 0 and
+// never with the top bit set (resolverID's).
+func idFor(step string, requestID uint64) uint64 {
 	if requestID == 0 {
 		return newFenceToken()
 	}
 	h := fnv.New64a()
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], requestID)
-	h.Write([]byte("rename-place"))
+	h.Write([]byte(step))
 	h.Write(b[:])
 	if id := h.Sum64() >> 1; id != 0 {
 		return id

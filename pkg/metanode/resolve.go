@@ -99,7 +99,9 @@ func (s *service) resolveName(ctx context.Context, lp ledPartition, d *metapb.De
 	case e == metapb.OK && look.GetDentry().GetIno() == d.GetIno():
 		commit := &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{
 			Parent: pend.GetFromParent(), Name: pend.GetFromName(), ExpectIno: d.GetIno()}}}
-		res, err := s.followUpOn(ctx, "rename_resolve", owner, &metapb.Txn{Ops: []*metapb.Op{commit}})
+		// Under the id the rename's own retry looks for (planRename): its
+		// client, cut off until now, is answered that it happened.
+		res, err := s.followUpOn(ctx, "rename_resolve", owner, &metapb.Txn{Ops: []*metapb.Op{commit}, RequestId: rolledForwardID(pend.GetId())})
 		if err != nil {
 			return err
 		}

@@ -90,6 +90,48 @@ func TestResolvePending(t *testing.T) {
 	}
 }
 
+// TestRetryOfRolledForwardRename: a rename whose client lost the answer
+// while the resolver rolled it forward retries with its request id, and
+// must be answered success, not ENOENT for its old name (which the
+// resolver deleted). A simulated cluster found this: the old name of a
+// rename that reported ENOENT was gone afterwards (test/sim, seed 261).
+func TestRetryOfRolledForwardRename(t *testing.T) {
+	tp := newTwoParts(t)
+	h := tp.c.leaderOf(t, 1)
+	s := &service{h: h}
+	lp := ledPartition{part: h.parts[1], volume: 7}
+	from, to := nameIn("lf", 1), nameIn("lt", 0)
+	c := tp.name(t, tp.p[1], createReq(RootIno, from, metapb.FileType_FILE_TYPE_REGULAR))
+	if c.Errno != 0 {
+		t.Fatalf("create %s: %v", from, c)
+	}
+	ino := c.Inode.GetIno()
+	// The rename placed the new name and died before its commit, as its
+	// client's first attempt would leave it.
+	req := renameReq(RootIno, from, to)
+	res, err := tp.mc.Txn(tp.ctx, tp.p[0], &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
+		Parent: RootIno, Name: []byte(to), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR,
+		Pending: &metapb.PendingRename{Id: placementID(req.RequestId), FromParent: RootIno, FromName: []byte(from)}}}}}})
+	if err != nil || res.Errno != 0 {
+		t.Fatalf("place %s pending: %v %v", to, err, res)
+	}
+	l, err := tp.mc.FetchPending(tp.ctx, tp.p[0], RootIno, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.resolveName(tp.ctx, lp, l.GetDentry()); err != nil {
+		t.Fatalf("resolve: %v", err)
+	}
+	// The client's retry, to the old name's partition.
+	r := tp.name(t, tp.p[1], req)
+	if r.Errno != 0 {
+		t.Fatalf("retry of a rename the resolver rolled forward: %v %s", metapb.Errno(r.Errno), r.Message)
+	}
+	if tp.holds(t, 1, from) != 0 || tp.holds(t, 0, to) != ino {
+		t.Errorf("after the retry: %s holds %d, %s %d", from, tp.holds(t, 1, from), to, tp.holds(t, 0, to))
+	}
+}
+
 // TestReadDirWaitsForPendingNames: a listing that meets a rename's new
 // name not settled yet is answered EMOVING (before the rename's commit the
 // name must not show, after it must, and the partition cannot tell which);
