@@ -488,13 +488,24 @@ func idFor(step string, requestID uint64) uint64 {
 	return 1
 }
 
+// renameCleanupTimeout bounds the clean-up of a refused rename
+// (renameRefused), which outlives its request.
+const renameCleanupTimeout = 30 * time.Second
+
 // renameRefused ends a cross-partition rename whose Txn was refused after
 // its new name was placed. It claims the request id here with an empty
 // Txn first: once that applies, no attempt of the request deletes the old
 // name, so the placement can be taken back (with what it replaced put
 // back) and the client runs its own protocol (EXDEV). If the claim finds
 // the rename applied (another attempt's Txn), again says to answer that.
+//
+// The claim and the undo run on after the request's context ends: a client
+// whose attempt timed out (a slow or cut link) would otherwise leave the
+// placement behind, a name the failed rename never made that the resolver
+// later settles.
 func (s *service) renameRefused(ctx context.Context, p *partition, req *metapb.PathRequest, r *renamePlace, refused *metapb.PathResponse) (resp *metapb.PathResponse, again bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), renameCleanupTimeout)
+	defer cancel()
 	res, err := p.merger.submit(ctx, &metapb.Txn{RequestId: req.RequestId})
 	switch {
 	case err != nil:

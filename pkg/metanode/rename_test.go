@@ -1,6 +1,7 @@
 package metanode
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -344,6 +345,33 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		}
 		if tp.holds(t, 0, to) != 0 || tp.holds(t, 1, from) != ino {
 			t.Errorf("the retry of a refused rename changed a name")
+		}
+	})
+
+	t.Run("a refused Txn whose client stopped waiting", func(t *testing.T) {
+		// The clean-up is the node's job even when the request's context
+		// ended (the client's attempt timed out): a placement left behind
+		// is settled by the resolver later, a name the failed rename never
+		// made (found by the simulation, seed 261).
+		from, to := nameIn("gf", 1), nameIn("gt", 0)
+		ino := mk(1, from)
+		req := renameReq(RootIno, from, to)
+		r := &renamePlace{part: 1, dir: nsreplica.Entry{Ino: RootIno}, name: to, from: from, src: &metapb.Dentry{Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}
+		r.pend = r.pending(req)
+		res, err := tp.mc.Txn(tp.ctx, tp.p[0], &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
+			Parent: RootIno, Name: []byte(to), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR, Pending: r.pend}}}}})
+		if err != nil || res.Errno != 0 {
+			t.Fatalf("place %s pending: %v %v", to, err, res)
+		}
+		h := tp.c.leaderOf(t, 2)
+		s := &service{h: h}
+		gone, cancel := context.WithCancel(tp.ctx)
+		cancel()
+		if _, again := s.renameRefused(gone, h.parts[2], req, r, pathErr(metapb.ESTALE, req.Path, "changed")); again {
+			t.Fatal("refused rename: again")
+		}
+		if tp.holds(t, 0, to) != 0 || tp.holds(t, 1, from) != ino {
+			t.Errorf("after the refusal: %s holds %d, %s %d", to, tp.holds(t, 0, to), from, tp.holds(t, 1, from))
 		}
 	})
 }
