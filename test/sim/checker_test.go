@@ -29,6 +29,7 @@ func TestCheckerCatchesBadHistories(t *testing.T) {
 			t.Fatal(err)
 		}
 		ops = res.Ops
+		Drain()
 	})
 	if rep := checker.Check(ops, checker.Options{}); !rep.Valid() {
 		t.Fatalf("a run without faults: %s", rep)

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/grpc"
@@ -348,8 +349,32 @@ func (c *Cluster) CreateVolume(ctx context.Context, name string, replicas int32)
 	if err != nil && status.Code(err) != codes.AlreadyExists {
 		return fmt.Errorf("create volume %q: %w", name, err)
 	}
-	return nil
+	// The master answers before a meta node has made the volume's root:
+	// wait for it, as `cairn up` waits for its mount.
+	v, err := c.Open(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	for {
+		_, err := v.StatPath(ctx, "/", client.Cred{})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("volume %q: no root: %w", name, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
+
+// Drain waits, in simulated time, for what the cluster's and clients'
+// goroutines still do after Stop and Close (calls bounded by their own
+// timeouts): a bubble's function must not return before every goroutine
+// it started has ended. A goroutine that never ends is a leak, and the
+// bubble reports it.
+func Drain() { time.Sleep(2 * time.Minute) }
 
 // Open opens volume name as an SDK client on a host of its own.
 func (c *Cluster) Open(ctx context.Context, name string) (*client.Volume, error) {

@@ -85,6 +85,7 @@ func runSeed(t *testing.T, seed uint64) seedResult {
 			cfg.Log = os.Stderr
 		}
 		res, runErr = Run(ctx, cfg)
+		Drain()
 	})
 	r := seedResult{Seed: seed, Real: time.Since(real)}
 	if runErr != nil {

@@ -19,6 +19,7 @@ func TestClusterServesAFile(t *testing.T) {
 	}
 	dir := t.TempDir()
 	synctest.Test(t, func(t *testing.T) {
+		defer Drain()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		start := time.Now()
