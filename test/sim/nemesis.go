@@ -93,7 +93,10 @@ func (n *nemesis) allIPs() []string { return append(n.serverIPs(), n.clients...)
 // plan draws the faults of a run of length d, at most max in force at
 // once. The plan is a function of the seed alone: the same seed injects
 // the same faults at the same simulated times.
-func (n *nemesis) plan(d time.Duration, max int) []Fault {
+func (n *nemesis) plan(d time.Duration, max int, kinds []FaultKind) []Fault {
+	if len(kinds) == 0 {
+		kinds = faultKinds
+	}
 	var out []Fault
 	var ends []time.Duration // ends of the planned faults
 	for at := time.Duration(n.rng.Int64N(int64(5 * time.Second))); at < d; at += time.Second + time.Duration(n.rng.Int64N(int64(8*time.Second))) {
@@ -106,7 +109,7 @@ func (n *nemesis) plan(d time.Duration, max int) []Fault {
 		if inForce >= max {
 			continue
 		}
-		f := n.draw()
+		f := n.draw(kinds)
 		f.At = at
 		f.For = time.Second + time.Duration(n.rng.Int64N(int64(20*time.Second)))
 		if at+f.For > d {
@@ -118,10 +121,10 @@ func (n *nemesis) plan(d time.Duration, max int) []Fault {
 	return out
 }
 
-func (n *nemesis) draw() Fault {
+func (n *nemesis) draw(kinds []FaultKind) Fault {
 	servers := n.c.Servers
 	pick := func() *Server { return servers[n.rng.IntN(len(servers))] }
-	f := Fault{Kind: faultKinds[n.rng.IntN(len(faultKinds))]}
+	f := Fault{Kind: kinds[n.rng.IntN(len(kinds))]}
 	switch f.Kind {
 	case Crash, Isolate:
 		f.Hosts = []string{pick().IP}

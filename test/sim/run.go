@@ -29,6 +29,8 @@ type RunConfig struct {
 	// MaxFaults bounds the faults in force at once (default 2; negative:
 	// no faults).
 	MaxFaults int
+	// Kinds are the kinds of faults drawn (nil: every kind).
+	Kinds []FaultKind
 	// Pause is each worker's pause between two operations (default
 	// 20 ms): longer pauses make a run cheaper, with as many faults.
 	Pause time.Duration
@@ -106,7 +108,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	res := &Result{Seed: cfg.Seed}
 	n := newNemesis(c, clientIPs, cfg.Seed)
 	if cfg.MaxFaults > 0 {
-		res.Faults = n.plan(cfg.Duration, cfg.MaxFaults)
+		res.Faults = n.plan(cfg.Duration, cfg.MaxFaults, cfg.Kinds)
 	}
 	done := make(chan struct{})
 	go func() {

@@ -28,7 +28,25 @@ var (
 	pause    = flag.Duration("pause", 100*time.Millisecond, "each worker's pause between two operations, in simulated time")
 	simLog   = flag.Bool("simlog", false, "print the servers' logs of the run (TestSeed)")
 	one      = flag.Uint64("one", 0, "the seed TestSeed runs (0: TestSeed is skipped)")
+	kinds    = flag.String("faults", "", "the kinds of faults drawn, comma-separated (empty: every kind; none: no fault)")
 )
+
+// faultFlag reads -faults.
+func faultFlag() (out []FaultKind, none bool, err error) {
+	switch *kinds {
+	case "":
+		return nil, false, nil
+	case "none":
+		return nil, true, nil
+	}
+	for _, k := range strings.Split(*kinds, ",") {
+		if !slices.Contains(faultKinds, FaultKind(k)) {
+			return nil, false, fmt.Errorf("-faults: no fault kind %q (kinds: %v)", k, faultKinds)
+		}
+		out = append(out, FaultKind(k))
+	}
+	return out, false, nil
+}
 
 // resultMarker starts the line on which TestSeed reports to TestSeeds.
 const resultMarker = "cairn-sim-result "
@@ -57,6 +75,9 @@ func TestSeed(t *testing.T) {
 		t.Skip("runs only the seed -one names (TestSeeds runs it)")
 	}
 	r := runSeed(t, *one)
+	if r.Err == "" && r.Simulated == 0 {
+		t.Fatal("no run")
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +102,13 @@ func runSeed(t *testing.T, seed uint64) seedResult {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
 		cfg := RunConfig{Seed: seed, Dir: dir, Log: io.Writer(&logs), History: &hist, Duration: *simTime, Settle: *simTime, Pause: *pause}
+		var none bool
+		if cfg.Kinds, none, runErr = faultFlag(); runErr != nil {
+			return
+		}
+		if none {
+			cfg.MaxFaults = -1
+		}
 		if *simLog {
 			cfg.Log = os.Stderr
 		}
@@ -165,7 +193,7 @@ func checkSeed(t *testing.T, seed uint64, sum *summary) {
 		t.Log(line + ": no anomaly")
 		return
 	}
-	replay := fmt.Sprintf("go test ./test/sim -run 'TestSeed$' -one %d -simtime %v -pause %v -simlog -v", seed, *simTime, *pause)
+	replay := fmt.Sprintf("go test ./test/sim -run 'TestSeed$' -one %d -simtime %v -pause %v -faults '%s' -simlog -v", seed, *simTime, *pause, *kinds)
 	var b strings.Builder
 	for _, f := range r.Faults {
 		fmt.Fprintf(&b, "\n  fault: %s", f)
@@ -186,7 +214,7 @@ func checkSeed(t *testing.T, seed uint64, sum *summary) {
 // report.
 func runSeedProcess(seed uint64) seedResult {
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestSeed$", "-test.v", "-test.timeout", "30m",
-		"-one", fmt.Sprint(seed), "-simtime", simTime.String(), "-pause", pause.String())
+		"-one", fmt.Sprint(seed), "-simtime", simTime.String(), "-pause", pause.String(), "-faults", *kinds)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
