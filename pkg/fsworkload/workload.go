@@ -271,13 +271,18 @@ func (w *Workload) draw(rng *rand.Rand, proc int, seq uint64) history.Op {
 // perform runs op through host's mount and fills in its result; false when
 // it gave up waiting (Config.GiveUp).
 func (w *Workload) perform(host string, op *history.Op) bool {
+	return w.performOn(host, w.cfg.Hosts[host], op)
+}
+
+// performOn is perform through fs.
+func (w *Workload) performOn(host string, fs Files, op *history.Op) bool {
 	op.Start = time.Since(w.start).Nanoseconds()
 	done := make(chan struct{})
 	var res history.Op
 	go func() {
 		defer close(done)
 		res = *op
-		w.do(host, &res)
+		w.do(fs, &res)
 	}()
 	select {
 	case <-done:
@@ -291,8 +296,7 @@ func (w *Workload) perform(host string, op *history.Op) bool {
 }
 
 // do performs op and sets its outcome and result (not its times).
-func (w *Workload) do(host string, op *history.Op) {
-	fs := w.cfg.Hosts[host]
+func (w *Workload) do(fs Files, op *history.Op) {
 	p := op.Key
 	var err error
 	switch op.Kind {
@@ -376,10 +380,29 @@ func decodeRegister(b []byte) (v uint64, corrupt bool) {
 }
 
 // Final reads, after the faults healed, every register and append file
-// and lists every directory through every client's mount, each as an
+// and lists every directory through every client host, each as an
 // operation of a process of its own (Final set). It stops between two
 // operations once ctx is done, and says so.
 func (w *Workload) Final(ctx context.Context) error {
+	for _, h := range w.hosts {
+		if err := w.finalOn(ctx, h, w.cfg.Hosts[h]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FinalThrough does Final's reads through fs, a client host named host
+// that took no part in the run: one whose caches hold nothing of the
+// run, so that what it reads is what the servers kept.
+func (w *Workload) FinalThrough(ctx context.Context, host string, fs Files) error {
+	if _, ok := w.cfg.Hosts[host]; ok {
+		return fmt.Errorf("final reads through %s: it is one of the run's hosts", host)
+	}
+	return w.finalOn(ctx, host, fs)
+}
+
+func (w *Workload) finalOn(ctx context.Context, h string, fs Files) error {
 	w.mu.Lock()
 	files := make([]string, 0, len(w.appended))
 	for _, k := range w.appended {
@@ -387,27 +410,25 @@ func (w *Workload) Final(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	slices.Sort(files)
-	for _, h := range w.hosts {
-		var ops []history.Op
-		for i := range w.cfg.Registers {
-			ops = append(ops, history.Op{Kind: history.Read, Key: w.register(i)})
+	var ops []history.Op
+	for i := range w.cfg.Registers {
+		ops = append(ops, history.Op{Kind: history.Read, Key: w.register(i)})
+	}
+	for _, k := range files {
+		ops = append(ops, history.Op{Kind: history.ReadAppends, Key: k})
+	}
+	for i := range w.cfg.Dirs {
+		ops = append(ops, history.Op{Kind: history.List, Key: w.dir(i)})
+	}
+	for _, op := range ops {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("final reads: %w", err)
 		}
-		for _, k := range files {
-			ops = append(ops, history.Op{Kind: history.ReadAppends, Key: k})
+		op.Process, op.Host, op.Final = w.newProc(), h, true
+		if !w.performOn(h, fs, &op) {
+			op.Outcome, op.Errno = history.Unknown, "gave up"
 		}
-		for i := range w.cfg.Dirs {
-			ops = append(ops, history.Op{Kind: history.List, Key: w.dir(i)})
-		}
-		for _, op := range ops {
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("final reads: %w", err)
-			}
-			op.Process, op.Host, op.Final = w.newProc(), h, true
-			if !w.perform(h, &op) {
-				op.Outcome, op.Errno = history.Unknown, "gave up"
-			}
-			w.record(op)
-		}
+		w.record(op)
 	}
 	return nil
 }

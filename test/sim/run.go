@@ -128,6 +128,17 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	if err := w.Final(ctx); err != nil {
 		return nil, err
 	}
+	// And through a client that took no part: what the servers kept,
+	// whatever the run's clients cache.
+	h, ip := c.clientHost()
+	fresh, err := client.Open(ctx, c.MasterAddrs(), volume, &client.Options{Network: h})
+	if err != nil {
+		return nil, fmt.Errorf("open volume %q on %s: %w", volume, ip, err)
+	}
+	defer fresh.Close()
+	if err := w.FinalThrough(ctx, ip, sdkFiles{v: fresh}); err != nil {
+		return nil, err
+	}
 	if err := w.Err(); err != nil {
 		return nil, err
 	}
