@@ -322,14 +322,7 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		// request is left to the client.
 		from, to := nameIn("cf", 1), nameIn("ct", 0)
 		ino := mk(1, from)
-		req := renameReq(RootIno, from, to)
-		r := &renamePlace{part: 1, dir: nsreplica.Entry{Ino: RootIno}, name: to, from: from, src: &metapb.Dentry{Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}
-		r.pend = r.pending(req)
-		res, err := tp.mc.Txn(tp.ctx, tp.p[0], &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
-			Parent: RootIno, Name: []byte(to), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR, Pending: r.pend}}}}})
-		if err != nil || res.Errno != 0 {
-			t.Fatalf("place %s pending: %v %v", to, err, res)
-		}
+		req, r := placePending(t, tp, from, to, ino)
 		h := tp.c.leaderOf(t, 2)
 		s := &service{h: h}
 		p := h.parts[2]
@@ -355,14 +348,7 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		// made (found by the simulation, seed 261).
 		from, to := nameIn("gf", 1), nameIn("gt", 0)
 		ino := mk(1, from)
-		req := renameReq(RootIno, from, to)
-		r := &renamePlace{part: 1, dir: nsreplica.Entry{Ino: RootIno}, name: to, from: from, src: &metapb.Dentry{Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}
-		r.pend = r.pending(req)
-		res, err := tp.mc.Txn(tp.ctx, tp.p[0], &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
-			Parent: RootIno, Name: []byte(to), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR, Pending: r.pend}}}}})
-		if err != nil || res.Errno != 0 {
-			t.Fatalf("place %s pending: %v %v", to, err, res)
-		}
+		req, r := placePending(t, tp, from, to, ino)
 		h := tp.c.leaderOf(t, 2)
 		s := &service{h: h}
 		gone, cancel := context.WithCancel(tp.ctx)
@@ -374,6 +360,22 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 			t.Errorf("after the refusal: %s holds %d, %s %d", to, tp.holds(t, 0, to), from, tp.holds(t, 1, from))
 		}
 	})
+}
+
+// placePending places the new name to (in the root, on slot 0's
+// partition) of a rename of from (slot 1's) to to, pending, as the rename's
+// first step does, and returns the rename's request and placement.
+func placePending(t *testing.T, tp *twoParts, from, to string, ino uint64) (*metapb.PathRequest, *renamePlace) {
+	t.Helper()
+	req := renameReq(RootIno, from, to)
+	r := &renamePlace{part: 1, dir: nsreplica.Entry{Ino: RootIno}, name: to, from: from, src: &metapb.Dentry{Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}
+	r.pend = r.pending(req)
+	res, err := tp.mc.Txn(tp.ctx, tp.p[0], &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
+		Parent: RootIno, Name: []byte(to), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR, Pending: r.pend}}}}})
+	if err != nil || res.Errno != 0 {
+		t.Fatalf("place %s pending: %v %v", to, err, res)
+	}
+	return req, r
 }
 
 // place gives name (in the root) on partition p to inode ino, as a
