@@ -108,13 +108,7 @@ func TestRetryOfRolledForwardRename(t *testing.T) {
 	ino := c.Inode.GetIno()
 	// The rename placed the new name and died before its commit, as its
 	// client's first attempt would leave it.
-	req := renameReq(RootIno, from, to)
-	res, err := tp.mc.Txn(tp.ctx, tp.p[0], &metapb.Txn{Ops: []*metapb.Op{{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
-		Parent: RootIno, Name: []byte(to), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR,
-		Pending: &metapb.PendingRename{Id: placementID(req.RequestId), FromParent: RootIno, FromName: []byte(from)}}}}}})
-	if err != nil || res.Errno != 0 {
-		t.Fatalf("place %s pending: %v %v", to, err, res)
-	}
+	req, _ := placePending(t, tp, from, to, ino)
 	l, err := tp.mc.FetchPending(tp.ctx, tp.p[0], RootIno, to)
 	if err != nil {
 		t.Fatal(err)
