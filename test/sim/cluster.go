@@ -257,7 +257,7 @@ func (s *Server) start(ctx context.Context) error {
 		cfg.Role = pb.Role_ROLE_DATA
 		cfg.DataListen = fmt.Sprintf("%s:%d", s.IP, dataPort)
 		disk := diskfs.Inject(s.disk, diskfs.InjectorFunc(s.refuseWhenFull))
-		cfg.NewPartitions = datanode.NewFactory(datanode.Options{ReserveBytes: -1, Store: extentstore.Options{FS: disk}})
+		cfg.NewPartitions = datanode.NewFactory(datanode.Options{ReserveBytes: -1, Store: extentstore.Options{FS: disk}, FreeSpace: s.freeSpace})
 	}
 	n, err := node.Start(ctx, cfg)
 	if err != nil {
@@ -275,6 +275,18 @@ func (s *Server) refuseWhenFull(op diskfs.Op) error {
 		return syscall.ENOSPC
 	}
 	return nil
+}
+
+// simDiskBytes is the size of a data node's simulated disk.
+const simDiskBytes = 64 << 30
+
+// freeSpace is the simulated disk's free and total bytes, as the data
+// node's statfs would report them: nothing free while it is full.
+func (s *Server) freeSpace(string) (free, total uint64, err error) {
+	if s.full.Load() {
+		return 0, simDiskBytes, nil
+	}
+	return simDiskBytes, simDiskBytes, nil
 }
 
 // Crash kills the server's process and the power of its host at once:
