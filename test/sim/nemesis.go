@@ -74,10 +74,11 @@ type nemesis struct {
 	mu      sync.Mutex
 	cuts    map[[2]string]int // directed link -> faults cutting it
 	crashed map[*Server]int   // server -> crash faults in force
+	full    map[*Server]int   // data node -> disk-full faults in force
 }
 
 func newNemesis(c *Cluster, clients []string, seed uint64) *nemesis {
-	return &nemesis{c: c, clients: clients, rng: rand.New(rand.NewPCG(seed, 0x5eed)), seed: seed, cuts: map[[2]string]int{}, crashed: map[*Server]int{}}
+	return &nemesis{c: c, clients: clients, rng: rand.New(rand.NewPCG(seed, 0x5eed)), seed: seed, cuts: map[[2]string]int{}, crashed: map[*Server]int{}, full: map[*Server]int{}}
 }
 
 func (n *nemesis) serverIPs() []string {
@@ -207,9 +208,20 @@ func (n *nemesis) inject(f Fault) (heal func(context.Context)) {
 			}
 		}
 	case DiskFull:
+		// Overlapping faults on one disk: it has room again when the
+		// last of them heals.
 		s := n.server(f.Hosts[0])
+		n.mu.Lock()
+		n.full[s]++
+		n.mu.Unlock()
 		s.full.Store(true)
-		return func(context.Context) { s.full.Store(false) }
+		return func(context.Context) {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			if n.full[s]--; n.full[s] == 0 {
+				s.full.Store(false)
+			}
+		}
 	case Slow:
 		ip := f.Hosts[0]
 		for _, o := range n.allIPs() {
@@ -313,6 +325,7 @@ func (n *nemesis) healAll(ctx context.Context) error {
 		}
 	}
 	clear(n.crashed)
+	clear(n.full)
 	n.mu.Unlock()
 	for _, s := range down {
 		n.restart(ctx, s)
