@@ -959,3 +959,72 @@ func TestMovedReplicaVotesUntilRemoved(t *testing.T) {
 		t.Errorf("node 3 kept the removed replica's directory: %v", err)
 	}
 }
+
+// TestFullReplicaServesNoOverwrittenBytes: a replica whose disk was full
+// when an overwrite committed never serves the bytes it replaced, and once
+// its disk has room again it reopens its store and serves the new ones.
+// Before, the overwrite failed the store, the reopen's redo failed on the
+// full disk, and the replica kept a closed store (every read and
+// alignment "store closed") until its node restarted. (The simulation,
+// test/sim, led here from stale register reads after a full disk.)
+func TestFullReplicaServesNoOverwrittenBytes(t *testing.T) {
+	full := &diskfs.Rule{Ops: diskfs.OpWrite, PathContains: "ext-", Err: syscall.ENOSPC}
+	full.Disable()
+	var room atomic.Bool
+	room.Store(true)
+	c := datanodetest.Start(t, datanodetest.Config{
+		Nodes: 3, Partitions: [][]uint64{{1, 2, 3}},
+		NodeOptions: func(id uint64) datanode.Options {
+			o := testOptions()
+			if id == 3 {
+				o.Store.FS = diskfs.Inject(diskfs.OS, full)
+				o.FreeSpace = func(string) (uint64, uint64, error) {
+					if room.Load() {
+						return 50, 100, nil
+					}
+					return 1, 100, nil
+				}
+			}
+			return o
+		},
+	})
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	old, fresh := randBytes(4096, 1), randBytes(4096, 2)
+	cl.must(1, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext}, old)
+	room.Store(false)
+	full.Enable()
+	eventually(t, 10*time.Second, func() error {
+		_, _, err := cl.do(1, dataproto.Header{Op: dataproto.OpOverwrite, Partition: 1, Extent: ext}, fresh)
+		return err
+	})
+	var lastErr error
+	check := func(when string) (served bool) {
+		t.Helper()
+		got, err := cl.read(3, ext, 0, 4096, 4096)
+		if err != nil {
+			lastErr = err
+			return false
+		}
+		if bytes.Equal(got, old) {
+			t.Fatalf("%s: the full replica served the bytes the overwrite replaced", when)
+		}
+		if !bytes.Equal(got, fresh) {
+			t.Fatalf("%s: the full replica served bytes of neither write", when)
+		}
+		return true
+	}
+	for range 10 {
+		check("disk full")
+		time.Sleep(100 * time.Millisecond)
+	}
+	full.Disable()
+	room.Store(true)
+	deadline := time.Now().Add(40 * time.Second)
+	for !check("room again") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica serves nothing 40 s after its disk had room again: %v", lastErr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
@@ -435,17 +436,30 @@ func (p *partition) report() *pb.PartitionReport {
 // again (a write that hit ENOSPC may have left a torn tail, which the same
 // reopen and alignment repair). A store whose metadata is damaged is
 // rebuilt from peers.
+//
+// A reopen that fails (its redo of the journal cannot write: the disk is
+// still full) leaves the old store closed; the next pass tries again, so
+// that the replica does not stay closed until the node restarts. While the
+// disk is full a failed store is not reopened: the redo would fail too.
 func (p *partition) checkStore() {
 	st := p.st()
 	err := st.Err()
+	room := func() (uint64, bool) {
+		free, total, ferr := p.h.opts.FreeSpace(p.dir)
+		return free, ferr == nil && total != 0 && float64(free) >= ResumeFreeRatio*float64(total)
+	}
 	switch {
 	case err == nil:
 		return
-	case errors.Is(err, extentstore.ErrFailed):
+	case errors.Is(err, extentstore.ErrFailed), errors.Is(err, extentstore.ErrClosed) && p.ctx.Err() == nil:
+		full := errors.Is(err, extentstore.ErrNoSpace) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, extentstore.ErrClosed)
+		if _, ok := room(); full && !ok {
+			return // the disk is full: the reopen's redo would fail
+		}
 		p.log.Error("extent store failed; reopening", "err", err)
 	case errors.Is(err, extentstore.ErrReadOnly):
-		free, total, ferr := p.h.opts.FreeSpace(p.dir)
-		if ferr != nil || total == 0 || float64(free) < ResumeFreeRatio*float64(total) {
+		free, ok := room()
+		if !ok {
 			return // still full: keep refusing new data
 		}
 		p.log.Info("disk has room again; reopening the read-only extent store", "free_bytes", free, "err", err)
