@@ -30,6 +30,13 @@ import (
 
 // Options tune the adapter. Zero values take the defaults.
 type Options struct {
+	// ListingReads lets the mount read a directory it did not make after
+	// two of its names were missing (listings.go), and then answer missing
+	// names there itself. Off: until the change notice of another mount's
+	// new name arrives, such a mount answers that name ENOENT, and an open
+	// right after the other mount's close must find the file
+	// (close-to-open; TestPosixTwoMounts failed 3 times in 10 with it on).
+	ListingReads bool
 	// EntryTimeout is how long the kernel caches a name lookup (and a
 	// negative one); default 1 s; negative means 0 (no caching).
 	EntryTimeout time.Duration

@@ -60,8 +60,10 @@ func (fs *FS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string,
 				fs.fillEntryFor(tok, header.NodeId, name, nil, out)
 				fs.names.absent(header.NodeId, name)
 				dir := fs.ino(header.NodeId)
-				if r := fs.longCache().missed(dir); r != nil {
-					go fs.readListing(dir, r)
+				if fs.opts.ListingReads { // off by default: see Options.ListingReads
+					if r := fs.longCache().missed(dir); r != nil {
+						go fs.readListing(dir, r)
+					}
 				}
 			}
 		}
