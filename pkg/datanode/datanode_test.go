@@ -687,14 +687,13 @@ func TestReportUsage(t *testing.T) {
 	}
 }
 
-// TestFullReplicaResumes: a follower whose disk fills up refuses new data
-// and reports itself read-only while its disk stays full; once a tenth of
-// the disk is free again it takes data by itself (no restart), and the
-// chain accepts appends through it.
-func TestFullReplicaResumes(t *testing.T) {
+// fillableThird starts 3 nodes hosting partition 1 on [1 2 3], node 3's
+// disk able to fill: full (disabled at start) fails its extent writes with
+// ENOSPC, and room is what its statfs says (true: room, false: full).
+func fillableThird(t *testing.T) (*datanodetest.Cluster, *diskfs.Rule, *atomic.Bool) {
 	full := &diskfs.Rule{Ops: diskfs.OpWrite, PathContains: "ext-", Err: syscall.ENOSPC}
 	full.Disable()
-	var room atomic.Bool // what node 3's statfs says: room or a full disk
+	room := new(atomic.Bool)
 	room.Store(true)
 	c := datanodetest.Start(t, datanodetest.Config{
 		Nodes: 3, Partitions: [][]uint64{{1, 2, 3}},
@@ -712,6 +711,15 @@ func TestFullReplicaResumes(t *testing.T) {
 			return o
 		},
 	})
+	return c, full, room
+}
+
+// TestFullReplicaResumes: a follower whose disk fills up refuses new data
+// and reports itself read-only while its disk stays full; once a tenth of
+// the disk is free again it takes data by itself (no restart), and the
+// chain accepts appends through it.
+func TestFullReplicaResumes(t *testing.T) {
+	c, full, room := fillableThird(t)
 	cl := newClient(t, c)
 	readOnly := func() bool {
 		r := c.Node(3).Host.Report()
@@ -968,26 +976,7 @@ func TestMovedReplicaVotesUntilRemoved(t *testing.T) {
 // alignment "store closed") until its node restarted. (The simulation,
 // test/sim, led here from stale register reads after a full disk.)
 func TestFullReplicaServesNoOverwrittenBytes(t *testing.T) {
-	full := &diskfs.Rule{Ops: diskfs.OpWrite, PathContains: "ext-", Err: syscall.ENOSPC}
-	full.Disable()
-	var room atomic.Bool
-	room.Store(true)
-	c := datanodetest.Start(t, datanodetest.Config{
-		Nodes: 3, Partitions: [][]uint64{{1, 2, 3}},
-		NodeOptions: func(id uint64) datanode.Options {
-			o := testOptions()
-			if id == 3 {
-				o.Store.FS = diskfs.Inject(diskfs.OS, full)
-				o.FreeSpace = func(string) (uint64, uint64, error) {
-					if room.Load() {
-						return 50, 100, nil
-					}
-					return 1, 100, nil
-				}
-			}
-			return o
-		},
-	})
+	c, full, room := fillableThird(t)
 	cl := newClient(t, c)
 	ext := cl.create(1)
 	old, fresh := randBytes(4096, 1), randBytes(4096, 2)
