@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -14,9 +15,13 @@ import (
 )
 
 // TestWorkloadOnLocalFS runs the nemesis workload for two "hosts" on one
-// local directory, a file system whose every operation is linearizable:
-// its history must check clean with no slack, and the history file must
-// read back as recorded.
+// local directory, a file system whose every operation is linearizable
+// but for reads that overlap a write of the same page: its history must
+// check clean, and the history file must read back as recorded. The two
+// hosts share one kernel, so a write on one can tear a read on the other
+// (the page cache copies a write into the page while another reader
+// copies out of it); the checker excuses such a read only on the writer's
+// own host, so the check sees both as the one host they are.
 func TestWorkloadOnLocalFS(t *testing.T) {
 	dir := t.TempDir()
 	var file bytes.Buffer
@@ -41,7 +46,11 @@ func TestWorkloadOnLocalFS(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops := rec.Ops()
-	rep := checker.Check(ops, checker.Options{})
+	oneKernel := slices.Clone(ops)
+	for i := range oneKernel {
+		oneKernel[i].Host = "kernel"
+	}
+	rep := checker.Check(oneKernel, checker.Options{})
 	if len(rep.Anomalies) > 0 || len(rep.Undecided) > 0 {
 		t.Fatalf("a local file system's history: %s", rep)
 	}
