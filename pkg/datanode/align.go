@@ -1,6 +1,7 @@
 package datanode
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -174,7 +175,7 @@ func (p *partition) align(ctx context.Context) error {
 	if !v.member() || v.head == 0 {
 		return nil
 	}
-	marks, all, gen := p.staleState()
+	marks, all, _ := p.staleState()
 	full := all != 0 || len(marks) > 0 || p.rebuilding.Load()
 	head := v.head == v.node
 	if head && !full {
@@ -192,6 +193,9 @@ func (p *partition) align(ctx context.Context) error {
 	}
 	var errs []error
 	for _, src := range sources {
+		// The marks as they stand now: a source tried before this one
+		// cleared those it compared.
+		marks, all, gen := p.staleState()
 		err := p.alignFrom(ctx, src, !head, marks, all, gen)
 		if err == nil {
 			if !head && (v.pos > 0 || v.joining == v.node) {
@@ -263,6 +267,7 @@ func (p *partition) alignFrom(ctx context.Context, src uint64, follower bool, ma
 	p.skippedLag, p.sizeLag, p.sourceEpoch = false, false, 0
 	var after uint64
 	var copied int64
+	notReady := 0 // marked extents the source could not answer for
 	for page := 0; ; page++ {
 		h, payload, err := conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{
 			Op: dataproto.OpListExtents, Partition: p.id, Arg: after, Flags: dataproto.FlagForwarded,
@@ -285,18 +290,35 @@ func (p *partition) alignFrom(ctx context.Context, src uint64, follower bool, ma
 		for _, e := range entries {
 			remote[e.ID] = true
 			_, marked := marks[e.ID]
+			full := all != 0 || marked || rebuilding
+			grow := extend
 			if follower && p.recentlyAppended(e.ID, quiet) {
 				// A stream is writing it: the chain, not alignment, feeds it.
 				// If this replica is behind on it all the same (the stream
 				// failed here), come back after the quiet period rather than
-				// at the next interval.
+				// at the next interval. Its blocks below both committed
+				// sizes are still compared when it is marked: the mark is
+				// cleared below, and a small-file extent is appended to all
+				// the time.
 				if info, err := st.Stat(e.ID); err == nil && info.Size < e.Committed {
 					p.skippedLag = true
 				}
+				if !full {
+					continue
+				}
+				grow = false
+			}
+			n, err := p.alignExtent(ctx, conn, st, e, grow, full)
+			copied += n
+			if errors.Is(err, errSourceNotReady) {
+				// The source awaits repair of this extent too, or cannot
+				// confirm it has applied every overwrite: nothing to
+				// compare with yet. The other extents go on.
+				p.log.Info("source cannot answer for an extent marked here yet", "extent", e.ID, "source", src, "err", err)
+				p.keepStale(e.ID)
+				notReady++
 				continue
 			}
-			n, err := p.alignExtent(ctx, conn, st, e, extend, all != 0 || marked || rebuilding)
-			copied += n
 			if err != nil {
 				return fmt.Errorf("extent %d: %w", e.ID, err)
 			}
@@ -341,6 +363,10 @@ func (p *partition) alignFrom(ctx context.Context, src uint64, follower bool, ma
 	}
 	if copied > 0 {
 		p.log.Info("aligned extents with a peer", "source", src, "bytes", copied)
+	}
+	if notReady > 0 {
+		// Their marks stay (keepStale); another source may answer.
+		return fmt.Errorf("%d extents marked here: %w", notReady, errSourceNotReady)
 	}
 	return nil
 }
@@ -454,18 +480,39 @@ func (p *partition) copyTail(ctx context.Context, conn *dataproto.Conn, st *exte
 	return copied, nil
 }
 
+// errSourceNotReady is a source's refusal to answer for an extent: it
+// awaits repair itself, or cannot confirm its state (see
+// session.checksums).
+var errSourceNotReady = errors.New("the source cannot answer for the extent yet")
+
 // compareBlocks overwrites every whole block below both committed sizes
 // whose CRC differs from the source's with the source's bytes. Blocks
 // touching a hole punched here are skipped (their file was deleted).
-func (p *partition) compareBlocks(ctx context.Context, conn *dataproto.Conn, st *extentstore.Store, e dataproto.ExtentEntry) (int64, error) {
+//
+// A copied block holds what the source had applied when it answered (its
+// read barrier makes that every overwrite committed before the read was
+// asked for); an overwrite applied here meanwhile may be newer, and the
+// copy would undo it. So an extent an overwrite applied to while blocks
+// were copied stays marked, for the next pass.
+func (p *partition) compareBlocks(ctx context.Context, conn *dataproto.Conn, st *extentstore.Store, e dataproto.ExtentEntry) (copied int64, err error) {
+	before := p.overwrittenAt(e.ID)
+	defer func() {
+		if copied > 0 && p.overwrittenAt(e.ID) != before {
+			p.log.Info("an overwrite applied while alignment copied blocks; comparing again next pass", "extent", e.ID)
+			p.keepStale(e.ID)
+		}
+	}()
 	var remote []uint32
 	var bs, rsize int64
 	for {
 		h, payload, err := conn.Do(ctx, &dataproto.Request{Header: dataproto.Header{
 			Op: dataproto.OpChecksums, Partition: p.id, Extent: e.ID, Arg: uint64(len(remote)), Flags: dataproto.FlagForwarded,
 		}})
-		if dataproto.CodeOf(err) == dataproto.CodeNotFound {
+		switch dataproto.CodeOf(err) {
+		case dataproto.CodeNotFound:
 			return 0, nil // freed at the source meanwhile
+		case dataproto.CodeNotHeld:
+			return 0, fmt.Errorf("checksums: %w: %v", errSourceNotReady, err)
 		}
 		if err != nil {
 			return 0, fmt.Errorf("checksums: %w", err)
@@ -493,7 +540,6 @@ func (p *partition) compareBlocks(ctx context.Context, conn *dataproto.Conn, st 
 	}
 	limit := min(info.Committed, e.Committed, rsize)
 	buf := make([]byte, bs)
-	var copied int64
 	for b := int64(0); b < limit/bs && b < int64(len(local)) && b < int64(len(remote)); b++ {
 		if local[b] == remote[b] {
 			continue
@@ -517,7 +563,53 @@ func (p *partition) compareBlocks(ctx context.Context, conn *dataproto.Conn, st 
 		copied += bs
 		p.h.m.alignedBytes.Add(float64(bs))
 	}
+	// The partial block at the end (a small extent has only that one):
+	// its CRCs cover each side's own size, so they compare only when the
+	// sizes are equal; otherwise the bytes both sides hold are compared.
+	if b, from := limit/bs, limit/bs*bs; from < limit {
+		if info.Size == rsize && b < int64(len(local)) && b < int64(len(remote)) && local[b] == remote[b] {
+			return copied, nil
+		}
+		n, err := p.compareTail(ctx, conn, st, e.ID, from, limit)
+		copied += n
+		if err != nil {
+			return copied, fmt.Errorf("bytes [%d,%d): %w", from, limit, err)
+		}
+	}
 	return copied, nil
+}
+
+// compareTail overwrites bytes [from, to) of extent ext with the source's
+// when they differ; it returns the bytes copied.
+func (p *partition) compareTail(ctx context.Context, conn *dataproto.Conn, st *extentstore.Store, ext uint64, from, to int64) (int64, error) {
+	n := to - from
+	if err := p.h.recovery.wait(ctx, n); err != nil {
+		return 0, err
+	}
+	_, theirs, err := conn.Do(ctx, &dataproto.Request{
+		Header: dataproto.Header{Op: dataproto.OpRead, Partition: p.id, Extent: ext, Offset: from, Arg: uint64(n), Size: to, Flags: dataproto.FlagForwarded | dataproto.FlagVerify},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read: %w", err)
+	}
+	if int64(len(theirs)) != n {
+		return 0, fmt.Errorf("read: got %d bytes of %d", len(theirs), n)
+	}
+	ours := make([]byte, n)
+	if _, err := st.ReadAt(ext, ours, from); err != nil {
+		return 0, err
+	}
+	if bytes.Equal(ours, theirs) {
+		return 0, nil
+	}
+	if err := st.Overwrite(ext, from, theirs); err != nil {
+		if errors.Is(err, extentstore.ErrPunched) {
+			return 0, nil // the file there was deleted here meanwhile
+		}
+		return 0, err
+	}
+	p.h.m.alignedBytes.Add(float64(n))
+	return n, nil
 }
 
 // scrub reads the whole partition at the configured pace and repairs what

@@ -690,7 +690,7 @@ func TestReportUsage(t *testing.T) {
 // fillableThird starts 3 nodes hosting partition 1 on [1 2 3], node 3's
 // disk able to fill: full (disabled at start) fails its extent writes with
 // ENOSPC, and room is what its statfs says (true: room, false: full).
-func fillableThird(t *testing.T) (*datanodetest.Cluster, *diskfs.Rule, *atomic.Bool) {
+func fillableThird(t *testing.T, tune ...func(*datanode.Options, *diskfs.Rule)) (*datanodetest.Cluster, *diskfs.Rule, *atomic.Bool) {
 	full := &diskfs.Rule{Ops: diskfs.OpWrite, PathContains: "ext-", Err: syscall.ENOSPC}
 	full.Disable()
 	room := new(atomic.Bool)
@@ -700,6 +700,9 @@ func fillableThird(t *testing.T) (*datanodetest.Cluster, *diskfs.Rule, *atomic.B
 		NodeOptions: func(id uint64) datanode.Options {
 			o := testOptions()
 			if id == 3 {
+				for _, f := range tune {
+					f(&o, full)
+				}
 				o.Store.FS = diskfs.Inject(diskfs.OS, full)
 				o.FreeSpace = func(string) (uint64, uint64, error) {
 					if room.Load() {
@@ -977,6 +980,31 @@ func TestMovedReplicaVotesUntilRemoved(t *testing.T) {
 // test/sim, led here from stale register reads after a full disk.)
 func TestFullReplicaServesNoOverwrittenBytes(t *testing.T) {
 	c, full, room := fillableThird(t)
+	checkFullReplicaOverwrite(t, c, full, room)
+}
+
+// TestFullReplicaComparesExtentsBeingAppended is
+// TestFullReplicaServesNoOverwrittenBytes with the extent appended to
+// within the full replica's quiet period (a small-file extent takes the
+// next file's bytes all the time), and the full disk refusing the store's
+// metadata log as well, so that the overwrite is not in its journal
+// either. Alignment leaves such an extent's tail to the chain; it used to
+// skip the extent whole and clear its mark all the same, and the replica
+// then served the bytes the overwrite replaced (found by the simulation,
+// test/sim, after a full disk).
+func TestFullReplicaComparesExtentsBeingAppended(t *testing.T) {
+	c, full, room := fillableThird(t, func(o *datanode.Options, full *diskfs.Rule) {
+		o.AlignQuietPeriod = time.Minute
+		full.PathContains = "" // every write of the store, its metadata log too
+	})
+	checkFullReplicaOverwrite(t, c, full, room)
+}
+
+// checkFullReplicaOverwrite appends a block to a new extent, overwrites it
+// while node 3's disk is full, and checks that node 3 never serves the old
+// bytes and serves the new ones once its disk has room.
+func checkFullReplicaOverwrite(t *testing.T, c *datanodetest.Cluster, full *diskfs.Rule, room *atomic.Bool) {
+	t.Helper()
 	cl := newClient(t, c)
 	ext := cl.create(1)
 	old, fresh := randBytes(4096, 1), randBytes(4096, 2)

@@ -115,7 +115,9 @@ func (sm *overwriteSM) ApplyBatch(ents []multiraft.Entry) ([]any, []error) {
 // for a reason other replicas need not share (see Apply).
 func (sm *overwriteSM) settle(ext uint64, err error) {
 	switch {
-	case err == nil, errors.Is(err, extentstore.ErrPunched), errors.Is(err, extentstore.ErrInvalid), errors.Is(err, extentstore.ErrTooLarge):
+	case err == nil:
+		sm.p.noteOverwrite(ext)
+	case errors.Is(err, extentstore.ErrPunched), errors.Is(err, extentstore.ErrInvalid), errors.Is(err, extentstore.ErrTooLarge):
 	default:
 		sm.p.markStale(ext)
 	}

@@ -57,6 +57,11 @@ type partition struct {
 	stale    map[uint64]uint64 // extent -> generation of its mark: awaits full alignment
 	staleAll uint64            // generation of a whole-partition mark, 0 if none
 	staleGen uint64
+	// overwritten records, while any mark stands, the generation at which
+	// an overwrite last applied to each extent: a block alignment copied
+	// while one applied may be older than what the overwrite wrote (see
+	// compareBlocks). Emptied with the last mark.
+	overwritten map[uint64]uint64
 	// rebuilding: the store was recreated empty; until a full alignment
 	// from a peer completes this replica is no source for anyone.
 	rebuilding atomic.Bool
@@ -108,7 +113,7 @@ func openPartition(h *Host, p *pb.Partition) (*partition, error) {
 	part := &partition{
 		id: p.Id, volume: p.VolumeId, h: h, dir: dir, log: h.log.With("partition", p.Id),
 		cv:    newChainView(p, h.env.NodeID, h.env.Epoch()),
-		stale: map[uint64]uint64{}, recent: map[uint64]time.Time{}, behind: map[uint64]behindSince{}, kick: make(chan struct{}, 1), repairs: make(chan extentstore.BadBlock, 64),
+		stale: map[uint64]uint64{}, overwritten: map[uint64]uint64{}, recent: map[uint64]time.Time{}, behind: map[uint64]behindSince{}, kick: make(chan struct{}, 1), repairs: make(chan extentstore.BadBlock, 64),
 		ctx: ctx, cancel: cancel,
 	}
 	part.store.Store(st)
@@ -332,12 +337,38 @@ func (p *partition) serving(ext uint64) bool {
 // markStale records that ext may miss overwrites: reads of it are refused
 // here until a full alignment copies every differing block from a peer.
 func (p *partition) markStale(ext uint64) {
+	p.keepStale(ext)
+	p.log.Warn("extent marked for repair from a peer", "extent", ext)
+}
+
+// keepStale marks ext as markStale does, without the warning: for a mark
+// an alignment pass could not clear and leaves to the next.
+func (p *partition) keepStale(ext uint64) {
 	p.staleMu.Lock()
 	p.staleGen++
 	p.stale[ext] = p.staleGen
 	p.staleMu.Unlock()
-	p.log.Warn("extent marked for repair from a peer", "extent", ext)
 	p.wakeup()
+}
+
+// noteOverwrite records that an overwrite applied to ext, while any mark
+// stands (see partition.overwritten).
+func (p *partition) noteOverwrite(ext uint64) {
+	p.staleMu.Lock()
+	defer p.staleMu.Unlock()
+	if len(p.stale) == 0 && p.staleAll == 0 {
+		return
+	}
+	p.staleGen++
+	p.overwritten[ext] = p.staleGen
+}
+
+// overwrittenAt is the generation of the last overwrite noteOverwrite
+// recorded for ext, 0 if none.
+func (p *partition) overwrittenAt(ext uint64) uint64 {
+	p.staleMu.Lock()
+	defer p.staleMu.Unlock()
+	return p.overwritten[ext]
 }
 
 // markAllStale does markStale for every extent (a Raft snapshot replaced
@@ -380,6 +411,9 @@ func (p *partition) clearStale(gen uint64, all bool, exts ...uint64) {
 		if p.staleAll <= gen {
 			p.staleAll = 0
 		}
+	}
+	if len(p.stale) == 0 && p.staleAll == 0 {
+		clear(p.overwritten)
 	}
 }
 
@@ -481,6 +515,8 @@ func (p *partition) checkStore() {
 		return
 	}
 	p.h.m.reopens.Inc()
-	p.store.Store(ns)
+	// Marked before the new store serves: it lacks the overwrites the old
+	// one failed to apply, and a read between the two would get old bytes.
 	p.markAllStale()
+	p.store.Store(ns)
 }

@@ -734,10 +734,23 @@ func (s *session) list(in *dataproto.Inbound) {
 	r.ok(rh, dataproto.AppendExtentEntries(make([]byte, 0, len(entries)*dataproto.ExtentEntryLen), entries))
 }
 
+// checksums answers the CRCs of an extent's blocks, a page at a time.
+// They are what a reader would read: refused while the extent awaits
+// repair here, and taken after a read barrier, so that alignment, which
+// keeps a block whose CRC matches its source's, never takes bytes this
+// replica has not applied every acknowledged overwrite to as the truth.
 func (s *session) checksums(in *dataproto.Inbound) {
 	r := s.begin(in)
 	p, _, _, ok := s.target(r, false)
 	if !ok {
+		return
+	}
+	if !p.serving(in.Header.Extent) {
+		r.fail(dataproto.CodeNotHeld, "extent %d awaits repair or replay on node %d", in.Header.Extent, s.h.env.NodeID)
+		return
+	}
+	if err := s.readBarrier(in.Context(), p); err != nil {
+		r.fail(dataproto.CodeNotHeld, "partition %d on node %d cannot confirm its checksums: %v", p.id, s.h.env.NodeID, err)
 		return
 	}
 	st := p.st()
