@@ -375,8 +375,8 @@ func TestHostEarly(t *testing.T) {
 
 // TestCloseToOpen: a read must see every write that ended before it began
 // (closed before its open), but may miss one still being written even
-// after another host's read saw it; the writes keep one order all reads
-// agree with, and a process's reads do not go backwards.
+// after another host's read saw it, again and again; the writes keep one
+// order all reads agree with, and a process's reads do not go backwards.
 func TestCloseToOpen(t *testing.T) {
 	onHost := func(op history.Op, host string) history.Op { op.Host = host; return op }
 	for _, tc := range []struct {
@@ -385,6 +385,7 @@ func TestCloseToOpen(t *testing.T) {
 		want []string
 	}{
 		{"old value while the write is open, after another host saw the new", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 40), "c3"), onHost(r(2, "r", 2, 20, 22), "c2"), onHost(r(4, "r", 1, 25, 30), "c1")}, nil},
+		{"old value twice while the write is open, after another host saw the new", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 40), "c3"), onHost(r(2, "r", 2, 20, 22), "c2"), onHost(r(4, "r", 1, 23, 24), "c1"), onHost(r(4, "r", 1, 25, 30), "c1")}, nil},
 		{"old value after the write closed", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 24), "c3"), onHost(r(2, "r", 2, 20, 22), "c2"), onHost(r(4, "r", 1, 25, 30), "c1")}, []string{"stale-read r"}},
 		{"two hosts disagree on which of two closed writes came last", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 40), "c3"), onHost(w(5, "r", 3, 16, 41), "c4"), onHost(r(2, "r", 2, 50, 55), "c2"), onHost(r(4, "r", 3, 56, 60), "c1")}, []string{"stale-read r"}},
 		{"a process's reads going backwards while the write is open", []history.Op{w(1, "r", 1, 0, 10), onHost(w(3, "r", 2, 15, 40), "c3"), onHost(r(2, "r", 2, 20, 22), "c2"), onHost(r(2, "r", 1, 25, 30), "c2")}, []string{"stale-read r"}},

@@ -195,14 +195,19 @@ func lostWrite(c *collector, key string, f history.Op, written map[uint64][]hist
 // Version before. The writes stay in one order that every read agrees
 // with, so two reads that began after both of two writes ended must not
 // disagree on which came last; and a process's reads do not go backwards
-// (r follows the process's own earlier operations).
+// (r follows the process's own earlier operations). An earlier read of
+// the process that returned the same value as r does not hold r back: a
+// host that keeps its cached Version serves that value again and again
+// while another host's reads already see a write still in progress, and
+// r showing the same value as the read before it cannot go backwards.
 func openedAfter(ops []history.Op, r history.Op) int64 {
 	var after int64
 	for _, o := range ops {
 		if o.End >= r.Start || o.End+1 <= after {
 			continue
 		}
-		if o.Process == r.Process || o.Kind == history.Write && o.Outcome == history.OK {
+		again := o.Kind == history.Read && o.Outcome == history.OK && !o.Corrupt && o.Value == r.Value
+		if o.Process == r.Process && !again || o.Kind == history.Write && o.Outcome == history.OK {
 			after = o.End + 1
 		}
 	}

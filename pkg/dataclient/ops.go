@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/cairnfs/cairn/pkg/dataproto"
@@ -14,9 +15,11 @@ import (
 // Overwrite replaces len(data) existing bytes of extent ext of partition
 // pid at extOff (a random write inside a file, CFS §2.7.2: the extent keys
 // do not change). It goes through the partition's Raft group: the call
-// follows the leader's redirects and retries transient failures (the
-// operation is idempotent) until ctx ends. The range must lie within bytes
-// every replica acknowledged.
+// follows the leader's redirects and retries transient failures until ctx
+// ends, every attempt of a piece under one id, which a replica that
+// applied the piece does not apply again (a retry applied after another
+// client's overwrite of the same bytes would undo it). The range must lie
+// within bytes every replica acknowledged.
 func (c *Client) Overwrite(ctx context.Context, pid, ext uint64, extOff int64, data []byte) error {
 	p, err := c.partition(pid)
 	if err != nil {
@@ -39,6 +42,7 @@ func (c *Client) overwritePiece(ctx context.Context, pid uint64, replicas []uint
 	if target == 0 {
 		target = replicas[0]
 	}
+	id := rand.Uint64() | 1 // never 0, which is "no id"
 	backoff := 20 * time.Millisecond
 	next := 0
 	redirected := false
@@ -65,7 +69,7 @@ func (c *Client) overwritePiece(ctx context.Context, pid uint64, replicas []uint
 			if conn, err = c.pool.get(ctx, addr); err == nil {
 				err = c.withGrant(ctx, conn, pid, ext, off, len(data), grant.Write, false, func([]byte) error {
 					_, _, err := conn.Do(ctx, &dataproto.Request{
-						Header:  dataproto.Header{Op: dataproto.OpOverwrite, Partition: pid, Extent: ext, Offset: off, Epoch: c.epoch()},
+						Header:  dataproto.Header{Op: dataproto.OpOverwrite, Partition: pid, Extent: ext, Offset: off, Arg: id, Epoch: c.epoch()},
 						Payload: data,
 					})
 					return err

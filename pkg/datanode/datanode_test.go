@@ -456,6 +456,50 @@ func TestFollowerReadSeesAcknowledgedOverwrite(t *testing.T) {
 	}
 }
 
+// TestRetriedOverwriteAppliesOnce: an overwrite sent again under its id
+// after another overwrite of the same bytes (a client that did not get
+// its answer retries) leaves the later bytes on every replica; without the
+// id it would bring back the bytes the later overwrite replaced. An
+// overwrite without an id still applies each time it is sent.
+func TestRetriedOverwriteAppliesOnce(t *testing.T) {
+	c := three(t)
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	cl.appendAll(ext, make([]byte, 4096), 4096)
+	overwrite := func(id uint64, b []byte) {
+		t.Helper()
+		eventually(t, 10*time.Second, func() error {
+			for node := uint64(1); node <= 3; node++ {
+				if _, _, err := cl.do(node, dataproto.Header{Op: dataproto.OpOverwrite, Partition: 1, Extent: ext, Arg: id}, b); err == nil {
+					return nil
+				}
+			}
+			return errors.New("no replica took the overwrite")
+		})
+	}
+	everywhere := func(want []byte, what string) {
+		t.Helper()
+		for node := uint64(1); node <= 3; node++ {
+			got, err := cl.read(node, ext, 0, 4096, 4096)
+			if err != nil {
+				t.Fatalf("%s: read from node %d: %v", what, node, err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s: node %d serves other bytes", what, node)
+			}
+		}
+	}
+	a, b := randBytes(4096, 1), randBytes(4096, 2)
+	overwrite(77, a)
+	overwrite(78, b)
+	overwrite(77, a) // the retry
+	everywhere(b, "a retry after a later overwrite")
+	overwrite(0, a)
+	overwrite(0, b)
+	overwrite(0, a)
+	everywhere(a, "overwrites without ids")
+}
+
 // A replica whose group lost its quorum cannot know whether the others
 // committed an overwrite without it: it refuses reads (the reader tries
 // elsewhere) rather than serve what it applied, and serves again once the

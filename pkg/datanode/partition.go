@@ -334,6 +334,18 @@ func (p *partition) serving(ext uint64) bool {
 	return !stale && p.staleAll == 0
 }
 
+// marked reports whether ext awaits repair here: marked itself, the whole
+// partition marked, or the replica being rebuilt.
+func (p *partition) marked(ext uint64) bool {
+	if p.rebuilding.Load() {
+		return true
+	}
+	p.staleMu.Lock()
+	defer p.staleMu.Unlock()
+	_, ok := p.stale[ext]
+	return ok || p.staleAll != 0
+}
+
 // markStale records that ext may miss overwrites: reads of it are refused
 // here until a full alignment copies every differing block from a peer.
 func (p *partition) markStale(ext uint64) {

@@ -686,7 +686,7 @@ func (s *session) overwrite(in *dataproto.Inbound) {
 			fmt.Sprintf("overwrite [%d,%d) of extent %d beyond its committed size %d", h.Offset, h.Offset+int64(h.Length), h.Extent, info.Committed))
 		return
 	}
-	cmd := encodeOverwrite(h.Extent, h.Offset, in.Payload)
+	cmd := encodeOverwrite(h.Arg, h.Extent, h.Offset, in.Payload)
 	in.Release()
 	ctx, cancel := context.WithTimeout(in.Context(), s.h.opts.ProposeTimeout)
 	defer cancel()

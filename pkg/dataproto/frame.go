@@ -76,7 +76,10 @@ const (
 	OpRead Op = 5
 	// OpOverwrite replaces existing bytes at Offset with the payload,
 	// through the partition's Raft group. Sent to any replica; a follower
-	// answers CodeNotLeader with the leader's node id in Arg.
+	// answers CodeNotLeader with the leader's node id in Arg. Arg is the
+	// overwrite's id (0: none), the same on every attempt: a replica that
+	// applied an id (among its partition's last 16384 overwrites) does
+	// not apply it again.
 	OpOverwrite Op = 6
 	// OpFree frees the data of one extent key of a deleted file (CFS
 	// §2.7.3): in a small extent the Arg bytes at Offset are punched out; a
