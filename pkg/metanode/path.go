@@ -341,7 +341,17 @@ func (s *service) pathHere(ctx context.Context, req *metapb.PathRequest) (*parti
 				locked = l
 			}
 			if r := plan.rename; r != nil {
-				if resp := s.placeNew(ctx, p, req, r); resp != nil {
+				resp, err := s.placeNew(ctx, p, req, r)
+				if err != nil {
+					// The new name may be placed: the locks and fences
+					// stay, as after a Txn whose outcome is unknown
+					// (below), for the client's retry to take over.
+					fenced, locked = nil, nil
+					s.h.log.Warn("rename's placement outcome unknown; the client's retry settles it", "request", req.RequestId,
+						"partition", p.id, "path", string(req.Path), "err", err)
+					return nil, nil, err
+				}
+				if resp != nil {
 					return p, resp, nil
 				}
 				if d := r.dst; d != nil {

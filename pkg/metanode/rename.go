@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnfs/cairn/pkg/clustermap"
@@ -339,12 +341,20 @@ func renameAnswer(base *metapb.PathResponse, parent uint64, moved *metapb.Dentry
 
 // placeNew places a cross-partition rename's new name on its partition
 // before the rename's Txn: nil when placed (r.dst says what it replaced),
-// else the answer that ends the rename, having changed nothing.
-func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRequest, r *renamePlace) *metapb.PathResponse {
-	exdev := func(format string, args ...any) *metapb.PathResponse {
+// else the answer that ends the rename, having changed nothing. An error
+// says the placement's outcome is unknown (its partition did not answer
+// in time): it may have applied, so the rename is not handed to the
+// client's protocol (EXDEV), which would leave the placed name to the
+// resolver, and so make a rename the client was told had failed; the
+// client retries the request, whose attempt finds the placement its own.
+func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRequest, r *renamePlace) (*metapb.PathResponse, error) {
+	exdev := func(format string, args ...any) (*metapb.PathResponse, error) {
 		resp := pathErr(metapb.EXDEV, req.Path, format, args...)
 		resp.Parent = r.dir.Ino
-		return resp
+		return resp, nil
+	}
+	unknown := func(err error) (*metapb.PathResponse, error) {
+		return nil, status.Errorf(codes.Unavailable, "rename: placing the new name on partition %d: outcome unknown: %v", r.part, err)
 	}
 	if r.part == 0 {
 		part, err := s.routeByMap(ctx, p.volume, r.dir.Ino, r.name)
@@ -363,9 +373,9 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 	res, err := s.followUpOn(ctx, "rename_place", r.part, &metapb.Txn{Ops: []*metapb.Op{create}, RequestId: placementID(req.RequestId)})
 	switch {
 	case err != nil:
-		return exdev("rename: the new name's partition %d did not answer: %v", r.part, err)
+		return unknown(err)
 	case res.GetErrno() == 0:
-		return nil
+		return nil, nil
 	case metapb.Errno(res.GetErrno()) != metapb.EEXIST:
 		// ENOENT: the directory is fenced there (an rmdir is checking
 		// it); EWRONGMP, EMOVING: the name is moving. The client's
@@ -385,7 +395,7 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 	switch {
 	case dst.GetPending().GetId() == pend.GetId() && dst.GetIno() == r.src.GetIno():
 		// An earlier attempt's placement whose answer was forgotten.
-		return nil
+		return nil, nil
 	case dst.GetPending() != nil:
 		// Another rename's new name, not settled: the client's protocol
 		// waits for it.
@@ -394,7 +404,7 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 		if isDir {
 			// An earlier attempt's placement: a directory never has two
 			// names, and its renames hold its locks, one at a time.
-			return nil
+			return nil, nil
 		}
 		if s.linksOf(ctx, p, r) == 1 {
 			// Another rename of the same file is between its placement
@@ -406,32 +416,35 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 			return exdev("rename: another rename of inode %d is under way", r.src.GetIno())
 		}
 		if r.noreplace {
-			return pathErr(metapb.EEXIST, []byte(r.name), "rename: the new name exists")
+			return pathErr(metapb.EEXIST, []byte(r.name), "rename: the new name exists"), nil
 		}
-		return r.same // two names of one inode: nothing to do
+		return r.same, nil // two names of one inode: nothing to do
 	case r.noreplace:
-		return pathErr(metapb.EEXIST, []byte(r.name), "rename: the new name exists")
+		return pathErr(metapb.EEXIST, []byte(r.name), "rename: the new name exists"), nil
 	case dst.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY && isDir:
 		return exdev("rename of a directory over a directory")
 	case dst.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY:
-		return pathErr(metapb.EISDIR, []byte(r.name), "rename: the new name is a directory")
+		return pathErr(metapb.EISDIR, []byte(r.name), "rename: the new name is a directory"), nil
 	case isDir:
-		return pathErr(metapb.ENOTDIR, []byte(r.name), "rename of a directory over a non-directory")
+		return pathErr(metapb.ENOTDIR, []byte(r.name), "rename of a directory over a non-directory"), nil
 	case stickyCheck(r.dir, r.cred, look.GetInode()) == metapb.EXDEV:
 		// The sticky check needs the replaced inode's owner, homed
 		// elsewhere: the client's protocol reads it.
 		return exdev("rename: sticky directory, replaced inode homed elsewhere")
 	case stickyCheck(r.dir, r.cred, look.GetInode()) == metapb.EPERM:
-		return pathErr(metapb.EPERM, []byte(r.name), "sticky directory")
+		return pathErr(metapb.EPERM, []byte(r.name), "sticky directory"), nil
 	}
 	replace := &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{
 		Parent: r.dir.Ino, Name: []byte(r.name), Ino: r.src.GetIno(), Type: r.src.GetType(), ExpectIno: dst.GetIno(), Pending: pend}}}
 	res, err = s.followUpOn(ctx, "rename_place", r.part, &metapb.Txn{Ops: []*metapb.Op{replace}, RequestId: newFenceToken()})
-	if err != nil || res.GetErrno() != 0 {
+	switch {
+	case err != nil:
+		return unknown(err)
+	case res.GetErrno() != 0:
 		return exdev("rename: the new name changed while it was replaced")
 	}
 	r.dst, r.keep = dst, keptOpen(req, dst.GetIno())
-	return nil
+	return nil, nil
 }
 
 // pending is the mark r's placement puts on the new name: pending under

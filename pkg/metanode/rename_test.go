@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/metapartition"
 	"github.com/cairnfs/cairn/pkg/metapb"
@@ -338,6 +341,32 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		}
 		if tp.holds(t, 0, to) != 0 || tp.holds(t, 1, from) != ino {
 			t.Errorf("the retry of a refused rename changed a name")
+		}
+	})
+
+	t.Run("a placement whose partition did not answer", func(t *testing.T) {
+		// Whether the new name was placed is not known: the rename is not
+		// left to the client's protocol (EXDEV), which would leave a
+		// placed name to the resolver, which then completes a rename the
+		// client was told had failed. The client retries the request,
+		// whose attempt places the name (or finds it placed) and goes on.
+		from, to := nameIn("uf", 1), nameIn("ut", 0)
+		ino := mk(1, from)
+		h := tp.c.leaderOf(t, 2)
+		s := &service{h: h}
+		req := renameReq(RootIno, from, to)
+		r := &renamePlace{part: 1, dir: nsreplica.Entry{Ino: RootIno}, name: to, from: from, src: &metapb.Dentry{Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}
+		gone, cancel := context.WithCancel(tp.ctx)
+		cancel()
+		if resp, err := s.placeNew(gone, h.parts[2], req, r); resp != nil || status.Code(err) != codes.Unavailable {
+			t.Fatalf("placement without an answer: %v, %v; want an Unavailable error", resp, err)
+		}
+		if resp, err := s.placeNew(tp.ctx, h.parts[2], req, r); resp != nil || err != nil {
+			t.Fatalf("the retry's placement: %v, %v", resp, err)
+		}
+		look, err := tp.mc.FetchPending(tp.ctx, tp.p[0], RootIno, to)
+		if err != nil || look.GetErrno() != 0 || look.GetDentry().GetIno() != ino || look.GetDentry().GetPending().GetId() != placementID(req.RequestId) {
+			t.Errorf("the retry did not place %s: %v %v", to, look, err)
 		}
 	})
 
