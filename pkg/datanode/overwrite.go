@@ -137,6 +137,9 @@ func (r *doneRing) list() []uint64 {
 	return append(append([]uint64(nil), r.ids[r.next:]...), r.ids[:r.next]...)
 }
 
+// The partition's overwrites of one Raft round share a journal fsync.
+var _ multiraft.BatchApplier = (*overwriteSM)(nil)
+
 // overwriteSM is the partition's Raft state machine.
 type overwriteSM struct {
 	p *partition

@@ -325,13 +325,7 @@ func (p *partition) serving(ext uint64) bool {
 		}
 		p.replayed.Store(true)
 	}
-	if p.rebuilding.Load() {
-		return false
-	}
-	p.staleMu.Lock()
-	defer p.staleMu.Unlock()
-	_, stale := p.stale[ext]
-	return !stale && p.staleAll == 0
+	return !p.marked(ext)
 }
 
 // marked reports whether ext awaits repair here: marked itself, the whole
