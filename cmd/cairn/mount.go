@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/capability"
 	"github.com/cairnfs/cairn/pkg/client"
 	"github.com/cairnfs/cairn/pkg/daemon"
+	"github.com/cairnfs/cairn/pkg/diskcache"
 	"github.com/cairnfs/cairn/pkg/fusefs"
 	"github.com/cairnfs/cairn/pkg/mountinfo"
 	"github.com/cairnfs/cairn/pkg/optrace"
@@ -47,6 +49,12 @@ type mountOpts struct {
 	// subdir is the directory of the volume the mount shows as its root
 	// ("": the volume's root, or a path-restricted identity's subtree).
 	subdir string
+	// cacheDir is the directory under which the mount keeps its disk
+	// cache, in a subdirectory of its own ("": defaultCacheDir).
+	cacheDir string
+	// cacheBytes bounds the disk cache (0: defaultDiskCacheBytes;
+	// negative: no disk cache).
+	cacheBytes int64
 	// memoryLimit is the soft limit of the process's memory the Go
 	// runtime's collector keeps to (0: defaultMountMemoryLimit, negative:
 	// none).
@@ -149,6 +157,13 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 				o.readAheadKB = n
 			case "file_cache_mb":
 				o.fileCacheBytes, err = mib("no cache", 64)
+			case "cache_dir":
+				if !hasVal || !filepath.IsAbs(val) {
+					err = fmt.Errorf("-o %s: want an absolute directory, e.g. cache_dir=/var/cache/cairn", kv)
+				}
+				o.cacheDir = val
+			case "cache_size_mb":
+				o.cacheBytes, err = mib("no disk cache", 10240)
 			case "memory_mb":
 				o.memoryLimit, err = mib("no limit", 1024)
 			case "allow_other":
@@ -163,7 +178,7 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 			case "debug":
 				o.debug = true
 			default:
-				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, cache_timeout=S, op_timeout=S, read_ahead_kb=N, file_cache_mb=N, memory_mb=N, ro, allow_other, debug, subdir=PATH)", k)
+				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, cache_timeout=S, op_timeout=S, read_ahead_kb=N, file_cache_mb=N, cache_dir=DIR, cache_size_mb=N, memory_mb=N, ro, allow_other, debug, subdir=PATH)", k)
 			}
 			if err != nil {
 				return o, err
@@ -238,6 +253,65 @@ func checkMountPoint(cmd *cobra.Command, mp string) error {
 	return nil
 }
 
+// defaultDiskCacheBytes bounds the mount's disk cache unless -o
+// cache_size_mb says otherwise. JuiceFS keeps up to 100 GiB by default; the
+// index of 10 GiB of 128 KiB blocks takes about 20 MB of the mount's
+// memory.
+const defaultDiskCacheBytes = 10 << 30
+
+// defaultCacheDir is where mounts keep their disk caches unless -o
+// cache_dir says otherwise.
+func defaultCacheDir() (string, error) {
+	if os.Geteuid() == 0 {
+		return "/var/cache/cairn", nil
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d, "cairn"), nil
+}
+
+// openDiskCache opens the mount's disk cache in a subdirectory of the
+// cache directory named for the volume and the mount point, after
+// removing the caches of mounts that were killed there; nil when it is
+// off. A default directory that cannot be used turns the cache off with a
+// warning; one the user named fails the mount.
+func openDiskCache(mo mountOpts, volume, mountPoint string, logger *slog.Logger) (*diskcache.Cache, error) {
+	if mo.cacheBytes < 0 || mo.fileCacheBytes < 0 {
+		return nil, nil
+	}
+	size := mo.cacheBytes
+	if size == 0 {
+		size = defaultDiskCacheBytes
+	}
+	base, explicit := mo.cacheDir, mo.cacheDir != ""
+	if !explicit {
+		var err error
+		if base, err = defaultCacheDir(); err != nil {
+			logger.Warn("disk cache off: no cache directory (set -o cache_dir)", "err", err)
+			return nil, nil
+		}
+	}
+	sum := sha256.Sum256([]byte(mountPoint))
+	dir := filepath.Join(base, fmt.Sprintf("%s-%x", volume, sum[:6]))
+	if _, err := diskcache.RemoveStale(nil, base); err != nil {
+		logger.Warn("disk cache: removing the caches of killed mounts", "dir", base, "err", err)
+	}
+	c, err := diskcache.Open(diskcache.Options{Dir: dir, Limit: size, Logf: func(format string, args ...any) {
+		logger.Warn(fmt.Sprintf(format, args...))
+	}})
+	switch {
+	case err == nil:
+		return c, nil
+	case explicit:
+		return nil, fmt.Errorf("-o cache_dir=%s: %w", mo.cacheDir, err)
+	default:
+		logger.Warn("disk cache off (set -o cache_dir, or cache_size_mb=0)", "err", err)
+		return nil, nil
+	}
+}
+
 // openVolume opens volume, retrying with a message while no master
 // answers, until wait is over. A volume that does not exist fails at once.
 func openVolume(cmd *cobra.Command, masters []string, volume string, wait time.Duration, opts *client.Options) (*client.Volume, error) {
@@ -296,6 +370,13 @@ Options (-o, comma-separated, may repeat):
                     (or never kept them: O_DIRECT): small files (up to
                     1 MiB) whole, larger ones that fit in it in 128 KiB
                     blocks read at random (default 32; 0 turns it off)
+  cache_dir=DIR     directory under which the mount keeps a disk cache of the
+                    blocks and small files file_cache_mb keeps in memory, for
+                    when they leave memory, in a subdirectory of its own
+                    removed at unmount (default /var/cache/cairn for root,
+                    else ~/.cache/cairn)
+  cache_size_mb=N   MiB of disk for that cache (default 10240; 0 turns it off);
+                    it also leaves 10% of its file system free
   memory_mb=N       soft limit of the mount's memory, which Go's garbage
                     collector works harder to keep to (default 448, plus
                     what file_cache_mb adds beyond 32; at least the file
@@ -367,8 +448,16 @@ file system (docs/bench.md, "Traces").`,
 				}
 				defer rec.Close() // a no-op after closeTrace
 			}
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			disk, err := openDiskCache(mo, volume, mp, logger)
+			if err != nil {
+				return err
+			}
+			if disk != nil {
+				defer disk.Close() // after the volume's Close below
+			}
 			v, err := openVolume(cmd, masters, volume, wait, &client.Options{OpTimeout: mo.opTimeout, FileCacheBytes: mo.fileCacheBytes, TLS: conf,
-				Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+				DiskCache: disk, Logger: logger})
 			if err != nil {
 				return err
 			}

@@ -95,6 +95,20 @@ func (c *Cache[K]) Get(ctx context.Context, key K, fetch Fetch) ([]byte, error) 
 	return cl.data, cl.err
 }
 
+// Lookup returns the bytes under key if they are kept, without fetching
+// (a hit is counted; a miss is left to the Get that follows it).
+func (c *Cache[K]) Lookup(key K) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[key]
+	if !ok {
+		return nil, false
+	}
+	c.lru.MoveToFront(el)
+	c.hits++
+	return el.Value.(*entry[K]).data, true
+}
+
 // Put stores data under key (a chunk this client just wrote), so that
 // reading it back costs no fetch. data must not be modified afterwards.
 func (c *Cache[K]) Put(key K, data []byte) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/chunkcache"
 	"github.com/cairnfs/cairn/pkg/dataclient"
+	"github.com/cairnfs/cairn/pkg/diskcache"
 	"github.com/cairnfs/cairn/pkg/metaclient"
 	"github.com/cairnfs/cairn/pkg/metapb"
 	"github.com/cairnfs/cairn/pkg/perm"
@@ -80,6 +81,8 @@ type Stats struct {
 	// FileCache is the small-file cache's state (filecache.go; zero when
 	// it is off).
 	FileCache chunkcache.Stats
+	// DiskCache is the disk cache's state (zero without one).
+	DiskCache diskcache.Stats
 	// Data are the data client's counters (zero before the first OpenFile).
 	Data dataclient.Stats
 }
@@ -97,6 +100,9 @@ func (v *Volume) Stats() Stats {
 	}
 	if v.files != nil {
 		st.FileCache = v.files.Stats()
+	}
+	if v.disk != nil {
+		st.DiskCache = v.disk.Stats()
 	}
 	return st
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/cairnfs/cairn/pkg/chunkcache"
+	"github.com/cairnfs/cairn/pkg/diskcache"
 )
 
 // The file cache keeps the whole contents of small files read through
@@ -60,30 +61,76 @@ type fileKey struct {
 // it does anyway.
 const readBlockBytes = 128 << 10
 
-// fileBlocks are the blocks of one Version of a file in the volume's file
-// cache (dataclient.Blocks).
-type fileBlocks struct {
-	c   *chunkcache.Cache[fileKey]
-	ino uint64
-	ver Version
+// diskKey is k's key in the disk cache.
+func (k fileKey) diskKey() diskcache.Key {
+	return diskcache.Key{Ino: k.ino, Gen: fmt.Sprintf("%d.%d.%d", k.ver.Size, k.ver.Mtime, k.ver.Ctime), Block: k.block}
 }
 
-func (b fileBlocks) Get(ctx context.Context, block int64, fetch func(context.Context) ([]byte, error)) ([]byte, error) {
-	return b.c.Get(ctx, fileKey{ino: b.ino, ver: b.ver, block: block + 1}, fetch)
+// fileBlocks are the blocks of one Version of a file in the volume's file
+// cache (dataclient.Blocks): in memory, else on the disk cache (if any),
+// else fetched and kept in both.
+type fileBlocks struct {
+	c    *chunkcache.Cache[fileKey]
+	disk *diskcache.Cache
+	ino  uint64
+	ver  Version
+}
+
+func (b fileBlocks) Read(ctx context.Context, block int64, p []byte, off int64, fetch func(context.Context) ([]byte, error)) (bool, error) {
+	k := fileKey{ino: b.ino, ver: b.ver, block: block + 1}
+	// A block found on disk is not brought into memory: a random read
+	// of a few KiB would pay for the whole block, and the kernel's page
+	// cache keeps the cache file's pages anyway.
+	data, ok := b.c.Lookup(k)
+	if !ok && b.disk != nil && b.disk.Read(k.diskKey(), p, off) {
+		return false, nil
+	}
+	fetched := false
+	if !ok {
+		var err error
+		data, err = b.c.Get(ctx, k, func(ctx context.Context) ([]byte, error) {
+			fetched = true
+			if b.disk == nil {
+				return fetch(ctx)
+			}
+			mark := b.disk.Mark()
+			data, err := fetch(ctx)
+			if err == nil {
+				b.disk.Put(k.diskKey(), data, mark)
+			}
+			return data, err
+		})
+		if err != nil {
+			return fetched, err
+		}
+	}
+	if off+int64(len(p)) > int64(len(data)) {
+		return fetched, fmt.Errorf("block %d of inode %d holds %d bytes, want %d at %d", block, b.ino, len(data), len(p), off)
+	}
+	copy(p, data[off:])
+	return fetched, nil
 }
 
 // blocksFor returns the file cache's blocks of the handle's file for its
 // reader's random reads, or nil when the handle may not use the cache (as
-// cachedFile) or the file would not fit in it whole: a miss fetches a
-// whole block for a read of a few KiB, which pays only while blocks stay
-// to be read again. Called with f.mu held.
+// cachedFile) or the file would not fit in it whole (in memory, or on the
+// disk cache when there is one): a miss fetches a whole block for a read
+// of a few KiB, which pays only while blocks stay to be read again.
+// Called with f.mu held.
 func (l *extentLayout) blocksFor() dataclient.Blocks {
 	f := l.f
 	c := f.v.files
-	if c == nil || f.writable || !f.verOK || f.size <= fileCacheMaxSize || f.size != l.recorded || int64(f.size) > c.Limit() {
+	if c == nil || f.writable || !f.verOK || f.size <= fileCacheMaxSize || f.size != l.recorded {
 		return nil
 	}
-	return fileBlocks{c: c, ino: f.ino, ver: f.ver}
+	limit := c.Limit()
+	if d := f.v.disk; d != nil {
+		limit = max(limit, d.Limit())
+	}
+	if int64(f.size) > limit {
+		return nil
+	}
+	return fileBlocks{c: c, disk: f.v.disk, ino: f.ino, ver: f.ver}
 }
 
 // newFileCache returns the cache Options.FileCacheBytes asks for, or nil.
@@ -111,10 +158,18 @@ func (l *extentLayout) cachedFile() ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	keys, size := l.keys, int64(f.size)
-	data, err := c.Get(f.ctx, fileKey{ino: f.ino, ver: f.ver}, func(ctx context.Context) ([]byte, error) {
+	key, disk := fileKey{ino: f.ino, ver: f.ver}, f.v.disk
+	data, err := c.Get(f.ctx, key, func(ctx context.Context) ([]byte, error) {
+		buf := make([]byte, size)
+		var mark uint64
+		if disk != nil {
+			if disk.Read(key.diskKey(), buf, 0) {
+				return buf, nil
+			}
+			mark = disk.Mark()
+		}
 		r := f.dc.NewReader(dataclient.WithInode(ctx, f.ino), keys, size)
 		defer r.Close()
-		buf := make([]byte, size)
 		n, err := r.ReadAt(buf, 0)
 		f.v.bytesRead.Add(int64(n))
 		if err != nil && err != io.EOF {
@@ -122,6 +177,9 @@ func (l *extentLayout) cachedFile() ([]byte, bool, error) {
 		}
 		if n != len(buf) {
 			return nil, fmt.Errorf("read %d of the %d bytes of inode %d", n, len(buf), f.ino)
+		}
+		if disk != nil {
+			disk.Put(key.diskKey(), buf, mark)
 		}
 		return buf, nil
 	})
@@ -139,6 +197,7 @@ func (l *extentLayout) cachedFile() ([]byte, bool, error) {
 // dropCached forgets the cached contents of Version ver of file ino: a
 // handle of this client changed, or is about to change, its bytes.
 func (v *Volume) dropCached(ino uint64, ver Version) {
+	v.dropDisk(ino)
 	switch {
 	case v.files == nil:
 	case ver.Size <= fileCacheMaxSize:
@@ -147,5 +206,14 @@ func (v *Volume) dropCached(ino uint64, ver Version) {
 		// Blocks (blocksFor): DeleteIf looks at every entry, which only
 		// a file larger than fileCacheMaxSize can make worth it.
 		v.files.DeleteIf(func(k fileKey) bool { return k.ino == ino && k.ver == ver })
+	}
+}
+
+// dropDisk removes every block of file ino from the disk cache: this
+// client changed or deleted the file, and its old bytes should leave the
+// disk now rather than when they are evicted.
+func (v *Volume) dropDisk(ino uint64) {
+	if v.disk != nil {
+		v.disk.DropIno(ino)
 	}
 }

@@ -3,8 +3,16 @@ package client
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/diskcache"
 )
 
 // TestFileCache reads small files again through new read-only handles and
@@ -209,4 +217,123 @@ func TestFileCacheBlocks(t *testing.T) {
 	if got, fetched := readAt(v, h2, 5<<20+8192); !bytes.Equal(got, huge[5<<20+8192:5<<20+12288]) || fetched != 4096 {
 		t.Fatalf("a file larger than the cache: %d bytes fetched, want exactly the 4096 read", fetched)
 	}
+}
+
+// TestDiskCache: with a disk cache under a small memory cache, blocks and
+// small files that left memory are read from local disk, not the data
+// nodes; a cache file changed on disk is read from the data nodes instead
+// (right bytes, counted as corrupt); this client's flush and unlink of a
+// file take its blocks off the disk.
+func TestDiskCache(t *testing.T) {
+	dir := t.TempDir()
+	disk, err := diskcache.Open(diskcache.Options{Dir: dir, Limit: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { disk.Close() })
+	v, _, _ := startWithDataMap(t, Options{FileCacheBytes: 256 << 10, DiskCache: disk}, nil)
+	ctx := context.Background()
+	// settle waits until the disk cache holds n blocks.
+	settle := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); disk.Stats().Blocks != n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the disk cache holds %d blocks, want %d", disk.Stats().Blocks, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	readAt := func(ino uint64, p []byte, off int64) int64 {
+		t.Helper()
+		before := v.Stats().BytesFromData
+		f, err := v.OpenFile(ctx, ino, syscall.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close(ctx)
+		if _, err := f.ReadAt(p, off); err != nil {
+			t.Fatal(err)
+		}
+		return v.Stats().BytesFromData - before
+	}
+
+	data := pattern(2<<20, 1) // 16 blocks: more than memory holds
+	ino := createFile(t, v, "big", data)
+	p := make([]byte, 4096)
+	for b := int64(0); b < 16; b++ {
+		readAt(ino, p, b*readBlockBytes+100)
+	}
+	settle(16)
+	// Block 0 left memory long ago: it comes from the disk.
+	off := int64(5000)
+	if fetched := readAt(ino, p, off); fetched != 0 || !bytes.Equal(p, data[off:off+4096]) {
+		t.Fatalf("a block on disk: %d bytes fetched, content ok %v", fetched, bytes.Equal(p, data[off:off+4096]))
+	}
+	if disk.Stats().Hits == 0 {
+		t.Fatal("no disk cache hit counted")
+	}
+
+	// Damage block 1's file: the read is right, from the data nodes.
+	var victim string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(path, "_2") { // block 1 (fileKey numbers blocks from 1)
+			victim = path
+		}
+		return nil
+	})
+	if victim == "" {
+		t.Fatal("no cache file of block 1")
+	}
+	if err := os.WriteFile(victim, make([]byte, readBlockBytes), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	off = readBlockBytes + 8192
+	if fetched := readAt(ino, p, off); fetched == 0 || !bytes.Equal(p, data[off:off+4096]) {
+		t.Fatalf("a damaged block: %d bytes fetched, content ok %v", fetched, bytes.Equal(p, data[off:off+4096]))
+	}
+	if disk.Stats().Corrupt != 1 {
+		t.Fatalf("stats %+v", disk.Stats())
+	}
+
+	// Small files: kept whole on disk once they leave memory.
+	var small []uint64
+	for i := 0; i < 4; i++ {
+		small = append(small, createFile(t, v, fmt.Sprintf("s%d", i), pattern(100<<10, byte(i))))
+	}
+	for _, s := range small {
+		readAt(s, make([]byte, 100<<10), 0)
+	}
+	settle(15 + 1 + 4) // 15 blocks, block 1 fetched again, 4 small files
+	got := make([]byte, 100<<10)
+	if fetched := readAt(small[0], got, 0); fetched != 0 || !bytes.Equal(got, pattern(100<<10, 0)) {
+		t.Fatalf("a small file on disk: %d bytes fetched", fetched)
+	}
+
+	// A reader of this client opened before this client's flush reads
+	// the flushed bytes, not the old ones the disk holds.
+	r, err := v.OpenFile(ctx, ino, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	w, err := v.OpenFile(ctx, ino, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, at := pattern(4096, 77), 3*readBlockBytes+4096
+	if _, err := w.WriteAt(patch, int64(at)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReadAt(p, int64(at)); err != nil || !bytes.Equal(p, patch) {
+		t.Fatalf("after this client's flush a reader read the old bytes (err %v)", err)
+	}
+
+	// This client's unlink takes the file's blocks off the disk.
+	if err := v.Unlink(ctx, RootIno, "big"); err != nil {
+		t.Fatal(err)
+	}
+	settle(4)
 }

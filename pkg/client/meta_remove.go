@@ -77,6 +77,7 @@ func (v *Volume) keepOpen(req *metapb.PathRequest) {
 // TouchDir (same op id). Failures leave a link count too high or a stale
 // parent (see the relaxations).
 func (v *Volume) afterUnlink(ctx context.Context, op string, req *metapb.PathRequest, resp *metapb.PathResponse, ino uint64) {
+	v.dropDisk(ino)
 	switch {
 	case !resp.GetLinkDropped():
 		id := metapb.FollowUpID(req.RequestId, metapb.FollowUpLink)

@@ -37,6 +37,7 @@ import (
 	"github.com/cairnfs/cairn/pkg/chunker"
 	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataclient"
+	"github.com/cairnfs/cairn/pkg/diskcache"
 	"github.com/cairnfs/cairn/pkg/gate"
 	"github.com/cairnfs/cairn/pkg/grant"
 	"github.com/cairnfs/cairn/pkg/hybridindex"
@@ -78,6 +79,11 @@ type Options struct {
 	// whole, larger ones that fit in it whole in blocks filled by random
 	// reads. 0 means 32 MiB; negative caches nothing.
 	FileCacheBytes int64
+	// DiskCache, when set, keeps the file cache's blocks and small files
+	// on local disk as well (pkg/diskcache), for when they have left
+	// memory; the caller opened it and closes it after the Volume. It is
+	// used only with the file cache (FileCacheBytes not negative).
+	DiskCache *diskcache.Cache
 	// Logger receives a warning for every failed attempt of a metadata
 	// step that is retried and every data write moved off a partition
 	// (Data.Logger, if unset), and the step that then fails for want of
@@ -160,6 +166,7 @@ type Volume struct {
 	dedupBytes atomic.Int64
 	chunks     *chunkcache.Cache[chunker.Fingerprint]
 	files      *chunkcache.Cache[fileKey] // nil: no file cache
+	disk       *diskcache.Cache           // nil: the file cache is in memory only
 	layouts    dirLayouts
 
 	unfences *metaclient.UnfenceBatch // fences of removed directories (unfence.go)
@@ -299,6 +306,9 @@ func Open(ctx context.Context, masters []string, volume string, opts *Options) (
 	}
 	v.chunks = chunkcache.New[chunker.Fingerprint](cacheBytes)
 	v.files = newFileCache(o.FileCacheBytes)
+	if v.files != nil {
+		v.disk = o.DiskCache
+	}
 	v.unfences = v.newUnfenceBatch()
 	v.meta = metaclient.New(v.pool, func(node uint64) (string, bool) {
 		a, ok := v.current().nodes[node]

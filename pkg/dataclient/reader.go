@@ -268,11 +268,12 @@ type Reader struct {
 
 // Blocks keeps whole blocks of one file's bytes for a Reader's random
 // reads (SetBlocks), typically in a cache shared by every reader of the
-// file's version. Get returns block i (the file's bytes [i*size,
-// (i+1)*size), shorter at the end of the file), calling fetch on a miss;
-// the slice is shared and must not be modified.
+// file's version. Read copies bytes [off, off+len(p)) of block i (the
+// file's bytes [i*size, (i+1)*size), shorter at the end of the file) into
+// p, calling fetch for the whole block on a miss; fetched reports that
+// this call's fetch brought them.
 type Blocks interface {
-	Get(ctx context.Context, block int64, fetch func(ctx context.Context) ([]byte, error)) ([]byte, error)
+	Read(ctx context.Context, block int64, p []byte, off int64, fetch func(ctx context.Context) ([]byte, error)) (fetched bool, err error)
 }
 
 // SetBlocks makes the reader's random reads go through b in blocks of
@@ -484,9 +485,7 @@ func (r *Reader) readBlocks(p []byte, off int64) error {
 func (r *Reader) readBlock(p []byte, off, bi int64) error {
 	start := bi * r.blockSize
 	n := min(r.blockSize, r.size-start)
-	fetched := false
-	data, err := r.blocks.Get(r.ctx, bi, func(context.Context) ([]byte, error) {
-		fetched = true
+	fetched, err := r.blocks.Read(r.ctx, bi, p, off-start, func(context.Context) ([]byte, error) {
 		buf := make([]byte, n)
 		if err := r.fetch(buf, start); err != nil {
 			return nil, err
@@ -500,12 +499,9 @@ func (r *Reader) readBlock(p []byte, off, bi int64) error {
 		return r.fetch(p, off)
 	case err != nil:
 		return err
-	case int64(len(data)) != n:
-		return fmt.Errorf("dataclient: block %d holds %d bytes, want %d", bi, len(data), n)
 	}
-	c := copy(p, data[off-start:])
 	if !fetched {
-		r.blockHits.Add(int64(c))
+		r.blockHits.Add(int64(len(p)))
 	}
 	return nil
 }

@@ -336,6 +336,8 @@ func (c *Cluster) args(p Proc) []string {
 	case mountProc:
 		args := append([]string{"mount", "--master", strings.Join(c.layout.MasterAddrs(), ","), "--metrics", p.MetricsAddr}, adminTLS...)
 		args = append(args, pprof...)
+		// The mount's disk cache lives with the cluster's other state.
+		args = append(args, "-o", "cache_dir="+filepath.Join(dir, "cache"))
 		if os.Geteuid() == 0 {
 			// Mounted by root with default_permissions: every user may use
 			// it as the permission bits allow, as with a disk file system.
