@@ -61,9 +61,15 @@ type fileKey struct {
 // it does anyway.
 const readBlockBytes = 128 << 10
 
-// diskKey is k's key in the disk cache.
+// diskKey is k's key in the disk cache: the bytes at the block's offset
+// (0 for a whole small file; a Version is kept either whole or in blocks,
+// by its size).
 func (k fileKey) diskKey() diskcache.Key {
-	return diskcache.Key{Ino: k.ino, Gen: fmt.Sprintf("%d.%d.%d", k.ver.Size, k.ver.Mtime, k.ver.Ctime), Block: k.block}
+	off := int64(0)
+	if k.block > 0 {
+		off = (k.block - 1) * readBlockBytes
+	}
+	return diskcache.Key{Ino: k.ino, Gen: fmt.Sprintf("%d.%d.%d", k.ver.Size, k.ver.Mtime, k.ver.Ctime), Off: off}
 }
 
 // fileBlocks are the blocks of one Version of a file in the volume's file

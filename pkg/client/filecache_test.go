@@ -273,20 +273,26 @@ func TestDiskCache(t *testing.T) {
 		t.Fatal("no disk cache hit counted")
 	}
 
-	// Damage block 1's file: the read is right, from the data nodes.
+	// Damage block 1 in the file's cache file: the read is right, from
+	// the data nodes.
 	var victim string
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && strings.HasSuffix(path, "_2") { // block 1 (fileKey numbers blocks from 1)
+		if err == nil && strings.HasPrefix(filepath.Base(path), fmt.Sprintf("%x_", ino)) {
 			victim = path
 		}
 		return nil
 	})
 	if victim == "" {
-		t.Fatal("no cache file of block 1")
+		t.Fatal("no cache file of the file")
 	}
-	if err := os.WriteFile(victim, make([]byte, readBlockBytes), 0o600); err != nil {
+	vf, err := os.OpenFile(victim, os.O_RDWR, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := vf.WriteAt(make([]byte, readBlockBytes), readBlockBytes); err != nil {
+		t.Fatal(err)
+	}
+	vf.Close()
 	off = readBlockBytes + 8192
 	if fetched := readAt(ino, p, off); fetched == 0 || !bytes.Equal(p, data[off:off+4096]) {
 		t.Fatalf("a damaged block: %d bytes fetched, content ok %v", fetched, bytes.Equal(p, data[off:off+4096]))

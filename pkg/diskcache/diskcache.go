@@ -70,17 +70,19 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Key names one immutable block: block Block of inode Ino at version Gen.
-// Gen may hold only letters, digits, '.' and '-' (it is part of a file
-// name); Put ignores a key that breaks this.
+// Key names one immutable block: the bytes at offset Off of version Gen
+// of inode Ino. The blocks of one version must not overlap (the client
+// cuts a file into blocks of one size). Gen may hold only letters, digits,
+// '.' and '-' (it is part of a file name); Put ignores a key that breaks
+// this.
 type Key struct {
-	Ino   uint64
-	Gen   string
-	Block int64
+	Ino uint64
+	Gen string
+	Off int64
 }
 
 func (k Key) valid() bool {
-	if k.Gen == "" || len(k.Gen) > 128 || k.Block < 0 {
+	if k.Gen == "" || len(k.Gen) > 128 || k.Off < 0 {
 		return false
 	}
 	for i := 0; i < len(k.Gen); i++ {
@@ -92,10 +94,18 @@ func (k Key) valid() bool {
 	return true
 }
 
-// name is the key's file, relative to the cache directory: one of 256
-// subdirectories by inode, so that no directory grows huge.
-func (k Key) name() string {
-	return filepath.Join(fmt.Sprintf("%02x", k.Ino&0xff), fmt.Sprintf("%x_%s_%d", k.Ino, k.Gen, k.Block))
+// verKey names one version of a file: the blocks of a version live in one
+// sparse file at their offsets, so that a reader of many blocks of one
+// file needs one open descriptor, and an evicted block is a punched hole.
+type verKey struct {
+	ino uint64
+	gen string
+}
+
+// name is the version's file, relative to the cache directory: in one of
+// 256 subdirectories by inode, so that no directory grows huge.
+func (k verKey) name() string {
+	return filepath.Join(fmt.Sprintf("%02x", k.ino&0xff), fmt.Sprintf("%x_%s", k.ino, k.gen))
 }
 
 // Options configure a Cache.
@@ -139,14 +149,15 @@ type Cache struct {
 
 	mu       sync.Mutex
 	entries  map[Key]*entry
-	byIno    map[uint64]map[Key]struct{}
-	lru      *list.List // of *entry, most recently read first
-	fds      *list.List // of *entry with an open file, most recently opened first
+	versions map[uint64]map[string]*version // ino -> gen -> version with blocks or writes
+	lru      *list.List                     // of *entry, most recently read first
+	fds      *list.List                     // of *version with an open file, most recently used first
 	bytes    int64
 	queue    []job
 	queued   int64
 	pending  map[Key]bool // queued or being written; true: dropped meanwhile
-	removals []string     // files to remove, by the writer
+	work     []fileOp     // removals and punches, done by the writer
+	busy     bool         // the writer is doing work taken off the list
 	// seq counts DropIno calls; droppedAt is the seq of each inode's
 	// last one, and a Put whose mark is below floor is refused (Put).
 	seq, floor uint64
@@ -160,26 +171,46 @@ type Cache struct {
 	free, total int64
 	freeAt      time.Time
 	fullUntil   time.Time
+	logMu       sync.Mutex // not mu: logf is called with mu held
 	logged      map[string]time.Time
+}
+
+// version is one version's sparse file.
+type version struct {
+	key verKey
+	// f is the file kept open (nil: none), in Cache.fds at fdEl; refs
+	// counts the reads and writes using it. entries and writes are the
+	// version's blocks in the index and in the queue; when both are none the
+	// version is gone: out of Cache.versions, its file removed, f closed
+	// with the last reference.
+	f       diskfs.File
+	fdEl    *list.Element
+	refs    int
+	entries map[int64]*entry // by offset
+	writes  int
+	gone    bool
 }
 
 type entry struct {
 	key  Key
+	v    *version
 	size int64
 	crcs []uint32 // one per PieceBytes
 	el   *list.Element
-	// f is the file kept open for reads (nil: none), in Cache.fds at
-	// fdEl; refs counts the reads using the entry; gone is set when it
-	// left the index (f is closed when refs falls to 0).
-	f    diskfs.File
-	fdEl *list.Element
-	refs int
-	gone bool
 }
 
 type job struct {
 	key  Key
+	v    *version
 	data []byte
+}
+
+// fileOp is a removal of a version's file (punch nil) or a punched hole in
+// it, for the writer to do.
+type fileOp struct {
+	v        *version
+	off, len int64
+	punch    bool
 }
 
 // Open empties o.Dir (creating it), locks it against a second cache in the
@@ -229,7 +260,7 @@ func Open(o Options) (*Cache, error) {
 	}
 	c := &Cache{
 		o: o, fs: fs, lock: lock,
-		entries: map[Key]*entry{}, byIno: map[uint64]map[Key]struct{}{},
+		entries: map[Key]*entry{}, versions: map[uint64]map[string]*version{},
 		lru: list.New(), fds: list.New(), pending: map[Key]bool{}, droppedAt: map[uint64]uint64{},
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		logged: map[string]time.Time{},
@@ -253,9 +284,9 @@ func (c *Cache) Close() error {
 	<-c.done
 	c.mu.Lock()
 	for el := c.fds.Front(); el != nil; el = el.Next() {
-		e := el.Value.(*entry)
-		e.f.Close()
-		e.f, e.fdEl = nil, nil
+		v := el.Value.(*version)
+		v.f.Close()
+		v.f, v.fdEl = nil, nil
 	}
 	c.fds.Init()
 	c.mu.Unlock()
@@ -336,39 +367,41 @@ func (c *Cache) Read(k Key, p []byte, off int64) bool {
 		return false
 	}
 	c.lru.MoveToFront(e.el)
-	e.refs++
-	f := e.f
+	v := e.v
+	f := c.acquireLocked(v)
 	c.mu.Unlock()
 
 	var err error
 	if f == nil {
-		f, err = c.openFile(e)
+		var kept bool
+		if f, kept, err = c.openFile(v, false); err == nil && !kept {
+			defer f.Close()
+		}
 	}
 	if err == nil && len(p) > 0 {
-		err = c.readChecked(f, e, p, off)
+		err = readChecked(f, e, p, off)
 	}
 
 	c.mu.Lock()
-	e.refs--
-	c.closeIfDoneLocked(e)
+	c.releaseLocked(v)
 	if err == nil {
 		c.stats.Hits++
 		c.mu.Unlock()
 		return true
 	}
-	if c.entries[k] == e {
+	if c.entries[k] == e { // not evicted (punched) while it was read
 		c.removeLocked(e)
 		c.stats.Corrupt++
 	}
 	c.stats.Misses++
 	c.mu.Unlock()
-	c.logf("corrupt", "disk cache: block %s left out: %v", k.name(), err)
+	c.logf("corrupt", "disk cache: block at %d of %s left out: %v", k.Off, v.key.name(), err)
 	return false
 }
 
-// readChecked reads [off, off+len(p)) of e's file through f into p,
-// checking the CRC of every piece it touches.
-func (c *Cache) readChecked(f diskfs.File, e *entry, p []byte, off int64) error {
+// readChecked reads [off, off+len(p)) of e through f into p, checking the
+// CRC of every piece it touches.
+func readChecked(f diskfs.File, e *entry, p []byte, off int64) error {
 	first := off / PieceBytes
 	last := (off + int64(len(p)) - 1) / PieceBytes
 	start, end := first*PieceBytes, min((last+1)*PieceBytes, e.size)
@@ -376,7 +409,7 @@ func (c *Cache) readChecked(f diskfs.File, e *entry, p []byte, off int64) error 
 	if !inPlace {
 		buf = make([]byte, end-start)
 	}
-	n, err := f.ReadAt(buf, start)
+	n, err := f.ReadAt(buf, e.key.Off+start)
 	switch {
 	case n == len(buf):
 	case err == nil || err == io.EOF:
@@ -396,50 +429,61 @@ func (c *Cache) readChecked(f diskfs.File, e *entry, p []byte, off int64) error 
 	return nil
 }
 
-// openFile opens e's file and keeps the descriptor with e for later reads,
-// closing the least recently opened idle ones beyond maxOpen. The caller
-// holds a reference to e (refs).
-func (c *Cache) openFile(e *entry) (diskfs.File, error) {
-	f, err := c.fs.Open(filepath.Join(c.o.Dir, e.key.name()))
+// acquireLocked takes a reference to v's file and returns it if it is
+// open (nil: the caller opens it with openFile).
+func (c *Cache) acquireLocked(v *version) diskfs.File {
+	v.refs++
+	if v.f != nil {
+		c.fds.MoveToFront(v.fdEl)
+	}
+	return v.f
+}
+
+// releaseLocked drops a reference; a gone version's file closes with the
+// last one.
+func (c *Cache) releaseLocked(v *version) {
+	v.refs--
+	if v.gone && v.refs == 0 && v.f != nil {
+		c.fds.Remove(v.fdEl)
+		v.f.Close()
+		v.f, v.fdEl = nil, nil
+	}
+}
+
+// openFile opens v's file (creating it when create is set) and keeps the
+// descriptor for later reads and writes, closing the least recently used
+// idle ones beyond maxOpen; the caller closes a file not kept (v is gone).
+// The caller holds a reference (acquireLocked).
+func (c *Cache) openFile(v *version, create bool) (f diskfs.File, kept bool, err error) {
+	path := filepath.Join(c.o.Dir, v.key.name())
+	f, err = c.fs.Open(path)
+	if err != nil && create && errors.Is(err, iofs.ErrNotExist) {
+		f, err = c.fs.Create(path)
+	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e.f != nil { // another reader opened it meanwhile
+	switch {
+	case v.f != nil: // another user opened it meanwhile
 		f.Close()
-		return e.f, nil
+		return v.f, true, nil
+	case v.gone:
+		return f, false, nil
 	}
-	if e.gone {
-		return f, nil // closeIfDoneLocked closes it with the last reference
-	}
-	e.f = f
-	e.fdEl = c.fds.PushFront(e)
+	v.f = f
+	v.fdEl = c.fds.PushFront(v)
 	for el := c.fds.Back(); el != nil && c.fds.Len() > maxOpen; {
 		prev := el.Prev()
-		if o := el.Value.(*entry); o.refs == 0 {
+		if o := el.Value.(*version); o.refs == 0 {
 			c.fds.Remove(el)
-			o.fdEl = nil
 			o.f.Close()
-			o.f = nil
+			o.f, o.fdEl = nil, nil
 		}
 		el = prev
 	}
-	return f, nil
-}
-
-// closeIfDoneLocked closes the descriptor of an entry that left the index
-// once no reader holds it.
-func (c *Cache) closeIfDoneLocked(e *entry) {
-	if !e.gone || e.refs > 0 || e.f == nil {
-		return
-	}
-	if e.fdEl != nil {
-		c.fds.Remove(e.fdEl)
-		e.fdEl = nil
-	}
-	e.f.Close()
-	e.f = nil
+	return f, true, nil
 }
 
 // Mark returns the cache's position among DropIno calls; take it before
@@ -474,10 +518,27 @@ func (c *Cache) Put(k Key, data []byte, mark uint64) {
 		c.stats.Dropped++
 		return
 	}
-	c.queue = append(c.queue, job{key: k, data: data})
+	v := c.versionLocked(verKey{k.Ino, k.Gen})
+	v.writes++
+	c.queue = append(c.queue, job{key: k, v: v, data: data})
 	c.queued += int64(len(data))
 	c.pending[k] = false
 	c.signalLocked()
+}
+
+// versionLocked returns the live version vk, made if missing.
+func (c *Cache) versionLocked(vk verKey) *version {
+	gens := c.versions[vk.ino]
+	if gens == nil {
+		gens = map[string]*version{}
+		c.versions[vk.ino] = gens
+	}
+	v := gens[vk.gen]
+	if v == nil {
+		v = &version{key: vk, entries: map[int64]*entry{}}
+		gens[vk.gen] = v
+	}
+	return v
 }
 
 // Limit returns the most bytes of blocks the cache holds.
@@ -503,12 +564,14 @@ func (c *Cache) DropIno(ino uint64) {
 		c.floor, c.droppedAt = c.seq, map[uint64]uint64{}
 	}
 	c.droppedAt[ino] = c.seq
-	for k := range c.byIno[ino] {
-		c.removeLocked(c.entries[k])
-	}
 	for k := range c.pending {
 		if k.Ino == ino {
 			c.pending[k] = true
+		}
+	}
+	for _, v := range c.versions[ino] {
+		for _, e := range v.entries {
+			c.removeLocked(e)
 		}
 	}
 	c.signalLocked()
@@ -523,20 +586,40 @@ func (c *Cache) Stats() Stats {
 	return s
 }
 
-// removeLocked takes e out of the index and queues its file's removal.
+// removeLocked takes e out of the index and has its bytes leave the disk:
+// a punched hole, or the version's file when it was its last block.
 func (c *Cache) removeLocked(e *entry) {
-	e.gone = true
-	c.closeIfDoneLocked(e)
 	c.lru.Remove(e.el)
 	delete(c.entries, e.key)
-	if m := c.byIno[e.key.Ino]; m != nil {
-		delete(m, e.key)
-		if len(m) == 0 {
-			delete(c.byIno, e.key.Ino)
+	c.bytes -= e.size
+	v := e.v
+	delete(v.entries, e.key.Off)
+	if !c.retireLocked(v) {
+		c.work = append(c.work, fileOp{v: v, off: e.key.Off, len: e.size, punch: true})
+	}
+}
+
+// retireLocked makes v gone when it has no blocks and no queued writes:
+// out of the index, its file removed by the writer. It reports whether it
+// did.
+func (c *Cache) retireLocked(v *version) bool {
+	if len(v.entries) > 0 || v.writes > 0 || v.gone {
+		return v.gone
+	}
+	v.gone = true
+	if gens := c.versions[v.key.ino]; gens != nil && gens[v.key.gen] == v {
+		delete(gens, v.key.gen)
+		if len(gens) == 0 {
+			delete(c.versions, v.key.ino)
 		}
 	}
-	c.bytes -= e.size
-	c.removals = append(c.removals, e.key.name())
+	if v.refs == 0 && v.f != nil {
+		c.fds.Remove(v.fdEl)
+		v.f.Close()
+		v.f, v.fdEl = nil, nil
+	}
+	c.work = append(c.work, fileOp{v: v})
+	return true
 }
 
 func (c *Cache) signal() {
@@ -552,13 +635,13 @@ func (c *Cache) signalLocked() {
 	}
 }
 
-// writer writes queued blocks and removes dropped files until Close.
+// writer writes queued blocks and does the removals and punches, in the
+// order they were decided, until Close.
 func (c *Cache) writer() {
 	defer close(c.done)
 	for {
+		c.doWork()
 		c.mu.Lock()
-		removals := c.removals
-		c.removals = nil
 		var j job
 		have := len(c.queue) > 0
 		if have {
@@ -568,9 +651,6 @@ func (c *Cache) writer() {
 		}
 		closed := c.closed
 		c.mu.Unlock()
-		for _, n := range removals {
-			c.remove(n)
-		}
 		if closed {
 			return
 		}
@@ -582,14 +662,55 @@ func (c *Cache) writer() {
 	}
 }
 
-func (c *Cache) remove(name string) {
-	if err := c.fs.Remove(filepath.Join(c.o.Dir, name)); err != nil && !errors.Is(err, iofs.ErrNotExist) {
-		c.logf("remove", "disk cache: remove %s: %v", name, err)
+// doWork does the removals and punches decided so far.
+func (c *Cache) doWork() {
+	c.mu.Lock()
+	work := c.work
+	c.work = nil
+	c.busy = len(work) > 0
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.busy = false
+		c.mu.Unlock()
+	}()
+	for _, w := range work {
+		if !w.punch {
+			if err := c.fs.Remove(filepath.Join(c.o.Dir, w.v.key.name())); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+				c.logf("remove", "disk cache: remove %s: %v", w.v.key.name(), err)
+			}
+			continue
+		}
+		c.mu.Lock()
+		if w.v.gone { // its file goes whole
+			c.mu.Unlock()
+			continue
+		}
+		f := c.acquireLocked(w.v)
+		c.mu.Unlock()
+		var err error
+		if f == nil {
+			var kept bool
+			if f, kept, err = c.openFile(w.v, false); err == nil && !kept {
+				f.Close() // gone meanwhile: its file goes whole
+				f, err = nil, nil
+			}
+		}
+		if f != nil {
+			err = f.PunchHole(w.off, w.len)
+		}
+		c.mu.Lock()
+		c.releaseLocked(w.v)
+		c.mu.Unlock()
+		if err != nil {
+			c.logf("punch", "disk cache: punch %d bytes at %d of %s: %v", w.len, w.off, w.v.key.name(), err)
+		}
 	}
 }
 
 // write makes room for j (evicting the least recently read blocks), writes
-// its file and adds it to the index, unless it was dropped meanwhile.
+// it into its version's file and adds it to the index, unless it was
+// dropped meanwhile.
 func (c *Cache) write(j job) {
 	size := int64(len(j.data))
 	c.mu.Lock()
@@ -597,30 +718,41 @@ func (c *Cache) write(j job) {
 	if c.pending[j.key] || !c.roomLocked(size) {
 		delete(c.pending, j.key)
 		c.stats.Dropped++
+		j.v.writes--
+		c.retireLocked(j.v)
 		c.mu.Unlock()
 		return
 	}
-	removals := c.removals
-	c.removals = nil
+	f := c.acquireLocked(j.v)
 	c.mu.Unlock()
-	for _, n := range removals {
-		c.remove(n)
-	}
+	c.doWork() // the evictions' punches before the write
 
 	crcs := make([]uint32, (size+PieceBytes-1)/PieceBytes)
 	for i := range crcs {
 		crcs[i] = crc32.Checksum(j.data[int64(i)*PieceBytes:min(int64(i+1)*PieceBytes, size)], castagnoli)
 	}
-	name := j.key.name()
-	err := c.writeFile(name, j.data)
-
-	if err != nil {
-		c.logf("write", "disk cache: write %s: %v", name, err)
+	var err error
+	if f == nil {
+		// j.v has a queued write (j), so it is not gone: f is kept.
+		f, _, err = c.openFile(j.v, true)
 	}
+	if err == nil {
+		var n int
+		n, err = f.WriteAt(j.data, j.key.Off)
+		if err == nil && n != len(j.data) {
+			err = io.ErrShortWrite
+		}
+	}
+	if err != nil {
+		c.logf("write", "disk cache: write %d bytes at %d of %s: %v", size, j.key.Off, j.v.key.name(), err)
+	}
+
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.releaseLocked(j.v)
 	dropped := c.pending[j.key]
 	delete(c.pending, j.key)
+	j.v.writes--
 	switch {
 	case err != nil:
 		c.stats.WriteErrors++
@@ -628,38 +760,22 @@ func (c *Cache) write(j job) {
 		if errors.Is(err, syscall.ENOSPC) {
 			c.fullUntil = time.Now().Add(fullBackoff)
 		}
-		c.removals = append(c.removals, name)
-	case dropped || c.closed:
-		c.removals = append(c.removals, name)
+		if !c.retireLocked(j.v) {
+			c.work = append(c.work, fileOp{v: j.v, off: j.key.Off, len: size, punch: true})
+		}
+	case dropped || c.closed || j.v.gone:
+		if !c.retireLocked(j.v) {
+			c.work = append(c.work, fileOp{v: j.v, off: j.key.Off, len: size, punch: true})
+		}
 	default:
-		e := &entry{key: j.key, size: size, crcs: crcs}
+		e := &entry{key: j.key, v: j.v, size: size, crcs: crcs}
 		e.el = c.lru.PushFront(e)
 		c.entries[j.key] = e
-		m := c.byIno[j.key.Ino]
-		if m == nil {
-			m = map[Key]struct{}{}
-			c.byIno[j.key.Ino] = m
-		}
-		m[j.key] = struct{}{}
+		j.v.entries[j.key.Off] = e
 		c.bytes += size
 		c.free -= size
 		c.stats.Written++
 	}
-}
-
-func (c *Cache) writeFile(name string, data []byte) error {
-	f, err := c.fs.Create(filepath.Join(c.o.Dir, name))
-	if err != nil {
-		return err
-	}
-	n, err := f.WriteAt(data, 0)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && n != len(data) {
-		err = io.ErrShortWrite
-	}
-	return err
 }
 
 // roomLocked evicts until size more bytes fit under the limit and above
@@ -691,7 +807,7 @@ func (c *Cache) roomLocked(size int64) bool {
 	for c.bytes+size > allowed {
 		e := c.lru.Back().Value.(*entry)
 		c.removeLocked(e)
-		c.free += e.size // the writer removes its file before writing
+		c.free += e.size // punched or removed before the write
 	}
 	return true
 }
@@ -701,13 +817,13 @@ func (c *Cache) logf(kind, format string, args ...any) {
 	if c.o.Logf == nil {
 		return
 	}
-	c.mu.Lock()
+	c.logMu.Lock()
 	last, now := c.logged[kind], time.Now()
 	ok := now.Sub(last) >= time.Minute
 	if ok {
 		c.logged[kind] = now
 	}
-	c.mu.Unlock()
+	c.logMu.Unlock()
 	if ok {
 		c.o.Logf(format, args...)
 	}
