@@ -143,7 +143,6 @@ func TestChangedFileIsAMiss(t *testing.T) {
 			defer f.Close()
 			return f.Truncate(10000)
 		}},
-
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := diskfs.NewMem()
