@@ -301,13 +301,18 @@ func TestDiskCache(t *testing.T) {
 		t.Fatalf("stats %+v", disk.Stats())
 	}
 
-	// Small files: kept whole on disk once they leave memory.
+	// Small files: kept whole on disk when fetched a second time.
 	var small []uint64
 	for i := 0; i < 4; i++ {
 		small = append(small, createFile(t, v, fmt.Sprintf("s%d", i), pattern(100<<10, byte(i))))
 	}
 	for _, s := range small {
 		readAt(s, make([]byte, 100<<10), 0)
+	}
+	time.Sleep(50 * time.Millisecond)
+	settle(16) // a small file fetched once is not written to the disk
+	for _, s := range small {
+		readAt(s, make([]byte, 100<<10), 0) // each fetched again: it left memory
 	}
 	settle(15 + 1 + 4) // 15 blocks, block 1 fetched again, 4 small files
 	got := make([]byte, 100<<10)
@@ -342,4 +347,26 @@ func TestDiskCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	settle(4)
+}
+
+func TestFetchedSet(t *testing.T) {
+	var s fetchedSet
+	k := func(i int) fileKey { return fileKey{ino: uint64(i), ver: Version{Size: 10, Mtime: 5, Ctime: 6}} }
+	if s.again(k(1)) || !s.again(k(1)) {
+		t.Fatal("a key is new once, then seen")
+	}
+	other := k(1)
+	other.ver.Ctime++
+	if s.again(other) {
+		t.Fatal("another Version of the file counted as seen")
+	}
+	for i := 2; i < fetchedSetSize+2; i++ {
+		s.again(k(i))
+	}
+	if s.again(k(1)) {
+		t.Fatal("the oldest key is still remembered past the set's size")
+	}
+	if !s.again(k(fetchedSetSize)) {
+		t.Fatal("a recent key was forgotten")
+	}
 }

@@ -167,7 +167,9 @@ type Volume struct {
 	chunks     *chunkcache.Cache[chunker.Fingerprint]
 	files      *chunkcache.Cache[fileKey] // nil: no file cache
 	disk       *diskcache.Cache           // nil: the file cache is in memory only
-	layouts    dirLayouts
+	// fetchedBefore admits small files to the disk cache (filecache.go).
+	fetchedBefore fetchedSet
+	layouts       dirLayouts
 
 	unfences *metaclient.UnfenceBatch // fences of removed directories (unfence.go)
 
