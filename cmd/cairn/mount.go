@@ -255,7 +255,7 @@ func checkMountPoint(cmd *cobra.Command, mp string) error {
 
 // defaultDiskCacheBytes bounds the mount's disk cache unless -o
 // cache_size_mb says otherwise. JuiceFS keeps up to 100 GiB by default; the
-// index of 10 GiB of 128 KiB blocks takes about 20 MB of the mount's
+// index of 10 GiB of 128 KiB blocks takes about 25 MB of the mount's
 // memory.
 const defaultDiskCacheBytes = 10 << 30
 
