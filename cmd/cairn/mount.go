@@ -55,6 +55,9 @@ type mountOpts struct {
 	// cacheBytes bounds the disk cache (0: defaultDiskCacheBytes;
 	// negative: no disk cache).
 	cacheBytes int64
+	// cacheFreeRatio is the share of its file system the disk cache
+	// leaves free (0: diskcache's default; negative: none).
+	cacheFreeRatio float64
 	// memoryLimit is the soft limit of the process's memory the Go
 	// runtime's collector keeps to (0: defaultMountMemoryLimit, negative:
 	// none).
@@ -164,6 +167,15 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 				o.cacheDir = val
 			case "cache_size_mb":
 				o.cacheBytes, err = mib("no disk cache", 10240)
+			case "cache_free_ratio":
+				f, perr := strconv.ParseFloat(val, 64)
+				if !hasVal || perr != nil || f < 0 || f > 0.9 {
+					err = fmt.Errorf("-o %s: want a share of the cache's file system between 0 and 0.9, e.g. cache_free_ratio=0.1", kv)
+				}
+				o.cacheFreeRatio = f
+				if f == 0 {
+					o.cacheFreeRatio = -1
+				}
 			case "memory_mb":
 				o.memoryLimit, err = mib("no limit", 1024)
 			case "allow_other":
@@ -178,7 +190,7 @@ func parseMountOpts(vals []string) (mountOpts, error) {
 			case "debug":
 				o.debug = true
 			default:
-				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, cache_timeout=S, op_timeout=S, read_ahead_kb=N, file_cache_mb=N, cache_dir=DIR, cache_size_mb=N, memory_mb=N, ro, allow_other, debug, subdir=PATH)", k)
+				err = fmt.Errorf("unknown mount option %q (known: entry_timeout=S, attr_timeout=S, cache_timeout=S, op_timeout=S, read_ahead_kb=N, file_cache_mb=N, cache_dir=DIR, cache_size_mb=N, cache_free_ratio=F, memory_mb=N, ro, allow_other, debug, subdir=PATH)", k)
 			}
 			if err != nil {
 				return o, err
@@ -298,7 +310,7 @@ func openDiskCache(mo mountOpts, volume, mountPoint string, logger *slog.Logger)
 	if _, err := diskcache.RemoveStale(nil, base); err != nil {
 		logger.Warn("disk cache: removing the caches of killed mounts", "dir", base, "err", err)
 	}
-	c, err := diskcache.Open(diskcache.Options{Dir: dir, Limit: size, Logf: func(format string, args ...any) {
+	c, err := diskcache.Open(diskcache.Options{Dir: dir, Limit: size, FreeRatio: mo.cacheFreeRatio, Logf: func(format string, args ...any) {
 		logger.Warn(fmt.Sprintf(format, args...))
 	}})
 	switch {
@@ -375,8 +387,9 @@ Options (-o, comma-separated, may repeat):
                     when they leave memory, in a subdirectory of its own
                     removed at unmount (default /var/cache/cairn for root,
                     else ~/.cache/cairn)
-  cache_size_mb=N   MiB of disk for that cache (default 10240; 0 turns it off);
-                    it also leaves 10% of its file system free
+  cache_size_mb=N   MiB of disk for that cache (default 10240; 0 turns it off)
+  cache_free_ratio=F share of the cache's file system it leaves free
+                    (default 0.1; 0: none)
   memory_mb=N       soft limit of the mount's memory, which Go's garbage
                     collector works harder to keep to (default 448, plus
                     what file_cache_mb adds beyond 32; at least the file

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +37,13 @@ func TestParseMountOpts(t *testing.T) {
 		{in: []string{"op_timeout"}, wantErr: "want seconds"},
 		{in: []string{"attr_timeout=-1"}, wantErr: "want seconds"},
 		{in: []string{"entry_timeout=4000"}, wantErr: "want seconds"},
+		{in: []string{"cache_dir=/c,cache_size_mb=100,cache_free_ratio=0.2"}, want: mountOpts{entryTimeout: time.Second, attrTimeout: time.Second, readAheadKB: defaultReadAheadKB, cacheDir: "/c", cacheBytes: 100 << 20, cacheFreeRatio: 0.2}},
+		{in: []string{"cache_size_mb=0,cache_free_ratio=0"}, want: mountOpts{entryTimeout: time.Second, attrTimeout: time.Second, readAheadKB: defaultReadAheadKB, cacheBytes: -1, cacheFreeRatio: -1}},
+		{in: []string{"cache_dir=relative"}, wantErr: "want an absolute directory"},
+		{in: []string{"cache_dir"}, wantErr: "want an absolute directory"},
+		{in: []string{"cache_size_mb=-5"}, wantErr: "want MiB"},
+		{in: []string{"cache_free_ratio=1.5"}, wantErr: "between 0 and 0.9"},
+		{in: []string{"cache_free_ratio=x"}, wantErr: "between 0 and 0.9"},
 		{in: []string{"nosuch"}, wantErr: "unknown mount option"},
 	}
 	for _, c := range cases {
@@ -90,5 +101,38 @@ func TestPprofFlag(t *testing.T) {
 	out, code := benchCLI(t, "mount", "--pprof", "default", t.TempDir())
 	if code != exitUsage || !strings.Contains(out, "give --metrics too") {
 		t.Errorf("mount --pprof without --metrics: exit %d, %q", code, out)
+	}
+}
+
+// openDiskCache: off when asked; a cache in a directory of its own under
+// cache_dir, removed when closed; a cache_dir that cannot hold one fails
+// the mount with the option named.
+func TestOpenDiskCache(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	base := t.TempDir()
+	for _, o := range []mountOpts{{cacheBytes: -1, cacheDir: base}, {fileCacheBytes: -1, cacheDir: base}} {
+		if c, err := openDiskCache(o, "v", "/mnt/x", logger); c != nil || err != nil {
+			t.Fatalf("%+v: %v, %v; want no cache", o, c, err)
+		}
+	}
+	c, err := openDiskCache(mountOpts{cacheDir: base, cacheBytes: 1 << 20}, "v", "/mnt/x", logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, _ := os.ReadDir(base)
+	if len(es) != 1 || !strings.HasPrefix(es[0].Name(), "v-") {
+		t.Fatalf("cache directories %v", es)
+	}
+	if c.Limit() != 1<<20 {
+		t.Fatalf("limit %d", c.Limit())
+	}
+	c.Close()
+	if es, _ := os.ReadDir(base); len(es) != 0 {
+		t.Fatalf("after Close: %v", es)
+	}
+	file := filepath.Join(base, "file")
+	os.WriteFile(file, nil, 0o644)
+	if _, err := openDiskCache(mountOpts{cacheDir: file}, "v", "/mnt/x", logger); err == nil || !strings.Contains(err.Error(), "-o cache_dir="+file) {
+		t.Fatalf("a cache_dir that is a file: %v", err)
 	}
 }

@@ -29,7 +29,7 @@ func TestMountDiskCache(t *testing.T) {
 	must(t, os.Mkdir(mp, 0o755))
 	cacheDir := filepath.Join(t.TempDir(), "cache")
 	m := startMount(t, mp, "--data-dir", dir, "--metrics", ports[0], "-o",
-		"file_cache_mb=1,cache_size_mb=64,cache_dir="+cacheDir, "default", mp)
+		"file_cache_mb=1,cache_size_mb=64,cache_free_ratio=0,cache_dir="+cacheDir, "default", mp)
 	metric := func(name string) float64 { return metricValue(t, ports[0], "cairn_client_disk_cache_"+name) }
 
 	const size, piece = 8 << 20, 4096
