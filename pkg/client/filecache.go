@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/chunkcache"
 	"github.com/cairnfs/cairn/pkg/diskcache"
+	"github.com/cairnfs/cairn/pkg/recent"
 )
 
 // The file cache keeps the whole contents of small files read through
@@ -238,9 +239,7 @@ func (v *Volume) dropDisk(ino uint64) {
 type fetchedSet struct {
 	mu   sync.Mutex
 	seed maphash.Seed
-	set  map[uint64]struct{}
-	ring []uint64
-	next int
+	keys recent.Map[uint64, struct{}] // hashes; Limit fetchedSetSize
 }
 
 const fetchedSetSize = 1 << 16
@@ -254,22 +253,13 @@ func (s *fetchedSet) again(k fileKey) bool {
 	binary.LittleEndian.PutUint64(b[24:], uint64(k.ver.Ctime))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.set == nil {
-		s.seed = maphash.MakeSeed()
-		s.set = make(map[uint64]struct{}, fetchedSetSize)
-		s.ring = make([]uint64, 0, fetchedSetSize)
+	if s.keys.Limit == 0 {
+		s.seed, s.keys.Limit = maphash.MakeSeed(), fetchedSetSize
 	}
 	h := maphash.Bytes(s.seed, b[:])
-	if _, ok := s.set[h]; ok {
+	if s.keys.Has(h) {
 		return true
 	}
-	if len(s.ring) < fetchedSetSize {
-		s.ring = append(s.ring, h)
-	} else {
-		delete(s.set, s.ring[s.next])
-		s.ring[s.next] = h
-		s.next = (s.next + 1) % fetchedSetSize
-	}
-	s.set[h] = struct{}{}
+	s.keys.Put(h, struct{}{})
 	return false
 }

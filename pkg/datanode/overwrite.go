@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/extentstore"
 	"github.com/cairnfs/cairn/pkg/multiraft"
+	"github.com/cairnfs/cairn/pkg/recent"
 )
 
 // Overwrites go through the partition's Raft group (CFS §2.2.4): the Raft
@@ -97,14 +98,12 @@ func decodeOverwrite(b []byte) (id, ext uint64, off int64, data []byte, err erro
 // stands, since the repair copies the bytes from a peer that applied the
 // overwrite in its turn, and changes nothing once the repair is done.
 type doneRing struct {
-	ids    []uint64 // circular once full; next is the oldest
-	next   int
-	failed map[uint64]bool // every remembered id: failed here?
+	m recent.Map[uint64, bool] // id -> failed here; Limit doneOverwrites
 }
 
 // get reports whether id is remembered and whether it failed here.
 func (r *doneRing) get(id uint64) (seen, failedHere bool) {
-	failedHere, seen = r.failed[id]
+	failedHere, seen = r.m.Get(id)
 	return seen, failedHere
 }
 
@@ -115,27 +114,12 @@ func (r *doneRing) add(id uint64, failedHere bool) {
 	if id == 0 {
 		return
 	}
-	if r.failed == nil {
-		r.failed = map[uint64]bool{}
-	}
-	if _, ok := r.failed[id]; ok {
-		r.failed[id] = failedHere
-		return
-	}
-	if len(r.ids) < doneOverwrites {
-		r.ids = append(r.ids, id)
-	} else {
-		delete(r.failed, r.ids[r.next])
-		r.ids[r.next] = id
-		r.next = (r.next + 1) % len(r.ids)
-	}
-	r.failed[id] = failedHere
+	r.m.Limit = doneOverwrites
+	r.m.Put(id, failedHere)
 }
 
 // list returns the remembered ids, oldest first.
-func (r *doneRing) list() []uint64 {
-	return append(append([]uint64(nil), r.ids[r.next:]...), r.ids[:r.next]...)
-}
+func (r *doneRing) list() []uint64 { return r.m.Oldest() }
 
 // The partition's overwrites of one Raft round share a journal fsync.
 var _ multiraft.BatchApplier = (*overwriteSM)(nil)

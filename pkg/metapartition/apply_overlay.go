@@ -244,7 +244,7 @@ func (t *txn) seen(k opKey) bool {
 			return true
 		}
 	}
-	return t.p.touched.has(k)
+	return t.p.touched.Has(k)
 }
 
 // nextSeq is the Seq of the next free-list entry. Numbering starts at 1,
@@ -356,7 +356,7 @@ func (t *txn) commit() {
 	}
 	t.commitChunks()
 	for _, k := range t.touched {
-		p.touched.push(k)
+		p.touched.Put(k, struct{}{})
 	}
 	p.maxIno, p.end = t.maxIno, t.end
 }

@@ -81,7 +81,7 @@ func (p *Partition) memoryBytes() uint64 {
 	n := p.mem
 	n += fenceBytes * int64(p.fences.Len())
 	n += freedBytes * int64(p.free.Len())
-	n += touchedBytes * int64(len(p.touched.buf))
+	n += touchedBytes * int64(p.touched.Len())
 	n += requestBytesBase*int64(len(p.requests.live())) + int64(p.requests.bytes)
 	if r := p.routing; r != nil {
 		n += r.current.bytes() + r.previous.bytes()

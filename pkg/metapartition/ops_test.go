@@ -126,8 +126,8 @@ func TestTouchHistoryIsBounded(t *testing.T) {
 		}
 	}
 	mustRun(t, p, 3, ops...)
-	if len(p.touched.buf) != TouchHistory || len(p.touched.set) != TouchHistory {
-		t.Fatalf("history holds %d/%d entries, want %d", len(p.touched.buf), len(p.touched.set), TouchHistory)
+	if p.touched.Len() != TouchHistory || len(p.touched.Oldest()) != TouchHistory {
+		t.Fatalf("history holds %d/%d entries, want %d", p.touched.Len(), len(p.touched.Oldest()), TouchHistory)
 	}
 	// Op 1 was pushed out by the TouchHistory later ones: it applies again.
 	mustRun(t, p, 4, touchDir(1, 1, 1))
@@ -139,7 +139,7 @@ func TestTouchHistoryIsBounded(t *testing.T) {
 	// went when op 1 came back in).
 	q := restored(t, p)
 	mustRun(t, q, 6, touchDir(1, 0, 999_999))
-	if q.touched.has(opKey{1, 3}) || !q.touched.has(opKey{1, 4}) {
+	if q.touched.Has(opKey{1, 3}) || !q.touched.Has(opKey{1, 4}) {
 		t.Errorf("after restore the FIFO forgot the wrong entry")
 	}
 	if !sameBytes(snap(t, q), func() []byte { mustRun(t, p, 6, touchDir(1, 0, 999_999)); return snap(t, p) }()) {

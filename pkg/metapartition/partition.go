@@ -8,6 +8,7 @@ import (
 
 	"github.com/cairnfs/cairn/pkg/chunker"
 	"github.com/cairnfs/cairn/pkg/metapb"
+	"github.com/cairnfs/cairn/pkg/recent"
 	"github.com/tidwall/btree"
 	"google.golang.org/protobuf/proto"
 )
@@ -36,7 +37,7 @@ type Partition struct {
 	dentries *btree.BTreeG[dentry]
 	fences   *btree.Map[uint64, fenceRec] // parent -> token, time set
 	free     *btree.BTreeG[FreedExtent]   // by Seq
-	touched  opRing
+	touched  recent.Map[opKey, struct{}]  // the last TouchHistory (ino, op_id) pairs
 	requests reqRing
 	routing  *routing                     // nil: never got SetRouting, accepts every name
 	chunks   *btree.BTreeG[chunkEntry]    // chunk index entries by fingerprint (chunks.go)
@@ -156,37 +157,6 @@ func nameNLess(a, b nameN) bool {
 
 type opKey struct{ ino, op uint64 }
 
-// opRing remembers the last TouchHistory (ino, op_id) pairs, oldest first
-// once full. buf grows by append up to TouchHistory, then wraps at head.
-type opRing struct {
-	buf  []opKey
-	head int
-	set  map[opKey]struct{}
-}
-
-func (r *opRing) has(k opKey) bool { _, ok := r.set[k]; return ok }
-
-func (r *opRing) push(k opKey) {
-	if r.set == nil {
-		r.set = make(map[opKey]struct{})
-	}
-	if len(r.buf) < TouchHistory {
-		r.buf = append(r.buf, k)
-	} else {
-		delete(r.set, r.buf[r.head])
-		r.buf[r.head] = k
-		r.head = (r.head + 1) % TouchHistory
-	}
-	r.set[k] = struct{}{}
-}
-
-// ordered returns the remembered pairs oldest first, in a new slice.
-func (r *opRing) ordered() []opKey {
-	out := make([]opKey, 0, len(r.buf))
-	out = append(out, r.buf[r.head:]...)
-	return append(out, r.buf[:r.head]...)
-}
-
 // reqRing remembers the results of the last successful Txns by request
 // id, oldest first: at most RequestHistory of them, and at most
 // RequestHistoryBytes of results, the oldest forgotten first. Results are
@@ -303,6 +273,7 @@ func newEmpty() *Partition {
 		quota:    new(btree.Map[uint64, QuotaUse]),
 		cidx:     newChunkDerived(),
 		pending:  make(map[dentryKey]struct{}),
+		touched:  recent.Map[opKey, struct{}]{Limit: TouchHistory},
 	}
 }
 

@@ -88,7 +88,7 @@ func (p *Partition) Clone() *Frozen {
 		dentries: p.dentries.Copy(),
 		fences:   p.fences.Copy(),
 		free:     p.free.Copy(),
-		touched:  p.touched.ordered(),
+		touched:  p.touched.Oldest(),
 		requests: p.requests.ordered(),
 		routing:  p.routing,
 		chunks:   p.chunks.Copy(),

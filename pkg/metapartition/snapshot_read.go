@@ -142,11 +142,11 @@ func decodeSnapshot(data []byte) (*Partition, error) {
 		if r.err != nil {
 			break
 		}
-		if k.op == 0 || p.touched.has(k) {
+		if k.op == 0 || p.touched.Has(k) {
 			r.failf("touched op %d/%d invalid or repeated", k.ino, k.op)
 			break
 		}
-		p.touched.push(k)
+		p.touched.Put(k, struct{}{})
 	}
 
 	if r.version >= 2 {
