@@ -5,12 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/cairnfs/cairn/pkg/dataclient"
 	"hash/maphash"
 	"io"
 	"sync"
 
 	"github.com/cairnfs/cairn/pkg/chunkcache"
+	"github.com/cairnfs/cairn/pkg/dataclient"
 	"github.com/cairnfs/cairn/pkg/diskcache"
 	"github.com/cairnfs/cairn/pkg/recent"
 )

@@ -22,10 +22,12 @@
 //     RemoveStale removes those of killed clients.
 //
 // Keys must name immutable contents: one version of one block of a file.
-// The client builds them from the inode, its Version and the block number,
-// so a file's new contents get new keys and old ones age out; DropIno
-// removes a file's blocks at once (a deleted file's bytes leave the disk
-// without waiting for eviction).
+// The client builds them from the inode, its Version and the block's
+// offset, so a file's new contents get new keys and old ones age out;
+// DropIno removes a file's blocks at once (a deleted file's bytes leave
+// the disk without waiting for eviction). The blocks of one version live
+// in one sparse file, at their offsets: a reader of many blocks of one
+// file keeps one descriptor open, and an evicted block is a punched hole.
 //
 // Writes are asynchronous: Put queues the block (bounded by
 // Options.QueueBytes; a full queue drops it) and one goroutine writes the
