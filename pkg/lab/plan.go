@@ -288,7 +288,10 @@ func (p *plan) args(cfg Config, i int, role string) []string {
 	default: // RoleMount
 		args := []string{"mount", "--master", p.masterAddrs(), "--metrics", hostPort(h.Addr, PortMountMetrics)}
 		args = append(append(args, tls...), pprof...)
-		for _, o := range append([]string{"allow_other"}, cfg.MountOptions...) {
+		// The mount's disk cache stays in the lab's directory, which
+		// Down removes, also when the lab's processes were killed.
+		cache := "cache_dir=" + filepath.Join(hostDir(p.Dir, h.Name), "cache")
+		for _, o := range append([]string{"allow_other", cache}, cfg.MountOptions...) {
 			args = append(args, "-o", o)
 		}
 		return append(args, cfg.Volume, mountDir(p.Dir, h.Name))

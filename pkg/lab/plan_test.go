@@ -87,7 +87,7 @@ func TestPlanArgs(t *testing.T) {
 		"s3/meta":  {"meta --listen 10.213.0.3:17100", "--node-id 3 --zone z1 --master " + masters, "--data-dir /lab/hosts/s3/meta", "--tls-dir /lab/tls/s3-meta"},
 		"s4/data":  {"data --listen 10.213.0.4:17200 --data-listen 10.213.0.4:17202", "--node-id 8 --zone z2", "--data-dir /lab/hosts/s4/disk/data"},
 		"s1/data":  {"--node-id 5 --zone z1", "--data-dir /lab/hosts/s1/data"},
-		"c1/mount": {"mount --master " + masters + " --metrics 10.213.0.5:17301 --tls-dir /lab/tls/c1-mount -o allow_other default /lab/hosts/c1/mnt"},
+		"c1/mount": {"mount --master " + masters + " --metrics 10.213.0.5:17301 --tls-dir /lab/tls/c1-mount -o allow_other -o cache_dir=/lab/hosts/c1/cache default /lab/hosts/c1/mnt"},
 	} {
 		for _, w := range want {
 			if !strings.Contains(args[key], w) {
