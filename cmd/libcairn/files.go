@@ -10,6 +10,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -177,6 +180,107 @@ func cairn_read_file(h C.int64_t, path *C.char, start, end C.int64_t, out **C.ch
 		*out = (*C.char)(buf)
 		return int64(n), nil
 	})
+}
+
+// maxBatchFiles bounds the files of one cairn_read_files call.
+const maxBatchFiles = 1 << 16
+
+// batchParallel is how many files of one cairn_read_files call are read
+// at once unless the caller says: enough to keep a meta and a data node
+// request of each in flight on every node of a small cluster.
+const batchParallel = 16
+
+// cairn_read_files reads the whole of each of n files, whose paths lie in
+// the pathsLen bytes at paths, each ended by a NUL, with up to parallel
+// reads at once (0: batchParallel): a data loader's batch in one call, so
+// that its files cost one crossing of the boundary and no thread of the
+// caller per file. sizes (n slots) gets each file's length, or its
+// negative errno when it could not be read (the others are read all the
+// same); *out gets the files read, one after another in order. The result
+// is the length of *out; a malformed call (n out of range, paths not n
+// NUL-ended strings) fails as a whole. Each file's read has the session's
+// timeout.
+//
+//export cairn_read_files
+func cairn_read_files(h C.int64_t, paths unsafe.Pointer, pathsLen C.int64_t, n C.int64_t, parallel C.int64_t, sizes *C.int64_t, out **C.char, errOut **C.char) C.int64_t {
+	return withSession(h, errOut, func(_ context.Context, s *session) (int64, error) {
+		if n < 0 || n > maxBatchFiles || pathsLen < 0 || pathsLen > 1<<30 || (n > 0 && (paths == nil || sizes == nil)) {
+			return 0, errnoErr("read", syscall.EINVAL, "%d files in %d bytes of paths (at most %d files)", n, pathsLen, maxBatchFiles)
+		}
+		names := strings.Split(string(goBytes(paths, pathsLen)), "\x00")
+		if len(names) != int(n)+1 || names[n] != "" {
+			return 0, errnoErr("read", syscall.EINVAL, "paths: want %d NUL-ended paths in %d bytes", n, pathsLen)
+		}
+		names = names[:n]
+		workers := int(parallel)
+		if workers <= 0 {
+			workers = batchParallel
+		}
+		data := make([][]byte, n)
+		errs := make([]error, n)
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range min(workers, int(n)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+					data[i], errs[i] = s.readWhole(names[i])
+				}
+			}()
+		}
+		wg.Wait()
+		total := 0
+		sz := unsafe.Slice((*int64)(unsafe.Pointer(sizes)), int(n))
+		for i := range data {
+			if errs[i] != nil {
+				e := client.ErrnoOf(errs[i])
+				if e == 0 {
+					e = syscall.EIO
+				}
+				sz[i] = -int64(e)
+				continue
+			}
+			sz[i] = int64(len(data[i]))
+			total += len(data[i])
+		}
+		if total == 0 {
+			*out = nil
+			return 0, nil
+		}
+		buf := C.malloc(C.size_t(total))
+		if buf == nil {
+			return 0, errnoErr("read", syscall.ENOMEM, "%d bytes", total)
+		}
+		dst := unsafe.Slice((*byte)(buf), total)
+		at := 0
+		for i := range data {
+			at += copy(dst[at:], data[i])
+		}
+		*out = (*C.char)(buf)
+		return int64(total), nil
+	})
+}
+
+// readWhole reads the whole file p, with the session's timeout.
+func (s *session) readWhole(p string) ([]byte, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	f, err := s.v.OpenPath(ctx, p, syscall.O_RDONLY, 0, s.cred)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close(ctx)
+	size := f.Size()
+	if size > maxReadBytes {
+		return nil, errnoErr("read", syscall.EFBIG, "%q: %d bytes in one read (at most %d)", p, size, maxReadBytes)
+	}
+	buf := make([]byte, size)
+	got, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return buf[:got], nil
 }
 
 // cairn_write_file replaces the contents of the file path (created with

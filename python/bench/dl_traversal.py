@@ -8,6 +8,11 @@ reader then runs cold, in a fresh process that never read the tree:
 
   cairnfs   fs.cat_file(path) through the Go SDK's stateless path API
             (one metadata request per open, no kernel in the way);
+  cairnfs-batch
+            the same files in batches of --batch (32) per call of
+            fs.cat_files, as a PyTorch DataLoader's batches through
+            FileDataset.__getitems__: one call into the library per batch,
+            whose files the library reads 16 at a time;
   mount     open(path).read() on the `cairn up` FUSE mount of the same
             volume (never looked at through the mount before: no kernel
             page or dentry cache for it);
@@ -18,7 +23,7 @@ reader then runs cold, in a fresh process that never read the tree:
 
   python bench/dl_traversal.py [--cairn-bin bin/cairn] [--files 5000]
       [--top 100] [--leaves 10] [--size 16384] [--threads 8] [--rounds 3]
-      [--juicefs] [--keep DIR]
+      [--batch 32] [--juicefs] [--keep DIR]
 
 It starts its own `cairn up` in a temporary directory (or DIR with --keep)
 and stops it by PID at the end. Each of --rounds rounds builds a tree of its
@@ -83,12 +88,13 @@ def build(fs_kind, root, paths, size, threads, data_dir=None):
         list(pool.map(put, paths))
 
 
-def read(fs_kind, root, paths, size, threads, data_dir=None, seed=1):
+def read(fs_kind, root, paths, size, threads, data_dir=None, seed=1, batch=32):
     """Reads every file once in random order with threads threads; returns
     the measurement (the volume open is done before the clock starts)."""
     order = list(paths)
     random.Random(seed).shuffle(order)
-    if fs_kind == "cairnfs":
+    work = order
+    if fs_kind in ("cairnfs", "cairnfs-batch"):
         import cairnfs
         fs = cairnfs.CairnFileSystem(data_dir=data_dir)
         t0 = time.monotonic()
@@ -97,6 +103,14 @@ def read(fs_kind, root, paths, size, threads, data_dir=None, seed=1):
 
         def get(p):
             return len(fs.cat_file(f"{root}/{p}"))
+
+        if fs_kind == "cairnfs-batch":
+            # A DataLoader's batches: each thread fetches batch files in
+            # one call (cat_files, as FileDataset.__getitems__ does).
+            work = [order[i:i + batch] for i in range(0, len(order), batch)]
+
+            def get(b):
+                return [len(x) if isinstance(x, bytes) else -1 for x in fs.cat_files([f"{root}/{p}" for p in b])]
     else:
         connect_s = 0.0
 
@@ -105,8 +119,10 @@ def read(fs_kind, root, paths, size, threads, data_dir=None, seed=1):
                 return len(f.read())
     start = time.monotonic()
     with cf.ThreadPoolExecutor(threads) as pool:
-        sizes = list(pool.map(get, order))
+        sizes = list(pool.map(get, work))
     elapsed = time.monotonic() - start
+    if work is not order:
+        sizes = [n for b in sizes for n in b]
     bad = sum(1 for s in sizes if s != size)
     if bad:
         raise SystemExit(f"{fs_kind}: {bad} files read with the wrong size")
@@ -118,7 +134,7 @@ def fresh_read(name, kind, root, args, data_dir=None):
     """read() in a fresh Python process (a cold epoch); its result."""
     cmd = [sys.executable, os.path.abspath(__file__), "_read", kind, root, "--files", str(args.files),
            "--top", str(args.top), "--leaves", str(args.leaves), "--size", str(args.size),
-           "--threads", str(args.threads)]
+           "--threads", str(args.threads), "--batch", str(args.batch)]
     if data_dir:
         cmd += ["--data-dir", data_dir]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=READ_TIMEOUT_S)
@@ -192,12 +208,14 @@ def main():
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3, help="trees built and read cold, each by every reader")
     ap.add_argument("--juicefs", action="store_true", help="also read the tree on the JuiceFS peer")
+    ap.add_argument("--batch", type=int, default=32,
+                    help="files per call of the cairnfs-batch reader (cat_files, as a DataLoader's batch); 0 leaves it out")
     ap.add_argument("--keep", help="run the cluster in this directory and keep it")
     ap.add_argument("--data-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     paths = tree(args.files, args.top, args.leaves)
     if args.cmd == "_read":
-        print(json.dumps(read(args.kind, args.root, paths, args.size, args.threads, args.data_dir)))
+        print(json.dumps(read(args.kind, args.root, paths, args.size, args.threads, args.data_dir, batch=args.batch)))
         return
 
     work = args.keep or tempfile.mkdtemp(prefix="cairn-bench-python-")
@@ -207,6 +225,8 @@ def main():
           "of one cold epoch per reader, each round on a tree of its own")
     proc, mnt = start_cluster(args.cairn_bin, data_dir)
     results = {"cairnfs": [], "mount": []}
+    if args.batch > 0:
+        results["cairnfs-batch"] = []
     try:
         for r in range(args.rounds):
             root = f"default/dl{r}"
@@ -214,6 +234,8 @@ def main():
             build("cairnfs", root, paths, args.size, args.threads, data_dir)
             print(f"round {r + 1}: built the tree through cairnfs in {time.monotonic() - t0:.1f} s", flush=True)
             readers = [("cairnfs", lambda: fresh_read("cairnfs", "cairnfs", root, args, data_dir))]
+            if args.batch > 0:
+                readers.append(("cairnfs-batch", lambda: fresh_read("cairnfs-batch", "cairnfs-batch", root, args, data_dir)))
             if mnt:
                 readers.append(("mount", lambda: fresh_read("mount", "posix", os.path.join(mnt, root[8:]), args)))
             else:
@@ -235,9 +257,10 @@ def main():
             results["juicefs"].append(got)
     med = {k: statistics.median(x["files_per_s"] for x in v) for k, v in results.items() if v}
     print("median files/s: " + ", ".join(f"{k} {v:.0f}" for k, v in med.items()))
-    for other in ("mount", "juicefs"):
-        if other in med and "cairnfs" in med:
-            print(f"  cairnfs / {other}: {med['cairnfs'] / med[other]:.2f}x (median of {len(results[other])})")
+    for mine in ("cairnfs", "cairnfs-batch"):
+        for other in ("mount", "juicefs"):
+            if other in med and mine in med:
+                print(f"  {mine} / {other}: {med[mine] / med[other]:.2f}x (median of {len(results[other])})")
     print(json.dumps({"median_files_per_s": med, "results": results}))
 
 if __name__ == "__main__":

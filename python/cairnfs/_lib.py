@@ -70,6 +70,7 @@ _SIGNATURES = {
     "cairn_file_truncate": [_I64, _I64, _ERR],
     "cairn_file_close": [_I64, _ERR],
     "cairn_read_file": [_I64, _STR, _I64, _I64, _OUT, _ERR],
+    "cairn_read_files": [_I64, _BUF, _I64, _I64, _I64, ctypes.POINTER(ctypes.c_int64), _OUT, _ERR],
     "cairn_write_file": [_I64, _STR, _BUF, _I64, _U32, _INT, _ERR],
     "cairn_copy": [_I64, _STR, _STR, _ERR],
 }

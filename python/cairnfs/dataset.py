@@ -43,6 +43,27 @@ class FileDataset:
         data = self.fs.cat_file(self.paths[index])
         return self.transform(data) if self.transform is not None else data
 
+    def __getitems__(self, indices):
+        """The items at ``indices``, read in one batch (``cat_files``): a
+        PyTorch DataLoader with batching calls this instead of
+        ``__getitem__`` once per index. A file that cannot be read raises
+        its OSError, as ``__getitem__`` does."""
+        paths = []
+        for index in indices:
+            if index < 0:
+                index += len(self.paths)
+            if not 0 <= index < len(self.paths):
+                raise IndexError(f"FileDataset index {index} out of range ({len(self.paths)} files)")
+            paths.append(self.paths[index])
+        cat_files = getattr(self.fs, "cat_files", None)
+        got = cat_files(paths) if cat_files else [self.fs.cat_file(p) for p in paths]
+        items = []
+        for data in got:
+            if isinstance(data, Exception):
+                raise data
+            items.append(self.transform(data) if self.transform is not None else data)
+        return items
+
     def __getstate__(self):
         # The file system object is made again on the other side (spawned
         # workers load the library afresh).

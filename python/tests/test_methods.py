@@ -97,6 +97,30 @@ def test_cat_file_ranges(fs, base):
     assert fs.cat(p) == b"0123456789"
 
 
+def test_cat_many_in_batches(fs, base, monkeypatch):
+    monkeypatch.setattr(cairnfs.core, "BATCH_FILES", 3)  # several library calls
+    want = {f"{base}/many/f{i}": f"file {i}".encode() * (i + 1) for i in range(8)}
+    for p, data in want.items():
+        fs.pipe_file(p, data)
+    fs.pipe_file(f"{base}/many/empty", b"")
+    assert fs.cat(list(want)) == want
+    assert fs.cat(f"{base}/many/f*") == want
+    assert fs.cat([f"{base}/many/empty"]) == {f"{base}/many/empty": b""}
+    missing, directory = f"{base}/many/nope", f"{base}/many"
+    got = fs.cat_files([f"{base}/many/f1", missing, directory, f"{base}/many/f2"])
+    assert got[0] == want[f"{base}/many/f1"] and got[3] == want[f"{base}/many/f2"]
+    assert isinstance(got[1], FileNotFoundError) and got[1].filename == missing
+    assert isinstance(got[2], IsADirectoryError)
+    with pytest.raises(FileNotFoundError):
+        fs.cat([f"{base}/many/f1", missing])
+    assert fs.cat([f"{base}/many/f1", missing], on_error="omit") == {f"{base}/many/f1": want[f"{base}/many/f1"]}
+    returned = fs.cat([f"{base}/many/f1", missing], on_error="return")
+    assert isinstance(returned[missing], FileNotFoundError)
+    assert fs.cat_files([]) == []
+    with pytest.raises(ValueError):
+        fs.cat_files([f"{base}/many/bad\0name"])
+
+
 def test_pipe_file_modes(fs, base):
     p = f"{base}/p"
     fs.pipe_file(p, b"one")
@@ -258,3 +282,11 @@ def test_file_dataset(fs, base, cluster):
     again = pickle.loads(pickle.dumps(ds))
     assert again.paths == ds.paths and again[0] == ds[0]
     assert all(posixpath.basename(p).endswith(".bin") for p in ds.paths)
+    # A DataLoader with batching calls __getitems__ once per batch.
+    assert ds.__getitems__([4, 0, -1]) == [ds[4], ds[0], ds[4]]
+    assert decoded.__getitems__([1]) == [decoded[1]]
+    with pytest.raises(IndexError):
+        ds.__getitems__([0, 5])
+    fs.rm(ds.paths[2])
+    with pytest.raises(FileNotFoundError):
+        ds.__getitems__([1, 2])
