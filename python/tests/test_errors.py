@@ -176,6 +176,19 @@ try:
     _lib.call("cairn_open", b"{{not json", path="x")
 except OSError as e:
     assert e.errno == 22, e
+h = fs._handle("default")
+sizes = (ctypes.c_int64 * 4)()
+out = ctypes.c_void_p()
+for blob, n, sz in ((b"/a\\x00/b\\x00", 3, sizes), (b"/a\\x00/b", 2, sizes), (b"/a\\x00", -1, sizes),
+                    (b"/a\\x00", 1 << 40, sizes), (None, 2, sizes), (b"/a\\x00", 1, None)):
+    try:
+        _lib.call("cairn_read_files", h, blob, len(blob or b"") + (5 if blob is None else 0), n, 0, sz,
+                  ctypes.byref(out))
+        raise AssertionError(f"cairn_read_files({{blob!r}}, {{n}}) did not fail")
+    except OSError as e:
+        assert e.errno == 22, e
+got = _lib.call("cairn_read_files", h, b"/nope\\x00", 6, 1, 0, sizes, ctypes.byref(out))
+assert got == 0 and sizes[0] == -2, (got, sizes[0])
 print("survived")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
