@@ -173,21 +173,29 @@ func (v *Volume) lookupChild(ctx context.Context, parent uint64, name string) (*
 	if err := checkName(op, name); err != nil {
 		return nil, err
 	}
-	resp, err := v.nameReq(ctx, op, parent, name, &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP})
-	if err != nil {
-		return nil, err
-	}
-	if e := syscall.Errno(resp.GetErrno()); e != 0 {
-		return nil, errnoErr(op, e, "%d/%q", parent, name)
-	}
-	in := resp.GetInode()
-	if in == nil {
-		// The inode's home did not answer the name's partition: ask it.
-		if in, err = v.getInode(ctx, op, resp.GetDentry().GetIno()); err != nil {
+	for attempt := 1; ; attempt++ {
+		resp, err := v.nameReq(ctx, op, parent, name, &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP})
+		if err != nil {
 			return nil, err
 		}
+		if e := syscall.Errno(resp.GetErrno()); e != 0 {
+			return nil, errnoErr(op, e, "%d/%q", parent, name)
+		}
+		in := resp.GetInode()
+		if in == nil {
+			// The inode's home did not answer the name's partition:
+			// ask it. Gone by then, the name was replaced or removed
+			// in between: look it up again (as lookupPath does).
+			in, err = v.getInode(ctx, op, resp.GetDentry().GetIno())
+			if err != nil && ErrnoOf(err) == syscall.ENOENT && attempt < lookupAttempts {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		return toAttr(in), nil
 	}
-	return toAttr(in), nil
 }
 
 // GetAttr returns ino's attributes, read from its home partition (ENOENT if

@@ -219,20 +219,42 @@ func (v *Volume) inodeOf(ctx context.Context, op string, resp *metapb.PathRespon
 
 // lookupPath resolves path and returns the last name's inode, checking
 // access (perm bits) on it.
+//
+// An inode homed on another partition than its name is fetched in a
+// second request; if it is gone by then, the name was replaced or removed
+// in between (a rename over it freed the inode it named), and the path is
+// resolved again, at most lookupAttempts times: a stat of a name that a
+// rename replaces sees the old file or the new one, never neither, as
+// rename(2) promises. (The simulation found it: a stat answered ENOENT
+// while a rename replaced the name.)
 func (v *Volume) lookupPath(ctx context.Context, op, path string, follow bool, access uint32, cred Cred) (*pathResult, *metapb.Inode, error) {
-	r, err := v.resolve(ctx, op, path, follow, &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP, Cred: credPB(cred), Access: access})
-	if err != nil {
-		return r, nil, err
-	}
-	in, err := v.inodeOf(ctx, op, r.resp)
-	if err != nil {
-		return nil, nil, err
+	var (
+		r   *pathResult
+		in  *metapb.Inode
+		err error
+	)
+	for attempt := 1; ; attempt++ {
+		r, err = v.resolve(ctx, op, path, follow, &metapb.PathRequest{Op: metapb.PathOp_PATH_OP_LOOKUP, Cred: credPB(cred), Access: access})
+		if err != nil {
+			return r, nil, err
+		}
+		in, err = v.inodeOf(ctx, op, r.resp)
+		if err == nil {
+			break
+		}
+		if r.resp.GetInode() != nil || ErrnoOf(err) != syscall.ENOENT || attempt == lookupAttempts {
+			return nil, nil, err
+		}
 	}
 	if r.resp.GetInode() == nil && access != 0 && !perm.Allowed(cred, in.GetType().ModeBits()|in.GetMode(), in.GetUid(), in.GetGid(), access) {
 		return nil, nil, errnoErr(op, syscall.EACCES, "%q", path)
 	}
 	return r, in, nil
 }
+
+// lookupAttempts bounds the lookups of one path whose inode vanished
+// between the name's answer and the inode's (lookupPath).
+const lookupAttempts = 4
 
 // StatPath returns the attributes of the file path names, following a
 // final symlink.
