@@ -353,10 +353,15 @@ func (s *State) moveReplica(c *pb.MoveReplica) (bool, error) {
 		if !inProgress && slices.Contains(p.Replicas, c.To) && !slices.Contains(p.Replicas, c.From) {
 			return false, nil // done already
 		}
-		if !same {
+		if !inProgress || !same {
 			return false, fmt.Errorf("%w partition %d: no move of %d to %d in progress", ErrConflict, p.Id, c.From, c.To)
 		}
 		i := slices.Index(p.Replicas, c.From)
+		if i < 0 {
+			// START checked it; a state that says otherwise was not made
+			// by these rules, and is refused rather than trusted.
+			return false, fmt.Errorf("%w partition %d: node %d holds no replica of it", ErrInvalid, p.Id, c.From)
+		}
 		if p.Kind == pb.PartitionKind_PARTITION_KIND_DATA {
 			p.Replicas = append(slices.Delete(p.Replicas, i, i+1), c.To)
 			p.Down = slices.DeleteFunc(p.Down, func(r uint64) bool { return r == c.From })
@@ -367,7 +372,7 @@ func (s *State) moveReplica(c *pb.MoveReplica) (bool, error) {
 		}
 		p.Joining, p.Leaving = 0, 0
 	case pb.MovePhase_MOVE_PHASE_ABORT:
-		if !same {
+		if !inProgress || !same {
 			return false, nil
 		}
 		p.Joining, p.Leaving = 0, 0

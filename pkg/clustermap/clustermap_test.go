@@ -359,6 +359,15 @@ func TestMoveReplica(t *testing.T) {
 		}},
 		{"second move while one runs", []*pb.Command{move(2, 4, 8, start), move(2, 5, 8, start)}, ErrConflict, nil},
 		{"done without start", []*pb.Command{move(2, 4, 8, done)}, ErrConflict, nil},
+		// Zero ids match "no move in progress": a done of them is no
+		// move to complete (the fuzzer's input crashed the master).
+		{"done of zero ids, meta", []*pb.Command{move(1, 0, 0, done)}, ErrConflict, nil},
+		{"done of zero ids, data", []*pb.Command{move(2, 0, 0, done)}, ErrConflict, nil},
+		{"abort of zero ids", []*pb.Command{move(1, 0, 0, abort)}, nil, func(t *testing.T, mp, _ *pb.Partition) {
+			if !slices.Equal(mp.Replicas, []uint64{1, 2, 3}) || mp.Joining != 0 {
+				t.Fatalf("after an abort of nothing: %v", mp)
+			}
+		}},
 		{"from a non-replica", []*pb.Command{move(2, 1, 8, start)}, ErrInvalid, nil},
 		{"to a replica", []*pb.Command{move(2, 4, 5, start)}, ErrInvalid, nil},
 		{"to a meta node", []*pb.Command{move(2, 4, 7, start)}, ErrInvalid, nil},
