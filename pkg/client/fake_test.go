@@ -58,6 +58,13 @@ type fakeCluster struct {
 	// homes did not answer in time: the client must run them itself.
 	thenUndone bool
 	thenRun    int // then groups the fake ran itself
+	// homeSilent answers lookups without the inode, as a name's
+	// partition whose inode's home did not answer: the client asks the
+	// home itself. vanish[ino] > 0 answers that many GetInodes of ino
+	// ENOENT, as a home that freed the inode (a rename over its name)
+	// between the name's answer and the client's question.
+	homeSilent bool
+	vanish     map[uint64]int
 }
 
 // fakeRouting is one partition's copy of the routing.
@@ -268,7 +275,9 @@ func (f *fakeCluster) Path(_ context.Context, req *metapb.PathRequest) (*metapb.
 	case metapb.PathOp_PATH_OP_LOOKUP:
 		d, in, e := p.Lookup(parent, name)
 		resp = &metapb.PathResponse{Errno: int32(e), Parent: parent, Dentry: d, Inode: in}
-		if e == 0 && in == nil {
+		if f.homeSilent {
+			resp.Inode = nil
+		} else if e == 0 && in == nil {
 			if h := f.homeOf(d.Ino); h != nil {
 				resp.Inode, _ = h.GetInode(d.Ino)
 			}
@@ -419,6 +428,10 @@ func (f *fakeCluster) GetInode(_ context.Context, req *metapb.GetInodeRequest) (
 	p, err := f.part(req.PartitionId)
 	if err != nil {
 		return nil, err
+	}
+	if f.vanish[req.Ino] > 0 {
+		f.vanish[req.Ino]--
+		return &metapb.GetInodeResponse{Errno: int32(metapb.ENOENT)}, nil
 	}
 	in, e := p.GetInode(req.Ino)
 	return &metapb.GetInodeResponse{Errno: int32(e), Inode: in}, nil
@@ -630,5 +643,35 @@ func TestUnknownPartitionRefresh(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("took %s", d)
+	}
+}
+
+// TestLookupAgainWhenTheInodeVanished: a lookup whose inode is fetched in
+// a second request, and is gone by then (a rename over the name freed it),
+// looks the name up again instead of answering ENOENT for a name that
+// exists; a bounded number of times.
+func TestLookupAgainWhenTheInodeVanished(t *testing.T) {
+	fake, v := startFake(t)
+	ctx := context.Background()
+	a, err := v.Create(ctx, RootIno, "a", 0o644, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.mu.Lock()
+	fake.homeSilent = true
+	fake.vanish = map[uint64]int{a.Ino: lookupAttempts - 1}
+	fake.mu.Unlock()
+	got, err := v.LookupChild(ctx, RootIno, "a")
+	if err != nil || got.Ino != a.Ino {
+		t.Fatalf("lookup while the inode vanished %d times: %v, %v", lookupAttempts-1, got, err)
+	}
+	fake.mu.Lock()
+	fake.vanish[a.Ino] = lookupAttempts
+	fake.mu.Unlock()
+	if _, err := v.LookupChild(ctx, RootIno, "a"); ErrnoOf(err) != syscall.ENOENT {
+		t.Fatalf("an inode gone at every attempt: %v, want ENOENT", err)
+	}
+	if _, err := v.LookupChild(ctx, RootIno, "missing"); ErrnoOf(err) != syscall.ENOENT {
+		t.Fatalf("a missing name: %v", err)
 	}
 }
