@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -947,72 +946,6 @@ func describe(got, want []byte) string {
 		}
 	}
 	return fmt.Sprintf("with %d of %d bytes different", n, len(want))
-}
-
-// A replica the map has moved away stays a voter of its partition's Raft
-// group until the group's leader removes it: after a move from node 3 to
-// node 4 completes in the map, the group has four voters until the leader
-// removes node 3, and node 2 fails in that window. Had node 3 left the
-// group when the map dropped it, nodes 1 and 4 alone would be two of four
-// voters, no quorum, and nobody could remove node 3 or node 2 any more.
-func TestMovedReplicaVotesUntilRemoved(t *testing.T) {
-	c := datanodetest.Start(t, datanodetest.Config{Nodes: 4, Partitions: [][]uint64{{1, 2, 3}}, Options: testOptions()})
-	report := func(node uint64) *pb.PartitionReport {
-		h := c.Node(node).Host
-		if h == nil {
-			return nil
-		}
-		for _, r := range h.Report() {
-			if r.Id == 1 {
-				return r
-			}
-		}
-		return nil
-	}
-	leaderReport := func() *pb.PartitionReport {
-		for id := uint64(1); id <= 4; id++ {
-			if r := report(id); r != nil && r.Leader {
-				return r
-			}
-		}
-		return nil
-	}
-	waitFor := func(d time.Duration, what string, ok func() bool) {
-		t.Helper()
-		eventually(t, d, func() error {
-			if ok() {
-				return nil
-			}
-			return fmt.Errorf("waiting for %s; leader's report %v", what, leaderReport())
-		})
-	}
-	waitFor(20*time.Second, "a leader of three voters", func() bool {
-		r := leaderReport()
-		return r != nil && len(r.Voters) == 3
-	})
-	c.SetEpoch(2)
-	c.SetPartitions([]*pb.Partition{{Id: 1, VolumeId: 1, Kind: pb.PartitionKind_PARTITION_KIND_DATA, Replicas: []uint64{1, 2, 3}, Joining: 4, Leaving: 3, Epoch: 2}})
-	if err := c.Assign(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(20*time.Second, "node 4 a voter beside node 3", func() bool {
-		r := leaderReport()
-		return r != nil && slices.Equal(r.Voters, []uint64{1, 2, 3, 4})
-	})
-	c.Stop(2)
-	c.SetEpoch(3)
-	c.SetPartitions([]*pb.Partition{{Id: 1, VolumeId: 1, Kind: pb.PartitionKind_PARTITION_KIND_DATA, Replicas: []uint64{1, 4, 2}, Stale: []uint64{4}, Epoch: 3}})
-	if err := c.Assign(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(30*time.Second, "the leader removing node 3 with node 2 down", func() bool {
-		r := leaderReport()
-		return r != nil && slices.Equal(r.Voters, []uint64{1, 2, 4})
-	})
-	waitFor(10*time.Second, "node 3 closing the partition", func() bool { return report(3) == nil })
-	if _, err := os.Stat(filepath.Join(c.Node(3).Dir, "dp-1")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("node 3 kept the removed replica's directory: %v", err)
-	}
 }
 
 // TestFullReplicaServesNoOverwrittenBytes: a replica whose disk was full

@@ -1,8 +1,6 @@
 package datanode
 
 import (
-	"slices"
-
 	"github.com/cairnfs/cairn/pkg/multiraft"
 )
 
@@ -21,12 +19,12 @@ import (
 // it never hears of its removal).
 
 // raftVoter reports whether the partition's Raft group counts this node
-// as a voter in its latest applied configuration. A learner's vote counts
-// for nothing, so a learner (a move's new replica, abandoned before its
-// promotion) goes at once.
+// as a voter in its latest applied configuration, the outgoing one of a
+// joint change included. A learner's vote counts for nothing, so a learner
+// (a move's new replica, abandoned before its promotion) goes at once.
 func (p *partition) raftVoter() bool {
 	gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id))
-	return err == nil && slices.Contains(gs.Voters, multiraft.NodeID(p.h.env.NodeID))
+	return err == nil && gs.Votes(multiraft.NodeID(p.h.env.NodeID))
 }
 
 // retire marks the partition retiring (Host.mu is held).
@@ -43,8 +41,10 @@ func (p *partition) retire() {
 func (p *partition) checkRetired() {
 	gs, err := p.h.env.Raft.Status(multiraft.GroupID(p.id))
 	self := multiraft.NodeID(p.h.env.NodeID)
-	if err == nil && slices.Contains(gs.Voters, self) {
+	if err == nil && gs.Votes(self) {
 		if gs.IsLeader {
+			// To a voter of the incoming configuration: the one the
+			// group keeps.
 			for _, v := range gs.Voters {
 				if v != self && gs.Active[v] {
 					if err := p.h.env.Raft.TransferLeader(multiraft.GroupID(p.id), v); err != nil {

@@ -2,28 +2,38 @@
 // replica move that the cluster map records (Partition.joining replaces
 // Partition.leaving; re-replication and decommission, Ceph §5, CFS §2.4).
 // The map says what the replica set must become; the group's leader makes
-// it so one configuration change at a time, with raft's simple protocol:
+// it so one configuration change at a time:
 //
 //  0. whether or not a move is in progress, bring the configuration back
-//     to the map's replica set: remove members the map does not know (left
-//     by an abandoned move) and add back, as a learner and then a voter,
-//     replicas it has that are not voters (an abandoned move that had
-//     removed its leaving node already);
+//     to the map's replica set: leave a joint configuration first (raft
+//     allows no other change in one), remove members the map does not know
+//     (left by an abandoned move) and add back, as a learner and then a
+//     voter, replicas it has that are not voters (an abandoned move that
+//     had removed its leaving node already);
 //  1. add the joining node as a learner (it receives a snapshot and the log
 //     without counting toward any quorum); but when the leaving node has
 //     not been heard from (it is dead), remove it first, so that one more
 //     failure during the move never leaves two dead voters of four;
 //  2. once the learner's log has caught up with the leader's commit index,
-//     promote it to voter (so the group never waits for a lagging member);
-//  3. remove the leaving node; a leader that is itself leaving first hands
-//     leadership to another voter.
+//     replace the leaving node with it in one joint change (raft's joint
+//     consensus): the group then decides with a majority of the old
+//     replicas and one of the new;
+//  3. leave the joint configuration; a leader that is itself leaving first
+//     hands leadership to a voter of the new configuration.
 //
-// A data partition (Group.KeepLeaving) skips step 3 while the leaving node
-// lives: its new replica must first copy the extents, from the chain's
-// head, which may be the leaving node, and a replica that is no longer a
-// voter cannot confirm a read. The master completes such a move in the map
-// once the new replica votes and has copied them; the leaving node is then
-// a member the map does not know, and step 0 removes it.
+// Step 2 is one joint change, not a promotion and then a removal, because a
+// group of four voters loses its quorum to any two failures: a move
+// between two nodes of one zone (a rebalance) left the three others' zone
+// peers, and the loss of that zone took the old and the new replica and
+// the partition's quorum with them (a lab run of a zone loss). In the joint
+// configuration each of the two majorities loses one member to it.
+//
+// A data partition (Group.KeepLeaving) stays in the joint configuration
+// while the leaving node lives, until the map completes the move: its new
+// replica must first copy the extents, from the chain's head, which may be
+// the leaving node, and a replica that is no longer a voter cannot confirm
+// a read. The master completes such a move in the map once the new replica
+// votes and has copied them.
 //
 // Next is the pure decision; Drive applies it to a multiraft host. The
 // master completes a meta partition's move in the map once the leader
@@ -51,16 +61,23 @@ const (
 	Promote
 	Remove
 	TransferLeader
+	// Replace makes Node a voter and Leaving a voter of the outgoing
+	// configuration only, in one joint change.
+	Replace
+	// LeaveJoint leaves a joint configuration for its incoming one.
+	LeaveJoint
 )
 
 func (k Kind) String() string {
-	return [...]string{"none", "add learner", "promote", "remove", "transfer leadership"}[k]
+	return [...]string{"none", "add learner", "promote", "remove", "transfer leadership", "replace", "leave joint"}[k]
 }
 
 // Step is the next configuration change a group's leader should make.
 type Step struct {
 	Kind Kind
 	Node uint64
+	// Leaving is, for Replace, the node that leaves the configuration.
+	Leaving uint64
 }
 
 // Group is what the leader knows of its group, and the map's replicas.
@@ -68,6 +85,9 @@ type Group struct {
 	Self             uint64
 	Replicas         []uint64 // the map's replica set (before the move)
 	Voters, Learners []uint64
+	// Outgoing is, in a joint configuration, the outgoing one's voters
+	// (Voters are then the incoming one's); empty otherwise.
+	Outgoing []uint64
 	// Match is each member's replicated log index; Commit the leader's.
 	Match  map[uint64]uint64
 	Commit uint64
@@ -91,15 +111,18 @@ func Next(g Group, joining, leaving uint64) Step {
 	if len(g.Replicas) == 0 {
 		return Step{} // no replica set known: nothing to compare with
 	}
+	if len(g.Outgoing) > 0 {
+		return leaveJoint(g, joining, leaving)
+	}
 	stray := func(m uint64) bool { return m != joining && m != g.Self && !slices.Contains(g.Replicas, m) }
 	for _, m := range g.Learners {
 		if stray(m) {
-			return Step{Remove, m} // counts toward no quorum: harmless to drop
+			return Step{Kind: Remove, Node: m} // counts toward no quorum: harmless to drop
 		}
 	}
 	for _, m := range g.Voters {
 		if stray(m) && !g.Active[m] {
-			return Step{Remove, m}
+			return Step{Kind: Remove, Node: m}
 		}
 	}
 	for _, r := range g.Replicas {
@@ -109,16 +132,16 @@ func Next(g Group, joining, leaving uint64) Step {
 		// A replica of the map that is no voter: the map routes reads and
 		// writes to it, and its group must count it again.
 		if !slices.Contains(g.Learners, r) {
-			return Step{AddLearner, r}
+			return Step{Kind: AddLearner, Node: r}
 		}
 		if g.Match[r] >= g.Commit {
-			return Step{Promote, r}
+			return Step{Kind: Promote, Node: r}
 		}
 		return Step{} // still catching up
 	}
 	for _, m := range g.Voters {
 		if stray(m) {
-			return Step{Remove, m}
+			return Step{Kind: Remove, Node: m}
 		}
 	}
 	if g.Self != joining && !slices.Contains(g.Replicas, g.Self) {
@@ -127,7 +150,7 @@ func Next(g Group, joining, leaving uint64) Step {
 		// hand over to a replica the map has, which then removes it.
 		for _, r := range g.Replicas {
 			if slices.Contains(g.Voters, r) && g.Active[r] {
-				return Step{TransferLeader, r}
+				return Step{Kind: TransferLeader, Node: r}
 			}
 		}
 		return Step{}
@@ -138,26 +161,52 @@ func Next(g Group, joining, leaving uint64) Step {
 	switch {
 	case !slices.Contains(g.Voters, joining) && !slices.Contains(g.Learners, joining):
 		if leaving != 0 && leaving != g.Self && slices.Contains(g.Voters, leaving) && !g.Active[leaving] {
-			return Step{Remove, leaving}
+			return Step{Kind: Remove, Node: leaving}
 		}
-		return Step{AddLearner, joining}
+		return Step{Kind: AddLearner, Node: joining}
 	case slices.Contains(g.Learners, joining):
-		if g.Match[joining] >= g.Commit {
-			return Step{Promote, joining}
+		if g.Match[joining] < g.Commit {
+			return Step{} // still catching up
 		}
-		return Step{} // still catching up
+		if leaving != 0 && slices.Contains(g.Voters, leaving) {
+			return Step{Replace, joining, leaving}
+		}
+		return Step{Kind: Promote, Node: joining}
 	case leaving != 0 && slices.Contains(g.Voters, leaving):
+		// Both voters, outside a joint configuration: a group a simple
+		// promotion left with four voters.
 		if g.KeepLeaving && (g.Active[leaving] || leaving == g.Self) {
 			return Step{} // the map removes it, once the new replica holds the data
 		}
 		if leaving == g.Self {
-			return Step{TransferLeader, joining}
+			return Step{Kind: TransferLeader, Node: joining}
 		}
-		return Step{Remove, leaving}
+		return Step{Kind: Remove, Node: leaving}
 	case leaving != 0 && slices.Contains(g.Learners, leaving):
-		return Step{Remove, leaving}
+		return Step{Kind: Remove, Node: leaving}
 	}
 	return Step{}
+}
+
+// leaveJoint is Next in a joint configuration, where raft allows no change
+// but leaving it. A data partition's live leaving node keeps its vote
+// until the map completes the move; a leader that is not in the incoming
+// configuration hands leadership to one that is, the joining node first,
+// rather than step down at the change and leave the group to an election.
+func leaveJoint(g Group, joining, leaving uint64) Step {
+	if g.KeepLeaving && joining != 0 && slices.Contains(g.Outgoing, leaving) && !slices.Contains(g.Voters, leaving) &&
+		(g.Active[leaving] || leaving == g.Self) {
+		return Step{} // the map completes the move once the new replica holds the data
+	}
+	if !slices.Contains(g.Voters, g.Self) {
+		for _, v := range append([]uint64{joining}, g.Voters...) {
+			if v != 0 && slices.Contains(g.Voters, v) && g.Active[v] {
+				return Step{Kind: TransferLeader, Node: v}
+			}
+		}
+		return Step{}
+	}
+	return Step{Kind: LeaveJoint}
 }
 
 // Done reports whether a group whose leader reports voters and learners has
@@ -183,25 +232,45 @@ func Drive(ctx context.Context, h *multiraft.Host, id multiraft.GroupID, self ui
 	for n, a := range st.Active {
 		g.Active[uint64(n)] = a
 	}
-	g.Voters, g.Learners = st.Members()
+	for _, v := range st.Voters {
+		g.Voters = append(g.Voters, uint64(v))
+	}
+	for _, v := range st.VotersOutgoing {
+		g.Outgoing = append(g.Outgoing, uint64(v))
+	}
+	_, g.Learners = st.Members()
 	for n, m := range st.Match {
 		g.Match[uint64(n)] = m
 	}
 	step := Next(g, joining, leaving)
-	var t raftpb.ConfChangeType
+	var cc raftpb.ConfChangeI
+	single := func(t raftpb.ConfChangeType) raftpb.ConfChangeI {
+		return &raftpb.ConfChange{Type: t.Enum(), NodeId: proto.Uint64(step.Node)}
+	}
 	switch step.Kind {
 	case None:
 		return step, nil
 	case TransferLeader:
 		return step, h.TransferLeader(id, multiraft.NodeID(step.Node))
 	case AddLearner:
-		t = raftpb.ConfChangeAddLearnerNode
+		cc = single(raftpb.ConfChangeAddLearnerNode)
 	case Promote:
-		t = raftpb.ConfChangeAddNode
+		cc = single(raftpb.ConfChangeAddNode)
 	case Remove:
-		t = raftpb.ConfChangeRemoveNode
+		cc = single(raftpb.ConfChangeRemoveNode)
+	case Replace:
+		// Explicit: the group stays joint until LeaveJoint, which a data
+		// partition puts off until the map completes the move.
+		cc = &raftpb.ConfChangeV2{
+			Transition: raftpb.ConfChangeTransitionJointExplicit.Enum(),
+			Changes: []*raftpb.ConfChangeSingle{
+				{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(step.Node)},
+				{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: proto.Uint64(step.Leaving)},
+			},
+		}
+	case LeaveJoint:
+		cc = &raftpb.ConfChangeV2{} // no changes: leave the joint configuration
 	}
-	cc := &raftpb.ConfChange{Type: t.Enum(), NodeId: proto.Uint64(step.Node)}
 	if err := h.ProposeConfChange(ctx, id, cc); err != nil {
 		return step, fmt.Errorf("group %d: %s node %d: %w", id, step.Kind, step.Node, err)
 	}

@@ -586,8 +586,12 @@ func (h *Host) status(g *group) GroupStatus {
 	for _, v := range g.conf.GetLearners() {
 		s.Learners = append(s.Learners, NodeID(v))
 	}
+	for _, v := range g.conf.GetVotersOutgoing() {
+		s.VotersOutgoing = append(s.VotersOutgoing, NodeID(v))
+	}
 	slices.Sort(s.Voters)
 	slices.Sort(s.Learners)
+	slices.Sort(s.VotersOutgoing)
 	return s
 }
 

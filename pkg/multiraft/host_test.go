@@ -488,6 +488,91 @@ func TestConfChangeAddRemove(t *testing.T) {
 	}
 }
 
+// A replica replaced in one joint change (add 4, remove 3): while joint,
+// Status names both configurations and Members and Votes count node 3;
+// the group goes on with nodes 3 and 4 both down (each configuration keeps
+// a majority, where four voters would have lost theirs); leaving the joint
+// configuration drops node 3.
+func TestJointReplace(t *testing.T) {
+	c := newCluster(t, 3, 12, nil)
+	c.addGroup(1)
+	c.propose(1, "before")
+	c.addNode(4)
+	c.addReplica(4, 1, nil)
+	lead := c.waitLeader(1, 1, 2, 3)
+	if lead == 3 {
+		if err := c.hosts[3].TransferLeader(1, 1); err != nil {
+			t.Fatal(err)
+		}
+		c.runUntil("node 1 leads", 1000, func() bool { return c.leader(1, 1, 2, 3) == 1 })
+		lead = 1
+	}
+	learner := &raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode.Enum(), NodeId: proto.Uint64(4)}
+	if err := c.waitErr("add learner 4", c.confChangeAsync(lead, 1, learner)); err != nil {
+		t.Fatal(err)
+	}
+	replace := &raftpb.ConfChangeV2{
+		Transition: raftpb.ConfChangeTransitionJointExplicit.Enum(),
+		Changes: []*raftpb.ConfChangeSingle{
+			{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(4)},
+			{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: proto.Uint64(3)},
+		},
+	}
+	if err := c.waitErr("replace 3 with 4", c.confChangeAsync(lead, 1, replace)); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := c.hosts[lead].Status(1)
+	voters, _ := st.Members()
+	if !slices.Equal(st.Voters, []NodeID{1, 2, 4}) || !slices.Equal(st.VotersOutgoing, []NodeID{1, 2, 3}) ||
+		!slices.Equal(voters, []uint64{1, 2, 3, 4}) || !st.Votes(3) || !st.Votes(4) {
+		t.Fatalf("joint status: voters %v outgoing %v members %v", st.Voters, st.VotersOutgoing, voters)
+	}
+	c.net.setDown(3, true)
+	c.net.setDown(4, true)
+	c.propose(1, "both ends down")
+	if err := c.waitErr("leave joint", c.confChangeAsync(c.waitLeader(1, 1, 2), 1, &raftpb.ConfChangeV2{})); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = c.hosts[c.waitLeader(1, 1, 2)].Status(1)
+	if !slices.Equal(st.Voters, []NodeID{1, 2, 4}) || len(st.VotersOutgoing) != 0 || st.Votes(3) {
+		t.Fatalf("after leaving: voters %v outgoing %v", st.Voters, st.VotersOutgoing)
+	}
+}
+
+// A heartbeat sent to an earlier replica of a group under this node's id
+// (removed while its host was down, added back empty since; the heartbeat
+// waited in the leader's queue until the link came back) names a commit
+// index beyond the new replica's empty log. Raft would panic on it and the
+// group fail for good; it is dropped, and the replica catches up as a
+// learner as usual.
+func TestStaleHeartbeatToANewReplica(t *testing.T) {
+	c := newCluster(t, 3, 13, nil)
+	c.addGroup(1)
+	for i := range 4 {
+		c.propose(1, fmt.Sprintf("a%d", i))
+	}
+	c.addNode(4)
+	c.addReplica(4, 1, nil)
+	lead := c.waitLeader(1, 1, 2, 3)
+	st, _ := c.hosts[lead].Status(1)
+	before := c.hosts[4].Stats()
+	c.hosts[4].Deliver(&Batch{From: lead, To: 4, Heartbeats: []Heartbeat{{Group: 1, Term: st.Term, Commit: st.Commit}}})
+	c.hosts[4].processRound(false)
+	if got, _ := c.hosts[4].Status(1); got.Err != nil {
+		t.Fatalf("the new replica failed: %v", got.Err)
+	}
+	if d := c.hosts[4].Stats().DroppedStale - before.DroppedStale; d != 1 {
+		t.Fatalf("stale heartbeats dropped: %d, want 1", d)
+	}
+	learner := &raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode.Enum(), NodeId: proto.Uint64(4)}
+	if err := c.waitErr("add learner 4", c.confChangeAsync(lead, 1, learner)); err != nil {
+		t.Fatal(err)
+	}
+	c.propose(1, "with 4")
+	c.runUntil("node 4 caught up", 1000, func() bool { return c.converged(1) })
+	c.checkSame(1)
+}
+
 // A member removed while its replica stays (a replica move abandoned after
 // it removed its leaving node, which the cluster map still lists) is added
 // back as a learner, catches up with what it missed, is promoted and can

@@ -26,6 +26,7 @@ var (
 		{"batches_received", "Transport batches received and processed."},
 		{"dropped_inbox_full", "Inbound batches dropped because the inbox was full."},
 		{"dropped_malformed", "Inbound batches, messages or heartbeats dropped as malformed."},
+		{"dropped_stale", "Inbound heartbeats dropped as older than the replica they reached (a commit index beyond its log)."},
 		{"entries_applied", "Log entries applied to state machines."},
 		{"snapshots_taken", "Snapshots taken for log truncation."},
 		{"peers_down", "Peers declared dead by the node-level liveness rule."},
@@ -60,6 +61,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		"rounds": s.Rounds, "sync_commits": s.SyncCommits, "batches_sent": s.BatchesSent,
 		"messages_sent": s.MessagesSent, "heartbeats_sent": s.HeartbeatsSent, "batches_received": s.BatchesReceived,
 		"dropped_inbox_full": s.DroppedInboxFull, "dropped_malformed": s.DroppedMalformed,
+		"dropped_stale": s.DroppedStale,
 		"entries_applied": s.EntriesApplied, "snapshots_taken": s.SnapshotsTaken, "peers_down": s.PeersDown,
 		"commit_notices_held": s.CommitNoticesHeld, "commit_notices_saved": s.CommitNoticesSaved,
 	}

@@ -62,6 +62,10 @@ func (h *Host) handleBatch(b *Batch) {
 		if g.err != nil {
 			continue
 		}
+		if h.staleHeartbeat(g, hb) {
+			h.stats.DroppedStale++
+			continue
+		}
 		h.stats.HeartbeatsReceived++
 		switch {
 		case hb.Response:
@@ -76,6 +80,20 @@ func (h *Host) handleBatch(b *Batch) {
 			h.leaseAck(g, b.From, hb.Term, hb.Stamp)
 		}
 	}
+}
+
+// staleHeartbeat reports whether heartbeat hb is older than g's replica
+// here: it names a commit index beyond the replica's durable log. A
+// leader's heartbeat carries at most what the follower acknowledged
+// having (raft sends min(match, commit)) and its quiesce heartbeat goes
+// only to followers that have everything, so such a heartbeat was sent to
+// an earlier replica of the group under this node's id: one removed while
+// this host was down and added back empty since, the heartbeat having
+// waited in the sender's queue until the link came back (a lab run of a
+// zone loss and heal). Raft takes it for a lost log and panics, and the
+// group would fail for good; dropped, it costs nothing, as a lost message.
+func (h *Host) staleHeartbeat(g *group, hb *Heartbeat) bool {
+	return !hb.Response && hb.Commit > g.st.cur.lastIndex
 }
 
 func (h *Host) step(g *group, m *raftpb.Message) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -212,6 +213,10 @@ type GroupStatus struct {
 	// Voters and Learners are the latest applied configuration (the incoming
 	// one while a joint change is in progress), sorted.
 	Voters, Learners []NodeID
+	// VotersOutgoing is, while a joint change is in progress, the outgoing
+	// configuration's voters, sorted (empty otherwise): a decision then
+	// needs a majority of Voters and one of VotersOutgoing.
+	VotersOutgoing []NodeID
 	// Match is, on the leader only, the highest log index known to be
 	// replicated to each voter and learner (raft's progress): a learner whose
 	// Match reached Commit has caught up.
@@ -225,15 +230,29 @@ type GroupStatus struct {
 	Err error
 }
 
-// Members returns the configuration's voters and learners as plain ids.
+// Members returns, as plain ids, every node whose vote counts (the voters
+// of the incoming and, while a joint change is in progress, the outgoing
+// configuration; sorted) and the learners.
 func (s GroupStatus) Members() (voters, learners []uint64) {
 	for _, v := range s.Voters {
 		voters = append(voters, uint64(v))
 	}
+	for _, v := range s.VotersOutgoing {
+		if !slices.Contains(s.Voters, v) {
+			voters = append(voters, uint64(v))
+		}
+	}
+	slices.Sort(voters)
 	for _, v := range s.Learners {
 		learners = append(learners, uint64(v))
 	}
 	return voters, learners
+}
+
+// Votes reports whether n's vote counts in the group: a voter of the
+// incoming or of the outgoing configuration.
+func (s GroupStatus) Votes(n NodeID) bool {
+	return slices.Contains(s.Voters, n) || slices.Contains(s.VotersOutgoing, n)
 }
 
 // HostStats are cumulative counters of a host since NewHost, plus gauges.
@@ -258,8 +277,9 @@ type HostStats struct {
 	BatchesReceived, MessagesReceived, HeartbeatsReceived uint64
 	// DroppedInboxFull counts batches Deliver dropped for lack of queue room;
 	// DroppedUnknownGroup messages and heartbeats for groups not on this host;
-	// DroppedMalformed batches, messages and heartbeats that failed validation.
-	DroppedInboxFull, DroppedUnknownGroup, DroppedMalformed uint64
+	// DroppedMalformed batches, messages and heartbeats that failed validation;
+	// DroppedStale heartbeats older than the replica they reached (Host.staleHeartbeat).
+	DroppedInboxFull, DroppedUnknownGroup, DroppedMalformed, DroppedStale uint64
 	// Quiesces and Unquiesces count transitions of this host's replicas.
 	Quiesces, Unquiesces uint64
 	// EntriesApplied counts entries passed to state machines.

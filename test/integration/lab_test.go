@@ -173,6 +173,18 @@ func labDiagnose(ctx context.Context, t *testing.T, l *lab.Lab, dir string) {
 		}
 	}
 	logs, _ := filepath.Glob(filepath.Join(dir, "hosts", "*", "*.log"))
+	if keep := os.Getenv("CAIRN_LAB_LOGS"); keep != "" {
+		// The lab's directory goes with the test; a copy of its logs
+		// outlives it for reading at leisure.
+		to := filepath.Join(keep, fmt.Sprintf("%s-%d", t.Name(), time.Now().Unix()))
+		for _, name := range logs {
+			rel, _ := filepath.Rel(dir, name)
+			b, _ := os.ReadFile(name)
+			_ = os.MkdirAll(filepath.Dir(filepath.Join(to, rel)), 0o755)
+			_ = os.WriteFile(filepath.Join(to, rel), b, 0o644)
+		}
+		t.Logf("lab logs copied to %s", to)
+	}
 	for _, name := range logs {
 		b, _ := os.ReadFile(name)
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")

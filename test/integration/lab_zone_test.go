@@ -122,21 +122,22 @@ func TestLabZoneDown(t *testing.T) {
 
 	// The rule: the zone's nodes go out and every partition gets its
 	// third replica back in the zones left.
-	eventually(t, 3*time.Minute, func() error {
+	diagnose := func() { labDiagnose(ctx, t, l, dir) }
+	eventuallyOr(t, 3*time.Minute, func() error {
 		return zoneSpread(ctx, l, func(p string, zones map[string]int, n int) error {
 			if n != 3 || zones[h.Zone] > 0 {
 				return fmt.Errorf("%s: %d replicas alive, zones %v", p, n, zones)
 			}
 			return nil
 		})
-	})
+	}, diagnose)
 	t.Logf("zone %s down: every partition back at 3 replicas in the zones left %.1fs after the cut", h.Zone, time.Since(cut).Seconds())
 
 	if err := l.Heal(ctx, f.ID); err != nil {
 		t.Fatal(err)
 	}
 	healed := time.Now()
-	eventually(t, 4*time.Minute, func() error {
+	eventuallyOr(t, 4*time.Minute, func() error {
 		cs, err := l.Cluster(ctx)
 		if err != nil {
 			return err
@@ -158,7 +159,7 @@ func TestLabZoneDown(t *testing.T) {
 			}
 			return nil
 		})
-	})
+	}, diagnose)
 	t.Logf("zone %s back: every partition healthy with one replica per zone %.1fs after the heal", h.Zone, time.Since(healed).Seconds())
 	for name, want := range files {
 		if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, want) {
