@@ -61,7 +61,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		"rounds": s.Rounds, "sync_commits": s.SyncCommits, "batches_sent": s.BatchesSent,
 		"messages_sent": s.MessagesSent, "heartbeats_sent": s.HeartbeatsSent, "batches_received": s.BatchesReceived,
 		"dropped_inbox_full": s.DroppedInboxFull, "dropped_malformed": s.DroppedMalformed,
-		"dropped_stale": s.DroppedStale,
+		"dropped_stale":   s.DroppedStale,
 		"entries_applied": s.EntriesApplied, "snapshots_taken": s.SnapshotsTaken, "peers_down": s.PeersDown,
 		"commit_notices_held": s.CommitNoticesHeld, "commit_notices_saved": s.CommitNoticesSaved,
 	}
