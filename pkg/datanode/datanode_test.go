@@ -977,6 +977,58 @@ func TestFullReplicaComparesExtentsBeingAppended(t *testing.T) {
 	checkFullReplicaOverwrite(t, c, full, room)
 }
 
+// TestFullReplicaRefusesAReadBeforeItsFailedOverwrite: node 3's disk
+// takes 300 ms to refuse the overwrite's bytes, so a read sent to node 3
+// right after the overwrite was acknowledged arrives before node 3 has
+// applied it. The read's barrier waits for that apply, which marks the
+// extent for repair; the read must then be refused (or see the new
+// bytes), never serve the old ones. The mark used to be looked at before
+// the barrier, and such a read served the bytes the overwrite replaced.
+func TestFullReplicaRefusesAReadBeforeItsFailedOverwrite(t *testing.T) {
+	var full atomic.Bool
+	slowFull := diskfs.InjectorFunc(func(op diskfs.Op) error {
+		if !full.Load() || op.Kind != diskfs.OpWrite {
+			return nil
+		}
+		time.Sleep(300 * time.Millisecond)
+		return syscall.ENOSPC
+	})
+	c := datanodetest.Start(t, datanodetest.Config{
+		Nodes: 3, Partitions: [][]uint64{{1, 2, 3}},
+		NodeOptions: func(id uint64) datanode.Options {
+			o := testOptions()
+			if id == 3 {
+				o.AlignQuietPeriod = time.Minute
+				o.Store.FS = diskfs.Inject(diskfs.OS, slowFull)
+			}
+			return o
+		},
+	})
+	cl := newClient(t, c)
+	ext := cl.create(1)
+	old, fresh := randBytes(4096, 1), randBytes(4096, 2)
+	cl.must(1, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext}, old)
+	eventually(t, 10*time.Second, func() error {
+		if got, err := cl.read(3, ext, 0, 4096, 4096); err != nil || !bytes.Equal(got, old) {
+			return fmt.Errorf("node 3 before the overwrite: %v", err)
+		}
+		return nil
+	})
+	full.Store(true)
+	eventually(t, 10*time.Second, func() error {
+		_, _, err := cl.do(1, dataproto.Header{Op: dataproto.OpOverwrite, Partition: 1, Extent: ext}, fresh)
+		return err
+	})
+	got, err := cl.read(3, ext, 0, 4096, 4096)
+	if err == nil && bytes.Equal(got, old) {
+		t.Fatal("the full replica served the bytes the overwrite replaced")
+	}
+	if err == nil && !bytes.Equal(got, fresh) {
+		t.Fatalf("the full replica served %s", describe(got, fresh))
+	}
+	full.Store(false)
+}
+
 // checkFullReplicaOverwrite appends a block to a new extent, overwrites it
 // while node 3's disk is full, and checks that node 3 never serves the old
 // bytes and serves the new ones once its disk has room.
