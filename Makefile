@@ -136,7 +136,7 @@ test: deps build vet lint
 SEEDS ?= 1000
 SEED ?= 1
 SIM_FAULTS ?=
-SIM_CI_SEEDS ?= 100
+SIM_CI_SEEDS ?= 200
 SIM_CI_FAULTS ?= none
 sim:
 	$(GO) test -timeout 0 ./test/sim -run 'TestSeeds$$' -seeds $(SEEDS) -seed $(SEED) -faults '$(SIM_FAULTS)' -v
