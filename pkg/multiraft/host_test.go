@@ -410,17 +410,25 @@ func checkNoEntriesBelow(t *testing.T, c *cluster, id NodeID, g GroupID, first u
 	}
 }
 
-// Adding a fourth replica (it starts empty and gets a snapshot), then removing
-// one of the original three.
-func TestConfChangeAddRemove(t *testing.T) {
-	c := newCluster(t, 3, 7, nil)
+// clusterWithNewReplica starts group 1 on hosts 1 to 3 with n proposals
+// committed, and an empty replica of it on a new host 4 that is no member
+// yet; it returns the cluster and group 1's leader.
+func clusterWithNewReplica(t *testing.T, seed uint64, n int) (*cluster, NodeID) {
+	t.Helper()
+	c := newCluster(t, 3, seed, nil)
 	c.addGroup(1)
-	for i := range 5 {
+	for i := range n {
 		c.propose(1, fmt.Sprintf("a%d", i))
 	}
 	c.addNode(4)
 	c.addReplica(4, 1, nil)
-	lead := c.waitLeader(1, 1, 2, 3)
+	return c, c.waitLeader(1, 1, 2, 3)
+}
+
+// Adding a fourth replica (it starts empty and gets a snapshot), then removing
+// one of the original three.
+func TestConfChangeAddRemove(t *testing.T) {
+	c, lead := clusterWithNewReplica(t, 7, 5)
 	ch := c.confChangeAsync(lead, 1, &raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(4)})
 	if err := c.waitErr("add node 4", ch); err != nil {
 		t.Fatal(err)
@@ -494,12 +502,7 @@ func TestConfChangeAddRemove(t *testing.T) {
 // a majority, where four voters would have lost theirs); leaving the joint
 // configuration drops node 3.
 func TestJointReplace(t *testing.T) {
-	c := newCluster(t, 3, 12, nil)
-	c.addGroup(1)
-	c.propose(1, "before")
-	c.addNode(4)
-	c.addReplica(4, 1, nil)
-	lead := c.waitLeader(1, 1, 2, 3)
+	c, lead := clusterWithNewReplica(t, 12, 1)
 	if lead == 3 {
 		if err := c.hosts[3].TransferLeader(1, 1); err != nil {
 			t.Fatal(err)
@@ -546,14 +549,7 @@ func TestJointReplace(t *testing.T) {
 // group fail for good; it is dropped, and the replica catches up as a
 // learner as usual.
 func TestStaleHeartbeatToANewReplica(t *testing.T) {
-	c := newCluster(t, 3, 13, nil)
-	c.addGroup(1)
-	for i := range 4 {
-		c.propose(1, fmt.Sprintf("a%d", i))
-	}
-	c.addNode(4)
-	c.addReplica(4, 1, nil)
-	lead := c.waitLeader(1, 1, 2, 3)
+	c, lead := clusterWithNewReplica(t, 13, 4)
 	st, _ := c.hosts[lead].Status(1)
 	before := c.hosts[4].Stats()
 	c.hosts[4].Deliver(&Batch{From: lead, To: 4, Heartbeats: []Heartbeat{{Group: 1, Term: st.Term, Commit: st.Commit}}})
