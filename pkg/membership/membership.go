@@ -22,11 +22,11 @@
 //     hands leadership to a voter of the new configuration.
 //
 // Step 2 is one joint change, not a promotion and then a removal, because a
-// group of four voters loses its quorum to any two failures: a move
-// between two nodes of one zone (a rebalance) left the three others' zone
-// peers, and the loss of that zone took the old and the new replica and
-// the partition's quorum with them (a lab run of a zone loss). In the joint
-// configuration each of the two majorities loses one member to it.
+// group of four voters loses its quorum to any two failures: a rebalance
+// may move a replica between two nodes of one zone, and a lab run lost
+// that zone while both were voters, two of four, with the partition's
+// quorum. In the joint configuration each of the two majorities (the old
+// replicas, the new ones) loses one member to such a loss.
 //
 // A data partition (Group.KeepLeaving) stays in the joint configuration
 // while the leaving node lives, until the map completes the move: its new
