@@ -181,20 +181,13 @@ func (v *Volume) lookupChild(ctx context.Context, parent uint64, name string) (*
 		if e := syscall.Errno(resp.GetErrno()); e != 0 {
 			return nil, errnoErr(op, e, "%d/%q", parent, name)
 		}
-		in := resp.GetInode()
-		if in == nil {
-			// The inode's home did not answer the name's partition:
-			// ask it. Gone by then, the name was replaced or removed
-			// in between: look it up again (as lookupPath does).
-			in, err = v.getInode(ctx, op, resp.GetDentry().GetIno())
-			if err != nil && ErrnoOf(err) == syscall.ENOENT && attempt < lookupAttempts {
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
+		in, err := v.inodeOf(ctx, op, resp)
+		if err == nil {
+			return toAttr(in), nil
 		}
-		return toAttr(in), nil
+		if !vanished(resp, err, attempt) {
+			return nil, err
+		}
 	}
 }
 

@@ -242,7 +242,7 @@ func (v *Volume) lookupPath(ctx context.Context, op, path string, follow bool, a
 		if err == nil {
 			break
 		}
-		if r.resp.GetInode() != nil || ErrnoOf(err) != syscall.ENOENT || attempt == lookupAttempts {
+		if !vanished(r.resp, err, attempt) {
 			return nil, nil, err
 		}
 	}
@@ -252,9 +252,17 @@ func (v *Volume) lookupPath(ctx context.Context, op, path string, follow bool, a
 	return r, in, nil
 }
 
-// lookupAttempts bounds the lookups of one path whose inode vanished
-// between the name's answer and the inode's (lookupPath).
+// lookupAttempts bounds the lookups of one name whose inode vanished
+// between the name's answer and the inode's (lookupPath, lookupChild).
 const lookupAttempts = 4
+
+// vanished reports whether a lookup whose answer resp lacked the inode,
+// and whose second request for it failed with err, should look the name
+// up again: the inode was gone (ENOENT) and this was not the last of
+// lookupAttempts attempts.
+func vanished(resp *metapb.PathResponse, err error, attempt int) bool {
+	return resp.GetInode() == nil && ErrnoOf(err) == syscall.ENOENT && attempt < lookupAttempts
+}
 
 // StatPath returns the attributes of the file path names, following a
 // final symlink.

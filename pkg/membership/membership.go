@@ -232,13 +232,7 @@ func Drive(ctx context.Context, h *multiraft.Host, id multiraft.GroupID, self ui
 	for n, a := range st.Active {
 		g.Active[uint64(n)] = a
 	}
-	for _, v := range st.Voters {
-		g.Voters = append(g.Voters, uint64(v))
-	}
-	for _, v := range st.VotersOutgoing {
-		g.Outgoing = append(g.Outgoing, uint64(v))
-	}
-	_, g.Learners = st.Members()
+	g.Voters, g.Outgoing, g.Learners = ids(st.Voters), ids(st.VotersOutgoing), ids(st.Learners)
 	for n, m := range st.Match {
 		g.Match[uint64(n)] = m
 	}
@@ -275,4 +269,13 @@ func Drive(ctx context.Context, h *multiraft.Host, id multiraft.GroupID, self ui
 		return step, fmt.Errorf("group %d: %s node %d: %w", id, step.Kind, step.Node, err)
 	}
 	return step, nil
+}
+
+// ids converts node ids to the plain ids Group holds.
+func ids(ns []multiraft.NodeID) []uint64 {
+	out := make([]uint64, 0, len(ns))
+	for _, n := range ns {
+		out = append(out, uint64(n))
+	}
+	return out
 }
