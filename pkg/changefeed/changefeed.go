@@ -188,14 +188,19 @@ func (l *Log) Restored() {
 
 // Since returns the changes after cursor made by sessions other than
 // origin (all of them when origin is 0), up to the last index seen, at
-// most limit names and inodes (more is answered Reset). A cursor of 0 is
-// a new caller: Reset, with the cursor to go on from, unless nothing was
-// applied yet.
+// most limit names and inodes (more is answered Reset). A cursor is an
+// index like any other, 0 too: a new caller, or one answered before
+// anything was applied, gets every change since the partition began if
+// this Log vouches for them all (the caller has granted nothing yet, or
+// its grants were made against index 0), and Reset otherwise. (A new
+// caller used to be reset always; then one answered at 0 by an empty Log
+// was reset at its next request, after it had granted names, and dropped
+// them all for nothing.)
 func (l *Log) Since(cursor, origin uint64, limit int) Batch {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := Batch{Cursor: l.last}
-	if l.broken || cursor == 0 && l.last > 0 || cursor < l.first || cursor > l.last {
+	if l.broken || cursor < l.first || cursor > l.last {
 		b.Reset = true
 		return b
 	}

@@ -86,8 +86,19 @@ func TestLogSince(t *testing.T) {
 		max   int
 		steps []step
 	}{
-		{"a new caller is reset to the last index", 0, []step{
+		{"a new caller gets every change of a log that vouches for them all", 0, []step{
 			{add: &add{index: 5, origin: other, names: []Name{{1, "a"}}}},
+			since(0, me, Batch{Cursor: 5, Names: []Name{{1, "a"}}}),
+		}},
+		{"a caller answered at 0 by an empty log is not reset by the first change", 0, []step{
+			since(0, me, Batch{}),
+			{add: &add{index: 1, origin: me, inodes: []uint64{7}}},
+			{add: &add{index: 2, origin: other, inodes: []uint64{8}}},
+			since(0, me, Batch{Cursor: 2, Inodes: []uint64{8}}),
+		}},
+		{"a new caller of a log with evicted history is reset to the last index", 2, []step{
+			{add: &add{index: 3, origin: other, inodes: []uint64{4}}},
+			{add: &add{index: 5, origin: other, inodes: []uint64{5, 6}}},
 			since(0, me, Batch{Cursor: 5, Reset: true}),
 		}},
 		{"own changes are left out, others' listed once", 0, []step{

@@ -195,9 +195,18 @@ func (c *coherence) watch(id uint64, stop chan struct{}) {
 // name is then told again only if it was granted just before (the
 // kernel may apply that reply after the bump; renotifyAfter). Otherwise
 // each name is told apart.
+//
+// With no name granted there is nothing to take back, and no bump: a
+// bump drops every entry the kernel holds, short-lived ones too, and
+// Linux evicts the inode of a dropped entry that no open file holds
+// (FUSE keeps no unreferenced inode), cached pages and all: the next read
+// of a file just written or read would fetch it whole again. A feed's
+// first answer is often a forget-all (a new cursor the partition's
+// record does not reach back to), and no grant was made before every
+// feed answered.
 func (c *coherence) forgetAll(now time.Time) {
 	names, inodes, againN, againI := c.cache.forgetAll(now)
-	if c.fs.bumpEpoch() {
+	if len(names) > 0 && c.fs.bumpEpoch() {
 		names = nil
 	}
 	c.tell(names, inodes, againN, againI)

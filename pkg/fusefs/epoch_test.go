@@ -6,6 +6,9 @@ import (
 	"io"
 	"os"
 	"testing"
+	"time"
+
+	"github.com/cairnfs/cairn/pkg/changefeed"
 )
 
 // TestKernelEpochMessage: a bump writes one FUSE notification header, 16
@@ -36,5 +39,41 @@ func TestKernelEpochMessage(t *testing.T) {
 	e.close() // twice is harmless
 	if n, err := r.Read(hdr[:]); err != io.EOF {
 		t.Fatalf("read after close: %d bytes, %v; want EOF", n, err)
+	}
+}
+
+// TestForgetAllBumpsOnlyForGrants: a forget-all bumps the kernel's epoch
+// only when a name is granted, since a bump drops every cached entry and,
+// with it, the cached pages of every file no handle holds open. Every
+// feed's first answer is a forget-all made before any grant.
+func TestForgetAllBumpsOnlyForGrants(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "epoch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := &FS{}
+	fs.epoch.Store(&kernelEpoch{f: f})
+	c := newCoherence(fs, time.Minute, time.Second)
+	defer close(c.stop)
+	bumps := func() int64 {
+		st, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Size() / 16
+	}
+	now := time.Now()
+	c.forgetAll(now)
+	if n := bumps(); n != 0 {
+		t.Fatalf("a forget-all with nothing granted bumped the epoch %d times", n)
+	}
+	c.cache.setHealthy(true)
+	name := changefeed.Name{Parent: 1, Name: "f"}
+	if !c.cache.grant(c.cache.begin(), now.Add(-time.Second), &name, 0) {
+		t.Fatal("no grant on a healthy feed")
+	}
+	c.forgetAll(now)
+	if n := bumps(); n != 1 {
+		t.Fatalf("a forget-all with a name granted bumped the epoch %d times, want 1", n)
 	}
 }

@@ -136,10 +136,23 @@ func (fs *FS) pagesBehind(f *client.File) bool {
 // succeeded; before is f's Version before that flush.
 func (fs *FS) flushedPages(f *client.File, before client.Version) {
 	after, ok := f.Version()
-	if ok && after == before {
+	fs.flushedPagesAt(f.Ino(), before, after, ok)
+}
+
+// flushedPagesAt is flushedPages for inode ino, whose handle's Version
+// went from before to after (ok: the servers confirmed no other change
+// came in between).
+//
+// A flush that changed nothing leaves the record alone, whatever ok says:
+// ok speaks of the handle's earlier changes, whose flush already moved or
+// dropped the record, and the record may since name a Version an open
+// read from the servers. (The kernel sends RELEASE after close(2) has
+// returned, so a writer's release, which flushes nothing, may come after
+// the next open recorded the file's pages.)
+func (fs *FS) flushedPagesAt(ino uint64, before, after client.Version, ok bool) {
+	if after == before {
 		return // nothing changed
 	}
-	ino := f.Ino()
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if cur, known := fs.pages[ino]; ok && known && cur == before {

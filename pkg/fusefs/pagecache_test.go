@@ -55,3 +55,45 @@ func TestKeepPages(t *testing.T) {
 		t.Fatalf("%d drops, want one per open that did not keep and did not wait for another's (3)", drops)
 	}
 }
+
+// TestFlushedPages: a flush moves the record to its new Version only when
+// the servers confirmed that nothing else changed the file between, drops
+// it otherwise, and leaves it alone when it changed nothing, also for a
+// handle whose earlier changes were not confirmed (a writer's RELEASE that
+// comes after the next open recorded the pages).
+func TestFlushedPages(t *testing.T) {
+	const ino = 7
+	v1 := client.Version{Size: 8, Mtime: 10, Ctime: 10}
+	v2 := client.Version{Size: 16, Mtime: 20, Ctime: 20}
+	v3 := client.Version{Size: 16, Mtime: 30, Ctime: 30}
+	for _, tc := range []struct {
+		name          string
+		record        *client.Version
+		before, after client.Version
+		ok            bool
+		want          *client.Version // nil: no record
+	}{
+		{"confirmed change moves the record", &v1, v1, v2, true, &v2},
+		{"unconfirmed change drops the record", &v1, v1, v2, false, nil},
+		{"change from another Version than the record's drops it", &v3, v1, v2, true, nil},
+		{"change with no record leaves none", nil, v1, v2, true, nil},
+		{"no change leaves the record", &v2, v2, v2, true, &v2},
+		{"no change of an unconfirmed handle leaves the record", &v2, v2, v2, false, &v2},
+		{"no change leaves a newer record an open made", &v3, v2, v2, false, &v3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := &FS{pages: map[uint64]client.Version{}, dropping: map[uint64]int{}}
+			if tc.record != nil {
+				fs.pages[ino] = *tc.record
+			}
+			fs.flushedPagesAt(ino, tc.before, tc.after, tc.ok)
+			got, known := fs.pages[ino]
+			switch {
+			case tc.want == nil && known:
+				t.Fatalf("record %v, want none", got)
+			case tc.want != nil && (!known || got != *tc.want):
+				t.Fatalf("record %v (known %v), want %v", got, known, *tc.want)
+			}
+		})
+	}
+}

@@ -5431,8 +5431,9 @@ func (x *PathResponse) GetGrants() [][]byte {
 type ChangesRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	PartitionId uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
-	// cursor: the Raft index up to which the caller has every change (0: it
-	// has none yet; the answer then says forget_all).
+	// cursor: the Raft index up to which the caller has every change (0 for
+	// a new caller: the answer lists every change since the partition began,
+	// or says forget_all when the leader's record does not reach back).
 	Cursor uint64 `protobuf:"varint,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	// origin: the caller's session; changes by its own requests are left out.
 	Origin uint64 `protobuf:"varint,3,opt,name=origin,proto3" json:"origin,omitempty"`
@@ -5563,8 +5564,7 @@ type ChangesResponse struct {
 	Cursor uint64 `protobuf:"varint,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	// forget_all: the changes after the request's cursor are not all known
 	// any more (the leader's record starts later, or a change of routing
-	// moved names), or the request's cursor was 0: the caller drops
-	// everything it cached.
+	// moved names): the caller drops everything it cached.
 	ForgetAll bool           `protobuf:"varint,2,opt,name=forget_all,json=forgetAll,proto3" json:"forget_all,omitempty"`
 	Names     []*ChangedName `protobuf:"bytes,3,rep,name=names,proto3" json:"names,omitempty"`
 	Inodes    []uint64       `protobuf:"varint,4,rep,packed,name=inodes,proto3" json:"inodes,omitempty"`

@@ -365,8 +365,9 @@ func startSecondMount(t *testing.T, dir string) string {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	must(t, cmd.Start())
 	exited := make(chan struct{})
+	var state *os.ProcessState // how it exited, once exited is closed
 	go func() {
-		_, _ = cmd.Process.Wait()
+		state, _ = cmd.Process.Wait()
 		close(exited)
 	}()
 	t.Cleanup(func() {
@@ -393,7 +394,8 @@ func startSecondMount(t *testing.T, dir string) string {
 		}
 		select {
 		case <-exited:
-			t.Fatalf("cairn mount exited:\n%s", out)
+			out, _ = os.ReadFile(logf.Name()) // all it wrote before it exited
+			t.Fatalf("cairn mount exited (%v):\n%s", state, out)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
