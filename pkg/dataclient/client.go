@@ -618,8 +618,13 @@ func (c *Client) failed(ctx context.Context, p *pb.Partition, err error) {
 		c.exclude(p.Id, min(c.opts.ExcludeFor, time.Second))
 	case dataproto.CodeReplicaFailed:
 		// A replica down the chain did not answer the primary, which
-		// told the master: the map may leave it out already.
+		// told the master: the map may leave it out already. The
+		// primary names it: it is silent to this client as if it had
+		// not answered it (silence.go), so that the next write does
+		// not choose another partition it is in and wait the chain's
+		// timeout for it again.
 		c.exclude(p.Id, c.opts.ExcludeFor)
+		c.silenceFailedReplica(p, err)
 		_ = c.Refresh(ctx)
 	default:
 		c.exclude(p.Id, c.opts.ExcludeFor)

@@ -3,8 +3,10 @@ package dataclient
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
+	pb "github.com/cairnfs/cairn/pkg/clusterpb"
 	"github.com/cairnfs/cairn/pkg/dataproto"
 )
 
@@ -68,5 +70,21 @@ func (c *Client) unreachable(node uint64, err error) {
 	c.mu.Unlock()
 	if c.opts.ReportFailure != nil {
 		c.opts.ReportFailure(node, err)
+	}
+}
+
+// silenceFailedReplica makes the replica that p's primary named as not
+// answering it (CodeReplicaFailed's Arg) silent for Options.ExcludeFor, as
+// if it had not answered this client. It is not reported: the primary
+// told the master.
+func (c *Client) silenceFailedReplica(p *pb.Partition, err error) {
+	var pe *dataproto.Error
+	if !errors.As(err, &pe) || pe.Code != dataproto.CodeReplicaFailed {
+		return
+	}
+	if node := pe.Header.Arg; node != 0 && slices.Contains(p.GetReplicas(), node) {
+		c.mu.Lock()
+		c.silent.mark(node, time.Now().Add(c.opts.ExcludeFor))
+		c.mu.Unlock()
 	}
 }

@@ -79,6 +79,52 @@ func TestChooseAvoidsSilentNodes(t *testing.T) {
 	})
 }
 
+// TestSilenceFailedReplica: the replica a primary names as not answering
+// is avoided by the next writes as a node that did not answer this client;
+// a name outside the partition, none, or another code silences no one.
+func TestSilenceFailedReplica(t *testing.T) {
+	newClient := func() *Client {
+		c := &Client{topo: &Topology{Nodes: map[uint64]Node{}}, excluded: map[uint64]time.Time{}, opts: Options{ExcludeFor: time.Hour}}
+		for i, chain := range [][]uint64{{1, 2, 3}, {2, 1, 3}, {4, 5, 6}} {
+			c.topo.Partitions = append(c.topo.Partitions, &pb.Partition{Id: uint64(i + 1), Replicas: chain})
+			for _, n := range chain {
+				c.topo.Nodes[n] = Node{Addr: "node", Alive: true}
+			}
+		}
+		return c
+	}
+	failed := func(code dataproto.Code, node uint64) error {
+		return &dataproto.Error{Code: code, Header: dataproto.Header{Arg: node}}
+	}
+	for _, tc := range []struct {
+		name   string
+		err    error
+		silent bool
+	}{
+		{"named replica", failed(dataproto.CodeReplicaFailed, 3), true},
+		{"no node named", failed(dataproto.CodeReplicaFailed, 0), false},
+		{"a node not in the partition", failed(dataproto.CodeReplicaFailed, 9), false},
+		{"another code", failed(dataproto.CodeNotLeader, 3), false},
+		{"no answer at all", os.ErrDeadlineExceeded, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient()
+			c.silenceFailedReplica(c.topo.Partitions[0], tc.err)
+			if got := c.silent.is(3, time.Now()); got != tc.silent {
+				t.Fatalf("node 3 silent: %v, want %v", got, tc.silent)
+			}
+			if !tc.silent {
+				return
+			}
+			for range 50 {
+				if p, _ := c.choose(); p == nil || p.Id != 3 {
+					t.Fatalf("chose %v; want partition 3, the only one without node 3", p)
+				}
+			}
+		})
+	}
+}
+
 // TestNoAnswer: only the absence of any answer makes a node silent.
 func TestNoAnswer(t *testing.T) {
 	for _, tc := range []struct {

@@ -309,6 +309,12 @@ func TestDeadFollowerFailsWrite(t *testing.T) {
 	if dataproto.CodeOf(err) != dataproto.CodeReplicaFailed {
 		t.Fatalf("got %v, want replica failed", err)
 	}
+	// The primary names the replica that did not answer, for the writer
+	// to avoid (node 2 forwarded to node 3, and passed its name back).
+	var pe *dataproto.Error
+	if errors.As(err, &pe); pe.Header.Arg != 3 {
+		t.Fatalf("replica failed names node %d, want 3", pe.Header.Arg)
+	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("failure took %s", d)
 	}

@@ -32,7 +32,8 @@ type Options struct {
 	// Chain bounds this node's connections to the next replica of a chain
 	// and to peers (alignment, repair). Its ReadTimeout is how long a
 	// replica waits for the next one before the write fails with
-	// CodeReplicaFailed; default 5s.
+	// CodeReplicaFailed; default 5s. Connecting to it takes at most its
+	// DialTimeout (dataproto's default, 1.5s) before the write fails.
 	Chain dataproto.ConnOptions
 	// AlignDelay is how long after opening a partition a follower first
 	// aligns its extents with the primary; default 1s.
@@ -102,9 +103,6 @@ const DefaultRecoveryBytesPerSecond = 128 << 20
 func (o Options) withDefaults(log *slog.Logger) Options {
 	if o.Chain.ReadTimeout <= 0 {
 		o.Chain.ReadTimeout = 5 * time.Second
-	}
-	if o.Chain.DialTimeout <= 0 {
-		o.Chain.DialTimeout = 2 * time.Second
 	}
 	if o.AlignDelay <= 0 {
 		o.AlignDelay = time.Second

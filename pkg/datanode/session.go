@@ -335,9 +335,8 @@ func (s *session) downConn(addr string) (*dataproto.Conn, error) {
 	if d != nil && d.c != nil {
 		d.c.Close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.h.opts.Chain.DialTimeout)
-	defer cancel()
-	c, err := dataproto.Dial(ctx, addr, s.h.opts.Chain)
+	// Dial bounds the connect and the handshake (Chain's timeouts).
+	c, err := dataproto.Dial(context.Background(), addr, s.h.opts.Chain)
 	if err != nil {
 		s.down[addr] = &downConn{err: err, failedAt: time.Now()}
 		return nil, err
@@ -378,7 +377,18 @@ func (s *session) finishChain(r *reply, p *partition, seq uint64, call *dataprot
 		r.fail(dataproto.CodeReadOnly, "replica node %d: %v", next, ferr)
 		return false
 	}
-	r.fail(dataproto.CodeReplicaFailed, "replica node %d: %v", next, ferr)
+	// The writer learns which node did not answer (Arg), so that its
+	// next write avoids the partitions that node is in instead of
+	// waiting the chain's timeout for it again: the next replica when it
+	// said nothing, the node it named when it failed the same way.
+	var silent uint64
+	switch {
+	case pe == nil:
+		silent = next
+	case pe.Code == dataproto.CodeReplicaFailed:
+		silent = pe.Header.Arg
+	}
+	r.failHeader(dataproto.Header{Arg: silent}, dataproto.CodeReplicaFailed, fmt.Sprintf("replica node %d: %v", next, ferr))
 	return false
 }
 

@@ -16,8 +16,16 @@ import (
 
 // ConnOptions bound a client connection. Zero fields take the defaults.
 type ConnOptions struct {
-	// DialTimeout bounds connecting; default 3s.
+	// DialTimeout bounds connecting (TCP); default 1.5s. A live node on
+	// the cluster's network accepts within a round trip, and the kernel
+	// sends a lost SYN again after a second: a node that has not answered
+	// the second one is taken for down, and the caller moves on to
+	// another replica or partition (a read of a file with a replica in a
+	// lost zone waited 3s for it before).
 	DialTimeout time.Duration
+	// HandshakeTimeout bounds the TLS handshake after connecting; default
+	// 3s (a loaded node may take a while to sign).
+	HandshakeTimeout time.Duration
 	// WriteTimeout bounds writing one request; default 10s.
 	WriteTimeout time.Duration
 	// ReadTimeout is how long the connection waits for the next response
@@ -31,7 +39,7 @@ type ConnOptions struct {
 	// Default 64.
 	MaxInflight int
 	// TLS, when set, authenticates the connection with a mutual TLS
-	// handshake with this client configuration, within DialTimeout; the
+	// handshake with this client configuration, within HandshakeTimeout; the
 	// server chooses whether the frames then travel inside TLS (auth.go).
 	TLS *tls.Config
 	// TLSFor, when set and not nil for the address dialled, is used in
@@ -45,7 +53,10 @@ type ConnOptions struct {
 
 func (o ConnOptions) withDefaults() ConnOptions {
 	if o.DialTimeout <= 0 {
-		o.DialTimeout = 3 * time.Second
+		o.DialTimeout = 1500 * time.Millisecond
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 3 * time.Second
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
@@ -104,7 +115,7 @@ func Dial(ctx context.Context, addr string, opts ConnOptions) (*Conn, error) {
 		}
 	}
 	if conf != nil {
-		hctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+		hctx, cancel := context.WithTimeout(ctx, opts.HandshakeTimeout)
 		c, err := authClient(hctx, nc, conf)
 		cancel()
 		if err != nil {

@@ -201,7 +201,8 @@ const (
 	// names, or past the extent's committed size.
 	CodeOutOfRange
 	// CodeReplicaFailed: a replica down the chain failed or did not answer
-	// in time; the write is not acknowledged. Write elsewhere.
+	// in time; the write is not acknowledged. Write elsewhere. Arg names
+	// the node that did not answer (0: a replica answered, with an error).
 	CodeReplicaFailed
 	// CodeReadOnly: the partition refuses new data (a disk filled up).
 	CodeReadOnly

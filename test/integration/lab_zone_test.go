@@ -62,9 +62,14 @@ func TestLabZoneDown(t *testing.T) {
 	cut := time.Now()
 	during := make([]byte, 256<<10)
 	_, _ = rand.Read(during)
+	var attempts []string // each attempt's write and read: where the time went
 	for attempt := 1; ; attempt++ {
+		w0 := time.Now()
 		werr := os.WriteFile(filepath.Join(mnt, "during"), during, 0o644)
+		r0 := time.Now()
 		got, rerr := os.ReadFile(filepath.Join(mnt, "before-0"))
+		attempts = append(attempts, fmt.Sprintf("attempt %d at %.1fs: write %.1fs (%v), read %.1fs (%v)",
+			attempt, w0.Sub(cut).Seconds(), r0.Sub(w0).Seconds(), werr, time.Since(r0).Seconds(), rerr))
 		if werr == nil && rerr == nil && bytes.Equal(got, files["before-0"]) {
 			break
 		}
@@ -74,7 +79,7 @@ func TestLabZoneDown(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("zone %s down: the first write and read through the mount succeeded after %.1fs", h.Zone, time.Since(cut).Seconds())
+	t.Logf("zone %s down: the first write and read through the mount succeeded after %.1fs:\n%s", h.Zone, time.Since(cut).Seconds(), strings.Join(attempts, "\n"))
 	files["during"] = during
 
 	// cairn status shows the zone down and what happens next.
