@@ -196,17 +196,17 @@ func (c *coherence) watch(id uint64, stop chan struct{}) {
 // kernel may apply that reply after the bump; renotifyAfter). Otherwise
 // each name is told apart.
 //
-// With no name granted there is nothing to take back, and no bump: a
-// bump drops every entry the kernel holds, short-lived ones too, and
-// Linux evicts the inode of a dropped entry that no open file holds
-// (FUSE keeps no unreferenced inode), cached pages and all: the next read
-// of a file just written or read would fetch it whole again. A feed's
-// first answer is often a forget-all (a new cursor the partition's
-// record does not reach back to), and no grant was made before every
-// feed answered.
+// With no name granted since the last forget-all there is nothing to
+// take back, and no bump: a bump drops every entry the kernel holds,
+// short-lived ones too, and Linux evicts the inode of a dropped entry
+// that no open file holds (FUSE keeps no unreferenced inode), cached
+// pages and all: the next read of a file just written or read would
+// fetch it whole again. (A name granted since, and taken back by a notice
+// that still waits for its directory's lock, needs the bump although it
+// is no longer listed as granted.)
 func (c *coherence) forgetAll(now time.Time) {
-	names, inodes, againN, againI := c.cache.forgetAll(now)
-	if len(names) > 0 && c.fs.bumpEpoch() {
+	names, inodes, againN, againI, named := c.cache.forgetAll(now)
+	if named && c.fs.bumpEpoch() {
 		names = nil
 	}
 	c.tell(names, inodes, againN, againI)

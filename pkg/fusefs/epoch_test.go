@@ -43,9 +43,10 @@ func TestKernelEpochMessage(t *testing.T) {
 }
 
 // TestForgetAllBumpsOnlyForGrants: a forget-all bumps the kernel's epoch
-// only when a name is granted, since a bump drops every cached entry and,
-// with it, the cached pages of every file no handle holds open. Every
-// feed's first answer is a forget-all made before any grant.
+// only when a name was granted since the last one, since a bump drops
+// every cached entry and, with it, the cached pages of every file no
+// handle holds open. A feed's first answer may be a forget-all made
+// before any grant.
 func TestForgetAllBumpsOnlyForGrants(t *testing.T) {
 	f, err := os.CreateTemp(t.TempDir(), "epoch")
 	if err != nil {
@@ -75,5 +76,23 @@ func TestForgetAllBumpsOnlyForGrants(t *testing.T) {
 	c.forgetAll(now)
 	if n := bumps(); n != 1 {
 		t.Fatalf("a forget-all with a name granted bumped the epoch %d times, want 1", n)
+	}
+	c.forgetAll(now)
+	if n := bumps(); n != 1 {
+		t.Fatalf("a forget-all after one that took every grant bumped the epoch (%d bumps, want 1)", n)
+	}
+	// A name granted, then taken back by a notice whose invalidation may
+	// wait for its directory's lock (a stalled create holds it): the
+	// next forget-all still bumps, although nothing is granted any more.
+	c.cache.setHealthy(true)
+	if !c.cache.grant(c.cache.begin(), now.Add(-time.Second), &name, 0) {
+		t.Fatal("no grant on a healthy feed")
+	}
+	if told, _, _, _ := c.cache.notice(now, []changefeed.Name{name}, nil); len(told) != 1 {
+		t.Fatalf("the notice took back %v, want %v", told, name)
+	}
+	c.forgetAll(now)
+	if n := bumps(); n != 2 {
+		t.Fatalf("a forget-all after a name was granted and taken back: %d bumps, want 2", n)
 	}
 }

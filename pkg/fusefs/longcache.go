@@ -37,6 +37,9 @@ type longCache struct {
 	inodes  map[uint64]time.Time          // granted inodes -> when
 	dirs    *listings                     // directories whose every name is known
 	lookups map[uint64]uint64             // entries of each inode the kernel holds
+	// named: a name was granted since the last forgetAll. Its notice may
+	// be waiting for a directory's lock (coherence.forgetAll).
+	named bool
 }
 
 const (
@@ -134,6 +137,7 @@ func (c *longCache) grant(tok grantToken, now time.Time, name *changefeed.Name, 
 	}
 	if name != nil {
 		c.names[*name] = now
+		c.named = true
 	}
 	if ino != 0 {
 		c.inodes[ino] = now
@@ -166,9 +170,11 @@ func (c *longCache) notice(now time.Time, names []changefeed.Name, inodes []uint
 
 // forgetAll takes back every grant (the feed was lost, or cannot say what
 // changed), as notice does for each; replies in flight are not granted.
-func (c *longCache) forgetAll(now time.Time) (nowN []changefeed.Name, nowI []uint64, againN []changefeed.Name, againI []uint64) {
+// named reports whether a name was granted since the last forgetAll.
+func (c *longCache) forgetAll(now time.Time) (nowN []changefeed.Name, nowI []uint64, againN []changefeed.Name, againI []uint64, named bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	named, c.named = c.named, false
 	c.seq++
 	c.recent[c.seq%recentNotices] = allKeys
 	c.dirs.clear()
@@ -178,7 +184,7 @@ func (c *longCache) forgetAll(now time.Time) (nowN []changefeed.Name, nowI []uin
 	for ino := range c.inodes {
 		takeBack(c.inodes, ino, now, &nowI, &againI)
 	}
-	return nowN, nowI, againN, againI
+	return nowN, nowI, againN, againI, named
 }
 
 // takeBack forgets the grant of key k, if any, listing k in told and,

@@ -91,12 +91,12 @@ func TestLongCacheNotices(t *testing.T) {
 	}
 	// forgetAll names everything still granted, and nothing twice.
 	c.grant(c.begin(), now, &f, 7)
-	n, i, againN, againI = c.forgetAll(now.Add(time.Second))
+	n, i, againN, againI, _ = c.forgetAll(now.Add(time.Second))
 	slices.Sort(i)
 	if !slices.Equal(n, []changefeed.Name{f}) || !slices.Equal(i, []uint64{7, 8}) || len(againN)+len(againI) != 0 {
 		t.Fatalf("forgetAll told %v %v (again %v %v), want f and inodes 7, 8", n, i, againN, againI)
 	}
-	if n, i, _, _ := c.forgetAll(now); len(n)+len(i) != 0 {
+	if n, i, _, _, _ := c.forgetAll(now); len(n)+len(i) != 0 {
 		t.Fatalf("a second forgetAll told %v %v", n, i)
 	}
 	// prune forgets what the kernel dropped by itself.
