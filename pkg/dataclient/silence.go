@@ -65,9 +65,7 @@ func (c *Client) unreachable(node uint64, err error) {
 	if node == 0 || !noAnswer(err) {
 		return
 	}
-	c.mu.Lock()
-	c.silent.mark(node, time.Now().Add(c.opts.ExcludeFor))
-	c.mu.Unlock()
+	c.markSilent(node)
 	if c.opts.ReportFailure != nil {
 		c.opts.ReportFailure(node, err)
 	}
@@ -83,8 +81,13 @@ func (c *Client) silenceFailedReplica(p *pb.Partition, err error) {
 		return
 	}
 	if node := pe.Header.Arg; node != 0 && slices.Contains(p.GetReplicas(), node) {
-		c.mu.Lock()
-		c.silent.mark(node, time.Now().Add(c.opts.ExcludeFor))
-		c.mu.Unlock()
+		c.markSilent(node)
 	}
+}
+
+// markSilent makes node silent for Options.ExcludeFor.
+func (c *Client) markSilent(node uint64) {
+	c.mu.Lock()
+	c.silent.mark(node, time.Now().Add(c.opts.ExcludeFor))
+	c.mu.Unlock()
 }
