@@ -486,8 +486,8 @@ func (p *partition) copyTail(ctx context.Context, conn *dataproto.Conn, st *exte
 var errSourceNotReady = errors.New("the source cannot answer for the extent yet")
 
 // compareBlocks overwrites every whole block below both committed sizes
-// whose CRC differs from the source's with the source's bytes. Blocks
-// touching a hole punched here are skipped (their file was deleted).
+// whose CRC differs from the source's with the source's bytes, but for
+// the holes punched here (copyLive: their files were deleted).
 //
 // A copied block holds what the source had applied when it answered (its
 // read barrier makes that every overwrite committed before the read was
@@ -554,14 +554,11 @@ func (p *partition) compareBlocks(ctx context.Context, conn *dataproto.Conn, st 
 		if err != nil {
 			return copied, fmt.Errorf("read block %d: %w", b, err)
 		}
-		if err := st.Overwrite(e.ID, b*bs, data); err != nil {
-			if errors.Is(err, extentstore.ErrPunched) {
-				continue
-			}
+		n, err := p.copyLive(st, e.ID, b*bs, data)
+		copied += n
+		if err != nil {
 			return copied, fmt.Errorf("block %d: %w", b, err)
 		}
-		copied += bs
-		p.h.m.alignedBytes.Add(float64(bs))
 	}
 	// The partial block at the end (a small extent has only that one):
 	// its CRCs cover each side's own size, so they compare only when the
@@ -602,14 +599,50 @@ func (p *partition) compareTail(ctx context.Context, conn *dataproto.Conn, st *e
 	if bytes.Equal(ours, theirs) {
 		return 0, nil
 	}
-	if err := st.Overwrite(ext, from, theirs); err != nil {
-		if errors.Is(err, extentstore.ErrPunched) {
-			return 0, nil // the file there was deleted here meanwhile
-		}
+	return p.copyLive(st, ext, from, theirs)
+}
+
+// copyLive writes a peer's bytes theirs over bytes [off, off+len(theirs))
+// of extent ext, except where a hole is punched here: a deleted small
+// file's range stays a hole, and the live files beside it in the same
+// block get the peer's bytes. It returns the bytes written. (A block
+// holding one deleted file used to be skipped whole, and alignment then
+// cleared the extent's mark with a live file's overwrite missing: a
+// replica whose disk had been full served the bytes that overwrite
+// replaced; the simulation found it, test/sim, seed 1009.)
+func (p *partition) copyLive(st *extentstore.Store, ext uint64, off int64, theirs []byte) (int64, error) {
+	err := st.Overwrite(ext, off, theirs)
+	if err == nil {
+		p.h.m.alignedBytes.Add(float64(len(theirs)))
+		return int64(len(theirs)), nil
+	}
+	if !errors.Is(err, extentstore.ErrPunched) {
 		return 0, err
 	}
-	p.h.m.alignedBytes.Add(float64(n))
-	return n, nil
+	live, err := st.Unpunched(ext, off, int64(len(theirs)))
+	if err != nil {
+		return 0, err
+	}
+	var copied int64
+	for _, r := range live {
+		part := theirs[r.Off-off : r.Off-off+r.Len]
+		ours := make([]byte, r.Len)
+		if _, err := st.ReadAt(ext, ours, r.Off); err != nil {
+			return copied, err
+		}
+		if bytes.Equal(ours, part) {
+			continue
+		}
+		if err := st.Overwrite(ext, r.Off, part); err != nil {
+			if errors.Is(err, extentstore.ErrPunched) {
+				continue // the file there was deleted here meanwhile
+			}
+			return copied, err
+		}
+		copied += r.Len
+		p.h.m.alignedBytes.Add(float64(r.Len))
+	}
+	return copied, nil
 }
 
 // scrub reads the whole partition at the configured pace and repairs what

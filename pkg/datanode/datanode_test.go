@@ -1044,16 +1044,54 @@ func checkFullReplicaOverwrite(t *testing.T, c *datanodetest.Cluster, full *disk
 	ext := cl.create(1)
 	old, fresh := randBytes(4096, 1), randBytes(4096, 2)
 	cl.must(1, dataproto.Header{Op: dataproto.OpAppend, Partition: 1, Extent: ext}, old)
+	overwriteWhileFull(t, cl, full, room, ext, 0, old, fresh)
+}
+
+// TestFullReplicaRepairsAFileBesideAFreedOne: two small files share a
+// block of a small-file extent; the first is freed (a hole on every
+// replica), then the second is overwritten while node 3's disk is full.
+// Once its disk has room, node 3 must copy the second file's new bytes
+// although the block holds a hole. It used to skip a block touching a
+// hole whole, clear the extent's mark all the same, and serve the bytes
+// the overwrite replaced (found by the simulation, test/sim, seed 1009).
+func TestFullReplicaRepairsAFileBesideAFreedOne(t *testing.T) {
+	c, full, room := fillableThird(t, func(o *datanode.Options, full *diskfs.Rule) {
+		full.PathContains = "" // the store's metadata log too
+	})
+	cl := newClient(t, c)
+	gone, old, fresh := randBytes(1000, 1), randBytes(1000, 2), randBytes(1000, 3)
+	f1 := cl.mustH(dataproto.Header{Op: dataproto.OpWriteSmall, Partition: 1}, gone)
+	f2 := cl.mustH(dataproto.Header{Op: dataproto.OpWriteSmall, Partition: 1}, old)
+	if f1.Extent != f2.Extent || f2.Offset != f1.Offset+int64(len(gone)) {
+		t.Fatalf("small files not packed side by side: %+v %+v", f1, f2)
+	}
+	cl.must(1, dataproto.Header{Op: dataproto.OpFree, Partition: 1, Extent: f1.Extent, Offset: f1.Offset, Arg: uint64(len(gone))}, nil)
+	eventually(t, 10*time.Second, func() error {
+		got, err := cl.read(3, f1.Extent, f1.Offset, int64(len(gone)), f2.Offset+int64(len(old)))
+		if err != nil || !bytes.Equal(got, make([]byte, len(gone))) {
+			return fmt.Errorf("node 3 still holds the freed file: %v", err)
+		}
+		return nil
+	})
+	overwriteWhileFull(t, cl, full, room, f2.Extent, f2.Offset, old, fresh)
+}
+
+// overwriteWhileFull overwrites old, at off of extent ext, with fresh
+// while node 3's disk is full, and checks that node 3 never serves the
+// old bytes and serves the new ones once its disk has room.
+func overwriteWhileFull(t *testing.T, cl *client, full *diskfs.Rule, room *atomic.Bool, ext uint64, off int64, old, fresh []byte) {
+	t.Helper()
+	n := int64(len(old))
 	room.Store(false)
 	full.Enable()
 	eventually(t, 10*time.Second, func() error {
-		_, _, err := cl.do(1, dataproto.Header{Op: dataproto.OpOverwrite, Partition: 1, Extent: ext}, fresh)
+		_, _, err := cl.do(1, dataproto.Header{Op: dataproto.OpOverwrite, Partition: 1, Extent: ext, Offset: off}, fresh)
 		return err
 	})
 	var lastErr error
 	check := func(when string) (served bool) {
 		t.Helper()
-		got, err := cl.read(3, ext, 0, 4096, 4096)
+		got, err := cl.read(3, ext, off, n, off+n)
 		if err != nil {
 			lastErr = err
 			return false

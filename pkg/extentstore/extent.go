@@ -129,6 +129,23 @@ func overlapsPunched(punched []span, off, end int64) bool {
 	return i < len(punched) && punched[i].off < end
 }
 
+// unpunched returns the parts of [off, end) that no range of punched
+// (sorted, disjoint) covers, in order.
+func unpunched(punched []span, off, end int64) []Range {
+	var out []Range
+	i := sort.Search(len(punched), func(i int) bool { return punched[i].end > off })
+	for ; off < end && i < len(punched) && punched[i].off < end; i++ {
+		if punched[i].off > off {
+			out = append(out, Range{Off: off, Len: punched[i].off - off})
+		}
+		off = max(off, punched[i].end)
+	}
+	if off < end {
+		out = append(out, Range{Off: off, Len: end - off})
+	}
+	return out
+}
+
 // maskPunched zeroes, in buf holding the extent's bytes from bufOff, every
 // byte of a punched range: a punched range reads as zeros whether or not the
 // hole has reached the disk yet.

@@ -588,6 +588,28 @@ func (s *Store) Checksums(id uint64) (size int64, crcs []uint32, err error) {
 	return e.size, append([]uint32(nil), e.crcs...), nil
 }
 
+// Range is the byte range [Off, Off+Len) of an extent.
+type Range struct{ Off, Len int64 }
+
+// Unpunched returns the parts of bytes [off, off+n) of extent id that no
+// punched hole covers, in order: the bytes of that range that live files
+// still own. A repair that copies a peer's bytes over a range writes these
+// parts only (Overwrite refuses a range touching a hole, ErrPunched), so
+// that a deleted small file beside a live one does not keep the live one
+// from being repaired.
+func (s *Store) Unpunched(id uint64, off, n int64) ([]Range, error) {
+	e, err := s.get(id)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.deleted {
+		return nil, fmt.Errorf("extent %d: %w", id, ErrNotFound)
+	}
+	return unpunched(e.punched, off, off+n), nil
+}
+
 // Usage is the space a partition uses.
 type Usage struct {
 	Extents int

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -841,5 +842,29 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestUnpunched(t *testing.T) {
+	holes := []span{{10, 20}, {30, 40}}
+	for _, tc := range []struct {
+		off, end int64
+		want     []Range
+	}{
+		{0, 50, []Range{{0, 10}, {20, 10}, {40, 10}}},
+		{0, 10, []Range{{0, 10}}},
+		{10, 20, nil},
+		{12, 35, []Range{{20, 10}}},
+		{15, 45, []Range{{20, 10}, {40, 5}}},
+		{40, 40, nil},
+		{41, 60, []Range{{41, 19}}},
+	} {
+		got := unpunched(holes, tc.off, tc.end)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("unpunched [%d,%d): got %v, want %v", tc.off, tc.end, got, tc.want)
+		}
+	}
+	if got := unpunched(nil, 5, 9); !slices.Equal(got, []Range{{5, 4}}) {
+		t.Errorf("no holes: got %v", got)
 	}
 }
