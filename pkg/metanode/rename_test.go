@@ -370,6 +370,40 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		}
 	})
 
+	t.Run("a retry whose old name another operation took", func(t *testing.T) {
+		// An attempt placed the new name (over a file, or where nothing
+		// was) and was cut off before its commit; another operation then
+		// removed the old name. The retry answers ENOENT and takes the
+		// placement back: the replaced file gets its name again. Left
+		// behind, the resolver settled it, and the new name named the
+		// renamed file beside its other name (the simulation, seed 162).
+		for _, over := range []bool{true, false} {
+			from, to := nameIn(fmt.Sprintf("tf-%v", over), 1), nameIn(fmt.Sprintf("tt-%v", over), 0)
+			ino := mk(1, from)
+			var replaced uint64
+			req := renameReq(RootIno, from, to)
+			pend := &metapb.PendingRename{Id: placementID(req.RequestId), FromParent: RootIno, FromName: []byte(from)}
+			placement := &metapb.Op{Op: &metapb.Op_CreateDentry{CreateDentry: &metapb.CreateDentry{
+				Parent: RootIno, Name: []byte(to), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR, Pending: pend}}}
+			if over {
+				replaced = mk(0, to)
+				placement = &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{
+					Parent: RootIno, Name: []byte(to), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR, ExpectIno: replaced, Pending: pend}}}
+			}
+			tp.txn(t, tp.p[0], placement)
+			tp.txn(t, tp.p[1], &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{Parent: RootIno, Name: []byte(from), ExpectIno: ino}}})
+			if r := tp.name(t, tp.p[1], req); metapb.Errno(r.Errno) != metapb.ENOENT {
+				t.Fatalf("over a file %v: the retry: %v, want ENOENT", over, r)
+			}
+			if got := tp.holds(t, 0, to); got != replaced {
+				t.Errorf("over a file %v: after the retry %s holds %d, want %d", over, to, got, replaced)
+			}
+			if r := tp.name(t, tp.p[1], req); metapb.Errno(r.Errno) == 0 {
+				t.Errorf("over a file %v: a later retry succeeded: %v", over, r)
+			}
+		}
+	})
+
 	t.Run("a refused Txn whose client stopped waiting", func(t *testing.T) {
 		// The clean-up is the node's job even when the request's context
 		// ended (the client's attempt timed out): a placement left behind

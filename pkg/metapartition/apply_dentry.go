@@ -262,6 +262,11 @@ func (t *txn) replaceDentry(m *metapb.ReplaceDentry) (*metapb.OpResult, *opError
 	if err != nil {
 		return nil, err
 	}
+	if pend != nil {
+		// A rename's placement over a name: the mark says what it
+		// replaced, for whichever attempt takes the placement back.
+		pend.ReplacedIno, pend.ReplacedType = old.ino, old.typ
+	}
 	t.putDentry(dentry{parent: parent, name: name, ino: ino, typ: typ, pend: pend}, true)
 	return &metapb.OpResult{Dentry: old.toProto()}, nil
 }

@@ -123,3 +123,38 @@ func TestPendingName(t *testing.T) {
 	}
 	mustRun(t, p, 7, deleteDentry(1, "new", remote, 0))
 }
+
+// TestPendingReplacement: a placement over a name records what it
+// replaced in its mark, which survives a snapshot, so that any attempt of
+// the rename can put that name back; a placement of a free name records
+// nothing.
+func TestPendingReplacement(t *testing.T) {
+	const remote = 1 << 40
+	p, err := New(1, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, p, 1, createInode(dir, 0o755))
+	mustRun(t, p, 2, createDentry(1, "over", remote+5, reg))
+	op := replaceDentry(1, "over", remote, reg, remote+5)
+	op.GetReplaceDentry().Pending = &metapb.PendingRename{Id: 7, FromParent: 1, FromName: []byte("old")}
+	mustRun(t, p, 3, op)
+	mustRun(t, p, 4, pendingCreate(1, "free", remote+1, 8))
+	q, err := New(1, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Restore(snap(t, p)); err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range []*Partition{p, q} {
+		d, _, _ := part.LookupPending(1, "over")
+		if pd := d.GetPending(); pd.GetId() != 7 || pd.GetReplacedIno() != remote+5 || pd.GetReplacedType() != reg || d.GetIno() != remote {
+			t.Errorf("placement over a name: %v", d)
+		}
+		d, _, _ = part.LookupPending(1, "free")
+		if pd := d.GetPending(); pd.GetId() != 8 || pd.GetReplacedIno() != 0 || pd.GetReplacedType() != 0 {
+			t.Errorf("placement of a free name: %v", d)
+		}
+	}
+}

@@ -13,10 +13,10 @@ import (
 // Restore. Encoding is in snapshot_write.go, decoding in snapshot_read.go
 // and snapshot_reader.go.
 
-// Snapshot format, version 7. Earlier versions are still read: 1 without
+// Snapshot format, version 8. Earlier versions are still read: 1 without
 // parent pointers, request ids and routing, 2 without routing, 3 without
 // chunks, 4 without the namespace epoch, 5 without quotas, 6 without
-// pending renames. All integers are unsigned varints except times
+// pending renames, 7 without what a pending rename replaced. All integers are unsigned varints except times
 // (zigzag varints), fingerprints (chunker.FingerprintSize raw bytes) and the
 // trailer; records are in key order, so equal states encode to equal bytes.
 //
@@ -42,12 +42,13 @@ import (
 //	nsEpoch              fences applied so far (v5)
 //	#quotas, quota*      id bytes(varint) inodes(varint), by id (v6)
 //	#pending, pend*      parent len(name) name id fromParent len(fromName)
-//	                     fromName since(zigzag): the pending renames' marks
-//	                     on their dentries, in dentry order (v7)
+//	                     fromName since(zigzag) [replacedIno replacedType] (v8):
+//	                     the pending renames' marks on their dentries, in
+//	                     dentry order (v7)
 //	crc32c of everything above, 4 bytes little-endian
 const (
 	snapMagic   = "CAIRNMP\n"
-	snapVersion = 7
+	snapVersion = 8
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -269,6 +269,13 @@ func (r *snapReader) pending(p *Partition) {
 		pend := &metapb.PendingRename{Id: r.u(), FromParent: r.u()}
 		pend.FromName = r.raw("old name", MaxNameLen)
 		pend.Since = r.i()
+		if r.version >= 8 {
+			if pend.ReplacedIno = r.u(); pend.ReplacedIno != 0 {
+				pend.ReplacedType = r.fileType("replaced")
+			} else if r.u() != 0 {
+				r.failf("pending name %d/%s: a replaced type without an inode", parent, quote(name))
+			}
+		}
 		if r.err != nil {
 			break
 		}

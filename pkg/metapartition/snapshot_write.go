@@ -211,6 +211,8 @@ func (f *Frozen) WriteTo(w io.Writer) (int64, error) {
 		s.u(d.pend.GetFromParent())
 		s.bytes(string(d.pend.GetFromName()))
 		s.i(d.pend.GetSince())
+		s.u(d.pend.GetReplacedIno())
+		s.u(uint64(d.pend.GetReplacedType()))
 		return s.record()
 	})
 	s.flush()

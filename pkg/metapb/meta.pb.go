@@ -882,10 +882,16 @@ type PendingRename struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id is the rename's (its undo and settle name it), below 2^63; a
 	// partition's resolver that takes the name over sets the top bit.
-	Id            uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	FromParent    uint64 `protobuf:"varint,2,opt,name=from_parent,json=fromParent,proto3" json:"from_parent,omitempty"` // the old name, which the rename's commit deletes
-	FromName      []byte `protobuf:"bytes,3,opt,name=from_name,json=fromName,proto3" json:"from_name,omitempty"`
-	Since         int64  `protobuf:"varint,4,opt,name=since,proto3" json:"since,omitempty"` // set at apply (the batch's time, Unix ns)
+	Id         uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	FromParent uint64 `protobuf:"varint,2,opt,name=from_parent,json=fromParent,proto3" json:"from_parent,omitempty"` // the old name, which the rename's commit deletes
+	FromName   []byte `protobuf:"bytes,3,opt,name=from_name,json=fromName,proto3" json:"from_name,omitempty"`
+	Since      int64  `protobuf:"varint,4,opt,name=since,proto3" json:"since,omitempty"` // set at apply (the batch's time, Unix ns)
+	// replaced_ino and replaced_type are what the placement replaced (set at
+	// apply; 0: the name was free), so that an attempt of the rename that
+	// takes the placement back puts that name back, whichever attempt placed
+	// it.
+	ReplacedIno   uint64   `protobuf:"varint,5,opt,name=replaced_ino,json=replacedIno,proto3" json:"replaced_ino,omitempty"`
+	ReplacedType  FileType `protobuf:"varint,6,opt,name=replaced_type,json=replacedType,proto3,enum=cairn.meta.FileType" json:"replaced_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -946,6 +952,20 @@ func (x *PendingRename) GetSince() int64 {
 		return x.Since
 	}
 	return 0
+}
+
+func (x *PendingRename) GetReplacedIno() uint64 {
+	if x != nil {
+		return x.ReplacedIno
+	}
+	return 0
+}
+
+func (x *PendingRename) GetReplacedType() FileType {
+	if x != nil {
+		return x.ReplacedType
+	}
+	return FileType_FILE_TYPE_UNKNOWN
 }
 
 // CreateInode allocates an inode number from the partition's range. Later ops of
@@ -5700,13 +5720,15 @@ const file_meta_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x04 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x123\n" +
-	"\apending\x18\x05 \x01(\v2\x19.cairn.meta.PendingRenameR\apending\"s\n" +
+	"\apending\x18\x05 \x01(\v2\x19.cairn.meta.PendingRenameR\apending\"\xd1\x01\n" +
 	"\rPendingRename\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1f\n" +
 	"\vfrom_parent\x18\x02 \x01(\x04R\n" +
 	"fromParent\x12\x1b\n" +
 	"\tfrom_name\x18\x03 \x01(\fR\bfromName\x12\x14\n" +
-	"\x05since\x18\x04 \x01(\x03R\x05since\"\xfe\x01\n" +
+	"\x05since\x18\x04 \x01(\x03R\x05since\x12!\n" +
+	"\freplaced_ino\x18\x05 \x01(\x04R\vreplacedIno\x129\n" +
+	"\rreplaced_type\x18\x06 \x01(\x0e2\x14.cairn.meta.FileTypeR\freplacedType\"\xfe\x01\n" +
 	"\vCreateInode\x12(\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x14.cairn.meta.FileTypeR\x04type\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
@@ -6211,103 +6233,104 @@ var file_meta_proto_depIdxs = []int32{
 	5,  // 5: cairn.meta.Inode.chunks:type_name -> cairn.meta.Chunk
 	0,  // 6: cairn.meta.Dentry.type:type_name -> cairn.meta.FileType
 	10, // 7: cairn.meta.Dentry.pending:type_name -> cairn.meta.PendingRename
-	0,  // 8: cairn.meta.CreateInode.type:type_name -> cairn.meta.FileType
-	1,  // 9: cairn.meta.CreateInode.layout:type_name -> cairn.meta.FileLayout
-	0,  // 10: cairn.meta.CreateDentry.type:type_name -> cairn.meta.FileType
-	10, // 11: cairn.meta.CreateDentry.pending:type_name -> cairn.meta.PendingRename
-	0,  // 12: cairn.meta.DeleteDentry.expect_type:type_name -> cairn.meta.FileType
-	0,  // 13: cairn.meta.ReplaceDentry.type:type_name -> cairn.meta.FileType
-	10, // 14: cairn.meta.ReplaceDentry.pending:type_name -> cairn.meta.PendingRename
-	7,  // 15: cairn.meta.AppendExtents.extents:type_name -> cairn.meta.ExtentKey
-	5,  // 16: cairn.meta.SpliceChunks.chunks:type_name -> cairn.meta.Chunk
-	5,  // 17: cairn.meta.ChunkRef.chunk:type_name -> cairn.meta.Chunk
-	28, // 18: cairn.meta.ChunkRefs.items:type_name -> cairn.meta.ChunkRef
-	5,  // 19: cairn.meta.ChunkForget.chunks:type_name -> cairn.meta.Chunk
-	6,  // 20: cairn.meta.ChunkFix.entries:type_name -> cairn.meta.ChunkRecord
-	11, // 21: cairn.meta.Op.create_inode:type_name -> cairn.meta.CreateInode
-	12, // 22: cairn.meta.Op.create_dentry:type_name -> cairn.meta.CreateDentry
-	13, // 23: cairn.meta.Op.delete_dentry:type_name -> cairn.meta.DeleteDentry
-	14, // 24: cairn.meta.Op.replace_dentry:type_name -> cairn.meta.ReplaceDentry
-	16, // 25: cairn.meta.Op.setattr:type_name -> cairn.meta.Setattr
-	17, // 26: cairn.meta.Op.link:type_name -> cairn.meta.Link
-	18, // 27: cairn.meta.Op.touch_dir:type_name -> cairn.meta.TouchDir
-	19, // 28: cairn.meta.Op.evict:type_name -> cairn.meta.Evict
-	20, // 29: cairn.meta.Op.set_xattr:type_name -> cairn.meta.SetXattr
-	21, // 30: cairn.meta.Op.remove_xattr:type_name -> cairn.meta.RemoveXattr
-	22, // 31: cairn.meta.Op.append_extents:type_name -> cairn.meta.AppendExtents
-	23, // 32: cairn.meta.Op.fence:type_name -> cairn.meta.Fence
-	24, // 33: cairn.meta.Op.unfence:type_name -> cairn.meta.Unfence
-	25, // 34: cairn.meta.Op.set_range:type_name -> cairn.meta.SetRange
-	26, // 35: cairn.meta.Op.ack_freed:type_name -> cairn.meta.AckFreed
-	36, // 36: cairn.meta.Op.set_routing:type_name -> cairn.meta.SetRouting
-	37, // 37: cairn.meta.Op.import_dentries:type_name -> cairn.meta.ImportDentries
-	39, // 38: cairn.meta.Op.purge_dentries:type_name -> cairn.meta.PurgeDentries
-	27, // 39: cairn.meta.Op.splice_chunks:type_name -> cairn.meta.SpliceChunks
-	29, // 40: cairn.meta.Op.chunk_refs:type_name -> cairn.meta.ChunkRefs
-	30, // 41: cairn.meta.Op.chunk_collect:type_name -> cairn.meta.ChunkCollect
-	31, // 42: cairn.meta.Op.chunk_forget:type_name -> cairn.meta.ChunkForget
-	32, // 43: cairn.meta.Op.chunk_fix:type_name -> cairn.meta.ChunkFix
-	15, // 44: cairn.meta.Op.settle_dentry:type_name -> cairn.meta.SettleDentry
-	34, // 45: cairn.meta.Routing.exceptions:type_name -> cairn.meta.RouteException
-	35, // 46: cairn.meta.SetRouting.current:type_name -> cairn.meta.Routing
-	35, // 47: cairn.meta.SetRouting.previous:type_name -> cairn.meta.Routing
-	9,  // 48: cairn.meta.ImportDentries.dentries:type_name -> cairn.meta.Dentry
-	38, // 49: cairn.meta.PurgeDentries.keys:type_name -> cairn.meta.DentryKey
-	33, // 50: cairn.meta.Txn.ops:type_name -> cairn.meta.Op
-	8,  // 51: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
-	9,  // 52: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
-	6,  // 53: cairn.meta.OpResult.chunks:type_name -> cairn.meta.ChunkRecord
-	42, // 54: cairn.meta.OpResult.pre:type_name -> cairn.meta.InodeStamp
-	41, // 55: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
-	40, // 56: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
-	40, // 57: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
-	60, // 58: cairn.meta.TxnRequest.cred:type_name -> cairn.meta.Cred
-	46, // 59: cairn.meta.TxnRequest.then:type_name -> cairn.meta.HomedOp
-	33, // 60: cairn.meta.HomedOp.op:type_name -> cairn.meta.Op
-	43, // 61: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
-	48, // 62: cairn.meta.TxnResponse.then:type_name -> cairn.meta.ThenGroup
-	43, // 63: cairn.meta.ThenGroup.result:type_name -> cairn.meta.TxnResult
-	9,  // 64: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
-	8,  // 65: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
-	60, // 66: cairn.meta.GetInodeRequest.cred:type_name -> cairn.meta.Cred
-	8,  // 67: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
-	9,  // 68: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
-	8,  // 69: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
-	3,  // 70: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
-	8,  // 71: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
-	9,  // 72: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
-	6,  // 73: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
-	58, // 74: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
-	58, // 75: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
-	4,  // 76: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
-	60, // 77: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
-	8,  // 78: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
-	8,  // 79: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
-	9,  // 80: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
-	8,  // 81: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
-	8,  // 82: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
-	64, // 83: cairn.meta.ChangesResponse.names:type_name -> cairn.meta.ChangedName
-	61, // 84: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
-	45, // 85: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
-	49, // 86: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
-	51, // 87: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
-	53, // 88: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
-	57, // 89: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
-	55, // 90: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
-	63, // 91: cairn.meta.MetaNode.Changes:input_type -> cairn.meta.ChangesRequest
-	62, // 92: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
-	47, // 93: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
-	50, // 94: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
-	52, // 95: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
-	54, // 96: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
-	59, // 97: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
-	56, // 98: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
-	65, // 99: cairn.meta.MetaNode.Changes:output_type -> cairn.meta.ChangesResponse
-	92, // [92:100] is the sub-list for method output_type
-	84, // [84:92] is the sub-list for method input_type
-	84, // [84:84] is the sub-list for extension type_name
-	84, // [84:84] is the sub-list for extension extendee
-	0,  // [0:84] is the sub-list for field type_name
+	0,  // 8: cairn.meta.PendingRename.replaced_type:type_name -> cairn.meta.FileType
+	0,  // 9: cairn.meta.CreateInode.type:type_name -> cairn.meta.FileType
+	1,  // 10: cairn.meta.CreateInode.layout:type_name -> cairn.meta.FileLayout
+	0,  // 11: cairn.meta.CreateDentry.type:type_name -> cairn.meta.FileType
+	10, // 12: cairn.meta.CreateDentry.pending:type_name -> cairn.meta.PendingRename
+	0,  // 13: cairn.meta.DeleteDentry.expect_type:type_name -> cairn.meta.FileType
+	0,  // 14: cairn.meta.ReplaceDentry.type:type_name -> cairn.meta.FileType
+	10, // 15: cairn.meta.ReplaceDentry.pending:type_name -> cairn.meta.PendingRename
+	7,  // 16: cairn.meta.AppendExtents.extents:type_name -> cairn.meta.ExtentKey
+	5,  // 17: cairn.meta.SpliceChunks.chunks:type_name -> cairn.meta.Chunk
+	5,  // 18: cairn.meta.ChunkRef.chunk:type_name -> cairn.meta.Chunk
+	28, // 19: cairn.meta.ChunkRefs.items:type_name -> cairn.meta.ChunkRef
+	5,  // 20: cairn.meta.ChunkForget.chunks:type_name -> cairn.meta.Chunk
+	6,  // 21: cairn.meta.ChunkFix.entries:type_name -> cairn.meta.ChunkRecord
+	11, // 22: cairn.meta.Op.create_inode:type_name -> cairn.meta.CreateInode
+	12, // 23: cairn.meta.Op.create_dentry:type_name -> cairn.meta.CreateDentry
+	13, // 24: cairn.meta.Op.delete_dentry:type_name -> cairn.meta.DeleteDentry
+	14, // 25: cairn.meta.Op.replace_dentry:type_name -> cairn.meta.ReplaceDentry
+	16, // 26: cairn.meta.Op.setattr:type_name -> cairn.meta.Setattr
+	17, // 27: cairn.meta.Op.link:type_name -> cairn.meta.Link
+	18, // 28: cairn.meta.Op.touch_dir:type_name -> cairn.meta.TouchDir
+	19, // 29: cairn.meta.Op.evict:type_name -> cairn.meta.Evict
+	20, // 30: cairn.meta.Op.set_xattr:type_name -> cairn.meta.SetXattr
+	21, // 31: cairn.meta.Op.remove_xattr:type_name -> cairn.meta.RemoveXattr
+	22, // 32: cairn.meta.Op.append_extents:type_name -> cairn.meta.AppendExtents
+	23, // 33: cairn.meta.Op.fence:type_name -> cairn.meta.Fence
+	24, // 34: cairn.meta.Op.unfence:type_name -> cairn.meta.Unfence
+	25, // 35: cairn.meta.Op.set_range:type_name -> cairn.meta.SetRange
+	26, // 36: cairn.meta.Op.ack_freed:type_name -> cairn.meta.AckFreed
+	36, // 37: cairn.meta.Op.set_routing:type_name -> cairn.meta.SetRouting
+	37, // 38: cairn.meta.Op.import_dentries:type_name -> cairn.meta.ImportDentries
+	39, // 39: cairn.meta.Op.purge_dentries:type_name -> cairn.meta.PurgeDentries
+	27, // 40: cairn.meta.Op.splice_chunks:type_name -> cairn.meta.SpliceChunks
+	29, // 41: cairn.meta.Op.chunk_refs:type_name -> cairn.meta.ChunkRefs
+	30, // 42: cairn.meta.Op.chunk_collect:type_name -> cairn.meta.ChunkCollect
+	31, // 43: cairn.meta.Op.chunk_forget:type_name -> cairn.meta.ChunkForget
+	32, // 44: cairn.meta.Op.chunk_fix:type_name -> cairn.meta.ChunkFix
+	15, // 45: cairn.meta.Op.settle_dentry:type_name -> cairn.meta.SettleDentry
+	34, // 46: cairn.meta.Routing.exceptions:type_name -> cairn.meta.RouteException
+	35, // 47: cairn.meta.SetRouting.current:type_name -> cairn.meta.Routing
+	35, // 48: cairn.meta.SetRouting.previous:type_name -> cairn.meta.Routing
+	9,  // 49: cairn.meta.ImportDentries.dentries:type_name -> cairn.meta.Dentry
+	38, // 50: cairn.meta.PurgeDentries.keys:type_name -> cairn.meta.DentryKey
+	33, // 51: cairn.meta.Txn.ops:type_name -> cairn.meta.Op
+	8,  // 52: cairn.meta.OpResult.inode:type_name -> cairn.meta.Inode
+	9,  // 53: cairn.meta.OpResult.dentry:type_name -> cairn.meta.Dentry
+	6,  // 54: cairn.meta.OpResult.chunks:type_name -> cairn.meta.ChunkRecord
+	42, // 55: cairn.meta.OpResult.pre:type_name -> cairn.meta.InodeStamp
+	41, // 56: cairn.meta.TxnResult.results:type_name -> cairn.meta.OpResult
+	40, // 57: cairn.meta.Batch.txns:type_name -> cairn.meta.Txn
+	40, // 58: cairn.meta.TxnRequest.txn:type_name -> cairn.meta.Txn
+	60, // 59: cairn.meta.TxnRequest.cred:type_name -> cairn.meta.Cred
+	46, // 60: cairn.meta.TxnRequest.then:type_name -> cairn.meta.HomedOp
+	33, // 61: cairn.meta.HomedOp.op:type_name -> cairn.meta.Op
+	43, // 62: cairn.meta.TxnResponse.result:type_name -> cairn.meta.TxnResult
+	48, // 63: cairn.meta.TxnResponse.then:type_name -> cairn.meta.ThenGroup
+	43, // 64: cairn.meta.ThenGroup.result:type_name -> cairn.meta.TxnResult
+	9,  // 65: cairn.meta.LookupResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 66: cairn.meta.LookupResponse.inode:type_name -> cairn.meta.Inode
+	60, // 67: cairn.meta.GetInodeRequest.cred:type_name -> cairn.meta.Cred
+	8,  // 68: cairn.meta.GetInodeResponse.inode:type_name -> cairn.meta.Inode
+	9,  // 69: cairn.meta.ReadDirResponse.dentries:type_name -> cairn.meta.Dentry
+	8,  // 70: cairn.meta.ReadDirResponse.inodes:type_name -> cairn.meta.Inode
+	3,  // 71: cairn.meta.ScanRequest.kind:type_name -> cairn.meta.ScanKind
+	8,  // 72: cairn.meta.ScanResponse.inodes:type_name -> cairn.meta.Inode
+	9,  // 73: cairn.meta.ScanResponse.dentries:type_name -> cairn.meta.Dentry
+	6,  // 74: cairn.meta.ScanResponse.chunks:type_name -> cairn.meta.ChunkRecord
+	58, // 75: cairn.meta.PartitionStatsResponse.top_names:type_name -> cairn.meta.NameCount
+	58, // 76: cairn.meta.PartitionStatsResponse.named_counts:type_name -> cairn.meta.NameCount
+	4,  // 77: cairn.meta.PathRequest.op:type_name -> cairn.meta.PathOp
+	60, // 78: cairn.meta.PathRequest.cred:type_name -> cairn.meta.Cred
+	8,  // 79: cairn.meta.PathRequest.create:type_name -> cairn.meta.Inode
+	8,  // 80: cairn.meta.PathResponse.parent_inode:type_name -> cairn.meta.Inode
+	9,  // 81: cairn.meta.PathResponse.dentry:type_name -> cairn.meta.Dentry
+	8,  // 82: cairn.meta.PathResponse.inode:type_name -> cairn.meta.Inode
+	8,  // 83: cairn.meta.PathResponse.parent_attrs:type_name -> cairn.meta.Inode
+	64, // 84: cairn.meta.ChangesResponse.names:type_name -> cairn.meta.ChangedName
+	61, // 85: cairn.meta.MetaNode.Path:input_type -> cairn.meta.PathRequest
+	45, // 86: cairn.meta.MetaNode.Txn:input_type -> cairn.meta.TxnRequest
+	49, // 87: cairn.meta.MetaNode.Lookup:input_type -> cairn.meta.LookupRequest
+	51, // 88: cairn.meta.MetaNode.GetInode:input_type -> cairn.meta.GetInodeRequest
+	53, // 89: cairn.meta.MetaNode.ReadDir:input_type -> cairn.meta.ReadDirRequest
+	57, // 90: cairn.meta.MetaNode.PartitionStats:input_type -> cairn.meta.PartitionStatsRequest
+	55, // 91: cairn.meta.MetaNode.Scan:input_type -> cairn.meta.ScanRequest
+	63, // 92: cairn.meta.MetaNode.Changes:input_type -> cairn.meta.ChangesRequest
+	62, // 93: cairn.meta.MetaNode.Path:output_type -> cairn.meta.PathResponse
+	47, // 94: cairn.meta.MetaNode.Txn:output_type -> cairn.meta.TxnResponse
+	50, // 95: cairn.meta.MetaNode.Lookup:output_type -> cairn.meta.LookupResponse
+	52, // 96: cairn.meta.MetaNode.GetInode:output_type -> cairn.meta.GetInodeResponse
+	54, // 97: cairn.meta.MetaNode.ReadDir:output_type -> cairn.meta.ReadDirResponse
+	59, // 98: cairn.meta.MetaNode.PartitionStats:output_type -> cairn.meta.PartitionStatsResponse
+	56, // 99: cairn.meta.MetaNode.Scan:output_type -> cairn.meta.ScanResponse
+	65, // 100: cairn.meta.MetaNode.Changes:output_type -> cairn.meta.ChangesResponse
+	93, // [93:101] is the sub-list for method output_type
+	85, // [85:93] is the sub-list for method input_type
+	85, // [85:85] is the sub-list for extension type_name
+	85, // [85:85] is the sub-list for extension extendee
+	0,  // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
