@@ -84,9 +84,21 @@ type Server struct {
 	// disk does.
 	full atomic.Bool
 
-	mu      sync.Mutex
+	mu      procLock
 	running interface{ Stop() }
 }
+
+// procLock is the lock of a server's process: a mutex whose waiters
+// block durably in the synctest bubble (on a channel made in it), which
+// sync.Mutex's do not. Two faults on one server (a crash while another
+// crash's stop or a restart is under way) would otherwise stop the
+// simulated clock: the waiter is not durably blocked, so time does not
+// move, and the holder, waiting for the node's goroutines, some of them in
+// a backoff, never ends (seed 5127 with -faults crash hung so).
+type procLock chan struct{}
+
+func (l procLock) Lock()   { l <- struct{}{} }
+func (l procLock) Unlock() { <-l }
 
 // Addr is the server's RPC address.
 func (s *Server) Addr() string { return fmt.Sprintf("%s:%d", s.IP, rpcPort(s.Role)) }
@@ -146,7 +158,7 @@ func New(ctx context.Context, t Topology, o Options) (*Cluster, error) {
 	add := func(r Role, n, subnet int) {
 		for i := range n {
 			s := &Server{Role: r, Name: fmt.Sprintf("%s-%d", r, i+1), IP: fmt.Sprintf("10.0.%d.%d", subnet, i+1), c: c,
-				fs: vfs.NewCrashableMem(), disk: diskfs.NewMem()}
+				fs: vfs.NewCrashableMem(), disk: diskfs.NewMem(), mu: make(procLock, 1)}
 			if r == Master {
 				s.id = uint64(i + 1)
 			} else {

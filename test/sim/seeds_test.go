@@ -210,10 +210,16 @@ func checkSeed(t *testing.T, seed uint64, sum *summary) {
 	t.Errorf("%s: %s\n(%s)%s\n%s\nreplay: %s", line, what, replays, b.String(), r.Kept, replay)
 }
 
+// seedTimeout bounds a seed's process. A seed takes about a second of
+// real time; one still running after minutes hangs (the simulated clock
+// stopped), and the timeout's panic prints every goroutine, which is kept
+// with the run's logs.
+const seedTimeout = 5 * time.Minute
+
 // runSeedProcess runs TestSeed for seed in a child process and reads its
 // report.
 func runSeedProcess(seed uint64) seedResult {
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestSeed$", "-test.v", "-test.timeout", "30m",
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestSeed$", "-test.v", "-test.timeout", seedTimeout.String(),
 		"-one", fmt.Sprint(seed), "-simtime", simTime.String(), "-pause", pause.String(), "-faults", *kinds)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
