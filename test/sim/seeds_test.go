@@ -186,19 +186,19 @@ func TestSeeds(t *testing.T) {
 // checkSeed runs one seed's process, and once more if it fails, and
 // reports it.
 func checkSeed(t *testing.T, seed uint64, sum *summary) {
-	r := runSeedProcess(seed)
+	r := runSeedProcess(seed, *kinds)
 	sum.add(r)
 	line := fmt.Sprintf("seed %d: %d faults, %v simulated in %v, %d operations", seed, len(r.Faults), r.Simulated.Round(time.Second), r.Real.Round(time.Millisecond), r.Ops)
 	if !r.failed() {
 		t.Log(line + ": no anomaly")
 		return
 	}
-	replay := fmt.Sprintf("go test ./test/sim -run 'TestSeed$' -one %d -simtime %v -pause %v -faults '%s' -simlog -v", seed, *simTime, *pause, *kinds)
+	replay := replayCommand(seed, *kinds)
 	var b strings.Builder
 	for _, f := range r.Faults {
 		fmt.Fprintf(&b, "\n  fault: %s", f)
 	}
-	again := runSeedProcess(seed)
+	again := runSeedProcess(seed, *kinds)
 	replays := "it failed again when run a second time"
 	if !again.failed() {
 		replays = "it passed when run a second time: the goroutines ran in another order"
@@ -210,17 +210,23 @@ func checkSeed(t *testing.T, seed uint64, sum *summary) {
 	t.Errorf("%s: %s\n(%s)%s\n%s\nreplay: %s", line, what, replays, b.String(), r.Kept, replay)
 }
 
+// replayCommand is the command that runs seed again with faults, with
+// the servers' logs.
+func replayCommand(seed uint64, faults string) string {
+	return fmt.Sprintf("go test ./test/sim -run 'TestSeed$' -one %d -simtime %v -pause %v -faults '%s' -simlog -v", seed, *simTime, *pause, faults)
+}
+
 // seedTimeout bounds a seed's process. A seed takes about a second of
 // real time; one still running after minutes hangs (the simulated clock
 // stopped), and the timeout's panic prints every goroutine, which is kept
 // with the run's logs.
 const seedTimeout = 5 * time.Minute
 
-// runSeedProcess runs TestSeed for seed in a child process and reads its
-// report.
-func runSeedProcess(seed uint64) seedResult {
+// runSeedProcess runs TestSeed for seed in a child process, with the
+// fault kinds faults (the -faults flag's form), and reads its report.
+func runSeedProcess(seed uint64, faults string) seedResult {
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestSeed$", "-test.v", "-test.timeout", seedTimeout.String(),
-		"-one", fmt.Sprint(seed), "-simtime", simTime.String(), "-pause", pause.String(), "-faults", *kinds)
+		"-one", fmt.Sprint(seed), "-simtime", simTime.String(), "-pause", pause.String(), "-faults", faults)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

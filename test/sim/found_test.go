@@ -1,0 +1,70 @@
+package sim
+
+import (
+	"strings"
+	"sync"
+	"testing"
+)
+
+// foundSeeds are seeds that found a bug, kept as regression tests. A seed
+// does not replay exactly (the Go scheduler is not the seed's), so each
+// is one that ran into its bug in at least one of a few runs before the
+// fix; TestFoundSeeds runs each foundRuns times. Each fix also has a
+// deterministic test, named here.
+var foundSeeds = []struct {
+	seed   uint64
+	faults string // the -faults flag the seed was found with
+	bug    string
+}{
+	{1009, "disk-full", "alignment skipped a block holding a deleted file's hole and cleared the mark (TestFullReplicaRepairsAFileBesideAFreedOne)"},
+	{1018, "disk-full", "alignment skipped a block holding a deleted file's hole and cleared the mark"},
+	{1002, "disk-full", "a follower cleared its marks against a store being reopened (TestListPageOfAClosedStore)"},
+	{1050, "disk-full", "a follower cleared its marks against a store being reopened"},
+	{162, "", "a rename retry left its earlier attempt's new name behind (TestRenameOnServer, a retry whose old name another operation took)"},
+	{5127, "crash", "two faults on one server stopped the simulated clock (the harness's process lock)"},
+}
+
+// foundRuns is how often TestFoundSeeds runs each found seed.
+const foundRuns = 3
+
+// TestFoundSeeds runs every seed of foundSeeds foundRuns times, two at a
+// time, each in a process of its own as TestSeeds does, and fails on any
+// anomaly or error.
+func TestFoundSeeds(t *testing.T) {
+	if *one != 0 {
+		t.Skip("-one runs TestSeed alone")
+	}
+	type job struct {
+		seed   uint64
+		faults string
+		bug    string
+	}
+	jobs := make(chan job)
+	go func() {
+		defer close(jobs)
+		for range foundRuns {
+			for _, f := range foundSeeds {
+				jobs <- job{f.seed, f.faults, f.bug}
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				r := runSeedProcess(j.seed, j.faults)
+				if !r.failed() {
+					continue
+				}
+				what := r.Err
+				if what == "" {
+					what = strings.Join(r.Anomalies, "\n  ")
+				}
+				t.Errorf("seed %d (faults %q), which once found: %s\n  %s\n%s\nreplay: %s", j.seed, j.faults, j.bug, what, r.Kept, replayCommand(j.seed, j.faults))
+			}
+		}()
+	}
+	wg.Wait()
+}
