@@ -384,17 +384,23 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 	// of the rename (another attempt, maybe by a later leader) is answered
 	// the earlier attempt's result instead of finding the name taken.
 	res, err := s.followUpOn(ctx, "rename_place", r.part, &metapb.Txn{Ops: []*metapb.Op{create}, RequestId: placementID(req.RequestId)})
-	switch {
+	switch e := metapb.Errno(res.GetErrno()); {
 	case err != nil:
 		return unknown(err)
-	case res.GetErrno() == 0:
+	case e == metapb.OK:
 		return nil, nil
-	case metapb.Errno(res.GetErrno()) != metapb.EEXIST:
+	case e != metapb.EEXIST && e != metapb.EMOVING:
 		// ENOENT: the directory is fenced there (an rmdir is checking
-		// it); EWRONGMP, EMOVING: the name is moving. The client's
-		// protocol waits for the one and follows the other.
+		// it); EWRONGMP: the name is moving. The client's protocol
+		// waits for the one and follows the other.
 		return exdev("rename: placing the new name: %s", res.GetMessage())
 	}
+	// The name exists, or is pending (EMOVING, or a routing move): an
+	// earlier attempt of this request may have placed it, over a name
+	// (a replace, under an id of its own, whose answer was lost). Handed
+	// to the client's protocol, that placement was left to the resolver,
+	// which rolled the rename forward after the client had been told it
+	// failed (the simulation, seeds 1011 and 5178).
 	part, err := s.h.peers.partition(ctx, r.part)
 	if err != nil {
 		return exdev("rename: %v", err)
@@ -407,7 +413,12 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 	isDir := r.src.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY
 	switch {
 	case dst.GetPending().GetId() == pend.GetId() && dst.GetIno() == r.src.GetIno():
-		// An earlier attempt's placement whose answer was forgotten.
+		// An earlier attempt's placement whose answer was forgotten; its
+		// mark says what it replaced, whose link the rename then drops.
+		if ino := dst.GetPending().GetReplacedIno(); ino != 0 {
+			r.dst = &metapb.Dentry{Parent: r.dir.Ino, Name: []byte(r.name), Ino: ino, Type: dst.GetPending().GetReplacedType()}
+			r.keep = keptOpen(req, ino)
+		}
 		return nil, nil
 	case dst.GetPending() != nil:
 		// Another rename's new name, not settled: the client's protocol

@@ -404,6 +404,38 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		}
 	})
 
+	t.Run("a retry of a placement over a name whose answer was lost", func(t *testing.T) {
+		// An earlier attempt found the new name taken and replaced it
+		// (pending, under a request id of its own), and its answer was
+		// lost. The retry's create finds the name pending (EMOVING): it
+		// must recognise its own placement and go on, knowing from the
+		// mark what it replaced, not hand the rename to the client, which
+		// left the placement to the resolver, which completed the rename
+		// after the client had been told it failed (the simulation, seeds
+		// 1011 and 5178).
+		from, to := nameIn("lf", 1), nameIn("lt", 0)
+		ino, old := mk(1, from), mk(0, to)
+		req := renameReq(RootIno, from, to)
+		pend := &metapb.PendingRename{Id: placementID(req.RequestId), FromParent: RootIno, FromName: []byte(from)}
+		tp.txn(t, tp.p[0], &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{
+			Parent: RootIno, Name: []byte(to), Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR, ExpectIno: old, Pending: pend}}})
+		h := tp.c.leaderOf(t, 2)
+		s := &service{h: h}
+		r := &renamePlace{part: 1, dir: nsreplica.Entry{Ino: RootIno}, name: to, from: from, src: &metapb.Dentry{Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}
+		if resp, err := s.placeNew(tp.ctx, h.parts[2], req, r); resp != nil || err != nil {
+			t.Fatalf("the retry's placement: %v, %v; want its own placement found", resp, err)
+		}
+		if r.dst.GetIno() != old {
+			t.Errorf("the retry's placement replaced %v, want inode %d", r.dst, old)
+		}
+		if resp := tp.name(t, tp.p[1], req); resp.Errno != 0 || resp.GetReplaced() != old {
+			t.Fatalf("the retried rename: %v", resp)
+		}
+		if tp.holds(t, 0, to) != ino || tp.holds(t, 1, from) != 0 {
+			t.Errorf("after the retried rename: %s holds %d, %s %d", to, tp.holds(t, 0, to), from, tp.holds(t, 1, from))
+		}
+	})
+
 	t.Run("a refused Txn whose client stopped waiting", func(t *testing.T) {
 		// The clean-up is the node's job even when the request's context
 		// ended (the client's attempt timed out): a placement left behind
