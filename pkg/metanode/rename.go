@@ -116,16 +116,19 @@ func (s *service) planRename(p *partition, mp *metapartition.Partition, req *met
 	if e := nameErrno(newName); e != metapb.OK {
 		return pathPlan{resp: pathErr(e, req.NewName, "rename: not a valid new name")}
 	}
-	if res, ok := mp.Answered(req.RequestId); ok {
-		return s.renameAnswered(p, mp, req, base, dir, newName, res)
-	}
-	if req.RequestId != 0 {
+	res, answered := mp.Answered(req.RequestId)
+	if req.RequestId != 0 && (!answered || len(res.GetResults()) == 0) {
 		// A resolver may have committed this rename while its attempts
 		// were cut off (resolve.go): the commit is its answer, or the
-		// retry would find its old name gone and answer ENOENT.
-		if res, ok := mp.Answered(rolledForwardID(placementID(req.RequestId))); ok && res.GetErrno() == 0 {
-			return s.renameAnswered(p, mp, req, base, dir, newName, res)
+		// retry would find its old name gone and answer ENOENT. Also
+		// when an attempt claimed the request id after the resolver had
+		// taken its new name over (renameRefused): the rename happened.
+		if rf, ok := mp.Answered(rolledForwardID(placementID(req.RequestId))); ok && rf.GetErrno() == 0 {
+			res, answered = rf, true
 		}
+	}
+	if answered {
+		return s.renameAnswered(p, mp, req, base, dir, newName, res)
 	}
 	exdev := func(format string, args ...any) pathPlan {
 		r := pathErr(metapb.EXDEV, req.Path, format, args...)
@@ -563,6 +566,12 @@ func (s *service) renameRefused(ctx context.Context, p *partition, req *metapb.P
 	ures, err := s.followUpOn(ctx, "rename_undo", r.part, &metapb.Txn{Ops: []*metapb.Op{undo}, RequestId: newFenceToken()})
 	if err != nil || ures.GetErrno() != 0 {
 		s.h.log.Warn("refused rename's new name not taken back", "partition", p.id, "parent", r.dir.Ino, "name", r.name, "err", err, "errno", ures.GetErrno())
+		if metapb.Errno(ures.GetErrno()) == metapb.ESTALE && s.awaitRolledForward(ctx, p, id) {
+			// The resolver took the new name over and rolled the
+			// rename forward (that is what refused its Txn): it
+			// happened, and planned again it is answered so.
+			return nil, true
+		}
 	} else {
 		s.h.log.Info("refused rename's new name taken back", "partition", p.id, "request", req.RequestId, "parent", r.dir.Ino,
 			"name", r.name, "on", r.part, "why", refused.GetMessage())
@@ -570,81 +579,6 @@ func (s *service) renameRefused(ctx context.Context, p *partition, req *metapb.P
 	out := pathErr(metapb.EXDEV, req.Path, "rename: the old name changed: %s", refused.GetMessage())
 	out.Parent = r.dir.Ino
 	return out, false
-}
-
-// takeBack is the new name of a rename whose attempt finds its old name
-// gone, to look at on partition part (0: where the map routes it) for a
-// placement an earlier attempt of the same request left: pending under
-// mark id.
-type takeBack struct {
-	part, dir uint64
-	name      string
-	id        uint64
-}
-
-// takeBackOwn takes back an earlier attempt's placement of tb's new name
-// before a rename answers that its old name is gone (refused). An attempt
-// cut off after placing the new name (its partition slow to answer) leaves
-// the client to retry; if another operation took the old name meanwhile,
-// the retry answers ENOENT, and a placement left behind would be settled
-// by the resolver, which cannot tell that rename from one that committed:
-// the new name would then name the file another name already does, and
-// the file it replaced would lose its name (the simulation found it:
-// test/sim, seed 162). As renameRefused does, the request id is claimed
-// here first, so that no attempt commits afterwards; if the claim finds
-// the rename committed (again), it is answered from that instead. The
-// mark says what the placement replaced, which is put back.
-func (s *service) takeBackOwn(ctx context.Context, p *partition, req *metapb.PathRequest, tb *takeBack, refused *metapb.PathResponse) (resp *metapb.PathResponse, again bool, err error) {
-	unknown := func(what string, err error) (*metapb.PathResponse, bool, error) {
-		return nil, false, status.Errorf(codes.Unavailable, "rename: %s an earlier attempt's new name %q: %v", what, tb.name, err)
-	}
-	if tb.part == 0 {
-		if tb.part, err = s.routeByMap(ctx, p.volume, tb.dir, tb.name); err != nil {
-			return unknown("routing", err)
-		}
-	}
-	part, err := s.h.peers.partition(ctx, tb.part)
-	if err != nil {
-		return unknown("looking for", err)
-	}
-	look, err := s.h.peers.meta.FetchPending(ctx, part, tb.dir, tb.name)
-	if err != nil {
-		return unknown("looking for", err)
-	}
-	d := look.GetDentry()
-	pend := d.GetPending()
-	if look.GetErrno() != 0 || pend.GetId() != tb.id {
-		return refused, false, nil // no placement of this request's
-	}
-	// The clean-up outlives the request, as renameRefused's does.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), renameCleanupTimeout)
-	defer cancel()
-	res, err := p.merger.submit(ctx, &metapb.Txn{RequestId: req.RequestId})
-	switch {
-	case err != nil:
-		return unknown("claiming the request before taking back", err)
-	case len(res.GetResults()) > 0:
-		return nil, true, nil
-	}
-	undo := &metapb.Op{Op: &metapb.Op_DeleteDentry{DeleteDentry: &metapb.DeleteDentry{
-		Parent: tb.dir, Name: []byte(tb.name), ExpectIno: d.GetIno(), Undo: tb.id}}}
-	if ino := pend.GetReplacedIno(); ino != 0 {
-		undo = &metapb.Op{Op: &metapb.Op_ReplaceDentry{ReplaceDentry: &metapb.ReplaceDentry{
-			Parent: tb.dir, Name: []byte(tb.name), Ino: ino, Type: pend.GetReplacedType(), ExpectIno: d.GetIno(), Undo: tb.id}}}
-	}
-	ures, err := s.followUpOn(ctx, "rename_undo", tb.part, &metapb.Txn{Ops: []*metapb.Op{undo}, RequestId: newFenceToken()})
-	switch {
-	case err != nil:
-		return unknown("taking back", err)
-	case ures.GetErrno() != 0:
-		// Taken over by the resolver meanwhile (ESTALE), which settles it.
-		s.h.log.Warn("an earlier attempt's new name not taken back", "partition", p.id, "request", req.RequestId, "parent", tb.dir,
-			"name", tb.name, "on", tb.part, "errno", metapb.Errno(ures.GetErrno()), "err", ures.GetMessage())
-	default:
-		s.h.log.Info("an earlier attempt's new name taken back: the old name is gone", "partition", p.id, "request", req.RequestId,
-			"parent", tb.dir, "name", tb.name, "on", tb.part, "restored", pend.GetReplacedIno())
-	}
-	return refused, false, nil
 }
 
 // routeByMap returns the meta partition the cluster map's live routing of

@@ -436,6 +436,37 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		}
 	})
 
+	t.Run("a refused Txn whose new name the resolver rolled forward", func(t *testing.T) {
+		// The attempt stalled past pendingStale: the resolver took its new
+		// name over and committed the rename itself, which is what refused
+		// the attempt's Txn. The rename happened: the attempt and every
+		// retry answer success, not EXDEV, which handed the client's
+		// protocol a rename it then answered ENOENT (the simulation, seed
+		// 2859).
+		from, to := nameIn("wf", 1), nameIn("wt", 0)
+		ino := mk(1, from)
+		req, r := placePending(t, tp, from, to, ino)
+		h1 := tp.c.leaderOf(t, 1)
+		look, err := tp.mc.FetchPending(tp.ctx, tp.p[0], RootIno, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := (&service{h: h1}).resolveName(tp.ctx, ledPartition{part: h1.parts[1], volume: 7}, look.GetDentry()); err != nil {
+			t.Fatalf("resolve: %v", err)
+		}
+		h := tp.c.leaderOf(t, 2)
+		s := &service{h: h}
+		if resp, again := s.renameRefused(tp.ctx, h.parts[2], req, r, pathErr(metapb.ENOENT, req.Path, "gone")); !again {
+			t.Errorf("refused after a roll-forward: %v, want planned again", resp)
+		}
+		if resp := tp.name(t, tp.p[1], req); resp.Errno != 0 {
+			t.Errorf("retry of a rename the resolver rolled forward: %v, want success", resp)
+		}
+		if tp.holds(t, 0, to) != ino || tp.holds(t, 1, from) != 0 {
+			t.Errorf("after the roll-forward: %s holds %d, %s %d", to, tp.holds(t, 0, to), from, tp.holds(t, 1, from))
+		}
+	})
+
 	t.Run("a refused Txn whose client stopped waiting", func(t *testing.T) {
 		// The clean-up is the node's job even when the request's context
 		// ended (the client's attempt timed out): a placement left behind
