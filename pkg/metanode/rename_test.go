@@ -22,6 +22,16 @@ func renameReq(parent uint64, from, to string) *metapb.PathRequest {
 		RequestId: rand.Uint64() | 1, OpId: rand.Uint64() | 1}
 }
 
+// namesAre reports, as of when, unless from (in the root, on slot 1's
+// partition) names inode wantFrom and to (slot 0's) names wantTo (0:
+// nothing).
+func (tp *twoParts) namesAre(t *testing.T, when, from string, wantFrom uint64, to string, wantTo uint64) {
+	t.Helper()
+	if gotFrom, gotTo := tp.holds(t, 1, from), tp.holds(t, 0, to); gotFrom != wantFrom || gotTo != wantTo {
+		t.Errorf("%s: %s holds %d, want %d; %s holds %d, want %d", when, from, gotFrom, wantFrom, to, gotTo, wantTo)
+	}
+}
+
 // holds returns the inode name names in the root (0: none).
 func (tp *twoParts) holds(t *testing.T, slot int, name string) uint64 {
 	t.Helper()
@@ -431,9 +441,7 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		if resp := tp.name(t, tp.p[1], req); resp.Errno != 0 || resp.GetReplaced() != old {
 			t.Fatalf("the retried rename: %v", resp)
 		}
-		if tp.holds(t, 0, to) != ino || tp.holds(t, 1, from) != 0 {
-			t.Errorf("after the retried rename: %s holds %d, %s %d", to, tp.holds(t, 0, to), from, tp.holds(t, 1, from))
-		}
+		tp.namesAre(t, "after the retried rename", from, 0, to, ino)
 	})
 
 	t.Run("a refused Txn whose new name the resolver rolled forward", func(t *testing.T) {
@@ -462,9 +470,7 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		if resp := tp.name(t, tp.p[1], req); resp.Errno != 0 {
 			t.Errorf("retry of a rename the resolver rolled forward: %v, want success", resp)
 		}
-		if tp.holds(t, 0, to) != ino || tp.holds(t, 1, from) != 0 {
-			t.Errorf("after the roll-forward: %s holds %d, %s %d", to, tp.holds(t, 0, to), from, tp.holds(t, 1, from))
-		}
+		tp.namesAre(t, "after the roll-forward", from, 0, to, ino)
 	})
 
 	t.Run("a refused Txn whose client stopped waiting", func(t *testing.T) {

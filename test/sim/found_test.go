@@ -24,6 +24,7 @@ var foundSeeds = []struct {
 	{5127, "crash", "two faults on one server stopped the simulated clock (the harness's process lock)"},
 	{5178, "slow", "a rename's placement did not know its own earlier replace and handed the rename to the client (TestRenameOnServer, a retry of a placement over a name whose answer was lost)"},
 	{1011, "", "a rename's placement did not know its own earlier replace and handed the rename to the client"},
+	{2859, "", "a refused rename answered EXDEV although the resolver had rolled it forward (TestRenameOnServer, a refused Txn whose new name the resolver rolled forward)"},
 }
 
 // foundRuns is how often TestFoundSeeds runs each found seed.
