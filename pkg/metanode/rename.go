@@ -409,33 +409,19 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 		return exdev("rename: %v", err)
 	}
 	look, err := s.h.peers.meta.FetchPending(ctx, part, r.dir.Ino, r.name)
-	switch {
-	case err != nil:
-		// The name may be this request's own placement: not known, as
-		// for an unanswered placement (handed to the client's protocol,
-		// it was left to the resolver; the simulation, seed 2876).
-		return unknown(err)
-	case look.GetErrno() != 0:
+	if err != nil || look.GetErrno() != 0 {
 		return exdev("rename: the new name changed while it was placed")
 	}
 	dst := look.GetDentry()
 	isDir := r.src.GetType() == metapb.FileType_FILE_TYPE_DIRECTORY
-	ours := dst.GetIno() == r.src.GetIno() && dst.GetPending() != nil
 	switch {
-	case ours && dst.GetPending().GetId() == pend.GetId():
+	case dst.GetPending().GetId() == pend.GetId() && dst.GetIno() == r.src.GetIno():
 		// An earlier attempt's placement whose answer was forgotten; its
 		// mark says what it replaced, whose link the rename then drops.
-		r.fromMark(req, dst.GetPending())
-		return nil, nil
-	case ours && dst.GetPending().GetId() == resolverID(pend.GetId()):
-		// An earlier attempt's placement, taken over by the resolver
-		// after it stayed pending too long: the resolver rolls the
-		// rename forward or settles the name. Going on is safe: this
-		// rename's commit and the resolver's are the same delete of the
-		// old name, one applies, and a refused one waits for the other
-		// (renameRefused). Handed to the client's protocol, the rename
-		// was answered ENOENT and then completed (seed 2876).
-		r.fromMark(req, dst.GetPending())
+		if ino := dst.GetPending().GetReplacedIno(); ino != 0 {
+			r.dst = &metapb.Dentry{Parent: r.dir.Ino, Name: []byte(r.name), Ino: ino, Type: dst.GetPending().GetReplacedType()}
+			r.keep = keptOpen(req, ino)
+		}
 		return nil, nil
 	case dst.GetPending() != nil:
 		// Another rename's new name, not settled: the client's protocol
@@ -486,15 +472,6 @@ func (s *service) placeNew(ctx context.Context, p *partition, req *metapb.PathRe
 	}
 	r.dst, r.keep = dst, keptOpen(req, dst.GetIno())
 	return nil, nil
-}
-
-// fromMark takes what an earlier attempt's placement replaced from its
-// mark m: the inode whose link the rename drops once it commits.
-func (r *renamePlace) fromMark(req *metapb.PathRequest, m *metapb.PendingRename) {
-	if ino := m.GetReplacedIno(); ino != 0 {
-		r.dst = &metapb.Dentry{Parent: r.dir.Ino, Name: []byte(r.name), Ino: ino, Type: m.GetReplacedType()}
-		r.keep = keptOpen(req, ino)
-	}
 }
 
 // pending is the mark r's placement puts on the new name: pending under

@@ -473,44 +473,6 @@ func testRenameOnServer(t *testing.T, tp *twoParts) {
 		tp.namesAre(t, "after the roll-forward", from, 0, to, ino)
 	})
 
-	t.Run("a retry whose placement the resolver took over", func(t *testing.T) {
-		// The attempts stalled until the resolver took the new name over
-		// (it then rolls the rename forward). The retry goes on with the
-		// placement and commits the rename itself; the resolver's next
-		// round settles the name. Handed to the client's protocol, the
-		// rename was answered ENOENT and then completed (seed 2876).
-		from, to := nameIn("xf", 1), nameIn("xt", 0)
-		ino := mk(1, from)
-		req, r := placePending(t, tp, from, to, ino)
-		h1 := tp.c.leaderOf(t, 1)
-		rs := &service{h: h1}
-		lp := ledPartition{part: h1.parts[1], volume: 7}
-		look, err := tp.mc.FetchPending(tp.ctx, tp.p[0], RootIno, to)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := r.pend.GetId()
-		if err := rs.settleHere(tp.ctx, lp, look.GetDentry(), id, resolverID(id)); err != nil {
-			t.Fatalf("take over: %v", err)
-		}
-		retry := &renamePlace{part: 1, dir: nsreplica.Entry{Ino: RootIno}, name: to, from: from, src: &metapb.Dentry{Ino: ino, Type: metapb.FileType_FILE_TYPE_REGULAR}}
-		h := tp.c.leaderOf(t, 2)
-		if resp, err := (&service{h: h}).placeNew(tp.ctx, h.parts[2], req, retry); resp != nil || err != nil {
-			t.Fatalf("the retry's placement: %v, %v; want the taken-over placement found", resp, err)
-		}
-		if resp := tp.name(t, tp.p[1], req); resp.Errno != 0 {
-			t.Fatalf("the retried rename: %v", resp)
-		}
-		look, err = tp.mc.FetchPending(tp.ctx, tp.p[0], RootIno, to)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rs.resolveName(tp.ctx, lp, look.GetDentry()); err != nil {
-			t.Fatalf("resolve: %v", err)
-		}
-		tp.namesAre(t, "after the resolver's round", from, 0, to, ino)
-	})
-
 	t.Run("a refused Txn whose client stopped waiting", func(t *testing.T) {
 		// The clean-up is the node's job even when the request's context
 		// ended (the client's attempt timed out): a placement left behind
