@@ -1,21 +1,13 @@
 package sim
 
-import (
-	"strings"
-	"sync"
-	"testing"
-)
+import "testing"
 
 // foundSeeds are seeds that found a bug, kept as regression tests. A seed
 // does not replay exactly (the Go scheduler is not the seed's), so each
 // is one that ran into its bug in at least one of a few runs before the
 // fix; TestFoundSeeds runs each foundRuns times. Each fix also has a
 // deterministic test, named here.
-var foundSeeds = []struct {
-	seed   uint64
-	faults string // the -faults flag the seed was found with
-	bug    string
-}{
+var foundSeeds = []foundSeed{
 	{1009, "disk-full", "alignment skipped a block holding a deleted file's hole and cleared the mark (TestFullReplicaRepairsAFileBesideAFreedOne)"},
 	{1018, "disk-full", "alignment skipped a block holding a deleted file's hole and cleared the mark"},
 	{1002, "disk-full", "a follower cleared its marks against a store being reopened (TestListPageOfAClosedStore)"},
@@ -25,6 +17,13 @@ var foundSeeds = []struct {
 	{5178, "slow", "a rename's placement did not know its own earlier replace and handed the rename to the client (TestRenameOnServer, a retry of a placement over a name whose answer was lost)"},
 	{1011, "", "a rename's placement did not know its own earlier replace and handed the rename to the client"},
 	{2859, "", "a refused rename answered EXDEV although the resolver had rolled it forward (TestRenameOnServer, a refused Txn whose new name the resolver rolled forward)"},
+}
+
+// foundSeed is a seed that found a bug: the -faults flag it was found
+// with, and the bug.
+type foundSeed struct {
+	seed        uint64
+	faults, bug string
 }
 
 // foundRuns is how often TestFoundSeeds runs each found seed.
@@ -37,37 +36,13 @@ func TestFoundSeeds(t *testing.T) {
 	if *one != 0 {
 		t.Skip("-one runs TestSeed alone")
 	}
-	type job struct {
-		seed   uint64
-		faults string
-		bug    string
+	var runs []foundSeed
+	for range foundRuns {
+		runs = append(runs, foundSeeds...)
 	}
-	jobs := make(chan job)
-	go func() {
-		defer close(jobs)
-		for range foundRuns {
-			for _, f := range foundSeeds {
-				jobs <- job{f.seed, f.faults, f.bug}
-			}
+	twoAtATime(runs, func(f foundSeed) {
+		if r := runSeedProcess(f.seed, f.faults); r.failed() {
+			t.Errorf("seed %d (faults %q), which once found: %s\n  %s\n%s\nreplay: %s", f.seed, f.faults, f.bug, r.what(), r.Kept, replayCommand(f.seed, f.faults))
 		}
-	}()
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				r := runSeedProcess(j.seed, j.faults)
-				if !r.failed() {
-					continue
-				}
-				what := r.Err
-				if what == "" {
-					what = strings.Join(r.Anomalies, "\n  ")
-				}
-				t.Errorf("seed %d (faults %q), which once found: %s\n  %s\n%s\nreplay: %s", j.seed, j.faults, j.bug, what, r.Kept, replayCommand(j.seed, j.faults))
-			}
-		}()
-	}
-	wg.Wait()
+	})
 }

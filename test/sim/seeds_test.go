@@ -65,6 +65,14 @@ type seedResult struct {
 
 func (r seedResult) failed() bool { return r.Err != "" || len(r.Anomalies) > 0 }
 
+// what says why a failed run failed: its error, or the checker's findings.
+func (r seedResult) what() string {
+	if r.Err != "" {
+		return r.Err
+	}
+	return strings.Join(r.Anomalies, "\n  ")
+}
+
 // TestSeed runs the one seed -one names, in this process (a bubble's
 // channels must not meet another bubble's through the store's pools, so
 // every seed gets a process of its own), checks its history, and reports
@@ -162,11 +170,22 @@ func TestSeeds(t *testing.T) {
 		t.Skip("-one runs TestSeed alone")
 	}
 	sum := &summary{faults: map[FaultKind]int{}}
-	next := make(chan uint64)
+	all := make([]uint64, 0, *seeds)
+	for seed := *seedFrom; seed < *seedFrom+uint64(*seeds); seed++ {
+		all = append(all, seed)
+	}
+	twoAtATime(all, func(seed uint64) { checkSeed(t, seed, sum) })
+	t.Logf("summary: %s", sum)
+}
+
+// twoAtATime calls f on every item, two at a time (each call runs a
+// seed's process, which takes a core).
+func twoAtATime[T any](items []T, f func(T)) {
+	next := make(chan T)
 	go func() {
 		defer close(next)
-		for seed := *seedFrom; seed < *seedFrom+uint64(*seeds); seed++ {
-			next <- seed
+		for _, it := range items {
+			next <- it
 		}
 	}()
 	var wg sync.WaitGroup
@@ -174,13 +193,12 @@ func TestSeeds(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for seed := range next {
-				checkSeed(t, seed, sum)
+			for it := range next {
+				f(it)
 			}
 		}()
 	}
 	wg.Wait()
-	t.Logf("summary: %s", sum)
 }
 
 // checkSeed runs one seed's process, and once more if it fails, and
@@ -203,11 +221,7 @@ func checkSeed(t *testing.T, seed uint64, sum *summary) {
 	if !again.failed() {
 		replays = "it passed when run a second time: the goroutines ran in another order"
 	}
-	what := r.Err
-	if what == "" {
-		what = strings.Join(r.Anomalies, "\n  ")
-	}
-	t.Errorf("%s: %s\n(%s)%s\n%s\nreplay: %s", line, what, replays, b.String(), r.Kept, replay)
+	t.Errorf("%s: %s\n(%s)%s\n%s\nreplay: %s", line, r.what(), replays, b.String(), r.Kept, replay)
 }
 
 // replayCommand is the command that runs seed again with faults, with
