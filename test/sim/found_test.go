@@ -12,7 +12,6 @@ var foundSeeds = []foundSeed{
 	{1018, "disk-full", "alignment skipped a block holding a deleted file's hole and cleared the mark"},
 	{1002, "disk-full", "a follower cleared its marks against a store being reopened (TestListPageOfAClosedStore)"},
 	{1050, "disk-full", "a follower cleared its marks against a store being reopened"},
-	{162, "", "a rename retry left its earlier attempt's new name behind (TestRenameOnServer, a retry whose old name another operation took)"},
 	{5127, "crash", "two faults on one server stopped the simulated clock (the harness's process lock)"},
 	{5178, "slow", "a rename's placement did not know its own earlier replace and handed the rename to the client (TestRenameOnServer, a retry of a placement over a name whose answer was lost)"},
 	{1011, "", "a rename's placement did not know its own earlier replace and handed the rename to the client"},
